@@ -1,0 +1,11 @@
+"""Backend-neutral compute: acceleration structures and query kernels (Warp only).
+
+This package imports NVIDIA Warp and NumPy, never torch or drjit. Frontends hand it
+zero-copy Warp views of their tensors and receive results in arrays they own.
+"""
+
+from rayd.engine.intersect import closest_hit
+from rayd.engine.runtime import launch_stream, warp_device
+from rayd.engine.triangles import TriangleScene
+
+__all__ = ["TriangleScene", "closest_hit", "launch_stream", "warp_device"]

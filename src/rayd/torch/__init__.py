@@ -1,0 +1,21 @@
+"""rayd.torch: differentiable ray-geometry queries on PyTorch tensors.
+
+Quick start::
+
+    import torch
+    import rayd.torch as rt
+
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(vertices, faces))      # (V, 3) float, (F, 3) int
+    scene.build()
+    hit = scene.intersect(rt.Ray(o, d))           # (..., 3) origins and directions
+    hit.t.sum().backward()                         # gradients reach vertices, o, d
+"""
+
+from rayd.flags import RayFlags
+from rayd.torch.intersection import Intersection
+from rayd.torch.mesh import Mesh
+from rayd.torch.ray import Ray
+from rayd.torch.scene import Scene
+
+__all__ = ["Intersection", "Mesh", "Ray", "RayFlags", "Scene"]

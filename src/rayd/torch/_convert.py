@@ -1,0 +1,97 @@
+"""All torch <-> Warp hand-over for rayd.torch: storage, dtypes, devices, streams."""
+
+from __future__ import annotations
+
+import torch
+import warp as wp
+
+from rayd.engine import warp_device
+
+try:  # functorch transforms (torch.func.jvp, grad, ...) wrap tensors without storage
+    from torch._C._functorch import get_unwrapped as _get_unwrapped
+    from torch._C._functorch import is_functorch_wrapped_tensor as _is_wrapped
+except ImportError:  # pragma: no cover - every supported torch has them
+    _get_unwrapped = None
+    _is_wrapped = None
+
+
+def primal(tensor: torch.Tensor) -> torch.Tensor:
+    """The plain value of ``tensor``: functorch wrappers removed, detached from autograd.
+
+    Used for the non-differentiable search, which needs real storage even when the
+    caller runs under ``torch.func.jvp`` / ``torch.func.grad``.
+    """
+    if _is_wrapped is not None:
+        while _is_wrapped(tensor):
+            tensor = _get_unwrapped(tensor)
+    if tensor.is_leaf and not tensor.requires_grad:
+        return tensor
+    return tensor.detach()
+
+
+def version(tensor: torch.Tensor) -> int | None:
+    """The autograd version counter of ``tensor``'s storage, or ``None`` if it has none."""
+    if _is_wrapped is not None:
+        while _is_wrapped(tensor):
+            tensor = _get_unwrapped(tensor)
+    try:
+        return tensor._version
+    except (RuntimeError, AttributeError):  # pragma: no cover - tensors without a version counter
+        return None
+
+
+def device_name(device: torch.device) -> str:
+    """Canonical name of a torch device, with the CUDA ordinal made explicit."""
+    if device.type == "cuda":
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        return f"cuda:{index}"
+    return device.type
+
+
+def to_warp_device(device: torch.device) -> wp.context.Device:
+    """The Warp device for a torch device (never Warp's default device)."""
+    return warp_device(device_name(device))
+
+
+_streams: dict[tuple[str, int], wp.Stream] = {}
+
+
+def current_stream(device: torch.device) -> wp.Stream | None:
+    """Warp view of torch's current stream on ``device`` (``None`` on the CPU).
+
+    Engine work is launched on it, so it is ordered with the caller's torch work
+    without any device synchronisation.
+    """
+    if device.type != "cuda":
+        return None
+    stream = torch.cuda.current_stream(device)
+    key = (device_name(device), stream.cuda_stream)
+    cached = _streams.get(key)
+    if cached is None:
+        cached = wp.stream_from_torch(stream)
+        _streams[key] = cached
+    return cached
+
+
+def vec3_view(tensor: torch.Tensor) -> wp.array:
+    """Zero-copy ``wp.array(dtype=vec3)`` of a contiguous float32 tensor of shape (N, 3)."""
+    return wp.from_torch(tensor, dtype=wp.vec3)
+
+
+def scalar_view(tensor: torch.Tensor) -> wp.array:
+    """Zero-copy 1-D Warp array of a contiguous tensor (int32, uint8, float32)."""
+    return wp.from_torch(tensor)
+
+
+def flat_float32(tensor: torch.Tensor, batch: torch.Size, width: int | None) -> torch.Tensor:
+    """``tensor`` broadcast to ``batch`` (+ ``(width,)``) as a contiguous float32 buffer.
+
+    A tensor that is the same for every ray (one origin for many directions, a scalar
+    ``tmax``) stays a single row, which the engine reads with stride 0: no copy per ray.
+    """
+    value = primal(tensor)
+    tail = () if width is None else (width,)
+    lead = value.shape[: value.dim() - len(tail)]
+    if lead.numel() == 1:
+        return value.reshape((1,) + tail).to(torch.float32).contiguous()
+    return value.expand(tuple(batch) + tail).reshape((-1,) + tail).to(torch.float32).contiguous()

@@ -1,0 +1,109 @@
+"""`Mesh`: a triangle mesh given as torch tensors."""
+
+from __future__ import annotations
+
+import torch
+
+from rayd.torch import _check
+
+_CALL = "rayd.torch.Mesh()"
+
+
+class Mesh:
+    """A triangle mesh: vertex positions, faces and optional per-vertex attributes.
+
+    The mesh holds references to the tensors (no copy). A :class:`Scene` snapshots
+    them into its acceleration structure at ``build()`` / ``sync()``; queries
+    recompute the continuous outputs from the live tensors, so gradients land on the
+    very tensors given here.
+
+    Args:
+        vertices: (V, 3) float32 or float64, positions in object space.
+        faces: (F, 3) int32 or int64, vertex indices in ``[0, V)``; the winding
+            order defines ``geo_n`` (right-hand rule).
+        normals: optional (V, 3) float32/float64 per-vertex shading normals (any
+            length; the interpolated normal is normalised).
+        uv: optional (V, 2) float32/float64 per-vertex texture coordinates.
+        to_world: optional (4, 4) float32/float64 object-to-world matrix acting on
+            column vectors, ``p_world = to_world @ [p, 1]``.
+
+    Gradients:
+        Flow into ``vertices``, ``normals``, ``uv`` and ``to_world`` through the
+        outputs of scene queries.
+
+    Raises:
+        TypeError: an argument is not a tensor or has the wrong dtype.
+        ValueError: wrong shapes, tensors on different devices, or a face index
+            outside ``[0, V)`` (this check reads ``faces`` once, synchronising).
+    """
+
+    def __init__(
+        self,
+        vertices: torch.Tensor,
+        faces: torch.Tensor,
+        *,
+        normals: torch.Tensor | None = None,
+        uv: torch.Tensor | None = None,
+        to_world: torch.Tensor | None = None,
+    ) -> None:
+        vertices = _check.float_tensor(_CALL, "vertices", vertices, last=3, ndim=2)
+        faces = _check.index_tensor(_CALL, "faces", faces, last=3, ndim=2)
+        _check.supported_device(_CALL, "vertices", vertices)
+        _check.same_device(_CALL, "faces", faces, vertices.device, "'vertices'")
+        if normals is not None:
+            normals = _check.float_tensor(_CALL, "normals", normals, last=3, ndim=2)
+            _check.same_device(_CALL, "normals", normals, vertices.device, "'vertices'")
+            if normals.shape[0] != vertices.shape[0]:
+                raise ValueError(
+                    f"{_CALL}: 'normals' must have shape ({vertices.shape[0]}, 3) like 'vertices', "
+                    f"got {tuple(normals.shape)}"
+                )
+        if uv is not None:
+            uv = _check.float_tensor(_CALL, "uv", uv, last=2, ndim=2)
+            _check.same_device(_CALL, "uv", uv, vertices.device, "'vertices'")
+            if uv.shape[0] != vertices.shape[0]:
+                raise ValueError(
+                    f"{_CALL}: 'uv' must have shape ({vertices.shape[0]}, 2) like 'vertices', got {tuple(uv.shape)}"
+                )
+        if to_world is not None:
+            to_world = check_transform(_CALL, "to_world", to_world, vertices.device)
+        if faces.numel():
+            low, high = int(faces.min()), int(faces.max())
+            if low < 0 or high >= vertices.shape[0]:
+                raise ValueError(
+                    f"{_CALL}: 'faces' must index vertices in [0, {vertices.shape[0]}), got values in [{low}, {high}]"
+                )
+        self.vertices = vertices
+        self.faces = faces
+        self.normals = normals
+        self.uv = uv
+        self.to_world = to_world
+
+    @property
+    def device(self) -> torch.device:
+        """The device all of the mesh's tensors live on."""
+        return self.vertices.device
+
+    @property
+    def num_vertices(self) -> int:
+        """V."""
+        return int(self.vertices.shape[0])
+
+    @property
+    def num_faces(self) -> int:
+        """F."""
+        return int(self.faces.shape[0])
+
+    def __repr__(self) -> str:
+        extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
+        more = f", with {', '.join(extras)}" if extras else ""
+        return f"rayd.torch.Mesh(V={self.num_vertices}, F={self.num_faces}, device={self.device}{more})"
+
+
+def check_transform(call: str, name: str, value: object, device: torch.device) -> torch.Tensor:
+    """A (4, 4) float32/float64 matrix on ``device``, else the contract's error."""
+    value = _check.float_tensor(call, name, value)
+    if tuple(value.shape) != (4, 4):
+        raise ValueError(f"{call}: '{name}' must have shape (4, 4), got {tuple(value.shape)}")
+    _check.same_device(call, name, value, device, "the mesh")
+    return value
