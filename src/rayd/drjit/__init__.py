@@ -1,0 +1,27 @@
+"""rayd.drjit: differentiable ray-geometry queries on Dr.Jit arrays (LLVM and CUDA).
+
+Quick start::
+
+    import drjit as dr
+    from drjit.llvm.ad import Array3f, Array3u   # or drjit.cuda.ad on the GPU
+    import rayd.drjit as rd
+
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vertices, faces))      # Array3f width V, Array3u width F
+    scene.build()
+    dr.enable_grad(vertices)
+    hit = scene.intersect(rd.Ray(o, d))           # Array3f origins and directions
+    dr.backward(dr.sum(hit.t))                    # gradients reach vertices, o, d
+
+The backend (``drjit.llvm`` on the CPU, ``drjit.cuda`` on the GPU) follows the type of
+the arrays. Gradients flow wherever inputs are ``.ad`` arrays with gradients enabled.
+rayd.torch and rayd.drjit objects do not mix.
+"""
+
+from rayd.drjit.intersection import Intersection
+from rayd.drjit.mesh import Mesh
+from rayd.drjit.ray import Ray
+from rayd.drjit.scene import Scene
+from rayd.flags import RayFlags
+
+__all__ = ["Intersection", "Mesh", "Ray", "RayFlags", "Scene"]

@@ -1,0 +1,128 @@
+"""Input checks for rayd.drjit with messages that name the call and the argument.
+
+Exception types follow DESIGN.md: ``TypeError`` for wrong Python types and dtypes
+(including a PyTorch tensor or a rayd.torch object given to rayd.drjit),
+``ValueError`` for wrong shapes (component counts, widths), backends/devices and
+values, ``RuntimeError`` for lifecycle faults. Never ``assert``.
+
+Shapes in Dr.Jit terms: a ``(N, 3)`` input is a 3-vector array (``Array3f``) of width
+``N``; a ``(N,)`` input is a flat array (``Float``) of width ``N``. Width 1 broadcasts.
+"""
+
+from __future__ import annotations
+
+import drjit as dr
+
+from rayd.drjit import _convert
+
+_FLOAT = (dr.VarType.Float32, dr.VarType.Float64)
+_INDEX = (dr.VarType.Int32, dr.VarType.UInt32, dr.VarType.Int64, dr.VarType.UInt64)
+_EXAMPLE = {3: "Array3f", 2: "Array2f", 1: "Float"}
+
+
+def _foreign_hint(value: object) -> str:
+    module = type(value).__module__
+    if module.startswith("torch"):
+        return " (PyTorch tensors belong to rayd.torch; convert with the Dr.Jit type's constructor, e.g. Array3f(t.T))"
+    if module.startswith("rayd.torch"):
+        return " (rayd.torch and rayd.drjit objects do not mix)"
+    return ""
+
+
+def jit_array(call: str, name: str, value: object) -> dr.ArrayBase:
+    """``value`` if it is an LLVM or CUDA Dr.Jit array, else ``TypeError``."""
+    if not _convert.is_jit_array(value):
+        raise TypeError(
+            f"{call}: '{name}' must be a Dr.Jit array of the LLVM or CUDA backend "
+            f"(e.g. drjit.llvm.ad.Array3f, drjit.cuda.ad.Array3f), got {_convert.type_name(value)}{_foreign_hint(value)}"
+        )
+    return value
+
+
+def _components(value: dr.ArrayBase) -> int:
+    """3 for Array3x, 2 for Array2x, 1 for a flat array; other counts as they are."""
+    if dr.depth_v(value) == 1:
+        return 1
+    if dr.depth_v(value) == 2 and not dr.is_tensor_v(value) and not dr.is_matrix_v(value):
+        return dr.size_v(value)
+    return -1
+
+
+def _shape_error(call: str, name: str, value: dr.ArrayBase, components: int, examples: str) -> ValueError:
+    want = f"(N, {components}): a {components}-vector array" if components > 1 else "(N,): a flat array"
+    return ValueError(f"{call}: '{name}' must have shape {want} such as {examples}, got {_convert.type_name(value)}")
+
+
+def float_array(call: str, name: str, value: object, components: int) -> dr.ArrayBase:
+    """A float32/float64 array with ``components`` components (1: flat ``Float``)."""
+    value = jit_array(call, name, value)
+    if dr.type_v(value) not in _FLOAT:
+        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
+    if _components(value) != components:
+        raise _shape_error(call, name, value, components, f"{_EXAMPLE[components]} or {_EXAMPLE[components]}64")
+    return value
+
+
+def index_array(call: str, name: str, value: object) -> dr.ArrayBase:
+    """A 3-vector array of 32- or 64-bit integers (``Array3i``, ``Array3u``, ``Array3i64``, ``Array3u64``)."""
+    value = jit_array(call, name, value)
+    if dr.type_v(value) not in _INDEX:
+        raise TypeError(
+            f"{call}: '{name}' must have dtype int32, uint32, int64 or uint64, got {_convert.type_name(value)}"
+        )
+    if _components(value) != 3:
+        raise _shape_error(call, name, value, 3, "Array3i or Array3u")
+    return value
+
+
+def bool_array(call: str, name: str, value: object) -> dr.ArrayBase:
+    """A flat ``Bool`` array."""
+    value = jit_array(call, name, value)
+    if dr.type_v(value) != dr.VarType.Bool:
+        raise TypeError(f"{call}: '{name}' must have dtype bool (a Dr.Jit Bool), got {_convert.type_name(value)}")
+    if _components(value) != 1:
+        raise _shape_error(call, name, value, 1, "Bool")
+    return value
+
+
+def same_backend(call: str, name: str, value: dr.ArrayBase, device: str, owner: str) -> None:
+    """``ValueError`` unless ``value`` lives on ``device`` (named after ``owner``)."""
+    if _convert.device_name(value) != device:
+        raise ValueError(f"{call}: '{name}' is on {_convert.device_name(value)}, but {owner} is on {device}")
+
+
+def width(call: str, name: str, value: dr.ArrayBase, expected: int, like: str) -> None:
+    """``ValueError`` unless ``value`` has width ``expected``."""
+    if dr.width(value) != expected:
+        raise ValueError(f"{call}: '{name}' must have width {expected} like {like}, got {dr.width(value)}")
+
+
+def broadcast(call: str, names_and_widths: list[tuple[str, int]]) -> int:
+    """The common width of several inputs (each 1 or N), or ``ValueError`` naming them."""
+    widths = {w for _, w in names_and_widths if w != 1}
+    if len(widths) > 1:
+        described = ", ".join(f"'{n}' ({w},)" for n, w in names_and_widths)
+        raise ValueError(f"{call}: batch shapes do not broadcast: {described}")
+    return widths.pop() if widths else 1
+
+
+def finite(call: str, name: str, value: dr.ArrayBase) -> None:
+    """``ValueError`` if ``value`` holds NaN or inf (reads one value back: synchronises)."""
+    if dr.width(value) == 0:
+        return
+    ok = dr.isfinite(dr.detach(value))
+    if _components(value) > 1:
+        row_ok = ok[0]
+        for i in range(1, len(ok)):
+            row_ok = row_ok & ok[i]
+    else:
+        row_ok = ok
+    if not dr.all(row_ok, axis=None).item():
+        bad = dr.compress(~row_ok)
+        where = f" (first at row {bad[0]})" if dr.width(bad) else ""
+        raise ValueError(f"{call}: '{name}' holds non-finite values{where}")
+
+
+def lifecycle(call: str, message: str) -> RuntimeError:
+    """A ``RuntimeError`` for a scene-lifecycle fault, prefixed by the call."""
+    return RuntimeError(f"{call}: {message}")

@@ -1,0 +1,167 @@
+"""All Dr.Jit <-> Warp hand-over for rayd.drjit: array families, devices, streams, views.
+
+Dr.Jit arrays are flat (one lane per ray or vertex); a 3-vector such as ``Array3f`` is
+stored as three component arrays (structure of arrays). The engine reads ``vec3``
+rows, so 3-vectors are packed once per call into an interleaved float32 buffer with
+``dr.ravel(order='F')`` (one fused Dr.Jit kernel) and handed to Warp zero-copy over
+DLPack. Packing costs a few percent of a closest-hit query (benchmarks/drjit_ray_layout.py);
+scalars (``tmin``, ``tmax``, ``active``, outputs) need no packing.
+
+On CUDA every engine launch goes on Dr.Jit's own stream for the calling thread, so
+Warp work is ordered after the Dr.Jit kernels that produced its inputs and before
+the ones that read its outputs, without any host synchronisation. On the LLVM
+backend DLPack export waits for Dr.Jit's thread pool (Warp's CPU kernels run on the
+calling thread).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import importlib
+import os
+from types import ModuleType
+
+import drjit as dr
+import warp as wp
+
+from rayd.engine import warp_device
+
+_BACKENDS = {dr.JitBackend.LLVM: "llvm", dr.JitBackend.CUDA: "cuda"}
+
+
+def is_jit_array(value: object) -> bool:
+    """True for a Dr.Jit array of the LLVM or CUDA backend (not ``drjit.scalar``)."""
+    return isinstance(value, dr.ArrayBase) and dr.backend_v(value) in _BACKENDS
+
+
+def type_name(value: object) -> str:
+    """``module.Name`` of ``value``'s type, e.g. ``drjit.llvm.ad.Array3f`` or ``torch.Tensor``."""
+    cls = type(value)
+    module = cls.__module__
+    if module.startswith("torch"):
+        module = "torch"
+    if module == "builtins":
+        return cls.__name__
+    return f"{module}.{cls.__qualname__}"
+
+
+def backend_name(value: dr.ArrayBase) -> str:
+    """``'llvm'`` or ``'cuda'``."""
+    return _BACKENDS[dr.backend_v(value)]
+
+
+def module(backend: str, ad: bool) -> ModuleType:
+    """The Dr.Jit type namespace, e.g. ``drjit.cuda.ad`` for ``('cuda', True)``."""
+    return importlib.import_module(f"drjit.{backend}.ad" if ad else f"drjit.{backend}")
+
+
+def is_ad(value: object) -> bool:
+    """True for arrays of an ``.ad`` namespace (which may carry gradients)."""
+    return isinstance(value, dr.ArrayBase) and dr.is_diff_v(value)
+
+
+def is_double(value: object) -> bool:
+    """True for float64 arrays."""
+    return dr.type_v(value) == dr.VarType.Float64
+
+
+def device_name(value: dr.ArrayBase) -> str:
+    """``'cpu'`` for the LLVM backend, ``'cuda:<ordinal>'`` for Dr.Jit's current CUDA device."""
+    device_type, device_id = value.__dlpack_device__()
+    if dr.backend_v(value) == dr.JitBackend.CUDA:
+        return f"cuda:{device_id}"
+    return "cpu"
+
+
+def to_warp_device(name: str) -> wp.context.Device:
+    """The Warp device for a device name (never Warp's default device)."""
+    return warp_device(name)
+
+
+def version(value: dr.ArrayBase) -> tuple[int, ...]:
+    """The JIT variable ids behind ``value``'s components.
+
+    Any in-place change (``v.x += 1``, ``dr.scatter(v.x, ...)``, assigning a component)
+    gives a component a new variable id; enabling gradients does not (AD ids are masked).
+    """
+    return tuple(i & 0xFFFFFFFF for i in dr.detail.collect_indices(value))
+
+
+# ---------------------------------------------------------------------------- streams
+_core: ctypes.CDLL | None = None
+_streams: dict[tuple[str, int], wp.Stream] = {}
+
+
+def _jit_cuda_stream() -> int:
+    """The CUstream Dr.Jit uses on the calling thread (``jit_cuda_stream()`` of drjit-core)."""
+    global _core
+    if _core is None:
+        _core = ctypes.CDLL(os.path.join(os.path.dirname(dr.__file__), "libdrjit-core.so"))
+    fn = getattr(_core, "_Z15jit_cuda_streamv", None) or getattr(_core, "jit_cuda_stream")
+    fn.restype = ctypes.c_void_p
+    fn.argtypes = []
+    return int(fn() or 0)
+
+
+def current_stream(device: str) -> wp.Stream | None:
+    """Warp view of Dr.Jit's current CUDA stream (``None`` on the CPU).
+
+    Dr.Jit's queued work is flushed first, so the engine's launches are ordered after it.
+    """
+    if not device.startswith("cuda"):
+        return None
+    dr.flush_thread()
+    handle = _jit_cuda_stream()
+    key = (device, handle)
+    cached = _streams.get(key)
+    if cached is None:
+        cached = wp.Stream(to_warp_device(device), cuda_stream=handle)
+        _streams[key] = cached
+    return cached
+
+
+# ------------------------------------------------------------------------ hand-over
+def _capsule(value: dr.ArrayBase, device: str):
+    # -1: no producer-side synchronisation; the consumer runs on Dr.Jit's own stream.
+    return value.__dlpack__(stream=-1) if device.startswith("cuda") else value.__dlpack__()
+
+
+def vec3_view(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]:
+    """A ``wp.array(dtype=vec3)`` of a 3-vector array's rows as float32 (one packing copy).
+
+    Returns the view and the Dr.Jit buffer behind it (keep it alive while Warp uses it).
+    Gradients are not tracked (the search is not differentiated).
+    """
+    plain = module(backend_name(value), False)
+    packed = dr.ravel(plain.Array3f(dr.detach(value)), order="F")
+    n = dr.width(packed) // 3
+    tensor = plain.TensorXf(packed, shape=(n, 3))
+    return wp.from_dlpack(_capsule(tensor, device), dtype=wp.vec3), tensor
+
+
+def scalar_view(value: dr.ArrayBase, device: str) -> wp.array:
+    """Zero-copy 1-D Warp array of a flat Dr.Jit array (Float, Int32, UInt8, ...)."""
+    return wp.from_dlpack(_capsule(value, device))
+
+
+def float32(value: dr.ArrayBase | float, backend: str) -> dr.ArrayBase:
+    """A flat float32 array (no gradient tracking) of a float or a Float/Float64 array."""
+    plain = module(backend, False)
+    if isinstance(value, (int, float)):
+        return dr.full(plain.Float, float(value), 1)
+    return plain.Float(dr.detach(value))
+
+
+def uint8(value: dr.ArrayBase | None, backend: str) -> dr.ArrayBase:
+    """A flat uint8 array from a Bool mask (``None``: a single 1, all rays active)."""
+    plain = module(backend, False)
+    if value is None:
+        return dr.full(plain.UInt8, 1, 1)
+    return plain.UInt8(dr.detach(value))
+
+
+def empty_int32(n: int, backend: str) -> dr.ArrayBase:
+    """An uninitialised Int32 array of width ``n`` for the engine to write into."""
+    out = dr.empty(module(backend, False).Int, n)
+    dr.make_opaque(out)
+    return out

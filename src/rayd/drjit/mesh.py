@@ -1,0 +1,126 @@
+"""`Mesh`: a triangle mesh given as Dr.Jit arrays."""
+
+from __future__ import annotations
+
+import drjit as dr
+
+from rayd.drjit import _check, _convert
+
+_CALL = "rayd.drjit.Mesh()"
+
+
+class Mesh:
+    """A triangle mesh: vertex positions, faces and optional per-vertex attributes.
+
+    The mesh holds references to the arrays (no copy). A :class:`Scene` snapshots
+    them into its acceleration structure at ``build()`` / ``sync()``; queries
+    recompute the continuous outputs from the live arrays, so gradients land on the
+    very arrays given here.
+
+    Args:
+        vertices: (V, 3) positions in object space: an ``Array3f`` or ``Array3f64`` of
+            width V from ``drjit.llvm(.ad)`` or ``drjit.cuda(.ad)``.
+        faces: (F, 3) vertex indices in ``[0, V)``: ``Array3u``, ``Array3i``,
+            ``Array3u64`` or ``Array3i64`` of width F, same backend; the winding order
+            defines ``geo_n`` (right-hand rule).
+        normals: optional (V, 3) ``Array3f``/``Array3f64`` per-vertex shading normals
+            (any length; the interpolated normal is normalised).
+        uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates.
+        to_world: optional 4x4 object-to-world matrix acting on column vectors,
+            ``p_world = to_world @ [p, 1]``: a ``Matrix4f``/``Matrix4f64`` of the
+            backend (width 1) or of ``drjit.scalar``.
+
+    Gradients:
+        Flow into ``vertices``, ``normals``, ``uv`` and ``to_world`` through the
+        outputs of scene queries when they are ``.ad`` arrays with gradients enabled
+        (``dr.enable_grad``).
+
+    Raises:
+        TypeError: an argument is not a Dr.Jit array (e.g. a torch tensor) or has the
+            wrong dtype.
+        ValueError: wrong component counts or widths, arrays on different backends
+            or devices, or a face index outside ``[0, V)`` (this check reads
+            ``faces`` once, synchronising).
+    """
+
+    def __init__(
+        self,
+        vertices: dr.ArrayBase,
+        faces: dr.ArrayBase,
+        *,
+        normals: dr.ArrayBase | None = None,
+        uv: dr.ArrayBase | None = None,
+        to_world: dr.ArrayBase | None = None,
+    ) -> None:
+        vertices = _check.float_array(_CALL, "vertices", vertices, 3)
+        faces = _check.index_array(_CALL, "faces", faces)
+        device = _convert.device_name(vertices)
+        _check.same_backend(_CALL, "faces", faces, device, "'vertices'")
+        num_vertices = dr.width(vertices)
+        if normals is not None:
+            normals = _check.float_array(_CALL, "normals", normals, 3)
+            _check.same_backend(_CALL, "normals", normals, device, "'vertices'")
+            _check.width(_CALL, "normals", normals, num_vertices, "'vertices'")
+        if uv is not None:
+            uv = _check.float_array(_CALL, "uv", uv, 2)
+            _check.same_backend(_CALL, "uv", uv, device, "'vertices'")
+            _check.width(_CALL, "uv", uv, num_vertices, "'vertices'")
+        if to_world is not None:
+            to_world = check_transform(_CALL, "to_world", to_world, vertices)
+        if dr.width(faces):
+            low = int(dr.min(faces, axis=None).item())
+            high = int(dr.max(faces, axis=None).item())
+            if low < 0 or high >= num_vertices:
+                raise ValueError(
+                    f"{_CALL}: 'faces' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]"
+                )
+        self.vertices = vertices
+        self.faces = faces
+        self.normals = normals
+        self.uv = uv
+        self.to_world = to_world
+
+    @property
+    def device(self) -> str:
+        """``'cpu'`` (LLVM backend) or ``'cuda:<ordinal>'``."""
+        return _convert.device_name(self.vertices)
+
+    @property
+    def backend(self) -> str:
+        """``'llvm'`` or ``'cuda'``."""
+        return _convert.backend_name(self.vertices)
+
+    @property
+    def num_vertices(self) -> int:
+        """V."""
+        return dr.width(self.vertices)
+
+    @property
+    def num_faces(self) -> int:
+        """F."""
+        return dr.width(self.faces)
+
+    def __repr__(self) -> str:
+        extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
+        more = f", with {', '.join(extras)}" if extras else ""
+        return (
+            f"rayd.drjit.Mesh(V={self.num_vertices}, F={self.num_faces}, "
+            f"type={_convert.type_name(self.vertices)}{more})"
+        )
+
+
+def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> dr.ArrayBase:
+    """A 4x4 float matrix of ``like``'s backend (width 1); scalar matrices are converted."""
+    if isinstance(value, dr.ArrayBase) and dr.is_matrix_v(value) and dr.backend_v(value) == dr.JitBackend.Invalid:
+        if dr.size_v(value) == 4 and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64):
+            plain = _convert.module(_convert.backend_name(like), False)
+            return (plain.Matrix4f64 if dr.type_v(value) == dr.VarType.Float64 else plain.Matrix4f)(value)
+    value = _check.jit_array(call, name, value)
+    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
+        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
+    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
+        raise ValueError(f"{call}: '{name}' must have shape (4, 4): a Matrix4f or Matrix4f64, got {_convert.type_name(value)}")
+    _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
+    if dr.width(value) != 1:
+        raise ValueError(f"{call}: '{name}' must hold one matrix (width 1), got width {dr.width(value)}")
+    return value
