@@ -4,8 +4,11 @@ This package imports NVIDIA Warp and NumPy, never torch or drjit. Frontends hand
 zero-copy Warp views of their tensors and receive results in arrays they own.
 """
 
-from rayd.engine.intersect import closest_hit
+from rayd.engine.accel import SceneAccel
+from rayd.engine.instances import InstanceLevel
+from rayd.engine.intersect import closest_hit, search
+from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
 
-__all__ = ["TriangleScene", "closest_hit", "launch_stream", "warp_device"]
+__all__ = ["InstanceLevel", "RayBatch", "SceneAccel", "TriangleScene", "closest_hit", "launch_stream", "search", "warp_device"]

@@ -9,22 +9,15 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.accel import SceneAccel
+from rayd.engine.rays import RayBatch
+from rayd.engine.traversal import SceneView, ray_is_wellformed, trace
 from rayd.engine.triangles import TriangleScene
-
-
-@wp.func
-def _ray_is_wellformed(o: wp.vec3, d: wp.vec3, tmin: float, tmax: float) -> bool:
-    finite = wp.isfinite(o) and wp.isfinite(d) and wp.isfinite(tmin) and not wp.isnan(tmax)
-    if not finite:
-        return False
-    if d[0] == 0.0 and d[1] == 0.0 and d[2] == 0.0:
-        return False
-    return tmax > tmin
 
 
 @wp.kernel
 def _intersect_search_kernel(
-    mesh: wp.uint64,
+    scene: SceneView,
     o: wp.array(dtype=wp.vec3),
     o_stride: int,
     d: wp.array(dtype=wp.vec3),
@@ -35,6 +28,9 @@ def _intersect_search_kernel(
     tmax_stride: int,
     active: wp.array(dtype=wp.uint8),
     active_stride: int,
+    ignore: wp.array(dtype=wp.int32),
+    ignore_stride: int,
+    any_hit: int,
     global_prim_id: wp.array(dtype=wp.int32),
 ):
     i = wp.tid()
@@ -44,17 +40,46 @@ def _intersect_search_kernel(
         di = d[i * d_stride]
         t0 = tmin[i * tmin_stride]
         t1 = tmax[i * tmax_stride]
-        if _ray_is_wellformed(oi, di, t0, t1):
-            # Hits count for tmin < t < tmax. Warp's query is closed at 0 and open at
-            # max_t, so start at tmin and reject a hit exactly there.
-            start = oi
-            if t0 != 0.0:
-                start = oi + t0 * di
-            query = wp.mesh_query_ray(mesh, start, di, t1 - t0)
-            if query.result:
-                if query.t > 0.0 or (t0 < 0.0 and query.t >= 0.0):
-                    winner = query.face
+        if ray_is_wellformed(oi, di, t0, t1):
+            winner = trace(scene, oi, di, t0, t1, ignore[i * ignore_stride], any_hit)
     global_prim_id[i] = wp.int32(winner)
+
+
+def search(
+    accel: SceneAccel,
+    rays: RayBatch,
+    global_prim_id: wp.array,
+    any_hit: bool = False,
+    stream: wp.Stream | None = None,
+) -> None:
+    """Write the winning scene-wide face id per ray into ``global_prim_id`` (-1: none).
+
+    Args:
+        accel: the scene's acceleration structures.
+        rays: the ray batch (arrays of length N, or 1 to broadcast).
+        global_prim_id: int32 output of shape (N,).
+        any_hit: ``False`` for the closest hit; ``True`` to stop at the first hit
+            found (any hit; the id is then *some* blocker, not the closest).
+        stream: the CUDA stream to launch on (``None`` on the CPU).
+
+    A hit counts for ``tmin < t < tmax`` (``t`` in multiples of ``|d|``); a face whose
+    ``global_prim_id`` equals the ray's ``ignore`` entry is skipped. Rays with a
+    NaN/inf component, a zero direction or ``tmax <= tmin``, and inactive rays, are
+    misses. The triangle test is watertight (Woop, Benthin, Wald 2013, "Watertight
+    Ray/Triangle Intersection", JCGT 2(1)).
+    """
+    n = global_prim_id.shape[0]
+    if n == 0:
+        return
+    wp.launch(
+        _intersect_search_kernel,
+        dim=n,
+        inputs=[accel.view, *rays.launch_args(n), 1 if any_hit else 0],
+        outputs=[global_prim_id],
+        device=accel.device,
+        stream=stream,
+    )
+
 
 
 def closest_hit(
@@ -67,35 +92,10 @@ def closest_hit(
     global_prim_id: wp.array,
     stream: wp.Stream | None = None,
 ) -> None:
-    """Write the closest hit's scene-wide face id per ray into ``global_prim_id``.
+    """Closest hit on a single :class:`TriangleScene` (face id = ``global_prim_id``).
 
-    Args:
-        scene: the built engine scene.
-        o: ray origins, ``wp.array(dtype=wp.vec3)`` of shape (N,) or (1,) (broadcast).
-        d: ray directions, same rule as ``o``; need not be unit length.
-        tmin: float32 array of shape (N,) or (1,).
-        tmax: float32 array of shape (N,) or (1,); ``inf`` for an unbounded ray.
-        active: uint8 array of shape (N,) or (1,); 0 marks an inactive ray (a miss).
-        global_prim_id: int32 output of shape (N,); ``-1`` on a miss.
-        stream: the CUDA stream to launch on (``None`` on the CPU).
-
-    A hit counts for ``tmin < t < tmax`` (``t`` in multiples of ``|d|``). Rays with a
-    NaN/inf component, a zero direction or ``tmax <= tmin`` are misses. The triangle
-    test is watertight (Woop, Benthin, Wald 2013, "Watertight Ray/Triangle
-    Intersection", JCGT 2(1)), as implemented by Warp's ``mesh_query_ray``.
+    A shorthand of :func:`search` for scenes of one mesh without instances or
+    disabled shapes: arrays as in :class:`RayBatch` (length N or 1), no face ignored.
     """
-    n = global_prim_id.shape[0]
-    if n == 0:
-        return
-
-    def stride(a: wp.array) -> int:
-        return 0 if a.shape[0] == 1 and n != 1 else 1
-
-    wp.launch(
-        _intersect_search_kernel,
-        dim=n,
-        inputs=[scene.id, o, stride(o), d, stride(d), tmin, stride(tmin), tmax, stride(tmax), active, stride(active)],
-        outputs=[global_prim_id],
-        device=scene.device,
-        stream=stream,
-    )
+    accel = scene.flat_accel()
+    search(accel, RayBatch(o, d, tmin, tmax, active, accel.no_ignore), global_prim_id, False, stream)

@@ -1,32 +1,68 @@
-"""`TriangleScene`: the engine's copy of a scene's triangles and its BVH."""
+"""`TriangleScene`: a BVH over triangles with conservatively padded boxes."""
 
 from __future__ import annotations
 
+import numpy as np
 import warp as wp
 
 from rayd.engine.runtime import launch_stream
 
-#: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200,
-#: see benchmarks/README.md); Warp builds it on the host.
+#: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
+#: Warp builds it on the host.
 DEFAULT_BVH_CONSTRUCTOR = "sah"
+
+#: Boxes are padded by this fraction of the scene's magnitude (largest absolute
+#: coordinate plus extent), so that slab tests rounded in float32 never reject a ray
+#: through a shared edge or vertex lying on a box face: a watertight triangle test
+#: needs a conservative traversal (Woop et al. 2013, sec. 4; Ize 2013).
+BOX_PADDING = 1.0e-5
+
+
+@wp.kernel
+def _padded_bounds_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    pad: float,
+    lowers: wp.array(dtype=wp.vec3),
+    uppers: wp.array(dtype=wp.vec3),
+):
+    f = wp.tid()
+    a = points[indices[3 * (face_base + f)]]
+    b = points[indices[3 * (face_base + f) + 1]]
+    c = points[indices[3 * (face_base + f) + 2]]
+    lo = wp.min(wp.min(a, b), c)
+    hi = wp.max(wp.max(a, b), c)
+    grow = wp.vec3(pad, pad, pad)
+    lowers[f] = lo - grow
+    uppers[f] = hi + grow
+
+
+@wp.kernel
+def _magnitude_kernel(points: wp.array(dtype=wp.vec3), out: wp.array(dtype=float)):
+    p = points[wp.tid()]
+    wp.atomic_max(out, 0, wp.max(wp.max(wp.abs(p[0]), wp.abs(p[1])), wp.abs(p[2])))
 
 
 class TriangleScene:
-    """All triangles of a scene in one world-space array, with one BVH over them.
+    """A ``wp.Bvh`` over ``F`` triangles ``indices[3 (face_base + f) + k]`` of ``points``.
 
     The frontend owns the storage: ``points`` is a Warp ``vec3`` view of a float32
-    buffer the frontend fills at ``build()`` and refreshes before ``refit()``;
-    ``indices`` is a flat int32 view of the scene-wide triangle list (vertex ids into
-    ``points``). Face ``f`` of the scene is ``global_prim_id == f``.
+    buffer the frontend fills at build time and refreshes before ``refit()``;
+    ``indices`` is a flat int32 view of a triangle list (vertex ids into ``points``).
+    Several scenes may share ``points``/``indices`` with different ``face_base``.
 
     Args:
         points: ``wp.array(dtype=wp.vec3)`` of shape (V,), contiguous.
-        indices: ``wp.array(dtype=wp.int32)`` of shape (3 F,), contiguous.
+        indices: ``wp.array(dtype=wp.int32)``, contiguous.
         stream: the stream to build on (``None`` on the CPU).
-        bvh_constructor: ``"sah"``, ``"median"``, ``"lbvh"`` (CUDA only) or ``"cubql"``.
+        num_triangles: F (default: all of ``indices``); faces ``face_base ..
+            face_base + F - 1`` are covered.
+        face_base: first face of ``indices`` that this BVH covers.
+        bvh_constructor: ``"sah"``, ``"median"`` or ``"lbvh"`` (CUDA only).
 
     Raises:
-        ValueError: if the scene has no triangles.
+        ValueError: if there are no triangles.
     """
 
     def __init__(
@@ -34,26 +70,74 @@ class TriangleScene:
         points: wp.array,
         indices: wp.array,
         stream: wp.Stream | None = None,
+        *,
+        num_triangles: int | None = None,
+        face_base: int = 0,
         bvh_constructor: str = DEFAULT_BVH_CONSTRUCTOR,
     ) -> None:
-        if indices.size == 0 or indices.size % 3 != 0:
-            raise ValueError(f"rayd.engine.TriangleScene(): 'indices' must hold 3 F > 0 entries, got {indices.size}")
+        if num_triangles is None:
+            num_triangles = indices.size // 3
+        if num_triangles <= 0:
+            raise ValueError(f"rayd.engine.TriangleScene(): needs at least one triangle, got {num_triangles}")
         self.device = points.device
         self.points = points
         self.indices = indices
-        self.num_triangles = indices.size // 3
-        self.bvh_constructor = bvh_constructor
+        self.num_triangles = num_triangles
+        self.face_base = face_base
         if self.device.is_cpu and bvh_constructor == "lbvh":
             bvh_constructor = "sah"
+        self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
+        self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
+        self._magnitude = wp.zeros(1, dtype=float, device=self.device)
         with launch_stream(self.device, stream):
-            self.mesh = wp.Mesh(points=points, indices=indices, bvh_constructor=bvh_constructor)
+            self._bounds(stream, measure=True)
+            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=1)
 
     @property
     def id(self) -> int:
-        """The ``wp.Mesh`` id that query kernels take."""
-        return self.mesh.id
+        """The ``wp.Bvh`` id that query kernels take."""
+        return self.bvh.id
+
+    def _bounds(self, stream: wp.Stream | None, measure: bool) -> None:
+        if measure:
+            # The padding is fixed at build time from the scene's magnitude (one host read).
+            self._magnitude.zero_()
+            wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self._magnitude],
+                      device=self.device, stream=stream)
+            self.pad = float(self._magnitude.numpy()[0]) * 2.0 * BOX_PADDING + 1.0e-30
+        wp.launch(
+            _padded_bounds_kernel,
+            self.num_triangles,
+            [self.points, self.indices, self.face_base, self.pad],
+            [self.lowers, self.uppers],
+            device=self.device,
+            stream=stream,
+        )
 
     def refit(self, stream: wp.Stream | None = None) -> None:
-        """Refit the BVH to the current contents of ``points`` (topology unchanged)."""
+        """Refit the BVH to the current contents of ``points`` (topology and padding unchanged).
+
+        A deformation that grows the scene far beyond its size at build time keeps
+        the padding of build time; call ``build()`` again after such a change.
+        """
         with launch_stream(self.device, stream):
-            self.mesh.refit()
+            self._bounds(stream, measure=False)
+            self.bvh.refit()
+
+    def flat_accel(self):
+        """A :class:`~rayd.engine.accel.SceneAccel` seeing only these triangles as shape 0, faces 0..F-1."""
+        cached = getattr(self, "_flat_accel", None)
+        if cached is None:
+            from rayd.engine.accel import SceneAccel  # noqa: PLC0415 - accel imports this module
+
+            f = self.num_triangles
+            cached = SceneAccel(
+                self.device,
+                self,
+                wp.array(np.arange(f, dtype=np.int32), dtype=wp.int32, device=self.device),
+                wp.zeros(f, dtype=wp.int32, device=self.device),
+                wp.ones(1, dtype=wp.uint8, device=self.device),
+            )
+            cached.no_ignore = wp.full(1, -1, dtype=wp.int32, device=self.device)
+            self._flat_accel = cached
+        return cached

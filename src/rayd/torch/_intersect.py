@@ -15,45 +15,29 @@ forward mode.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 
 import torch
 
 from rayd.flags import RayFlags
+from rayd.torch._geometry import HitGeometry
 
 
-@dataclass
-class LiveGeometry:
-    """The scene's triangles as differentiable tensors, in one dtype, world space.
-
-    vertices: (V, 3) world-space positions of every mesh, concatenated.
-    faces: (F, 3) int64 scene-wide vertex ids (into ``vertices``).
-    normals: (V, 3) world-space vertex normals, or ``None`` if no mesh has any.
-    face_has_normals: (F,) bool, or ``None``.
-    uv: (V, 2) texture coordinates, or ``None`` if no mesh has any.
-    face_has_uv: (F,) bool, or ``None``.
-    face_shape: (F,) int32 shape id per scene-wide face.
-    shape_face_offset: (S,) int32 first scene-wide face of each shape.
-    """
-
-    vertices: torch.Tensor
-    faces: torch.Tensor
-    normals: torch.Tensor | None
-    face_has_normals: torch.Tensor | None
-    uv: torch.Tensor | None
-    face_has_uv: torch.Tensor | None
-    face_shape: torch.Tensor
-    shape_face_offset: torch.Tensor
+_STAND_IN: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
 
 
 def _stand_in(dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
-    """A triangle and a ray that hits it head-on at t = 1: the evaluation point of misses."""
-    values = torch.tensor(
-        [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.25, 0.25, 1.0], [0.0, 0.0, -1.0], [0.0, 0.0, 1.0]],
-        dtype=dtype,
-        device=device,
-    )
-    return tuple(values.unbind(0))
+    """A triangle and a ray that hits it head-on at t = 1: the evaluation point of misses.
+
+    Cached per dtype and device, so queries make no host-to-device copy.
+    """
+    key = (dtype, device)
+    if key not in _STAND_IN:
+        values = torch.tensor(
+            [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.25, 0.25, 1.0], [0.0, 0.0, -1.0], [0.0, 0.0, 1.0]],
+            dtype=dtype,
+        ).to(device)
+        _STAND_IN[key] = tuple(values.unbind(0))
+    return _STAND_IN[key]
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -72,20 +56,18 @@ def evaluate(
     o: torch.Tensor,
     d: torch.Tensor,
     global_prim_id: torch.Tensor,
-    geometry: LiveGeometry,
+    geometry: HitGeometry,
     flags: RayFlags,
 ) -> dict[str, torch.Tensor]:
-    """Intersection fields for rays (N, 3) and their winners (N,) int32 (-1 = miss).
+    """Intersection fields for rays (N, 3) whose winners are gathered in ``geometry``.
 
     ``o``, ``d`` and ``geometry`` tensors share one float dtype. Returns a dict of
     (N, ...) tensors named as the fields of :class:`rayd.torch.Intersection`.
     """
     dtype, device = o.dtype, o.device
-    hit = global_prim_id >= 0
+    hit = geometry.hit
     hit3 = hit.unsqueeze(-1)
-    winner = torch.where(hit, global_prim_id, 0).long()
-    tri = geometry.faces[winner]  # (N, 3)
-    corners = geometry.vertices[tri]  # (N, 3, 3)
+    corners = geometry.corners
     c0, c1, c2, so, sd, up = _stand_in(dtype, device)
     v0 = torch.where(hit3, corners[:, 0], c0)
     v1 = torch.where(hit3, corners[:, 1], c1)
@@ -105,14 +87,12 @@ def evaluate(
     t = _dot(e2, qvec) * inv_det
 
     zero = torch.zeros((), dtype=dtype, device=device)
-    out = {"t": torch.where(hit, t, torch.full((), math.inf, dtype=dtype, device=device))}
-
-    shape_id = torch.where(hit, geometry.face_shape[winner], -1).to(torch.int32)
-    offset = geometry.shape_face_offset[torch.where(hit, shape_id, 0).long()]
-    out["prim_id"] = torch.where(hit, global_prim_id - offset, -1).to(torch.int32)
-    out["shape_id"] = shape_id
-    out["global_prim_id"] = global_prim_id.to(torch.int32)
-
+    out = {
+        "t": torch.where(hit, t, torch.full((), math.inf, dtype=dtype, device=device)),
+        "prim_id": geometry.prim_id,
+        "shape_id": geometry.shape_id,
+        "global_prim_id": global_prim_id.to(torch.int32),
+    }
     if not flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV):
         return out
 
@@ -129,16 +109,16 @@ def evaluate(
         if geometry.normals is None:
             out["n"] = geo_n
         else:
-            interpolated = (w.unsqueeze(-1) * geometry.normals[tri]).sum(-2)
+            interpolated = (w.unsqueeze(-1) * geometry.normals).sum(-2)
             shading, ok = _normalize(interpolated, up)
-            use = ok & geometry.face_has_normals[winner].unsqueeze(-1) & hit3
+            use = ok & geometry.has_normals.unsqueeze(-1) & hit3
             out["n"] = torch.where(use, shading, geo_n)
     if flags & RayFlags.UV:
         fallback = torch.stack((u, v), dim=-1)
         if geometry.uv is None:
             uv = fallback
         else:
-            interpolated = (w.unsqueeze(-1) * geometry.uv[tri]).sum(-2)
-            uv = torch.where(geometry.face_has_uv[winner].unsqueeze(-1), interpolated, fallback)
+            interpolated = (w.unsqueeze(-1) * geometry.uv).sum(-2)
+            uv = torch.where(geometry.has_uv.unsqueeze(-1), interpolated, fallback)
         out["uv"] = torch.where(hit3, uv, zero)
     return out

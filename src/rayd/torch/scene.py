@@ -1,30 +1,44 @@
-"""`Scene`: meshes, their acceleration structure, its lifecycle, and queries."""
+"""`Scene`: meshes and instances, their acceleration structures, lifecycle and queries."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
 
 from rayd import engine
 from rayd.flags import RayFlags
-from rayd.torch import _check, _convert
-from rayd.torch._intersect import LiveGeometry, evaluate
+from rayd.torch import _check, _convert, _nearest_edge
+from rayd.torch._geometry import LiveTensors, ShapeTable, gather
+from rayd.torch._intersect import evaluate
+from rayd.torch.edges import EdgeTopology, NearestEdge, SceneEdges
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh, check_transform
 from rayd.torch.ray import Ray
 
+#: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
+#: ``s`` the parameter along ``start -> end``: relative to the segment length.
+VISIBILITY_EPSILON = 1e-4
+
 
 @dataclass
 class _Shape:
-    """A mesh as the scene holds it: what is registered now and what was snapshotted."""
+    """A mesh or an instance as the scene holds it: what is registered now and what was snapshotted.
+
+    For a mesh, ``base`` is its own id; for an instance, the id of its mesh, and
+    ``to_world`` is the instance's own matrix (its placement is ``to_world @ M_mesh``).
+    """
 
     mesh: Mesh
+    base: int
     dynamic: bool
     vertices: torch.Tensor
     to_world: torch.Tensor | None
-    vertex_offset: int = 0
-    face_offset: int = 0
+    is_instance: bool = False
+    enabled: bool = True
+    vertex_offset: int = 0  # first row in the flat world-space buffer (meshes)
+    face_offset: int = 0  # first global_prim_id
     vertex_version: int | None = None
     transform_version: int | None = None
 
@@ -34,31 +48,30 @@ def _type_name(value: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("rayd") else cls.__name__
 
 
-def _world(points: torch.Tensor, to_world: torch.Tensor | None) -> torch.Tensor:
-    """``to_world @ [p, 1]`` for rows ``p`` of ``points`` (identity if ``None``)."""
-    if to_world is None:
+def _apply(m: torch.Tensor | None, points: torch.Tensor) -> torch.Tensor:
+    """``m @ [p, 1]`` for rows ``p`` of ``points`` (identity if ``m`` is ``None``)."""
+    if m is None:
         return points
-    m = to_world.to(points.dtype)
+    m = m.to(points.dtype)
     return points @ m[:3, :3].transpose(0, 1) + m[:3, 3]
 
 
-def _world_normals(normals: torch.Tensor, to_world: torch.Tensor | None) -> torch.Tensor:
-    """Normals transform by the inverse transpose of the linear part."""
-    if to_world is None:
-        return normals
-    m = to_world.to(normals.dtype)
-    return normals @ torch.linalg.inv(m[:3, :3])
-
-
 class Scene:
-    """A set of triangle meshes with a BVH over them, queried by rays.
+    """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
-    Lifecycle: ``Scene()`` -> ``add_mesh(...)`` ... -> ``build()`` -> queries. A mesh
-    added with ``dynamic=True`` may move: ``update_mesh_vertices(mesh_id, v)`` (or an
-    in-place change of its registered vertex tensor) marks the scene pending, and
-    ``sync()`` refits the BVH. Queries before ``build()``, after adding meshes without
-    a new ``build()``, or while updates are pending raise ``RuntimeError`` instead of
-    answering from a stale BVH.
+    Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
+    ``build()`` -> queries. A mesh added with ``dynamic=True`` may move:
+    ``update_mesh_vertices(mesh_id, v)`` (or an in-place change of its registered
+    vertex tensor) marks the scene pending, and ``sync()`` refits. Transforms
+    (``set_mesh_transform``) and ``set_shape_enabled`` also take effect at ``sync()``.
+    Queries before ``build()``, after adding shapes without a new ``build()``, or
+    while updates are pending raise ``RuntimeError`` instead of answering from a
+    stale BVH.
+
+    Acceleration: one BVH (SAH) over the world-space triangles of all meshes; when
+    instances exist, a top-level BVH over instance boxes whose leaves share one
+    object-space BVH per instanced mesh. Updating an instance transform refits only
+    the top level.
 
     A scene lives on the device of its meshes; work is launched on that device's
     current torch stream, without host synchronisation in queries.
@@ -67,13 +80,15 @@ class Scene:
     def __init__(self) -> None:
         self._shapes: list[_Shape] = []
         self._device: torch.device | None = None
-        self._engine: engine.TriangleScene | None = None
+        self._accel: engine.SceneAccel | None = None
         self._structure_changed = False
         self._pending: set[int] = set()
+        self._enabled_dirty = False
+        self._edges: SceneEdges | None = None
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
-        """Add a mesh; returns its shape id (0, 1, 2, ... in insertion order).
+        """Add a mesh; returns its shape id (meshes and instances count 0, 1, 2, ... together).
 
         Args:
             mesh: a :class:`rayd.torch.Mesh`.
@@ -84,7 +99,7 @@ class Scene:
 
         Raises:
             TypeError: ``mesh`` is not a ``rayd.torch.Mesh`` (e.g. a rayd.drjit one).
-            ValueError: ``mesh`` is on another device than the scene's meshes.
+            ValueError: ``mesh`` is on another device than the scene's shapes.
         """
         call = "rayd.torch.Scene.add_mesh()"
         if not isinstance(mesh, Mesh):
@@ -94,14 +109,44 @@ class Scene:
         if self._device is None:
             self._device = torch.device(_convert.device_name(mesh.device))
         _check.same_device(call, "mesh", mesh.vertices, self._device, "the scene")
-        self._shapes.append(_Shape(mesh, dynamic, mesh.vertices, mesh.to_world))
-        if self._engine is not None:
-            self._structure_changed = True
-        return len(self._shapes) - 1
+        shape_id = len(self._shapes)
+        self._shapes.append(_Shape(mesh, shape_id, dynamic, mesh.vertices, mesh.to_world))
+        self._structure_changed = self._accel is not None
+        return shape_id
+
+    def add_instance(self, mesh_id: int, to_world: torch.Tensor) -> int:
+        """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
+
+        Args:
+            mesh_id: the id ``add_mesh`` returned (the mesh stays present itself).
+            to_world: (4, 4) float32/float64, column-vector convention; the instance's
+                placement is ``to_world @ M_mesh``. Gradients flow into it.
+
+        Returns:
+            The shape id; hits on the instance report it as ``shape_id`` and faces of
+            the mesh as ``prim_id``.
+
+        Raises:
+            TypeError, ValueError: wrong id type/range (or an instance id), or a bad matrix.
+        """
+        call = "rayd.torch.Scene.add_instance()"
+        base = self._shape(call, "mesh_id", mesh_id)
+        if base.is_instance:
+            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; pass the id add_mesh returned")
+        to_world = check_transform(call, "to_world", to_world, self._device)
+        shape_id = len(self._shapes)
+        self._shapes.append(_Shape(base.mesh, mesh_id, base.dynamic, base.vertices, to_world, is_instance=True))
+        self._structure_changed = self._accel is not None
+        return shape_id
 
     @property
     def num_meshes(self) -> int:
         """Number of meshes added (instances not counted)."""
+        return sum(1 for s in self._shapes if not s.is_instance)
+
+    @property
+    def num_shapes(self) -> int:
+        """Number of shapes: meshes and instances."""
         return len(self._shapes)
 
     @property
@@ -111,45 +156,140 @@ class Scene:
 
     # ------------------------------------------------------------------ lifecycle
     def build(self) -> None:
-        """Snapshot every mesh and build the BVH (SAH) over all triangles.
+        """Snapshot every shape and build the acceleration structures.
 
         Raises:
             ValueError: the scene has no triangles, or a mesh has non-finite vertices.
         """
         call = "rayd.torch.Scene.build()"
-        if not self._shapes or sum(s.mesh.num_faces for s in self._shapes) == 0:
+        meshes = [s for s in self._shapes if not s.is_instance]
+        if not meshes or sum(s.mesh.num_faces for s in meshes) == 0:
             raise ValueError(f"{call}: the scene is empty; add a mesh with at least one face first")
-        vertex_offset = face_offset = 0
-        faces, face_shape, has_normals, has_uv = [], [], [], []
         for shape_id, shape in enumerate(self._shapes):
-            _check.finite(call, f"vertices of mesh {shape_id}", _convert.primal(shape.vertices))
-            shape.vertex_offset, shape.face_offset = vertex_offset, face_offset
+            if not shape.is_instance:
+                _check.finite(call, f"vertices of mesh {shape_id}", _convert.primal(shape.vertices))
+        device = self._device
+        stream = _convert.current_stream(device)
+
+        # Numbering: global_prim_id ranges in shape order; meshes also own rows of the
+        # flat world-space vertex buffer and of the concatenated face table.
+        mesh_index: dict[int, int] = {}
+        vertex_offset = face_row = global_offset = 0
+        faces, flat_global, flat_shape, has_normals, has_uv, face_rows = [], [], [], [], [], {}
+        for shape_id, shape in enumerate(self._shapes):
+            shape.face_offset = global_offset
+            global_offset += shape.mesh.num_faces
+            if shape.is_instance:
+                continue
             mesh = shape.mesh
+            mesh_index[shape_id] = len(mesh_index)
+            shape.vertex_offset = vertex_offset
+            face_rows[shape_id] = face_row
             faces.append(_convert.primal(mesh.faces).long() + vertex_offset)
-            face_shape.append(torch.full((mesh.num_faces,), shape_id, dtype=torch.int32, device=self._device))
-            has_normals.append(torch.full((mesh.num_faces,), mesh.normals is not None, device=self._device))
-            has_uv.append(torch.full((mesh.num_faces,), mesh.uv is not None, device=self._device))
+            flat_global.append(torch.arange(mesh.num_faces, device=device) + shape.face_offset)
+            flat_shape.append(torch.full((mesh.num_faces,), shape_id, dtype=torch.int32, device=device))
+            has_normals.append(torch.full((mesh.num_faces,), mesh.normals is not None, device=device))
+            has_uv.append(torch.full((mesh.num_faces,), mesh.uv is not None, device=device))
             vertex_offset += mesh.num_vertices
-            face_offset += mesh.num_faces
-        self._faces = torch.cat(faces).contiguous()
-        self._face_shape = torch.cat(face_shape)
-        self._shape_face_offset = torch.tensor(
-            [s.face_offset for s in self._shapes], dtype=torch.int32, device=self._device
+            face_row += mesh.num_faces
+        faces = torch.cat(faces).contiguous()
+        any_normals = any(s.mesh.normals is not None for s in meshes)
+        any_uv = any(s.mesh.uv is not None for s in meshes)
+        self._table = ShapeTable(
+            global_offset=torch.tensor([s.face_offset for s in self._shapes], dtype=torch.int64, device=device),
+            face_row=torch.tensor([face_rows[s.base] for s in self._shapes], dtype=torch.int64, device=device),
+            faces=faces,
+            face_has_normals=torch.cat(has_normals) if any_normals else None,
+            face_has_uv=torch.cat(has_uv) if any_uv else None,
+            shape_mesh=torch.tensor([mesh_index[s.base] for s in self._shapes], dtype=torch.int64, device=device),
+            instance_rows=torch.tensor(
+                [i for i, s in enumerate(self._shapes) if s.is_instance], dtype=torch.int64, device=device
+            ),
         )
-        any_normals = any(s.mesh.normals is not None for s in self._shapes)
-        any_uv = any(s.mesh.uv is not None for s in self._shapes)
-        self._face_has_normals = torch.cat(has_normals) if any_normals else None
-        self._face_has_uv = torch.cat(has_uv) if any_uv else None
-        self._indices = self._faces.to(torch.int32).reshape(-1).contiguous()
-        self._points = torch.empty((vertex_offset, 3), dtype=torch.float32, device=self._device)
+        self._mesh_index = mesh_index
+
+        # Engine side: the flat world-space BVH over all meshes.
+        self._indices = faces.to(torch.int32).reshape(-1).contiguous()
+        self._points = torch.empty((vertex_offset, 3), dtype=torch.float32, device=device)
+        for shape in meshes:
+            self._snapshot_flat(shape)
+        self._flat_global = torch.cat(flat_global).to(torch.int32).contiguous()
+        self._flat_shape = torch.cat(flat_shape).contiguous()
+        self._shape_enabled = torch.tensor(
+            [1 if s.enabled else 0 for s in self._shapes], dtype=torch.uint8, device=device
+        )
+        flat = engine.TriangleScene(_convert.vec3_view(self._points), _convert.scalar_view(self._indices), stream)
+
+        # Instances: one object-space BVH per instanced mesh, a top level over instances.
+        instances = [i for i, s in enumerate(self._shapes) if s.is_instance]
+        level = inst_shape = inst_global = None
+        self._blas: dict[int, tuple[int, engine.TriangleScene]] = {}
+        if instances:
+            # Object-space copies of every instanced mesh, in one buffer the BLASes share.
+            bases = sorted({self._shapes[i].base for i in instances})
+            points, indices, vertex_base, face_base = [], [], 0, 0
+            offsets = {}
+            for base in bases:
+                mesh_shape = self._shapes[base]
+                offsets[base] = (vertex_base, face_base)
+                points.append(_convert.primal(mesh_shape.vertices).to(torch.float32))
+                indices.append(_convert.primal(mesh_shape.mesh.faces).to(torch.int32) + vertex_base)
+                vertex_base += mesh_shape.mesh.num_vertices
+                face_base += mesh_shape.mesh.num_faces
+            self._blas_points = torch.cat(points).contiguous()
+            self._blas_indices = torch.cat(indices).reshape(-1).contiguous()
+            points_view = _convert.vec3_view(self._blas_points)
+            indices_view = _convert.scalar_view(self._blas_indices)
+            slots: dict[int, int] = {}
+            blas = []
+            for base in bases:
+                slots[base] = len(blas)
+                tri = engine.TriangleScene(
+                    points_view,
+                    indices_view,
+                    stream,
+                    num_triangles=self._shapes[base].mesh.num_faces,
+                    face_base=offsets[base][1],
+                )
+                self._blas[base] = (offsets[base][0], tri)
+                blas.append(tri)
+            self._instance_ids = instances
+            self._instance_to_world = torch.empty((len(instances), 4, 4), dtype=torch.float32, device=device)
+            self._write_instance_transforms()
+            self._instance_shape = torch.tensor(instances, dtype=torch.int32, device=device)
+            self._instance_global = torch.tensor(
+                [self._shapes[i].face_offset for i in instances], dtype=torch.int32, device=device
+            )
+            level = engine.InstanceLevel(
+                blas,
+                [slots[self._shapes[i].base] for i in instances],
+                wp_mat44_view(self._instance_to_world),
+                stream,
+            )
+            inst_shape = _convert.scalar_view(self._instance_shape)
+            inst_global = _convert.scalar_view(self._instance_global)
+        self._accel = engine.SceneAccel(
+            flat.device,
+            flat,
+            _convert.scalar_view(self._flat_global),
+            _convert.scalar_view(self._flat_shape),
+            _convert.scalar_view(self._shape_enabled),
+            level,
+            inst_shape,
+            inst_global,
+        )
+        self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
         for shape in self._shapes:
-            self._snapshot(shape)
-        stream = _convert.current_stream(self._device)
-        self._engine = engine.TriangleScene(
-            _convert.vec3_view(self._points), _convert.scalar_view(self._indices), stream
+            self._record_versions(shape)
+        self._no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)
+        self._faces = faces  # flat rows: mesh faces offset into the flat vertex buffer
+        self._edges = SceneEdges(
+            [s.mesh.faces for s in meshes], [s.mesh.num_vertices for s in meshes], [s.vertex_offset for s in meshes],
+            self._points,
         )
         self._structure_changed = False
         self._pending.clear()
+        self._enabled_dirty = False
 
     def update_mesh_vertices(self, mesh_id: int, vertices: torch.Tensor) -> None:
         """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
@@ -162,11 +302,13 @@ class Scene:
 
         Raises:
             TypeError: ``mesh_id`` is not an int, or ``vertices`` not a float tensor.
-            ValueError: ``mesh_id`` out of range, or a wrong shape or device.
+            ValueError: ``mesh_id`` out of range or an instance, or a wrong shape or device.
             RuntimeError: the mesh was added with ``dynamic=False``.
         """
         call = "rayd.torch.Scene.update_mesh_vertices()"
         shape = self._shape(call, "mesh_id", mesh_id)
+        if shape.is_instance:
+            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; update the mesh it instances")
         if not shape.dynamic:
             raise RuntimeError(
                 f"{call}: mesh {mesh_id} was added with dynamic=False; add it with dynamic=True to move it, "
@@ -179,14 +321,18 @@ class Scene:
                 f"got {tuple(vertices.shape)}"
             )
         _check.same_device(call, "vertices", vertices, self._device, "the scene")
-        shape.vertices = vertices
+        for other in self._shapes:
+            if other.base == mesh_id:
+                other.vertices = vertices
         self._pending.add(mesh_id)
 
     def set_mesh_transform(self, shape_id: int, to_world: torch.Tensor) -> None:
-        """Set a mesh's object-to-world matrix; takes effect at ``sync()``.
+        """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
 
         Args:
-            shape_id: the id ``add_mesh`` returned.
+            shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
+                instances follow, as ``M_instance @ M_mesh``); for an instance its own
+                matrix. Any shape may move, dynamic or not.
             to_world: (4, 4) float32/float64 acting on column vectors. Gradients flow
                 into this tensor.
 
@@ -198,44 +344,92 @@ class Scene:
         shape.to_world = check_transform(call, "to_world", to_world, self._device)
         self._pending.add(shape_id)
 
+    def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
+        """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
+
+        Raises:
+            TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
+        """
+        call = "rayd.torch.Scene.set_shape_enabled()"
+        shape = self._shape(call, "shape_id", shape_id)
+        if not isinstance(flag, bool):
+            raise TypeError(f"{call}: 'flag' must be a bool, got {type(flag).__name__}")
+        if shape.enabled != flag:
+            shape.enabled = flag
+            self._enabled_dirty = True
+
     def has_pending_updates(self) -> bool:
-        """True if vertex/transform updates (or in-place changes of dynamic meshes) await ``sync()``."""
-        if self._pending:
+        """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
+        if self._pending or self._enabled_dirty or (self._edges is not None and self._edges.pending):
             return True
-        return any(self._changed(s) for s in self._shapes if s.dynamic)
+        return any(self._changed(s) for s in self._shapes if s.dynamic or s.is_instance)
 
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
-        if self._engine is None or self._structure_changed or self._pending:
+        if self._accel is None or self._structure_changed or self._pending or self._enabled_dirty:
             return False
         return not any(self._changed(s) for s in self._shapes)
 
     def sync(self) -> None:
-        """Apply pending updates: refit the BVH to moved meshes (no rebuild).
+        """Apply pending updates: refit moved meshes, refit the top level, apply enable flags.
 
         Raises:
-            RuntimeError: before ``build()``, after meshes were added without a new
+            RuntimeError: before ``build()``, after shapes were added without a new
                 ``build()``, or if a static mesh changed in place (needs ``build()``).
             ValueError: an updated mesh has non-finite vertices.
         """
         call = "rayd.torch.Scene.sync()"
         self._require_built(call)
         for shape_id, shape in enumerate(self._shapes):
-            if not shape.dynamic and shape_id not in self._pending and self._changed(shape):
-                raise _check.lifecycle(
-                    call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
-                )
-        todo = [i for i, s in enumerate(self._shapes) if i in self._pending or (s.dynamic and self._changed(s))]
-        for shape_id in todo:
+            if not shape.dynamic and not shape.is_instance and shape_id not in self._pending:
+                if _convert.version(shape.vertices) != shape.vertex_version:
+                    raise _check.lifecycle(
+                        call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                    )
+        todo = {i for i, s in enumerate(self._shapes) if i in self._pending or self._changed(s)}
+        moved_meshes = {i for i in todo if not self._shapes[i].is_instance}
+        for shape_id in moved_meshes:
             _check.finite(call, f"vertices of mesh {shape_id}", _convert.primal(self._shapes[shape_id].vertices))
+        stream = _convert.current_stream(self._device)
+        for shape_id in moved_meshes:
+            self._snapshot_flat(self._shapes[shape_id])
+        if moved_meshes:
+            self._accel.flat.refit(stream)
+        if self._accel.instances is not None:
+            blas_moved = False
+            for base in moved_meshes & set(self._blas):
+                vertex_base, tri = self._blas[base]
+                count = self._shapes[base].mesh.num_vertices
+                self._blas_points[vertex_base : vertex_base + count].copy_(_convert.primal(self._shapes[base].vertices))
+                tri.refit(stream)
+                blas_moved = True
+            instance_moved = any(self._shapes[i].base in todo for i in self._instance_ids)
+            if blas_moved or instance_moved:
+                self._write_instance_transforms()
+                self._accel.instances.update(blas_moved, stream)
+        if self._enabled_dirty:
+            self._shape_enabled.copy_(
+                torch.tensor([1 if s.enabled else 0 for s in self._shapes], dtype=torch.uint8)
+            )
+            self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+            self._enabled_dirty = False
+        self._edges.sync(stream, moved=bool(moved_meshes))
         for shape_id in todo:
-            self._snapshot(self._shapes[shape_id])
-        if todo:
-            self._engine.refit(_convert.current_stream(self._device))
+            self._record_versions(self._shapes[shape_id])
+        for shape in self._shapes:
+            if shape.is_instance and shape.base in todo:
+                self._record_versions(shape)
         self._pending.clear()
 
     # ------------------------------------------------------------------ queries
-    def intersect(self, ray: Ray, active: torch.Tensor | None = None, flags: RayFlags = RayFlags.All) -> Intersection:
+    def intersect(
+        self,
+        ray: Ray,
+        active: torch.Tensor | None = None,
+        flags: RayFlags = RayFlags.All,
+        *,
+        ignore: torch.Tensor | int | None = None,
+    ) -> Intersection:
         """Closest hit of each ray, differentiable for the fixed winning triangle.
 
         Args:
@@ -243,6 +437,9 @@ class Scene:
                 on the scene's device.
             active: optional bool tensor broadcastable to ``...``; inactive rays miss.
             flags: :class:`RayFlags` selecting the fields to compute.
+            ignore: optional ``global_prim_id`` per ray (int tensor broadcastable to
+                ``...``, or an int; -1 for none) whose face the ray skips, e.g. the
+                face a reflected ray leaves.
 
         Returns:
             :class:`Intersection` with fields of shape ``...``. Concretely, for the
@@ -256,14 +453,15 @@ class Scene:
         Gradients:
             ``t, p, n, geo_n, barycentric, uv`` are differentiable (reverse and forward
             mode) with respect to the meshes' vertex tensors, normals, uv and
-            transforms, and to ``ray.o`` and ``ray.d``. The choice of triangle is
-            held fixed; misses get exactly zero gradient. Gradients are accumulated
-            with ``index_put_(accumulate=True)``, which is bitwise deterministic under
-            ``torch.use_deterministic_algorithms(True)`` (atomic, faster, otherwise on CUDA).
+            transforms (mesh and instance), and to ``ray.o`` and ``ray.d``. The choice
+            of triangle is held fixed; misses get exactly zero gradient. Gradients are
+            accumulated with ``index_put_(accumulate=True)``, which is bitwise
+            deterministic under ``torch.use_deterministic_algorithms(True)`` (on CUDA
+            otherwise atomic: faster, run-to-run differences in the last bits).
 
         Raises:
             TypeError: ``ray`` is not a ``rayd.torch.Ray``, ``active`` is not bool,
-                ``flags`` is not a ``RayFlags``.
+                ``ignore`` is not an integer, ``flags`` is not a ``RayFlags``.
             ValueError: inputs on another device, or batch shapes that do not broadcast.
             RuntimeError: the scene is not built, or has pending/unsynced changes.
 
@@ -272,46 +470,242 @@ class Scene:
             (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
         """
         call = "rayd.torch.Scene.intersect()"
-        self._require_ready(call)
-        ray = self._check_ray(call, ray)
         flags = _check_flags(call, flags)
-        batch, active = self._check_active(call, ray, active)
-        n = batch.numel()
-
-        global_prim_id = torch.empty(n, dtype=torch.int32, device=self._device)
-        if n:
-            self._search(ray, batch, active, global_prim_id)
-
+        batch, n, global_prim_id = self._trace(call, ray, active, ignore, any_hit=False)
         dtype = self._output_dtype(ray)
         o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
         d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        fields = evaluate(o, d, global_prim_id, self._live_geometry(dtype), flags)
+        geometry = gather(self._table, self._live(dtype), global_prim_id)
+        fields = evaluate(o, d, global_prim_id, geometry, flags)
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 
+    def shadow_test(
+        self, ray: Ray, active: torch.Tensor | None = None, *, ignore: torch.Tensor | int | None = None
+    ) -> torch.Tensor:
+        """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
+
+        Args:
+            ray: :class:`Ray` with ``o``, ``d`` of shape (..., 3) on the scene's device.
+            active: optional bool tensor broadcastable to ``...``; inactive rays report False.
+            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+        Returns:
+            (...) bool, True where the ray is occluded. Not differentiable. The
+            traversal stops at the first blocker found (any hit).
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.torch.Scene.shadow_test()"
+        batch, _, blocker = self._trace(call, ray, active, ignore, any_hit=True)
+        return (blocker >= 0).reshape(batch)
+
+    def visible(
+        self,
+        start: torch.Tensor,
+        end: torch.Tensor,
+        active: torch.Tensor | None = None,
+        *,
+        ignore: torch.Tensor | int | None = None,
+    ) -> torch.Tensor:
+        """Line of sight: is the open segment between ``start`` and ``end`` unblocked?
+
+        Args:
+            start: (..., 3) float32/float64 points on the scene's device.
+            end: (..., 3) float32/float64, broadcastable against ``start``.
+            active: optional bool tensor broadcastable to ``...``; inactive pairs report False.
+            ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
+
+        Returns:
+            (...) bool, True where no triangle crosses ``start + s (end - start)`` for
+            ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
+            to the segment length, so endpoints lying on surfaces do not block
+            themselves). Symmetric in its endpoints. Not differentiable. Degenerate
+            (zero-length or non-finite) segments report False.
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.torch.Scene.visible()"
+        start = _check.float_tensor(call, "start", start, last=3)
+        end = _check.float_tensor(call, "end", end, last=3)
+        _check.same_device(call, "start", start, self._device or start.device, "the scene")
+        _check.same_device(call, "end", end, start.device, "'start'")
+        ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
+        batch, n, blocker = self._trace(call, ray, active, ignore, any_hit=True)
+        valid = torch.ones(1, dtype=torch.bool, device=self._device) if active is None else active
+        wellformed = _wellformed(ray, batch)
+        return ((blocker < 0).reshape(batch) & wellformed & valid.expand(batch)).reshape(batch)
+
+    # ------------------------------------------------------------------ edges
+    def edge_topology(self) -> EdgeTopology:
+        """The scene's edges: unique undirected edges per mesh, in shape order.
+
+        Returns:
+            :class:`EdgeTopology` with ``v [E, 2]``, ``faces [E, 2]``, ``opposite [E, 2]``,
+            ``is_boundary [E]``, ``shape_id [E]``, ``edge_id [E]``, ``global_edge_id [E]``.
+            Concretely, per mesh the edges are keyed by their sorted vertex pair, in
+            ascending key order; an edge with ``c >= 3`` faces gives ``c (c - 1) / 2``
+            records (one per unordered face pair); triangle ``(0, 1, 2)`` gives edges
+            ``(0, 1), (0, 2), (1, 2)``. Computed on the scene's device at first use
+            after ``build()``.
+
+        Raises:
+            RuntimeError: the scene is not built (or meshes were added since).
+        """
+        self._require_built("rayd.torch.Scene.edge_topology()")
+        return self._edges.topology
+
+    def set_edge_mask(self, mask: torch.Tensor) -> None:
+        """Hide edges from the edge queries; takes effect at ``sync()``.
+
+        Args:
+            mask: (E,) bool on the scene's device; False hides edge ``global_edge_id``.
+
+        Raises:
+            TypeError: ``mask`` is not a bool tensor.
+            ValueError: wrong shape or device.
+            RuntimeError: the scene is not built.
+        """
+        call = "rayd.torch.Scene.set_edge_mask()"
+        self._require_built(call)
+        self._edges.set_mask(call, mask)
+
+    def edge_mask(self) -> torch.Tensor:
+        """(E,) bool: the edge mask last set (all True after ``build()``); a copy.
+
+        Raises:
+            RuntimeError: the scene is not built.
+        """
+        self._require_built("rayd.torch.Scene.edge_mask()")
+        return self._edges.mask()
+
+    def nearest_edge(
+        self, points_or_ray: torch.Tensor | Ray, active: torch.Tensor | None = None, *, max_distance: float = math.inf
+    ) -> NearestEdge:
+        """The edge nearest to each point, or to each ray segment, differentiable for the fixed winner.
+
+        Args:
+            points_or_ray: (..., 3) float32/float64 points, or a :class:`Ray` whose
+                segment ``o + s d, s in [tmin, tmax]`` is queried (a half-line if
+                ``tmax = inf``); on the scene's device.
+            active: optional bool tensor broadcastable to ``...``; inactive queries miss.
+            max_distance: only edges within this distance count (default ``inf``).
+
+        Returns:
+            :class:`NearestEdge` with fields of shape ``...`` (``ray_t``, ``ray_point``
+            for rays). Concretely, over the unmasked edges ``[a, b]`` it minimises
+            ``distance = |q - edge_point|`` with ``edge_point = a + edge_t (b - a)``,
+            ``edge_t in [0, 1]``, and ``q = p`` (points) or ``q = ray_point = o + ray_t d``,
+            ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
+            No edge within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
+
+        Units:
+            ``distance``, points in world units; ``ray_t`` in multiples of ``|d|``.
+
+        Gradients:
+            ``distance, edge_t, edge_point, ray_t, ray_point`` are differentiable
+            (reverse and forward mode) with respect to the meshes' vertex tensors and
+            transforms and to ``points`` / ``ray.o``, ``ray.d``, ``ray.tmin``, ``ray.tmax``;
+            the winning edge is held fixed; misses get zero gradient. The gradient of
+            ``distance`` is taken as 0 where it is exactly 0.
+
+        Raises:
+            TypeError: ``points`` not a float tensor, ``active`` not bool, ``max_distance``
+                not a number.
+            ValueError: wrong shapes or device, negative/NaN ``max_distance``.
+            RuntimeError: the scene is not built, or has pending changes (an edge mask
+                set since the last ``sync()`` included).
+
+        References:
+            Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
+        """
+        return _nearest_edge.nearest_edge(self, points_or_ray, active, max_distance)
+
+    def nearest_edges(
+        self, points: torch.Tensor, k: int, active: torch.Tensor | None = None, *, max_distance: float = math.inf
+    ) -> NearestEdge:
+        """The ``k`` edges nearest to each point, sorted by distance (ties by ``global_edge_id``).
+
+        Args:
+            points: (..., 3) float32/float64 on the scene's device.
+            k: number of edges, ``1 <= k <= 16``.
+            active: optional bool tensor broadcastable to ``...``.
+            max_distance: only edges within this distance count.
+
+        Returns:
+            :class:`NearestEdge` with fields of shape ``[..., k]`` (``edge_point``
+            ``[..., k, 3]``). Concretely, slot ``j`` holds the ``(j+1)``-th smallest
+            ``(distance, global_edge_id)`` over the unmasked edges, fields as in
+            :meth:`nearest_edge`; unfilled slots are invalid (``inf``, ids -1, zeros).
+
+        Units:
+            World units.
+
+        Gradients:
+            As :meth:`nearest_edge`, for each slot's fixed edge.
+
+        Raises:
+            TypeError: wrong types (``k`` not an int included).
+            ValueError: ``k`` outside ``[1, 16]``, wrong shapes or device.
+            RuntimeError: the scene is not built or has pending changes.
+        """
+        return _nearest_edge.nearest_edges(self, points, k, active, max_distance)
+
+    def silhouette_edges(self, viewpoint: torch.Tensor) -> torch.Tensor:
+        """Silhouette edges as seen from ``viewpoint`` (not differentiable).
+
+        Args:
+            viewpoint: (3,) float32/float64 world position on the scene's device.
+
+        Returns:
+            (E,) bool. Concretely, True for boundary edges and for edges whose two
+            faces lie on opposite sides, where face ``(v0, v1, v2)`` faces ``c`` iff
+            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0`` (current vertex positions).
+
+        Raises:
+            TypeError, ValueError: ``viewpoint`` not a float tensor of shape (3,) on
+                the scene's device.
+            RuntimeError: the scene is not built or has pending changes.
+        """
+        return _nearest_edge.silhouette_edges(self, viewpoint)
+
     # ------------------------------------------------------------------ internals
-    def _search(self, ray: Ray, batch: torch.Size, active: torch.Tensor | None, out: torch.Tensor) -> None:
+    def _trace(
+        self, call: str, ray: object, active: object, ignore: object, any_hit: bool
+    ) -> tuple[torch.Size, int, torch.Tensor]:
+        """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners)."""
+        self._require_ready(call)
+        ray = self._check_ray(call, ray)
+        batch, active = self._check_active(call, ray, active)
+        batch, ignore = self._check_ignore(call, batch, ignore)
+        n = batch.numel()
+        out = torch.empty(n, dtype=torch.int32, device=self._device)
+        if n == 0:
+            return batch, n, out
         device = self._device
-        o = _convert.flat_float32(ray.o, batch, 3)
-        d = _convert.flat_float32(ray.d, batch, 3)
-        tmin = _bound(ray.tmin, batch, device)
-        tmax = _bound(ray.tmax, batch, device)
         if active is None:
             flag = torch.ones(1, dtype=torch.uint8, device=device)
         else:
             flag = _convert.primal(active)
             flag = (flag.reshape(1) if flag.numel() == 1 else flag.expand(batch).reshape(-1)).to(torch.uint8)
             flag = flag.contiguous()
-        engine.closest_hit(
-            self._engine,
-            _convert.vec3_view(o),
-            _convert.vec3_view(d),
-            _convert.scalar_view(tmin),
-            _convert.scalar_view(tmax),
+        if ignore is None:
+            skip = self._no_ignore
+        else:
+            skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
+            skip = skip.to(torch.int32).contiguous()
+        rays = engine.RayBatch(
+            _convert.vec3_view(_convert.flat_float32(ray.o, batch, 3)),
+            _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
+            _convert.scalar_view(_bound(ray.tmin, batch, device)),
+            _convert.scalar_view(_bound(ray.tmax, batch, device)),
             _convert.scalar_view(flag),
-            _convert.scalar_view(out),
-            _convert.current_stream(device),
+            _convert.scalar_view(skip),
         )
+        engine.search(self._accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
+        return batch, n, out
 
     def _output_dtype(self, ray: Ray) -> torch.dtype:
         dtype = torch.promote_types(ray.o.dtype, ray.d.dtype)
@@ -319,45 +713,81 @@ class Scene:
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         return dtype
 
-    def _live_geometry(self, dtype: torch.dtype) -> LiveGeometry:
-        """The registered tensors (differentiable) concatenated in world space."""
-        shapes = self._shapes
-        vertices = [_world(s.vertices.to(dtype), s.to_world) for s in shapes]
+    def _live(self, dtype: torch.dtype) -> LiveTensors:
+        """The registered tensors (differentiable), cast to ``dtype``."""
+        device = self._device
+        meshes = [s for s in self._shapes if not s.is_instance]
+        vertices = [s.vertices.to(dtype) for s in meshes]
         normals = uv = None
-        if self._face_has_normals is not None:
-            normals = [
-                _world_normals(s.mesh.normals.to(dtype), s.to_world)
-                if s.mesh.normals is not None
-                else torch.zeros((s.mesh.num_vertices, 3), dtype=dtype, device=self._device)
-                for s in shapes
-            ]
-            normals = normals[0] if len(normals) == 1 else torch.cat(normals)
-        if self._face_has_uv is not None:
-            uv = [
-                s.mesh.uv.to(dtype)
-                if s.mesh.uv is not None
-                else torch.zeros((s.mesh.num_vertices, 2), dtype=dtype, device=self._device)
-                for s in shapes
-            ]
-            uv = uv[0] if len(uv) == 1 else torch.cat(uv)
-        return LiveGeometry(
+        if self._table.face_has_normals is not None:
+            normals = torch.cat(
+                [
+                    s.mesh.normals.to(dtype)
+                    if s.mesh.normals is not None
+                    else torch.zeros((s.mesh.num_vertices, 3), dtype=dtype, device=device)
+                    for s in meshes
+                ]
+            )
+        if self._table.face_has_uv is not None:
+            uv = torch.cat(
+                [
+                    s.mesh.uv.to(dtype)
+                    if s.mesh.uv is not None
+                    else torch.zeros((s.mesh.num_vertices, 2), dtype=dtype, device=device)
+                    for s in meshes
+                ]
+            )
+        to_world = normal_matrix = None
+        if any(s.to_world is not None for s in self._shapes):
+            to_world = self._shape_transforms(dtype)
+            if normals is not None:
+                normal_matrix = torch.linalg.inv(to_world[:, :3, :3])
+        return LiveTensors(
             vertices=vertices[0] if len(vertices) == 1 else torch.cat(vertices),
-            faces=self._faces,
             normals=normals,
-            face_has_normals=self._face_has_normals,
             uv=uv,
-            face_has_uv=self._face_has_uv,
-            face_shape=self._face_shape,
-            shape_face_offset=self._shape_face_offset,
+            to_world=to_world,
+            normal_matrix=normal_matrix,
         )
 
-    def _snapshot(self, shape: _Shape) -> None:
-        """Copy a shape's world-space vertices (float32) into the engine's buffer."""
+    def _live_geometry(self, dtype: torch.dtype) -> LiveTensors:
+        """World-space vertices of all meshes in flat-buffer row order (differentiable)."""
+        meshes = [s for s in self._shapes if not s.is_instance]
+        world = [_apply(s.to_world, s.vertices.to(dtype)) for s in meshes]
+        return LiveTensors(vertices=world[0] if len(world) == 1 else torch.cat(world), normals=None, uv=None,
+                           to_world=None)
+
+    def _shape_transforms(self, dtype: torch.dtype) -> torch.Tensor:
+        """(S, 4, 4) world transform per shape: ``M_mesh``, or ``M_instance @ M_mesh``."""
+        eye = torch.eye(4, dtype=dtype, device=self._device)
+        own = torch.stack([eye if s.to_world is None else s.to_world.to(dtype) for s in self._shapes])
+        rows = self._table.instance_rows
+        if rows.numel() == 0:
+            return own
+        base = torch.tensor([s.base for s in self._shapes], device=self._device)
+        composed = own[rows] @ own[base[rows]]
+        return own.index_put((rows,), composed)
+
+    def _write_instance_transforms(self) -> None:
+        """Refresh the engine's float32 ``M_instance @ M_mesh`` rows."""
+        rows = []
+        for shape_id in self._instance_ids:
+            shape = self._shapes[shape_id]
+            base = self._shapes[shape.base]
+            m = _convert.primal(shape.to_world).to(torch.float64)
+            if base.to_world is not None:
+                m = m @ _convert.primal(base.to_world).to(torch.float64)
+            rows.append(m)
+        self._instance_to_world.copy_(torch.stack(rows))
+
+    def _snapshot_flat(self, shape: _Shape) -> None:
+        """Copy a mesh's world-space vertices (float32) into the flat buffer."""
         vertices = _convert.primal(shape.vertices)
         to_world = None if shape.to_world is None else _convert.primal(shape.to_world)
-        world = _world(vertices.to(torch.promote_types(vertices.dtype, torch.float32)), to_world)
-        end = shape.vertex_offset + shape.mesh.num_vertices
-        self._points[shape.vertex_offset : end].copy_(world)
+        world = _apply(to_world, vertices.to(torch.promote_types(vertices.dtype, torch.float32)))
+        self._points[shape.vertex_offset : shape.vertex_offset + shape.mesh.num_vertices].copy_(world)
+
+    def _record_versions(self, shape: _Shape) -> None:
         shape.vertex_version = _convert.version(shape.vertices)
         shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
 
@@ -377,26 +807,31 @@ class Scene:
         return self._shapes[shape_id]
 
     def _require_built(self, call: str) -> None:
-        if self._engine is None:
+        if self._accel is None:
             raise _check.lifecycle(call, "the scene is not built; call build() first")
         if self._structure_changed:
-            raise _check.lifecycle(call, "meshes were added after build(); call build() again")
+            raise _check.lifecycle(call, "shapes were added after build(); call build() again")
 
     def _require_ready(self, call: str) -> None:
         self._require_built(call)
+        if self._enabled_dirty:
+            raise _check.lifecycle(call, "shape enable flags changed; call sync() first")
         for shape_id, shape in enumerate(self._shapes):
+            kind = "instance" if shape.is_instance else "mesh"
             if shape_id in self._pending:
-                raise _check.lifecycle(call, f"mesh {shape_id} has pending updates; call sync() first")
-            if self._changed(shape):
-                if shape.dynamic:
-                    raise _check.lifecycle(
-                        call,
-                        f"the vertices of dynamic mesh {shape_id} changed since the last sync(); "
-                        f"call update_mesh_vertices({shape_id}, vertices) and sync() first",
-                    )
+                raise _check.lifecycle(call, f"{kind} {shape_id} has pending updates; call sync() first")
+            if not self._changed(shape):
+                continue
+            if shape.dynamic or shape.is_instance or _convert.version(shape.vertices) == shape.vertex_version:
                 raise _check.lifecycle(
-                    call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                    call,
+                    f"the vertices or transform of {kind} {shape_id} changed in place since the last sync(); "
+                    f"call update_mesh_vertices({shape.base}, vertices) or set_mesh_transform({shape_id}, m), "
+                    f"then sync() first",
                 )
+            raise _check.lifecycle(
+                call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+            )
 
     def _check_ray(self, call: str, ray: object) -> Ray:
         if not isinstance(ray, Ray):
@@ -414,9 +849,21 @@ class Scene:
         batch = _check.broadcast(call, [("ray", ray.shape), ("active", active.shape)])
         return batch, active
 
+    def _check_ignore(self, call: str, batch: torch.Size, ignore: object) -> tuple[torch.Size, torch.Tensor | None]:
+        if ignore is None:
+            return batch, None
+        if isinstance(ignore, bool):
+            raise TypeError(f"{call}: 'ignore' must be an int or an integer tensor, got bool")
+        if isinstance(ignore, int):
+            return batch, torch.full((1,), ignore, dtype=torch.int32, device=self._device)
+        ignore = _check.index_tensor(call, "ignore", ignore)
+        _check.same_device(call, "ignore", ignore, self._device, "the scene")
+        batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])
+        return batch, _convert.primal(ignore)
+
     def __repr__(self) -> str:
-        state = "ready" if self.is_ready() else ("built" if self._engine is not None else "not built")
-        return f"rayd.torch.Scene(meshes={self.num_meshes}, device={self._device}, {state})"
+        state = "ready" if self.is_ready() else ("built" if self._accel is not None else "not built")
+        return f"rayd.torch.Scene(shapes={self.num_shapes}, device={self._device}, {state})"
 
 
 def _check_flags(call: str, flags: object) -> RayFlags:
@@ -431,3 +878,18 @@ def _bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device)
     if isinstance(value, torch.Tensor):
         return _convert.flat_float32(value, batch, None)
     return torch.full((1,), value, dtype=torch.float32, device=device)
+
+
+def _wellformed(ray: Ray, batch: torch.Size) -> torch.Tensor:
+    """(batch) bool: finite endpoints and a non-zero direction (for ``visible``)."""
+    o = _convert.primal(ray.o)
+    d = _convert.primal(ray.d)
+    ok = torch.isfinite(o).all(-1) & torch.isfinite(d).all(-1) & (d != 0).any(-1)
+    return ok.expand(batch)
+
+
+def wp_mat44_view(tensor: torch.Tensor):
+    """Zero-copy ``wp.array(dtype=wp.mat44)`` of a contiguous float32 (I, 4, 4) tensor."""
+    import warp as wp  # noqa: PLC0415
+
+    return wp.from_torch(tensor, dtype=wp.mat44)

@@ -1,0 +1,78 @@
+"""`SceneAccel`: everything a query kernel needs to trace one scene."""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.instances import InstanceLevel
+from rayd.engine.traversal import SceneView
+from rayd.engine.triangles import TriangleScene
+
+
+class SceneAccel:
+    """The acceleration structures of a scene and the arrays that number its faces.
+
+    Args:
+        device: the Warp device.
+        flat: BVH over the world-space triangles of all meshes, or ``None``.
+        flat_global: int32 (F_flat,) ``global_prim_id`` of each flat face.
+        flat_shape: int32 (F_flat,) shape id of each flat face.
+        shape_enabled: uint8 (S,) 1 where the shape takes part in queries.
+        instances: the top level, or ``None``.
+        inst_shape: int32 (I,) shape id of each instance.
+        inst_global: int32 (I,) first ``global_prim_id`` of each instance.
+
+    The frontend owns every array and may rewrite ``shape_enabled`` in place, then
+    call :meth:`set_all_enabled`.
+    """
+
+    def __init__(
+        self,
+        device: wp.context.Device,
+        flat: TriangleScene | None,
+        flat_global: wp.array,
+        flat_shape: wp.array,
+        shape_enabled: wp.array,
+        instances: InstanceLevel | None = None,
+        inst_shape: wp.array | None = None,
+        inst_global: wp.array | None = None,
+    ) -> None:
+        self.device = device
+        self.flat = flat
+        self.instances = instances
+        view = SceneView()
+        view.has_flat = 0 if flat is None else 1
+        view.flat_bvh = wp.uint64(0 if flat is None else flat.id)
+        view.flat_points = flat.points
+        view.flat_indices = flat.indices
+        view.flat_global = flat_global
+        view.flat_shape = flat_shape
+        view.shape_enabled = shape_enabled
+        view.all_enabled = 1
+        if instances is None:
+            dummy_mat = wp.zeros(1, dtype=wp.mat44, device=device)
+            dummy_int = wp.zeros(1, dtype=wp.int32, device=device)
+            view.num_instances = 0
+            view.tlas = wp.uint64(0)
+            view.blas_points = wp.zeros(1, dtype=wp.vec3, device=device)
+            view.blas_indices = dummy_int
+            view.inst_bvh = wp.zeros(1, dtype=wp.uint64, device=device)
+            view.inst_face_base = dummy_int
+            view.inst_to_object = dummy_mat
+            view.inst_shape = dummy_int
+            view.inst_global = dummy_int
+        else:
+            view.num_instances = instances.count
+            view.tlas = wp.uint64(instances.bvh.id)
+            view.blas_points = instances.points
+            view.blas_indices = instances.indices
+            view.inst_bvh = instances.blas_ids
+            view.inst_face_base = instances.face_base
+            view.inst_to_object = instances.to_object
+            view.inst_shape = inst_shape
+            view.inst_global = inst_global
+        self.view = view
+
+    def set_all_enabled(self, flag: bool) -> None:
+        """Tell kernels whether every shape is enabled (enables the ordered fast path)."""
+        self.view.all_enabled = 1 if flag else 0

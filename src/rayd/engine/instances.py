@@ -1,0 +1,114 @@
+"""The top level of a two-level scene: instances of shared bottom-level BVHs."""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.runtime import launch_stream
+from rayd.engine.triangles import TriangleScene
+
+
+@wp.kernel
+def _object_bounds_kernel(item_lowers: wp.array(dtype=wp.vec3), item_uppers: wp.array(dtype=wp.vec3), slot: int,
+                          lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.vec3)):
+    f = wp.tid()
+    wp.atomic_min(lowers, slot, item_lowers[f])
+    wp.atomic_max(uppers, slot, item_uppers[f])
+
+
+@wp.kernel
+def _instances_bounds_kernel(
+    blas_slot: wp.array(dtype=wp.int32),
+    object_lowers: wp.array(dtype=wp.vec3),
+    object_uppers: wp.array(dtype=wp.vec3),
+    to_world: wp.array(dtype=wp.mat44),
+    to_object: wp.array(dtype=wp.mat44),
+    lowers: wp.array(dtype=wp.vec3),
+    uppers: wp.array(dtype=wp.vec3),
+):
+    i = wp.tid()
+    m = to_world[i]
+    to_object[i] = wp.inverse(m)
+    a = object_lowers[blas_slot[i]]
+    b = object_uppers[blas_slot[i]]
+    lo = wp.vec3(1.0e30, 1.0e30, 1.0e30)
+    hi = wp.vec3(-1.0e30, -1.0e30, -1.0e30)
+    # World box of the 8 transformed corners of the object box (conservative).
+    for k in range(8):
+        corner = wp.vec3(wp.where((k & 1) != 0, b[0], a[0]), wp.where((k & 2) != 0, b[1], a[1]),
+                         wp.where((k & 4) != 0, b[2], a[2]))
+        p = wp.transform_point(m, corner)
+        lo = wp.min(lo, p)
+        hi = wp.max(hi, p)
+    lowers[i] = lo
+    uppers[i] = hi
+
+
+class InstanceLevel:
+    """A ``wp.Bvh`` over instance world boxes; each leaf is a shared bottom-level BVH.
+
+    Args:
+        blas: the object-space :class:`TriangleScene` of each instanced mesh; all
+            share one ``points`` and one ``indices`` array (``face_base`` apart).
+        blas_slot: per instance, its index into ``blas``.
+        to_world: ``wp.array(dtype=wp.mat44)`` (I,), object-to-world per instance
+            (column-vector convention, already composed with the mesh's own transform).
+        stream: the stream to build on (``None`` on the CPU).
+
+    Updating transforms (:meth:`update`) recomputes boxes and refits only this level.
+    """
+
+    def __init__(
+        self, blas: list[TriangleScene], blas_slot: list[int], to_world: wp.array, stream: wp.Stream | None = None
+    ) -> None:
+        self.device = to_world.device
+        self.blas = blas
+        self.count = len(blas_slot)
+        self.blas_slot = wp.array(blas_slot, dtype=wp.int32, device=self.device)
+        self.blas_ids = wp.array([blas[k].id for k in blas_slot], dtype=wp.uint64, device=self.device)
+        self.face_base = wp.array([blas[k].face_base for k in blas_slot], dtype=wp.int32, device=self.device)
+        self.points = blas[0].points
+        self.indices = blas[0].indices
+        self.object_lowers = wp.empty(len(blas), dtype=wp.vec3, device=self.device)
+        self.object_uppers = wp.empty(len(blas), dtype=wp.vec3, device=self.device)
+        self.to_world = to_world
+        self.to_object = wp.empty(self.count, dtype=wp.mat44, device=self.device)
+        self.lowers = wp.empty(self.count, dtype=wp.vec3, device=self.device)
+        self.uppers = wp.empty(self.count, dtype=wp.vec3, device=self.device)
+        with launch_stream(self.device, stream):
+            self._bounds(stream)
+            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="sah" if self.device.is_cpu else "lbvh")
+
+    def _bounds(self, stream: wp.Stream | None) -> None:
+        self.object_lowers.fill_(wp.vec3(1.0e30, 1.0e30, 1.0e30))
+        self.object_uppers.fill_(wp.vec3(-1.0e30, -1.0e30, -1.0e30))
+        for slot, mesh in enumerate(self.blas):
+            wp.launch(
+                _object_bounds_kernel,
+                dim=mesh.num_triangles,
+                inputs=[mesh.lowers, mesh.uppers, slot],
+                outputs=[self.object_lowers, self.object_uppers],
+                device=self.device,
+                stream=stream,
+            )
+        self.refresh_transforms(stream)
+
+    def refresh_transforms(self, stream: wp.Stream | None) -> None:
+        """Recompute inverse transforms and instance boxes (object boxes unchanged)."""
+        wp.launch(
+            _instances_bounds_kernel,
+            dim=self.count,
+            inputs=[self.blas_slot, self.object_lowers, self.object_uppers, self.to_world],
+            outputs=[self.to_object, self.lowers, self.uppers],
+            device=self.device,
+            stream=stream,
+        )
+
+    def update(self, geometry_changed: bool, stream: wp.Stream | None = None) -> None:
+        """Refit the top level after ``to_world`` changed (and, if ``geometry_changed``, a BLAS moved)."""
+        with launch_stream(self.device, stream):
+            if geometry_changed:
+                self._bounds(stream)
+            else:
+                self.refresh_transforms(stream)
+            self.bvh.refit()
