@@ -403,7 +403,7 @@ class Scene:
                 self._blas_points[vertex_base : vertex_base + count].copy_(_convert.primal(self._shapes[base].vertices))
                 tri.refit(stream)
                 blas_moved = True
-            instance_moved = any(self._shapes[i].base in todo for i in self._instance_ids)
+            instance_moved = any(i in todo or self._shapes[i].base in todo for i in self._instance_ids)
             if blas_moved or instance_moved:
                 self._write_instance_transforms()
                 self._accel.instances.update(blas_moved, stream)
@@ -534,9 +534,10 @@ class Scene:
         _check.same_device(call, "end", end, start.device, "'start'")
         ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
         batch, n, blocker = self._trace(call, ray, active, ignore, any_hit=True)
-        valid = torch.ones(1, dtype=torch.bool, device=self._device) if active is None else active
-        wellformed = _wellformed(ray, batch)
-        return ((blocker < 0).reshape(batch) & wellformed & valid.expand(batch)).reshape(batch)
+        result = (blocker < 0).reshape(batch) & _wellformed(ray, batch)
+        if active is not None:
+            result = result & _convert.primal(active).expand(batch)
+        return result
 
     # ------------------------------------------------------------------ edges
     def edge_topology(self) -> EdgeTopology:

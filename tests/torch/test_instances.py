@@ -1,0 +1,192 @@
+"""Transforms and instances: hits equal pre-transformed copies; gradients reach matrices."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import rayd.torch as rt
+
+
+def _box(device, dtype=torch.float32):
+    """A closed unit cube [0, 1]^3 (12 triangles)."""
+    v = torch.tensor(
+        [[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, 1], [1, 0, 1], [1, 1, 1], [0, 1, 1]],
+        dtype=dtype,
+        device=device,
+    )
+    f = torch.tensor(
+        [[0, 2, 1], [0, 3, 2], [4, 5, 6], [4, 6, 7], [0, 1, 5], [0, 5, 4], [2, 3, 7], [2, 7, 6],
+         [0, 4, 7], [0, 7, 3], [1, 2, 6], [1, 6, 5]],
+        device=device,
+    )
+    return v, f
+
+
+def _matrix(angle, axis_shift, scale=1.0, device="cpu", dtype=torch.float32):
+    c, s = math.cos(angle), math.sin(angle)
+    return torch.tensor(
+        [[scale * c, -scale * s, 0, axis_shift[0]], [scale * s, scale * c, 0, axis_shift[1]], [0, 0, scale, axis_shift[2]],
+         [0, 0, 0, 1]],
+        dtype=dtype,
+        device=device,
+    )
+
+
+def _apply(m, v):
+    return v @ m[:3, :3].T + m[:3, 3]
+
+
+def _rays(device, n=4000, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    o = (torch.rand(n, 3, generator=g) - 0.5) * 8 + torch.tensor([0.0, 0.0, 6.0])
+    target = (torch.rand(n, 3, generator=g) - 0.5) * 6
+    return o.to(device), (target - o).to(device)
+
+
+def test_transformed_and_instanced_equal_pretransformed_copies(device):
+    v, f = _box(device)
+    m_mesh = _matrix(0.3, (0.5, -0.25, 0.0), 1.5, device)
+    m_inst = [_matrix(1.1, (-2.0, 1.0, 0.5), 0.7, device), _matrix(-0.4, (1.5, 1.5, -1.0), 1.0, device)]
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f, to_world=m_mesh))
+    ids = [scene.add_instance(0, m) for m in m_inst]
+    assert ids == [1, 2]
+    scene.build()
+
+    copies = rt.Scene()
+    copies.add_mesh(rt.Mesh(_apply(m_mesh, v), f))
+    for m in m_inst:
+        copies.add_mesh(rt.Mesh(_apply(m @ m_mesh, v), f))
+    copies.build()
+
+    o, d = _rays(device)
+    a = scene.intersect(rt.Ray(o, d))
+    b = copies.intersect(rt.Ray(o, d))
+    assert bool(a.is_valid().any())
+    assert torch.equal(a.is_valid(), b.is_valid())
+    assert torch.equal(a.shape_id, b.shape_id)
+    torch.testing.assert_close(a.t, b.t, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a.p, b.p, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(a.geo_n, b.geo_n, rtol=1e-4, atol=1e-4)
+    # prim_id is local to the mesh; global_prim_id ranges follow shape order.
+    hit = a.is_valid()
+    assert torch.equal(a.prim_id[hit], b.prim_id[hit])
+    assert torch.equal(a.global_prim_id[hit], a.prim_id[hit] + 12 * a.shape_id[hit])
+
+
+def test_instance_transform_update_refits_top_level(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    inst = scene.add_instance(0, _matrix(0.0, (3.0, 0.0, 0.0), device=device))
+    scene.build()
+    ray = rt.Ray(torch.tensor([[3.5, 0.5, 5.0], [6.5, 0.5, 5.0]], device=device),
+                 torch.tensor([0.0, 0.0, -1.0], device=device))
+    hit = scene.intersect(ray)
+    assert hit.shape_id.tolist() == [inst, -1]
+    torch.testing.assert_close(hit.t, torch.tensor([4.0, math.inf], device=device))
+    scene.set_mesh_transform(inst, _matrix(0.0, (6.0, 0.0, -2.0), device=device))
+    assert scene.has_pending_updates()
+    with pytest.raises(RuntimeError, match="sync"):
+        scene.intersect(ray)
+    scene.sync()
+    hit = scene.intersect(ray)
+    assert hit.shape_id.tolist() == [-1, inst]
+    torch.testing.assert_close(hit.t, torch.tensor([math.inf, 6.0], device=device))
+
+
+def test_dynamic_mesh_moves_its_instances(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f), dynamic=True)
+    inst = scene.add_instance(0, _matrix(0.0, (3.0, 0.0, 0.0), device=device))
+    scene.build()
+    scene.update_mesh_vertices(0, v + torch.tensor([0.0, 0.0, 1.0], device=device))
+    scene.sync()
+    hit = scene.intersect(rt.Ray(torch.tensor([3.5, 0.5, 5.0], device=device), torch.tensor([0.0, 0.0, -1.0],
+                                                                                             device=device)))
+    assert int(hit.shape_id) == inst
+    torch.testing.assert_close(hit.t, torch.tensor(3.0, device=device))
+
+
+def test_shape_enable_without_rebuild(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.add_mesh(rt.Mesh(v + torch.tensor([0.0, 0.0, -3.0], device=device), f))
+    inst = scene.add_instance(0, _matrix(0.0, (0.0, 0.0, -6.0), device=device))
+    scene.build()
+    ray = rt.Ray(torch.tensor([0.5, 0.5, 5.0], device=device), torch.tensor([0.0, 0.0, -1.0], device=device))
+    assert int(scene.intersect(ray).shape_id) == 0
+    scene.set_shape_enabled(0, False)
+    with pytest.raises(RuntimeError, match="sync"):
+        scene.intersect(ray)
+    scene.sync()
+    assert int(scene.intersect(ray).shape_id) == 1
+    scene.set_shape_enabled(1, False)
+    scene.sync()
+    hit = scene.intersect(ray)
+    assert int(hit.shape_id) == inst
+    torch.testing.assert_close(hit.t, torch.tensor(10.0, device=device))
+    assert bool(scene.shadow_test(ray))
+    scene.set_shape_enabled(inst, False)
+    scene.sync()
+    assert not bool(scene.intersect(ray).is_valid())
+    assert not bool(scene.shadow_test(ray))
+
+
+def test_transform_gradients_match_finite_differences(device):
+    v, f = _box(device, torch.float64)
+    m_mesh = _matrix(0.2, (0.1, 0.2, 0.0), 1.2, device, torch.float64).requires_grad_(True)
+    m_inst = _matrix(0.7, (-2.5, 0.5, 0.3), 0.8, device, torch.float64).requires_grad_(True)
+    o, d = _rays(device, 300, seed=3)
+    o, d = o.double(), d.double()
+
+    def loss(mm, mi):
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(v, f, to_world=mm))
+        scene.add_instance(0, mi)
+        scene.build()
+        hit = scene.intersect(rt.Ray(o, d))
+        valid = hit.is_valid()
+        return (torch.where(valid, hit.t, 0.0) ** 2).sum() + torch.where(valid[:, None], hit.p, 0.0).sum()
+
+    value = loss(m_mesh, m_inst)
+    value.backward()
+    eps = 1e-6
+    for m, grad in ((m_mesh, m_mesh.grad), (m_inst, m_inst.grad)):
+        assert grad.abs().sum() > 0
+        for i in range(3):
+            for j in range(4):
+                with torch.no_grad():
+                    m[i, j] += eps
+                    up = loss(m_mesh.detach(), m_inst.detach())
+                    m[i, j] -= 2 * eps
+                    down = loss(m_mesh.detach(), m_inst.detach())
+                    m[i, j] += eps
+                fd = (up - down) / (2 * eps)
+                torch.testing.assert_close(grad[i, j], fd, rtol=1e-4, atol=1e-5)
+
+
+def test_add_instance_errors(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    with pytest.raises(ValueError, match=r"rayd.torch.Scene.add_instance\(\): 'mesh_id'"):
+        scene.add_instance(5, torch.eye(4, device=device))
+    with pytest.raises(TypeError, match="'mesh_id'"):
+        scene.add_instance("0", torch.eye(4, device=device))
+    with pytest.raises(ValueError, match="'to_world' must have shape"):
+        scene.add_instance(0, torch.eye(3, device=device))
+    inst = scene.add_instance(0, torch.eye(4, device=device))
+    with pytest.raises(ValueError, match="is an instance"):
+        scene.add_instance(inst, torch.eye(4, device=device))
+    scene.build()
+    scene.add_instance(0, torch.eye(4, device=device))
+    with pytest.raises(RuntimeError, match="build"):
+        scene.intersect(rt.Ray(torch.zeros(3, device=device), torch.ones(3, device=device)))
+    with pytest.raises(TypeError, match="'flag'"):
+        scene.set_shape_enabled(0, 1)
