@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import importlib
 
-import numpy as np
 import pytest
 
 try:
@@ -46,14 +45,3 @@ def m(backend):
 def plain(backend):
     """The non-differentiable Dr.Jit namespace of the backend, e.g. ``drjit.llvm``."""
     return importlib.import_module(f"drjit.{backend}")
-
-
-def vec(kind, rows) -> object:
-    """A Dr.Jit 3-vector (or 2-vector) array from rows ``(N, k)``."""
-    return kind(np.ascontiguousarray(np.asarray(rows).T))
-
-
-def rows(value) -> np.ndarray:
-    """``(N, k)`` NumPy rows of a Dr.Jit k-vector array (``(N,)`` for a flat one)."""
-    a = np.array(value)
-    return a.T if a.ndim == 2 else a

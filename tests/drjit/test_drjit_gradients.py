@@ -13,7 +13,7 @@ import pytest
 dr = pytest.importorskip("drjit")
 rd = pytest.importorskip("rayd.drjit")
 
-from conftest import rows, vec  # noqa: E402
+from drjit_testutil import rows, vec  # noqa: E402
 
 # A bent quad (two faces, non-coplanar), per-vertex normals and uv; rays hit
 # both faces at generic points, plus one ray that misses.

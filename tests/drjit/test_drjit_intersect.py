@@ -10,7 +10,7 @@ import pytest
 dr = pytest.importorskip("drjit")
 rd = pytest.importorskip("rayd.drjit")
 
-from conftest import rows, vec  # noqa: E402
+from drjit_testutil import rows, vec  # noqa: E402
 
 TRI = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
 

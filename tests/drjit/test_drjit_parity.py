@@ -14,7 +14,7 @@ torch = pytest.importorskip("torch")
 rd = pytest.importorskip("rayd.drjit")
 rt = pytest.importorskip("rayd.torch")
 
-from conftest import rows, vec  # noqa: E402
+from drjit_testutil import rows, vec  # noqa: E402
 
 
 def _grid(n: int, z, rng):
