@@ -67,7 +67,8 @@ def _grid_sphere(m, n: int):
     p = np.stack([np.sin(theta) * np.cos(phi), np.sin(theta) * np.sin(phi), np.cos(theta)], -1).reshape(-1, 3)
     rows, cols = theta.shape
     i = np.arange(rows - 1)[:, None] * cols + np.arange(cols - 1)[None, :]
-    f = np.concatenate([np.stack([i, i + 1, i + cols], -1), np.stack([i + 1, i + cols + 1, i + cols], -1)]).reshape(-1, 3)
+    lower, upper = np.stack([i, i + 1, i + cols], -1), np.stack([i + 1, i + cols + 1, i + cols], -1)
+    f = np.concatenate([lower, upper]).reshape(-1, 3)
     return m.Array3f(p.astype(np.float32).T), m.Array3u(f.astype(np.uint32).T)
 
 

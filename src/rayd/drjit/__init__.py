@@ -18,6 +18,11 @@ the arrays. Gradients flow wherever inputs are ``.ad`` arrays with gradients ena
 rayd.torch and rayd.drjit objects do not mix.
 """
 
+try:
+    import drjit as _drjit  # noqa: F401 - fail early with an actionable message
+except ImportError as error:  # pragma: no cover - exercised only without drjit
+    raise ImportError("rayd.drjit needs Dr.Jit: pip install 'rayd-geom[drjit]' (drjit==1.5.0)") from error
+
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh
 from rayd.drjit.ray import Ray

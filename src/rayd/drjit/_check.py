@@ -34,7 +34,8 @@ def jit_array(call: str, name: str, value: object) -> dr.ArrayBase:
     if not _convert.is_jit_array(value):
         raise TypeError(
             f"{call}: '{name}' must be a Dr.Jit array of the LLVM or CUDA backend "
-            f"(e.g. drjit.llvm.ad.Array3f, drjit.cuda.ad.Array3f), got {_convert.type_name(value)}{_foreign_hint(value)}"
+            f"(e.g. drjit.llvm.ad.Array3f, drjit.cuda.ad.Array3f), "
+            f"got {_convert.type_name(value)}{_foreign_hint(value)}"
         )
     return value
 

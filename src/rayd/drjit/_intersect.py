@@ -59,9 +59,8 @@ def _normalize(x: dr.ArrayBase, fallback: dr.ArrayBase) -> tuple[dr.ArrayBase, d
 
 def _interpolate(kind: type, values: dr.ArrayBase, tri: dr.ArrayBase, w: dr.ArrayBase) -> dr.ArrayBase:
     """``w0 a[i0] + w1 a[i1] + w2 a[i2]`` for per-vertex attributes ``values``."""
-    return (
-        w.x * dr.gather(kind, values, tri.x) + w.y * dr.gather(kind, values, tri.y) + w.z * dr.gather(kind, values, tri.z)
-    )
+    a0, a1, a2 = (dr.gather(kind, values, i) for i in (tri.x, tri.y, tri.z))
+    return w.x * a0 + w.y * a1 + w.z * a2
 
 
 def evaluate(

@@ -119,7 +119,9 @@ def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> 
     if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
-        raise ValueError(f"{call}: '{name}' must have shape (4, 4): a Matrix4f or Matrix4f64, got {_convert.type_name(value)}")
+        raise ValueError(
+            f"{call}: '{name}' must have shape (4, 4): a Matrix4f or Matrix4f64, got {_convert.type_name(value)}"
+        )
     _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
     if dr.width(value) != 1:
         raise ValueError(f"{call}: '{name}' must hold one matrix (width 1), got width {dr.width(value)}")
