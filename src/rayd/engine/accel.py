@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.bvh_nodes import MAX_DEPTH
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.traversal import SceneView
 from rayd.engine.triangles import TriangleScene
@@ -45,6 +46,15 @@ class SceneAccel:
         view.flat_bvh = wp.uint64(0 if flat is None else flat.id)
         view.flat_points = flat.points
         view.flat_indices = flat.indices
+        view.flat_magnitude = flat.magnitude
+        nodes = flat.nodes
+        view.flat_ordered = 1 if nodes.depth <= MAX_DEPTH else 0
+        view.flat_lowers = nodes.lowers
+        view.flat_uppers = nodes.uppers
+        view.flat_lower_index = nodes.lower_index
+        view.flat_upper_index = nodes.upper_index
+        view.flat_primitives = nodes.primitives
+        view.flat_root = nodes.root
         view.flat_global = flat_global
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled

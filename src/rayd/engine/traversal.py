@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from rayd.engine.watertight import safe_direction, watertight_t
+from rayd.engine.watertight import INF, safe_direction, watertight_t
 
 
 @wp.struct
@@ -24,8 +24,16 @@ class SceneView:
     flat_bvh: wp.uint64
     flat_points: wp.array(dtype=wp.vec3)  # world space
     flat_indices: wp.array(dtype=wp.int32)
+    flat_magnitude: wp.array(dtype=float)  # largest absolute world coordinate of the flat points
     flat_global: wp.array(dtype=wp.int32)  # global_prim_id of each flat face
     flat_shape: wp.array(dtype=wp.int32)  # shape id of each flat face
+    flat_ordered: int  # 1: walk flat_nodes near-first; 0: Warp's iterator
+    flat_lowers: wp.array(dtype=wp.vec4)  # node boxes (see bvh_nodes.py)
+    flat_uppers: wp.array(dtype=wp.vec4)
+    flat_lower_index: wp.array(dtype=wp.vec4i)
+    flat_upper_index: wp.array(dtype=wp.vec4i)
+    flat_primitives: wp.array(dtype=wp.int32)
+    flat_root: int
     shape_enabled: wp.array(dtype=wp.uint8)  # per shape id
     all_enabled: int
     num_instances: int
@@ -37,6 +45,97 @@ class SceneView:
     inst_to_object: wp.array(dtype=wp.mat44)  # world -> object per instance
     inst_shape: wp.array(dtype=wp.int32)  # shape id per instance
     inst_global: wp.array(dtype=wp.int32)  # first global_prim_id per instance
+
+
+@wp.func
+def _entry(o: wp.vec3, inv_d: wp.vec3, lo: wp.vec4, hi: wp.vec4, tmax: float) -> float:
+    """Entry distance of the ray into box [lo, hi] (xyz) if it overlaps [0, tmax), else +inf."""
+    t0x = (lo[0] - o[0]) * inv_d[0]
+    t1x = (hi[0] - o[0]) * inv_d[0]
+    t0y = (lo[1] - o[1]) * inv_d[1]
+    t1y = (hi[1] - o[1]) * inv_d[1]
+    t0z = (lo[2] - o[2]) * inv_d[2]
+    t1z = (hi[2] - o[2]) * inv_d[2]
+    enter = wp.max(wp.max(wp.min(t0x, t1x), wp.min(t0y, t1y)), wp.max(wp.min(t0z, t1z), 0.0))
+    leave = wp.min(wp.min(wp.max(t0x, t1x), wp.max(t0y, t1y)), wp.max(t0z, t1z))
+    if leave >= enter and enter < tmax:
+        return enter
+    return INF
+
+
+@wp.func
+def _flat_face(view: SceneView, f: int, o: wp.vec3, d: wp.vec3, tmin: float, best: float, ignore: int) -> float:
+    """t of flat face f if it counts (enabled, not ignored, tmin < t < best), else +inf."""
+    if view.all_enabled == 0:
+        if view.shape_enabled[view.flat_shape[f]] == wp.uint8(0):
+            return INF
+    if view.flat_global[f] == ignore:
+        return INF
+    t = watertight_t(o, d, view.flat_points[view.flat_indices[3 * f]], view.flat_points[view.flat_indices[3 * f + 1]],
+                     view.flat_points[view.flat_indices[3 * f + 2]])
+    if t > tmin and t < best:
+        return t
+    return INF
+
+
+@wp.func
+def _walk_flat_ordered(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                       any_hit: int) -> tuple[float, int]:
+    """Near-child-first walk of the flat BVH with a short stack; (t, face) or (tmax, -1)."""
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    best = tmax
+    face = int(-1)
+    nodes = wp.vector(dtype=wp.int32, length=64)
+    entries = wp.vector(dtype=wp.float32, length=64)
+    count = int(0)
+    node = view.flat_root
+    done = int(0)
+    while done == 0:
+        low = view.flat_lower_index[node]
+        if low[3] < 0:
+            first = low[3] & 0x7FFFFFFF
+            last = view.flat_upper_index[node][3] & 0x7FFFFFFF
+            for slot in range(first, last):
+                f = view.flat_primitives[slot]
+                t = _flat_face(view, f, o, d, tmin, best, ignore)
+                if t < best:
+                    best = t
+                    face = f
+            if face >= 0 and any_hit != 0:
+                return best, face
+        else:
+            left = low[3]
+            right = view.flat_upper_index[node][3] & 0x7FFFFFFF
+            t_left = _entry(o, inv_d, view.flat_lowers[left], view.flat_uppers[left], best)
+            t_right = _entry(o, inv_d, view.flat_lowers[right], view.flat_uppers[right], best)
+            if t_left < INF and t_right < INF:
+                near = left
+                far = right
+                t_far = t_right
+                if t_right < t_left:
+                    near = right
+                    far = left
+                    t_far = t_left
+                nodes[count] = far
+                entries[count] = t_far
+                count += 1
+                node = near
+                continue
+            if t_left < INF:
+                node = left
+                continue
+            if t_right < INF:
+                node = right
+                continue
+        # Pop the next node still in front of the closest hit so far.
+        done = 1
+        while count > 0:
+            count -= 1
+            if entries[count] < best:
+                node = nodes[count]
+                done = 0
+                break
+    return best, face
 
 
 @wp.func
@@ -88,6 +187,34 @@ def _walk_instance(view: SceneView, inst: int, o: wp.vec3, d: wp.vec3, tmin: flo
 
 
 @wp.func
+def _approach(o: wp.vec3, d: wp.vec3, magnitude: float) -> float:
+    """Where a ray enters the cube of half-size ``2 magnitude`` around the origin.
+
+    Returns 0 for an origin inside it, -1 if the ray misses it, else a ray parameter a
+    little before the entry. Slab tests round in proportion to the distance from the
+    ray's origin to a box, the boxes' padding is in proportion to the scene's size:
+    starting a distant ray near the scene keeps the traversal conservative.
+    """
+    r = 2.0 * magnitude + 1.0e-30
+    if wp.max(wp.max(wp.abs(o[0]), wp.abs(o[1])), wp.abs(o[2])) <= r:
+        return 0.0
+    near = float(0.0)
+    far = float(INF)
+    for k in range(3):
+        if d[k] == 0.0:
+            if wp.abs(o[k]) > r:
+                return -1.0
+        else:
+            t1 = (-r - o[k]) / d[k]
+            t2 = (r - o[k]) / d[k]
+            near = wp.max(near, wp.min(t1, t2))
+            far = wp.min(far, wp.max(t1, t2))
+    if near > far * (1.0 + 1.0e-6):
+        return -1.0
+    return near * (1.0 - 1.0e-6)
+
+
+@wp.func
 def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
     """``global_prim_id`` of the closest (or with ``any_hit``, any) hit with tmin < t < tmax, or -1."""
     if tmin < 0.0:
@@ -98,9 +225,13 @@ def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ign
     best = tmax
     winner = int(-1)
     if view.has_flat != 0:
-        t, face = _walk_flat(view, o, d, tmin, best, ignore, any_hit)
+        s = _approach(o, d, view.flat_magnitude[0])
+        face = int(-1)
+        t = float(0.0)
+        if s >= 0.0:
+            t, face = _walk_flat(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
         if face >= 0:
-            best = t
+            best = t + s
             winner = view.flat_global[face]
             if any_hit != 0:
                 return winner

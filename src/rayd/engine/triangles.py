@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from rayd.engine.bvh_nodes import read_nodes
 from rayd.engine.runtime import launch_stream
 
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
@@ -15,7 +16,7 @@ DEFAULT_BVH_CONSTRUCTOR = "sah"
 #: coordinate plus extent), so that slab tests rounded in float32 never reject a ray
 #: through a shared edge or vertex lying on a box face: a watertight triangle test
 #: needs a conservative traversal (Woop et al. 2013, sec. 4; Ize 2013).
-BOX_PADDING = 1.0e-5
+BOX_PADDING = wp.constant(1.0e-5)
 
 
 @wp.kernel
@@ -23,11 +24,12 @@ def _padded_bounds_kernel(
     points: wp.array(dtype=wp.vec3),
     indices: wp.array(dtype=wp.int32),
     face_base: int,
-    pad: float,
+    magnitude: wp.array(dtype=float),
     lowers: wp.array(dtype=wp.vec3),
     uppers: wp.array(dtype=wp.vec3),
 ):
     f = wp.tid()
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
     a = points[indices[3 * (face_base + f)]]
     b = points[indices[3 * (face_base + f) + 1]]
     c = points[indices[3 * (face_base + f) + 2]]
@@ -88,40 +90,36 @@ class TriangleScene:
             bvh_constructor = "sah"
         self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
-        self._magnitude = wp.zeros(1, dtype=float, device=self.device)
+        self.magnitude = wp.zeros(1, dtype=float, device=self.device)
         with launch_stream(self.device, stream):
-            self._bounds(stream, measure=True)
+            self._bounds(stream)
             self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=1)
+        self.nodes = read_nodes(self.bvh, num_triangles)
 
     @property
     def id(self) -> int:
         """The ``wp.Bvh`` id that query kernels take."""
         return self.bvh.id
 
-    def _bounds(self, stream: wp.Stream | None, measure: bool) -> None:
-        if measure:
-            # The padding is fixed at build time from the scene's magnitude (one host read).
-            self._magnitude.zero_()
-            wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self._magnitude],
-                      device=self.device, stream=stream)
-            self.pad = float(self._magnitude.numpy()[0]) * 2.0 * BOX_PADDING + 1.0e-30
+    def _bounds(self, stream: wp.Stream | None) -> None:
+        # The padding follows the current magnitude, measured on the device (no host
+        # read), so a refit to a much larger or farther scene stays watertight.
+        self.magnitude.zero_()
+        wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
+                  device=self.device, stream=stream)
         wp.launch(
             _padded_bounds_kernel,
             self.num_triangles,
-            [self.points, self.indices, self.face_base, self.pad],
+            [self.points, self.indices, self.face_base, self.magnitude],
             [self.lowers, self.uppers],
             device=self.device,
             stream=stream,
         )
 
     def refit(self, stream: wp.Stream | None = None) -> None:
-        """Refit the BVH to the current contents of ``points`` (topology and padding unchanged).
-
-        A deformation that grows the scene far beyond its size at build time keeps
-        the padding of build time; call ``build()`` again after such a change.
-        """
+        """Refit the BVH (and its box padding) to the current contents of ``points`` (topology unchanged)."""
         with launch_stream(self.device, stream):
-            self._bounds(stream, measure=False)
+            self._bounds(stream)
             self.bvh.refit()
 
     def flat_accel(self):

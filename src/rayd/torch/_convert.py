@@ -29,6 +29,11 @@ def primal(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.detach()
 
 
+def is_wrapped(tensor: torch.Tensor) -> bool:
+    """True for functorch wrapper tensors (inside ``torch.func`` transforms)."""
+    return _is_wrapped is not None and bool(_is_wrapped(tensor))
+
+
 def version(tensor: torch.Tensor) -> int | None:
     """The autograd version counter of ``tensor``'s storage, or ``None`` if it has none."""
     if _is_wrapped is not None:
@@ -74,13 +79,22 @@ def current_stream(device: torch.device) -> wp.Stream | None:
 
 
 def vec3_view(tensor: torch.Tensor) -> wp.array:
-    """Zero-copy ``wp.array(dtype=vec3)`` of a contiguous float32 tensor of shape (N, 3)."""
-    return wp.from_torch(tensor, dtype=wp.vec3)
+    """Zero-copy ``wp.array(dtype=vec3)`` of a contiguous float32 tensor of shape (N, 3).
+
+    Views are of ``primal(tensor)``: inside ``torch.func`` transforms even freshly
+    allocated buffers come wrapped, without storage of their own.
+    """
+    return wp.from_torch(primal(tensor), dtype=wp.vec3)
+
+
+def vec2i_view(tensor: torch.Tensor) -> wp.array:
+    """Zero-copy ``wp.array(dtype=vec2i)`` of a contiguous int32 tensor of shape (N, 2)."""
+    return wp.from_torch(primal(tensor), dtype=wp.vec2i)
 
 
 def scalar_view(tensor: torch.Tensor) -> wp.array:
     """Zero-copy 1-D Warp array of a contiguous tensor (int32, uint8, float32)."""
-    return wp.from_torch(tensor)
+    return wp.from_torch(primal(tensor))
 
 
 def flat_float32(tensor: torch.Tensor, batch: torch.Size, width: int | None) -> torch.Tensor:

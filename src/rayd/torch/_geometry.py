@@ -67,6 +67,15 @@ class HitGeometry:
     prim_id: torch.Tensor  # (N,) int32, -1 on a miss
 
 
+def ids(table: ShapeTable, global_prim_id: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(shape_id, prim_id), int32 (N,), of (N,) int32 ``global_prim_id``; -1 on a miss."""
+    hit = global_prim_id >= 0
+    g = torch.where(hit, global_prim_id, 0).long()
+    shape = torch.searchsorted(table.global_offset, g, right=True) - 1
+    prim = g - table.global_offset[shape]
+    return torch.where(hit, shape, -1).to(torch.int32), torch.where(hit, prim, -1).to(torch.int32)
+
+
 def gather(table: ShapeTable, live: LiveTensors, global_prim_id: torch.Tensor) -> HitGeometry:
     """Gather the winning triangles of (N,) int32 ``global_prim_id`` (-1 = miss)."""
     hit = global_prim_id >= 0

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import torch
 
 from rayd import engine
-from rayd.flags import RayFlags
-from rayd.torch import _check, _convert, _nearest_edge
-from rayd.torch._geometry import LiveTensors, ShapeTable, gather
+from rayd.flags import FIELD_FLAGS, RayFlags
+from rayd.torch import _check, _convert, _intersect_fused, _nearest_edge
+from rayd.torch._geometry import LiveTensors, ShapeTable, gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch.edges import EdgeTopology, NearestEdge, SceneEdges
 from rayd.torch.intersection import Intersection
@@ -282,11 +282,10 @@ class Scene:
         for shape in self._shapes:
             self._record_versions(shape)
         self._no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)
+        # Plain meshes (no instances, normals or uv) may use the fused evaluation kernels.
+        self._plain = not instances and not any_normals and not any_uv
         self._faces = faces  # flat rows: mesh faces offset into the flat vertex buffer
-        self._edges = SceneEdges(
-            [s.mesh.faces for s in meshes], [s.mesh.num_vertices for s in meshes], [s.vertex_offset for s in meshes],
-            self._points,
-        )
+        self._edges = SceneEdges(self._shapes, device)
         self._structure_changed = False
         self._pending.clear()
         self._enabled_dirty = False
@@ -413,7 +412,7 @@ class Scene:
             )
             self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
             self._enabled_dirty = False
-        self._edges.sync(stream, moved=bool(moved_meshes))
+        self._edges.sync(stream, moved=bool(todo))
         for shape_id in todo:
             self._record_versions(self._shapes[shape_id])
         for shape in self._shapes:
@@ -472,11 +471,21 @@ class Scene:
         call = "rayd.torch.Scene.intersect()"
         flags = _check_flags(call, flags)
         batch, n, global_prim_id = self._trace(call, ray, active, ignore, any_hit=False)
-        dtype = self._output_dtype(ray)
-        o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        geometry = gather(self._table, self._live(dtype), global_prim_id)
-        fields = evaluate(o, d, global_prim_id, geometry, flags)
+        meshes = [s.vertices for s in self._shapes if not s.is_instance]
+        if self._plain and _intersect_fused.usable([ray.o, ray.d, *meshes]) and all(
+            s.to_world is None for s in self._shapes
+        ):
+            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+            fields = _intersect_fused.evaluate_fused(ray.o, ray.d, batch, global_prim_id, vertices, self._indices)
+            fields["shape_id"], fields["prim_id"] = ids(self._table, global_prim_id)
+            fields["global_prim_id"] = global_prim_id
+            fields = {k: v for k, v in fields.items() if k not in _unrequested(flags)}
+        else:
+            dtype = self._output_dtype(ray)
+            o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            geometry = gather(self._table, self._live(dtype), global_prim_id)
+            fields = evaluate(o, d, global_prim_id, geometry, flags)
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 
@@ -865,6 +874,11 @@ class Scene:
     def __repr__(self) -> str:
         state = "ready" if self.is_ready() else ("built" if self._accel is not None else "not built")
         return f"rayd.torch.Scene(shapes={self.num_shapes}, device={self._device}, {state})"
+
+
+def _unrequested(flags: RayFlags) -> set[str]:
+    """Names of the optional fields that ``flags`` does not ask for."""
+    return {name for name, flag in FIELD_FLAGS.items() if not flags & flag}
 
 
 def _check_flags(call: str, flags: object) -> RayFlags:

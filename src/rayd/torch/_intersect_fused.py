@@ -1,0 +1,103 @@
+"""Fast path of ``Scene.intersect``: one fused Warp kernel forward, its adjoint backward.
+
+Used when everything is float32 and the scene is plain meshes (no transforms,
+instances, vertex normals or texture coordinates), outside forward-mode AD and
+functorch transforms, and outside ``torch.use_deterministic_algorithms(True)``
+(the adjoint accumulates vertex gradients with atomic adds). Every other case takes
+the op-by-op path of ``_intersect.py``, which computes the same formulas.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.autograd.forward_ad as forward_ad
+
+from rayd import engine
+from rayd.torch import _convert
+
+
+def usable(tensors: list[torch.Tensor]) -> bool:
+    """True if the fused path may run for these differentiable inputs."""
+    if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
+        return False
+    return all(t.dtype == torch.float32 and not _convert.is_wrapped(t) for t in tensors)
+
+
+class _FusedEvaluate(torch.autograd.Function):
+    """(o_rows, d_rows, vertices) -> (t, p, geo_n, barycentric) for fixed winners."""
+
+    @staticmethod
+    def forward(ctx, o_rows, d_rows, vertices, global_prim_id, indices):  # noqa: D102
+        n = global_prim_id.shape[0]
+        device = global_prim_id.device
+        outputs = _empty_outputs(n, device)
+        engine.evaluate_hits(*_views(o_rows, d_rows, global_prim_id, vertices, indices), _out_views(outputs),
+                             _convert.current_stream(device))
+        ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        return tuple(outputs)
+
+    @staticmethod
+    def backward(ctx, grad_t, grad_p, grad_n, grad_b):  # noqa: D102
+        o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
+        n = global_prim_id.shape[0]
+        device = global_prim_id.device
+        grads = [
+            (g if g is not None else torch.zeros(shape, dtype=torch.float32, device=device)).contiguous()
+            for g, shape in ((grad_t, (n,)), (grad_p, (n, 3)), (grad_n, (n, 3)), (grad_b, (n, 3)))
+        ]
+        grad_o = torch.zeros_like(o_rows)
+        grad_d = torch.zeros_like(d_rows)
+        grad_v = torch.zeros_like(vertices)
+        engine.evaluate_hits_adjoint(
+            *_views(o_rows, d_rows, global_prim_id, vertices, indices),
+            _out_views(_empty_outputs(n, device)),
+            _out_views(grads),
+            _convert.vec3_view(grad_o),
+            _convert.vec3_view(grad_d),
+            _convert.vec3_view(grad_v),
+            _convert.current_stream(device),
+        )
+        needs = ctx.needs_input_grad
+        return (grad_o if needs[0] else None, grad_d if needs[1] else None, grad_v if needs[2] else None, None, None)
+
+
+def _empty_outputs(n: int, device: torch.device) -> list[torch.Tensor]:
+    return [
+        torch.empty(n, dtype=torch.float32, device=device),
+        torch.empty((n, 3), dtype=torch.float32, device=device),
+        torch.empty((n, 3), dtype=torch.float32, device=device),
+        torch.empty((n, 3), dtype=torch.float32, device=device),
+    ]
+
+
+def _views(o_rows, d_rows, global_prim_id, vertices, indices) -> list:
+    return [
+        _convert.vec3_view(o_rows.detach()),
+        _convert.vec3_view(d_rows.detach()),
+        _convert.scalar_view(global_prim_id),
+        _convert.vec3_view(vertices.detach()),
+        _convert.scalar_view(indices),
+    ]
+
+
+def _out_views(tensors: list[torch.Tensor]) -> list:
+    t, p, n, b = tensors
+    return [_convert.scalar_view(t), _convert.vec3_view(p), _convert.vec3_view(n), _convert.vec3_view(b)]
+
+
+def evaluate_fused(
+    o: torch.Tensor, d: torch.Tensor, batch: torch.Size, global_prim_id: torch.Tensor, vertices: torch.Tensor,
+    indices: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """Float fields of an :class:`Intersection` (N rays) by the fused kernels.
+
+    ``o``, ``d``: float32 (..., 3) broadcastable to ``batch``; ``vertices``: float32
+    (V, 3) live (differentiable) vertices of the flat scene; ``indices``: int32 (3 F,).
+    """
+    rows = []
+    for x in (o, d):
+        lead = x.shape[:-1]
+        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
+                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
+    t, p, geo_n, barycentric = _FusedEvaluate.apply(rows[0], rows[1], vertices.contiguous(), global_prim_id, indices)
+    return {"t": t, "p": p, "geo_n": geo_n, "n": geo_n, "barycentric": barycentric, "uv": barycentric[:, 1:]}
