@@ -160,6 +160,14 @@ def uint8(value: dr.ArrayBase | None, backend: str) -> dr.ArrayBase:
     return plain.UInt8(dr.detach(value))
 
 
+def int32(value: dr.ArrayBase | int, backend: str) -> dr.ArrayBase:
+    """A flat int32 array (``global_prim_id`` values) from an int or an integer array."""
+    plain = module(backend, False)
+    if isinstance(value, int):
+        return dr.full(plain.Int, value, 1)
+    return plain.Int(dr.detach(value))
+
+
 def empty_int32(n: int, backend: str) -> dr.ArrayBase:
     """An uninitialised Int32 array of width ``n`` for the engine to write into."""
     out = dr.empty(module(backend, False).Int, n)

@@ -8,7 +8,9 @@ from types import ModuleType
 import drjit as dr
 import warp as wp
 
-from rayd.engine.intersect import closest_hit
+from rayd.engine.intersect import search
+from rayd.engine.rays import RayBatch
+from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
 from rayd.drjit import _check, _convert
 from rayd.drjit._intersect import LiveGeometry, empty, evaluate
@@ -16,6 +18,10 @@ from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform
 from rayd.drjit.ray import Ray
 from rayd.flags import RayFlags
+
+#: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
+#: ``s`` the parameter along ``start -> end``: relative to the segment length (as rayd.torch).
+VISIBILITY_EPSILON = 1e-4
 
 
 @dataclass
@@ -177,6 +183,9 @@ class Scene:
         for shape in self._shapes:
             self._snapshot(shape, stream)
         self._engine = TriangleScene(self._points_view, indices_view, stream)
+        # The engine's face tables are allocated (and filled) on Dr.Jit's stream too.
+        with launch_stream(self._engine.device, stream):
+            self._accel = self._engine.flat_accel()
         self._structure_changed = False
         self._pending.clear()
 
@@ -267,7 +276,12 @@ class Scene:
 
     # ------------------------------------------------------------------ queries
     def intersect(
-        self, ray: Ray, active: dr.ArrayBase | None = None, flags: RayFlags = RayFlags.All
+        self,
+        ray: Ray,
+        active: dr.ArrayBase | None = None,
+        flags: RayFlags = RayFlags.All,
+        *,
+        ignore: dr.ArrayBase | int | None = None,
     ) -> Intersection:
         """Closest hit of each ray, differentiable for the fixed winning triangle.
 
@@ -276,6 +290,9 @@ class Scene:
                 ``Array3f64``) on the scene's backend and device.
             active: optional ``Bool`` of width N or 1; inactive rays miss.
             flags: :class:`RayFlags` selecting the fields to compute.
+            ignore: optional ``global_prim_id`` per ray (``Int``/``UInt`` of width N or
+                1, or an int; -1 for none) whose face the ray skips, e.g. the face a
+                reflected ray leaves.
 
         Returns:
             :class:`Intersection` with fields of width N. Concretely, for the first
@@ -297,7 +314,8 @@ class Scene:
 
         Raises:
             TypeError: ``ray`` is not a ``rayd.drjit.Ray`` (e.g. a rayd.torch one),
-                ``active`` is not a ``Bool`` array, ``flags`` is not a ``RayFlags``.
+                ``active`` is not a ``Bool`` array, ``ignore`` is not an integer,
+                ``flags`` is not a ``RayFlags``.
             ValueError: inputs on another backend or device, or widths that do not
                 broadcast.
             RuntimeError: the scene is not built, or has pending/unsynced changes.
@@ -307,15 +325,8 @@ class Scene:
             (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
         """
         call = "rayd.drjit.Scene.intersect()"
-        self._require_ready(call)
-        ray = self._check_ray(call, ray)
         flags = _check_flags(call, flags)
-        n, active = self._check_active(call, ray, active)
-
-        global_prim_id = _convert.empty_int32(n, self._backend)
-        if n:
-            self._search(ray, active, global_prim_id)
-
+        n, global_prim_id = self._trace(call, ray, active, ignore, any_hit=False)
         double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
         double = double or any(_convert.is_double(s.vertices) for s in self._shapes)
         ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(self._shape_is_ad(s) for s in self._shapes)
@@ -325,28 +336,103 @@ class Scene:
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._live_geometry(m, double), flags)
         return Intersection(flags, **fields)
 
+    def shadow_test(
+        self, ray: Ray, active: dr.ArrayBase | None = None, *, ignore: dr.ArrayBase | int | None = None
+    ) -> dr.ArrayBase:
+        """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
+
+        Args:
+            ray: :class:`Ray` with ``o``, ``d`` of shape (N, 3) on the scene's backend.
+            active: optional ``Bool`` of width N or 1; inactive rays report False.
+            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+        Returns:
+            (N,) ``Bool``, True where the ray is occluded. Not differentiable. The
+            traversal stops at the first blocker found (any hit).
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.drjit.Scene.shadow_test()"
+        _, blocker = self._trace(call, ray, active, ignore, any_hit=True)
+        return blocker >= 0
+
+    def visible(
+        self,
+        start: dr.ArrayBase,
+        end: dr.ArrayBase,
+        active: dr.ArrayBase | None = None,
+        *,
+        ignore: dr.ArrayBase | int | None = None,
+    ) -> dr.ArrayBase:
+        """Line of sight: is the open segment between ``start`` and ``end`` unblocked?
+
+        Args:
+            start: (N, 3) ``Array3f``/``Array3f64`` points on the scene's backend.
+            end: (N, 3) same types, width N or 1.
+            active: optional ``Bool`` of width N or 1; inactive pairs report False.
+            ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
+
+        Returns:
+            (N,) ``Bool``, True where no triangle crosses ``start + s (end - start)`` for
+            ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
+            to the segment length, so endpoints lying on surfaces do not block
+            themselves). Symmetric in its endpoints. Not differentiable. Degenerate
+            (zero-length or non-finite) segments report False.
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.drjit.Scene.visible()"
+        start = _check.float_array(call, "start", start, 3)
+        end = _check.float_array(call, "end", end, 3)
+        _check.same_backend(call, "start", start, self._device or _convert.device_name(start), "the scene")
+        _check.same_backend(call, "end", end, _convert.device_name(start), "'start'")
+        start, end = dr.detach(start), dr.detach(end)
+        ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
+        n, blocker = self._trace(call, ray, active, ignore, any_hit=True)
+        if n == 0:
+            return _convert.module(self._backend, False).Bool()
+        d = ray.d
+        wellformed = dr.all(dr.isfinite(ray.o)) & dr.all(dr.isfinite(d)) & dr.any(d != 0)
+        result = (blocker < 0) & wellformed
+        if active is not None:
+            result = result & dr.detach(active)
+        return result
+
     # ------------------------------------------------------------------ internals
-    def _search(self, ray: Ray, active: dr.ArrayBase | None, out: dr.ArrayBase) -> None:
-        device, backend = self._device, self._backend
+    def _trace(
+        self, call: str, ray: object, active: object, ignore: object, any_hit: bool
+    ) -> tuple[int, dr.ArrayBase]:
+        """Validate, then run the engine search; returns (N, width-N ``Int`` winners, -1 = none)."""
+        self._require_ready(call)
+        ray = self._check_ray(call, ray)
+        n, active = self._check_active(call, ray, active)
+        n, ignore = self._check_ignore(call, n, ignore)
+        backend, device = self._backend, self._device
+        out = _convert.empty_int32(n, backend)
+        if n == 0:
+            return n, out
         stream = _convert.current_stream(device)
         o, o_buffer = _convert.vec3_view(ray.o, device)
         d, d_buffer = _convert.vec3_view(ray.d, device)
         tmin = _convert.float32(ray.tmin, backend)
         tmax = _convert.float32(ray.tmax, backend)
         flag = _convert.uint8(active, backend)
-        closest_hit(
-            self._engine,
+        skip = _convert.int32(-1 if ignore is None else ignore, backend)
+        rays = RayBatch(
             o,
             d,
             _convert.scalar_view(tmin, device),
             _convert.scalar_view(tmax, device),
             _convert.scalar_view(flag, device),
-            _convert.scalar_view(out, device),
-            stream,
+            _convert.scalar_view(skip, device),
         )
+        search(self._accel, rays, _convert.scalar_view(out, device), any_hit, stream)
         # The buffers above stay referenced until here; on CUDA, Dr.Jit frees and
         # reuses memory in stream order, after the engine's launch.
-        del o_buffer, d_buffer
+        del o_buffer, d_buffer, rays
+        return n, out
 
     @staticmethod
     def _shape_is_ad(shape: _Shape) -> bool:
@@ -446,6 +532,22 @@ class Scene:
         _check.same_backend(call, "active", active, self._device, "the scene")
         n = _check.broadcast(call, [("ray", ray.width), ("active", dr.width(active))])
         return n, active
+
+    def _check_ignore(self, call: str, n: int, ignore: object) -> tuple[int, dr.ArrayBase | int | None]:
+        if ignore is None:
+            return n, None
+        if isinstance(ignore, bool):
+            raise TypeError(f"{call}: 'ignore' must be an int or a Dr.Jit Int/UInt array, got bool")
+        if isinstance(ignore, int):
+            return n, ignore
+        ignore = _check.jit_array(call, "ignore", ignore)
+        if dr.type_v(ignore) not in (dr.VarType.Int32, dr.VarType.UInt32, dr.VarType.Int64, dr.VarType.UInt64):
+            raise TypeError(f"{call}: 'ignore' must have an integer dtype, got {_convert.type_name(ignore)}")
+        if dr.depth_v(ignore) != 1:
+            raise ValueError(f"{call}: 'ignore' must have shape (N,): a flat Int array, got {_convert.type_name(ignore)}")
+        _check.same_backend(call, "ignore", ignore, self._device, "the scene")
+        n = _check.broadcast(call, [("ray", n), ("ignore", dr.width(ignore))])
+        return n, ignore
 
     def __repr__(self) -> str:
         state = "ready" if self.is_ready() else ("built" if self._engine is not None else "not built")
