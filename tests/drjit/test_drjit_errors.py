@@ -161,7 +161,7 @@ def test_query_before_build(m):
 def test_add_after_build(m):
     scene = _built(m)
     scene.add_mesh(_mesh(m))
-    with pytest.raises(RuntimeError, match=r"meshes were added after build\(\); call build\(\) again"):
+    with pytest.raises(RuntimeError, match=r"shapes were added after build\(\); call build\(\) again"):
         scene.intersect(_ray(m))
     scene.build()
     assert scene.is_ready()
@@ -190,7 +190,7 @@ def test_in_place_changes_are_detected(m):
     dr.enable_grad(v)  # enabling gradients is not a change
     assert dynamic.is_ready()
     v.z += 0.5
-    with pytest.raises(RuntimeError, match=r"dynamic mesh 0 changed since the last sync\(\)"):
+    with pytest.raises(RuntimeError, match=r"vertices or transform of mesh 0 changed in place since the last sync\(\)"):
         dynamic.intersect(_ray(m))
     dynamic.sync()
     np.testing.assert_allclose(np.array(dynamic.intersect(_ray(m)).t), [0.5], rtol=1e-6)

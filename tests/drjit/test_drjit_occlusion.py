@@ -110,3 +110,47 @@ def test_occlusion_parity_with_torch(backend, m):
     ht = ts.intersect(rt.Ray(ta, tb - ta), ignore=torch.tensor(ignore, device=device))
     np.testing.assert_array_equal(rows(hd.global_prim_id), ht.global_prim_id.cpu().numpy())
     np.testing.assert_allclose(rows(hd.t), ht.t.cpu().numpy(), rtol=1e-9)
+
+
+def test_set_shape_enabled(m):
+    lower = rd.Mesh(vec(m.Array3f, V[:3]), m.Array3u([0], [1], [2]))
+    upper = rd.Mesh(vec(m.Array3f, V[3:]), m.Array3u([0], [1], [2]))
+    scene = rd.Scene()
+    scene.add_mesh(lower)
+    scene.add_mesh(upper)
+    scene.build()
+    assert scene.num_shapes == 2
+    ray = rd.Ray(m.Array3f(0.2, 0.2, 2), m.Array3f(0, 0, -1))
+    assert rows(scene.intersect(ray).shape_id).tolist() == [1]
+    scene.set_shape_enabled(1, False)
+    assert scene.has_pending_updates() and not scene.is_ready()
+    with pytest.raises(RuntimeError, match=r"shape enable flags changed; call sync\(\) first"):
+        scene.intersect(ray)
+    scene.sync()
+    hit = scene.intersect(ray)
+    assert rows(hit.shape_id).tolist() == [0] and rows(hit.global_prim_id).tolist() == [0]
+    assert rows(scene.shadow_test(rd.Ray(m.Array3f(0.2, 0.2, 2), m.Array3f(0, 0, -1), 1.5))).tolist() == [False]
+    scene.set_shape_enabled(0, False)
+    scene.sync()
+    assert not rows(scene.intersect(ray).is_valid()).any()
+    scene.set_shape_enabled(1, True)
+    scene.sync()
+    assert rows(scene.intersect(ray).shape_id).tolist() == [1]
+    with pytest.raises(TypeError, match=r"set_shape_enabled\(\): 'flag' must be a bool, got int"):
+        scene.set_shape_enabled(0, 1)
+    with pytest.raises(ValueError, match=r"'shape_id' must be in \[0, 2\), got 2"):
+        scene.set_shape_enabled(2, True)
+
+
+def test_transform_change_in_place_needs_sync_not_build(m):
+    to_world = m.Matrix4f([[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]])
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, V[:3]), m.Array3u([0], [1], [2]), to_world=to_world))  # static
+    scene.build()
+    ray = rd.Ray(m.Array3f(0.2, 0.2, 2), m.Array3f(0, 0, -1))
+    to_world[2][3] = m.Float(1.0)  # in place: lift by 1
+    assert scene.has_pending_updates()
+    with pytest.raises(RuntimeError, match=r"the vertices or transform of mesh 0 changed in place"):
+        scene.intersect(ray)
+    scene.sync()
+    np.testing.assert_allclose(rows(scene.intersect(ray).t), [1.0], rtol=1e-6)

@@ -8,6 +8,7 @@ from types import ModuleType
 import drjit as dr
 import warp as wp
 
+from rayd.engine.accel import SceneAccel
 from rayd.engine.intersect import search
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_stream
@@ -36,6 +37,7 @@ class _Shape:
     face_offset: int = 0
     vertex_version: tuple[int, ...] | None = None
     transform_version: tuple[int, ...] | None = None
+    enabled: bool = True
 
 
 def _not_ours(value: object) -> str:
@@ -99,6 +101,7 @@ class Scene:
         self._engine: TriangleScene | None = None
         self._structure_changed = False
         self._pending: set[int] = set()
+        self._enabled_dirty = False
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
@@ -131,6 +134,11 @@ class Scene:
     @property
     def num_meshes(self) -> int:
         """Number of meshes added (instances not counted)."""
+        return len(self._shapes)
+
+    @property
+    def num_shapes(self) -> int:
+        """Number of shapes (meshes; rayd.drjit has no instances yet)."""
         return len(self._shapes)
 
     @property
@@ -168,6 +176,7 @@ class Scene:
             face_offset += mesh.num_faces
         self._faces = _concat(faces)
         self._face_shape = _concat(face_shape)
+        dr.make_opaque(self._face_shape)
         self._shape_face_offset = plain.Int([s.face_offset for s in self._shapes])
         self._face_has_normals = _concat(has_normals) if any(s.mesh.normals is not None for s in self._shapes) else None
         self._face_has_uv = _concat(has_uv) if any(s.mesh.uv is not None for s in self._shapes) else None
@@ -183,9 +192,22 @@ class Scene:
         for shape in self._shapes:
             self._snapshot(shape, stream)
         self._engine = TriangleScene(self._points_view, indices_view, stream)
-        # The engine's face tables are allocated (and filled) on Dr.Jit's stream too.
-        with launch_stream(self._engine.device, stream):
-            self._accel = self._engine.flat_accel()
+        # Face numbering for the engine: flat face f is global_prim_id f of shape
+        # face_shape[f]; shape_enabled is rewritten in place by sync().
+        self._flat_global = dr.arange(plain.Int, face_offset)
+        self._shape_enabled = plain.UInt8([1 if s.enabled else 0 for s in self._shapes])
+        dr.make_opaque(self._flat_global, self._shape_enabled)
+        with launch_stream(self._engine.device, stream):  # its small allocations go on Dr.Jit's stream too
+            self._accel = SceneAccel(
+                self._engine.device,
+                self._engine,
+                _convert.scalar_view(self._flat_global, self._device),
+                _convert.scalar_view(self._face_shape, self._device),
+                _convert.scalar_view(self._shape_enabled, self._device),
+            )
+        self._shape_enabled_view = _convert.scalar_view(self._shape_enabled, self._device)
+        self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+        self._enabled_dirty = False
         self._structure_changed = False
         self._pending.clear()
 
@@ -237,15 +259,29 @@ class Scene:
         shape.to_world = check_transform(call, "to_world", to_world, shape.mesh.vertices)
         self._pending.add(shape_id)
 
+    def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
+        """Enable or disable a mesh for all queries; takes effect at ``sync()`` (no rebuild).
+
+        Raises:
+            TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
+        """
+        call = "rayd.drjit.Scene.set_shape_enabled()"
+        shape = self._shape(call, "shape_id", shape_id)
+        if not isinstance(flag, bool):
+            raise TypeError(f"{call}: 'flag' must be a bool, got {type(flag).__name__}")
+        if shape.enabled != flag:
+            shape.enabled = flag
+            self._enabled_dirty = True
+
     def has_pending_updates(self) -> bool:
-        """True if vertex/transform updates (or in-place changes of dynamic meshes) await ``sync()``."""
-        if self._pending:
+        """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
+        if self._pending or self._enabled_dirty:
             return True
-        return any(self._changed(s) for s in self._shapes if s.dynamic)
+        return any(self._changed(s) for s in self._shapes if s.dynamic or s.to_world is not None)
 
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
-        if self._engine is None or self._structure_changed or self._pending:
+        if self._engine is None or self._structure_changed or self._pending or self._enabled_dirty:
             return False
         return not any(self._changed(s) for s in self._shapes)
 
@@ -260,11 +296,11 @@ class Scene:
         call = "rayd.drjit.Scene.sync()"
         self._require_built(call)
         for shape_id, shape in enumerate(self._shapes):
-            if not shape.dynamic and shape_id not in self._pending and self._changed(shape):
+            if not shape.dynamic and shape_id not in self._pending and self._vertices_changed(shape):
                 raise _check.lifecycle(
                     call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
                 )
-        todo = [i for i, s in enumerate(self._shapes) if i in self._pending or (s.dynamic and self._changed(s))]
+        todo = [i for i, s in enumerate(self._shapes) if i in self._pending or self._changed(s)]
         for shape_id in todo:
             _check.finite(call, f"vertices of mesh {shape_id}", self._shapes[shape_id].vertices)
         stream = _convert.current_stream(self._device)
@@ -272,6 +308,11 @@ class Scene:
             self._snapshot(self._shapes[shape_id], stream)
         if todo:
             self._engine.refit(stream)
+        if self._enabled_dirty:
+            flags = _convert.module(self._backend, False).UInt8([1 if s.enabled else 0 for s in self._shapes])
+            wp.copy(self._shape_enabled_view, _convert.scalar_view(flags, self._device), stream=stream)
+            self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+            self._enabled_dirty = False
         self._pending.clear()
 
     # ------------------------------------------------------------------ queries
@@ -482,9 +523,12 @@ class Scene:
         shape.vertex_version = _convert.version(shape.vertices)
         shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
 
+    def _vertices_changed(self, shape: _Shape) -> bool:
+        return _convert.version(shape.vertices) != shape.vertex_version
+
     def _changed(self, shape: _Shape) -> bool:
         """True if the registered arrays changed in place since the last snapshot."""
-        if _convert.version(shape.vertices) != shape.vertex_version:
+        if self._vertices_changed(shape):
             return True
         if shape.to_world is not None and _convert.version(shape.to_world) != shape.transform_version:
             return True
@@ -501,23 +545,27 @@ class Scene:
         if self._engine is None:
             raise _check.lifecycle(call, "the scene is not built; call build() first")
         if self._structure_changed:
-            raise _check.lifecycle(call, "meshes were added after build(); call build() again")
+            raise _check.lifecycle(call, "shapes were added after build(); call build() again")
 
     def _require_ready(self, call: str) -> None:
         self._require_built(call)
+        if self._enabled_dirty:
+            raise _check.lifecycle(call, "shape enable flags changed; call sync() first")
         for shape_id, shape in enumerate(self._shapes):
             if shape_id in self._pending:
                 raise _check.lifecycle(call, f"mesh {shape_id} has pending updates; call sync() first")
-            if self._changed(shape):
-                if shape.dynamic:
-                    raise _check.lifecycle(
-                        call,
-                        f"the vertices of dynamic mesh {shape_id} changed since the last sync(); "
-                        f"call update_mesh_vertices({shape_id}, vertices) and sync() first",
-                    )
+            if not self._changed(shape):
+                continue
+            if shape.dynamic or not self._vertices_changed(shape):
                 raise _check.lifecycle(
-                    call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                    call,
+                    f"the vertices or transform of mesh {shape_id} changed in place since the last sync(); "
+                    f"call update_mesh_vertices({shape_id}, vertices) or set_mesh_transform({shape_id}, m), "
+                    f"then sync() first",
                 )
+            raise _check.lifecycle(
+                call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+            )
 
     def _check_ray(self, call: str, ray: object) -> Ray:
         if not isinstance(ray, Ray):
