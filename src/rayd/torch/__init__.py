@@ -13,9 +13,10 @@ Quick start::
 """
 
 from rayd.flags import RayFlags
+from rayd.torch.edges import EdgeTopology, NearestEdge
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh
 from rayd.torch.ray import Ray
 from rayd.torch.scene import Scene
 
-__all__ = ["Intersection", "Mesh", "Ray", "RayFlags", "Scene"]
+__all__ = ["EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "Scene"]

@@ -1,0 +1,341 @@
+"""Edges of a scene: topology records, the nearest-edge result record, edge bookkeeping.
+
+The topology rule (DESIGN.md, "Edges"): per mesh, the unique undirected edges keyed
+by their sorted vertex-index pair (no welding by position), in ascending key order.
+An edge with one incident face is a boundary edge (``faces[:, 1] = -1``); an edge
+with two faces yields one record; an edge with ``c >= 3`` faces (non-manifold)
+yields one record per unordered pair of its faces, ``c (c - 1) / 2`` records, in
+lexicographic order of the faces' positions. Everything is computed with vectorised
+torch ops on the scene's device: the face-edge keys are sorted (stably, so faces stay
+in ascending order within a key), grouped, and expanded into records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rayd.engine.edges import EdgeBvh
+from rayd.torch import _check, _convert
+
+
+@dataclass(frozen=True)
+class EdgeTopology:
+    """Scene-wide edge records, in shape order (row index = ``global_edge_id``).
+
+    Attributes (E edges):
+        v: (E, 2) int32 mesh-local vertex ids, ``v[:, 0] < v[:, 1]`` (unless a face is
+            degenerate); ``edge_t`` runs from ``v[:, 0]`` (0) to ``v[:, 1]`` (1).
+        faces: (E, 2) int32 mesh-local face ids of the two faces; ``faces[:, 1] = -1``
+            for a boundary edge.
+        opposite: (E, 2) int32 the third vertex of each face, -1 where no face.
+        is_boundary: (E,) bool, True for edges with exactly one incident face.
+        shape_id: (E,) int32 the mesh (shape) the edge belongs to.
+        edge_id: (E,) int32 index of the record within its mesh.
+        global_edge_id: (E,) int32 the row index ``0 .. E-1``.
+
+    Example:
+        The triangle ``(0, 1, 2)`` gives ``v = [[0, 1], [0, 2], [1, 2]]``, all boundary.
+    """
+
+    v: torch.Tensor
+    faces: torch.Tensor
+    opposite: torch.Tensor
+    is_boundary: torch.Tensor
+    shape_id: torch.Tensor
+    edge_id: torch.Tensor
+    global_edge_id: torch.Tensor
+
+    @property
+    def num_edges(self) -> int:
+        """E, the number of edge records."""
+        return self.v.shape[0]
+
+    def __len__(self) -> int:
+        return self.num_edges
+
+    def __repr__(self) -> str:
+        return f"rayd.torch.EdgeTopology(num_edges={self.num_edges}, device={self.v.device})"
+
+
+_RAY_FIELDS = ("ray_t", "ray_point")
+
+
+class NearestEdge:
+    """The nearest edge per query (or the k nearest), with miss values in the data.
+
+    Attributes (``...`` is the query batch shape, ``[..., k]`` for ``nearest_edges``):
+        distance: (...) float, Euclidean distance between the query (point, or the
+            ray's closest point) and ``edge_point``; ``+inf`` where no edge lies within
+            ``max_distance``.
+        edge_t: (...) float in ``[0, 1]``, ``edge_point = (1 - edge_t) a + edge_t b``
+            with ``a, b`` the world positions of ``v[:, 0], v[:, 1]``; 0 on a miss.
+        edge_point: (..., 3) the closest point on the edge; 0 on a miss.
+        ray_t: (...) (ray queries only) the ray parameter ``s`` in ``[tmin, tmax]`` of
+            the closest point ``ray_point = o + s d``; 0 on a miss.
+        ray_point: (..., 3) (ray queries only); 0 on a miss.
+        edge_id: (...) int32 edge index within its mesh; -1 on a miss.
+        shape_id: (...) int32; -1 on a miss.
+        global_edge_id: (...) int32 row of :class:`EdgeTopology`; -1 on a miss.
+
+    Float fields have the promoted dtype of the query and the scene's vertices and
+    are differentiable for the fixed winning edge (DESIGN.md). Never NaN.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, **fields: torch.Tensor) -> None:
+        self._fields = fields
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        fields = object.__getattribute__(self, "_fields")
+        if name in fields:
+            return fields[name]
+        if name in _RAY_FIELDS:
+            raise AttributeError(
+                f"rayd.torch.NearestEdge.{name}: only ray queries have it; pass a rayd.torch.Ray to "
+                f"Scene.nearest_edge()"
+            )
+        raise AttributeError(f"rayd.torch.NearestEdge has no field '{name}'")
+
+    def is_valid(self) -> torch.Tensor:
+        """(...) bool: True where an edge was found."""
+        return self._fields["global_edge_id"] >= 0
+
+    @property
+    def shape(self) -> torch.Size:
+        """The query batch shape (``[..., k]`` for top-k)."""
+        return self._fields["distance"].shape
+
+    def __repr__(self) -> str:
+        return f"rayd.torch.NearestEdge(shape={tuple(self.shape)}, fields=[{', '.join(self._fields)}])"
+
+
+def mesh_edges(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, ...]:
+    """Edge records of one mesh by the topology rule (module docstring).
+
+    Args:
+        faces: (F, 3) int32/int64 vertex ids in ``[0, V)``.
+        num_vertices: V.
+
+    Returns:
+        ``(v, faces, opposite)``, each (E, 2) int64 on ``faces``' device: sorted vertex
+        pair, incident face pair (-1 for none), third vertex of each face (-1 for none).
+    """
+    faces = faces.long()
+    device = faces.device
+    if faces.shape[0] == 0:
+        empty = torch.empty((0, 2), dtype=torch.int64, device=device)
+        return empty, empty.clone(), empty.clone()
+    a = faces
+    b = faces[:, [1, 2, 0]]
+    third = faces[:, [2, 0, 1]]
+    lo = torch.minimum(a, b).reshape(-1)
+    hi = torch.maximum(a, b).reshape(-1)
+    key = lo * max(num_vertices, 1) + hi
+    key, perm = torch.sort(key, stable=True)  # face-edges f*3+j: faces ascend within a key
+    lo, hi, third = lo[perm], hi[perm], third.reshape(-1)[perm]
+    face = perm // 3
+    m = key.shape[0]
+    first = torch.ones(m, dtype=torch.bool, device=device)
+    first[1:] = key[1:] != key[:-1]
+    group = torch.cumsum(first, 0) - 1
+    counts = torch.bincount(group)
+    starts = torch.cumsum(counts, 0) - counts
+    count = counts[group]
+    rank = torch.arange(m, device=device) - starts[group]
+    # Member ``rank`` of a group of ``c`` faces starts the records (rank, rank+1..c-1);
+    # a lone face (boundary edge) starts one record with no partner.
+    per_member = torch.where(count == 1, 1, count - 1 - rank)
+    member = torch.repeat_interleave(torch.arange(m, device=device), per_member)
+    record_start = torch.cumsum(per_member, 0) - per_member
+    step = torch.arange(member.shape[0], device=device) - record_start[member]
+    partner = (member + 1 + step).clamp(max=m - 1)
+    boundary = count[member] == 1
+    none = torch.full_like(member, -1)
+    v = torch.stack((lo[member], hi[member]), dim=1)
+    face_pair = torch.stack((face[member], torch.where(boundary, none, face[partner])), dim=1)
+    opposite = torch.stack((third[member], torch.where(boundary, none, third[partner])), dim=1)
+    return v, face_pair, opposite
+
+
+def placed_vertices(shapes, dtype: torch.dtype, *, detach: bool = False) -> torch.Tensor:
+    """(V, 3) world positions of every shape's vertices, concatenated in shape order.
+
+    A mesh's rows are ``M_mesh @ [p, 1]``; an instance repeats its mesh's vertices
+    placed by ``M_instance @ M_mesh`` (DESIGN.md). Differentiable in the registered
+    vertex and transform tensors unless ``detach``.
+
+    Args:
+        shapes: the scene's shape records (``mesh``, ``base``, ``vertices``, ``to_world``,
+            ``is_instance``).
+        dtype: float dtype of the result.
+        detach: use the plain values (no autograd, no functorch wrappers).
+    """
+    value = _convert.primal if detach else (lambda t: t)
+    parts = []
+    for shape in shapes:
+        base = shapes[shape.base] if getattr(shape, "is_instance", False) else shape
+        v = value(base.vertices).to(dtype)
+        matrices = [value(m).to(dtype) for m in (shape.to_world, base.to_world if base is not shape else None)
+                    if m is not None]
+        for m in reversed(matrices):  # M_mesh first, then M_instance
+            v = v @ m[:3, :3].transpose(0, 1) + m[:3, 3]
+        parts.append(v)
+    return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
+class SceneEdges:
+    """A built scene's edges: topology, the edge mask, and the engine's edge BVH.
+
+    Created by ``Scene.build()`` (cheaply: the topology and the BVH are computed on
+    first use), refreshed by ``Scene.sync()``. Keeps its own float32 world-space copy
+    of every shape's vertices (instances included, placed by ``M_instance @ M_mesh``)
+    for the engine; edges of disabled shapes are hidden like masked edges.
+
+    Args:
+        shapes: the scene's list of shape records, in shape order (read live).
+        device: the scene's device.
+    """
+
+    def __init__(self, shapes: list, device: torch.device) -> None:
+        self._shapes = shapes
+        self._device = device
+        self._vertex_offsets = []
+        total = 0
+        for shape in shapes:
+            self._vertex_offsets.append(total)
+            total += shape.mesh.num_vertices
+        self._num_vertices = total
+        self._points: torch.Tensor | None = None
+        self._topology: EdgeTopology | None = None
+        self._mask: torch.Tensor | None = None  # as set by the user
+        self._applied: torch.Tensor | None = None  # uint8, what the BVH sees (since sync)
+        self._enabled: list[bool] = []
+        self._bvh: EdgeBvh | None = None
+        self.pending = False
+
+    @property
+    def topology(self) -> EdgeTopology:
+        """The :class:`EdgeTopology`, computed on first use."""
+        if self._topology is None:
+            self._compute_topology()
+        return self._topology
+
+    def _compute_topology(self) -> None:
+        device = self._device
+        per_mesh: dict[int, tuple[torch.Tensor, ...]] = {}
+        parts = []
+        for shape in self._shapes:
+            base = getattr(shape, "base", None)
+            key = id(shape.mesh) if base is None else base
+            if key not in per_mesh:
+                per_mesh[key] = mesh_edges(_convert.primal(shape.mesh.faces).to(device), shape.mesh.num_vertices)
+            parts.append(per_mesh[key])
+        sizes = [p[0].shape[0] for p in parts]
+        i32 = torch.int32
+        self._edge_v = torch.cat([p[0] + off for p, off in zip(parts, self._vertex_offsets)]).to(i32).contiguous()
+        faces = torch.cat([p[1] for p in parts])
+        self._topology = EdgeTopology(
+            v=torch.cat([p[0] for p in parts]).to(i32),
+            faces=faces.to(i32),
+            opposite=torch.cat([p[2] for p in parts]).to(i32),
+            is_boundary=faces[:, 1] < 0,
+            shape_id=torch.cat([torch.full((n,), s, dtype=i32, device=device) for s, n in enumerate(sizes)]),
+            edge_id=torch.cat([torch.arange(n, dtype=i32, device=device) for n in sizes]),
+            global_edge_id=torch.arange(sum(sizes), dtype=i32, device=device),
+        )
+        self._mask = torch.ones(sum(sizes), dtype=torch.bool, device=device)
+        self._applied = torch.ones(sum(sizes), dtype=torch.uint8, device=device)
+        self._apply_mask()
+
+    def _apply_mask(self) -> None:
+        """``applied = mask & enabled[shape_id]`` (what the BVH sees)."""
+        self._enabled = [getattr(s, "enabled", True) for s in self._shapes]
+        applied = self._mask
+        if not all(self._enabled):
+            enabled = torch.tensor(self._enabled, dtype=torch.bool, device=self._device)
+            applied = applied & enabled[self.topology.shape_id.long()]
+        self._applied.copy_(applied)
+
+    def _refresh_points(self) -> None:
+        world = placed_vertices(self._shapes, torch.float32, detach=True)
+        if self._points is None:
+            self._points = world.contiguous()
+        else:
+            self._points.copy_(world)
+
+    def bvh(self, stream) -> EdgeBvh:
+        """The engine's edge BVH over the current (synced) vertices, built on first use."""
+        if self._bvh is None:
+            self.topology  # noqa: B018 - computes the topology, _edge_v and the masks
+            self._refresh_points()
+            self._bvh = EdgeBvh(
+                _convert.vec3_view(self._points),
+                _convert.vec2i_view(self._edge_v),
+                _convert.scalar_view(self._applied),
+                stream,
+            )
+        return self._bvh
+
+    def mask(self) -> torch.Tensor:
+        """(E,) bool, the mask last given to ``set_mask`` (all True by default); a copy."""
+        self.topology  # noqa: B018
+        return self._mask.clone()
+
+    def set_mask(self, call: str, mask: object) -> None:
+        """Record a new edge mask; it takes effect at the next ``sync()``.
+
+        Raises:
+            TypeError: ``mask`` is not a bool tensor.
+            ValueError: its shape is not (E,) or it is on another device.
+        """
+        mask = _check.tensor(call, "mask", mask)
+        if mask.dtype != torch.bool:
+            raise TypeError(f"{call}: 'mask' must have dtype bool, got {mask.dtype}")
+        e = self.topology.num_edges
+        if tuple(mask.shape) != (e,):
+            raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got {tuple(mask.shape)}")
+        _check.same_device(call, "mask", mask, self._device, "the scene")
+        self._mask = _convert.primal(mask).clone()
+        self.pending = True
+
+    def sync(self, stream, moved: bool) -> None:
+        """Apply a pending mask and enable flags; refit the BVH if anything ``moved`` or changed."""
+        if self._topology is None:
+            self.pending = False
+            return
+        enabled = [getattr(s, "enabled", True) for s in self._shapes]
+        changed = self.pending or enabled != self._enabled
+        if changed:
+            self._apply_mask()
+            self.pending = False
+        if self._bvh is not None and (moved or changed):
+            if moved:
+                self._refresh_points()
+            self._bvh.refit(stream)
+
+    def silhouette(self, world_vertices: torch.Tensor, viewpoint: torch.Tensor) -> torch.Tensor:
+        """(E,) bool: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.
+
+        Args:
+            world_vertices: (V, 3) :func:`placed_vertices` of the scene.
+            viewpoint: (3,) in the same dtype.
+
+        Returns:
+            A face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
+            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when
+            it is a boundary edge or exactly one of its two faces faces ``c``.
+        """
+        top = self.topology
+        mesh_faces = [_convert.primal(s.mesh.faces).long() for s in self._shapes]
+        faces = torch.cat([f + off for f, off in zip(mesh_faces, self._vertex_offsets)])
+        counts = torch.tensor([0] + [f.shape[0] for f in mesh_faces[:-1]], device=faces.device)
+        offset = counts.cumsum(0)[top.shape_id.long()]
+        tri = world_vertices[faces]  # (F, 3, 3)
+        normal = torch.linalg.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+        front = ((viewpoint - tri[:, 0]) * normal).sum(-1) > 0
+        f0 = top.faces[:, 0].long() + offset
+        f1 = top.faces[:, 1].long().clamp(min=0) + offset
+        return top.is_boundary | (front[f0] != front[f1])

@@ -1,0 +1,131 @@
+"""Engine ring: the edge BVH's structure and its searches against a NumPy float64 brute force."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import warp as wp
+
+from rayd.engine import nearest_edge as search
+from rayd.engine.edges import EdgeBvh
+
+
+def _dev(device: str) -> str:
+    return "cuda:0" if device == "cuda" else device
+
+
+def _segments(seed: int, v: int = 400, e: int = 1500):
+    rng = np.random.default_rng(seed)
+    points = rng.random((v, 3)).astype(np.float32)
+    ends = rng.integers(0, v, (e, 2)).astype(np.int32)
+    ends[:, 1] = np.where(ends[:, 0] == ends[:, 1], (ends[:, 1] + 1) % v, ends[:, 1])
+    return points, ends
+
+
+def _build(device, points, ends, mask=None):
+    dev = _dev(device)
+    mask = np.ones(len(ends), np.uint8) if mask is None else mask.astype(np.uint8)
+    arrays = (
+        wp.array(points, dtype=wp.vec3, device=dev),
+        wp.array(ends, dtype=wp.vec2i, device=dev),
+        wp.array(mask, dtype=wp.uint8, device=dev),
+    )
+    return EdgeBvh(*arrays), arrays
+
+
+def _point_segment(q, a, b):
+    ab = b - a
+    t = np.clip(((q[:, None] - a) * ab).sum(-1) / (ab * ab).sum(-1), 0, 1)
+    return np.linalg.norm(q[:, None] - (a + t[..., None] * ab), axis=-1)
+
+
+@pytest.mark.parametrize("num_edges", [1, 2, 3, 1500])
+def test_hierarchy_is_a_tree_whose_boxes_contain_their_children(device, num_edges):
+    points, ends = _segments(0, e=num_edges)
+    bvh, _ = _build(device, points, ends)
+    n = num_edges
+    lower, upper = bvh.lower.numpy(), bvh.upper.numpy()
+    assert sorted(bvh.leaf_edge.numpy().tolist()) == list(range(n))
+    if n == 1:
+        return
+    left, right = bvh.left.numpy(), bvh.right.numpy()
+    children = np.concatenate([left, right])
+    assert sorted(children.tolist()) == list(range(1, 2 * n - 1))  # every node but the root, once
+    for node in range(n - 1):
+        for child in (left[node], right[node]):
+            assert np.all(lower[node] <= lower[child]) and np.all(upper[child] <= upper[node])
+    a, b = points[ends[bvh.leaf_edge.numpy(), 0]], points[ends[bvh.leaf_edge.numpy(), 1]]
+    np.testing.assert_array_equal(lower[n - 1 :], np.minimum(a, b))
+    assert bvh.depth < 64
+
+
+def test_point_search_and_refit_match_brute_force(device):
+    points, ends = _segments(1)
+    mask = np.random.default_rng(2).random(len(ends)) > 0.3
+    bvh, (wp_points, _, _) = _build(device, points, ends, mask)
+    queries = np.random.default_rng(3).random((2000, 3)).astype(np.float32) * 1.4 - 0.2
+    dev = _dev(device)
+    out = wp.empty(2000, dtype=wp.int32, device=dev)
+    active = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    for step in range(2):
+        search.nearest_edge_point(bvh, wp.array(queries, dtype=wp.vec3, device=dev), active, np.inf, out)
+        got = out.numpy()
+        dist = _point_segment(queries.astype(np.float64), points[ends[:, 0]].astype(np.float64),
+                              points[ends[:, 1]].astype(np.float64))
+        dist[:, ~mask] = np.inf
+        best = dist.min(1)
+        assert np.all(mask[got])
+        np.testing.assert_allclose(dist[np.arange(2000), got], best, rtol=1e-5, atol=1e-7)
+        # move every vertex, refit, search again
+        points = (points * np.array([1.5, 0.7, 1.0]) + 0.1).astype(np.float32)
+        wp_points.assign(wp.array(points, dtype=wp.vec3, device=dev))
+        bvh.refit()
+
+
+def test_top_k_sorted_with_id_tie_break(device):
+    points, ends = _segments(4)
+    bvh, _ = _build(device, points, ends)
+    dev = _dev(device)
+    queries = np.random.default_rng(5).random((300, 3)).astype(np.float32)
+    out = wp.empty((300, 16), dtype=wp.int32, device=dev)
+    active = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    search.nearest_edges_point(bvh, wp.array(queries, dtype=wp.vec3, device=dev), active, np.inf, out)
+    got = out.numpy()
+    dist = _point_segment(queries.astype(np.float64), points[ends[:, 0]].astype(np.float64),
+                          points[ends[:, 1]].astype(np.float64))
+    chosen = np.take_along_axis(dist, got, 1)
+    np.testing.assert_allclose(chosen, np.sort(dist, 1)[:, :16], rtol=1e-5, atol=1e-7)
+    with pytest.raises(ValueError, match="k must be in"):
+        search.nearest_edges_point(bvh, wp.array(queries, dtype=wp.vec3, device=dev), active, np.inf,
+                                   wp.empty((300, 17), dtype=wp.int32, device=dev))
+
+
+@pytest.mark.parametrize("query", ["point", "ray", "top_k"])
+def test_query_order_does_not_change_results(device, query):
+    points, ends = _segments(6)
+    bvh, _ = _build(device, points, ends)
+    dev = _dev(device)
+    rng = np.random.default_rng(7)
+    q = wp.array(rng.random((500, 3)).astype(np.float32), dtype=wp.vec3, device=dev)
+    d = wp.array(rng.normal(size=(500, 3)).astype(np.float32), dtype=wp.vec3, device=dev)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    t0 = wp.array(np.zeros(1, np.float32), dtype=float, device=dev)
+    t1 = wp.array(np.full(1, 0.3, np.float32), dtype=float, device=dev)
+    results = []
+    for sort in (False, True):
+        if query == "top_k":
+            out = wp.empty((500, 4), dtype=wp.int32, device=dev)
+            search.nearest_edges_point(bvh, q, one, np.inf, out, sort_queries=sort)
+        else:
+            out = wp.empty(500, dtype=wp.int32, device=dev)
+            if query == "point":
+                search.nearest_edge_point(bvh, q, one, np.inf, out, sort_queries=sort)
+            else:
+                search.nearest_edge_ray(bvh, q, d, t0, t1, one, np.inf, out, sort_queries=sort)
+        results.append(out.numpy())
+    np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_no_edges_is_an_error(device):
+    with pytest.raises(ValueError, match="at least one edge"):
+        _build(device, np.zeros((3, 3), np.float32), np.zeros((0, 2), np.int32))
