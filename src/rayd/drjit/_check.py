@@ -76,6 +76,16 @@ def index_array(call: str, name: str, value: object) -> dr.ArrayBase:
     return value
 
 
+def index_flat(call: str, name: str, value: object) -> dr.ArrayBase:
+    """A flat array of 32- or 64-bit integers (``Int``, ``UInt``, ``Int64``, ``UInt64``)."""
+    value = jit_array(call, name, value)
+    if dr.type_v(value) not in _INDEX:
+        raise TypeError(f"{call}: '{name}' must have an integer dtype, got {_convert.type_name(value)}")
+    if _components(value) != 1:
+        raise _shape_error(call, name, value, 1, "Int or UInt")
+    return value
+
+
 def bool_array(call: str, name: str, value: object) -> dr.ArrayBase:
     """A flat ``Bool`` array."""
     value = jit_array(call, name, value)

@@ -14,6 +14,7 @@ from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
 from rayd.drjit import _check, _convert
+from rayd.drjit._geometry import concat, world, world_normals
 from rayd.drjit._intersect import LiveGeometry, empty, evaluate
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform
@@ -43,40 +44,6 @@ class _Shape:
 def _not_ours(value: object) -> str:
     name = _convert.type_name(value)
     return f"{name} (rayd.torch and rayd.drjit objects do not mix)" if name.startswith("rayd.torch") else name
-
-
-def _matrix_columns(to_world: dr.ArrayBase, Array3: type) -> list[dr.ArrayBase]:
-    """The four columns of a 4x4 matrix's top three rows, as 3-vectors of type ``Array3``."""
-    Float = dr.value_t(Array3)
-    return [Array3(*(Float(to_world[i][j]) for i in range(3))) for j in range(4)]
-
-
-def _world(points: dr.ArrayBase, to_world: dr.ArrayBase | None) -> dr.ArrayBase:
-    """``to_world @ [p, 1]`` for every point (identity if ``None``)."""
-    if to_world is None:
-        return points
-    a0, a1, a2, shift = _matrix_columns(to_world, type(points))
-    return a0 * points.x + a1 * points.y + a2 * points.z + shift
-
-
-def _world_normals(normals: dr.ArrayBase, to_world: dr.ArrayBase | None) -> dr.ArrayBase:
-    """Normals transform by the inverse transpose of the linear part, ``inv(L)^T n``."""
-    if to_world is None:
-        return normals
-    a0, a1, a2, _ = _matrix_columns(to_world, type(normals))
-    # inv(L)^T has columns (a1 x a2, a2 x a0, a0 x a1) / det(L) for L = [a0 a1 a2].
-    c0, c1, c2 = dr.cross(a1, a2), dr.cross(a2, a0), dr.cross(a0, a1)
-    return (c0 * normals.x + c1 * normals.y + c2 * normals.z) / dr.dot(a0, c0)
-
-
-def _concat(parts: list[dr.ArrayBase]) -> dr.ArrayBase:
-    """Concatenate arrays of one type lane-wise (componentwise for vectors)."""
-    if len(parts) == 1:
-        return parts[0]
-    kind = type(parts[0])
-    if dr.depth_v(kind) == 1:
-        return dr.concat(parts)
-    return kind(*(dr.concat([p[i] for p in parts]) for i in range(dr.size_v(kind))))
 
 
 class Scene:
@@ -174,12 +141,12 @@ class Scene:
             has_uv.append(dr.full(plain.Bool, mesh.uv is not None, mesh.num_faces))
             vertex_offset += mesh.num_vertices
             face_offset += mesh.num_faces
-        self._faces = _concat(faces)
-        self._face_shape = _concat(face_shape)
+        self._faces = concat(faces)
+        self._face_shape = concat(face_shape)
         dr.make_opaque(self._face_shape)
         self._shape_face_offset = plain.Int([s.face_offset for s in self._shapes])
-        self._face_has_normals = _concat(has_normals) if any(s.mesh.normals is not None for s in self._shapes) else None
-        self._face_has_uv = _concat(has_uv) if any(s.mesh.uv is not None for s in self._shapes) else None
+        self._face_has_normals = concat(has_normals) if any(s.mesh.normals is not None for s in self._shapes) else None
+        self._face_has_uv = concat(has_uv) if any(s.mesh.uv is not None for s in self._shapes) else None
         dr.eval(self._faces, self._face_shape, self._face_has_normals, self._face_has_uv)
         # Engine storage, owned by Dr.Jit and viewed by Warp: flat int32 indices and
         # an interleaved float32 point buffer that sync() refreshes in place.
@@ -485,19 +452,19 @@ class Scene:
         Array3 = m.Array3f64 if double else m.Array3f
         Array2 = m.Array2f64 if double else m.Array2f
         shapes = self._shapes
-        vertices = _concat([_world(Array3(s.vertices), s.to_world) for s in shapes])
+        vertices = concat([world(Array3(s.vertices), s.to_world) for s in shapes])
         normals = uv = None
         if self._face_has_normals is not None:
-            normals = _concat(
+            normals = concat(
                 [
-                    _world_normals(Array3(s.mesh.normals), s.to_world)
+                    world_normals(Array3(s.mesh.normals), s.to_world)
                     if s.mesh.normals is not None
                     else dr.zeros(Array3, s.mesh.num_vertices)
                     for s in shapes
                 ]
             )
         if self._face_has_uv is not None:
-            uv = _concat(
+            uv = concat(
                 [Array2(s.mesh.uv) if s.mesh.uv is not None else dr.zeros(Array2, s.mesh.num_vertices) for s in shapes]
             )
         return LiveGeometry(
@@ -515,10 +482,10 @@ class Scene:
         """Copy a shape's world-space vertices (float32) into the engine's point buffer."""
         vertices = dr.detach(shape.vertices)
         to_world = None if shape.to_world is None else dr.detach(shape.to_world)
-        world, buffer = _convert.vec3_view(_world(vertices, to_world), self._device)
+        points, buffer = _convert.vec3_view(world(vertices, to_world), self._device)
         count = shape.mesh.num_vertices
         if count:
-            wp.copy(self._points_view, world, dest_offset=shape.vertex_offset, count=count, stream=stream)
+            wp.copy(self._points_view, points, dest_offset=shape.vertex_offset, count=count, stream=stream)
         del buffer
         shape.vertex_version = _convert.version(shape.vertices)
         shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
@@ -588,11 +555,7 @@ class Scene:
             raise TypeError(f"{call}: 'ignore' must be an int or a Dr.Jit Int/UInt array, got bool")
         if isinstance(ignore, int):
             return n, ignore
-        ignore = _check.jit_array(call, "ignore", ignore)
-        if dr.type_v(ignore) not in (dr.VarType.Int32, dr.VarType.UInt32, dr.VarType.Int64, dr.VarType.UInt64):
-            raise TypeError(f"{call}: 'ignore' must have an integer dtype, got {_convert.type_name(ignore)}")
-        if dr.depth_v(ignore) != 1:
-            raise ValueError(f"{call}: 'ignore' must have shape (N,): a flat Int array, got {_convert.type_name(ignore)}")
+        ignore = _check.index_flat(call, "ignore", ignore)
         _check.same_backend(call, "ignore", ignore, self._device, "the scene")
         n = _check.broadcast(call, [("ray", n), ("ignore", dr.width(ignore))])
         return n, ignore
