@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.runtime import PerRow, launch_rows, per_row
 from rayd.engine.watertight import INF
 
 
@@ -81,13 +82,13 @@ def evaluate_hits(
     n = global_prim_id.shape[0]
     if n == 0:
         return
-    wp.launch(
+    launch_rows(
         _evaluate_hits_kernel,
-        dim=n,
-        inputs=[o, _stride(o, n), d, _stride(d, n), global_prim_id, vertices, indices],
-        outputs=outputs,
-        device=global_prim_id.device,
-        stream=stream,
+        n,
+        [*per_row(o, n), *per_row(d, n), PerRow(global_prim_id), vertices, indices],
+        outputs,
+        global_prim_id.device,
+        stream,
     )
 
 

@@ -11,6 +11,7 @@ import warp as wp
 
 from rayd.engine.accel import SceneAccel
 from rayd.engine.rays import RayBatch
+from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace
 from rayd.engine.triangles import TriangleScene
 
@@ -71,13 +72,13 @@ def search(
     n = global_prim_id.shape[0]
     if n == 0:
         return
-    wp.launch(
+    launch_rows(
         _intersect_search_kernel,
-        dim=n,
-        inputs=[accel.view, *rays.launch_args(n), 1 if any_hit else 0],
-        outputs=[global_prim_id],
-        device=accel.device,
-        stream=stream,
+        n,
+        [accel.view, *rays.launch_args(n), 1 if any_hit else 0],
+        [global_prim_id],
+        accel.device,
+        stream,
     )
 
 

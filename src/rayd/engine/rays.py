@@ -6,6 +6,8 @@ from dataclasses import dataclass
 
 import warp as wp
 
+from rayd.engine.runtime import per_row
+
 
 @dataclass
 class RayBatch:
@@ -23,8 +25,5 @@ class RayBatch:
     ignore: wp.array
 
     def launch_args(self, n: int) -> list:
-        """(array, stride) pairs in kernel argument order: stride 0 broadcasts."""
-        args = []
-        for a in (self.o, self.d, self.tmin, self.tmax, self.active, self.ignore):
-            args += [a, 0 if a.shape[0] == 1 and n != 1 else 1]
-        return args
+        """Kernel inputs ``array, stride, ...`` in argument order (stride 0 broadcasts)."""
+        return [x for a in (self.o, self.d, self.tmin, self.tmax, self.active, self.ignore) for x in per_row(a, n)]

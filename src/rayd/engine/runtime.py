@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
+import os
 from collections.abc import Iterator
 
 import warp as wp
@@ -38,3 +40,56 @@ def launch_stream(device: wp.context.Device, stream: wp.Stream | None) -> Iterat
     else:
         with wp.ScopedStream(stream, sync_enter=False):
             yield
+
+
+#: CPU launches of at least this many threads are split across the machine's cores
+#: (Warp runs one CPU launch on one core; its launches release the GIL).
+CPU_SPLIT_MIN = 8192
+
+_pool = None
+_warmed: set = set()
+
+
+class PerRow:
+    """Marks a launch input that holds one entry per row (sliced when a launch is split)."""
+
+    __slots__ = ("array",)
+
+    def __init__(self, array: wp.array) -> None:
+        self.array = array
+
+
+def per_row(array: wp.array, n: int) -> tuple[object, int]:
+    """``(input, stride)`` for an array of length ``n`` or 1 (stride 0: broadcast)."""
+    if array.shape[0] == 1 and n != 1:
+        return array, 0
+    return PerRow(array), 1
+
+
+def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> None:
+    """Launch ``kernel`` over ``n`` rows; on the CPU, split the rows across cores.
+
+    ``inputs`` are the kernel's inputs in order, with per-row arrays wrapped in
+    :class:`PerRow`; ``outputs`` are per-row arrays. The chunks are disjoint and the
+    kernel writes only its own rows, so the result equals one launch.
+    """
+    global _pool
+    if n == 0:
+        return
+    workers = os.cpu_count() or 1
+    if not device.is_cpu or n < CPU_SPLIT_MIN or workers < 2 or kernel.key not in _warmed:
+        plain = [x.array if isinstance(x, PerRow) else x for x in inputs]
+        wp.launch(kernel, dim=n, inputs=plain, outputs=outputs, device=device, stream=stream)
+        _warmed.add(kernel.key)
+        return
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayd-cpu")
+    bounds = [n * k // workers for k in range(workers + 1)]
+
+    def run(k: int) -> None:
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi > lo:
+            part = [x.array[lo:hi] if isinstance(x, PerRow) else x for x in inputs]
+            wp.launch(kernel, dim=hi - lo, inputs=part, outputs=[o[lo:hi] for o in outputs], device=device)
+
+    list(_pool.map(run, range(workers)))
