@@ -192,3 +192,15 @@ def test_repr_and_properties(m, backend):
     assert scene.device == ("cpu" if backend == "llvm" else scene.device)
     assert "ready" in repr(scene)
     assert "rayd.drjit.Ray" in repr(rd.Ray(m.Array3f(0, 0, 1), m.Array3f(0, 0, -1)))
+
+
+def test_mesh_without_faces_keeps_numbering(m):
+    scene = rd.Scene()
+    assert scene.add_mesh(rd.Mesh(m.Array3f(), m.Array3u())) == 0
+    assert scene.add_mesh(rd.Mesh(vec(m.Array3f, [[5, 5, 5]]), m.Array3u())) == 1
+    assert scene.add_mesh(rd.Mesh(vec(m.Array3f, TRI), m.Array3u([0], [1], [2]))) == 2
+    scene.build()
+    hit = scene.intersect(rd.Ray(m.Array3f(0.2, 0.2, 1), m.Array3f(0, 0, -1)))
+    assert rows(hit.shape_id).tolist() == [2] and rows(hit.prim_id).tolist() == [0]
+    assert rows(hit.global_prim_id).tolist() == [0]
+    np.testing.assert_allclose(rows(hit.p), [[0.2, 0.2, 0.0]], atol=1e-6)

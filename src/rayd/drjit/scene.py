@@ -135,10 +135,11 @@ class Scene:
             _check.finite(call, f"vertices of mesh {shape_id}", shape.vertices)
             shape.vertex_offset, shape.face_offset = vertex_offset, face_offset
             mesh = shape.mesh
-            faces.append(plain.Array3u(dr.detach(mesh.faces)) + vertex_offset)
-            face_shape.append(dr.full(plain.Int, shape_id, mesh.num_faces))
-            has_normals.append(dr.full(plain.Bool, mesh.normals is not None, mesh.num_faces))
-            has_uv.append(dr.full(plain.Bool, mesh.uv is not None, mesh.num_faces))
+            if mesh.num_faces:  # Dr.Jit cannot mix width 0 with literals
+                faces.append(plain.Array3u(dr.detach(mesh.faces)) + vertex_offset)
+                face_shape.append(dr.full(plain.Int, shape_id, mesh.num_faces))
+                has_normals.append(dr.full(plain.Bool, mesh.normals is not None, mesh.num_faces))
+                has_uv.append(dr.full(plain.Bool, mesh.uv is not None, mesh.num_faces))
             vertex_offset += mesh.num_vertices
             face_offset += mesh.num_faces
         self._faces = concat(faces)
@@ -451,7 +452,7 @@ class Scene:
         """The registered arrays (differentiable) concatenated in world space."""
         Array3 = m.Array3f64 if double else m.Array3f
         Array2 = m.Array2f64 if double else m.Array2f
-        shapes = self._shapes
+        shapes = [s for s in self._shapes if s.mesh.num_vertices]  # width-0 meshes add no rows
         vertices = concat([world(Array3(s.vertices), s.to_world) for s in shapes])
         normals = uv = None
         if self._face_has_normals is not None:
@@ -480,13 +481,13 @@ class Scene:
 
     def _snapshot(self, shape: _Shape, stream: wp.Stream | None) -> None:
         """Copy a shape's world-space vertices (float32) into the engine's point buffer."""
-        vertices = dr.detach(shape.vertices)
-        to_world = None if shape.to_world is None else dr.detach(shape.to_world)
-        points, buffer = _convert.vec3_view(world(vertices, to_world), self._device)
         count = shape.mesh.num_vertices
         if count:
+            vertices = dr.detach(shape.vertices)
+            to_world = None if shape.to_world is None else dr.detach(shape.to_world)
+            points, buffer = _convert.vec3_view(world(vertices, to_world), self._device)
             wp.copy(self._points_view, points, dest_offset=shape.vertex_offset, count=count, stream=stream)
-        del buffer
+            del buffer
         shape.vertex_version = _convert.version(shape.vertices)
         shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
 
