@@ -1,0 +1,1 @@
+"""rayd's benchmark suite (not part of the installed package); see benchmarks/README.md."""
