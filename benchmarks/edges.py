@@ -174,7 +174,7 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float) -> d
     top = scene.edge_topology()
     v = torch.from_numpy(vertices).to(device)
     a, b = v[top.v[:, 0].long()], v[top.v[:, 1].long()]
-    probe = max(64, min(n, 4096))
+    probe = max(64, min(n, 1024))
     chunk = max(1, int(2e7 // num_edges))
     probe_ms = timed(lambda: brute_force(points[:probe], a, b, k, chunk), device, 1)
     per_point = probe_ms / probe

@@ -129,3 +129,23 @@ def test_query_order_does_not_change_results(device, query):
 def test_no_edges_is_an_error(device):
     with pytest.raises(ValueError, match="at least one edge"):
         _build(device, np.zeros((3, 3), np.float32), np.zeros((0, 2), np.int32))
+
+
+def test_edge_modules_import_without_torch():
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "sys.modules['drjit'] = None\n"
+        "import rayd.engine.edges, rayd.engine.nearest_edge, rayd.engine.edge_evaluate\n"
+        "print('ok')\n"
+    )
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")

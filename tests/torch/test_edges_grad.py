@@ -129,3 +129,44 @@ def test_point_on_edge_has_finite_gradient(device):
     assert float(hit.distance.detach()) < 1e-12
     hit.distance.sum().backward()
     assert bool(torch.isfinite(p.grad).all()) and bool(torch.isfinite(v.grad).all())
+
+
+def test_fused_float32_path_matches_float64_reference(device):
+    from rayd.torch import _nearest_edge_fused
+
+    v32 = torch.tensor(VERTICES, dtype=torch.float32, device=device, requires_grad=True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v32, torch.tensor(FACES, device=device)))
+    scene.build()
+    p32 = torch.tensor(POINTS + [[9.0, 9.0, 9.0]], dtype=torch.float32, device=device, requires_grad=True)
+    assert _nearest_edge_fused.usable(scene._shapes, p32)
+    g = torch.Generator().manual_seed(1)
+    weights = [torch.randn(shape, generator=g, dtype=torch.float64).to(device) for shape in ((5, 2), (5, 2), (5, 2, 3))]
+
+    def loss(hit):
+        valid = hit.is_valid()
+        distance = torch.where(valid, hit.distance, 0.0)
+        return sum((w * f.double()).sum() for w, f in zip(weights, (distance, hit.edge_t, hit.edge_point)))
+
+    fused = scene.nearest_edges(p32, 2, max_distance=5.0)
+    assert fused.global_edge_id[4].tolist() == [-1, -1]
+    gp32, gv32 = torch.autograd.grad(loss(fused), (p32, v32))
+    # the same query in float64 takes the op-by-op path
+    p64 = p32.detach().double().requires_grad_(True)
+    v64 = v32.detach().double().requires_grad_(True)
+    scene64 = rt.Scene()
+    scene64.add_mesh(rt.Mesh(v64, torch.tensor(FACES, device=device)))
+    scene64.build()
+    reference = scene64.nearest_edges(p64, 2, max_distance=5.0)
+    assert reference.global_edge_id.tolist() == fused.global_edge_id.tolist()
+    for name in ("distance", "edge_t", "edge_point"):
+        torch.testing.assert_close(getattr(fused, name).double(), getattr(reference, name), rtol=1e-5, atol=1e-6)
+    gp64, gv64 = torch.autograd.grad(loss(reference), (p64, v64))
+    torch.testing.assert_close(gp32.double(), gp64, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(gv32.double(), gv64, rtol=1e-4, atol=1e-5)
+    assert gp32[4].tolist() == [0.0, 0.0, 0.0]
+    single = scene.nearest_edge(p32[:4])
+    (gs,) = torch.autograd.grad(single.distance.sum(), p32)
+    single64 = scene64.nearest_edge(p64[:4])
+    (gs64,) = torch.autograd.grad(single64.distance.sum(), p64)
+    torch.testing.assert_close(gs.double(), gs64, rtol=1e-4, atol=1e-5)

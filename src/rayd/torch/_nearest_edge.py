@@ -25,6 +25,7 @@ import torch
 
 from rayd.engine import nearest_edge as _search
 from rayd.torch import _check, _convert
+from rayd.torch import _nearest_edge_fused as _fused
 from rayd.torch.edges import NearestEdge, placed_vertices
 from rayd.torch.ray import Ray
 
@@ -264,10 +265,7 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
                 _convert.scalar_view(winner),
                 stream,
             )
-        dtype = _dtype(points.dtype, scene._shapes)
-        vertices = placed_vertices(scene._shapes, dtype)
-        p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        fields = evaluate_points(p, winner, edges._edge_v, vertices, edges.topology)
+        fields = _evaluate_points(scene, edges, points, batch, 1, winner)
     return NearestEdge(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
 
 
@@ -293,11 +291,21 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
             _convert.scalar_view(winner),
             stream,
         )
+    fields = _evaluate_points(scene, edges, points, batch, k, winner.reshape(-1))
+    return NearestEdge(**{name: v.reshape(tuple(batch) + (k,) + v.shape[1:]) for name, v in fields.items()})
+
+
+def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, torch.Tensor]:
+    """Fields for ``batch`` points with ``repeat`` winners each (fused kernel when usable)."""
+    if _fused.usable(scene._shapes, points):
+        fields = _fused.evaluate_points_fused(points, batch, repeat, winner, scene._shapes, edges._edge_v)
+        _ids(fields, winner, edges.topology)
+        return fields
+    n = batch.numel()
     dtype = _dtype(points.dtype, scene._shapes)
     vertices = placed_vertices(scene._shapes, dtype)
-    p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, k, 3).reshape(n * k, 3)
-    fields = evaluate_points(p, winner.reshape(-1), edges._edge_v, vertices, edges.topology)
-    return NearestEdge(**{name: v.reshape(tuple(batch) + (k,) + v.shape[1:]) for name, v in fields.items()})
+    p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, repeat, 3).reshape(n * repeat, 3)
+    return evaluate_points(p, winner, edges._edge_v, vertices, edges.topology)
 
 
 def silhouette_edges(scene, viewpoint: object) -> torch.Tensor:
