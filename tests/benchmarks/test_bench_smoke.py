@@ -16,7 +16,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from benchmarks import run, workloads  # noqa: E402
+from benchmarks import measure, run, workloads  # noqa: E402
 from benchmarks.engines import ENGINES  # noqa: E402
 
 TINY = workloads.tiny()
@@ -63,13 +63,13 @@ def test_engine_agrees_on_hits(engine_key, device, tiny_workload):
         for minimal in (False, True):
             hits = engine.hits(engine.closest(minimal=minimal))
             engine.synchronize()
-            result = run.agreement(reference, hits)
+            result = measure.agreement(reference, hits)
             assert result["ok"], (engine_cls.name, minimal, result)
         engine.update(1)
         engine.update(0)
         engine.build()
         engine.synchronize()
-        assert run.agreement(reference, engine.hits(engine.closest()))["ok"]
+        assert measure.agreement(reference, engine.hits(engine.closest()))["ok"]
     finally:
         engine.close()
 
