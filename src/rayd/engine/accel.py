@@ -66,6 +66,7 @@ class SceneAccel:
             view.tlas = wp.uint64(0)
             view.blas_points = wp.zeros(1, dtype=wp.vec3, device=device)
             view.blas_indices = dummy_int
+            view.blas_magnitude = wp.zeros(1, dtype=float, device=device)
             view.inst_bvh = wp.zeros(1, dtype=wp.uint64, device=device)
             view.inst_face_base = dummy_int
             view.inst_to_object = dummy_mat
@@ -76,6 +77,7 @@ class SceneAccel:
             view.tlas = wp.uint64(instances.bvh.id)
             view.blas_points = instances.points
             view.blas_indices = instances.indices
+            view.blas_magnitude = instances.blas[0].magnitude
             view.inst_bvh = instances.blas_ids
             view.inst_face_base = instances.face_base
             view.inst_to_object = instances.to_object

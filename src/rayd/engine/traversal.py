@@ -40,6 +40,7 @@ class SceneView:
     tlas: wp.uint64
     blas_points: wp.array(dtype=wp.vec3)  # object space, all instanced meshes
     blas_indices: wp.array(dtype=wp.int32)
+    blas_magnitude: wp.array(dtype=float)  # largest absolute object coordinate of the blas points
     inst_bvh: wp.array(dtype=wp.uint64)  # bottom-level BVH per instance
     inst_face_base: wp.array(dtype=wp.int32)  # first face row in blas_indices per instance
     inst_to_object: wp.array(dtype=wp.mat44)  # world -> object per instance
@@ -139,6 +140,34 @@ def _walk_flat_ordered(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tma
 
 
 @wp.func
+def _approach(o: wp.vec3, d: wp.vec3, magnitude: float) -> float:
+    """Where a ray enters the cube of half-size ``2 magnitude`` around the origin.
+
+    Returns 0 for an origin inside it, -1 if the ray misses it, else a ray parameter a
+    little before the entry. Slab tests round in proportion to the distance from the
+    ray's origin to a box, the boxes' padding is in proportion to the scene's size:
+    starting a distant ray near the scene keeps the traversal conservative.
+    """
+    r = 2.0 * magnitude + 1.0e-30
+    if wp.max(wp.max(wp.abs(o[0]), wp.abs(o[1])), wp.abs(o[2])) <= r:
+        return 0.0
+    near = float(0.0)
+    far = float(INF)
+    for k in range(3):
+        if d[k] == 0.0:
+            if wp.abs(o[k]) > r:
+                return -1.0
+        else:
+            t1 = (-r - o[k]) / d[k]
+            t2 = (r - o[k]) / d[k]
+            near = wp.max(near, wp.min(t1, t2))
+            far = wp.min(far, wp.max(t1, t2))
+    if near > far * (1.0 + 1.0e-6):
+        return -1.0
+    return near * (1.0 - 1.0e-6)
+
+
+@wp.func
 def _walk_flat(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                any_hit: int) -> tuple[float, int]:
     """Closest (or some) flat face with tmin < t < tmax: (t, face) or (tmax, -1)."""
@@ -167,8 +196,13 @@ def _walk_flat(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float
 def _walk_instance(view: SceneView, inst: int, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float,
                    ignore_local: int, any_hit: int) -> tuple[float, int]:
     """Closest (or some) face of one instance (object-space ray): (t, local face) or (tmax, -1)."""
-    best = tmax
     face = int(-1)
+    s = _approach(o, d, view.blas_magnitude[0])
+    if s < 0.0:
+        return tmax, face
+    o = o + s * d
+    tmin = tmin - s
+    best = tmax - s
     base = view.inst_face_base[inst]
     query = wp.bvh_query_ray(view.inst_bvh[inst], o, safe_direction(d))
     f = int(0)
@@ -183,35 +217,7 @@ def _walk_instance(view: SceneView, inst: int, o: wp.vec3, d: wp.vec3, tmin: flo
             face = f
             if any_hit != 0:
                 break
-    return best, face
-
-
-@wp.func
-def _approach(o: wp.vec3, d: wp.vec3, magnitude: float) -> float:
-    """Where a ray enters the cube of half-size ``2 magnitude`` around the origin.
-
-    Returns 0 for an origin inside it, -1 if the ray misses it, else a ray parameter a
-    little before the entry. Slab tests round in proportion to the distance from the
-    ray's origin to a box, the boxes' padding is in proportion to the scene's size:
-    starting a distant ray near the scene keeps the traversal conservative.
-    """
-    r = 2.0 * magnitude + 1.0e-30
-    if wp.max(wp.max(wp.abs(o[0]), wp.abs(o[1])), wp.abs(o[2])) <= r:
-        return 0.0
-    near = float(0.0)
-    far = float(INF)
-    for k in range(3):
-        if d[k] == 0.0:
-            if wp.abs(o[k]) > r:
-                return -1.0
-        else:
-            t1 = (-r - o[k]) / d[k]
-            t2 = (r - o[k]) / d[k]
-            near = wp.max(near, wp.min(t1, t2))
-            far = wp.min(far, wp.max(t1, t2))
-    if near > far * (1.0 + 1.0e-6):
-        return -1.0
-    return near * (1.0 - 1.0e-6)
+    return best + s, face
 
 
 @wp.func
