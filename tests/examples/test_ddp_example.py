@@ -246,8 +246,9 @@ def test_nccl_without_enough_gpus_fails_clearly():
         ("auto", 1, True, 0, 2, ("gloo", "cpu")),  # too few GPUs: CPU, with a note
         ("gloo", 8, True, 3, 8, ("gloo", "cpu")),
         ("nccl", 2, True, 1, 2, ("nccl", "cuda:1")),
-        ("nccl", 2, True, 2, 3, "local rank 2 needs cuda:2, but this node has 2 visible CUDA device(s) for 3 ranks"),
-        ("nccl", 0, True, 0, 1, "0 visible CUDA device(s)"),
+        ("nccl", 2, True, 2, 3, "this node has 2 visible CUDA device(s) for 3 ranks; launch with --nproc_per_node=2"),
+        ("nccl", 2, True, 0, 3, "this node has 2 visible CUDA device(s) for 3 ranks"),  # every rank fails at once
+        ("nccl", 0, True, 0, 1, "this node has no visible CUDA device"),
         ("nccl", 4, False, 0, 1, "no NCCL"),
     ],
 )

@@ -146,7 +146,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         metavar="DIR",
         help="give each rank a private Warp kernel cache DIR/rank-R (default: Warp's shared cache; see README)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.target != "bump" and not os.path.isfile(args.target):
+        parser.error(f"--target must be 'bump' or an existing .npz file, got {args.target!r}")
+    return args
 
 
 # --------------------------------------------------------------------------- launch
@@ -194,20 +197,25 @@ def pick_backend(requested: str, local_rank: int, local_world_size: int) -> tupl
         if gpus >= local_world_size and nccl:
             return "nccl", torch.device("cuda", local_rank), None
         note = None
-        if gpus:
+        if gpus and not nccl:
+            note = "--backend auto: this PyTorch build has no NCCL; using gloo on the CPU"
+        elif gpus:
             note = (
-                f"--backend auto: {local_world_size} ranks on this node but {gpus} GPU(s)"
-                f"{'' if nccl else ' and no NCCL'}; using gloo on the CPU "
-                f"(launch --nproc_per_node={gpus} to use the GPUs)"
+                f"--backend auto: {local_world_size} ranks on this node but {gpus} visible GPU(s); using gloo on "
+                f"the CPU (launch --nproc_per_node={gpus} to use the GPUs)"
             )
         return "gloo", torch.device("cpu"), note
     if not nccl:
         raise LaunchError("--backend nccl: this PyTorch build has no NCCL (a CPU-only build?); use --backend gloo")
-    if local_rank >= gpus:
+    if local_world_size > gpus:
+        # Every rank of the node fails here at once, not only those without a GPU,
+        # so none of them is left waiting in init_process_group for the others.
         raise LaunchError(
-            f"--backend nccl: local rank {local_rank} needs cuda:{local_rank}, but this node has {gpus} visible "
-            f"CUDA device(s) for {local_world_size} ranks; launch with --nproc_per_node={max(gpus, 1)}"
-            f"{'' if gpus else ' on a GPU machine'} or use --backend gloo"
+            f"--backend nccl needs one GPU per rank, but this node has {gpus} visible CUDA device(s) for "
+            f"{local_world_size} ranks; launch with --nproc_per_node={gpus} or use --backend gloo"
+            if gpus
+            else "--backend nccl needs one GPU per rank, but this node has no visible CUDA device; "
+            "run on a GPU machine or use --backend gloo"
         )
     return "nccl", torch.device("cuda", local_rank), None
 
