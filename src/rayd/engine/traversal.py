@@ -235,7 +235,10 @@ def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ign
         face = int(-1)
         t = float(0.0)
         if s >= 0.0:
-            t, face = _walk_flat(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
+            if view.flat_ordered != 0:
+                t, face = _walk_flat_ordered(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
+            else:
+                t, face = _walk_flat(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
         if face >= 0:
             best = t + s
             winner = view.flat_global[face]
