@@ -129,12 +129,12 @@ def _walk_flat_ordered(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tma
                 node = right
                 continue
         # Pop the next node still in front of the closest hit so far.
-        done = 1
+        done = int(1)
         while count > 0:
             count -= 1
             if entries[count] < best:
                 node = nodes[count]
-                done = 0
+                done = int(0)
                 break
     return best, face
 
