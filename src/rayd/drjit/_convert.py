@@ -139,6 +139,24 @@ def vec3_view(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]
     return wp.from_dlpack(_capsule(tensor, device), dtype=wp.vec3), tensor
 
 
+def vec3_buffer(n: int, backend: str, device: str) -> tuple[dr.ArrayBase, wp.array]:
+    """A Dr.Jit-owned float32 buffer of ``n`` rows of 3 and its ``wp.array(dtype=vec3)`` view.
+
+    The engine keeps the view (e.g. BVH points) and the frontend rewrites it in place.
+    """
+    plain = module(backend, False)
+    buffer = plain.TensorXf(dr.empty(plain.Float, 3 * n), shape=(n, 3))
+    dr.make_opaque(buffer)
+    return buffer, wp.from_dlpack(_capsule(buffer, device), dtype=wp.vec3)
+
+
+def mat44_view(flat: dr.ArrayBase, n: int, device: str) -> tuple[wp.array, dr.ArrayBase]:
+    """A ``wp.array(dtype=mat44)`` of a flat float32 array of ``16 n`` row-major entries."""
+    plain = module(backend_name(flat), False)
+    tensor = plain.TensorXf(plain.Float(flat), shape=(n, 4, 4))
+    return wp.from_dlpack(_capsule(tensor, device), dtype=wp.mat44), tensor
+
+
 def scalar_view(value: dr.ArrayBase, device: str) -> wp.array:
     """Zero-copy 1-D Warp array of a flat Dr.Jit array (Float, Int32, UInt8, ...)."""
     return wp.from_dlpack(_capsule(value, device))

@@ -1,36 +1,54 @@
-"""World-space geometry with Dr.Jit ops: transforms of points and normals, concatenation.
+"""World-space geometry with Dr.Jit ops: affine transforms as columns, concatenation.
 
-Everything here is differentiable through Dr.Jit's AD (points, normals and the 4x4
-matrices alike).
+A 4x4 transform acting on column vectors is kept as its four columns' top three rows,
+``(a0, a1, a2, shift)``, each a 3-vector array: ``M @ [p, 1] = a0 p.x + a1 p.y + a2 p.z
++ shift``. Arrays of width S hold one transform per shape. Everything here is
+differentiable through Dr.Jit's AD (points, normals and matrices alike).
 """
 
 from __future__ import annotations
 
 import drjit as dr
 
+Columns = tuple  # (a0, a1, a2, shift), 3-vector arrays
 
-def _matrix_columns(to_world: dr.ArrayBase, Array3: type) -> list[dr.ArrayBase]:
-    """The four columns of a 4x4 matrix's top three rows, as 3-vectors of type ``Array3``."""
+
+def columns(to_world: dr.ArrayBase | None, Array3: type) -> Columns:
+    """The columns of a 4x4 matrix (width 1) as ``Array3`` values; identity for ``None``."""
+    if to_world is None:
+        return Array3(1, 0, 0), Array3(0, 1, 0), Array3(0, 0, 1), Array3(0, 0, 0)
     Float = dr.value_t(Array3)
-    return [Array3(*(Float(to_world[i][j]) for i in range(3))) for j in range(4)]
+    return tuple(Array3(*(Float(to_world[i][j]) for i in range(3))) for j in range(4))
+
+
+def linear(cols: Columns, v: dr.ArrayBase) -> dr.ArrayBase:
+    """The linear part applied to a vector, ``L v``."""
+    return cols[0] * v.x + cols[1] * v.y + cols[2] * v.z
+
+
+def apply(cols: Columns, p: dr.ArrayBase) -> dr.ArrayBase:
+    """``M @ [p, 1]``."""
+    return linear(cols, p) + cols[3]
+
+
+def compose(outer: Columns, inner: Columns) -> Columns:
+    """The columns of ``outer @ inner``."""
+    return linear(outer, inner[0]), linear(outer, inner[1]), linear(outer, inner[2]), apply(outer, inner[3])
+
+
+def normal_columns(cols: Columns) -> Columns:
+    """Columns of ``inv(L)^T``, which maps normals: ``(a1 x a2, a2 x a0, a0 x a1) / det(L)``."""
+    a0, a1, a2 = cols[0], cols[1], cols[2]
+    c0, c1, c2 = dr.cross(a1, a2), dr.cross(a2, a0), dr.cross(a0, a1)
+    inv_det = dr.rcp(dr.dot(a0, c0))
+    return c0 * inv_det, c1 * inv_det, c2 * inv_det
 
 
 def world(points: dr.ArrayBase, to_world: dr.ArrayBase | None) -> dr.ArrayBase:
     """``to_world @ [p, 1]`` for every point (identity if ``None``)."""
     if to_world is None:
         return points
-    a0, a1, a2, shift = _matrix_columns(to_world, type(points))
-    return a0 * points.x + a1 * points.y + a2 * points.z + shift
-
-
-def world_normals(normals: dr.ArrayBase, to_world: dr.ArrayBase | None) -> dr.ArrayBase:
-    """Normals transform by the inverse transpose of the linear part, ``inv(L)^T n``."""
-    if to_world is None:
-        return normals
-    a0, a1, a2, _ = _matrix_columns(to_world, type(normals))
-    # inv(L)^T has columns (a1 x a2, a2 x a0, a0 x a1) / det(L) for L = [a0 a1 a2].
-    c0, c1, c2 = dr.cross(a1, a2), dr.cross(a2, a0), dr.cross(a0, a1)
-    return (c0 * normals.x + c1 * normals.y + c2 * normals.z) / dr.dot(a0, c0)
+    return apply(columns(to_world, type(points)), points)
 
 
 def concat(parts: list[dr.ArrayBase]) -> dr.ArrayBase:

@@ -22,21 +22,25 @@ from types import ModuleType
 
 import drjit as dr
 
+from rayd.drjit._geometry import apply, linear
 from rayd.flags import RayFlags
 
 
 @dataclass
 class LiveGeometry:
-    """The scene's triangles as differentiable Dr.Jit arrays, one float type, world space.
+    """The scene's triangles as differentiable Dr.Jit arrays, one float type.
 
-    vertices: (V, 3) world-space positions of every mesh, concatenated.
-    faces: (F, 3) ``Array3u`` scene-wide vertex ids (into ``vertices``).
-    normals: (V, 3) world-space vertex normals, or ``None`` if no mesh has any.
-    face_has_normals: (F,) ``Bool``, or ``None``.
-    uv: (V, 2) texture coordinates, or ``None`` if no mesh has any.
-    face_has_uv: (F,) ``Bool``, or ``None``.
-    face_shape: (F,) ``Int`` shape id per scene-wide face.
-    shape_face_offset: (S,) ``Int`` first scene-wide face of each shape.
+    vertices: (V_m, 3) object-space positions of every mesh, concatenated.
+    faces: (F_m, 3) ``Array3u`` rows into ``vertices``, meshes concatenated.
+    normals: (V_m, 3) object-space vertex normals, or ``None`` if no mesh has any.
+    face_has_normals: (F_m,) ``Bool``, or ``None``.
+    uv: (V_m, 2) texture coordinates, or ``None`` if no mesh has any.
+    face_has_uv: (F_m,) ``Bool``, or ``None``.
+    global_offset: (S,) ``Int`` first ``global_prim_id`` of each shape (ascending).
+    face_row: (S,) ``Int`` row in ``faces`` of the first face of each shape's mesh.
+    transform: per-shape world transform columns (width S, ``M_mesh`` or
+        ``M_instance @ M_mesh``), or ``None`` when every shape is in world space.
+    normal_transform: per-shape ``inv(L)^T`` columns, or ``None``.
     """
 
     vertices: dr.ArrayBase
@@ -45,8 +49,10 @@ class LiveGeometry:
     face_has_normals: dr.ArrayBase | None
     uv: dr.ArrayBase | None
     face_has_uv: dr.ArrayBase | None
-    face_shape: dr.ArrayBase
-    shape_face_offset: dr.ArrayBase
+    global_offset: dr.ArrayBase
+    face_row: dr.ArrayBase
+    transform: tuple | None
+    normal_transform: tuple | None
 
 
 def _normalize(x: dr.ArrayBase, fallback: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
@@ -87,11 +93,27 @@ def evaluate(
 
     gid = Int(global_prim_id)
     hit = gid >= 0
-    winner = UInt(dr.select(hit, gid, 0))
+    g = dr.select(hit, gid, 0)
+    offsets = Int(geometry.global_offset)
+    num_shapes = dr.width(offsets)
+    if num_shapes == 1:
+        shape = dr.zeros(UInt, dr.width(g))
+    else:
+        # The last shape whose first global_prim_id is <= g (empty shapes are skipped).
+        index = dr.binary_search(0, num_shapes - 1, lambda i: dr.gather(Int, offsets, i) <= g)
+        shape = UInt(index - dr.select(dr.gather(Int, offsets, index) > g, 1, 0))
+    prim = g - dr.gather(Int, offsets, shape)
+    winner = UInt(dr.gather(Int, Int(geometry.face_row), shape) + prim)  # row in the face table
     tri = dr.gather(m.Array3u, m.Array3u(geometry.faces), winner)
     v0 = dr.gather(Array3, geometry.vertices, tri.x)
     v1 = dr.gather(Array3, geometry.vertices, tri.y)
     v2 = dr.gather(Array3, geometry.vertices, tri.z)
+    cols = normal_cols = None
+    if geometry.transform is not None:
+        cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
+        v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
+        if geometry.normal_transform is not None:
+            normal_cols = tuple(dr.gather(Array3, c, shape) for c in geometry.normal_transform)
     # Stand-in for misses: a triangle and a ray that hits it head-on at t = 1.
     v0 = dr.select(hit, v0, Array3(0, 0, 0))
     v1 = dr.select(hit, v1, Array3(1, 0, 0))
@@ -110,12 +132,10 @@ def evaluate(
     qvec = dr.cross(s, e1)
     t = dr.dot(e2, qvec) * inv_det
 
-    shape_id = dr.select(hit, dr.gather(Int, Int(geometry.face_shape), winner), -1)
-    offset = dr.gather(Int, Int(geometry.shape_face_offset), UInt(dr.select(hit, shape_id, 0)))
     out = {
         "t": dr.select(hit, t, Float(math.inf)),
-        "prim_id": dr.select(hit, gid - offset, -1),
-        "shape_id": shape_id,
+        "prim_id": dr.select(hit, prim, -1),
+        "shape_id": dr.select(hit, Int(shape), -1),
         "global_prim_id": gid,
     }
     if not flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV):
@@ -135,7 +155,10 @@ def evaluate(
         if geometry.normals is None:
             out["n"] = geo_n
         else:
-            shading, ok = _normalize(_interpolate(Array3, geometry.normals, tri, w), up)
+            interpolated = _interpolate(Array3, geometry.normals, tri, w)
+            if normal_cols is not None:
+                interpolated = linear(normal_cols, interpolated)
+            shading, ok = _normalize(interpolated, up)
             use = ok & dr.gather(m.Bool, m.Bool(geometry.face_has_normals), winner) & hit
             out["n"] = dr.select(use, shading, geo_n)
     if flags & RayFlags.UV:

@@ -9,12 +9,13 @@ import drjit as dr
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
+from rayd.engine.instances import InstanceLevel
 from rayd.engine.intersect import search
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
 from rayd.drjit import _check, _convert
-from rayd.drjit._geometry import concat, world, world_normals
+from rayd.drjit._geometry import columns, compose, concat, normal_columns, world
 from rayd.drjit._intersect import LiveGeometry, empty, evaluate
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform
@@ -28,17 +29,24 @@ VISIBILITY_EPSILON = 1e-4
 
 @dataclass
 class _Shape:
-    """A mesh as the scene holds it: what is registered now and what was snapshotted."""
+    """A mesh or an instance as the scene holds it: what is registered now and what was snapshotted.
+
+    For a mesh, ``base`` is its own id; for an instance, the id of its mesh, and
+    ``to_world`` is the instance's own matrix (its placement is ``to_world @ M_mesh``).
+    """
 
     mesh: Mesh
+    base: int
     dynamic: bool
     vertices: dr.ArrayBase
     to_world: dr.ArrayBase | None
-    vertex_offset: int = 0
-    face_offset: int = 0
+    is_instance: bool = False
+    enabled: bool = True
+    vertex_offset: int = 0  # first row in the flat world-space point buffer (meshes)
+    face_offset: int = 0  # first global_prim_id
+    face_row: int = 0  # first row of the shape's mesh in the face table
     vertex_version: tuple[int, ...] | None = None
     transform_version: tuple[int, ...] | None = None
-    enabled: bool = True
 
 
 def _not_ours(value: object) -> str:
@@ -47,14 +55,20 @@ def _not_ours(value: object) -> str:
 
 
 class Scene:
-    """A set of triangle meshes with a BVH over them, queried by rays.
+    """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
-    Lifecycle: ``Scene()`` -> ``add_mesh(...)`` ... -> ``build()`` -> queries. A mesh
-    added with ``dynamic=True`` may move: ``update_mesh_vertices(mesh_id, v)`` (or an
-    in-place change of its registered vertex array, e.g. ``v.x += 1``) marks the scene
-    pending, and ``sync()`` refits the BVH. Queries before ``build()``, after adding
-    meshes without a new ``build()``, or while updates are pending raise
-    ``RuntimeError`` instead of answering from a stale BVH.
+    Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
+    ``build()`` -> queries. A mesh added with ``dynamic=True`` may move:
+    ``update_mesh_vertices(mesh_id, v)`` (or an in-place change of its registered
+    vertex array, e.g. ``v.x += 1``) marks the scene pending, and ``sync()`` refits.
+    Transforms (``set_mesh_transform``, or an in-place change of a registered matrix)
+    and ``set_shape_enabled`` also take effect at ``sync()``. Queries before
+    ``build()``, after adding shapes without a new ``build()``, or while updates are
+    pending raise ``RuntimeError`` instead of answering from a stale BVH.
+
+    Acceleration: one BVH (SAH) over the world-space triangles of all meshes; when
+    instances exist, a top-level BVH over instance boxes whose leaves share one
+    object-space BVH per instanced mesh (the engine's, as in rayd.torch).
 
     A scene lives on the backend and device of its meshes (``drjit.llvm`` on the CPU,
     ``drjit.cuda`` on Dr.Jit's current GPU); engine work is launched on Dr.Jit's CUDA
@@ -93,19 +107,45 @@ class Scene:
         if self._device is None:
             self._device, self._backend = mesh.device, mesh.backend
         _check.same_backend(call, "mesh", mesh.vertices, self._device, "the scene")
-        self._shapes.append(_Shape(mesh, dynamic, mesh.vertices, mesh.to_world))
-        if self._engine is not None:
-            self._structure_changed = True
-        return len(self._shapes) - 1
+        shape_id = len(self._shapes)
+        self._shapes.append(_Shape(mesh, shape_id, dynamic, mesh.vertices, mesh.to_world))
+        self._structure_changed = self._engine is not None
+        return shape_id
+
+    def add_instance(self, mesh_id: int, to_world: dr.ArrayBase) -> int:
+        """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
+
+        Args:
+            mesh_id: the id ``add_mesh`` returned (the mesh stays present itself).
+            to_world: ``Matrix4f``/``Matrix4f64`` (width 1, or ``drjit.scalar``),
+                column-vector convention; the instance's placement is
+                ``to_world @ M_mesh``. Gradients flow into it (``.ad``, grad enabled).
+
+        Returns:
+            The shape id; hits on the instance report it as ``shape_id`` and faces of
+            the mesh as ``prim_id``.
+
+        Raises:
+            TypeError, ValueError: wrong id type/range (or an instance id), or a bad matrix.
+        """
+        call = "rayd.drjit.Scene.add_instance()"
+        base = self._shape(call, "mesh_id", mesh_id)
+        if base.is_instance:
+            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; pass the id add_mesh returned")
+        to_world = check_transform(call, "to_world", to_world, base.mesh.vertices)
+        shape_id = len(self._shapes)
+        self._shapes.append(_Shape(base.mesh, mesh_id, base.dynamic, base.vertices, to_world, is_instance=True))
+        self._structure_changed = self._engine is not None
+        return shape_id
 
     @property
     def num_meshes(self) -> int:
         """Number of meshes added (instances not counted)."""
-        return len(self._shapes)
+        return sum(1 for s in self._shapes if not s.is_instance)
 
     @property
     def num_shapes(self) -> int:
-        """Number of shapes (meshes; rayd.drjit has no instances yet)."""
+        """Number of shapes: meshes and instances."""
         return len(self._shapes)
 
     @property
@@ -120,61 +160,129 @@ class Scene:
 
     # ------------------------------------------------------------------ lifecycle
     def build(self) -> None:
-        """Snapshot every mesh and build the BVH (SAH) over all triangles.
+        """Snapshot every shape and build the acceleration structures.
+
+        One BVH (SAH) over the world-space triangles of all meshes; when instances
+        exist, a top-level BVH over instance boxes whose leaves share one object-space
+        BVH per instanced mesh.
 
         Raises:
             ValueError: the scene has no triangles, or a mesh has non-finite vertices.
         """
         call = "rayd.drjit.Scene.build()"
-        if not self._shapes or sum(s.mesh.num_faces for s in self._shapes) == 0:
+        meshes = [s for s in self._shapes if not s.is_instance]
+        if not meshes or sum(s.mesh.num_faces for s in meshes) == 0:
             raise ValueError(f"{call}: the scene is empty; add a mesh with at least one face first")
-        plain = _convert.module(self._backend, False)
-        vertex_offset = face_offset = 0
-        faces, face_shape, has_normals, has_uv = [], [], [], []
         for shape_id, shape in enumerate(self._shapes):
-            _check.finite(call, f"vertices of mesh {shape_id}", shape.vertices)
-            shape.vertex_offset, shape.face_offset = vertex_offset, face_offset
+            if not shape.is_instance:
+                _check.finite(call, f"vertices of mesh {shape_id}", shape.vertices)
+        plain = _convert.module(self._backend, False)
+        device = self._device
+        stream = _convert.current_stream(device)
+
+        # Numbering: each shape owns a global_prim_id range, in shape order; meshes also
+        # own rows of the flat point buffer and of the face table (instances reuse
+        # their mesh's rows).
+        vertex_offset = face_row = global_offset = 0
+        faces, flat_global, flat_shape, has_normals, has_uv = [], [], [], [], []
+        for shape_id, shape in enumerate(self._shapes):
+            shape.face_offset = global_offset
+            global_offset += shape.mesh.num_faces
+            if shape.is_instance:
+                shape.face_row = self._shapes[shape.base].face_row
+                continue
             mesh = shape.mesh
+            shape.vertex_offset, shape.face_row = vertex_offset, face_row
             if mesh.num_faces:  # Dr.Jit cannot mix width 0 with literals
                 faces.append(plain.Array3u(dr.detach(mesh.faces)) + vertex_offset)
-                face_shape.append(dr.full(plain.Int, shape_id, mesh.num_faces))
+                flat_global.append(dr.arange(plain.Int, mesh.num_faces) + shape.face_offset)
+                flat_shape.append(dr.full(plain.Int, shape_id, mesh.num_faces))
                 has_normals.append(dr.full(plain.Bool, mesh.normals is not None, mesh.num_faces))
                 has_uv.append(dr.full(plain.Bool, mesh.uv is not None, mesh.num_faces))
             vertex_offset += mesh.num_vertices
-            face_offset += mesh.num_faces
+            face_row += mesh.num_faces
         self._faces = concat(faces)
-        self._face_shape = concat(face_shape)
-        dr.make_opaque(self._face_shape)
-        self._shape_face_offset = plain.Int([s.face_offset for s in self._shapes])
-        self._face_has_normals = concat(has_normals) if any(s.mesh.normals is not None for s in self._shapes) else None
-        self._face_has_uv = concat(has_uv) if any(s.mesh.uv is not None for s in self._shapes) else None
-        dr.eval(self._faces, self._face_shape, self._face_has_normals, self._face_has_uv)
-        # Engine storage, owned by Dr.Jit and viewed by Warp: flat int32 indices and
-        # an interleaved float32 point buffer that sync() refreshes in place.
-        self._indices = dr.ravel(plain.Array3i(self._faces), order="F")
-        self._points = plain.TensorXf(dr.empty(plain.Float, 3 * vertex_offset), shape=(vertex_offset, 3))
-        dr.make_opaque(self._points)
-        stream = _convert.current_stream(self._device)
-        self._points_view = wp.from_dlpack(_convert._capsule(self._points, self._device), dtype=wp.vec3)
-        indices_view = _convert.scalar_view(self._indices, self._device)
-        for shape in self._shapes:
-            self._snapshot(shape, stream)
-        self._engine = TriangleScene(self._points_view, indices_view, stream)
-        # Face numbering for the engine: flat face f is global_prim_id f of shape
-        # face_shape[f]; shape_enabled is rewritten in place by sync().
-        self._flat_global = dr.arange(plain.Int, face_offset)
+        self._global_offset = plain.Int([s.face_offset for s in self._shapes])
+        self._face_row = plain.Int([s.face_row for s in self._shapes])
+        self._face_has_normals = concat(has_normals) if any(s.mesh.normals is not None for s in meshes) else None
+        self._face_has_uv = concat(has_uv) if any(s.mesh.uv is not None for s in meshes) else None
+        self._flat_global = concat(flat_global)
+        self._flat_shape = concat(flat_shape)
         self._shape_enabled = plain.UInt8([1 if s.enabled else 0 for s in self._shapes])
-        dr.make_opaque(self._flat_global, self._shape_enabled)
-        with launch_stream(self._engine.device, stream):  # its small allocations go on Dr.Jit's stream too
-            self._accel = SceneAccel(
-                self._engine.device,
-                self._engine,
-                _convert.scalar_view(self._flat_global, self._device),
-                _convert.scalar_view(self._face_shape, self._device),
-                _convert.scalar_view(self._shape_enabled, self._device),
+        dr.make_opaque(self._faces, self._flat_global, self._flat_shape, self._shape_enabled)
+        dr.eval(self._face_has_normals, self._face_has_uv)
+
+        # Flat level. Engine storage is owned by Dr.Jit and viewed by Warp: int32
+        # indices and an interleaved float32 point buffer that sync() refreshes in place.
+        self._indices = dr.ravel(plain.Array3i(self._faces), order="F")
+        self._points, self._points_view = _convert.vec3_buffer(vertex_offset, self._backend, device)
+        for shape in meshes:
+            self._snapshot(shape, stream)
+        self._engine = TriangleScene(self._points_view, _convert.scalar_view(self._indices, device), stream)
+        wp_device = self._engine.device
+
+        # Instances: object-space copies of every instanced mesh in one buffer that
+        # their bottom-level BVHs share, and a top level over the instances.
+        self._instance_ids = [i for i, s in enumerate(self._shapes) if s.is_instance and s.mesh.num_faces]
+        self._blas: dict[int, tuple[int, TriangleScene]] = {}
+        level = inst_shape = inst_global = None
+        if self._instance_ids:
+            bases = sorted({self._shapes[i].base for i in self._instance_ids})
+            offsets, indices, vertex_base, face_base = {}, [], 0, 0
+            for base in bases:
+                mesh = self._shapes[base].mesh
+                offsets[base] = (vertex_base, face_base)
+                indices.append(plain.Array3i(dr.detach(mesh.faces)) + vertex_base)
+                vertex_base += mesh.num_vertices
+                face_base += mesh.num_faces
+            self._blas_indices = dr.ravel(concat(indices), order="F")
+            self._blas_points, self._blas_points_view = _convert.vec3_buffer(vertex_base, self._backend, device)
+            blas_indices_view = _convert.scalar_view(self._blas_indices, device)
+            slots, blas = {}, []
+            for base in bases:
+                self._blas[base] = (offsets[base][0], None)
+                self._snapshot_blas(base, stream)
+                slots[base] = len(blas)
+                tri = TriangleScene(
+                    self._blas_points_view,
+                    blas_indices_view,
+                    stream,
+                    num_triangles=self._shapes[base].mesh.num_faces,
+                    face_base=offsets[base][1],
+                )
+                self._blas[base] = (offsets[base][0], tri)
+                blas.append(tri)
+            count = len(self._instance_ids)
+            self._instance_to_world = plain.TensorXf(dr.empty(plain.Float, 16 * count), shape=(count, 4, 4))
+            dr.make_opaque(self._instance_to_world)
+            self._instance_to_world_view = wp.from_dlpack(
+                _convert._capsule(self._instance_to_world, device), dtype=wp.mat44
             )
-        self._shape_enabled_view = _convert.scalar_view(self._shape_enabled, self._device)
+            self._write_instance_transforms(stream)
+            self._instance_shape = plain.Int(self._instance_ids)
+            self._instance_global = plain.Int([self._shapes[i].face_offset for i in self._instance_ids])
+            dr.make_opaque(self._instance_shape, self._instance_global)
+            slot_of = [slots[self._shapes[i].base] for i in self._instance_ids]
+            with launch_stream(wp_device, stream):  # its allocations go on Dr.Jit's stream too
+                level = InstanceLevel(blas, slot_of, self._instance_to_world_view, stream)
+            inst_shape = _convert.scalar_view(self._instance_shape, device)
+            inst_global = _convert.scalar_view(self._instance_global, device)
+
+        self._shape_enabled_view = _convert.scalar_view(self._shape_enabled, device)
+        with launch_stream(wp_device, stream):
+            self._accel = SceneAccel(
+                wp_device,
+                self._engine,
+                _convert.scalar_view(self._flat_global, device),
+                _convert.scalar_view(self._flat_shape, device),
+                self._shape_enabled_view,
+                level,
+                inst_shape,
+                inst_global,
+            )
         self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+        for shape in self._shapes:
+            self._record_versions(shape)
         self._enabled_dirty = False
         self._structure_changed = False
         self._pending.clear()
@@ -191,11 +299,14 @@ class Scene:
 
         Raises:
             TypeError: ``mesh_id`` is not an int, or ``vertices`` not a Dr.Jit float array.
-            ValueError: ``mesh_id`` out of range, or a wrong shape, width or device.
+            ValueError: ``mesh_id`` out of range or an instance, or a wrong shape, width
+                or device.
             RuntimeError: the mesh was added with ``dynamic=False``.
         """
         call = "rayd.drjit.Scene.update_mesh_vertices()"
         shape = self._shape(call, "mesh_id", mesh_id)
+        if shape.is_instance:
+            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; update the mesh it instances")
         if not shape.dynamic:
             raise RuntimeError(
                 f"{call}: mesh {mesh_id} was added with dynamic=False; add it with dynamic=True to move it, "
@@ -212,10 +323,12 @@ class Scene:
         self._pending.add(mesh_id)
 
     def set_mesh_transform(self, shape_id: int, to_world: dr.ArrayBase) -> None:
-        """Set a mesh's object-to-world matrix; takes effect at ``sync()``.
+        """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
 
         Args:
-            shape_id: the id ``add_mesh`` returned.
+            shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
+                instances follow, as ``M_instance @ M_mesh``); for an instance its own
+                matrix.
             to_world: ``Matrix4f``/``Matrix4f64`` acting on column vectors. Gradients
                 flow into this array when it is an ``.ad`` array with gradients enabled.
 
@@ -228,7 +341,7 @@ class Scene:
         self._pending.add(shape_id)
 
     def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
-        """Enable or disable a mesh for all queries; takes effect at ``sync()`` (no rebuild).
+        """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
 
         Raises:
             TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
@@ -254,33 +367,49 @@ class Scene:
         return not any(self._changed(s) for s in self._shapes)
 
     def sync(self) -> None:
-        """Apply pending updates: refit the BVH to moved meshes (no rebuild).
+        """Apply pending updates: refit moved meshes, refit the top level, apply enable flags.
 
         Raises:
-            RuntimeError: before ``build()``, after meshes were added without a new
+            RuntimeError: before ``build()``, after shapes were added without a new
                 ``build()``, or if a static mesh changed in place (needs ``build()``).
             ValueError: an updated mesh has non-finite vertices.
         """
         call = "rayd.drjit.Scene.sync()"
         self._require_built(call)
-        for shape_id, shape in enumerate(self._shapes):
-            if not shape.dynamic and shape_id not in self._pending and self._vertices_changed(shape):
-                raise _check.lifecycle(
-                    call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
-                )
-        todo = [i for i, s in enumerate(self._shapes) if i in self._pending or self._changed(s)]
-        for shape_id in todo:
-            _check.finite(call, f"vertices of mesh {shape_id}", self._shapes[shape_id].vertices)
+        shapes = self._shapes
+        for shape_id, shape in enumerate(shapes):
+            if not shape.dynamic and not shape.is_instance and shape_id not in self._pending:
+                if self._vertices_changed(shape):
+                    raise _check.lifecycle(
+                        call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                    )
+        todo = {i for i, s in enumerate(shapes) if i in self._pending or self._changed(s)}
+        moved = sorted(i for i in todo if not shapes[i].is_instance)
+        for shape_id in moved:
+            _check.finite(call, f"vertices of mesh {shape_id}", shapes[shape_id].vertices)
         stream = _convert.current_stream(self._device)
-        for shape_id in todo:
-            self._snapshot(self._shapes[shape_id], stream)
-        if todo:
+        for shape_id in moved:
+            self._snapshot(shapes[shape_id], stream)
+        if moved:
             self._engine.refit(stream)
+        if self._accel.instances is not None:
+            blas_moved = False
+            for base in sorted(set(moved) & set(self._blas)):
+                self._snapshot_blas(base, stream)
+                self._blas[base][1].refit(stream)
+                blas_moved = True
+            instance_moved = any(i in todo or shapes[i].base in todo for i in self._instance_ids)
+            if blas_moved or instance_moved:
+                self._write_instance_transforms(stream)
+                self._accel.instances.update(blas_moved, stream)
         if self._enabled_dirty:
-            flags = _convert.module(self._backend, False).UInt8([1 if s.enabled else 0 for s in self._shapes])
+            flags = _convert.module(self._backend, False).UInt8([1 if s.enabled else 0 for s in shapes])
             wp.copy(self._shape_enabled_view, _convert.scalar_view(flags, self._device), stream=stream)
-            self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+            self._accel.set_all_enabled(all(s.enabled for s in shapes))
             self._enabled_dirty = False
+        for shape_id, shape in enumerate(shapes):
+            if shape_id in todo or (shape.is_instance and shape.base in todo):
+                self._record_versions(shape)
         self._pending.clear()
 
     # ------------------------------------------------------------------ queries
@@ -449,25 +578,35 @@ class Scene:
         return any(a is not None and _convert.is_ad(a) for a in arrays)
 
     def _live_geometry(self, m: ModuleType, double: bool) -> LiveGeometry:
-        """The registered arrays (differentiable) concatenated in world space."""
+        """The registered arrays (differentiable): object-space meshes and per-shape transforms."""
         Array3 = m.Array3f64 if double else m.Array3f
         Array2 = m.Array2f64 if double else m.Array2f
-        shapes = [s for s in self._shapes if s.mesh.num_vertices]  # width-0 meshes add no rows
-        vertices = concat([world(Array3(s.vertices), s.to_world) for s in shapes])
+        shapes = self._shapes
+        rows = [s for s in shapes if not s.is_instance and s.mesh.num_vertices]  # width 0 adds no rows
+        vertices = concat([Array3(s.vertices) for s in rows])
         normals = uv = None
         if self._face_has_normals is not None:
             normals = concat(
                 [
-                    world_normals(Array3(s.mesh.normals), s.to_world)
-                    if s.mesh.normals is not None
-                    else dr.zeros(Array3, s.mesh.num_vertices)
-                    for s in shapes
+                    Array3(s.mesh.normals) if s.mesh.normals is not None else dr.zeros(Array3, s.mesh.num_vertices)
+                    for s in rows
                 ]
             )
         if self._face_has_uv is not None:
             uv = concat(
-                [Array2(s.mesh.uv) if s.mesh.uv is not None else dr.zeros(Array2, s.mesh.num_vertices) for s in shapes]
+                [Array2(s.mesh.uv) if s.mesh.uv is not None else dr.zeros(Array2, s.mesh.num_vertices) for s in rows]
             )
+        transform = normal_transform = None
+        if any(s.to_world is not None for s in shapes):
+            per_shape = []
+            for s in shapes:
+                own = columns(s.to_world, Array3)
+                if s.is_instance:
+                    own = compose(own, columns(shapes[s.base].to_world, Array3))
+                per_shape.append(own)
+            transform = tuple(concat([c[k] for c in per_shape]) for k in range(4))
+            if normals is not None:
+                normal_transform = normal_columns(transform)
         return LiveGeometry(
             vertices=vertices,
             faces=self._faces,
@@ -475,12 +614,14 @@ class Scene:
             face_has_normals=self._face_has_normals,
             uv=uv,
             face_has_uv=self._face_has_uv,
-            face_shape=self._face_shape,
-            shape_face_offset=self._shape_face_offset,
+            global_offset=self._global_offset,
+            face_row=self._face_row,
+            transform=transform,
+            normal_transform=normal_transform,
         )
 
     def _snapshot(self, shape: _Shape, stream: wp.Stream | None) -> None:
-        """Copy a shape's world-space vertices (float32) into the engine's point buffer."""
+        """Copy a mesh's world-space vertices (float32) into the flat point buffer."""
         count = shape.mesh.num_vertices
         if count:
             vertices = dr.detach(shape.vertices)
@@ -488,11 +629,44 @@ class Scene:
             points, buffer = _convert.vec3_view(world(vertices, to_world), self._device)
             wp.copy(self._points_view, points, dest_offset=shape.vertex_offset, count=count, stream=stream)
             del buffer
-        shape.vertex_version = _convert.version(shape.vertices)
+
+    def _snapshot_blas(self, base: int, stream: wp.Stream | None) -> None:
+        """Copy an instanced mesh's object-space vertices (float32) into the shared BLAS buffer."""
+        shape = self._shapes[base]
+        count = shape.mesh.num_vertices
+        if count:
+            points, buffer = _convert.vec3_view(dr.detach(shape.vertices), self._device)
+            wp.copy(self._blas_points_view, points, dest_offset=self._blas[base][0], count=count, stream=stream)
+            del buffer
+
+    def _write_instance_transforms(self, stream: wp.Stream | None) -> None:
+        """Refresh the engine's float32 ``M_instance @ M_mesh`` (row-major, one per instance)."""
+        plain = _convert.module(self._backend, False)
+        per_instance = []
+        for shape_id in self._instance_ids:
+            shape = self._shapes[shape_id]
+            base = self._shapes[shape.base]
+            own = columns(dr.detach(shape.to_world), plain.Array3f64)
+            mesh = columns(None if base.to_world is None else dr.detach(base.to_world), plain.Array3f64)
+            per_instance.append(compose(own, mesh))
+        count = len(per_instance)
+        cols = [plain.Array3f(concat([c[k] for c in per_instance])) for k in range(4)]
+        flat = dr.zeros(plain.Float, 16 * count)
+        lane = dr.arange(plain.UInt, count) * 16
+        for i in range(3):
+            for j in range(4):
+                dr.scatter(flat, cols[j][i], lane + 4 * i + j)
+        dr.scatter(flat, plain.Float(1.0), lane + 15)
+        rows, buffer = _convert.mat44_view(flat, count, self._device)
+        wp.copy(self._instance_to_world_view, rows, stream=stream)
+        del buffer
+
+    def _record_versions(self, shape: _Shape) -> None:
+        shape.vertex_version = None if shape.is_instance else _convert.version(shape.vertices)
         shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
 
     def _vertices_changed(self, shape: _Shape) -> bool:
-        return _convert.version(shape.vertices) != shape.vertex_version
+        return not shape.is_instance and _convert.version(shape.vertices) != shape.vertex_version
 
     def _changed(self, shape: _Shape) -> bool:
         """True if the registered arrays changed in place since the last snapshot."""
@@ -520,15 +694,16 @@ class Scene:
         if self._enabled_dirty:
             raise _check.lifecycle(call, "shape enable flags changed; call sync() first")
         for shape_id, shape in enumerate(self._shapes):
+            kind = "instance" if shape.is_instance else "mesh"
             if shape_id in self._pending:
-                raise _check.lifecycle(call, f"mesh {shape_id} has pending updates; call sync() first")
+                raise _check.lifecycle(call, f"{kind} {shape_id} has pending updates; call sync() first")
             if not self._changed(shape):
                 continue
-            if shape.dynamic or not self._vertices_changed(shape):
+            if shape.dynamic or shape.is_instance or not self._vertices_changed(shape):
                 raise _check.lifecycle(
                     call,
-                    f"the vertices or transform of mesh {shape_id} changed in place since the last sync(); "
-                    f"call update_mesh_vertices({shape_id}, vertices) or set_mesh_transform({shape_id}, m), "
+                    f"the vertices or transform of {kind} {shape_id} changed in place since the last sync(); "
+                    f"call update_mesh_vertices({shape.base}, vertices) or set_mesh_transform({shape_id}, m), "
                     f"then sync() first",
                 )
             raise _check.lifecycle(
@@ -563,7 +738,7 @@ class Scene:
 
     def __repr__(self) -> str:
         state = "ready" if self.is_ready() else ("built" if self._engine is not None else "not built")
-        return f"rayd.drjit.Scene(meshes={self.num_meshes}, device={self._device}, {state})"
+        return f"rayd.drjit.Scene(shapes={self.num_shapes}, device={self._device}, {state})"
 
 
 def _check_flags(call: str, flags: object) -> RayFlags:

@@ -1,0 +1,189 @@
+"""rayd.drjit instances: numbering, transforms, updates, gradients, parity with rayd.torch."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+dr = pytest.importorskip("drjit")
+rd = pytest.importorskip("rayd.drjit")
+
+from drjit_testutil import rows, vec  # noqa: E402
+
+TRI = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
+
+
+def _shift(m, x=0.0, y=0.0, z=0.0, kind=None):
+    kind = kind or m.Matrix4f
+    return kind([[1, 0, 0, x], [0, 1, 0, y], [0, 0, 1, z], [0, 0, 0, 1]])
+
+
+def _scene(m, dynamic=False):
+    """Mesh 0 (one triangle at z = 0), mesh 1 (two triangles at z = -1), instance 2 of mesh 0 at x + 5."""
+    scene = rd.Scene()
+    v0 = vec(m.Array3f, TRI)
+    v1 = vec(m.Array3f, [[0, 0, -1], [1, 0, -1], [0, 1, -1], [1, 1, -1]])
+    assert scene.add_mesh(rd.Mesh(v0, m.Array3u([0], [1], [2])), dynamic=dynamic) == 0
+    assert scene.add_mesh(rd.Mesh(v1, m.Array3u([0, 1], [1, 3], [2, 2]))) == 1
+    assert scene.add_instance(0, _shift(m, x=5.0)) == 2
+    scene.build()
+    return scene, v0
+
+
+def test_instance_ids_and_hits(m):
+    scene, _ = _scene(m)
+    assert scene.num_meshes == 2 and scene.num_shapes == 3
+    o = vec(m.Array3f, [[0.2, 0.2, 1], [5.2, 0.2, 1], [0.8, 0.8, 1], [5.8, 0.8, 1]])
+    hit = scene.intersect(rd.Ray(o, m.Array3f(0, 0, -1)))
+    assert rows(hit.shape_id).tolist() == [0, 2, 1, -1]
+    assert rows(hit.prim_id).tolist() == [0, 0, 1, -1]
+    # global_prim_id ranges in shape order: mesh 0 -> 0, mesh 1 -> 1..2, instance 2 -> 3.
+    assert rows(hit.global_prim_id).tolist() == [0, 3, 2, -1]
+    np.testing.assert_allclose(rows(hit.t)[:3], [1.0, 1.0, 2.0], rtol=1e-6)
+    np.testing.assert_allclose(rows(hit.p)[1], [5.2, 0.2, 0.0], atol=1e-6)
+    np.testing.assert_allclose(rows(hit.geo_n)[1], [0, 0, 1], atol=1e-6)
+    assert rows(scene.shadow_test(rd.Ray(o, m.Array3f(0, 0, -1)))).tolist() == [True, True, True, False]
+
+
+def test_instance_composes_with_mesh_transform_and_updates(m):
+    scene, _ = _scene(m)
+    ray = rd.Ray(m.Array3f(5.2, 0.2, 1), m.Array3f(0, 0, -1))
+    # The mesh moves up by 0.5: the instance follows (M_instance @ M_mesh).
+    scene.set_mesh_transform(0, _shift(m, z=0.5))
+    with pytest.raises(RuntimeError, match=r"mesh 0 has pending updates"):
+        scene.intersect(ray)
+    scene.sync()
+    np.testing.assert_allclose(rows(scene.intersect(ray).t), [0.5], rtol=1e-6)
+    # The instance's own matrix, set and then changed in place.
+    scene.set_mesh_transform(2, _shift(m, x=5.0, z=-0.25))
+    scene.sync()
+    np.testing.assert_allclose(rows(scene.intersect(ray).t), [0.75], rtol=1e-6)
+    matrix = _shift(m, x=5.0)
+    scene.set_mesh_transform(2, matrix)
+    scene.sync()
+    matrix[0][3] = m.Float(20.0)
+    with pytest.raises(RuntimeError, match=r"transform of instance 2 changed in place"):
+        scene.intersect(ray)
+    scene.sync()
+    assert not rows(scene.intersect(ray).is_valid()).any()
+    hit = scene.intersect(rd.Ray(m.Array3f(20.2, 0.2, 1), m.Array3f(0, 0, -1)))
+    assert rows(hit.shape_id).tolist() == [2]
+    scene.set_shape_enabled(2, False)
+    scene.sync()
+    assert not rows(scene.intersect(rd.Ray(m.Array3f(20.2, 0.2, 1), m.Array3f(0, 0, -1))).is_valid()).any()
+
+
+def test_instance_follows_dynamic_mesh_vertices(m):
+    scene, v0 = _scene(m, dynamic=True)
+    scene.update_mesh_vertices(0, v0 + m.Array3f(0, 0, 0.25))
+    scene.sync()
+    hit = scene.intersect(rd.Ray(vec(m.Array3f, [[0.2, 0.2, 1], [5.2, 0.2, 1]]), m.Array3f(0, 0, -1)))
+    np.testing.assert_allclose(rows(hit.t), [0.75, 0.75], rtol=1e-6)
+    with pytest.raises(ValueError, match=r"'mesh_id' 2 is an instance; update the mesh it instances"):
+        scene.update_mesh_vertices(2, v0)
+
+
+def test_add_instance_errors(m):
+    scene, _ = _scene(m)
+    with pytest.raises(ValueError, match=r"add_instance\(\): 'mesh_id' 2 is an instance"):
+        scene.add_instance(2, _shift(m))
+    with pytest.raises(ValueError, match=r"'mesh_id' must be in \[0, 3\), got 7"):
+        scene.add_instance(7, _shift(m))
+    with pytest.raises(TypeError, match=r"add_instance\(\): 'to_world' must be a Dr.Jit array"):
+        scene.add_instance(0, np.eye(4))
+    scene.add_instance(1, _shift(m, y=3))
+    with pytest.raises(RuntimeError, match=r"shapes were added after build"):
+        scene.intersect(rd.Ray(m.Array3f(0.2, 0.2, 1), m.Array3f(0, 0, -1)))
+
+
+def test_instance_gradients_match_finite_differences(m):
+    """d t / d (instance matrix, mesh vertices) through a rotated, scaled instance, both AD modes."""
+    base = np.array([[0.0, 0.0, 0.0], [1.0, 0.1, 0.0], [0.1, 1.0, 0.2]])
+    matrix = np.array([[0.9, -0.2, 0.1, 3.0], [0.2, 1.1, 0.0, 0.5], [0.05, 0.0, 1.2, 0.2], [0, 0, 0, 1]])
+    o = np.array([[0.3, 0.3, 2.0], [3.22, 0.89, 3.0]])  # onto the mesh, onto the instance
+    d = np.array([[0.01, 0.02, -1.0], [-0.05, 0.0, -1.0]])
+
+    def loss(v, mat, normals=True):
+        scene = rd.Scene()
+        n = vec(m.Array3f64, [[0, 0.1, 1], [0.1, 0, 1], [0, 0, 1]])
+        scene.add_mesh(rd.Mesh(v, m.Array3u([0], [1], [2]), normals=n if normals else None))
+        scene.add_instance(0, mat)
+        scene.build()
+        hit = scene.intersect(rd.Ray(vec(m.Array3f64, o), vec(m.Array3f64, d)))
+        assert rows(hit.shape_id).tolist() == [0, 1]
+        return dr.sum(hit.t * m.Float64([1.0, 2.0])) + dr.sum(dr.sum(hit.n * vec(m.Array3f64, [[0.3, -0.2, 0.1]] * 2)))
+
+    v = vec(m.Array3f64, base)
+    mat = m.Matrix4f64(matrix.tolist())
+    dr.enable_grad(v, mat)
+    dr.backward(loss(v, mat))
+    grad_m = np.array([[dr.grad(mat)[i][j][0] for j in range(4)] for i in range(4)])
+    grad_v = rows(dr.grad(v))
+    rng = np.random.default_rng(0)
+    tm, tv = rng.normal(size=(4, 4)), rng.normal(size=(3, 3))
+    tm[3] = 0
+    h = 1e-6
+
+    def at(sign):
+        return loss(vec(m.Array3f64, base + sign * h * tv), m.Matrix4f64((matrix + sign * h * tm).tolist()))[0]
+
+    expected = (at(1) - at(-1)) / (2 * h)
+    np.testing.assert_allclose(np.sum(grad_m * tm) + np.sum(grad_v * tv), expected, rtol=1e-5)
+
+    v = vec(m.Array3f64, base)
+    mat = m.Matrix4f64(matrix.tolist())
+    dr.enable_grad(v, mat)
+    dr.set_grad(v, vec(m.Array3f64, tv))
+    dr.set_grad(mat, m.Matrix4f64(tm.tolist()))
+    out = loss(v, mat)
+    dr.forward_to(out)
+    np.testing.assert_allclose(dr.grad(out)[0], expected, rtol=1e-5)
+
+
+def test_instance_parity_with_torch(backend, m):
+    torch = pytest.importorskip("torch")
+    rt = pytest.importorskip("rayd.torch")
+    device = "cpu" if backend == "llvm" else "cuda"
+    rng = np.random.default_rng(11)
+    axis = np.linspace(-0.5, 0.5, 7)
+    y, x = np.meshgrid(axis, axis, indexing="ij")
+    v = np.stack([x.ravel(), y.ravel(), 0.05 * rng.normal(size=x.size)], -1).astype(np.float32)
+    idx = np.arange(49).reshape(7, 7)
+    a, b, c, e = idx[:-1, :-1].ravel(), idx[:-1, 1:].ravel(), idx[1:, :-1].ravel(), idx[1:, 1:].ravel()
+    f = np.concatenate([np.stack([a, b, c], -1), np.stack([b, e, c], -1)])
+    normals = np.concatenate([rng.normal(scale=0.2, size=(49, 2)), np.ones((49, 1))], -1).astype(np.float32)
+    mesh_m = np.eye(4, dtype=np.float32)
+    mesh_m[:3, 3] = [0.0, 0.0, -0.3]
+    placements = []
+    for k in range(4):
+        p = np.eye(4, dtype=np.float32)
+        angle = 0.3 * k
+        p[:3, :3] = [[np.cos(angle), -np.sin(angle), 0], [np.sin(angle), np.cos(angle), 0], [0, 0, 1 + 0.1 * k]]
+        p[:3, 3] = [1.2 * (k % 2) - 0.6, 1.2 * (k // 2) - 0.6, 0.2 * k]
+        placements.append(p)
+    ds, ts = rd.Scene(), rt.Scene()
+    ds.add_mesh(rd.Mesh(vec(m.Array3f, v), m.Array3i(f.T.astype(np.int32)), normals=vec(m.Array3f, normals),
+                        to_world=m.Matrix4f(mesh_m.tolist())))
+    ts.add_mesh(rt.Mesh(torch.tensor(v, device=device), torch.tensor(f, device=device),
+                        normals=torch.tensor(normals, device=device), to_world=torch.tensor(mesh_m, device=device)))
+    for p in placements:
+        ds.add_instance(0, m.Matrix4f(p.tolist()))
+        ts.add_instance(0, torch.tensor(p, device=device))
+    ds.build()
+    ts.build()
+    n = 3000
+    o = np.concatenate([rng.uniform(-1.4, 1.4, size=(n, 2)), np.full((n, 1), 2.0)], -1).astype(np.float32)
+    d = np.concatenate([rng.normal(scale=0.1, size=(n, 2)), -np.ones((n, 1))], -1).astype(np.float32)
+    hd = ds.intersect(rd.Ray(vec(m.Array3f, o), vec(m.Array3f, d)))
+    ht = ts.intersect(rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device)))
+    valid = rows(hd.is_valid())
+    np.testing.assert_array_equal(valid, ht.is_valid().cpu().numpy())
+    assert valid.mean() > 0.3
+    same = rows(hd.global_prim_id) == ht.global_prim_id.cpu().numpy()
+    assert (~same).sum() <= max(2, n // 500)
+    np.testing.assert_allclose(rows(hd.t), ht.t.cpu().numpy(), rtol=1e-5)
+    for name in ("prim_id", "shape_id"):
+        np.testing.assert_array_equal(rows(getattr(hd, name))[same], getattr(ht, name).cpu().numpy()[same])
+    for name in ("p", "geo_n", "n", "barycentric", "uv"):
+        np.testing.assert_allclose(rows(getattr(hd, name))[same], getattr(ht, name).cpu().numpy()[same],
+                                   rtol=1e-5, atol=2e-5, err_msg=name)
