@@ -97,6 +97,13 @@ def main() -> None:
     scene.build()
     device = scene.device
     stream = _convert.current_stream(device)
+    # The layout kernels below trace a plain wp.Mesh of the same triangles, so that the
+    # SoA/AoS pair differs only in how rays are read.
+    wp_device = _convert.to_warp_device(device)
+    reference = wp.Mesh(
+        points=wp.array(np.array(vertices).T.copy(), dtype=wp.vec3, device=wp_device),
+        indices=wp.array(np.array(faces).T.astype(np.int32).ravel(), dtype=wp.int32, device=wp_device),
+    )
 
     rng = np.random.default_rng(0)
     n = args.rays
@@ -117,17 +124,17 @@ def main() -> None:
 
     def packed_search():
         a, b = pack()
-        closest_hit(scene._engine, a, b, one_f, inf_f, one_u8, out_view, stream)
+        closest_hit(scene._engine, a, b, one_f, inf_f, one_u8, out_view, stream)  # the engine's own search
 
     def soa_search():
         oo, dd = o + 0, d + 0
         comps = [_convert.scalar_view(c, device) for c in (oo.x, oo.y, oo.z, dd.x, dd.y, dd.z)]
-        wp.launch(_soa_search_kernel, dim=n, inputs=[scene._engine.id, *comps], outputs=[out_view],
+        wp.launch(_soa_search_kernel, dim=n, inputs=[reference.id, *comps], outputs=[out_view],
                   device=_convert.to_warp_device(device), stream=stream)
 
     def aos_search():
         a, b = pack()
-        wp.launch(_aos_search_kernel, dim=n, inputs=[scene._engine.id, a, b], outputs=[out_view],
+        wp.launch(_aos_search_kernel, dim=n, inputs=[reference.id, a, b], outputs=[out_view],
                   device=_convert.to_warp_device(device), stream=stream)
 
     result = {
