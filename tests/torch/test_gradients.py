@@ -73,8 +73,14 @@ def _analytic(v, o, d, faces, prim, w):
     return t, dv, -n / nd, -t * n / nd
 
 
-def test_t_and_p_against_analytic_formula(device):
-    v, o, d, _, _ = _inputs(device)
+# float32 takes the fused Warp kernel and its adjoint; float64 the op-by-op path.
+TOL = {torch.float32: dict(rtol=2e-4, atol=2e-5), F64: dict(rtol=1e-10, atol=1e-12)}
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_t_and_p_against_analytic_formula(device, dtype):
+    v, o, d, _, _ = _inputs(device, dtype)
+    tol = TOL[dtype]
     faces = np.array(FACES)
     for i, prim in ((0, 0), (1, 0), (2, 1)):
         for field in ("t", "p"):
@@ -84,21 +90,44 @@ def test_t_and_p_against_analytic_formula(device):
                 t, p = _fields(v, o, d, fields=("t", "p"))
                 (t[i] if field == "t" else p[i, k]).backward()
                 w = _fields(v, o, d, fields=("barycentric",))[0][i].detach().cpu().numpy()
-                tt, dv, do, dd = _analytic(
-                    v.detach().cpu().numpy(), o[i].detach().cpu().numpy(), d[i].detach().cpu().numpy(), faces, prim, w
-                )
-                assert abs(t[i].item() - tt) < 1e-12
+                tt, dv, do, dd = _analytic(*(x.detach().cpu().double().numpy() for x in (v, o[i], d[i])), faces, prim, w)
+                assert abs(t[i].item() - tt) < tol["atol"] + tol["rtol"] * abs(tt)
                 if field == "p":  # p = o + t d: dp_k = d_k dt + (e_k for o) + (t e_k for d)
                     dk = d[i, k].item()
                     eye = np.eye(3)[k]
                     dv, do, dd = dk * dv, dk * do + eye, dk * dd + tt * eye
-                np.testing.assert_allclose(v.grad.cpu().numpy(), dv, rtol=1e-10, atol=1e-12)
+                np.testing.assert_allclose(v.grad.cpu().numpy(), dv, **tol)
                 want_o = np.zeros((4, 3))
                 want_o[i] = do
                 want_d = np.zeros((4, 3))
                 want_d[i] = dd
-                np.testing.assert_allclose(o.grad.cpu().numpy(), want_o, rtol=1e-10, atol=1e-12)
-                np.testing.assert_allclose(d.grad.cpu().numpy(), want_d, rtol=1e-10, atol=1e-12)
+                np.testing.assert_allclose(o.grad.cpu().numpy(), want_o, **tol)
+                np.testing.assert_allclose(d.grad.cpu().numpy(), want_d, **tol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_broadcast_inputs_sum_their_gradients(device, dtype):
+    # One origin (3,) for many directions (N, 3): o.grad is the sum over rays; same for an expanded d.
+    v, _, _, _, _ = _inputs(device, dtype)
+    o = torch.tensor([0.4, 0.3, 2.0], dtype=dtype, device=device, requires_grad=True)
+    d = torch.tensor([[0.05, 0.02, -1.0], [0.0, 0.1, -1.0], [-0.1, 0.0, -1.0], [9.0, 0.0, -1.0]], dtype=dtype,
+                     device=device, requires_grad=True)
+    t, p = _fields(v, o, d, fields=("t", "p"))
+    assert torch.isfinite(t).tolist() == [True, True, True, False]
+    (t[:3].sum() + p.sum()).backward()
+    o_rows = o.detach().expand(4, 3).clone().requires_grad_()
+    t2, p2 = _fields(v.detach(), o_rows, d.detach(), fields=("t", "p"))
+    (t2[:3].sum() + p2.sum()).backward()
+    torch.testing.assert_close(o.grad, o_rows.grad.sum(0), **TOL[dtype])
+    assert (o_rows.grad[3] == 0).all()
+    d_one = torch.tensor([0.0, 0.0, -1.0], dtype=dtype, device=device, requires_grad=True)
+    origins = torch.tensor([[0.4, 0.3, 2.0], [0.5, 0.2, 3.0]], dtype=dtype, device=device)
+    (t3,) = _fields(v.detach(), origins, d_one.expand(2, 3), fields=("t",))
+    t3.sum().backward()
+    d_rows = d_one.detach().expand(2, 3).clone().requires_grad_()
+    (t4,) = _fields(v.detach(), origins, d_rows, fields=("t",))
+    t4.sum().backward()
+    torch.testing.assert_close(d_one.grad, d_rows.grad.sum(0), **TOL[dtype])
 
 
 def test_geo_n_gradient_analytic(device):
@@ -180,11 +209,23 @@ def _jacobian_times(fn, inputs, tangents):
     return outs
 
 
-def test_forward_mode_jvp_equals_reverse_mode(device):
-    v, o, d, normals, uv = _inputs(device)
-    inputs = tuple(x.detach() for x in (v, o, d, normals, uv))
-    gen = torch.Generator().manual_seed(1)
-    tangents = tuple(torch.randn(x.shape, generator=gen, dtype=F64).to(device) for x in inputs)
+# float32 without vertex attributes: reverse mode takes the fused kernels, forward mode the
+# op-by-op path, so these also check the two paths against each other.
+MODES = [(torch.float32, False), (F64, False), (F64, True)]
+JVP_TOL = {torch.float32: dict(rtol=1e-3, atol=1e-4), F64: dict(rtol=1e-9, atol=1e-10)}
+
+
+def _mode_inputs(device, dtype, attributes, seed):
+    v, o, d, normals, uv = _inputs(device, dtype)
+    inputs = tuple(x.detach() for x in (v, o, d) + ((normals, uv) if attributes else ()))
+    gen = torch.Generator().manual_seed(seed)
+    tangents = tuple(torch.randn(x.shape, generator=gen, dtype=dtype).to(device) for x in inputs)
+    return inputs, tangents
+
+
+@pytest.mark.parametrize("dtype,attributes", MODES)
+def test_forward_mode_jvp_equals_reverse_mode(device, dtype, attributes):
+    inputs, tangents = _mode_inputs(device, dtype, attributes, 1)
 
     def fn(*args):  # the scene is built INSIDE the transformed function (functorch wrappers)
         return _fields(*args)
@@ -192,26 +233,26 @@ def test_forward_mode_jvp_equals_reverse_mode(device):
     primals, jvps = torch.func.jvp(fn, inputs, tangents)
     reverse = _jacobian_times(fn, inputs, tangents)
     expected = fn(*inputs)
+    tol = JVP_TOL[dtype]
     for name, got, want, value, ref in zip(FIELDS, jvps, reverse, primals, expected):
-        torch.testing.assert_close(value, ref, rtol=0, atol=0, msg=name)
+        torch.testing.assert_close(value, ref, rtol=0 if dtype == F64 else 1e-5, atol=0 if dtype == F64 else 1e-6,
+                                   msg=name)
         assert torch.isfinite(got).all(), name
-        torch.testing.assert_close(got, want.reshape(got.shape), rtol=1e-9, atol=1e-10, msg=name)
+        torch.testing.assert_close(got, want.reshape(got.shape), **tol, msg=name)
     # The miss row: t stays inf, tangents are exactly zero.
     assert torch.isinf(primals[0][3]) and (jvps[0][3] == 0) and (jvps[1][3] == 0).all()
 
 
-def test_forward_ad_dual_tensors_equal_reverse_mode(device):
-    v, o, d, normals, uv = _inputs(device)
-    inputs = tuple(x.detach() for x in (v, o, d, normals, uv))
-    gen = torch.Generator().manual_seed(2)
-    tangents = tuple(torch.randn(x.shape, generator=gen, dtype=F64).to(device) for x in inputs)
+@pytest.mark.parametrize("dtype,attributes", MODES)
+def test_forward_ad_dual_tensors_equal_reverse_mode(device, dtype, attributes):
+    inputs, tangents = _mode_inputs(device, dtype, attributes, 2)
     with fwAD.dual_level():
         duals = [fwAD.make_dual(x, t) for x, t in zip(inputs, tangents)]
         outs = _fields(*duals)
         forward = [fwAD.unpack_dual(x).tangent for x in outs]
     reverse = _jacobian_times(lambda *a: _fields(*a), inputs, tangents)
     for name, got, want in zip(FIELDS, forward, reverse):
-        torch.testing.assert_close(got, want.reshape(got.shape), rtol=1e-9, atol=1e-10, msg=name)
+        torch.testing.assert_close(got, want.reshape(got.shape), **JVP_TOL[dtype], msg=name)
 
 
 def test_jvp_with_scene_built_outside(device):
@@ -232,9 +273,17 @@ def _fields_of(scene, o, d):
     return hit.t, hit.p
 
 
-def test_misses_give_zero_gradient_and_no_nan(device):
-    v, o, d, normals, uv = _inputs(device)
+def _maybe(attributes, normals, uv):
+    return (normals, uv) if attributes else (None, None)
+
+
+@pytest.mark.parametrize("dtype,attributes", [(torch.float32, False), (F64, False), (F64, True)])
+def test_misses_give_zero_gradient_and_no_nan(device, dtype, attributes):
+    v, o, d, normals, uv = _inputs(device, dtype)
+    normals, uv = _maybe(attributes, normals, uv)
     out = dict(zip(FIELDS, _fields(v, o, d, normals, uv)))
+    for name, value in out.items():
+        assert not torch.isnan(value).any(), name
     valid = torch.isfinite(out["t"])
     assert valid.tolist() == [True, True, True, False]
     # The plain sum of t is inf (the miss), but its gradient is finite and zero for the miss.
@@ -244,33 +293,38 @@ def test_misses_give_zero_gradient_and_no_nan(device):
         sum(out[name].sum() for name in FIELDS[1:]),
     ):
         for x in (v, o, d, normals, uv):
-            x.grad = None
+            if x is not None:
+                x.grad = None
         loss.backward(retain_graph=True)
         for x in (v, o, d, normals, uv):
-            assert x.grad is None or torch.isfinite(x.grad).all()
+            assert x is None or x.grad is None or torch.isfinite(x.grad).all()
         assert (o.grad[3] == 0).all() and (d.grad[3] == 0).all()
     # Only misses: every gradient is exactly zero.
-    v, o, d, normals, uv = _inputs(device)
+    v, o, d, normals, uv = _inputs(device, dtype)
+    normals, uv = _maybe(attributes, normals, uv)
     out = _fields(v, o[3:], d[3:], normals, uv)
     torch.where(torch.isfinite(out[0]), out[0], 0.0).sum().backward(retain_graph=True)
     sum(x.sum() for x in out[1:]).backward()
     for x in (v, o, d, normals, uv):
-        assert x.grad is None or (x.grad == 0).all()
+        assert x is None or x.grad is None or (x.grad == 0).all()
 
 
-def test_grazing_hits_have_finite_gradients(device):
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_grazing_hits_have_finite_gradients(device, dtype):
     # Triangle in z = 0, rays at ever shallower angles hitting (0.2, 0.2, 0) at t = 1.
-    v = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=F64, device=device, requires_grad=True)
-    slopes = torch.tensor([1e-1, 1e-3, 1e-5], dtype=F64, device=device)
+    v = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=dtype, device=device,
+                     requires_grad=True)
+    slopes = torch.tensor([1e-1, 1e-3, 1e-5], dtype=dtype, device=device)
     o = torch.stack((torch.full_like(slopes, -1.0), torch.full_like(slopes, 0.2), slopes), -1).requires_grad_()
     d = torch.stack((torch.full_like(slopes, 1.2), torch.zeros_like(slopes), -slopes), -1).requires_grad_()
     t, p, geo_n = _fields(v, o, d, faces=[[0, 1, 2]], fields=("t", "p", "geo_n"))
-    torch.testing.assert_close(t, torch.ones_like(t), rtol=1e-9, atol=0)
+    rtol = 1e-9 if dtype == F64 else 1e-5
+    torch.testing.assert_close(t, torch.ones_like(t), rtol=rtol, atol=0)
     (t.sum() + p.sum() + geo_n.sum()).backward()
     for x in (v, o, d):
         assert torch.isfinite(x.grad).all()
     # dt/do_z = -n_z/(n.d) = 1/slope: large, exact, finite.
-    torch.testing.assert_close(_dt_do(v, o, d)[:, 2], 1.0 / slopes, rtol=1e-9, atol=0)
+    torch.testing.assert_close(_dt_do(v, o, d)[:, 2], 1.0 / slopes, rtol=rtol, atol=0)
 
 
 def _dt_do(v, o, d):

@@ -417,3 +417,56 @@ def test_cpu_cuda_parity_large(cuda_device):
     differ = a["prim_id"] != b["prim_id"]
     near_edge = (a["barycentric"].min(-1).values < 1e-4) | (b["barycentric"].min(-1).values < 1e-4)
     assert not (differ & ~near_edge).any()
+
+
+def _quad_scene_on(device):
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor(QUAD_V, dtype=torch.float32, device=device),
+                           torch.tensor(QUAD_F, device=device)))
+    scene.build()
+    return scene
+
+
+def test_cuda_side_stream_and_warp_default_device(cuda_device):
+    """Work runs on torch's current stream and the tensors' device, whatever Warp's default is."""
+    import warp as wp
+
+    previous = wp.get_device()
+    wp.set_device("cpu")
+    try:
+        scene = _quad_scene_on(cuda_device)
+        o = torch.tensor([[0.75, 0.25, 2.0]] * 1000, device=cuda_device)
+        d = torch.tensor([0.0, 0.0, -1.0], device=cuda_device)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            hit = scene.intersect(rt.Ray(o, d))
+            t = hit.t * 1.0
+        stream.synchronize()
+        assert t.device.type == "cuda" and (t == 1.0).all()
+        assert (hit.prim_id == 0).all()
+    finally:
+        wp.set_device(previous)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2, reason="needs two CUDA devices")
+def test_second_cuda_device():
+    """torch.cuda.set_device(k) with tensors on cuda:k (the seed's ranks), and cuda:1 while 0 is current."""
+    previous = torch.cuda.current_device()
+    try:
+        for current in (1, 0):
+            torch.cuda.set_device(current)
+            scene = _quad_scene_on("cuda:1")
+            assert scene.device == torch.device("cuda:1")
+            ray = rt.Ray(torch.tensor([0.25, 0.75, 2.0], device="cuda:1"), torch.tensor([0.0, 0.0, -1.0],
+                                                                                         device="cuda:1"))
+            hit = scene.intersect(ray)
+            assert hit.t.device == torch.device("cuda:1") and hit.t.item() == 1.0 and hit.prim_id.item() == 1
+            v = torch.tensor(QUAD_V, dtype=torch.float32, device="cuda:1", requires_grad=True)
+            grad_scene = rt.Scene()
+            grad_scene.add_mesh(rt.Mesh(v, torch.tensor(QUAD_F, device="cuda:1")), dynamic=True)
+            grad_scene.build()
+            grad_scene.intersect(ray).t.backward()
+            assert v.grad.device == torch.device("cuda:1") and v.grad[:, 2].sum().item() == pytest.approx(-1.0)
+    finally:
+        torch.cuda.set_device(previous)

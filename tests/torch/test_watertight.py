@@ -117,9 +117,11 @@ def test_no_leaks_after_refit_to_another_magnitude(device, scale, offset):
     assert hit.is_valid().all(), f"{int((~hit.is_valid()).sum())} of {len(o)} rays leaked"
 
 
+@pytest.mark.parametrize("instanced", [False, True])
 @pytest.mark.parametrize("distance", [10.0, 1e3, 1e5])
-def test_no_leaks_for_distant_origins(device, distance):
-    # Rays from far away (relative to the mesh) through its vertices and edges.
+def test_no_leaks_for_distant_origins(device, distance, instanced):
+    # Rays from far away (relative to the mesh) through its vertices and edges; also
+    # through an instance of it (object-space bottom-level BVH), moved by x = 10.
     rng = np.random.default_rng(int(distance))
     vertices, faces = reference.grid(24)
     targets = _edge_points(vertices, faces)
@@ -127,8 +129,17 @@ def test_no_leaks_for_distant_origins(device, distance):
     away = rng.standard_normal((len(targets), 3))
     away[:, 2] = np.abs(away[:, 2]) + 0.3
     away /= np.linalg.norm(away, axis=1, keepdims=True)
+    scene = rt.Scene()
+    mesh_id = scene.add_mesh(rt.Mesh(torch.tensor(vertices, device=device), torch.tensor(faces, device=device)))
+    if instanced:
+        to_world = torch.eye(4, device=device)
+        to_world[0, 3] = 10.0
+        scene.add_instance(mesh_id, to_world)
+        targets = targets + np.array([10.0, 0.0, 0.0])
+    scene.build()
     o = torch.tensor(targets + distance * away, dtype=torch.float32, device=device)
     d = torch.tensor(targets, dtype=torch.float32, device=device) - o
-    hit = _build(vertices, faces, device).intersect(rt.Ray(o, d))
+    hit = scene.intersect(rt.Ray(o, d))
     assert hit.is_valid().all(), f"{int((~hit.is_valid()).sum())} of {len(o)} rays leaked"
+    assert (hit.shape_id == (1 if instanced else 0)).all()
     torch.testing.assert_close(hit.t, torch.ones_like(hit.t), rtol=0, atol=1e-5)
