@@ -392,7 +392,12 @@ def test_parity_with_reference_on_bunny(device):
 
 
 def test_cpu_cuda_parity_large(cuda_device):
-    """>= 100k triangles, >= 1M rays: identical hit/miss, t within 1e-5, prim_id except edge ties."""
+    """>= 100k triangles, >= 1M rays: identical hit/miss, t within 1e-5, prim_id except edge ties.
+
+    A ray passing within float tolerance of an edge may pick either neighbour (and, on a
+    silhouette edge, hit or miss): those are the only differences allowed, and they
+    must be rare. Run with ``-s`` to print the figures.
+    """
     rng = np.random.default_rng(3)
     v, f = reference.icosphere(6)  # 81920 triangles ...
     shifted = v + np.array([2.5, 0.0, 0.0])  # ... twice: 163840
@@ -401,7 +406,8 @@ def test_cpu_cuda_parity_large(cuda_device):
     assert len(faces) >= 100_000
     n = 1 << 20
     o = rng.uniform(-3.0, 5.0, (n, 3)).astype(np.float32)
-    d = rng.standard_normal((n, 3)).astype(np.float32)
+    target = rng.uniform([-1.3, -1.3, -1.3], [3.8, 1.3, 1.3], (n, 3))
+    d = (target - o).astype(np.float32)
     hits = {}
     for dev in ("cpu", cuda_device):
         scene = rt.Scene()
@@ -410,12 +416,18 @@ def test_cpu_cuda_parity_large(cuda_device):
         hit = scene.intersect(rt.Ray(torch.tensor(o, device=dev), torch.tensor(d, device=dev)))
         hits[dev] = {k: getattr(hit, k).cpu() for k in ("t", "prim_id", "barycentric")}
     a, b = hits["cpu"], hits[cuda_device]
-    assert torch.equal(a["prim_id"] >= 0, b["prim_id"] >= 0)
-    valid = a["prim_id"] >= 0
-    assert valid.float().mean() > 0.1
-    torch.testing.assert_close(a["t"][valid], b["t"][valid], rtol=1e-5, atol=0)
-    differ = a["prim_id"] != b["prim_id"]
     near_edge = (a["barycentric"].min(-1).values < 1e-4) | (b["barycentric"].min(-1).values < 1e-4)
+    valid_a, valid_b = a["prim_id"] >= 0, b["prim_id"] >= 0
+    hit_miss = valid_a != valid_b
+    both = valid_a & valid_b
+    differ = both & (a["prim_id"] != b["prim_id"])
+    rel = ((a["t"][both] - b["t"][both]).abs() / b["t"][both].abs()).max().item()
+    print(f"\nCPU/CUDA parity: {n} rays, {len(faces)} triangles, hits {int(valid_a.sum())}, "
+          f"hit/miss differ {int(hit_miss.sum())}, prim_id differ {int(differ.sum())} "
+          f"(near an edge {int((differ & near_edge).sum())}), max relative t difference {rel:.3g}")
+    assert valid_a.float().mean() > 0.3
+    assert not (hit_miss & ~near_edge).any() and int(hit_miss.sum()) <= 10
+    assert rel <= 1e-5
     assert not (differ & ~near_edge).any()
 
 

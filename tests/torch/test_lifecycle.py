@@ -229,3 +229,28 @@ def test_one_ray_reused_across_scenes_and_refits(device):
     other.add_mesh(rt.Mesh(v, f))
     other.build()
     assert other.intersect(ray).is_valid().tolist() == [True, False]
+
+
+def test_sixteen_million_rays_fit_in_memory(cuda_device):
+    """The seed's scale: intersect with RayFlags.All and backward on 16 M rays, a few GB at most."""
+    vertices, faces = reference.grid(24)
+    v = torch.tensor(vertices, device=cuda_device, requires_grad=True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor(faces, device=cuda_device)), dynamic=True)
+    scene.build()
+    n = 1 << 24
+    gen = torch.Generator(device=cuda_device).manual_seed(0)
+    o = torch.cat(((torch.rand((n, 2), generator=gen, device=cuda_device) - 0.5) * 1.8,
+                   torch.full((n, 1), 2.0, device=cuda_device)), 1)
+    d = torch.tensor([0.0, 0.0, -1.0], device=cuda_device).expand(n, 3).contiguous()
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    base = torch.cuda.memory_allocated()
+    hit = scene.intersect(rt.Ray(o, d))
+    assert bool(hit.is_valid().all())
+    ((hit.t - 1.9) ** 2).sum().backward()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated() - base
+    # Inputs are 400 MB; the record with every field is ~1.1 GB; allow room for autograd.
+    assert peak < 6 * 2**30, f"peak {peak / 2**30:.2f} GiB for 16 M rays"
+    assert torch.isfinite(v.grad).all()
