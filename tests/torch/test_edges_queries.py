@@ -33,11 +33,12 @@ def sphere_scene(device, dynamic=False):
 def assert_parity(distance, ids, reference):
     """Distance within 1e-5 relative of the brute-force minimum; ids equal except near-ties."""
     best, best_id = reference.min(1)
-    torch.testing.assert_close(distance.double(), best, rtol=1e-5, atol=1e-7)
+    # float32 coordinates of magnitude ~1 carry ~1e-7 absolute error in small distances.
+    torch.testing.assert_close(distance.double(), best, rtol=1e-5, atol=1e-6)
     mismatch = ids.long() != best_id
     if mismatch.any():
         chosen = reference.gather(1, ids.long().clamp_min(0)[:, None])[:, 0]
-        assert torch.allclose(chosen[mismatch], best[mismatch], rtol=1e-5, atol=1e-7)
+        assert torch.allclose(chosen[mismatch], best[mismatch], rtol=1e-5, atol=1e-6)
 
 
 # ---------------------------------------------------------------------- points

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import warp as wp
 
@@ -11,6 +13,9 @@ from rayd.engine.runtime import launch_stream
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
 #: Warp builds it on the host.
 DEFAULT_BVH_CONSTRUCTOR = "sah"
+
+#: Triangles per BVH leaf (at most); see benchmarks/README.md for the measurement.
+LEAF_SIZE = int(os.environ.get("RAYD_BVH_LEAF_SIZE", "1"))
 
 #: Boxes are padded by this fraction of the scene's magnitude (largest absolute
 #: coordinate plus extent), so that slab tests rounded in float32 never reject a ray
@@ -93,7 +98,7 @@ class TriangleScene:
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
         with launch_stream(self.device, stream):
             self._bounds(stream)
-            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=1)
+            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=LEAF_SIZE)
         self.nodes = read_nodes(self.bvh, num_triangles)
 
     @property

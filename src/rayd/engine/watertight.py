@@ -11,10 +11,10 @@ INF = wp.constant(float("inf"))
 def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
     """Ray parameter ``t`` of the hit of ``o + t d`` with triangle (a, b, c), or ``+inf``.
 
-    Both faces count. The edge functions are evaluated in a ray-aligned sheared frame
-    and re-evaluated in float64 when one is exactly zero, so a ray through a shared
-    edge or vertex hits at least one of the adjacent triangles (no leaks). ``t`` may be
-    negative; the caller applies its interval.
+    Both faces count. The edge functions are evaluated in a ray-aligned sheared frame,
+    in float64 from float32 inputs (exact products), so a ray through a shared edge or
+    vertex hits at least one of the adjacent triangles (no leaks) on every device.
+    ``t`` may be negative; the caller applies its interval.
     """
     kz = int(0)
     if wp.abs(d[1]) > wp.abs(d[kz]):
@@ -41,20 +41,20 @@ def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> 
     cx = pc[kx] - sx * pc[kz]
     cy = pc[ky] - sy * pc[kz]
 
-    u = cx * by - cy * bx
-    v = ax * cy - ay * cx
-    w = bx * ay - by * ax
-    if u == 0.0 or v == 0.0 or w == 0.0:
-        u = float(wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx))
-        v = float(wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx))
-        w = float(wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax))
-    if (u < 0.0 or v < 0.0 or w < 0.0) and (u > 0.0 or v > 0.0 or w > 0.0):
+    # Edge functions in float64: the float32 products are exact there, so the
+    # difference is rounded once and a shared edge gets exactly opposite values in its
+    # two triangles, whatever the compiler contracts into FMAs (CUDA does).
+    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
+    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
+    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
+    zero = wp.float64(0.0)
+    if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
         return INF
     det = u + v + w
-    if det == 0.0:
+    if det == zero:
         return INF
-    big_t = u * (sz * pa[kz]) + v * (sz * pb[kz]) + w * (sz * pc[kz])
-    return big_t / det
+    big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
+    return float(big_t / det)
 
 
 @wp.func
