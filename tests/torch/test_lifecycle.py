@@ -85,6 +85,24 @@ def test_in_place_change_of_dynamic_mesh_without_sync_raises(device):
     assert scene.intersect(_down(device)).t.item() == 0.5
 
 
+def test_in_place_change_through_a_view_or_its_base_is_detected(device):
+    # Vertices that are a view of a larger parameter: changing the base changes them.
+    params = torch.zeros(2, 3, 3, device=device)
+    params[0] = torch.tensor(TRI_V, device=device)
+    v = params[0]
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor(TRI_F, device=device)), dynamic=True)
+    scene.build()
+    params[:, :, 2] += 1.0  # through the base
+    assert scene.has_pending_updates()
+    with pytest.raises(RuntimeError):
+        scene.intersect(_down(device, z=3.0))
+    scene.sync()
+    assert scene.intersect(_down(device, z=3.0)).t.item() == 2.0
+    v[0, 0] = 0.0  # through the view itself (same value, still a write)
+    assert scene.has_pending_updates()
+
+
 def test_in_place_change_of_static_mesh_raises_until_build(device):
     v, f = _tri(device)
     scene = rt.Scene()
