@@ -111,6 +111,28 @@ def test_point_parity_with_brute_force(device):
     assert ids_equal > 0.9
 
 
+def test_point_parity_close_to_a_terrain(device):
+    # points within 0.02 of a height field: small distances, where float32 cancellation
+    # would show first (distance within 1e-5 relative, issue 6)
+    n = 40
+    x = torch.linspace(-1, 1, n + 1, dtype=torch.float64)
+    gx, gy = torch.meshgrid(x, x, indexing="ij")
+    v = torch.stack((gx, gy, 0.1 * torch.sin(6 * gx) * torch.cos(5 * gy)), -1).reshape(-1, 3)
+    r, c = torch.meshgrid(torch.arange(n), torch.arange(n), indexing="ij")
+    a = (r * (n + 1) + c).reshape(-1)
+    f = torch.cat([torch.stack((a, a + 1, a + n + 2), 1), torch.stack((a, a + n + 2, a + n + 1), 1)])
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v.float().to(device), f.to(device)))
+    scene.build()
+    g = torch.Generator().manual_seed(6)
+    xy = torch.rand(5000, 2, generator=g, dtype=torch.float64) * 2 - 1
+    z = 0.1 * torch.sin(6 * xy[:, 0]) * torch.cos(5 * xy[:, 1]) + (torch.rand(5000, generator=g) - 0.5) * 0.04
+    p = torch.cat((xy, z[:, None]), 1).float().to(device)
+    hit = scene.nearest_edge(p)
+    a, b = segments(scene)
+    assert_parity(hit.distance, hit.global_edge_id, point_distances(p, a, b))
+
+
 def test_point_parity_on_the_bunny_when_present(device):
     path = __import__("pathlib").Path(__file__).resolve().parents[2] / ".device/meshes/bunny.npz"
     if not path.exists():

@@ -121,7 +121,7 @@ def evaluate_points(
     t, q = point_segment(p, a, b)
     zero = torch.zeros((), dtype=p.dtype, device=p.device)
     fields = {
-        "distance": torch.where(found, _norm(p - q), math.inf),
+        "distance": torch.where(found, _norm((p - a) - t.unsqueeze(-1) * (b - a)), math.inf),
         "edge_t": torch.where(found, t, zero),
         "edge_point": torch.where(f3, q, zero),
     }
