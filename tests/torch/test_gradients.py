@@ -434,3 +434,54 @@ def test_seed_style_height_gradient(device, dtype):
         for k in range(3):
             expected[faces[prim[i]][k], 2] -= w[i, k].detach()
     torch.testing.assert_close(v.grad, expected)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_torch_func_grad_jacrev_jacfwd(device, dtype):
+    # functorch transforms beyond jvp: grad with the scene built inside, jacrev/jacfwd outside.
+    faces = [[0, 1, 2]]
+    v = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=dtype, device=device)
+    o = torch.tensor([[0.25, 0.25, 1.0], [0.5, 0.25, 1.0]], dtype=dtype, device=device)
+    d = torch.tensor([0.0, 0.0, -1.0], dtype=dtype, device=device)
+
+    def loss(v):
+        (t,) = _fields(v, o, d, faces=faces, fields=("t",))
+        return t.sum()
+
+    want = torch.zeros_like(v)
+    want[:, 2] = torch.tensor([-0.75, -0.75, -0.5], dtype=dtype)  # -(sum of barycentric weights per vertex)
+    torch.testing.assert_close(torch.func.grad(loss)(v), want)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor(faces, device=device)))
+    scene.build()
+
+    def t_of(o):
+        return scene.intersect(rt.Ray(o, d)).t
+
+    jac = torch.zeros(2, 2, 3, dtype=dtype, device=device)
+    jac[0, 0, 2] = jac[1, 1, 2] = 1.0  # dt_i/do_i,z = 1 for rays straight down
+    torch.testing.assert_close(torch.func.jacrev(t_of)(o), jac)
+    torch.testing.assert_close(torch.func.jacfwd(t_of)(o), jac)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_inactive_rays_get_zero_gradient(device, dtype):
+    v = torch.tensor(VERTS, dtype=dtype, device=device, requires_grad=True)
+    o = torch.tensor(O[:3], dtype=dtype, device=device, requires_grad=True)
+    d = torch.tensor(D[:3], dtype=dtype, device=device, requires_grad=True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor(FACES, device=device)))
+    scene.build()
+    active = torch.tensor([True, False, True], device=device)
+    hit = scene.intersect(rt.Ray(o, d), active)
+    assert hit.is_valid().tolist() == [True, False, True]
+    (torch.where(hit.is_valid(), hit.t, 0.0).sum() + hit.p.sum() + hit.geo_n.sum()).backward()
+    assert (o.grad[1] == 0).all() and (d.grad[1] == 0).all() and (o.grad[0] != 0).any()
+    # Ray 1 alone would hit face 0: with it inactive, face 0 gets ray 0's gradient only.
+    v_only = v.detach().clone().requires_grad_()
+    scene2 = rt.Scene()
+    scene2.add_mesh(rt.Mesh(v_only, torch.tensor(FACES, device=device)))
+    scene2.build()
+    hit2 = scene2.intersect(rt.Ray(o.detach()[[0, 2]], d.detach()[[0, 2]]))
+    (hit2.t.sum() + hit2.p.sum() + hit2.geo_n.sum()).backward()
+    torch.testing.assert_close(v.grad, v_only.grad)

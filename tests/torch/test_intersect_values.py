@@ -482,3 +482,20 @@ def test_second_cuda_device():
             assert v.grad.device == torch.device("cuda:1") and v.grad[:, 2].sum().item() == pytest.approx(-1.0)
     finally:
         torch.cuda.set_device(previous)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, F64])
+def test_vanishing_interpolated_normal_falls_back_to_geo_n(device, dtype):
+    # w = (0.25, 0.25, 0.5) and normals (0,0,1), (0,0,1), (0,0,-1): the weighted sum is exactly 0.
+    v = torch.tensor([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]], dtype=dtype, device=device)
+    normals = torch.tensor([[0.0, 0.0, 1.0], [0.0, 0.0, 1.0], [0.0, 0.0, -1.0]], dtype=dtype, device=device,
+                           requires_grad=True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]], device=device), normals=normals))
+    scene.build()
+    hit = scene.intersect(rt.Ray(torch.tensor([0.25, 0.5, 1.0], dtype=dtype, device=device),
+                                 torch.tensor([0.0, 0.0, -1.0], dtype=dtype, device=device)))
+    _close(hit.barycentric, [0.25, 0.25, 0.5])
+    _close(hit.n, [0.0, 0.0, 1.0])
+    hit.n.sum().backward()
+    assert torch.isfinite(normals.grad).all()
