@@ -40,7 +40,7 @@ def normal_columns(cols: Columns) -> Columns:
     """Columns of ``inv(L)^T``, which maps normals: ``(a1 x a2, a2 x a0, a0 x a1) / det(L)``."""
     a0, a1, a2 = cols[0], cols[1], cols[2]
     c0, c1, c2 = dr.cross(a1, a2), dr.cross(a2, a0), dr.cross(a0, a1)
-    inv_det = dr.rcp(dr.dot(a0, c0))
+    inv_det = 1 / dr.dot(a0, c0)  # true division: dr.rcp is approximate on CUDA
     return c0 * inv_det, c1 * inv_det, c2 * inv_det
 
 

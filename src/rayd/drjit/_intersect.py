@@ -60,7 +60,8 @@ def _normalize(x: dr.ArrayBase, fallback: dr.ArrayBase) -> tuple[dr.ArrayBase, d
     sq = dr.squared_norm(x)
     ok = sq > 0
     safe = dr.select(ok, x, fallback)
-    return safe * dr.rsqrt(dr.select(ok, sq, 1)), ok
+    # Not dr.rsqrt: on CUDA it is an approximate instruction (about 1e-7 relative, in float64 too).
+    return safe / dr.sqrt(dr.select(ok, sq, 1)), ok
 
 
 def _interpolate(kind: type, values: dr.ArrayBase, tri: dr.ArrayBase, w: dr.ArrayBase) -> dr.ArrayBase:
@@ -120,6 +121,11 @@ def evaluate(
     v2 = dr.select(hit, v2, Array3(0, 1, 0))
     o = dr.select(hit, Array3(o), Array3(0.25, 0.25, 1))
     d = dr.select(hit, Array3(d), Array3(0, 0, -1))
+    # The solve runs in float64 even for float32 inputs (differentiably cast back
+    # below): grazing hits are ill-conditioned, and float32 rounding (with or without
+    # FMA contraction) would otherwise make CPU, CUDA and rayd.torch disagree.
+    Work = m.Array3f64
+    o, d, v0, v1, v2 = (Work(x) for x in (o, d, v0, v1, v2))
 
     e1 = v1 - v0
     e2 = v2 - v0
@@ -127,13 +133,13 @@ def evaluate(
     det = dr.dot(e1, pvec)
     # A winner found in float32 can be exactly singular when re-evaluated: keep it finite.
     det = dr.select(det == 0, 1, det)
-    inv_det = dr.rcp(det)
+    inv_det = 1 / det  # true division: dr.rcp is approximate on CUDA
     s = o - v0
     qvec = dr.cross(s, e1)
     t = dr.dot(e2, qvec) * inv_det
 
     out = {
-        "t": dr.select(hit, t, Float(math.inf)),
+        "t": dr.select(hit, Float(t), Float(math.inf)),
         "prim_id": dr.select(hit, prim, -1),
         "shape_id": dr.select(hit, Int(shape), -1),
         "global_prim_id": gid,
@@ -141,14 +147,15 @@ def evaluate(
     if not flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV):
         return out
 
-    u = dr.dot(s, pvec) * inv_det
-    v = dr.dot(d, qvec) * inv_det
-    w = Array3(1 - u - v, u, v)
+    u64 = dr.dot(s, pvec) * inv_det
+    v64 = dr.dot(d, qvec) * inv_det
+    u, v = Float(u64), Float(v64)
+    w = Array3(Work(1 - u64 - v64, u64, v64))
     up = Array3(0, 0, 1)
-    geo_n, _ = _normalize(dr.cross(e1, e2), up)
-    geo_n = dr.select(hit, geo_n, 0)
+    geo_n, _ = _normalize(dr.cross(e1, e2), Work(0, 0, 1))
+    geo_n = dr.select(hit, Array3(geo_n), 0)
     if flags & RayFlags.Geometric:
-        out["p"] = dr.select(hit, o + t * d, 0)
+        out["p"] = dr.select(hit, Array3(o + t * d), 0)
         out["geo_n"] = geo_n
         out["barycentric"] = dr.select(hit, w, 0)
     if flags & RayFlags.ShadingN:

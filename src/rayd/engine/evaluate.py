@@ -39,27 +39,40 @@ def _evaluate_hits_kernel(
         geo_n[i] = wp.vec3(0.0, 0.0, 0.0)
         barycentric[i] = wp.vec3(0.0, 0.0, 0.0)
     else:
-        v0 = vertices[indices[3 * f]]
-        v1 = vertices[indices[3 * f + 1]]
-        v2 = vertices[indices[3 * f + 2]]
-        oi = o[i * o_stride]
-        di = d[i * d_stride]
+        # Solved in float64 from the float32 inputs: a well-defined answer for
+        # ill-conditioned (grazing) hits that CPU and CUDA agree on to the last
+        # float32 bit or so, whatever either compiler contracts into FMAs.
+        v0 = _f64(vertices[indices[3 * f]])
+        v1 = _f64(vertices[indices[3 * f + 1]])
+        v2 = _f64(vertices[indices[3 * f + 2]])
+        oi = _f64(o[i * o_stride])
+        di = _f64(d[i * d_stride])
         e1 = v1 - v0
         e2 = v2 - v0
         pvec = wp.cross(di, e2)
         det = wp.dot(e1, pvec)
-        if det == 0.0:
-            det = 1.0
-        inv_det = 1.0 / det
+        if det == wp.float64(0.0):
+            det = wp.float64(1.0)
+        inv_det = wp.float64(1.0) / det
         s = oi - v0
         qvec = wp.cross(s, e1)
         hit_t = wp.dot(e2, qvec) * inv_det
         u = wp.dot(s, pvec) * inv_det
         v = wp.dot(di, qvec) * inv_det
-        t[i] = hit_t
-        p[i] = oi + hit_t * di
-        geo_n[i] = wp.normalize(wp.cross(e1, e2))
-        barycentric[i] = wp.vec3(1.0 - u - v, u, v)
+        t[i] = float(hit_t)
+        p[i] = _f32(oi + hit_t * di)
+        geo_n[i] = _f32(wp.normalize(wp.cross(e1, e2)))
+        barycentric[i] = wp.vec3(float(wp.float64(1.0) - u - v), float(u), float(v))
+
+
+@wp.func
+def _f64(x: wp.vec3) -> wp.vec3d:
+    return wp.vec3d(wp.float64(x[0]), wp.float64(x[1]), wp.float64(x[2]))
+
+
+@wp.func
+def _f32(x: wp.vec3d) -> wp.vec3:
+    return wp.vec3(float(x[0]), float(x[1]), float(x[2]))
 
 
 def evaluate_hits(

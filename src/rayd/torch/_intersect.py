@@ -74,6 +74,10 @@ def evaluate(
     v2 = torch.where(hit3, corners[:, 2], c2)
     o = torch.where(hit3, o, so)
     d = torch.where(hit3, d, sd)
+    # The solve runs in float64 even for float32 inputs (differentiably cast back):
+    # grazing hits are ill-conditioned, and float32 rounding would make this path,
+    # the fused kernel (float64 inside too) and rayd.drjit disagree.
+    o, d, v0, v1, v2 = (x.double() for x in (o, d, v0, v1, v2))
 
     e1 = v1 - v0
     e2 = v2 - v0
@@ -88,7 +92,7 @@ def evaluate(
 
     zero = torch.zeros((), dtype=dtype, device=device)
     out = {
-        "t": torch.where(hit, t, torch.full((), math.inf, dtype=dtype, device=device)),
+        "t": torch.where(hit, t.to(dtype), torch.full((), math.inf, dtype=dtype, device=device)),
         "prim_id": geometry.prim_id,
         "shape_id": geometry.shape_id,
         "global_prim_id": global_prim_id.to(torch.int32),
@@ -98,11 +102,12 @@ def evaluate(
 
     u = _dot(s, pvec) * inv_det
     v = _dot(d, qvec) * inv_det
-    w = torch.stack((1.0 - u - v, u, v), dim=-1)
-    geo_n, _ = _normalize(torch.linalg.cross(e1, e2), up)
-    geo_n = torch.where(hit3, geo_n, zero)
+    w = torch.stack((1.0 - u - v, u, v), dim=-1).to(dtype)
+    u, v = u.to(dtype), v.to(dtype)
+    geo_n, _ = _normalize(torch.linalg.cross(e1, e2), up.double())
+    geo_n = torch.where(hit3, geo_n.to(dtype), zero)
     if flags & RayFlags.Geometric:
-        out["p"] = torch.where(hit3, o + t.unsqueeze(-1) * d, zero)
+        out["p"] = torch.where(hit3, (o + t.unsqueeze(-1) * d).to(dtype), zero)
         out["geo_n"] = geo_n
         out["barycentric"] = torch.where(hit3, w, zero)
     if flags & RayFlags.ShadingN:
