@@ -90,7 +90,8 @@ def test_t_and_p_against_analytic_formula(device, dtype):
                 t, p = _fields(v, o, d, fields=("t", "p"))
                 (t[i] if field == "t" else p[i, k]).backward()
                 w = _fields(v, o, d, fields=("barycentric",))[0][i].detach().cpu().numpy()
-                tt, dv, do, dd = _analytic(*(x.detach().cpu().double().numpy() for x in (v, o[i], d[i])), faces, prim, w)
+                plain = (x.detach().cpu().double().numpy() for x in (v, o[i], d[i]))
+                tt, dv, do, dd = _analytic(*plain, faces, prim, w)
                 assert abs(t[i].item() - tt) < tol["atol"] + tol["rtol"] * abs(tt)
                 if field == "p":  # p = o + t d: dp_k = d_k dt + (e_k for o) + (t e_k for d)
                     dk = d[i, k].item()
@@ -383,7 +384,8 @@ def test_to_world_gradients(device):
     v, o, d, normals, uv = _inputs(device)
     angle = 0.3
     m = torch.tensor(
-        [[np.cos(angle), -np.sin(angle), 0, 0.2], [np.sin(angle), np.cos(angle), 0, -0.1], [0, 0, 1.5, 0.3], [0, 0, 0, 1]],
+        [[np.cos(angle), -np.sin(angle), 0, 0.2], [np.sin(angle), np.cos(angle), 0, -0.1], [0, 0, 1.5, 0.3],
+         [0, 0, 0, 1]],
         dtype=F64,
         device=device,
         requires_grad=True,

@@ -499,3 +499,46 @@ def test_vanishing_interpolated_normal_falls_back_to_geo_n(device, dtype):
     _close(hit.n, [0.0, 0.0, 1.0])
     hit.n.sum().backward()
     assert torch.isfinite(normals.grad).all()
+
+
+def test_parity_random_soup_with_intervals(device):
+    """Several meshes of random triangles, per-ray (tmin, tmax) incl. negative tmin, some distant origins."""
+    rng = np.random.default_rng(21)
+    meshes, offset = [], 0
+    for count in (40, 1, 25):
+        centres = rng.uniform(-1, 1, (count, 1, 3))
+        meshes.append((centres + 0.3 * rng.standard_normal((count, 3, 3))).reshape(-1, 3))
+    all_v = np.concatenate(meshes)
+    all_f = np.arange(len(all_v)).reshape(-1, 3)
+    n = 3000
+    o = rng.uniform(-1.5, 1.5, (n, 3))
+    o[: n // 10] *= 1e3  # distant origins
+    d = rng.uniform(-1, 1, (n, 3)) - o * rng.uniform(0.5, 1.0, (n, 1))
+    tmin = np.where(rng.uniform(size=n) < 0.3, rng.uniform(-1, 1, n), 0.0)
+    tmax = np.where(rng.uniform(size=n) < 0.5, rng.uniform(0.3, 2.0, n), np.inf)
+    scene = rt.Scene()
+    for m in meshes:
+        scene.add_mesh(rt.Mesh(torch.tensor(m, device=device), torch.arange(len(m), device=device).reshape(-1, 3)))
+    scene.build()
+    as_t = lambda x: torch.tensor(x, device=device)  # noqa: E731
+    hit = scene.intersect(rt.Ray(as_t(o), as_t(d), as_t(tmax), tmin=as_t(tmin)))
+    ref = reference.closest_hit(o, d, all_v, all_f, tmin, tmax)
+    gid = hit.global_prim_id.cpu().numpy()
+    same = gid == ref["prim"]
+    # Allowed differences: hits within float tolerance of an edge, or of tmin / tmax.
+    t_ref, t_got = ref["t"], hit.t.cpu().numpy()
+    t_any = np.where(np.isfinite(t_ref), t_ref, t_got)
+    scale = np.abs(t_any) + 1e-3
+    with np.errstate(invalid="ignore"):
+        near_bound = (np.abs(t_any - tmin) < 1e-4 * scale) | (np.abs(t_any - tmax) < 1e-4 * scale)
+    near_edge = (ref["barycentric"].min(1) < 1e-4) | (hit.barycentric.cpu().numpy().min(1) < 1e-4)
+    bad = ~same & ~near_bound & ~near_edge
+    assert not bad.any(), np.flatnonzero(bad)[:10]
+    assert (~same).sum() <= 3, np.flatnonzero(~same) and (gid >= 0).mean() > 0.2
+    ok = same & (gid >= 0)
+    np.testing.assert_allclose(t_got[ok], t_ref[ok], rtol=1e-9, atol=1e-9)
+    sizes = np.array([len(m) // 3 for m in meshes])
+    shape = np.searchsorted(np.cumsum(sizes), ref["prim"][ok], side="right")
+    np.testing.assert_array_equal(hit.shape_id.cpu().numpy()[ok], shape)
+    first = np.concatenate(([0], np.cumsum(sizes)))
+    np.testing.assert_array_equal(hit.prim_id.cpu().numpy()[ok], ref["prim"][ok] - first[shape])

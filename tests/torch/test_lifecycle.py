@@ -153,7 +153,8 @@ def test_refit_after_large_deformation_matches_fresh_build(device, seed):
     x, y, z = v0.unbind(-1)
     angle = 2.0 * z
     deformed = torch.stack(
-        (3.0 * (x * torch.cos(angle) - y * torch.sin(angle)) + 10, x * torch.sin(angle) + y * torch.cos(angle), 0.3 * z),
+        (3.0 * (x * torch.cos(angle) - y * torch.sin(angle)) + 10, x * torch.sin(angle) + y * torch.cos(angle),
+         0.3 * z),
         -1,
     ) + 0.05 * torch.tensor(rng.standard_normal(v0.shape), dtype=torch.float32, device=device)
     with torch.no_grad():
