@@ -218,16 +218,17 @@ def test_seed_training_loop_pattern(device):
     torch.testing.assert_close(a.t, b.t, rtol=0, atol=0)
 
 
-def test_empty_ray_batch_is_connected_to_vertices(device):
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_ray_batch_is_connected_to_vertices(device, dtype):
     # A rank whose shard is empty: loss.backward() must run and give zero gradient.
-    v, f = _tri(device, requires_grad=True)
+    v, f = _tri(device, dtype=dtype, requires_grad=True)
     scene = rt.Scene()
     scene.add_mesh(rt.Mesh(v, f), dynamic=True)
     scene.build()
-    ray = rt.Ray(torch.zeros((0, 3), device=device), torch.zeros((0, 3), device=device))
+    ray = rt.Ray(torch.zeros((0, 3), dtype=dtype, device=device), torch.zeros((0, 3), dtype=dtype, device=device))
     hit = scene.intersect(ray)
-    assert hit.t.shape == (0,) and hit.t.requires_grad
-    loss = ((hit.t - torch.zeros(0, device=device)) ** 2).sum() / 1024
+    assert hit.t.shape == (0,) and hit.t.requires_grad and hit.t.dtype == dtype
+    loss = ((hit.t - torch.zeros(0, dtype=dtype, device=device)) ** 2).sum() / 1024
     loss.backward()
     assert v.grad is not None and v.grad.shape == v.shape and (v.grad == 0).all()
     for name in ("p", "n", "geo_n", "uv", "barycentric"):
