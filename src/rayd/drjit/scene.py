@@ -218,7 +218,9 @@ class Scene:
         self._points, self._points_view = _convert.vec3_buffer(vertex_offset, self._backend, device)
         for shape in meshes:
             self._snapshot(shape, stream)
-        self._engine = TriangleScene(self._points_view, _convert.scalar_view(self._indices, device), stream)
+        indices_view = _convert.scalar_view(self._indices, device)
+        _convert.fence(device)
+        self._engine = TriangleScene(self._points_view, indices_view, stream)
         wp_device = self._engine.device
 
         # Instances: object-space copies of every instanced mesh in one buffer that
@@ -243,6 +245,7 @@ class Scene:
                 self._blas[base] = (offsets[base][0], None)
                 self._snapshot_blas(base, stream)
                 slots[base] = len(blas)
+                _convert.fence(device)
                 tri = TriangleScene(
                     self._blas_points_view,
                     blas_indices_view,
@@ -263,6 +266,7 @@ class Scene:
             self._instance_global = plain.Int([self._shapes[i].face_offset for i in self._instance_ids])
             dr.make_opaque(self._instance_shape, self._instance_global)
             slot_of = [slots[self._shapes[i].base] for i in self._instance_ids]
+            _convert.fence(device)
             with launch_stream(wp_device, stream):  # its allocations go on Dr.Jit's stream too
                 level = InstanceLevel(blas, slot_of, self._instance_to_world_view, stream)
             inst_shape = _convert.scalar_view(self._instance_shape, device)
@@ -270,6 +274,7 @@ class Scene:
 
         self._shape_enabled_view = _convert.scalar_view(self._shape_enabled, device)
         with launch_stream(wp_device, stream):
+            _convert.fence(device)
             self._accel = SceneAccel(
                 wp_device,
                 self._engine,
@@ -281,6 +286,7 @@ class Scene:
                 inst_global,
             )
         self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+        _convert.fence(device)
         for shape in self._shapes:
             self._record_versions(shape)
         self._enabled_dirty = False
@@ -390,12 +396,14 @@ class Scene:
         stream = _convert.current_stream(self._device)
         for shape_id in moved:
             self._snapshot(shapes[shape_id], stream)
+        _convert.fence(self._device)
         if moved:
             self._engine.refit(stream)
         if self._accel.instances is not None:
             blas_moved = False
             for base in sorted(set(moved) & set(self._blas)):
                 self._snapshot_blas(base, stream)
+                _convert.fence(self._device)
                 self._blas[base][1].refit(stream)
                 blas_moved = True
             instance_moved = any(i in todo or shapes[i].base in todo for i in self._instance_ids)
@@ -410,6 +418,7 @@ class Scene:
         for shape_id, shape in enumerate(shapes):
             if shape_id in todo or (shape.is_instance and shape.base in todo):
                 self._record_versions(shape)
+        _convert.fence(self._device)
         self._pending.clear()
 
     # ------------------------------------------------------------------ queries
@@ -566,7 +575,10 @@ class Scene:
             _convert.scalar_view(flag, device),
             _convert.scalar_view(skip, device),
         )
-        search(self._accel, rays, _convert.scalar_view(out, device), any_hit, stream)
+        out_view = _convert.scalar_view(out, device)
+        _convert.fence(device)
+        search(self._accel, rays, out_view, any_hit, stream)
+        _convert.fence(device)
         # The buffers above stay referenced until here; on CUDA, Dr.Jit frees and
         # reuses memory in stream order, after the engine's launch.
         del o_buffer, d_buffer, rays
