@@ -7,6 +7,9 @@ import warp as wp
 from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
 
+# Bounds kernels have no derivatives: skip generating adjoint code (faster first compile).
+wp.set_module_options({"enable_backward": False})
+
 
 @wp.kernel
 def _object_bounds_kernel(item_lowers: wp.array(dtype=wp.vec3), item_uppers: wp.array(dtype=wp.vec3), slot: int,

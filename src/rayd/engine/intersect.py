@@ -15,6 +15,9 @@ from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace
 from rayd.engine.triangles import TriangleScene
 
+# Search kernels have no derivatives: skip generating adjoint code (halves the first compile).
+wp.set_module_options({"enable_backward": False})
+
 
 @wp.kernel
 def _intersect_search_kernel(

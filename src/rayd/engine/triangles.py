@@ -23,6 +23,9 @@ LEAF_SIZE = int(os.environ.get("RAYD_BVH_LEAF_SIZE", "1"))
 #: needs a conservative traversal (Woop et al. 2013, sec. 4; Ize 2013).
 BOX_PADDING = wp.constant(1.0e-5)
 
+# Bounds kernels have no derivatives: skip generating adjoint code (faster first compile).
+wp.set_module_options({"enable_backward": False})
+
 
 @wp.kernel
 def _padded_bounds_kernel(
