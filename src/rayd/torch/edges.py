@@ -7,7 +7,9 @@ with two faces yields one record; an edge with ``c >= 3`` faces (non-manifold)
 yields one record per unordered pair of its faces, ``c (c - 1) / 2`` records, in
 lexicographic order of the faces' positions. Everything is computed with vectorised
 torch ops on the scene's device: the face-edge keys are sorted (stably, so faces stay
-in ascending order within a key), grouped, and expanded into records.
+in ascending order within a key), grouped, and expanded into records. Degenerate input
+is taken as given: a face with a repeated vertex contributes an edge ``(i, i)`` and
+counts twice on its other edge.
 """
 
 from __future__ import annotations
@@ -34,6 +36,12 @@ class EdgeTopology:
         shape_id: (E,) int32 the mesh (shape) the edge belongs to.
         edge_id: (E,) int32 index of the record within its mesh.
         global_edge_id: (E,) int32 the row index ``0 .. E-1``.
+
+    Units:
+        Indices only; positions come from the meshes' vertex tensors.
+
+    Gradients:
+        None (integer and bool tensors).
 
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [[0, 1], [0, 2], [1, 2]]``, all boundary.
@@ -79,8 +87,15 @@ class NearestEdge:
         shape_id: (...) int32; -1 on a miss.
         global_edge_id: (...) int32 row of :class:`EdgeTopology`; -1 on a miss.
 
-    Float fields have the promoted dtype of the query and the scene's vertices and
-    are differentiable for the fixed winning edge (DESIGN.md). Never NaN.
+    Units:
+        ``distance``, ``edge_point``, ``ray_point`` in world units; ``edge_t`` is a
+        fraction of the edge; ``ray_t`` in multiples of ``|d|``.
+
+    Gradients:
+        Float fields have the promoted dtype of the query and the scene's vertices and
+        are differentiable (reverse and forward mode) for the fixed winning edge, with
+        respect to vertices, transforms and the query (DESIGN.md); misses get zero
+        gradient. Never NaN.
     """
 
     __slots__ = ("_fields",)
