@@ -33,6 +33,9 @@ from rayd.engine.runtime import launch_stream
 
 _INF = wp.constant(float("inf"))
 
+# Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
+wp.set_module_options({"enable_backward": False})
+
 
 @wp.func
 def _msb(x: int) -> int:

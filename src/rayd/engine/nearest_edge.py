@@ -28,6 +28,9 @@ MAX_K = 16
 _STACK = 80  # > the deepest possible node (62 key bits) plus one
 
 _INF = wp.constant(float("inf"))
+
+# Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
+wp.set_module_options({"enable_backward": False})
 _NO_ID = wp.constant(2147483647)
 _stack_i = wp.types.vector(length=_STACK, dtype=wp.int32)
 _stack_f = wp.types.vector(length=_STACK, dtype=wp.float32)
