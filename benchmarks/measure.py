@@ -111,6 +111,10 @@ def agreement(ref: tuple[np.ndarray, np.ndarray], other: tuple[np.ndarray, np.nd
         "t_within_1e-5": t_within,
         "t_outside_1e-5_rays": int((~close).sum()),
         "t_grazing_exempt": int(exempt.sum()),
+        # of the t mismatches: the engine's hit lies beyond the reference's (it missed the
+        # nearer surface, e.g. a ray leaking through a shared edge) / before it
+        "t_farther_rays": int(((t[both] > ref_t[both]) & ~close).sum()),
+        "t_nearer_rays": int(((t[both] < ref_t[both]) & ~close).sum()),
         "t_max_rel_err": float(rel.max()) if both.any() else 0.0,
         "same_prim": float(np.mean(ref_prim[both] == prim[both])) if both.any() else 1.0,
         "ok": hit_agree >= HIT_AGREEMENT and t_agree >= HIT_AGREEMENT,
@@ -177,21 +181,23 @@ def git_info() -> dict | None:
     root = Path(__file__).resolve().parent.parent
 
     def git(*cmd):
-        return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True, timeout=10).stdout.strip()
+        return subprocess.run(["git", "-C", str(root), *cmd], capture_output=True, text=True, timeout=10).stdout
 
     try:
-        commit = git("rev-parse", "HEAD")
+        commit = git("rev-parse", "HEAD").strip()
     except (OSError, subprocess.SubprocessError):
         return None
     if not commit:
         return None
     rayd_path = Path(rayd.__file__).resolve().parent
     in_checkout = rayd_path == root / "src" / "rayd"
+    dirty = [line[3:] for line in git("status", "--porcelain", "--", "src/rayd").splitlines()]
     return {
         "commit": commit,
         "rayd_path": str(rayd_path),
         # uncommitted changes under src/rayd (only meaningful when rayd came from this checkout)
-        "rayd_dirty": bool(git("status", "--porcelain", "--", "src/rayd")) if in_checkout else None,
+        "rayd_dirty": bool(dirty) if in_checkout else None,
+        "rayd_dirty_paths": dirty if in_checkout else None,
     }
 
 

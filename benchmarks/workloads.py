@@ -64,11 +64,13 @@ def _unit(v: np.ndarray) -> np.ndarray:
 
 
 def _grid_faces(rows: int, cols: int) -> np.ndarray:
-    """Two triangles per cell of a (rows+1) x (cols+1) vertex grid stored row-major."""
+    """Two triangles per cell of a (rows+1) x (cols+1) vertex grid stored row-major
+    (row index along x, column index along y)."""
     r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
     a = (r * (cols + 1) + c).ravel()
     b, cc, dd = a + 1, a + cols + 1, a + cols + 2
-    return np.concatenate([np.stack([a, b, dd], 1), np.stack([a, dd, cc], 1)]).astype(np.int32)
+    # counter-clockwise seen from +z (the terrain's normals point up)
+    return np.concatenate([np.stack([a, dd, b], 1), np.stack([a, cc, dd], 1)]).astype(np.int32)
 
 
 def terrain(cells: int, side: int) -> Workload:
