@@ -1,0 +1,151 @@
+"""Edge queries of :class:`rayd.torch.Scene` (a mixin; the work is in ``_nearest_edge.py``)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rayd.torch import _nearest_edge
+from rayd.torch.edges import EdgeTopology, NearestEdge
+from rayd.torch.ray import Ray
+
+
+class EdgeQueries:
+    """``edge_topology``, ``set_edge_mask``, ``edge_mask``, ``nearest_edge(s)``, ``silhouette_edges``.
+
+    Mixed into :class:`rayd.torch.Scene`, whose lifecycle checks and edge bookkeeping
+    (``_require_built``, ``_edges``) they use.
+    """
+
+    def edge_topology(self) -> EdgeTopology:
+        """The scene's edges: unique undirected edges per mesh, in shape order.
+
+        Returns:
+            :class:`EdgeTopology` with ``v [E, 2]``, ``faces [E, 2]``, ``opposite [E, 2]``,
+            ``is_boundary [E]``, ``shape_id [E]``, ``edge_id [E]``, ``global_edge_id [E]``.
+            Concretely, per mesh the edges are keyed by their sorted vertex pair, in
+            ascending key order; an edge with ``c >= 3`` faces gives ``c (c - 1) / 2``
+            records (one per unordered face pair); triangle ``(0, 1, 2)`` gives edges
+            ``(0, 1), (0, 2), (1, 2)``. Computed on the scene's device at first use
+            after ``build()``.
+
+        Raises:
+            RuntimeError: the scene is not built (or meshes were added since).
+        """
+        self._require_built("rayd.torch.Scene.edge_topology()")
+        return self._edges.topology
+
+    def set_edge_mask(self, mask: torch.Tensor) -> None:
+        """Hide edges from the edge queries; takes effect at ``sync()``.
+
+        Args:
+            mask: (E,) bool on the scene's device; False hides edge ``global_edge_id``.
+
+        Raises:
+            TypeError: ``mask`` is not a bool tensor.
+            ValueError: wrong shape or device.
+            RuntimeError: the scene is not built.
+        """
+        call = "rayd.torch.Scene.set_edge_mask()"
+        self._require_built(call)
+        self._edges.set_mask(call, mask)
+
+    def edge_mask(self) -> torch.Tensor:
+        """(E,) bool: the edge mask last set (all True after ``build()``); a copy.
+
+        Raises:
+            RuntimeError: the scene is not built.
+        """
+        self._require_built("rayd.torch.Scene.edge_mask()")
+        return self._edges.mask()
+
+    def nearest_edge(
+        self, points_or_ray: torch.Tensor | Ray, active: torch.Tensor | None = None, *, max_distance: float = math.inf
+    ) -> NearestEdge:
+        """The edge nearest to each point, or to each ray segment, differentiable for the fixed winner.
+
+        Args:
+            points_or_ray: (..., 3) float32/float64 points, or a :class:`Ray` whose
+                segment ``o + s d, s in [tmin, tmax]`` is queried (a half-line if
+                ``tmax = inf``); on the scene's device.
+            active: optional bool tensor broadcastable to ``...``; inactive queries miss.
+            max_distance: only edges within this distance count (default ``inf``).
+
+        Returns:
+            :class:`NearestEdge` with fields of shape ``...`` (``ray_t``, ``ray_point``
+            for rays). Concretely, over the unmasked edges ``[a, b]`` it minimises
+            ``distance = |q - edge_point|`` with ``edge_point = a + edge_t (b - a)``,
+            ``edge_t in [0, 1]``, and ``q = p`` (points) or ``q = ray_point = o + ray_t d``,
+            ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
+            No edge within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
+
+        Units:
+            ``distance``, points in world units; ``ray_t`` in multiples of ``|d|``.
+
+        Gradients:
+            ``distance, edge_t, edge_point, ray_t, ray_point`` are differentiable
+            (reverse and forward mode) with respect to the meshes' vertex tensors and
+            transforms and to ``points`` / ``ray.o``, ``ray.d``, ``ray.tmin``, ``ray.tmax``;
+            the winning edge is held fixed; misses get zero gradient. The gradient of
+            ``distance`` is taken as 0 where it is exactly 0.
+
+        Raises:
+            TypeError: ``points`` not a float tensor, ``active`` not bool, ``max_distance``
+                not a number.
+            ValueError: wrong shapes or device, negative/NaN ``max_distance``.
+            RuntimeError: the scene is not built, or has pending changes (an edge mask
+                set since the last ``sync()`` included).
+
+        References:
+            Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
+        """
+        return _nearest_edge.nearest_edge(self, points_or_ray, active, max_distance)
+
+    def nearest_edges(
+        self, points: torch.Tensor, k: int, active: torch.Tensor | None = None, *, max_distance: float = math.inf
+    ) -> NearestEdge:
+        """The ``k`` edges nearest to each point, sorted by distance (ties by ``global_edge_id``).
+
+        Args:
+            points: (..., 3) float32/float64 on the scene's device.
+            k: number of edges, ``1 <= k <= 16``.
+            active: optional bool tensor broadcastable to ``...``.
+            max_distance: only edges within this distance count.
+
+        Returns:
+            :class:`NearestEdge` with fields of shape ``[..., k]`` (``edge_point``
+            ``[..., k, 3]``). Concretely, slot ``j`` holds the ``(j+1)``-th smallest
+            ``(distance, global_edge_id)`` over the unmasked edges, fields as in
+            :meth:`nearest_edge`; unfilled slots are invalid (``inf``, ids -1, zeros).
+
+        Units:
+            World units.
+
+        Gradients:
+            As :meth:`nearest_edge`, for each slot's fixed edge.
+
+        Raises:
+            TypeError: wrong types (``k`` not an int included).
+            ValueError: ``k`` outside ``[1, 16]``, wrong shapes or device.
+            RuntimeError: the scene is not built or has pending changes.
+        """
+        return _nearest_edge.nearest_edges(self, points, k, active, max_distance)
+
+    def silhouette_edges(self, viewpoint: torch.Tensor) -> torch.Tensor:
+        """Silhouette edges as seen from ``viewpoint`` (not differentiable).
+
+        Args:
+            viewpoint: (3,) float32/float64 world position on the scene's device.
+
+        Returns:
+            (E,) bool. Concretely, True for boundary edges and for edges whose two
+            faces lie on opposite sides, where face ``(v0, v1, v2)`` faces ``c`` iff
+            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0`` (current vertex positions).
+
+        Raises:
+            TypeError, ValueError: ``viewpoint`` not a float tensor of shape (3,) on
+                the scene's device.
+            RuntimeError: the scene is not built or has pending changes.
+        """
+        return _nearest_edge.silhouette_edges(self, viewpoint)
