@@ -13,7 +13,7 @@ import pytest
 dr = pytest.importorskip("drjit")
 rd = pytest.importorskip("rayd.drjit")
 
-from drjit_testutil import rows, vec  # noqa: E402
+from drjit_testutil import grad_rtol, rows, vec  # noqa: E402
 
 # A bent quad (two faces, non-coplanar), per-vertex normals and uv; rays hit
 # both faces at generic points, plus one ray that misses.
@@ -123,7 +123,7 @@ def test_reverse_mode_matches_finite_differences(m, wrt):
     if wrt == "M":
         tangent[3] = 0.0  # the bottom row does not act on points
     expected = _numeric(m, x0, {wrt: tangent})
-    np.testing.assert_allclose(np.sum(grad * tangent), expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(np.sum(grad * tangent), expected, rtol=grad_rtol(m), atol=1e-7)
 
 
 @pytest.mark.parametrize("wrt", ["v", "o", "d", "n", "uv", "M"])
@@ -137,7 +137,7 @@ def test_forward_mode_matches_finite_differences(m, wrt):
     loss = _run(m, inputs)
     dr.forward_to(loss)
     expected = _numeric(m, x0, {wrt: tangent})
-    np.testing.assert_allclose(dr.grad(loss)[0], expected, rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(dr.grad(loss)[0], expected, rtol=grad_rtol(m), atol=1e-7)
 
 
 def test_vertex_gradient_per_coordinate(m):
@@ -157,7 +157,7 @@ def test_vertex_gradient_per_coordinate(m):
             for sign in (1, -1):
                 hit = _evaluate(m, vec(m.Array3f64, VERTICES + sign * step), o, d)
                 ts.append(float(dr.sum(dr.select(hit.is_valid(), hit.t, 0))[0]))
-            np.testing.assert_allclose(grad[i, k], (ts[0] - ts[1]) / (2 * h), rtol=1e-5, atol=1e-7)
+            np.testing.assert_allclose(grad[i, k], (ts[0] - ts[1]) / (2 * h), rtol=grad_rtol(m), atol=1e-7)
 
 
 def test_misses_get_zero_gradient_never_nan(m):

@@ -8,7 +8,7 @@ import pytest
 dr = pytest.importorskip("drjit")
 rd = pytest.importorskip("rayd.drjit")
 
-from drjit_testutil import rows, vec  # noqa: E402
+from drjit_testutil import grad_rtol, rows, vec  # noqa: E402
 
 TRI = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0]]
 
@@ -128,7 +128,7 @@ def test_instance_gradients_match_finite_differences(m):
         return loss(vec(m.Array3f64, base + sign * h * tv), m.Matrix4f64((matrix + sign * h * tm).tolist()))[0]
 
     expected = (at(1) - at(-1)) / (2 * h)
-    np.testing.assert_allclose(np.sum(grad_m * tm) + np.sum(grad_v * tv), expected, rtol=1e-5)
+    np.testing.assert_allclose(np.sum(grad_m * tm) + np.sum(grad_v * tv), expected, rtol=grad_rtol(m))
 
     v = vec(m.Array3f64, base)
     mat = m.Matrix4f64(matrix.tolist())
@@ -137,7 +137,7 @@ def test_instance_gradients_match_finite_differences(m):
     dr.set_grad(mat, m.Matrix4f64(tm.tolist()))
     out = loss(v, mat)
     dr.forward_to(out)
-    np.testing.assert_allclose(dr.grad(out)[0], expected, rtol=1e-5)
+    np.testing.assert_allclose(dr.grad(out)[0], expected, rtol=grad_rtol(m))
 
 
 def test_instance_parity_with_torch(backend, m):
