@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.flags import FIELD_FLAGS, RayFlags
+from rayd.records import HitRecord
 
 
-class Intersection:
+class Intersection(HitRecord):
     """Closest hit per ray, with miss values encoded in the data.
 
     Attributes (N rays; Dr.Jit types of the ray's backend, ``.ad`` when any input was):
@@ -34,33 +34,14 @@ class Intersection:
     raises ``AttributeError`` naming the flag to pass. Never NaN.
     """
 
-    __slots__ = ("_fields", "flags")
-
-    def __init__(self, flags: RayFlags, **fields: dr.ArrayBase) -> None:
-        self.flags = RayFlags(flags)
-        self._fields = fields
-
-    def __getattr__(self, name: str) -> dr.ArrayBase:
-        fields = object.__getattribute__(self, "_fields")
-        if name in fields:
-            return fields[name]
-        flag = FIELD_FLAGS.get(name)
-        if flag is not None:
-            raise AttributeError(
-                f"rayd.drjit.Intersection.{name}: not computed; pass flags=RayFlags.{flag.name} "
-                f"(or RayFlags.All) to Scene.intersect()"
-            )
-        raise AttributeError(f"rayd.drjit.Intersection has no field '{name}'")
+    __slots__ = ()
+    _name = "rayd.drjit.Intersection"
 
     def is_valid(self) -> dr.ArrayBase:
         """(N,) ``Bool``: True where the ray hit something."""
-        return self._fields["prim_id"] >= 0
+        return super().is_valid()
 
     @property
     def shape(self) -> tuple[int]:
         """The batch shape ``(N,)``."""
         return (dr.width(self._fields["t"]),)
-
-    def __repr__(self) -> str:
-        names = ", ".join(self._fields)
-        return f"rayd.drjit.Intersection(shape={self.shape}, fields=[{names}])"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from rayd.flags import FIELD_FLAGS, RayFlags
+from rayd.records import HitRecord
 
 
-class Intersection:
+class Intersection(HitRecord):
     """Closest hit per ray, with miss values encoded in the data.
 
     Attributes (``...`` is the ray batch shape):
@@ -32,33 +32,14 @@ class Intersection:
     raises ``AttributeError`` naming the flag to pass. Never NaN.
     """
 
-    __slots__ = ("_fields", "flags")
-
-    def __init__(self, flags: RayFlags, **fields: torch.Tensor) -> None:
-        self.flags = RayFlags(flags)
-        self._fields = fields
-
-    def __getattr__(self, name: str) -> torch.Tensor:
-        fields = object.__getattribute__(self, "_fields")
-        if name in fields:
-            return fields[name]
-        flag = FIELD_FLAGS.get(name)
-        if flag is not None:
-            raise AttributeError(
-                f"rayd.torch.Intersection.{name}: not computed; pass flags=RayFlags.{flag.name} "
-                f"(or RayFlags.All) to Scene.intersect()"
-            )
-        raise AttributeError(f"rayd.torch.Intersection has no field '{name}'")
+    __slots__ = ()
+    _name = "rayd.torch.Intersection"
 
     def is_valid(self) -> torch.Tensor:
         """(...) bool: True where the ray hit something."""
-        return self._fields["prim_id"] >= 0
+        return super().is_valid()
 
     @property
     def shape(self) -> torch.Size:
         """The ray batch shape ``...``."""
         return self._fields["t"].shape
-
-    def __repr__(self) -> str:
-        names = ", ".join(self._fields)
-        return f"rayd.torch.Intersection(shape={tuple(self.shape)}, fields=[{names}])"
