@@ -646,16 +646,21 @@ class Scene(EdgeQueries):
         return own.index_put((rows,), composed)
 
     def _write_instance_transforms(self) -> None:
-        """Refresh the engine's float32 ``M_instance @ M_mesh`` rows."""
-        rows = []
-        for shape_id in self._instance_ids:
-            shape = self._shapes[shape_id]
-            base = self._shapes[shape.base]
-            m = _convert.primal(shape.to_world).to(torch.float64)
-            if base.to_world is not None:
-                m = m @ _convert.primal(base.to_world).to(torch.float64)
-            rows.append(m)
-        self._instance_to_world.copy_(torch.stack(rows))
+        """Refresh the engine's float32 ``M_instance @ M_mesh`` rows (a few batched ops)."""
+        shapes = [self._shapes[i] for i in self._instance_ids]
+        own = torch.stack([_convert.primal(s.to_world).to(torch.float64) for s in shapes])
+        if any(self._shapes[s.base].to_world is not None for s in shapes):
+            eye = torch.eye(4, dtype=torch.float64, device=self._device)
+            mesh = torch.stack(
+                [
+                    eye
+                    if self._shapes[s.base].to_world is None
+                    else _convert.primal(self._shapes[s.base].to_world).to(torch.float64)
+                    for s in shapes
+                ]
+            )
+            own = own @ mesh
+        self._instance_to_world.copy_(own)
 
     def _snapshot_flat(self, shape: _Shape) -> None:
         """Copy a mesh's world-space vertices (float32) into the flat buffer."""
