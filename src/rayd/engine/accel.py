@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from rayd.engine.bvh_nodes import MAX_DEPTH
+from rayd.engine.bvh_nodes import dummy_nodes
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.traversal import SceneView
 from rayd.engine.triangles import TriangleScene
@@ -48,7 +48,6 @@ class SceneAccel:
         view.flat_indices = flat.indices
         view.flat_magnitude = flat.magnitude
         nodes = flat.nodes
-        view.flat_ordered = 1 if nodes.depth <= MAX_DEPTH else 0
         view.flat_lowers = nodes.lowers
         view.flat_uppers = nodes.uppers
         view.flat_lower_index = nodes.lower_index
@@ -63,22 +62,38 @@ class SceneAccel:
             dummy_mat = wp.zeros(1, dtype=wp.mat44, device=device)
             dummy_int = wp.zeros(1, dtype=wp.int32, device=device)
             view.num_instances = 0
-            view.tlas = wp.uint64(0)
+            dummy = dummy_nodes(device)
+            view.tlas_lowers, view.tlas_uppers = dummy.lowers, dummy.uppers
+            view.tlas_lower_index, view.tlas_upper_index = dummy.lower_index, dummy.upper_index
+            view.tlas_primitives, view.tlas_root = dummy.primitives, 0
+            view.blas_lowers, view.blas_uppers = dummy.lowers, dummy.uppers
+            view.blas_lower_index, view.blas_upper_index = dummy.lower_index, dummy.upper_index
+            view.blas_primitives = dummy.primitives
             view.blas_points = wp.zeros(1, dtype=wp.vec3, device=device)
             view.blas_indices = dummy_int
             view.blas_magnitude = wp.zeros(1, dtype=float, device=device)
-            view.inst_bvh = wp.zeros(1, dtype=wp.uint64, device=device)
+            view.inst_node_base = dummy_int
+            view.inst_prim_base = dummy_int
+            view.inst_root = dummy_int
             view.inst_face_base = dummy_int
             view.inst_to_object = dummy_mat
             view.inst_shape = dummy_int
             view.inst_global = dummy_int
         else:
             view.num_instances = instances.count
-            view.tlas = wp.uint64(instances.bvh.id)
+            tlas = instances.nodes
+            view.tlas_lowers, view.tlas_uppers = tlas.lowers, tlas.uppers
+            view.tlas_lower_index, view.tlas_upper_index = tlas.lower_index, tlas.upper_index
+            view.tlas_primitives, view.tlas_root = tlas.primitives, tlas.root
+            view.blas_lowers, view.blas_uppers = instances.blas_lowers, instances.blas_uppers
+            view.blas_lower_index, view.blas_upper_index = instances.blas_lower_index, instances.blas_upper_index
+            view.blas_primitives = instances.blas_primitives
             view.blas_points = instances.points
             view.blas_indices = instances.indices
             view.blas_magnitude = instances.blas[0].magnitude
-            view.inst_bvh = instances.blas_ids
+            view.inst_node_base = instances.inst_node_base
+            view.inst_prim_base = instances.inst_prim_base
+            view.inst_root = instances.inst_root
             view.inst_face_base = instances.face_base
             view.inst_to_object = instances.to_object
             view.inst_shape = inst_shape

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
 
@@ -68,7 +69,6 @@ class InstanceLevel:
         self.blas = blas
         self.count = len(blas_slot)
         self.blas_slot = wp.array(blas_slot, dtype=wp.int32, device=self.device)
-        self.blas_ids = wp.array([blas[k].id for k in blas_slot], dtype=wp.uint64, device=self.device)
         self.face_base = wp.array([blas[k].face_base for k in blas_slot], dtype=wp.int32, device=self.device)
         self.points = blas[0].points
         self.indices = blas[0].indices
@@ -78,9 +78,39 @@ class InstanceLevel:
         self.to_object = wp.empty(self.count, dtype=wp.mat44, device=self.device)
         self.lowers = wp.empty(self.count, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(self.count, dtype=wp.vec3, device=self.device)
+        # All bottom levels' nodes in one set of arrays, so that kernels can walk any
+        # of them near-child-first (node and primitive indices offset per BLAS).
+        node_counts = [b.nodes.lowers.shape[0] for b in blas]
+        self.node_base = [sum(node_counts[:k]) for k in range(len(blas))]
+        self.prim_base = [sum(b.num_triangles for b in blas[:k]) for k in range(len(blas))]
+        self.blas_lowers = wp.empty(sum(node_counts), dtype=wp.vec4, device=self.device)
+        self.blas_uppers = wp.empty(sum(node_counts), dtype=wp.vec4, device=self.device)
+        self.blas_lower_index = wp.array(ptr=self.blas_lowers.ptr, dtype=wp.vec4i, shape=self.blas_lowers.shape,
+                                         device=self.device)
+        self.blas_upper_index = wp.array(ptr=self.blas_uppers.ptr, dtype=wp.vec4i, shape=self.blas_uppers.shape,
+                                         device=self.device)
+        self.blas_primitives = wp.empty(max(1, sum(b.num_triangles for b in blas)), dtype=wp.int32, device=self.device)
+        self.inst_node_base = wp.array([self.node_base[k] for k in blas_slot], dtype=wp.int32, device=self.device)
+        self.inst_prim_base = wp.array([self.prim_base[k] for k in blas_slot], dtype=wp.int32, device=self.device)
+        self.inst_root = wp.array([blas[k].nodes.root for k in blas_slot], dtype=wp.int32, device=self.device)
         with launch_stream(self.device, stream):
+            self._copy_nodes(stream, primitives=True)
             self._bounds(stream)
-            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="sah" if self.device.is_cpu else "lbvh")
+            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="sah", leaf_size=1)
+            self.nodes = read_nodes(self.bvh, self.count)
+            if self.nodes.depth > MAX_DEPTH:
+                self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=1)
+                self.nodes = read_nodes(self.bvh, self.count)
+
+    def _copy_nodes(self, stream: wp.Stream | None, primitives: bool) -> None:
+        """Copy every BLAS's node boxes (and, at build, primitive lists) into the shared arrays."""
+        for k, tri in enumerate(self.blas):
+            count = tri.nodes.lowers.shape[0]
+            wp.copy(self.blas_lowers, tri.nodes.lowers, self.node_base[k], 0, count, stream=stream)
+            wp.copy(self.blas_uppers, tri.nodes.uppers, self.node_base[k], 0, count, stream=stream)
+            if primitives:
+                wp.copy(self.blas_primitives, tri.nodes.primitives, self.prim_base[k], 0, tri.num_triangles,
+                        stream=stream)
 
     def _bounds(self, stream: wp.Stream | None) -> None:
         self.object_lowers.fill_(wp.vec3(1.0e30, 1.0e30, 1.0e30))
@@ -111,6 +141,7 @@ class InstanceLevel:
         """Refit the top level after ``to_world`` changed (and, if ``geometry_changed``, a BLAS moved)."""
         with launch_stream(self.device, stream):
             if geometry_changed:
+                self._copy_nodes(stream, primitives=False)
                 self._bounds(stream)
             else:
                 self.refresh_transforms(stream)

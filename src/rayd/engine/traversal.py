@@ -27,7 +27,6 @@ class SceneView:
     flat_magnitude: wp.array(dtype=float)  # largest absolute world coordinate of the flat points
     flat_global: wp.array(dtype=wp.int32)  # global_prim_id of each flat face
     flat_shape: wp.array(dtype=wp.int32)  # shape id of each flat face
-    flat_ordered: int  # 1: walk flat_nodes near-first; 0: Warp's iterator
     flat_lowers: wp.array(dtype=wp.vec4)  # node boxes (see bvh_nodes.py)
     flat_uppers: wp.array(dtype=wp.vec4)
     flat_lower_index: wp.array(dtype=wp.vec4i)
@@ -37,11 +36,23 @@ class SceneView:
     shape_enabled: wp.array(dtype=wp.uint8)  # per shape id
     all_enabled: int
     num_instances: int
-    tlas: wp.uint64
+    tlas_lowers: wp.array(dtype=wp.vec4)  # top level over instance boxes (see bvh_nodes.py)
+    tlas_uppers: wp.array(dtype=wp.vec4)
+    tlas_lower_index: wp.array(dtype=wp.vec4i)
+    tlas_upper_index: wp.array(dtype=wp.vec4i)
+    tlas_primitives: wp.array(dtype=wp.int32)
+    tlas_root: int
+    blas_lowers: wp.array(dtype=wp.vec4)  # nodes of every bottom level, one after another
+    blas_uppers: wp.array(dtype=wp.vec4)
+    blas_lower_index: wp.array(dtype=wp.vec4i)
+    blas_upper_index: wp.array(dtype=wp.vec4i)
+    blas_primitives: wp.array(dtype=wp.int32)
     blas_points: wp.array(dtype=wp.vec3)  # object space, all instanced meshes
     blas_indices: wp.array(dtype=wp.int32)
     blas_magnitude: wp.array(dtype=float)  # largest absolute object coordinate of the blas points
-    inst_bvh: wp.array(dtype=wp.uint64)  # bottom-level BVH per instance
+    inst_node_base: wp.array(dtype=wp.int32)  # first node of its BLAS in blas_* per instance
+    inst_prim_base: wp.array(dtype=wp.int32)  # first primitive slot of its BLAS per instance
+    inst_root: wp.array(dtype=wp.int32)  # root node of its BLAS (local) per instance
     inst_face_base: wp.array(dtype=wp.int32)  # first face row in blas_indices per instance
     inst_to_object: wp.array(dtype=wp.mat44)  # world -> object per instance
     inst_shape: wp.array(dtype=wp.int32)  # shape id per instance
@@ -168,34 +179,9 @@ def _approach(o: wp.vec3, d: wp.vec3, magnitude: float) -> float:
 
 
 @wp.func
-def _walk_flat(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-               any_hit: int) -> tuple[float, int]:
-    """Closest (or some) flat face with tmin < t < tmax: (t, face) or (tmax, -1)."""
-    best = tmax
-    face = int(-1)
-    query = wp.bvh_query_ray(view.flat_bvh, o, safe_direction(d))
-    f = int(0)
-    while wp.bvh_query_next(query, f, best):
-        if view.all_enabled == 0:
-            if view.shape_enabled[view.flat_shape[f]] == wp.uint8(0):
-                continue
-        if view.flat_global[f] == ignore:
-            continue
-        t = watertight_t(o, d, view.flat_points[view.flat_indices[3 * f]],
-                         view.flat_points[view.flat_indices[3 * f + 1]],
-                         view.flat_points[view.flat_indices[3 * f + 2]])
-        if t > tmin and t < best:
-            best = t
-            face = f
-            if any_hit != 0:
-                break
-    return best, face
-
-
-@wp.func
 def _walk_instance(view: SceneView, inst: int, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float,
                    ignore_local: int, any_hit: int) -> tuple[float, int]:
-    """Closest (or some) face of one instance (object-space ray): (t, local face) or (tmax, -1)."""
+    """Near-first walk of one instance's BLAS (object-space ray): (t, local face) or (tmax, -1)."""
     face = int(-1)
     s = _approach(o, d, view.blas_magnitude[0])
     if s < 0.0:
@@ -203,19 +189,62 @@ def _walk_instance(view: SceneView, inst: int, o: wp.vec3, d: wp.vec3, tmin: flo
     o = o + s * d
     tmin = tmin - s
     best = tmax - s
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    node_base = view.inst_node_base[inst]
+    prim_base = view.inst_prim_base[inst]
     base = view.inst_face_base[inst]
-    query = wp.bvh_query_ray(view.inst_bvh[inst], o, safe_direction(d))
-    f = int(0)
-    while wp.bvh_query_next(query, f, best):
-        if f == ignore_local:
-            continue
-        row = 3 * (base + f)
-        t = watertight_t(o, d, view.blas_points[view.blas_indices[row]], view.blas_points[view.blas_indices[row + 1]],
-                         view.blas_points[view.blas_indices[row + 2]])
-        if t > tmin and t < best:
-            best = t
-            face = f
-            if any_hit != 0:
+    nodes = wp.vector(dtype=wp.int32, length=64)
+    entries = wp.vector(dtype=wp.float32, length=64)
+    count = int(0)
+    node = view.inst_root[inst]
+    done = int(0)
+    while done == 0:
+        low = view.blas_lower_index[node_base + node]
+        if low[3] < 0:
+            first = low[3] & 0x7FFFFFFF
+            last = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
+            for slot in range(first, last):
+                f = view.blas_primitives[prim_base + slot]
+                if f != ignore_local:
+                    row = 3 * (base + f)
+                    t = watertight_t(o, d, view.blas_points[view.blas_indices[row]],
+                                     view.blas_points[view.blas_indices[row + 1]],
+                                     view.blas_points[view.blas_indices[row + 2]])
+                    if t > tmin and t < best:
+                        best = t
+                        face = f
+            if face >= 0 and any_hit != 0:
+                return best + s, face
+        else:
+            left = low[3]
+            right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
+            t_left = _entry(o, inv_d, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left], best)
+            t_right = _entry(o, inv_d, view.blas_lowers[node_base + right], view.blas_uppers[node_base + right], best)
+            if t_left < INF and t_right < INF:
+                near = left
+                far = right
+                t_far = t_right
+                if t_right < t_left:
+                    near = right
+                    far = left
+                    t_far = t_left
+                nodes[count] = far
+                entries[count] = t_far
+                count += 1
+                node = near
+                continue
+            if t_left < INF:
+                node = left
+                continue
+            if t_right < INF:
+                node = right
+                continue
+        done = int(1)
+        while count > 0:
+            count -= 1
+            if entries[count] < best:
+                node = nodes[count]
+                done = int(0)
                 break
     return best + s, face
 
@@ -235,29 +264,68 @@ def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ign
         face = int(-1)
         t = float(0.0)
         if s >= 0.0:
-            if view.flat_ordered != 0:
-                t, face = _walk_flat_ordered(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
-            else:
-                t, face = _walk_flat(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
+            t, face = _walk_flat_ordered(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
         if face >= 0:
             best = t + s
             winner = view.flat_global[face]
             if any_hit != 0:
                 return winner
     if view.num_instances > 0:
-        query = wp.bvh_query_ray(view.tlas, o, safe_direction(d))
-        inst = int(0)
-        while wp.bvh_query_next(query, inst, best):
-            if view.shape_enabled[view.inst_shape[inst]] == wp.uint8(0):
-                continue
-            m = view.inst_to_object[inst]
-            t, face = _walk_instance(view, inst, wp.transform_point(m, o), wp.transform_vector(m, d), tmin, best,
-                                     ignore - view.inst_global[inst], any_hit)
-            if face >= 0 and t < best:
-                best = t
-                winner = view.inst_global[inst] + face
-                if any_hit != 0:
-                    return winner
+        # Near-first walk of the top level; each leaf is an instance, walked in object space.
+        inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+        nodes = wp.vector(dtype=wp.int32, length=64)
+        entries = wp.vector(dtype=wp.float32, length=64)
+        count = int(0)
+        node = view.tlas_root
+        done = int(0)
+        while done == 0:
+            low = view.tlas_lower_index[node]
+            if low[3] < 0:
+                first = low[3] & 0x7FFFFFFF
+                last = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+                for slot in range(first, last):
+                    inst = view.tlas_primitives[slot]
+                    if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
+                        m = view.inst_to_object[inst]
+                        t, face = _walk_instance(view, inst, wp.transform_point(m, o), wp.transform_vector(m, d),
+                                                 tmin, best, ignore - view.inst_global[inst], any_hit)
+                        if face >= 0 and t < best:
+                            best = t
+                            winner = view.inst_global[inst] + face
+                            if any_hit != 0:
+                                return winner
+            else:
+                left = low[3]
+                right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+                t_left = _entry(o, inv_d, view.tlas_lowers[left], view.tlas_uppers[left], best)
+                t_right = _entry(o, inv_d, view.tlas_lowers[right], view.tlas_uppers[right], best)
+                if t_left < INF and t_right < INF:
+                    near = left
+                    far = right
+                    t_far = t_right
+                    if t_right < t_left:
+                        near = right
+                        far = left
+                        t_far = t_left
+                    nodes[count] = far
+                    entries[count] = t_far
+                    count += 1
+                    node = near
+                    continue
+                if t_left < INF:
+                    node = left
+                    continue
+                if t_right < INF:
+                    node = right
+                    continue
+            done = int(1)
+            while count > 0:
+                count -= 1
+                if entries[count] < best:
+                    node = nodes[count]
+                    done = int(0)
+                    break
+    return winner
     return winner
 
 

@@ -7,7 +7,7 @@ import os
 import numpy as np
 import warp as wp
 
-from rayd.engine.bvh_nodes import read_nodes
+from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.runtime import launch_stream
 
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
@@ -102,7 +102,12 @@ class TriangleScene:
         with launch_stream(self.device, stream):
             self._bounds(stream)
             self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=LEAF_SIZE)
-        self.nodes = read_nodes(self.bvh, num_triangles)
+            self.nodes = read_nodes(self.bvh, num_triangles)
+            if self.nodes.depth > MAX_DEPTH:
+                # Degenerate inputs can make SAH trees deeper than the traversal stack:
+                # a median split is balanced (depth about log2 F).
+                self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=LEAF_SIZE)
+                self.nodes = read_nodes(self.bvh, num_triangles)
 
     @property
     def id(self) -> int:
