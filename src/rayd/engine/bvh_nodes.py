@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import warp as wp
 
-#: Stack depth of the ordered traversal; deeper trees use Warp's iterator instead.
+#: Stack depth of the ordered traversal; deeper trees are rebuilt with median splits.
 MAX_DEPTH = 62
 
 
