@@ -408,3 +408,25 @@ def test_bad_input_on_other_device(cuda_device):
     scene, _ = unit_square("cpu")
     with pytest.raises(ValueError, match="'points' is on cuda"):
         scene.nearest_edge(torch.zeros(2, 3, device=cuda_device))
+
+
+def test_edge_queries_never_write_into_the_users_vertices(device):
+    """A later sync() refreshes the edges' own copy, not the registered tensor (one float32 mesh)."""
+    v = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]], device=device)
+    original = v.clone()
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]], device=device)), dynamic=True)
+    scene.build()
+    scene.nearest_edge(torch.zeros(3, device=device))
+    m = torch.eye(4, device=device)
+    m[2, 3] = -1.0
+    scene.set_mesh_transform(0, m)
+    scene.sync()
+    assert torch.equal(v, original)
+    hit = scene.intersect(rt.Ray(torch.tensor([0.2, 0.2, 5.0], device=device), torch.tensor([0.0, 0, -1], device=device)))
+    torch.testing.assert_close(hit.t, torch.tensor(6.0, device=device))
+    scene.sync()
+    assert float(scene.intersect(rt.Ray(torch.tensor([0.2, 0.2, 5.0], device=device),
+                                        torch.tensor([0.0, 0, -1], device=device))).t) == 6.0
+    near = scene.nearest_edge(torch.tensor([0.5, -1.0, -1.0], device=device))
+    torch.testing.assert_close(near.distance, torch.tensor(1.0, device=device))

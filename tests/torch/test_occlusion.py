@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 
 import rayd.torch as rt
@@ -110,3 +111,9 @@ def test_active_masks_and_batch_dims(device):
     assert torch.equal(vis, active)
     empty = scene.shadow_test(rt.Ray(torch.zeros(0, 3, device=device), d))
     assert empty.shape == (0,)
+
+
+def test_visible_shapes_that_do_not_broadcast_name_the_call(device):
+    scene = _sphere_scene(device)
+    with pytest.raises(ValueError, match=r"rayd.torch.Scene.visible\(\).*'start'.*'end'"):
+        scene.visible(torch.zeros(4, 3, device=device), torch.zeros(5, 3, device=device))

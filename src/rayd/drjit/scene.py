@@ -535,6 +535,7 @@ class Scene:
         end = _check.float_array(call, "end", end, 3)
         _check.same_backend(call, "start", start, self._device or _convert.device_name(start), "the scene")
         _check.same_backend(call, "end", end, _convert.device_name(start), "'start'")
+        _check.broadcast(call, [("start", dr.width(start)), ("end", dr.width(end))])
         start, end = dr.detach(start), dr.detach(end)
         ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
         n, blocker = self._trace(call, ray, active, ignore, any_hit=True)

@@ -277,7 +277,9 @@ class SceneEdges:
     def _refresh_points(self) -> None:
         world = placed_vertices(self._shapes, torch.float32, detach=True)
         if self._points is None:
-            self._points = world.contiguous()
+            # Always our own buffer: `world` may be the user's vertex tensor itself (one
+            # float32 mesh without a transform), which sync() must never write into.
+            self._points = world.clone(memory_format=torch.contiguous_format)
         else:
             self._points.copy_(world)
 

@@ -541,6 +541,7 @@ class Scene(EdgeQueries):
         end = _check.float_tensor(call, "end", end, last=3)
         _check.same_device(call, "start", start, self._device or start.device, "the scene")
         _check.same_device(call, "end", end, start.device, "'start'")
+        _check.broadcast(call, [("start", start.shape[:-1]), ("end", end.shape[:-1])])
         ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
         batch, n, blocker = self._trace(call, ray, active, ignore, any_hit=True)
         result = (blocker < 0).reshape(batch) & _wellformed(ray, batch)
