@@ -190,3 +190,19 @@ def test_add_instance_errors(device):
         scene.intersect(rt.Ray(torch.zeros(3, device=device), torch.ones(3, device=device)))
     with pytest.raises(TypeError, match="'flag'"):
         scene.set_shape_enabled(0, 1)
+
+
+def test_non_finite_or_singular_transforms_are_rejected(device):
+    v, f = _box(device)
+    bad = torch.eye(4, device=device)
+    bad[0, 3] = float("nan")
+    flat = torch.eye(4, device=device)
+    flat[2, 2] = 0.0
+    with pytest.raises(ValueError, match=r"rayd.torch.Mesh\(\): 'to_world' holds non-finite"):
+        rt.Mesh(v, f, to_world=bad)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    with pytest.raises(ValueError, match=r"rayd.torch.Scene.add_instance\(\): 'to_world' is singular"):
+        scene.add_instance(0, flat)
+    with pytest.raises(ValueError, match=r"rayd.torch.Scene.set_mesh_transform\(\): 'to_world' holds non-finite"):
+        scene.set_mesh_transform(0, bad)

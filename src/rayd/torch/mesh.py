@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rayd.torch import _check
+from rayd.torch import _check, _convert
 
 _CALL = "rayd.torch.Mesh()"
 
@@ -101,9 +101,18 @@ class Mesh:
 
 
 def check_transform(call: str, name: str, value: object, device: torch.device) -> torch.Tensor:
-    """A (4, 4) float32/float64 matrix on ``device``, else the contract's error."""
+    """A finite, invertible (4, 4) float32/float64 matrix on ``device``, else the contract's error.
+
+    Reads the matrix once (a host synchronisation at ``Mesh()`` / ``add_instance`` /
+    ``set_mesh_transform``, never in queries).
+    """
     value = _check.float_tensor(call, name, value)
     if tuple(value.shape) != (4, 4):
         raise ValueError(f"{call}: '{name}' must have shape (4, 4), got {tuple(value.shape)}")
     _check.same_device(call, name, value, device, "the mesh")
+    plain = _convert.primal(value).double()
+    if not bool(torch.isfinite(plain).all()):
+        raise ValueError(f"{call}: '{name}' holds non-finite values")
+    if float(torch.linalg.det(plain[:3, :3])) == 0.0:
+        raise ValueError(f"{call}: '{name}' is singular (its 3x3 linear part has determinant 0)")
     return value
