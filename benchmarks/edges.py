@@ -41,48 +41,18 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rayd.torch as rt  # noqa: E402
 from rayd.engine import nearest_edge as engine_search  # noqa: E402
 from rayd.torch import _convert  # noqa: E402
 
+from benchmarks.workloads import bumpy_sphere_mesh as sphere_mesh  # noqa: E402
+from benchmarks.workloads import terrain_mesh  # noqa: E402
+
 #: RayD 0.8 on one H200 (issue 6), and the goals, in ms.
 RAYD08_MS = {"terrain_73k_65k": 126.0, "terrain_2M_1M": 1165.0, "sphere_1M_1M": 3090.0, "sphere_1M_1M_top8": 6633.0}
 GOAL_MS = {"terrain_73k_65k": 1.0, "terrain_2M_1M": 10.0, "sphere_1M_1M": 20.0, "sphere_1M_1M_top8": 60.0}
-
-
-def grid_faces(rows: int, cols: int) -> np.ndarray:
-    """Two triangles per cell of a row-major (rows+1) x (cols+1) vertex grid."""
-    r, c = np.meshgrid(np.arange(rows), np.arange(cols), indexing="ij")
-    a = (r * (cols + 1) + c).ravel()
-    b, cc, dd = a + 1, a + cols + 1, a + cols + 2
-    return np.concatenate([np.stack([a, b, dd], 1), np.stack([a, dd, cc], 1)]).astype(np.int32)
-
-
-def terrain_mesh(cells: int) -> tuple[np.ndarray, np.ndarray]:
-    """Height field z = 0.1 sin(6x) cos(5y) on [-1, 1]^2, 2 cells^2 triangles."""
-    x = np.linspace(-1.0, 1.0, cells + 1)
-    gx, gy = np.meshgrid(x, x, indexing="ij")
-    gz = 0.1 * np.sin(6.0 * gx) * np.cos(5.0 * gy)
-    return np.stack([gx, gy, gz], -1).reshape(-1, 3).astype(np.float32), grid_faces(cells, cells)
-
-
-def sphere_mesh(rings: int, segments: int) -> tuple[np.ndarray, np.ndarray]:
-    """Closed bumpy UV sphere, 2 segments (rings - 1) triangles."""
-    theta = np.arange(1, rings) * (math.pi / rings)
-    phi = np.arange(segments) * (2.0 * math.pi / segments)
-    th, ph = np.meshgrid(theta, phi, indexing="ij")
-    r = 1.0 + 0.05 * np.sin(9.0 * th) * np.cos(7.0 * ph)
-    ring = np.stack([r * np.sin(th) * np.cos(ph), r * np.sin(th) * np.sin(ph), r * np.cos(th)], -1).reshape(-1, 3)
-    north, south = len(ring), len(ring) + 1
-    vertices = np.concatenate([ring, [[0, 0, 1.0], [0, 0, -1.0]]]).astype(np.float32)
-    idx = np.arange((rings - 1) * segments).reshape(rings - 1, segments)
-    nxt = np.roll(idx, -1, axis=1)
-    a, b, c, d = idx[:-1], nxt[:-1], idx[1:], nxt[1:]
-    body = np.concatenate([np.stack([a, c, d], -1).reshape(-1, 3), np.stack([a, d, b], -1).reshape(-1, 3)])
-    top = np.stack([np.full(segments, north), idx[0], nxt[0]], -1)
-    bottom = np.stack([np.full(segments, south), nxt[-1], idx[-1]], -1)
-    return vertices, np.concatenate([top, body, bottom]).astype(np.int32)
 
 
 def box_points(vertices: np.ndarray, n: int, seed: int) -> np.ndarray:

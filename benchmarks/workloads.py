@@ -73,15 +73,20 @@ def _grid_faces(rows: int, cols: int) -> np.ndarray:
     return np.concatenate([np.stack([a, dd, b], 1), np.stack([a, cc, dd], 1)]).astype(np.int32)
 
 
-def terrain(cells: int, side: int) -> Workload:
-    """``cells`` x ``cells`` height field, z = 0.1 sin(6x) cos(5y) on [-1, 1]^2 (2 C^2
-    triangles); ``side`` x ``side`` rays straight down from z = 2 through (nearly) the
-    centres of an S x S grid over the same square (coherent; every ray hits)."""
+def terrain_mesh(cells: int) -> tuple[np.ndarray, np.ndarray]:
+    """``cells`` x ``cells`` height field z = 0.1 sin(6x) cos(5y) on [-1, 1]^2: float32
+    vertices (V, 3) and int32 faces (2 C^2, 3), wound counter-clockwise seen from +z."""
     x = np.linspace(-1.0, 1.0, cells + 1)
     gx, gy = np.meshgrid(x, x, indexing="ij")
     gz = 0.1 * np.sin(6.0 * gx) * np.cos(5.0 * gy)
-    vertices = np.stack([gx, gy, gz], -1).reshape(-1, 3).astype(np.float32)
-    faces = _grid_faces(cells, cells)
+    return np.stack([gx, gy, gz], -1).reshape(-1, 3).astype(np.float32), _grid_faces(cells, cells)
+
+
+def terrain(cells: int, side: int) -> Workload:
+    """The :func:`terrain_mesh` of ``cells`` cells; ``side`` x ``side`` rays straight down
+    from z = 2 through (nearly) the centres of an S x S grid over the same square
+    (coherent; every ray hits)."""
+    vertices, faces = terrain_mesh(cells)
     # Pixel centres nudged by +-0.1 pixel in x and y, so that no ray runs down a cell's
     # diagonal (a tie between two triangles) when S is a multiple of C.
     step = 2.0 / side

@@ -128,7 +128,7 @@ def evaluate_hits_adjoint(
     wp.launch(
         _evaluate_hits_kernel,
         dim=n,
-        inputs=[o, _stride(o, n), d, _stride(d, n), global_prim_id, vertices, indices],
+        inputs=[o, per_row(o, n)[1], d, per_row(d, n)[1], global_prim_id, vertices, indices],
         outputs=outputs,
         adj_inputs=[grad_o, 0, grad_d, 0, None, grad_vertices, None],
         adj_outputs=grad_outputs,
@@ -137,6 +137,3 @@ def evaluate_hits_adjoint(
         stream=stream,
     )
 
-
-def _stride(a: wp.array, n: int) -> int:
-    return 0 if a.shape[0] == 1 and n != 1 else 1
