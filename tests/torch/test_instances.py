@@ -98,6 +98,38 @@ def test_instance_transform_update_refits_top_level(device):
     torch.testing.assert_close(hit.t, torch.tensor([math.inf, 6.0], device=device))
 
 
+def test_in_place_batched_transform_update(device):
+    """Instances holding rows of one (N, 4, 4) tensor move together on one in-place write + sync()."""
+    v, f = _box(device)
+    first = torch.stack([_matrix(0.2 * k, (2.0 * k - 3.0, 0.5 * k, 0.0), 0.5 + 0.2 * k, device) for k in range(4)])
+    second = torch.stack([_matrix(-0.3 * k, (1.5 - k, 0.25 * k - 1.0, 0.5), 0.8, device) for k in range(4)])
+    live = first.clone()
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.set_shape_enabled(0, False)
+    ids = [scene.add_instance(0, live[k]) for k in range(4)]
+    scene.build()
+    live.copy_(second)
+    assert scene.has_pending_updates() and not scene.is_ready()
+    with pytest.raises(RuntimeError, match="sync"):
+        scene.intersect(rt.Ray(*_rays(device, n=4)))
+    scene.sync()
+    assert scene.is_ready()
+
+    copies = rt.Scene()
+    for k in range(4):
+        copies.add_mesh(rt.Mesh(_apply(second[k], v), f))
+    copies.build()
+    o, d = _rays(device)
+    a = scene.intersect(rt.Ray(o, d))
+    b = copies.intersect(rt.Ray(o, d))
+    assert int(a.is_valid().sum()) > 100
+    assert torch.equal(a.is_valid(), b.is_valid())
+    hit = a.is_valid()
+    assert torch.equal(a.shape_id[hit], torch.tensor(ids, device=device)[b.shape_id[hit]])
+    torch.testing.assert_close(a.t, b.t, rtol=1e-5, atol=1e-5)
+
+
 def test_dynamic_mesh_moves_its_instances(device):
     v, f = _box(device)
     scene = rt.Scene()

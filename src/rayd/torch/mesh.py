@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from rayd.torch import _check, _convert
@@ -110,9 +112,14 @@ def check_transform(call: str, name: str, value: object, device: torch.device) -
     if tuple(value.shape) != (4, 4):
         raise ValueError(f"{call}: '{name}' must have shape (4, 4), got {tuple(value.shape)}")
     _check.same_device(call, name, value, device, "the mesh")
-    plain = _convert.primal(value).double()
-    if not bool(torch.isfinite(plain).all()):
+    m = _convert.primal(value).detach().tolist()  # one small device-to-host copy; checks run in Python floats
+    if not all(math.isfinite(x) for row in m for x in row):
         raise ValueError(f"{call}: '{name}' holds non-finite values")
-    if float(torch.linalg.det(plain[:3, :3])) == 0.0:
+    det = (
+        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+    )
+    if det == 0.0:
         raise ValueError(f"{call}: '{name}' is singular (its 3x3 linear part has determinant 0)")
     return value
