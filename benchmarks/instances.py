@@ -1,15 +1,19 @@
 """Instances and occlusion on rayd.torch: transform-update time and any hit vs closest hit.
 
 Usage:
-    python benchmarks/instances.py --device cuda [--instances 1000] [--tris 100000] [--json OUT]
+    python benchmarks/instances.py --device cuda [--instances 1000] [--tris 100000] [--mitsuba] [--json OUT]
 
 Workload: ``--instances`` instances of one bumpy UV sphere of about ``--tris``
 triangles, placed on a jittered 3-D grid; 4 M (CUDA) or 256 k (CPU) rays from random
 points on an enclosing sphere toward random points inside the grid. Measures the median
 of 20 synchronised calls after warm-up: ``set_mesh_transform`` on every instance +
-``sync()`` (refits only the top level), the same update written in place into the
-(N, 4, 4) tensor whose rows the instances hold + ``sync()``, closest hit (``intersect``, all fields and
-Minimal) and any hit (``shadow_test``) on the same rays.
+``sync()`` (refits only the top level), the same update as one batched
+``set_mesh_transform(ids, (N, 4, 4))`` call + ``sync()``, and written in place into the
+(N, 4, 4) tensor whose rows the instances hold + ``sync()``; closest hit (``intersect``, all fields and
+Minimal) and any hit (``shadow_test``) on the same rays. With ``--mitsuba`` the same
+scene is also built as Mitsuba 3 instances of one shapegroup and timed the same way
+(``benchmarks/engines/mitsuba3_instances.py``), and the closest-hit ``t`` of both
+engines is compared ray by ray.
 """
 
 from __future__ import annotations
@@ -20,10 +24,20 @@ import math
 import statistics
 import sys
 import time
+from collections.abc import Callable
+
+from pathlib import Path
 
 import torch
 
-import rayd.torch as rt
+if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+try:
+    import rayd  # noqa: F401
+except ImportError:  # a source checkout without `pip install -e .`: use src/
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+
+import rayd.torch as rt  # noqa: E402
 
 
 def uv_sphere(tris: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -68,17 +82,16 @@ def log(message: str) -> None:
     print(f"[instances] {message}", file=sys.stderr, flush=True)
 
 
-def median_ms(fn, device: str, repeats: int = 20) -> float:
+def median_ms(fn: Callable[[], object], sync: Callable[[], object], repeats: int = 20) -> float:
+    """Median wall time in ms of ``repeats`` calls of ``fn`` after 3 warm-up calls, ``sync`` around each."""
     for _ in range(3):
         fn()
     times = []
     for _ in range(repeats):
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         start = time.perf_counter()
         fn()
-        if device == "cuda":
-            torch.cuda.synchronize()
+        sync()
         times.append((time.perf_counter() - start) * 1e3)
     return statistics.median(times)
 
@@ -89,44 +102,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--instances", type=int, default=1000)
     parser.add_argument("--tris", type=int, default=100_000)
     parser.add_argument("--rays", type=int, default=None)
+    parser.add_argument("--mitsuba", action="store_true", help="also time Mitsuba 3 instances of the same scene")
     parser.add_argument("--json", default=None, help="append one JSON line here")
     args = parser.parse_args(argv)
     device = args.device
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rays = args.rays or (1 << 22 if device == "cuda" else 1 << 18)
     g = torch.Generator().manual_seed(0)
     v, f = uv_sphere(args.tris)
-    v, f = v.to(device), f.to(device)
-    scene = rt.Scene()
-    scene.add_mesh(rt.Mesh(v, f))
-    scene.set_shape_enabled(0, True)
-    first = placements(args.instances, g).to(device)
-    second = placements(args.instances, g, shift=0.05).to(device)
-    live = first.clone()  # one (N, 4, 4) tensor; each instance holds a view of its row
-    ids = [scene.add_instance(0, live[k]) for k in range(args.instances)]
-    log("instances added")
-    start = time.perf_counter()
-    scene.build()
-    if device == "cuda":
-        torch.cuda.synchronize()
-    build_ms = (time.perf_counter() - start) * 1e3
+    first, second = placements(args.instances, g), placements(args.instances, g, shift=0.05)
     side = math.ceil(args.instances ** (1 / 3))
     u = torch.randn(rays, 3, generator=g)
     o = 1.5 * side * u / u.norm(dim=1, keepdim=True)
-    target = (torch.rand(rays, 3, generator=g) - 0.5) * side
-    ray = rt.Ray(o.to(device), (target - o).to(device))
+    d = (torch.rand(rays, 3, generator=g) - 0.5) * side - o
 
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v.to(device), f.to(device)))
+    scene.set_shape_enabled(0, False)  # only the instances are in the scene
+    first_d, second_d = first.to(device), second.to(device)
+    live = first_d.clone()  # one (N, 4, 4) tensor; each instance holds a view of its row
+    ids = [scene.add_instance(0, live[k]) for k in range(args.instances)]
+    log("instances added")
+    sync()
+    start = time.perf_counter()
+    scene.build()
+    sync()
+    build_ms = (time.perf_counter() - start) * 1e3
+    ray = rt.Ray(o.to(device), d.to(device))
+    id_tensor = torch.tensor(ids)
     state = {"k": 0}
 
-    def update() -> None:
+    def chosen() -> torch.Tensor:
         state["k"] ^= 1
-        chosen = second if state["k"] else first
-        for k, shape_id in enumerate(ids):
-            scene.set_mesh_transform(shape_id, chosen[k])
-        scene.sync()
+        return second_d if state["k"] else first_d
 
     def update_in_place() -> None:
-        state["k"] ^= 1
-        live.copy_(second if state["k"] else first)  # one batched write; sync() sees the new version
+        live.copy_(chosen())  # one batched write; sync() sees the new version
+        scene.sync()
+
+    def update_per_call() -> None:
+        matrices = chosen()
+        for k, shape_id in enumerate(ids):
+            scene.set_mesh_transform(shape_id, matrices[k])
+        scene.sync()
+
+    def update_batched() -> None:
+        scene.set_mesh_transform(id_tensor, chosen())  # one call, one check
         scene.sync()
 
     log(f"build {build_ms:.1f} ms; timing")
@@ -137,13 +158,30 @@ def main(argv: list[str] | None = None) -> int:
         "mesh_triangles": int(f.shape[0]),
         "rays": rays,
         "build_ms": build_ms,
-        "update_all_transforms_sync_ms": median_ms(update, device),
-        "update_in_place_sync_ms": median_ms(update_in_place, device),
-        "closest_all_ms": median_ms(lambda: scene.intersect(ray), device),
-        "closest_minimal_ms": median_ms(lambda: scene.intersect(ray, flags=rt.RayFlags.Minimal), device),
-        "any_hit_ms": median_ms(lambda: scene.shadow_test(ray), device),
-        "hit_fraction": float(scene.intersect(ray, flags=rt.RayFlags.Minimal).is_valid().float().mean()),
+        # In place first: the other two make the instances hold rows of first/second.
+        "update_in_place_sync_ms": median_ms(update_in_place, sync),
+        "update_all_transforms_sync_ms": median_ms(update_per_call, sync),
+        "update_batched_sync_ms": median_ms(update_batched, sync),
     }
+    if state["k"]:  # back to the first placement
+        update_batched()
+    record["closest_all_ms"] = median_ms(lambda: scene.intersect(ray), sync)
+    record["closest_minimal_ms"] = median_ms(lambda: scene.intersect(ray, flags=rt.RayFlags.Minimal), sync)
+    record["any_hit_ms"] = median_ms(lambda: scene.shadow_test(ray), sync)
+    t = scene.intersect(ray, flags=rt.RayFlags.Minimal).t.double().cpu()
+    record["hit_fraction"] = float(torch.isfinite(t).double().mean())
+    if args.mitsuba:
+        from benchmarks.engines.mitsuba3_instances import measure
+
+        log("mitsuba")
+        figures, t_mi = measure(v.numpy(), f.numpy(), first.numpy(), second.numpy(), o.numpy(), d.numpy(), device,
+                                median_ms)
+        record.update(figures)
+        t_mi = torch.from_numpy(t_mi)
+        same = torch.isfinite(t) == torch.isfinite(t_mi)
+        both = torch.isfinite(t) & torch.isfinite(t_mi)
+        record["agreement_hit_miss"] = float(same.double().mean())
+        record["agreement_max_t_rel"] = float(((t - t_mi).abs() / t_mi.abs().clamp_min(1e-6))[both].max())
     line = json.dumps(record)
     print(line)
     if args.json:

@@ -76,6 +76,22 @@ def test_scalar_to_world_is_accepted(m):
     np.testing.assert_allclose(np.array(hit.t), [2.0], rtol=1e-6)
 
 
+def test_non_finite_or_singular_transforms_are_rejected(m):
+    nan = [[1, 0, 0, math.nan], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]]
+    flat = [[1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 0], [0, 0, 0, 1]]
+    with pytest.raises(ValueError, match=r"rayd.drjit.Mesh\(\): 'to_world' holds non-finite"):
+        _mesh(m, to_world=m.Matrix4f(nan))
+    with pytest.raises(ValueError, match=r"rayd.drjit.Mesh\(\): 'to_world' is singular"):
+        _mesh(m, to_world=dr.scalar.Matrix4f(flat))
+    scene = rd.Scene()
+    scene.add_mesh(_mesh(m))
+    with pytest.raises(ValueError, match=r"rayd.drjit.Scene.add_instance\(\): 'to_world' is singular"):
+        scene.add_instance(0, m.Matrix4f(flat))
+    with pytest.raises(ValueError, match=r"rayd.drjit.Scene.set_mesh_transform\(\): 'to_world' holds non-finite"):
+        scene.set_mesh_transform(0, m.Matrix4f(nan))
+    assert scene.num_shapes == 1
+
+
 # -------------------------------------------------------------------------- Ray
 def test_ray_errors(m):
     o, d = m.Array3f(0, 0, 1), m.Array3f(0, 0, -1)

@@ -238,3 +238,60 @@ def test_non_finite_or_singular_transforms_are_rejected(device):
         scene.add_instance(0, flat)
     with pytest.raises(ValueError, match=r"rayd.torch.Scene.set_mesh_transform\(\): 'to_world' holds non-finite"):
         scene.set_mesh_transform(0, bad)
+
+
+def test_batched_set_mesh_transform(device):
+    """K ids + (K, 4, 4) in one call == K single calls; gradients reach the batch tensor."""
+    v, f = _box(device)
+    first = torch.stack([_matrix(0.3 * k, (2.0 * k - 3.0, 0.0, 0.0), 0.6, device) for k in range(3)])
+    second = torch.stack([_matrix(-0.2 * k, (1.0 - k, 0.5 * k, 0.25), 0.9, device) for k in range(3)])
+    batched, single = rt.Scene(), rt.Scene()
+    for scene in (batched, single):
+        scene.add_mesh(rt.Mesh(v, f))
+        for k in range(3):
+            scene.add_instance(0, first[k])
+        scene.build()
+    ids = torch.tensor([3, 1, 2], device=device)  # order of ids follows the rows of to_world
+    moved = second.clone().requires_grad_(True)
+    batched.set_mesh_transform(ids, moved)
+    batched.sync()
+    for k, shape_id in enumerate(ids.tolist()):
+        single.set_mesh_transform(shape_id, second[k])
+    single.sync()
+    o, d = _rays(device, 3000, seed=5)
+    a, b = batched.intersect(rt.Ray(o, d)), single.intersect(rt.Ray(o, d))
+    assert int(a.is_valid().sum()) > 100
+    assert torch.equal(a.shape_id, b.shape_id) and torch.equal(a.prim_id, b.prim_id)
+    torch.testing.assert_close(a.t, b.t, rtol=0, atol=0)
+    torch.where(a.is_valid(), a.t, 0.0).sum().backward()
+    hit_shapes = set(a.shape_id[a.is_valid()].tolist())
+    for k, shape_id in enumerate(ids.tolist()):
+        assert (moved.grad[k].abs().sum() > 0) == (shape_id in hit_shapes)
+
+
+def test_batched_set_mesh_transform_errors(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.add_instance(0, torch.eye(4, device=device))
+    scene.build()
+    two = torch.eye(4, device=device).repeat(2, 1, 1)
+    call = r"rayd.torch.Scene.set_mesh_transform\(\)"
+    with pytest.raises(ValueError, match=call + r": 'to_world' must have shape \(2, 4, 4\)"):
+        scene.set_mesh_transform([0, 1], torch.eye(4, device=device))
+    with pytest.raises(ValueError, match=call + ": 'shape_id' repeats an id"):
+        scene.set_mesh_transform([1, 1], two)
+    with pytest.raises(ValueError, match=call + r": 'shape_id' must be in \[0, 2\)"):
+        scene.set_mesh_transform([0, 2], two)
+    with pytest.raises(TypeError, match=call + ": 'shape_id'"):
+        scene.set_mesh_transform(torch.zeros(2, device=device), two)
+    with pytest.raises(TypeError, match=call + ": 'shape_id'"):
+        scene.set_mesh_transform("01", two)
+    bad = two.clone()
+    bad[1, 2, 2] = 0.0
+    with pytest.raises(ValueError, match=call + r": 'to_world\[1\]' is singular"):
+        scene.set_mesh_transform([0, 1], bad)
+    bad[1, 2, 2] = float("inf")
+    with pytest.raises(ValueError, match=call + r": 'to_world\[1\]' holds non-finite"):
+        scene.set_mesh_transform([0, 1], bad)
+    assert not scene.has_pending_updates()  # nothing was half-applied

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import drjit as dr
+import numpy as np
 
 from rayd.drjit import _check, _convert
 
@@ -110,9 +111,14 @@ class Mesh:
 
 
 def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> dr.ArrayBase:
-    """A 4x4 float matrix of ``like``'s backend (width 1); scalar matrices are converted."""
+    """A finite, invertible 4x4 float matrix of ``like``'s backend (width 1); scalar matrices are converted.
+
+    Reads the matrix once (a host synchronisation at ``Mesh()`` / ``add_instance`` /
+    ``set_mesh_transform``, never in queries).
+    """
     if isinstance(value, dr.ArrayBase) and dr.is_matrix_v(value) and dr.backend_v(value) == dr.JitBackend.Invalid:
         if dr.size_v(value) == 4 and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64):
+            _check_values(call, name, value)
             plain = _convert.module(_convert.backend_name(like), False)
             return (plain.Matrix4f64 if dr.type_v(value) == dr.VarType.Float64 else plain.Matrix4f)(value)
     value = _check.jit_array(call, name, value)
@@ -125,4 +131,14 @@ def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> 
     _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
     if dr.width(value) != 1:
         raise ValueError(f"{call}: '{name}' must hold one matrix (width 1), got width {dr.width(value)}")
+    _check_values(call, name, value)
     return value
+
+
+def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:
+    """Non-finite entries or a singular 3x3 linear part are the contract's ``ValueError``."""
+    m = np.array(dr.detach(value), dtype=np.float64).reshape(4, 4)
+    if not np.isfinite(m).all():
+        raise ValueError(f"{call}: '{name}' holds non-finite values")
+    if np.linalg.det(m[:3, :3]) == 0.0:
+        raise ValueError(f"{call}: '{name}' is singular (its 3x3 linear part has determinant 0)")

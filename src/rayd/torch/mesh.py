@@ -102,6 +102,27 @@ class Mesh:
         return f"rayd.torch.Mesh(V={self.num_vertices}, F={self.num_faces}, device={self.device}{more})"
 
 
+def check_transforms(call: str, name: str, value: object, count: int, device: torch.device) -> torch.Tensor:
+    """``count`` finite, invertible matrices as one (count, 4, 4) float32/float64 tensor on ``device``.
+
+    Reads the batch once (one host synchronisation for all of them).
+    """
+    value = _check.float_tensor(call, name, value)
+    if tuple(value.shape) != (count, 4, 4):
+        raise ValueError(f"{call}: '{name}' must have shape ({count}, 4, 4) (one matrix per shape id), got "
+                         f"{tuple(value.shape)}")
+    _check.same_device(call, name, value, device, "the mesh")
+    plain = _convert.primal(value).detach().to("cpu", torch.float64)
+    finite = torch.isfinite(plain).flatten(1).all(1)
+    if not bool(finite.all()):
+        raise ValueError(f"{call}: '{name}[{int((~finite).nonzero()[0])}]' holds non-finite values")
+    singular = torch.linalg.det(plain[:, :3, :3]) == 0
+    if bool(singular.any()):
+        raise ValueError(f"{call}: '{name}[{int(singular.nonzero()[0])}]' is singular (its 3x3 linear part has "
+                         "determinant 0)")
+    return value
+
+
 def check_transform(call: str, name: str, value: object, device: torch.device) -> torch.Tensor:
     """A finite, invertible (4, 4) float32/float64 matrix on ``device``, else the contract's error.
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -14,7 +15,7 @@ from rayd.torch._intersect import evaluate
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
-from rayd.torch.mesh import Mesh, check_transform
+from rayd.torch.mesh import Mesh, check_transform, check_transforms
 from rayd.torch.ray import Ray
 
 #: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
@@ -325,23 +326,53 @@ class Scene(EdgeQueries):
                 other.vertices = vertices
         self._pending.add(mesh_id)
 
-    def set_mesh_transform(self, shape_id: int, to_world: torch.Tensor) -> None:
+    def set_mesh_transform(
+        self, shape_id: int | Sequence[int] | torch.Tensor, to_world: torch.Tensor
+    ) -> None:
         """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
 
         Args:
             shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
                 instances follow, as ``M_instance @ M_mesh``); for an instance its own
-                matrix. Any shape may move, dynamic or not.
-            to_world: (4, 4) float32/float64 acting on column vectors. Gradients flow
-                into this tensor.
+                matrix. Any shape may move, dynamic or not. Also a sequence (or 1-D
+                int tensor) of K distinct ids, to set K matrices in one call.
+            to_world: (4, 4) float32/float64 acting on column vectors; (K, 4, 4) with
+                K ids (shape ``shape_id[k]`` gets ``to_world[k]``, a view). Gradients
+                flow into this tensor. Each call reads the matrices once to check them
+                (one host synchronisation), so on CUDA prefer one call with K ids over
+                K calls — or write new values in place into the tensor the shapes
+                hold and call ``sync()``.
 
         Raises:
-            TypeError, ValueError: wrong id type/range, dtype, shape or device.
+            TypeError, ValueError: wrong id type/range, repeated ids, dtype, shape or
+                device; non-finite or singular matrices.
         """
         call = "rayd.torch.Scene.set_mesh_transform()"
-        shape = self._shape(call, "shape_id", shape_id)
-        shape.to_world = check_transform(call, "to_world", to_world, self._device)
-        self._pending.add(shape_id)
+        if isinstance(shape_id, int) and not isinstance(shape_id, bool):
+            shape = self._shape(call, "shape_id", shape_id)
+            shape.to_world = check_transform(call, "to_world", to_world, self._device)
+            self._pending.add(shape_id)
+            return
+        id_list = self._id_list(call, "shape_id", shape_id)
+        matrices = check_transforms(call, "to_world", to_world, len(id_list), self._device)
+        for k, one in enumerate(id_list):
+            self._shapes[one].to_world = matrices[k]
+        self._pending.update(id_list)
+
+    def _id_list(self, call: str, name: str, value: object) -> list[int]:
+        """Distinct, valid shape ids from a sequence or a 1-D integer tensor."""
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+                raise TypeError(f"{call}: '{name}' must be an int, a sequence of ints or a 1-D integer tensor, got "
+                                f"a {value.dtype} tensor of shape {tuple(value.shape)}")
+            value = value.tolist()
+        if not isinstance(value, (list, tuple)):
+            raise TypeError(f"{call}: '{name}' must be an int or a sequence of ints, got {type(value).__name__}")
+        for one in value:
+            self._shape(call, name, one)
+        if len(set(value)) != len(value):
+            raise ValueError(f"{call}: '{name}' repeats an id")
+        return list(value)
 
     def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
         """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
@@ -649,7 +680,7 @@ class Scene(EdgeQueries):
     def _write_instance_transforms(self) -> None:
         """Refresh the engine's float32 ``M_instance @ M_mesh`` rows (a few batched ops)."""
         shapes = [self._shapes[i] for i in self._instance_ids]
-        own = torch.stack([_convert.primal(s.to_world).to(torch.float64) for s in shapes])
+        own = torch.stack([_convert.primal(s.to_world) for s in shapes]).to(torch.float64)  # one gather kernel
         if any(self._shapes[s.base].to_world is not None for s in shapes):
             eye = torch.eye(4, dtype=torch.float64, device=self._device)
             mesh = torch.stack(
