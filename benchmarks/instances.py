@@ -77,6 +77,22 @@ def placements(count: int, generator: torch.Generator, shift: float = 0.0) -> to
     return m
 
 
+def workload(instances: int, tris: int, rays: int) -> tuple[torch.Tensor, ...]:
+    """(vertices, faces, first placements, second placements, ray origins, ray directions), seeded.
+
+    Rays start on a sphere of radius 1.5 x the grid side and aim at random points in
+    the grid (unnormalised directions: ``t = 1`` is the target).
+    """
+    g = torch.Generator().manual_seed(0)
+    v, f = uv_sphere(tris)
+    first, second = placements(instances, g), placements(instances, g, shift=0.05)
+    side = math.ceil(instances ** (1 / 3))
+    u = torch.randn(rays, 3, generator=g)
+    o = 1.5 * side * u / u.norm(dim=1, keepdim=True)
+    d = (torch.rand(rays, 3, generator=g) - 0.5) * side - o
+    return v, f, first, second, o, d
+
+
 def log(message: str) -> None:
     """Progress on stderr (so a run cut short shows how far it got)."""
     print(f"[instances] {message}", file=sys.stderr, flush=True)
@@ -108,13 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rays = args.rays or (1 << 22 if device == "cuda" else 1 << 18)
-    g = torch.Generator().manual_seed(0)
-    v, f = uv_sphere(args.tris)
-    first, second = placements(args.instances, g), placements(args.instances, g, shift=0.05)
-    side = math.ceil(args.instances ** (1 / 3))
-    u = torch.randn(rays, 3, generator=g)
-    o = 1.5 * side * u / u.norm(dim=1, keepdim=True)
-    d = (torch.rand(rays, 3, generator=g) - 0.5) * side - o
+    v, f, first, second, o, d = workload(args.instances, args.tris, rays)
 
     scene = rt.Scene()
     scene.add_mesh(rt.Mesh(v.to(device), f.to(device)))

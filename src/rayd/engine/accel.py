@@ -59,7 +59,7 @@ class SceneAccel:
         view.shape_enabled = shape_enabled
         view.all_enabled = 1
         if instances is None:
-            dummy_mat = wp.zeros(1, dtype=wp.mat44, device=device)
+            dummy_mat = wp.zeros(1, dtype=wp.mat44d, device=device)
             dummy_int = wp.zeros(1, dtype=wp.int32, device=device)
             view.num_instances = 0
             dummy = dummy_nodes(device)

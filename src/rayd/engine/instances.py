@@ -26,13 +26,14 @@ def _instances_bounds_kernel(
     object_lowers: wp.array(dtype=wp.vec3),
     object_uppers: wp.array(dtype=wp.vec3),
     to_world: wp.array(dtype=wp.mat44),
-    to_object: wp.array(dtype=wp.mat44),
+    to_object: wp.array(dtype=wp.mat44d),
     lowers: wp.array(dtype=wp.vec3),
     uppers: wp.array(dtype=wp.vec3),
 ):
     i = wp.tid()
     m = to_world[i]
-    to_object[i] = wp.inverse(m)
+    # The inverse in float64: rays are taken into object space in float64 (traversal.py).
+    to_object[i] = wp.inverse(wp.mat44d(m))
     a = object_lowers[blas_slot[i]]
     b = object_uppers[blas_slot[i]]
     lo = wp.vec3(1.0e30, 1.0e30, 1.0e30)
@@ -75,7 +76,7 @@ class InstanceLevel:
         self.object_lowers = wp.empty(len(blas), dtype=wp.vec3, device=self.device)
         self.object_uppers = wp.empty(len(blas), dtype=wp.vec3, device=self.device)
         self.to_world = to_world
-        self.to_object = wp.empty(self.count, dtype=wp.mat44, device=self.device)
+        self.to_object = wp.empty(self.count, dtype=wp.mat44d, device=self.device)
         self.lowers = wp.empty(self.count, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(self.count, dtype=wp.vec3, device=self.device)
         # All bottom levels' nodes in one set of arrays, so that kernels can walk any

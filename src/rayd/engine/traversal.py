@@ -54,7 +54,7 @@ class SceneView:
     inst_prim_base: wp.array(dtype=wp.int32)  # first primitive slot of its BLAS per instance
     inst_root: wp.array(dtype=wp.int32)  # root node of its BLAS (local) per instance
     inst_face_base: wp.array(dtype=wp.int32)  # first face row in blas_indices per instance
-    inst_to_object: wp.array(dtype=wp.mat44)  # world -> object per instance
+    inst_to_object: wp.array(dtype=wp.mat44d)  # world -> object per instance (float64)
     inst_shape: wp.array(dtype=wp.int32)  # shape id per instance
     inst_global: wp.array(dtype=wp.int32)  # first global_prim_id per instance
 
@@ -179,14 +179,20 @@ def _approach(o: wp.vec3, d: wp.vec3, magnitude: float) -> float:
 
 
 @wp.func
-def _walk_instance(view: SceneView, inst: int, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float,
+def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmin: float, tmax: float,
                    ignore_local: int, any_hit: int) -> tuple[float, int]:
-    """Near-first walk of one instance's BLAS (object-space ray): (t, local face) or (tmax, -1)."""
+    """Near-first walk of one instance's BLAS: (t, local face) or (tmax, -1).
+
+    ``o64``, ``d64``: the ray in object space, transformed in float64; the origin is
+    moved near the mesh (``_approach``) before it is rounded to float32, so a distant
+    origin costs no precision.
+    """
     face = int(-1)
-    s = _approach(o, d, view.blas_magnitude[0])
+    d = wp.vec3(d64)
+    s = _approach(wp.vec3(o64), d, view.blas_magnitude[0])
     if s < 0.0:
         return tmax, face
-    o = o + s * d
+    o = wp.vec3(o64 + wp.float64(s) * d64)
     tmin = tmin - s
     best = tmax - s
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
@@ -287,8 +293,9 @@ def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ign
                     inst = view.tlas_primitives[slot]
                     if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
                         m = view.inst_to_object[inst]
-                        t, face = _walk_instance(view, inst, wp.transform_point(m, o), wp.transform_vector(m, d),
-                                                 tmin, best, ignore - view.inst_global[inst], any_hit)
+                        t, face = _walk_instance(view, inst, wp.transform_point(m, wp.vec3d(o)),
+                                                 wp.transform_vector(m, wp.vec3d(d)), tmin, best,
+                                                 ignore - view.inst_global[inst], any_hit)
                         if face >= 0 and t < best:
                             best = t
                             winner = view.inst_global[inst] + face
@@ -325,7 +332,6 @@ def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ign
                     node = nodes[count]
                     done = int(0)
                     break
-    return winner
     return winner
 
 
