@@ -295,3 +295,27 @@ def test_batched_set_mesh_transform_errors(device):
     with pytest.raises(ValueError, match=call + r": 'to_world\[1\]' holds non-finite"):
         scene.set_mesh_transform([0, 1], bad)
     assert not scene.has_pending_updates()  # nothing was half-applied
+
+
+def test_coincident_instances(device):
+    """Many instances at one place (identical top-level boxes): hits and occlusion stay right."""
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.set_shape_enabled(0, False)
+    m = _matrix(0.0, (2.0, 0.0, 0.0), device=device)
+    ids = [scene.add_instance(0, m) for _ in range(40)]
+    far = scene.add_instance(0, _matrix(0.0, (2.0, 0.0, -3.0), device=device))
+    scene.build()
+    ray = rt.Ray(torch.tensor([[2.5, 0.5, 5.0], [9.0, 0.5, 5.0]], device=device),
+                 torch.tensor([0.0, 0.0, -1.0], device=device))
+    hit = scene.intersect(ray)
+    torch.testing.assert_close(hit.t, torch.tensor([4.0, math.inf], device=device))
+    assert int(hit.shape_id[0]) in ids and int(hit.shape_id[1]) == -1
+    assert scene.shadow_test(ray).tolist() == [True, False]
+    for shape_id in ids:
+        scene.set_shape_enabled(shape_id, False)
+    scene.sync()
+    hit = scene.intersect(ray)
+    assert hit.shape_id.tolist() == [far, -1]
+    torch.testing.assert_close(hit.t, torch.tensor([7.0, math.inf], device=device))
