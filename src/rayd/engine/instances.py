@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.runtime import launch_stream
-from rayd.engine.traversal import TWO_LEVEL_STACK
 from rayd.engine.triangles import TriangleScene
 
 # Bounds kernels have no derivatives: skip generating adjoint code (faster first compile).
@@ -101,32 +99,9 @@ class InstanceLevel:
             self._bounds(stream)
             self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="sah", leaf_size=1)
             self.nodes = read_nodes(self.bvh, self.count)
-            if not self._fits_stack():
-                # A median split is balanced (depth about log2 of the instance count).
+            if self.nodes.depth > MAX_DEPTH:
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=1)
                 self.nodes = read_nodes(self.bvh, self.count)
-                if not self._fits_stack():
-                    raise RuntimeError(
-                        f"rayd.engine: the two-level BVH is too deep for the traversal stack "
-                        f"({TWO_LEVEL_STACK} entries): top level depth {self.nodes.depth}, deepest BLAS "
-                        f"{max(b.nodes.depth for b in self.blas)}"
-                    )
-
-    def _fits_stack(self) -> bool:
-        """Whether the walk's one stack holds the top level's pending nodes and leaf, a marker and any BLAS's."""
-        lower = self.nodes.lower_index.numpy()[:, 3]
-        upper = self.nodes.upper_index.numpy()[:, 3] & 0x7FFFFFFF
-        widest, frontier = 1, np.array([self.nodes.root])
-        for _ in range(self.nodes.depth + 1):  # level by level from the root: reachable nodes only
-            leaf = lower[frontier] < 0
-            spans = upper[frontier[leaf]] - (lower[frontier[leaf]] & 0x7FFFFFFF)
-            widest = max(widest, int(spans.max()) if spans.size else 1)
-            inner = frontier[~leaf]
-            frontier = np.concatenate((lower[inner], upper[inner]))
-            if frontier.size == 0:
-                break
-        need = self.nodes.depth + widest + 1 + max(b.nodes.depth for b in self.blas)
-        return self.nodes.depth <= MAX_DEPTH and need <= TWO_LEVEL_STACK
 
     def _copy_nodes(self, stream: wp.Stream | None, primitives: bool) -> None:
         """Copy every BLAS's node boxes (and, at build, primitive lists) into the shared arrays."""

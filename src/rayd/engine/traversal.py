@@ -178,159 +178,81 @@ def _approach(o: wp.vec3, d: wp.vec3, magnitude: float) -> float:
     return near * (1.0 - 1.0e-6)
 
 
-#: Entries of the one stack shared by the top level and an instance's BLAS: the top
-#: level's pending nodes, one marker, the BLAS's pending nodes (InstanceLevel checks
-#: that its depth plus its largest leaf plus the deepest BLAS fit).
-TWO_LEVEL_STACK = 96
-_MARKER = wp.constant(-1)  # on the stack: leave the current BLAS (back to world space)
-_NONE = wp.constant(-2**30)  # "no current item": pop the next one
-
-
 @wp.func
-def _walk_instances(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                    any_hit: int) -> tuple[float, int]:
-    """Near-first walk of the top level and, from its leaves, of each instance's BLAS: (t, global id).
+def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmin: float, tmax: float,
+                   ignore_local: int, any_hit: int) -> tuple[float, int]:
+    """Near-first walk of one instance's BLAS: (t, local face) or (tmax, -1).
 
-    One loop and one stack serve both levels (Aila and Laine 2009, "Understanding the
-    efficiency of ray traversal on GPUs", while-while traversal; two-level stacks as
-    in Wald et al. 2014, Embree): entering an instance pushes a marker, transforms the
-    ray into object space in float64 and moves its origin near the mesh
-    (``_approach``) before rounding to float32, so a distant origin costs no precision;
-    popping the marker returns to the world-space ray. Stack items: a node index
-    (of the current level), ``_MARKER``, or ``-(slot + 3)`` for instance
-    ``tlas_primitives[slot]`` still to enter. All entry distances and ``best`` are in
-    world-ray units (a BLAS-local ``t`` plus the origin shift).
+    ``o64``, ``d64``: the ray in object space, transformed in float64; the origin is
+    moved near the mesh (``_approach``) before it is rounded to float32, so a distant
+    origin costs no precision.
     """
-    inv_world = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
-    best = tmax
-    winner = int(-1)
-    nodes = wp.vector(dtype=wp.int32, length=TWO_LEVEL_STACK)
-    entries = wp.vector(dtype=wp.float32, length=TWO_LEVEL_STACK)
+    face = int(-1)
+    d = wp.vec3(d64)
+    s = _approach(wp.vec3(o64), d, view.blas_magnitude[0])
+    if s < 0.0:
+        return tmax, face
+    o = wp.vec3(o64 + wp.float64(s) * d64)
+    tmin = tmin - s
+    best = tmax - s
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    node_base = view.inst_node_base[inst]
+    prim_base = view.inst_prim_base[inst]
+    base = view.inst_face_base[inst]
+    nodes = wp.vector(dtype=wp.int32, length=64)
+    entries = wp.vector(dtype=wp.float32, length=64)
     count = int(0)
-    # The current BLAS (inst >= 0) and its ray: origin ro = object-space o moved by `shift`.
-    inst = int(-1)
-    ro = o
-    rd = d
-    r_inv = inv_world
-    shift = float(0.0)
-    node_base = int(0)
-    prim_base = int(0)
-    face_base = int(0)
-    ignore_local = int(-1)
-    item = view.tlas_root
-    item_entry = float(0.0)
-    while item != _NONE:
-        if item <= -3:
-            # Enter an instance: its BLAS root becomes the current item.
-            k = view.tlas_primitives[-item - 3]
-            item = _NONE
-            if view.shape_enabled[view.inst_shape[k]] != wp.uint8(0):
-                m = view.inst_to_object[k]
-                o64 = wp.transform_point(m, wp.vec3d(o))
-                d64 = wp.transform_vector(m, wp.vec3d(d))
-                rd = wp.vec3(d64)
-                step = _approach(wp.vec3(o64), rd, view.blas_magnitude[0])
-                if step >= 0.0:
-                    nodes[count] = _MARKER
-                    entries[count] = -INF
-                    count += 1
-                    inst = k
-                    shift = step
-                    ro = wp.vec3(o64 + wp.float64(step) * d64)
-                    r_inv = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(rd))
-                    node_base = view.inst_node_base[k]
-                    prim_base = view.inst_prim_base[k]
-                    face_base = view.inst_face_base[k]
-                    ignore_local = ignore - view.inst_global[k]
-                    item = view.inst_root[k]
-        elif inst < 0:
-            # A top-level node (world space).
-            low = view.tlas_lower_index[item]
-            if low[3] < 0:
-                first = low[3] & 0x7FFFFFFF
-                last = view.tlas_upper_index[item][3] & 0x7FFFFFFF
-                for slot in range(first + 1, last):
-                    nodes[count] = -(slot + 3)
-                    entries[count] = item_entry
-                    count += 1
-                item = -(first + 3)
-            else:
-                left = low[3]
-                right = view.tlas_upper_index[item][3] & 0x7FFFFFFF
-                t_left = _entry(o, inv_world, view.tlas_lowers[left], view.tlas_uppers[left], best)
-                t_right = _entry(o, inv_world, view.tlas_lowers[right], view.tlas_uppers[right], best)
-                item = _NONE
-                if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        nodes[count] = left
-                        entries[count] = t_left
-                        item = right
-                        item_entry = t_right
-                    else:
-                        nodes[count] = right
-                        entries[count] = t_right
-                        item = left
-                        item_entry = t_left
-                    count += 1
-                elif t_left < INF:
-                    item = left
-                    item_entry = t_left
-                elif t_right < INF:
-                    item = right
-                    item_entry = t_right
+    node = view.inst_root[inst]
+    done = int(0)
+    while done == 0:
+        low = view.blas_lower_index[node_base + node]
+        if low[3] < 0:
+            first = low[3] & 0x7FFFFFFF
+            last = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
+            for slot in range(first, last):
+                f = view.blas_primitives[prim_base + slot]
+                if f != ignore_local:
+                    row = 3 * (base + f)
+                    t = watertight_t(o, d, view.blas_points[view.blas_indices[row]],
+                                     view.blas_points[view.blas_indices[row + 1]],
+                                     view.blas_points[view.blas_indices[row + 2]])
+                    if t > tmin and t < best:
+                        best = t
+                        face = f
+            if face >= 0 and any_hit != 0:
+                return best + s, face
         else:
-            # A node of the current instance's BLAS (object space, origin moved by `shift`).
-            low = view.blas_lower_index[node_base + item]
-            if low[3] < 0:
-                first = low[3] & 0x7FFFFFFF
-                last = view.blas_upper_index[node_base + item][3] & 0x7FFFFFFF
-                for slot in range(first, last):
-                    f = view.blas_primitives[prim_base + slot]
-                    if f != ignore_local:
-                        row = 3 * (face_base + f)
-                        t = watertight_t(ro, rd, view.blas_points[view.blas_indices[row]],
-                                         view.blas_points[view.blas_indices[row + 1]],
-                                         view.blas_points[view.blas_indices[row + 2]])
-                        if t > tmin - shift and t + shift < best:
-                            best = t + shift
-                            winner = view.inst_global[inst] + f
-                if winner >= 0 and any_hit != 0:
-                    return best, winner
-                item = _NONE
-            else:
-                left = low[3]
-                right = view.blas_upper_index[node_base + item][3] & 0x7FFFFFFF
-                reach = best - shift
-                t_left = _entry(ro, r_inv, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left],
-                                reach)
-                t_right = _entry(ro, r_inv, view.blas_lowers[node_base + right],
-                                 view.blas_uppers[node_base + right], reach)
-                item = _NONE
-                if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        nodes[count] = left
-                        entries[count] = t_left + shift
-                        item = right
-                    else:
-                        nodes[count] = right
-                        entries[count] = t_right + shift
-                        item = left
-                    count += 1
-                elif t_left < INF:
-                    item = left
-                elif t_right < INF:
-                    item = right
-        if item == _NONE:
-            # Pop the next item still in front of the closest hit so far.
-            while count > 0:
-                count -= 1
-                if nodes[count] == _MARKER:
-                    inst = -1  # back to the top level
-                elif entries[count] < best:
-                    item = nodes[count]
-                    item_entry = entries[count]
-                    break
-    return best, winner
+            left = low[3]
+            right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
+            t_left = _entry(o, inv_d, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left], best)
+            t_right = _entry(o, inv_d, view.blas_lowers[node_base + right], view.blas_uppers[node_base + right], best)
+            if t_left < INF and t_right < INF:
+                near = left
+                far = right
+                t_far = t_right
+                if t_right < t_left:
+                    near = right
+                    far = left
+                    t_far = t_left
+                nodes[count] = far
+                entries[count] = t_far
+                count += 1
+                node = near
+                continue
+            if t_left < INF:
+                node = left
+                continue
+            if t_right < INF:
+                node = right
+                continue
+        done = int(1)
+        while count > 0:
+            count -= 1
+            if entries[count] < best:
+                node = nodes[count]
+                done = int(0)
+                break
+    return best + s, face
 
 
 @wp.func
@@ -355,9 +277,61 @@ def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ign
             if any_hit != 0:
                 return winner
     if view.num_instances > 0:
-        t, face = _walk_instances(view, o, d, tmin, best, ignore, any_hit)
-        if face >= 0:
-            winner = face
+        # Near-first walk of the top level; each leaf is an instance, walked in object space.
+        inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+        nodes = wp.vector(dtype=wp.int32, length=64)
+        entries = wp.vector(dtype=wp.float32, length=64)
+        count = int(0)
+        node = view.tlas_root
+        done = int(0)
+        while done == 0:
+            low = view.tlas_lower_index[node]
+            if low[3] < 0:
+                first = low[3] & 0x7FFFFFFF
+                last = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+                for slot in range(first, last):
+                    inst = view.tlas_primitives[slot]
+                    if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
+                        m = view.inst_to_object[inst]
+                        t, face = _walk_instance(view, inst, wp.transform_point(m, wp.vec3d(o)),
+                                                 wp.transform_vector(m, wp.vec3d(d)), tmin, best,
+                                                 ignore - view.inst_global[inst], any_hit)
+                        if face >= 0 and t < best:
+                            best = t
+                            winner = view.inst_global[inst] + face
+                            if any_hit != 0:
+                                return winner
+            else:
+                left = low[3]
+                right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+                t_left = _entry(o, inv_d, view.tlas_lowers[left], view.tlas_uppers[left], best)
+                t_right = _entry(o, inv_d, view.tlas_lowers[right], view.tlas_uppers[right], best)
+                if t_left < INF and t_right < INF:
+                    near = left
+                    far = right
+                    t_far = t_right
+                    if t_right < t_left:
+                        near = right
+                        far = left
+                        t_far = t_left
+                    nodes[count] = far
+                    entries[count] = t_far
+                    count += 1
+                    node = near
+                    continue
+                if t_left < INF:
+                    node = left
+                    continue
+                if t_right < INF:
+                    node = right
+                    continue
+            done = int(1)
+            while count > 0:
+                count -= 1
+                if entries[count] < best:
+                    node = nodes[count]
+                    done = int(0)
+                    break
     return winner
 
 
