@@ -286,6 +286,7 @@ class Scene:
                 inst_global,
             )
         self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+        self._accel.set_flat_enabled(any(s.enabled for s in self._shapes if not s.is_instance))
         _convert.fence(device)
         for shape in self._shapes:
             self._record_versions(shape)
@@ -414,6 +415,7 @@ class Scene:
             flags = _convert.module(self._backend, False).UInt8([1 if s.enabled else 0 for s in shapes])
             wp.copy(self._shape_enabled_view, _convert.scalar_view(flags, self._device), stream=stream)
             self._accel.set_all_enabled(all(s.enabled for s in shapes))
+            self._accel.set_flat_enabled(any(s.enabled for s in shapes if not s.is_instance))
             self._enabled_dirty = False
         for shape_id, shape in enumerate(shapes):
             if shape_id in todo or (shape.is_instance and shape.base in todo):

@@ -24,7 +24,7 @@ class SceneAccel:
         inst_global: int32 (I,) first ``global_prim_id`` of each instance.
 
     The frontend owns every array and may rewrite ``shape_enabled`` in place, then
-    call :meth:`set_all_enabled`.
+    call :meth:`set_all_enabled` (and :meth:`set_flat_enabled`).
     """
 
     def __init__(
@@ -40,6 +40,7 @@ class SceneAccel:
     ) -> None:
         self.device = device
         self.flat = flat
+        self.flat_enabled = True
         self.instances = instances
         view = SceneView()
         view.has_flat = 0 if flat is None else 1
@@ -99,6 +100,17 @@ class SceneAccel:
             view.inst_shape = inst_shape
             view.inst_global = inst_global
         self.view = view
+
+    @property
+    def walks(self) -> str:
+        """Which parts a query must walk: ``"flat"``, ``"instances"`` or ``"both"`` (picks the search kernel)."""
+        if self.instances is None:
+            return "flat"
+        return "both" if self.flat_enabled else "instances"
+
+    def set_flat_enabled(self, flag: bool) -> None:
+        """Tell the search whether any mesh of the flat BVH is enabled (if none, it walks only the instances)."""
+        self.flat_enabled = bool(flag)
 
     def set_all_enabled(self, flag: bool) -> None:
         """Tell kernels whether every shape is enabled (enables the ordered fast path)."""

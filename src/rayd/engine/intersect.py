@@ -12,41 +12,52 @@ import warp as wp
 from rayd.engine.accel import SceneAccel
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
-from rayd.engine.traversal import SceneView, ray_is_wellformed, trace
+from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
 from rayd.engine.triangles import TriangleScene
 
 # Search kernels have no derivatives: skip generating adjoint code (halves the first compile).
 wp.set_module_options({"enable_backward": False})
 
 
-@wp.kernel
-def _intersect_search_kernel(
-    scene: SceneView,
-    o: wp.array(dtype=wp.vec3),
-    o_stride: int,
-    d: wp.array(dtype=wp.vec3),
-    d_stride: int,
-    tmin: wp.array(dtype=float),
-    tmin_stride: int,
-    tmax: wp.array(dtype=float),
-    tmax_stride: int,
-    active: wp.array(dtype=wp.uint8),
-    active_stride: int,
-    ignore: wp.array(dtype=wp.int32),
-    ignore_stride: int,
-    any_hit: int,
-    global_prim_id: wp.array(dtype=wp.int32),
-):
-    i = wp.tid()
-    winner = int(-1)
-    if active[i * active_stride] != wp.uint8(0):
-        oi = o[i * o_stride]
-        di = d[i * d_stride]
-        t0 = tmin[i * tmin_stride]
-        t1 = tmax[i * tmax_stride]
-        if ray_is_wellformed(oi, di, t0, t1):
-            winner = trace(scene, oi, di, t0, t1, ignore[i * ignore_stride], any_hit)
-    global_prim_id[i] = wp.int32(winner)
+def _search_kernel(trace_fn: wp.Function) -> wp.Kernel:
+    """The search kernel over ``trace_fn`` (each variant compiles only the walks it needs)."""
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def _intersect_search_kernel(
+        scene: SceneView,
+        o: wp.array(dtype=wp.vec3),
+        o_stride: int,
+        d: wp.array(dtype=wp.vec3),
+        d_stride: int,
+        tmin: wp.array(dtype=float),
+        tmin_stride: int,
+        tmax: wp.array(dtype=float),
+        tmax_stride: int,
+        active: wp.array(dtype=wp.uint8),
+        active_stride: int,
+        ignore: wp.array(dtype=wp.int32),
+        ignore_stride: int,
+        any_hit: int,
+        global_prim_id: wp.array(dtype=wp.int32),
+    ):
+        i = wp.tid()
+        winner = int(-1)
+        if active[i * active_stride] != wp.uint8(0):
+            oi = o[i * o_stride]
+            di = d[i * d_stride]
+            t0 = tmin[i * tmin_stride]
+            t1 = tmax[i * tmax_stride]
+            if ray_is_wellformed(oi, di, t0, t1):
+                winner = trace_fn(scene, oi, di, t0, t1, ignore[i * ignore_stride], any_hit)
+        global_prim_id[i] = wp.int32(winner)
+
+    return _intersect_search_kernel
+
+
+#: One search kernel per combination of parts a scene has; a kernel that also holds the
+#: instance walk needs more registers, which slowed the flat walk on the H200.
+_SEARCH_KERNELS = {"flat": _search_kernel(trace_flat), "instances": _search_kernel(trace_instances),
+                   "both": _search_kernel(trace)}
 
 
 def search(
@@ -76,7 +87,7 @@ def search(
     if n == 0:
         return
     launch_rows(
-        _intersect_search_kernel,
+        _SEARCH_KERNELS[accel.walks],
         n,
         [accel.view, *rays.launch_args(n), 1 if any_hit else 0],
         [global_prim_id],

@@ -256,82 +256,120 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmi
 
 
 @wp.func
+def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                    any_hit: int) -> tuple[float, int]:
+    """Near-first walk of the top level, each leaf an instance walked in object space: (t, global id) or (tmax, -1)."""
+    best = tmax
+    winner = int(-1)
+    # Near-first walk of the top level; each leaf is an instance, walked in object space.
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    nodes = wp.vector(dtype=wp.int32, length=64)
+    entries = wp.vector(dtype=wp.float32, length=64)
+    count = int(0)
+    node = view.tlas_root
+    done = int(0)
+    while done == 0:
+        low = view.tlas_lower_index[node]
+        if low[3] < 0:
+            first = low[3] & 0x7FFFFFFF
+            last = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+            for slot in range(first, last):
+                inst = view.tlas_primitives[slot]
+                if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
+                    m = view.inst_to_object[inst]
+                    t, face = _walk_instance(view, inst, wp.transform_point(m, wp.vec3d(o)),
+                                             wp.transform_vector(m, wp.vec3d(d)), tmin, best,
+                                             ignore - view.inst_global[inst], any_hit)
+                    if face >= 0 and t < best:
+                        best = t
+                        winner = view.inst_global[inst] + face
+                        if any_hit != 0:
+                            return best, winner
+        else:
+            left = low[3]
+            right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+            t_left = _entry(o, inv_d, view.tlas_lowers[left], view.tlas_uppers[left], best)
+            t_right = _entry(o, inv_d, view.tlas_lowers[right], view.tlas_uppers[right], best)
+            if t_left < INF and t_right < INF:
+                near = left
+                far = right
+                t_far = t_right
+                if t_right < t_left:
+                    near = right
+                    far = left
+                    t_far = t_left
+                nodes[count] = far
+                entries[count] = t_far
+                count += 1
+                node = near
+                continue
+            if t_left < INF:
+                node = left
+                continue
+            if t_right < INF:
+                node = right
+                continue
+        done = int(1)
+        while count > 0:
+            count -= 1
+            if entries[count] < best:
+                node = nodes[count]
+                done = int(0)
+                break
+    return best, winner
+
+
+@wp.func
+def _start_at_tmin(o: wp.vec3, d: wp.vec3, tmin: float, tmax: float) -> tuple[wp.vec3, float, float]:
+    """BVH ray queries skip boxes behind the origin: a ray with tmin < 0 starts at tmin instead."""
+    if tmin < 0.0:
+        return o + tmin * d, 0.0, tmax - tmin
+    return o, tmin, tmax
+
+
+@wp.func
+def _flat_search(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                 any_hit: int) -> tuple[float, int]:
+    """The flat BVH's closest (or any) hit: (t, global id) or (tmax, -1)."""
+    s = _approach(o, d, view.flat_magnitude[0])
+    if s >= 0.0:
+        t, face = _walk_flat_ordered(view, o + s * d, d, tmin - s, tmax - s, ignore, any_hit)
+        if face >= 0:
+            return t + s, view.flat_global[face]
+    return tmax, -1
+
+
+@wp.func
 def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
     """``global_prim_id`` of the closest (or with ``any_hit``, any) hit with tmin < t < tmax, or -1."""
-    if tmin < 0.0:
-        # BVH ray queries skip boxes behind the origin: start the ray at tmin instead.
-        o = o + tmin * d
-        tmax = tmax - tmin
-        tmin = 0.0
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
     best = tmax
     winner = int(-1)
     if view.has_flat != 0:
-        s = _approach(o, d, view.flat_magnitude[0])
-        face = int(-1)
-        t = float(0.0)
-        if s >= 0.0:
-            t, face = _walk_flat_ordered(view, o + s * d, d, tmin - s, best - s, ignore, any_hit)
-        if face >= 0:
-            best = t + s
-            winner = view.flat_global[face]
-            if any_hit != 0:
-                return winner
+        best, winner = _flat_search(view, o, d, tmin, tmax, ignore, any_hit)
+        if winner >= 0 and any_hit != 0:
+            return winner
     if view.num_instances > 0:
-        # Near-first walk of the top level; each leaf is an instance, walked in object space.
-        inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
-        nodes = wp.vector(dtype=wp.int32, length=64)
-        entries = wp.vector(dtype=wp.float32, length=64)
-        count = int(0)
-        node = view.tlas_root
-        done = int(0)
-        while done == 0:
-            low = view.tlas_lower_index[node]
-            if low[3] < 0:
-                first = low[3] & 0x7FFFFFFF
-                last = view.tlas_upper_index[node][3] & 0x7FFFFFFF
-                for slot in range(first, last):
-                    inst = view.tlas_primitives[slot]
-                    if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
-                        m = view.inst_to_object[inst]
-                        t, face = _walk_instance(view, inst, wp.transform_point(m, wp.vec3d(o)),
-                                                 wp.transform_vector(m, wp.vec3d(d)), tmin, best,
-                                                 ignore - view.inst_global[inst], any_hit)
-                        if face >= 0 and t < best:
-                            best = t
-                            winner = view.inst_global[inst] + face
-                            if any_hit != 0:
-                                return winner
-            else:
-                left = low[3]
-                right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
-                t_left = _entry(o, inv_d, view.tlas_lowers[left], view.tlas_uppers[left], best)
-                t_right = _entry(o, inv_d, view.tlas_lowers[right], view.tlas_uppers[right], best)
-                if t_left < INF and t_right < INF:
-                    near = left
-                    far = right
-                    t_far = t_right
-                    if t_right < t_left:
-                        near = right
-                        far = left
-                        t_far = t_left
-                    nodes[count] = far
-                    entries[count] = t_far
-                    count += 1
-                    node = near
-                    continue
-                if t_left < INF:
-                    node = left
-                    continue
-                if t_right < INF:
-                    node = right
-                    continue
-            done = int(1)
-            while count > 0:
-                count -= 1
-                if entries[count] < best:
-                    node = nodes[count]
-                    done = int(0)
-                    break
+        t, found = _walk_top_level(view, o, d, tmin, best, ignore, any_hit)
+        if found >= 0:
+            winner = found
+    return winner
+
+
+@wp.func
+def trace_flat(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
+    """:func:`trace` for scenes without instances (a smaller kernel: fewer registers)."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _flat_search(view, o, d, tmin, tmax, ignore, any_hit)
+    return winner
+
+
+@wp.func
+def trace_instances(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                    any_hit: int) -> int:
+    """:func:`trace` for scenes whose meshes are all disabled (only instances take part)."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _walk_top_level(view, o, d, tmin, tmax, ignore, any_hit)
     return winner
 
 

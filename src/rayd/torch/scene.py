@@ -280,6 +280,7 @@ class Scene(EdgeQueries):
             inst_global,
         )
         self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+        self._accel.set_flat_enabled(any(s.enabled for s in self._shapes if not s.is_instance))
         for shape in self._shapes:
             self._record_versions(shape)
         self._no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)
@@ -442,6 +443,7 @@ class Scene(EdgeQueries):
                 torch.tensor([1 if s.enabled else 0 for s in self._shapes], dtype=torch.uint8)
             )
             self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
+            self._accel.set_flat_enabled(any(s.enabled for s in self._shapes if not s.is_instance))
             self._enabled_dirty = False
         self._edges.sync(stream, moved=bool(todo))
         for shape_id in todo:
