@@ -187,3 +187,52 @@ def test_instance_parity_with_torch(backend, m):
     for name in ("p", "geo_n", "n", "barycentric", "uv"):
         np.testing.assert_allclose(rows(getattr(hd, name))[same], getattr(ht, name).cpu().numpy()[same],
                                    rtol=1e-5, atol=2e-5, err_msg=name)
+
+
+def _batch(m, matrices):
+    """A width-K Matrix4f from a (K, 4, 4) array."""
+    return m.Matrix4f(np.ascontiguousarray(np.asarray(matrices, dtype=np.float32).transpose(1, 2, 0)))
+
+
+def test_batched_set_mesh_transform(m):
+    """K ids + a width-K matrix == K single calls; gradients reach the batch."""
+    shifts = [(5.0, 0.0, -0.5), (0.0, 0.0, 0.25)]  # instance 2, mesh 1
+    batched, _ = _scene(m)
+    single, _ = _scene(m)
+    matrices = np.stack([np.array([[1, 0, 0, x], [0, 1, 0, y], [0, 0, 1, z], [0, 0, 0, 1]]) for x, y, z in shifts])
+    batch = _batch(m, matrices)
+    dr.enable_grad(batch)
+    batched.set_mesh_transform([2, 1], batch)
+    batched.sync()
+    for shape_id, (x, y, z) in zip([2, 1], shifts):
+        single.set_mesh_transform(shape_id, _shift(m, x, y, z))
+    single.sync()
+    o = vec(m.Array3f, [[5.2, 0.2, 1], [0.8, 0.8, 1], [0.2, 0.2, 1]])
+    ray = rd.Ray(o, m.Array3f(0, 0, -1))
+    a, b = batched.intersect(ray), single.intersect(ray)
+    assert rows(a.shape_id).tolist() == rows(b.shape_id).tolist() == [2, 1, 0]
+    np.testing.assert_allclose(rows(a.t), [1.5, 1.75, 1.0], rtol=1e-6)
+    np.testing.assert_array_equal(rows(a.t), rows(b.t))
+    dr.backward(dr.sum(a.t))
+    grad = np.array(dr.grad(batch)).reshape(4, 4, 2)
+    # t = o_z - z_plane: dt/d(translation z) = -1 for the instance's and mesh 1's rays.
+    np.testing.assert_allclose(grad[2, 3], [-1.0, -1.0], rtol=grad_rtol(m))
+
+
+def test_batched_set_mesh_transform_errors(m):
+    scene, _ = _scene(m)
+    call = r"rayd.drjit.Scene.set_mesh_transform\(\)"
+    two = _batch(m, [np.eye(4), np.eye(4)])
+    with pytest.raises(ValueError, match=call + r": 'to_world' must hold 2 matrices"):
+        scene.set_mesh_transform([0, 1], _shift(m))
+    with pytest.raises(ValueError, match=call + ": 'shape_id' repeats an id"):
+        scene.set_mesh_transform([1, 1], two)
+    with pytest.raises(ValueError, match=call + r": 'shape_id' must be in \[0, 3\)"):
+        scene.set_mesh_transform([0, 3], two)
+    with pytest.raises(TypeError, match=call + ": 'shape_id'"):
+        scene.set_mesh_transform("01", two)
+    flat = np.eye(4)
+    flat[2, 2] = 0.0
+    with pytest.raises(ValueError, match=call + r": 'to_world\[1\]' is singular"):
+        scene.set_mesh_transform([0, 1], _batch(m, [np.eye(4), flat]))
+    assert not scene.has_pending_updates()

@@ -135,6 +135,34 @@ def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> 
     return value
 
 
+def check_transforms(call: str, name: str, value: object, count: int, like: dr.ArrayBase) -> list[dr.ArrayBase]:
+    """``count`` finite, invertible matrices from one ``Matrix4f``/``Matrix4f64`` of width ``count``.
+
+    Returns one width-1 matrix per entry (``dr.gather``: gradients flow back into
+    ``value``). Reads the batch once (one host synchronisation).
+    """
+    value = _check.jit_array(call, name, value)
+    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
+        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
+    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
+        raise ValueError(
+            f"{call}: '{name}' must be a Matrix4f or Matrix4f64 of width {count}, got {_convert.type_name(value)}"
+        )
+    _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
+    if dr.width(value) != count:
+        raise ValueError(f"{call}: '{name}' must hold {count} matrices (one per shape id), got width {dr.width(value)}")
+    m = np.array(dr.detach(value), dtype=np.float64).reshape(4, 4, count).transpose(2, 0, 1)
+    finite = np.isfinite(m).reshape(count, -1).all(1)
+    if not finite.all():
+        raise ValueError(f"{call}: '{name}[{int(np.argmin(finite))}]' holds non-finite values")
+    singular = np.linalg.det(m[:, :3, :3]) == 0.0
+    if singular.any():
+        raise ValueError(f"{call}: '{name}[{int(np.argmax(singular))}]' is singular (its 3x3 linear part has "
+                         "determinant 0)")
+    index = _convert.module(_convert.backend_name(like), False).UInt32
+    return [dr.gather(type(value), value, index(k)) for k in range(count)]
+
+
 def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:
     """Non-finite entries or a singular 3x3 linear part are the contract's ``ValueError``."""
     m = np.array(dr.detach(value), dtype=np.float64).reshape(4, 4)

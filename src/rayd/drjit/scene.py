@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -18,7 +19,7 @@ from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import columns, compose, concat, normal_columns, world
 from rayd.drjit._intersect import LiveGeometry, empty, evaluate
 from rayd.drjit.intersection import Intersection
-from rayd.drjit.mesh import Mesh, check_transform
+from rayd.drjit.mesh import Mesh, check_transform, check_transforms
 from rayd.drjit.ray import Ray
 from rayd.flags import RayFlags
 
@@ -329,23 +330,40 @@ class Scene:
         shape.vertices = vertices
         self._pending.add(mesh_id)
 
-    def set_mesh_transform(self, shape_id: int, to_world: dr.ArrayBase) -> None:
+    def set_mesh_transform(self, shape_id: int | Sequence[int], to_world: dr.ArrayBase) -> None:
         """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
 
         Args:
             shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
                 instances follow, as ``M_instance @ M_mesh``); for an instance its own
-                matrix.
-            to_world: ``Matrix4f``/``Matrix4f64`` acting on column vectors. Gradients
-                flow into this array when it is an ``.ad`` array with gradients enabled.
+                matrix. Also a sequence of K distinct ids, to set K matrices in one call.
+            to_world: ``Matrix4f``/``Matrix4f64`` acting on column vectors; of width K
+                with K ids (shape ``shape_id[k]`` gets entry k). Gradients flow into this
+                array when it is an ``.ad`` array with gradients enabled. Each call
+                reads the matrices once to check them (one host synchronisation).
 
         Raises:
-            TypeError, ValueError: wrong id type/range, dtype, shape or device.
+            TypeError, ValueError: wrong id type/range, repeated ids, dtype, shape or
+                device; non-finite or singular matrices.
         """
         call = "rayd.drjit.Scene.set_mesh_transform()"
-        shape = self._shape(call, "shape_id", shape_id)
-        shape.to_world = check_transform(call, "to_world", to_world, shape.mesh.vertices)
-        self._pending.add(shape_id)
+        if isinstance(shape_id, int) and not isinstance(shape_id, bool):
+            shape = self._shape(call, "shape_id", shape_id)
+            shape.to_world = check_transform(call, "to_world", to_world, shape.mesh.vertices)
+            self._pending.add(shape_id)
+            return
+        if not isinstance(shape_id, (list, tuple)):
+            raise TypeError(f"{call}: 'shape_id' must be an int or a sequence of ints, got {type(shape_id).__name__}")
+        for one in shape_id:
+            self._shape(call, "shape_id", one)
+        if len(set(shape_id)) != len(shape_id):
+            raise ValueError(f"{call}: 'shape_id' repeats an id")
+        if not shape_id:
+            return
+        matrices = check_transforms(call, "to_world", to_world, len(shape_id), self._shapes[shape_id[0]].mesh.vertices)
+        for one, matrix in zip(shape_id, matrices):
+            self._shapes[one].to_world = matrix
+        self._pending.update(shape_id)
 
     def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
         """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
