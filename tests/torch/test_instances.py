@@ -319,3 +319,30 @@ def test_coincident_instances(device):
     hit = scene.intersect(ray)
     assert hit.shape_id.tolist() == [far, -1]
     torch.testing.assert_close(hit.t, torch.tensor([7.0, math.inf], device=device))
+
+
+def test_distant_origins_hit_instances_like_copies(device):
+    """Rays from 1e5 away (1e5 x the instance size) hit instances exactly where they hit copies."""
+    v, f = _box(device)
+    scene, copies = rt.Scene(), rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.set_shape_enabled(0, False)
+    copies.add_mesh(rt.Mesh(v, f))
+    copies.set_shape_enabled(0, False)
+    for k in range(5):
+        m = _matrix(0.3 * k, (2.0 * k, -1.0, 0.5 * k), 0.8, device)
+        scene.add_instance(0, m)
+        copies.add_mesh(rt.Mesh(_apply(m, v), f))
+    scene.build()
+    copies.build()
+    g = torch.Generator().manual_seed(7)
+    target = (torch.rand(4000, 3, generator=g) * torch.tensor([10.0, 2.0, 3.0]) - torch.tensor([1.0, 1.5, 0.5]))
+    u = torch.randn(4000, 3, generator=g)
+    o = 1e5 * u / u.norm(dim=1, keepdim=True)
+    ray = rt.Ray(o.to(device), (target - o).to(device))
+    a, b = scene.intersect(ray), copies.intersect(ray)
+    assert int(a.is_valid().sum()) > 500
+    assert torch.equal(a.is_valid(), b.is_valid())
+    assert torch.equal(a.shape_id, b.shape_id)
+    torch.testing.assert_close(a.t, b.t, rtol=1e-6, atol=0)
+    assert torch.equal(scene.shadow_test(ray), b.is_valid())

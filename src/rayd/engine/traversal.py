@@ -258,9 +258,23 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmi
 @wp.func
 def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                     any_hit: int) -> tuple[float, int]:
-    """Near-first walk of the top level, each leaf an instance walked in object space: (t, global id) or (tmax, -1)."""
-    best = tmax
+    """Near-first walk of the top level, each leaf an instance walked in object space: (t, global id) or (tmax, -1).
+
+    A distant origin first moves near the instances (``_approach`` on the top level's
+    root box), as for the flat BVH, so that the slab tests stay within the padding.
+    """
     winner = int(-1)
+    root = view.tlas_root
+    lo = view.tlas_lowers[root]
+    hi = view.tlas_uppers[root]
+    magnitude = wp.max(wp.max(wp.max(wp.abs(lo[0]), wp.abs(lo[1])), wp.max(wp.abs(lo[2]), wp.abs(hi[0]))),
+                       wp.max(wp.abs(hi[1]), wp.abs(hi[2])))
+    shift = _approach(o, d, magnitude)
+    if shift < 0.0:
+        return tmax, winner
+    o = o + shift * d
+    tmin = tmin - shift
+    best = tmax - shift
     # Near-first walk of the top level; each leaf is an instance, walked in object space.
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     nodes = wp.vector(dtype=wp.int32, length=64)
@@ -284,7 +298,7 @@ def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: 
                         best = t
                         winner = view.inst_global[inst] + face
                         if any_hit != 0:
-                            return best, winner
+                            return best + shift, winner
         else:
             left = low[3]
             right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
@@ -316,7 +330,7 @@ def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: 
                 node = nodes[count]
                 done = int(0)
                 break
-    return best, winner
+    return best + shift, winner
 
 
 @wp.func
