@@ -12,6 +12,7 @@ Quick start::
     dr.enable_grad(vertices)
     hit = scene.intersect(rd.Ray(o, d))           # Array3f origins and directions
     dr.backward(dr.sum(hit.t))                    # gradients reach vertices, o, d
+    near = scene.nearest_edge(points)             # nearest edge per Array3f point (or to a Ray)
 
 The backend (``drjit.llvm`` on the CPU, ``drjit.cuda`` on the GPU) follows the type of
 the arrays. Gradients flow wherever inputs are ``.ad`` arrays with gradients enabled.
@@ -23,10 +24,11 @@ try:
 except ImportError as error:  # pragma: no cover - exercised only without drjit
     raise ImportError("rayd.drjit needs Dr.Jit: pip install 'rayd-geom[drjit]' (drjit==1.5.0)") from error
 
+from rayd.drjit.edges import EdgeTopology, NearestEdge
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh
 from rayd.drjit.ray import Ray
 from rayd.drjit.scene import Scene
 from rayd.flags import RayFlags
 
-__all__ = ["Intersection", "Mesh", "Ray", "RayFlags", "Scene"]
+__all__ = ["EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "Scene"]

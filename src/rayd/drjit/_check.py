@@ -11,6 +11,8 @@ Shapes in Dr.Jit terms: a ``(N, 3)`` input is a 3-vector array (``Array3f``) of 
 
 from __future__ import annotations
 
+import math
+
 import drjit as dr
 
 from rayd.drjit import _convert
@@ -137,3 +139,22 @@ def finite(call: str, name: str, value: dr.ArrayBase) -> None:
 def lifecycle(call: str, message: str) -> RuntimeError:
     """A ``RuntimeError`` for a scene-lifecycle fault, prefixed by the call."""
     return RuntimeError(f"{call}: {message}")
+
+
+def max_distance(call: str, value: object) -> float:
+    """``max_distance`` as a float ``>= 0`` (``inf`` allowed)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{call}: 'max_distance' must be a float, got {type(value).__name__}")
+    value = float(value)
+    if math.isnan(value) or value < 0:
+        raise ValueError(f"{call}: 'max_distance' must be >= 0 (inf for no limit), got {value}")
+    return value
+
+
+def top_k(call: str, k: object, largest: int) -> int:
+    """``k`` as an int in ``[1, largest]``."""
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"{call}: 'k' must be an int, got {type(k).__name__}")
+    if not 1 <= k <= largest:
+        raise ValueError(f"{call}: 'k' must be in [1, {largest}], got {k}")
+    return k

@@ -204,3 +204,30 @@ def empty_int32(n: int, backend: str) -> dr.ArrayBase:
     out = dr.empty(module(backend, False).Int, n)
     dr.make_opaque(out)
     return out
+
+
+def vec2i_buffer(n: int, backend: str, device: str) -> tuple[dr.ArrayBase, wp.array]:
+    """A Dr.Jit-owned int32 buffer of ``n`` rows of 2 (``TensorXi``) and its ``wp.array(dtype=vec2i)`` view."""
+    plain = module(backend, False)
+    buffer = plain.TensorXi(dr.empty(plain.Int, 2 * n), shape=(n, 2))
+    dr.make_opaque(buffer)
+    return buffer, wp.from_dlpack(_capsule(buffer, device), dtype=wp.vec2i)
+
+
+def vec2i_view(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]:
+    """A ``wp.array(dtype=vec2i)`` of an ``Array2i``'s rows (one packing copy) and the buffer behind it."""
+    plain = module(backend_name(value), False)
+    value = plain.Array2i(value)
+    dr.eval(value)  # may come from dr.concat (pending scatters)
+    packed = dr.ravel(value, order="F")
+    tensor = plain.TensorXi(packed, shape=(dr.width(packed) // 2, 2))
+    dr.make_opaque(tensor)
+    return wp.from_dlpack(_capsule(tensor, device), dtype=wp.vec2i), tensor
+
+
+def int32_rows_buffer(n: int, k: int, backend: str, device: str) -> tuple[dr.ArrayBase, wp.array]:
+    """An uninitialised Dr.Jit ``TensorXi`` of shape (n, k) and its 2-D int32 Warp view."""
+    plain = module(backend, False)
+    buffer = plain.TensorXi(dr.empty(plain.Int, n * k), shape=(n, k))
+    dr.make_opaque(buffer)
+    return buffer, wp.from_dlpack(_capsule(buffer, device))

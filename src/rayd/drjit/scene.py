@@ -18,6 +18,8 @@ from rayd.engine.triangles import TriangleScene
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import columns, compose, concat, normal_columns, world
 from rayd.drjit._intersect import LiveGeometry, empty, evaluate
+from rayd.drjit._scene_edges import EdgeQueries
+from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform, check_transforms
 from rayd.drjit.ray import Ray
@@ -55,7 +57,7 @@ def _not_ours(value: object) -> str:
     return f"{name} (rayd.torch and rayd.drjit objects do not mix)" if name.startswith("rayd.torch") else name
 
 
-class Scene:
+class Scene(EdgeQueries):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
@@ -84,6 +86,7 @@ class Scene:
         self._structure_changed = False
         self._pending: set[int] = set()
         self._enabled_dirty = False
+        self._edges: SceneEdges | None = None
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
@@ -294,6 +297,7 @@ class Scene:
         self._enabled_dirty = False
         self._structure_changed = False
         self._pending.clear()
+        self._edges = SceneEdges(self)
 
     def update_mesh_vertices(self, mesh_id: int, vertices: dr.ArrayBase) -> None:
         """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
@@ -381,7 +385,7 @@ class Scene:
 
     def has_pending_updates(self) -> bool:
         """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
-        if self._pending or self._enabled_dirty:
+        if self._pending or self._enabled_dirty or (self._edges is not None and self._edges.pending):
             return True
         return any(self._changed(s) for s in self._shapes if s.dynamic or s.to_world is not None)
 
@@ -435,6 +439,7 @@ class Scene:
             self._accel.set_all_enabled(all(s.enabled for s in shapes))
             self._accel.set_flat_enabled(any(s.enabled for s in shapes if not s.is_instance))
             self._enabled_dirty = False
+        self._edges.sync(stream, moved=bool(todo))
         for shape_id, shape in enumerate(shapes):
             if shape_id in todo or (shape.is_instance and shape.base in todo):
                 self._record_versions(shape)

@@ -1,0 +1,350 @@
+"""Edges of a rayd.drjit scene: topology records, the nearest-edge result record, edge bookkeeping.
+
+The topology rule (DESIGN.md, "Edges") is computed per mesh by the engine
+(:func:`rayd.engine.edge_topology.mesh_edges`, Warp kernels on the scene's device)
+and copied into Dr.Jit arrays; the records equal rayd.torch's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import drjit as dr
+import warp as wp
+
+from rayd.drjit import _check, _convert
+from rayd.drjit._geometry import apply, columns, compose, concat, world
+from rayd.engine.edge_topology import mesh_edges
+from rayd.engine.edges import EdgeBvh
+from rayd.engine.runtime import launch_stream
+
+
+@dataclass(frozen=True)
+class EdgeTopology:
+    """Scene-wide edge records, in shape order (lane = ``global_edge_id``), plain Dr.Jit arrays.
+
+    Attributes (E edges; an ``(E, 2)`` field is an ``Array2i`` of width E):
+        v: (E, 2) ``Array2i`` mesh-local vertex ids, ``v.x < v.y`` (unless a face is
+            degenerate); ``edge_t`` runs from ``v.x`` (0) to ``v.y`` (1).
+        faces: (E, 2) ``Array2i`` mesh-local ids of the two faces; ``faces.y = -1``
+            for a boundary edge.
+        opposite: (E, 2) ``Array2i`` the third vertex of each face, -1 where no face.
+        is_boundary: (E,) ``Bool``, True for edges with exactly one incident face.
+        shape_id: (E,) ``Int`` the mesh or instance the edge belongs to.
+        edge_id: (E,) ``Int`` index of the record within its mesh.
+        global_edge_id: (E,) ``Int`` the lane index ``0 .. E-1``.
+
+    Units:
+        Indices only; positions come from the meshes' vertex arrays.
+
+    Gradients:
+        None (integer and bool arrays of the non-differentiable namespace).
+
+    Example:
+        The triangle ``(0, 1, 2)`` gives ``v = [(0, 1), (0, 2), (1, 2)]``, all boundary.
+    """
+
+    v: dr.ArrayBase
+    faces: dr.ArrayBase
+    opposite: dr.ArrayBase
+    is_boundary: dr.ArrayBase
+    shape_id: dr.ArrayBase
+    edge_id: dr.ArrayBase
+    global_edge_id: dr.ArrayBase
+
+    @property
+    def num_edges(self) -> int:
+        """E, the number of edge records."""
+        return dr.width(self.global_edge_id)
+
+    def __len__(self) -> int:
+        return self.num_edges
+
+    def __repr__(self) -> str:
+        return f"rayd.drjit.EdgeTopology(num_edges={self.num_edges}, type={_convert.type_name(self.v)})"
+
+
+_RAY_FIELDS = ("ray_t", "ray_point")
+
+
+class NearestEdge:
+    """The nearest edge per query (or the k nearest), with miss values in the data.
+
+    Attributes (width N, or N k for ``nearest_edges``: slot ``j`` of query ``i`` is
+    lane ``i k + j``):
+        distance: ``Float``/``Float64``, Euclidean distance between the query (point,
+            or the ray's closest point) and ``edge_point``; ``+inf`` where no edge lies
+            within ``max_distance``.
+        edge_t: ``Float``/``Float64`` in ``[0, 1]``, ``edge_point = (1 - edge_t) a +
+            edge_t b`` with ``a, b`` the world positions of ``v.x, v.y``; 0 on a miss.
+        edge_point: ``Array3f``/``Array3f64`` the closest point on the edge; 0 on a miss.
+        ray_t: (ray queries only) the ray parameter ``s`` in ``[tmin, tmax]`` of the
+            closest point ``ray_point = o + s d``; 0 on a miss.
+        ray_point: ``Array3f``/``Array3f64`` (ray queries only); 0 on a miss.
+        edge_id: ``Int`` edge index within its mesh; -1 on a miss.
+        shape_id: ``Int``; -1 on a miss.
+        global_edge_id: ``Int`` lane of :class:`EdgeTopology`; -1 on a miss.
+
+    Units:
+        ``distance``, ``edge_point``, ``ray_point`` in world units; ``edge_t`` is a
+        fraction of the edge; ``ray_t`` in multiples of ``|d|``.
+
+    Gradients:
+        Float fields are float64 when the query or any mesh's vertices are, and ``.ad``
+        types when any input is; they are differentiable through Dr.Jit's AD (reverse
+        and forward mode) for the fixed winning edge, with respect to vertices,
+        transforms and the query (DESIGN.md); misses get zero gradient. Never NaN.
+    """
+
+    __slots__ = ("_fields", "_shape")
+
+    def __init__(self, shape: tuple[int, ...], **fields: dr.ArrayBase) -> None:
+        self._shape = shape
+        self._fields = fields
+
+    def __getattr__(self, name: str) -> dr.ArrayBase:
+        fields = object.__getattribute__(self, "_fields")
+        if name in fields:
+            return fields[name]
+        if name in _RAY_FIELDS:
+            raise AttributeError(
+                f"rayd.drjit.NearestEdge.{name}: only ray queries have it; pass a rayd.drjit.Ray to "
+                f"Scene.nearest_edge()"
+            )
+        raise AttributeError(f"rayd.drjit.NearestEdge has no field '{name}'")
+
+    def is_valid(self) -> dr.ArrayBase:
+        """``Bool`` of the fields' width: True where an edge was found."""
+        return self._fields["global_edge_id"] >= 0
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        """The query batch shape: ``(N,)``, or ``(N, k)`` for top-k."""
+        return self._shape
+
+    def __repr__(self) -> str:
+        return f"rayd.drjit.NearestEdge(shape={self._shape}, fields=[{', '.join(self._fields)}])"
+
+
+class SceneEdges:
+    """A built scene's edges: topology, the edge mask, and the engine's edge BVH.
+
+    Created by ``Scene.build()`` (cheaply: the topology and the BVH are computed on
+    first use), refreshed by ``Scene.sync()``. Keeps its own float32 world-space copy
+    of every shape's vertices (instances included, placed by ``M_instance @ M_mesh``)
+    for the engine; edges of disabled shapes are hidden like masked edges.
+
+    Args:
+        scene: the :class:`rayd.drjit.Scene` (its shapes, backend and device are read live).
+    """
+
+    def __init__(self, scene) -> None:
+        self._scene = scene
+        self._backend = scene._backend
+        self._device = scene._device
+        self._world_offsets = []
+        total = 0
+        for shape in scene._shapes:
+            self._world_offsets.append(total)
+            total += shape.mesh.num_vertices
+        self._num_world_vertices = total
+        self._topology: EdgeTopology | None = None
+        self._bvh: EdgeBvh | None = None
+        self._enabled: list[bool] = []
+        self.pending = False
+
+    @property
+    def topology(self) -> EdgeTopology:
+        """The :class:`EdgeTopology`, computed on first use."""
+        if self._topology is None:
+            self._compute_topology()
+        return self._topology
+
+    @property
+    def rows(self) -> dr.ArrayBase:
+        """(E, 2) ``Array2u``: each edge's endpoints as rows of the scene's concatenated mesh vertices."""
+        self.topology  # noqa: B018
+        return self._rows
+
+    def _mesh_records(self, mesh, stream) -> tuple[dr.ArrayBase, ...]:
+        """``(v, faces, opposite)`` ``Array2i`` of one mesh, by the engine."""
+        plain = _convert.module(self._backend, False)
+        flat = dr.ravel(plain.Array3i(dr.detach(mesh.faces)), order="F")
+        dr.make_opaque(flat)
+        _convert.fence(self._device)
+        records = mesh_edges(_convert.scalar_view(flat, self._device), mesh.num_vertices, stream)
+        out = []
+        for part in (records.v, records.faces, records.opposite):
+            buffer, view = _convert.vec2i_buffer(records.num_edges, self._backend, self._device)
+            wp.copy(view, part, stream=stream)
+            out.append(buffer)
+        _convert.fence(self._device)
+        return tuple(dr.unravel(plain.Array2i, b.array, order="F") for b in out)
+
+    def _compute_topology(self) -> None:
+        plain = _convert.module(self._backend, False)
+        stream = _convert.current_stream(self._device)
+        shapes = self._scene._shapes
+        per_mesh: dict[int, tuple[dr.ArrayBase, ...]] = {}
+        parts, shape_ids, edge_ids, world_v, rows = [], [], [], [], []
+        for shape_id, shape in enumerate(shapes):
+            if not shape.mesh.num_faces:
+                continue
+            if shape.base not in per_mesh:
+                per_mesh[shape.base] = self._mesh_records(shape.mesh, stream)
+            part = per_mesh[shape.base]
+            count = dr.width(part[0])
+            parts.append(part)
+            shape_ids.append(dr.full(plain.Int, shape_id, count))
+            edge_ids.append(dr.arange(plain.Int, count))
+            world_v.append(part[0] + self._world_offsets[shape_id])
+            rows.append(plain.Array2u(part[0] + shapes[shape.base].vertex_offset))
+        faces = concat([p[1] for p in parts])
+        num_edges = dr.width(faces)
+        self._topology = EdgeTopology(
+            v=concat([p[0] for p in parts]),
+            faces=faces,
+            opposite=concat([p[2] for p in parts]),
+            is_boundary=faces.y < 0,
+            shape_id=concat(shape_ids),
+            edge_id=concat(edge_ids),
+            global_edge_id=dr.arange(plain.Int, num_edges),
+        )
+        self._rows = concat(rows)
+        dr.make_opaque(self._topology.v, self._topology.faces, self._topology.opposite, self._topology.is_boundary,
+                       self._topology.shape_id, self._topology.edge_id, self._topology.global_edge_id, self._rows)
+        self._world_v_view, self._world_v = _convert.vec2i_view(concat(world_v), self._device)
+        self._mask = dr.full(plain.Bool, True, num_edges)
+        self._applied = dr.full(plain.UInt8, 1, num_edges)
+        dr.make_opaque(self._mask, self._applied)
+        self._applied_view = _convert.scalar_view(self._applied, self._device)
+        self._apply_mask(stream)
+
+    def _apply_mask(self, stream) -> None:
+        """``applied = mask & enabled[shape_id]`` (what the BVH sees), written in place."""
+        plain = _convert.module(self._backend, False)
+        self._enabled = [s.enabled for s in self._scene._shapes]
+        applied = self._mask
+        if not all(self._enabled):
+            enabled = plain.Bool(self._enabled)
+            applied = applied & dr.gather(plain.Bool, enabled, plain.UInt(self._topology.shape_id))
+        flags = plain.UInt8(dr.select(applied, 1, 0))
+        dr.eval(flags)
+        _convert.fence(self._device)
+        wp.copy(self._applied_view, _convert.scalar_view(flags, self._device), stream=stream)
+        _convert.fence(self._device)
+
+    def _refresh_points(self, stream) -> None:
+        """Write every shape's float32 world-space vertices into the engine's point buffer."""
+        if getattr(self, "_points_view", None) is None:
+            self._points, self._points_view = _convert.vec3_buffer(self._num_world_vertices, self._backend, self._device)
+        plain = _convert.module(self._backend, False)
+        shapes = self._scene._shapes
+        for shape_id, shape in enumerate(shapes):
+            count = shape.mesh.num_vertices
+            if not count:
+                continue
+            vertices = plain.Array3f64(dr.detach(shape.vertices))
+            if shape.is_instance:
+                base = shapes[shape.base]
+                own = columns(dr.detach(shape.to_world), plain.Array3f64)
+                mesh = columns(None if base.to_world is None else dr.detach(base.to_world), plain.Array3f64)
+                placed = apply(compose(own, mesh), vertices)
+            else:
+                placed = world(vertices, None if shape.to_world is None else dr.detach(shape.to_world))
+            points, buffer = _convert.vec3_view(placed, self._device)
+            _convert.fence(self._device)
+            wp.copy(self._points_view, points, dest_offset=self._world_offsets[shape_id], count=count, stream=stream)
+            _convert.fence(self._device)
+            del buffer
+
+    def bvh(self, stream) -> EdgeBvh:
+        """The engine's edge BVH over the current (synced) vertices, built on first use."""
+        if self._bvh is None:
+            self.topology  # noqa: B018 - computes the topology, world edge ids and the masks
+            self._refresh_points(stream)
+            _convert.fence(self._device)
+            device = _convert.to_warp_device(self._device)
+            with launch_stream(device, stream):
+                self._bvh = EdgeBvh(self._points_view, self._world_v_view, self._applied_view, stream)
+            _convert.fence(self._device)
+        return self._bvh
+
+    def mask(self) -> dr.ArrayBase:
+        """(E,) ``Bool``: the mask last given to ``set_mask`` (all True by default); a copy."""
+        self.topology  # noqa: B018
+        mask = dr.copy(self._mask)
+        dr.eval(mask)
+        return mask
+
+    def set_mask(self, call: str, mask: object) -> None:
+        """Record a new edge mask; it takes effect at the next ``sync()``.
+
+        Raises:
+            TypeError: ``mask`` is not a Dr.Jit ``Bool`` array.
+            ValueError: its width is not E, or it is on another backend or device.
+        """
+        mask = _check.bool_array(call, "mask", mask)
+        _check.same_backend(call, "mask", mask, self._device, "the scene")
+        e = self.topology.num_edges
+        if dr.width(mask) != e:
+            raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got width {dr.width(mask)}")
+        plain = _convert.module(self._backend, False)
+        self._mask = plain.Bool(dr.detach(mask))
+        dr.make_opaque(self._mask)
+        self.pending = True
+
+    def sync(self, stream, moved: bool) -> None:
+        """Apply a pending mask and enable flags; refit the BVH if anything ``moved`` or changed."""
+        if self._topology is None:
+            self.pending = False
+            return
+        enabled = [s.enabled for s in self._scene._shapes]
+        changed = self.pending or enabled != self._enabled
+        if changed:
+            self._apply_mask(stream)
+            self.pending = False
+        if self._bvh is not None and (moved or changed):
+            if moved:
+                self._refresh_points(stream)
+            _convert.fence(self._device)
+            self._bvh.refit(stream)
+            _convert.fence(self._device)
+
+    def silhouette(self, m, geometry, viewpoint: dr.ArrayBase) -> dr.ArrayBase:
+        """(E,) ``Bool``: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.
+
+        Args:
+            m: the Dr.Jit namespace of ``geometry``'s arrays.
+            geometry: the scene's detached :class:`~rayd.drjit._intersect.LiveGeometry`
+                (mesh vertices and per-shape transforms), in the working float type.
+            viewpoint: ``Array3f``/``Array3f64`` of width 1 in that float type.
+
+        Returns:
+            A face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
+            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when
+            it is a boundary edge or exactly one of its two faces faces ``c``.
+        """
+        top = self.topology
+        scene = self._scene
+        plain = _convert.module(self._backend, False)
+        Array3 = type(viewpoint)
+        shape = m.UInt(top.shape_id)
+        first_row = dr.gather(m.Int, m.Int(scene._face_row), shape)
+        cols = None
+        if geometry.transform is not None:
+            cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
+
+        def front(face: dr.ArrayBase) -> dr.ArrayBase:
+            tri = dr.gather(m.Array3u, m.Array3u(scene._faces), m.UInt(first_row + face))
+            v0, v1, v2 = (dr.gather(Array3, geometry.vertices, i) for i in (tri.x, tri.y, tri.z))
+            if cols is not None:
+                v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
+            return dr.dot(dr.cross(v1 - v0, v2 - v0), viewpoint - v0) > 0
+
+        faces = m.Array2i(top.faces)
+        boundary = m.Bool(top.is_boundary)
+        second = dr.select(boundary, faces.x, faces.y)
+        result = plain.Bool(dr.detach(boundary | (front(faces.x) != front(second))))
+        dr.eval(result)
+        return result
