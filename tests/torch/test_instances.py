@@ -346,3 +346,113 @@ def test_distant_origins_hit_instances_like_copies(device):
     assert torch.equal(a.shape_id, b.shape_id)
     torch.testing.assert_close(a.t, b.t, rtol=1e-6, atol=0)
     assert torch.equal(scene.shadow_test(ray), b.is_valid())
+
+
+def test_transform_last_row_is_ignored_everywhere(device):
+    """The last row counts as (0, 0, 0, 1) for meshes, instances, search and evaluation alike; no gradient."""
+    v, f = _box(device)
+    m = _matrix(0.0, (0.0, 0.0, 1.0), device=device, dtype=torch.float64)
+    odd = m.clone()
+    odd[3] = torch.tensor([0.0, 0.0, 0.5, 2.0], dtype=torch.float64, device=device)
+    odd.requires_grad_(True)
+    ray = rt.Ray(torch.tensor([0.25, 0.25, 5.0], dtype=torch.float64, device=device),
+                 torch.tensor([0.0, 0.0, -1.0], dtype=torch.float64, device=device), tmax=3.2)
+    results = []
+    for as_instance in (False, True):
+        scene = rt.Scene()
+        if as_instance:
+            scene.add_mesh(rt.Mesh(v.double(), f))
+            scene.set_shape_enabled(0, False)
+            scene.add_instance(0, odd)
+        else:
+            scene.add_mesh(rt.Mesh(v.double(), f, to_world=odd))
+        scene.build()
+        hit = scene.intersect(ray)
+        results.append((float(hit.t.detach()), bool(scene.shadow_test(ray))))
+        hit.t.backward()
+    # Top of the box at z = 2 after the shift: t = 3 < tmax for both.
+    assert results == [(3.0, True), (3.0, True)]
+    assert torch.all(odd.grad[3] == 0) and odd.grad[2, 3] != 0
+
+
+def test_transform_checks_batched_like_single(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.add_instance(0, torch.eye(4, device=device))
+    scene.build()
+    rank2 = torch.tensor([[1.0, 2, 3, 0], [4, 5, 6, 0], [7, 8, 9, 0], [0, 0, 0, 1]], dtype=torch.float64,
+                         device=device)
+    huge = torch.diag(torch.tensor([1e39, 1e39, 1e39, 1.0], dtype=torch.float64, device=device))
+    eye = torch.eye(4, dtype=torch.float64, device=device)
+    call = r"rayd.torch.Scene.set_mesh_transform\(\)"
+    with pytest.raises(ValueError, match=call + ": 'to_world' is singular"):
+        scene.set_mesh_transform(1, rank2)
+    with pytest.raises(ValueError, match=call + r": 'to_world\[1\]' is singular"):
+        scene.set_mesh_transform([0, 1], torch.stack((eye, rank2)))
+    with pytest.raises(ValueError, match=call + ": 'to_world' holds values outside the float32 range"):
+        scene.set_mesh_transform(1, huge)
+    with pytest.raises(ValueError, match=call + r": 'to_world\[0\]' holds values outside the float32 range"):
+        scene.set_mesh_transform([1, 0], torch.stack((huge, eye)))
+
+
+def test_ignore_beyond_int32(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.build()
+    ray = rt.Ray(torch.tensor([[0.25, 0.25, 5.0]], device=device), torch.tensor([0.0, 0.0, -1.0], device=device))
+    top = int(scene.intersect(ray).global_prim_id)
+    # 2**32 + top would wrap onto `top` in int32: it must match nothing instead.
+    hit = scene.intersect(ray, ignore=torch.tensor([2**32 + top], device=device))
+    assert int(hit.global_prim_id) == top
+    with pytest.raises(ValueError, match=r"rayd.torch.Scene.intersect\(\): 'ignore'"):
+        scene.intersect(ray, ignore=2**32)
+
+
+def test_instance_of_empty_mesh(device):
+    v, f = _box(device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    empty = scene.add_mesh(rt.Mesh(torch.zeros(0, 3, device=device), torch.zeros(0, 3, dtype=torch.int64,
+                                                                                    device=device)))
+    ghost = scene.add_instance(empty, torch.eye(4, device=device))
+    moved = scene.add_instance(0, _matrix(0.0, (0.0, 0.0, 2.0), device=device))
+    scene.build()
+    hit = scene.intersect(rt.Ray(torch.tensor([0.25, 0.25, 5.0], device=device),
+                                 torch.tensor([0.0, 0.0, -1.0], device=device)))
+    assert int(hit.shape_id) == moved and ghost != moved
+    torch.testing.assert_close(hit.t, torch.tensor(2.0, device=device))
+    assert int(hit.global_prim_id) == 12 + int(hit.prim_id)
+
+
+def test_float32_transformed_hits_are_evaluated_in_float64(device):
+    """A float32 mesh placed far from the origin: t as precise as with float64 inputs."""
+    v, f = _box(device)
+    far = _matrix(0.3, (12345.0, -5432.0, 12345.0), 0.01, device)
+    o = torch.tensor([[12345.004, -5431.997, 12346.0]], device=device)
+    d = torch.tensor([0.0, 0.0, -1.0], device=device)
+    results = {}
+    for dtype in (torch.float32, torch.float64):
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(v.to(dtype), f, to_world=far.to(dtype)))
+        scene.build()
+        results[dtype] = scene.intersect(rt.Ray(o.to(dtype), d.to(dtype))).t
+    assert bool(torch.isfinite(results[torch.float64]).all())
+    torch.testing.assert_close(results[torch.float32].double(), results[torch.float64], rtol=1e-6, atol=0)
+
+
+def test_instances_inside_torch_func(device):
+    v, f = _box(device, torch.float64)
+    o = torch.tensor([[2.25, 0.25, 5.0]], dtype=torch.float64, device=device)
+    d = torch.tensor([0.0, 0.0, -1.0], dtype=torch.float64, device=device)
+
+    def t_sum(origin):
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(v, f))
+        scene.add_instance(0, _matrix(0.0, (2.0, 0.0, 0.0), device=device, dtype=torch.float64))
+        scene.build()
+        return scene.intersect(rt.Ray(origin, d)).t.sum()
+
+    grad = torch.func.grad(t_sum)(o)
+    torch.testing.assert_close(grad, torch.tensor([[0.0, 0.0, 1.0]], dtype=torch.float64, device=device))

@@ -42,7 +42,7 @@ class LiveTensors:
 
     vertices: (V_m, 3) object-space vertices of all meshes, concatenated.
     normals, uv: (V_m, 3) / (V_m, 2), or ``None``.
-    to_world: (S, 4, 4) world transform per shape, or ``None`` if every one is identity.
+    to_world: (S, 4, 4) float64 world transform per shape, or ``None`` if every one is identity.
     normal_matrix: (S, 3, 3) inverse of each transform's linear part (for normals), or ``None``.
     """
 
@@ -93,12 +93,15 @@ def gather(table: ShapeTable, live: LiveTensors, global_prim_id: torch.Tensor) -
         uv = live.uv[tri]
         has_uv = table.face_has_uv[row]
     if live.to_world is not None:
-        m = live.to_world[shape]  # (N, 4, 4)
+        m = live.to_world[shape]  # (N, 4, 4) float64
         linear = m[:, :3, :3]
-        corners = corners @ linear.transpose(1, 2) + m[:, None, :3, 3]
+        # Placed in float64 (the solve is float64 too): float32 corners far from the
+        # origin would lose the precision the evaluation keeps everywhere else.
+        corners = corners.to(m.dtype) @ linear.transpose(1, 2) + m[:, None, :3, 3]
         if normals is not None:
             # Normals transform by the inverse transpose: n_world^T = n^T inv(A).
-            normals = normals @ live.normal_matrix[shape]
+            normal_matrix = live.normal_matrix[shape]
+            normals = (normals.to(normal_matrix.dtype) @ normal_matrix).to(normals.dtype)
     return HitGeometry(
         hit=hit,
         corners=corners,

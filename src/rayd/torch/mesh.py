@@ -27,7 +27,10 @@ class Mesh:
             length; the interpolated normal is normalised).
         uv: optional (V, 2) float32/float64 per-vertex texture coordinates.
         to_world: optional (4, 4) float32/float64 object-to-world matrix acting on
-            column vectors, ``p_world = to_world @ [p, 1]``.
+            column vectors, ``p_world = to_world @ [p, 1]``: an affine transform, so
+            its last row is taken as (0, 0, 0, 1) whatever it holds (and gets no
+            gradient). Values must be finite, within float32 range, and the 3x3
+            linear part invertible.
 
     Gradients:
         Flow into ``vertices``, ``normals``, ``uv`` and ``to_world`` through the
@@ -102,6 +105,44 @@ class Mesh:
         return f"rayd.torch.Mesh(V={self.num_vertices}, F={self.num_faces}, device={self.device}{more})"
 
 
+#: Largest finite float32: the engine stores transforms in float32.
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+#: What a transform can break, in the order the checks run.
+_MESSAGES = (
+    "holds non-finite values",
+    "holds values outside the float32 range (the engine stores float32)",
+    "is singular (its 3x3 linear part has determinant 0)",
+)
+
+
+def _det3(m: torch.Tensor) -> torch.Tensor:
+    """Determinant of the top-left 3x3 block of (..., 4, 4) ``m`` by cofactors (exactly 0 for integer rank < 3)."""
+    return (
+        m[..., 0, 0] * (m[..., 1, 1] * m[..., 2, 2] - m[..., 1, 2] * m[..., 2, 1])
+        - m[..., 0, 1] * (m[..., 1, 0] * m[..., 2, 2] - m[..., 1, 2] * m[..., 2, 0])
+        + m[..., 0, 2] * (m[..., 1, 0] * m[..., 2, 1] - m[..., 1, 1] * m[..., 2, 0])
+    )
+
+
+def _problem(m: torch.Tensor) -> tuple[torch.Tensor, str] | None:
+    """The first rule (..., 4, 4) float64 CPU matrices break, as (bad mask (...), message), else ``None``."""
+    flat = m.flatten(-2)
+    rules = zip(
+        (
+            ~torch.isfinite(flat).all(-1),
+            (flat.abs() > _FLOAT32_MAX).any(-1),
+            _det3(m) == 0,
+        ),
+        _MESSAGES,
+    )
+    for bad, message in rules:
+        if bool(bad.any()):
+            return bad, message
+    return None
+
+
 def check_transforms(call: str, name: str, value: object, count: int, device: torch.device) -> torch.Tensor:
     """``count`` finite, invertible matrices as one (count, 4, 4) float32/float64 tensor on ``device``.
 
@@ -112,14 +153,10 @@ def check_transforms(call: str, name: str, value: object, count: int, device: to
         raise ValueError(f"{call}: '{name}' must have shape ({count}, 4, 4) (one matrix per shape id), got "
                          f"{tuple(value.shape)}")
     _check.same_device(call, name, value, device, "the mesh")
-    plain = _convert.primal(value).detach().to("cpu", torch.float64)
-    finite = torch.isfinite(plain).flatten(1).all(1)
-    if not bool(finite.all()):
-        raise ValueError(f"{call}: '{name}[{int((~finite).nonzero()[0])}]' holds non-finite values")
-    singular = torch.linalg.det(plain[:, :3, :3]) == 0
-    if bool(singular.any()):
-        raise ValueError(f"{call}: '{name}[{int(singular.nonzero()[0])}]' is singular (its 3x3 linear part has "
-                         "determinant 0)")
+    found = _problem(_convert.primal(value).detach().to("cpu", torch.float64))
+    if found is not None:
+        bad, message = found
+        raise ValueError(f"{call}: '{name}[{int(bad.nonzero()[0])}]' {message}")
     return value
 
 
@@ -133,14 +170,19 @@ def check_transform(call: str, name: str, value: object, device: torch.device) -
     if tuple(value.shape) != (4, 4):
         raise ValueError(f"{call}: '{name}' must have shape (4, 4), got {tuple(value.shape)}")
     _check.same_device(call, name, value, device, "the mesh")
-    m = _convert.primal(value).detach().tolist()  # one small device-to-host copy; checks run in Python floats
-    if not all(math.isfinite(x) for row in m for x in row):
-        raise ValueError(f"{call}: '{name}' holds non-finite values")
-    det = (
+    m = _convert.primal(value).detach().tolist()  # one small device-to-host copy; checks in Python floats
+    values = [x for row in m for x in row]
+    message = None
+    if not all(math.isfinite(x) for x in values):
+        message = _MESSAGES[0]
+    elif any(abs(x) > _FLOAT32_MAX for x in values):
+        message = _MESSAGES[1]
+    elif (
         m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
         - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
         + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-    )
-    if det == 0.0:
-        raise ValueError(f"{call}: '{name}' is singular (its 3x3 linear part has determinant 0)")
+    ) == 0.0:
+        message = _MESSAGES[2]
+    if message is not None:
+        raise ValueError(f"{call}: '{name}' {message}")
     return value

@@ -49,6 +49,14 @@ def _type_name(value: object) -> str:
     return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("rayd") else cls.__name__
 
 
+def _affine(m: torch.Tensor) -> torch.Tensor:
+    """``m`` (..., 4, 4) in float64 with its last row replaced by (0, 0, 0, 1) (differentiably)."""
+    m = m.to(torch.float64)
+    last = torch.zeros_like(m[..., 3:, :])
+    last[..., 0, 3] = 1.0
+    return torch.cat((m[..., :3, :], last), dim=-2)
+
+
 def _apply(m: torch.Tensor | None, points: torch.Tensor) -> torch.Tensor:
     """``m @ [p, 1]`` for rows ``p`` of ``points`` (identity if ``m`` is ``None``)."""
     if m is None:
@@ -222,7 +230,9 @@ class Scene(EdgeQueries):
         flat = engine.TriangleScene(_convert.vec3_view(self._points), _convert.scalar_view(self._indices), stream)
 
         # Instances: one object-space BVH per instanced mesh, a top level over instances.
-        instances = [i for i, s in enumerate(self._shapes) if s.is_instance]
+        # Instances of a mesh without faces have nothing to hit: they get no BLAS.
+        instances = [i for i, s in enumerate(self._shapes) if s.is_instance and s.mesh.num_faces]
+        self._instance_ids = instances
         level = inst_shape = inst_global = None
         self._blas: dict[int, tuple[int, engine.TriangleScene]] = {}
         if instances:
@@ -254,7 +264,6 @@ class Scene(EdgeQueries):
                 )
                 self._blas[base] = (offsets[base][0], tri)
                 blas.append(tri)
-            self._instance_ids = instances
             self._instance_to_world = torch.empty((len(instances), 4, 4), dtype=torch.float32, device=device)
             self._write_instance_transforms()
             self._instance_shape = torch.tensor(instances, dtype=torch.int32, device=device)
@@ -264,7 +273,7 @@ class Scene(EdgeQueries):
             level = engine.InstanceLevel(
                 blas,
                 [slots[self._shapes[i].base] for i in instances],
-                wp_mat44_view(self._instance_to_world),
+                wp_mat44_view(_convert.primal(self._instance_to_world)),
                 stream,
             )
             inst_shape = _convert.scalar_view(self._instance_shape)
@@ -650,7 +659,7 @@ class Scene(EdgeQueries):
             )
         to_world = normal_matrix = None
         if any(s.to_world is not None for s in self._shapes):
-            to_world = self._shape_transforms(dtype)
+            to_world = self._shape_transforms()  # float64: corners are placed in float64 (_geometry.gather)
             if normals is not None:
                 normal_matrix = torch.linalg.inv(to_world[:, :3, :3])
         return LiveTensors(
@@ -668,10 +677,15 @@ class Scene(EdgeQueries):
         return LiveTensors(vertices=world[0] if len(world) == 1 else torch.cat(world), normals=None, uv=None,
                            to_world=None)
 
-    def _shape_transforms(self, dtype: torch.dtype) -> torch.Tensor:
-        """(S, 4, 4) world transform per shape: ``M_mesh``, or ``M_instance @ M_mesh``."""
-        eye = torch.eye(4, dtype=dtype, device=self._device)
-        own = torch.stack([eye if s.to_world is None else s.to_world.to(dtype) for s in self._shapes])
+    def _shape_transforms(self) -> torch.Tensor:
+        """(S, 4, 4) float64 world transform per shape: ``M_mesh``, or ``M_instance @ M_mesh`` (differentiable).
+
+        Only the top three rows of each matrix count (affine transforms, as for a
+        mesh's own vertices): the last row is taken as (0, 0, 0, 1), so it never
+        receives a gradient.
+        """
+        eye = torch.eye(4, dtype=torch.float64, device=self._device)
+        own = torch.stack([eye if s.to_world is None else _affine(s.to_world) for s in self._shapes])
         rows = self._table.instance_rows
         if rows.numel() == 0:
             return own
@@ -682,14 +696,14 @@ class Scene(EdgeQueries):
     def _write_instance_transforms(self) -> None:
         """Refresh the engine's float32 ``M_instance @ M_mesh`` rows (a few batched ops)."""
         shapes = [self._shapes[i] for i in self._instance_ids]
-        own = torch.stack([_convert.primal(s.to_world) for s in shapes]).to(torch.float64)  # one gather kernel
+        own = _affine(torch.stack([_convert.primal(s.to_world) for s in shapes]))  # one gather kernel
         if any(self._shapes[s.base].to_world is not None for s in shapes):
             eye = torch.eye(4, dtype=torch.float64, device=self._device)
             mesh = torch.stack(
                 [
                     eye
                     if self._shapes[s.base].to_world is None
-                    else _convert.primal(self._shapes[s.base].to_world).to(torch.float64)
+                    else _affine(_convert.primal(self._shapes[s.base].to_world))
                     for s in shapes
                 ]
             )
@@ -771,11 +785,16 @@ class Scene(EdgeQueries):
         if isinstance(ignore, bool):
             raise TypeError(f"{call}: 'ignore' must be an int or an integer tensor, got bool")
         if isinstance(ignore, int):
+            if not -(2**31) <= ignore < 2**31:
+                raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")
             return batch, torch.full((1,), ignore, dtype=torch.int32, device=self._device)
         ignore = _check.index_tensor(call, "ignore", ignore)
         _check.same_device(call, "ignore", ignore, self._device, "the scene")
         batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])
-        return batch, _convert.primal(ignore)
+        ignore = _convert.primal(ignore)
+        if ignore.dtype == torch.int64:  # ids beyond int32 match no face: -1, not a wrapped id (no host sync)
+            ignore = torch.where((ignore >= 2**31) | (ignore < -1), -1, ignore)
+        return batch, ignore
 
     def __repr__(self) -> str:
         state = "ready" if self.is_ready() else ("built" if self._accel is not None else "not built")
