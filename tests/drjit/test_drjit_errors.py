@@ -90,6 +90,15 @@ def test_non_finite_or_singular_transforms_are_rejected(m):
     with pytest.raises(ValueError, match=r"rayd.drjit.Scene.set_mesh_transform\(\): 'to_world' holds non-finite"):
         scene.set_mesh_transform(0, m.Matrix4f(nan))
     assert scene.num_shapes == 1
+    rank2 = [[1, 2, 3, 0], [4, 5, 6, 0], [7, 8, 9, 0], [0, 0, 0, 1]]  # LU would leave a rounding residue
+    with pytest.raises(ValueError, match=r"set_mesh_transform\(\): 'to_world' is singular"):
+        scene.set_mesh_transform(0, m.Matrix4f64(rank2))
+    batch = m.Matrix4f64(np.ascontiguousarray(np.stack([np.eye(4), np.array(rank2, dtype=float)]).transpose(1, 2, 0)))
+    scene.add_instance(0, m.Matrix4f(1))
+    with pytest.raises(ValueError, match=r"set_mesh_transform\(\): 'to_world\[1\]' is singular"):
+        scene.set_mesh_transform([0, 1], batch)
+    with pytest.raises(ValueError, match=r"'to_world' holds values outside the float32 range"):
+        scene.set_mesh_transform(1, m.Matrix4f64(np.diag([1e39, 1e39, 1e39, 1.0]).tolist()))
 
 
 # -------------------------------------------------------------------------- Ray

@@ -9,6 +9,7 @@ differentiable through Dr.Jit's AD (points, normals and matrices alike).
 from __future__ import annotations
 
 import drjit as dr
+import numpy as np
 
 Columns = tuple  # (a0, a1, a2, shift), 3-vector arrays
 
@@ -59,3 +60,41 @@ def concat(parts: list[dr.ArrayBase]) -> dr.ArrayBase:
     if dr.depth_v(kind) == 1:
         return dr.concat(parts)
     return kind(*(dr.concat([p[i] for p in parts]) for i in range(dr.size_v(kind))))
+
+
+class StackMatrices(dr.CustomOp):
+    """Many width-1 matrices as one width-K array of their top three rows, differentiably.
+
+    ``dr.custom(StackMatrices, matrices, values, Float)`` returns the 12 entries
+    ``(i, j)``, ``i < 3``, row-major, each a ``Float`` of width K: entry ``k`` is
+    ``matrices[k][i][j]``. ``values`` is their (K, 3, 4) NumPy copy (the primal, read
+    on the host beforehand), so the forward pass compiles nothing per matrix.
+    Concatenating K separately traced matrices instead builds one kernel whose size
+    grows with K (and its adjoint a chain of K scatters), slow to compile for large K.
+
+    The adjoint reads the output gradient once (one host synchronisation) and hands
+    each matrix its row; forward mode reads each input's tangent.
+    """
+
+    def eval(self, matrices, values, kind):
+        self._kinds = [type(x) for x in matrices]
+        self._kind = kind
+        return tuple(kind(np.ascontiguousarray(values[:, i, j])) for i in range(3) for j in range(4))
+
+    def forward(self):
+        tangents = self.grad_in("matrices")
+        out = np.zeros((len(tangents), 3, 4))
+        for k, tangent in enumerate(tangents):
+            value = dr.detach(tangent)
+            dr.make_opaque(value)
+            out[k] = np.array(value, dtype=np.float64).reshape(4, 4)[:3]
+        self.set_grad_out(tuple(self._kind(np.ascontiguousarray(out[:, i, j])) for i in range(3) for j in range(4)))
+
+    def backward(self):
+        count = len(self._kinds)
+        grads = [dr.detach(g) for g in self.grad_out()]
+        dr.make_opaque(*grads)
+        host = np.zeros((count, 4, 4))
+        for n, g in enumerate(grads):
+            host[:, n // 4, n % 4] = np.broadcast_to(np.array(g, dtype=np.float64).reshape(-1), (count,))
+        self.set_grad_in("matrices", [kind(host[k].tolist()) for k, kind in enumerate(self._kinds)])

@@ -10,10 +10,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import drjit as dr
+import numpy as np
 import warp as wp
 
 from rayd.drjit import _check, _convert
-from rayd.drjit._geometry import apply, columns, compose, concat, world
+from rayd.drjit._geometry import apply, concat
 from rayd.engine.edge_topology import mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.runtime import launch_stream
@@ -185,35 +186,42 @@ class SceneEdges:
         plain = _convert.module(self._backend, False)
         stream = _convert.current_stream(self._device)
         shapes = self._scene._shapes
+        # One engine pass per mesh; every shape (instances included) then gathers its
+        # mesh's records by index arrays built on the host, so the traced expression
+        # does not grow with the number of shapes.
         per_mesh: dict[int, tuple[dr.ArrayBase, ...]] = {}
-        parts, shape_ids, edge_ids, world_v, rows = [], [], [], [], []
-        for shape_id, shape in enumerate(shapes):
-            if not shape.mesh.num_faces:
-                continue
-            if shape.base not in per_mesh:
+        first: dict[int, int] = {}
+        total = 0
+        for shape in shapes:
+            if shape.mesh.num_faces and shape.base not in per_mesh:
                 per_mesh[shape.base] = self._mesh_records(shape.mesh, stream)
-            part = per_mesh[shape.base]
-            count = dr.width(part[0])
-            parts.append(part)
-            shape_ids.append(dr.full(plain.Int, shape_id, count))
-            edge_ids.append(dr.arange(plain.Int, count))
-            world_v.append(part[0] + self._world_offsets[shape_id])
-            rows.append(plain.Array2u(part[0] + shapes[shape.base].vertex_offset))
-        faces = concat([p[1] for p in parts])
+                first[shape.base] = total
+                total += dr.width(per_mesh[shape.base][0])
+        records = [concat([r[k] for r in per_mesh.values()]) for k in range(3)]
+        present = np.array([i for i, s in enumerate(shapes) if s.mesh.num_faces], dtype=np.int64)
+        bases = np.array([shapes[i].base for i in present], dtype=np.int64)
+        counts = np.array([dr.width(per_mesh[b][0]) for b in bases], dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        local = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+        source = plain.UInt((np.repeat([first[b] for b in bases], counts) + local).astype(np.uint32))
+        v, faces, opposite = (dr.gather(plain.Array2i, r, source) for r in records)
+        world_offsets = np.asarray(self._world_offsets, dtype=np.int64)[present]
+        vertex_offsets = np.array([shapes[b].vertex_offset for b in bases], dtype=np.int64)
         num_edges = dr.width(faces)
         self._topology = EdgeTopology(
-            v=concat([p[0] for p in parts]),
+            v=v,
             faces=faces,
-            opposite=concat([p[2] for p in parts]),
+            opposite=opposite,
             is_boundary=faces.y < 0,
-            shape_id=concat(shape_ids),
-            edge_id=concat(edge_ids),
+            shape_id=plain.Int(np.repeat(present, counts).astype(np.int32)),
+            edge_id=plain.Int(local.astype(np.int32)),
             global_edge_id=dr.arange(plain.Int, num_edges),
         )
-        self._rows = concat(rows)
+        self._rows = plain.Array2u(v + plain.Int(np.repeat(vertex_offsets, counts).astype(np.int32)))
         dr.make_opaque(self._topology.v, self._topology.faces, self._topology.opposite, self._topology.is_boundary,
                        self._topology.shape_id, self._topology.edge_id, self._topology.global_edge_id, self._rows)
-        self._world_v_view, self._world_v = _convert.vec2i_view(concat(world_v), self._device)
+        world_v = v + plain.Int(np.repeat(world_offsets, counts).astype(np.int32))
+        self._world_v_view, self._world_v = _convert.vec2i_view(world_v, self._device)
         self._mask = dr.full(plain.Bool, True, num_edges)
         self._applied = dr.full(plain.UInt8, 1, num_edges)
         dr.make_opaque(self._mask, self._applied)
@@ -238,25 +246,28 @@ class SceneEdges:
         """Write every shape's float32 world-space vertices into the engine's point buffer."""
         if getattr(self, "_points_view", None) is None:
             self._points, self._points_view = _convert.vec3_buffer(self._num_world_vertices, self._backend, self._device)
+        # All shapes at once: object-space rows of the meshes (float64) placed by the
+        # scene's host table of placements, gathered by index arrays built on the host.
         plain = _convert.module(self._backend, False)
-        shapes = self._scene._shapes
-        for shape_id, shape in enumerate(shapes):
-            count = shape.mesh.num_vertices
-            if not count:
-                continue
-            vertices = plain.Array3f64(dr.detach(shape.vertices))
-            if shape.is_instance:
-                base = shapes[shape.base]
-                own = columns(dr.detach(shape.to_world), plain.Array3f64)
-                mesh = columns(None if base.to_world is None else dr.detach(base.to_world), plain.Array3f64)
-                placed = apply(compose(own, mesh), vertices)
-            else:
-                placed = world(vertices, None if shape.to_world is None else dr.detach(shape.to_world))
-            points, buffer = _convert.vec3_view(placed, self._device)
-            _convert.fence(self._device)
-            wp.copy(self._points_view, points, dest_offset=self._world_offsets[shape_id], count=count, stream=stream)
-            _convert.fence(self._device)
-            del buffer
+        scene = self._scene
+        shapes = scene._shapes
+        if not self._num_world_vertices:
+            return
+        meshes = [s for s in shapes if not s.is_instance and s.mesh.num_vertices]
+        vertices = concat([plain.Array3f64(dr.detach(s.vertices)) for s in meshes])
+        counts = np.array([s.mesh.num_vertices for s in shapes], dtype=np.int64)
+        starts = np.cumsum(counts) - counts
+        local = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
+        base_rows = np.array([shapes[s.base].vertex_offset for s in shapes], dtype=np.int64)
+        row = plain.UInt((np.repeat(base_rows, counts) + local).astype(np.uint32))
+        shape = plain.UInt(np.repeat(np.arange(len(shapes)), counts).astype(np.uint32))
+        cols = tuple(dr.gather(plain.Array3f64, c, shape) for c in scene._world_columns(plain.Array3f64))
+        placed = apply(cols, dr.gather(plain.Array3f64, vertices, row))
+        points, buffer = _convert.vec3_view(placed, self._device)
+        _convert.fence(self._device)
+        wp.copy(self._points_view, points, count=self._num_world_vertices, stream=stream)
+        _convert.fence(self._device)
+        del buffer
 
     def bvh(self, stream) -> EdgeBvh:
         """The engine's edge BVH over the current (synced) vertices, built on first use."""

@@ -135,11 +135,12 @@ def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> 
     return value
 
 
-def check_transforms(call: str, name: str, value: object, count: int, like: dr.ArrayBase) -> list[dr.ArrayBase]:
-    """``count`` finite, invertible matrices from one ``Matrix4f``/``Matrix4f64`` of width ``count``.
+def check_transforms(call: str, name: str, value: object, count: int, device: str | None) -> dr.ArrayBase:
+    """``value`` if it is a ``Matrix4f``/``Matrix4f64`` of width ``count`` on ``device``, all finite and invertible.
 
-    Returns one width-1 matrix per entry (``dr.gather``: gradients flow back into
-    ``value``). Reads the batch once (one host synchronisation).
+    ``count`` may be 0 (a width-0 matrix is the only valid partner of an empty id
+    list). ``device`` is ``None`` for an empty scene (no device check). Reads the batch
+    once (one host synchronisation).
     """
     value = _check.jit_array(call, name, value)
     if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
@@ -148,25 +149,63 @@ def check_transforms(call: str, name: str, value: object, count: int, like: dr.A
         raise ValueError(
             f"{call}: '{name}' must be a Matrix4f or Matrix4f64 of width {count}, got {_convert.type_name(value)}"
         )
-    _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
+    if device is not None:
+        _check.same_backend(call, name, value, device, "the mesh")
     if dr.width(value) != count:
         raise ValueError(f"{call}: '{name}' must hold {count} matrices (one per shape id), got width {dr.width(value)}")
-    m = np.array(dr.detach(value), dtype=np.float64).reshape(4, 4, count).transpose(2, 0, 1)
-    finite = np.isfinite(m).reshape(count, -1).all(1)
-    if not finite.all():
-        raise ValueError(f"{call}: '{name}[{int(np.argmin(finite))}]' holds non-finite values")
-    singular = np.linalg.det(m[:, :3, :3]) == 0.0
-    if singular.any():
-        raise ValueError(f"{call}: '{name}[{int(np.argmax(singular))}]' is singular (its 3x3 linear part has "
-                         "determinant 0)")
-    index = _convert.module(_convert.backend_name(like), False).UInt32
-    return [dr.gather(type(value), value, index(k)) for k in range(count)]
+    if count == 0:
+        return value
+    m = host_matrices(value)
+    found = _problem(m)
+    if found is not None:
+        raise ValueError(f"{call}: '{name}[{int(np.argmax(found[0]))}]' {found[1]}")
+    return value
+
+
+def host_matrices(value: dr.ArrayBase) -> np.ndarray:
+    """A ``Matrix4f``/``Matrix4f64`` of width K as a (K, 4, 4) float64 NumPy array (one read, no gradient).
+
+    The entries are made opaque first: converting a matrix of literals (e.g. one built
+    from Python floats) to NumPy directly compiles a kernel per distinct matrix (the
+    values are baked into it), which made each ``add_instance`` take milliseconds.
+    """
+    value = dr.detach(value)
+    if dr.backend_v(value) != dr.JitBackend.Invalid:
+        dr.make_opaque(value)
+    m = np.array(value, dtype=np.float64)
+    return m.reshape(4, 4, -1).transpose(2, 0, 1)
 
 
 def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:
-    """Non-finite entries or a singular 3x3 linear part are the contract's ``ValueError``."""
-    m = np.array(dr.detach(value), dtype=np.float64).reshape(4, 4)
-    if not np.isfinite(m).all():
-        raise ValueError(f"{call}: '{name}' holds non-finite values")
-    if np.linalg.det(m[:3, :3]) == 0.0:
-        raise ValueError(f"{call}: '{name}' is singular (its 3x3 linear part has determinant 0)")
+    """Non-finite, beyond-float32 entries or a singular 3x3 linear part are the contract's ``ValueError``."""
+    found = _problem(host_matrices(value))
+    if found is not None:
+        raise ValueError(f"{call}: '{name}' {found[1]}")
+
+
+#: Largest finite float32: the engine stores transforms in float32.
+_FLOAT32_MAX = 3.4028234663852886e38
+
+
+def _problem(m: np.ndarray) -> tuple[np.ndarray, str] | None:
+    """The first rule (K, 4, 4) float64 matrices break, as (bad mask (K,), message), else ``None``.
+
+    The determinant is expanded by cofactors, so integer matrices of rank < 3 give
+    exactly 0 (an LU factorisation leaves a rounding residue).
+    """
+    flat = m.reshape(m.shape[0], -1)
+    with np.errstate(invalid="ignore", over="ignore"):
+        det = (
+            m[:, 0, 0] * (m[:, 1, 1] * m[:, 2, 2] - m[:, 1, 2] * m[:, 2, 1])
+            - m[:, 0, 1] * (m[:, 1, 0] * m[:, 2, 2] - m[:, 1, 2] * m[:, 2, 0])
+            + m[:, 0, 2] * (m[:, 1, 0] * m[:, 2, 1] - m[:, 1, 1] * m[:, 2, 0])
+        )
+        rules = (
+            (~np.isfinite(flat).all(1), "holds non-finite values"),
+            ((np.abs(flat) > _FLOAT32_MAX).any(1), "holds values outside the float32 range (the engine stores float32)"),
+            (det == 0.0, "is singular (its 3x3 linear part has determinant 0)"),
+        )
+    for bad, message in rules:
+        if bad.any():
+            return bad, message
+    return None

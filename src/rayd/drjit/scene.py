@@ -7,22 +7,23 @@ from dataclasses import dataclass
 from types import ModuleType
 
 import drjit as dr
+import numpy as np
 import warp as wp
 
+from rayd.drjit import _check, _convert
+from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns, world
+from rayd.drjit._intersect import LiveGeometry, empty, evaluate
+from rayd.drjit._scene_edges import EdgeQueries
+from rayd.drjit.edges import SceneEdges
+from rayd.drjit.intersection import Intersection
+from rayd.drjit.mesh import Mesh, check_transform, check_transforms, host_matrices
+from rayd.drjit.ray import Ray
 from rayd.engine.accel import SceneAccel
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.intersect import search
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
-from rayd.drjit import _check, _convert
-from rayd.drjit._geometry import columns, compose, concat, normal_columns, world
-from rayd.drjit._intersect import LiveGeometry, empty, evaluate
-from rayd.drjit._scene_edges import EdgeQueries
-from rayd.drjit.edges import SceneEdges
-from rayd.drjit.intersection import Intersection
-from rayd.drjit.mesh import Mesh, check_transform, check_transforms
-from rayd.drjit.ray import Ray
 from rayd.flags import RayFlags
 
 #: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
@@ -36,6 +37,10 @@ class _Shape:
 
     For a mesh, ``base`` is its own id; for an instance, the id of its mesh, and
     ``to_world`` is the instance's own matrix (its placement is ``to_world @ M_mesh``).
+    A shape whose matrix came from a batched ``set_mesh_transform([...], M)`` keeps
+    ``source = M`` and ``source_index = k`` (``to_world`` is then ``M[k]``, gathered):
+    an in-place change of ``M`` is detected by ``M``'s version and re-gathered at
+    ``sync()``, and gradients are gathered from ``M`` for all such shapes at once.
     """
 
     mesh: Mesh
@@ -50,6 +55,13 @@ class _Shape:
     face_row: int = 0  # first row of the shape's mesh in the face table
     vertex_version: tuple[int, ...] | None = None
     transform_version: tuple[int, ...] | None = None
+    source: dr.ArrayBase | None = None
+    source_index: int = 0
+
+    @property
+    def matrix(self) -> dr.ArrayBase | None:
+        """The array the shape's matrix is read from (``source`` if batched, else ``to_world``)."""
+        return self.source if self.source is not None else self.to_world
 
 
 def _not_ours(value: object) -> str:
@@ -87,6 +99,14 @@ class Scene(EdgeQueries):
         self._pending: set[int] = set()
         self._enabled_dirty = False
         self._edges: SceneEdges | None = None
+        # Host copy (float64 NumPy) of every shape's own matrix and of its placement
+        # (M_mesh, or M_instance @ M_mesh) as of the last build()/sync(); identity
+        # for shapes without one. Feeds the engine's instance matrices and the
+        # evaluation's transform columns when no transform requires gradients.
+        self._host_own = np.zeros((0, 4, 4))
+        self._host_world = np.zeros((0, 4, 4))
+        self._host_generation = 0
+        self._columns_cache: dict[type, tuple] = {}
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
@@ -213,6 +233,11 @@ class Scene(EdgeQueries):
         self._flat_global = concat(flat_global)
         self._flat_shape = concat(flat_shape)
         self._shape_enabled = plain.UInt8([1 if s.enabled else 0 for s in self._shapes])
+        count = len(self._shapes)
+        self._is_instance = np.array([s.is_instance for s in self._shapes], dtype=bool)
+        self._base_of = np.array([s.base for s in self._shapes], dtype=np.int64)
+        self._host_own = np.repeat(np.eye(4)[None], count, axis=0)
+        self._read_transforms(range(count))
         dr.make_opaque(self._faces, self._flat_global, self._flat_shape, self._shape_enabled)
         dr.eval(self._face_has_normals, self._face_has_uv)
 
@@ -292,8 +317,9 @@ class Scene(EdgeQueries):
         self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
         self._accel.set_flat_enabled(any(s.enabled for s in self._shapes if not s.is_instance))
         _convert.fence(device)
+        memo: dict[int, tuple[int, ...]] = {}
         for shape in self._shapes:
-            self._record_versions(shape)
+            self._record_versions(shape, memo)
         self._enabled_dirty = False
         self._structure_changed = False
         self._pending.clear()
@@ -342,9 +368,12 @@ class Scene(EdgeQueries):
                 instances follow, as ``M_instance @ M_mesh``); for an instance its own
                 matrix. Also a sequence of K distinct ids, to set K matrices in one call.
             to_world: ``Matrix4f``/``Matrix4f64`` acting on column vectors; of width K
-                with K ids (shape ``shape_id[k]`` gets entry k). Gradients flow into this
-                array when it is an ``.ad`` array with gradients enabled. Each call
-                reads the matrices once to check them (one host synchronisation).
+                with K ids (shape ``shape_id[k]`` gets entry k; a width-0 matrix with
+                no ids). Gradients flow into this array when it is an ``.ad`` array
+                with gradients enabled. Each call reads the matrices once to check them
+                (one host synchronisation). The scene keeps this array: an in-place
+                change of it (e.g. ``M[2][3] = Float(...)``) marks the shapes pending,
+                and ``sync()`` applies the new values.
 
         Raises:
             TypeError, ValueError: wrong id type/range, repeated ids, dtype, shape or
@@ -354,6 +383,7 @@ class Scene(EdgeQueries):
         if isinstance(shape_id, int) and not isinstance(shape_id, bool):
             shape = self._shape(call, "shape_id", shape_id)
             shape.to_world = check_transform(call, "to_world", to_world, shape.mesh.vertices)
+            shape.source = None
             self._pending.add(shape_id)
             return
         if not isinstance(shape_id, (list, tuple)):
@@ -362,11 +392,11 @@ class Scene(EdgeQueries):
             self._shape(call, "shape_id", one)
         if len(set(shape_id)) != len(shape_id):
             raise ValueError(f"{call}: 'shape_id' repeats an id")
-        if not shape_id:
-            return
-        matrices = check_transforms(call, "to_world", to_world, len(shape_id), self._shapes[shape_id[0]].mesh.vertices)
-        for one, matrix in zip(shape_id, matrices):
-            self._shapes[one].to_world = matrix
+        to_world = check_transforms(call, "to_world", to_world, len(shape_id), self._device)
+        for k, one in enumerate(shape_id):
+            shape = self._shapes[one]
+            shape.source, shape.source_index = to_world, k
+            shape.to_world = self._gather_matrix(to_world, k)
         self._pending.update(shape_id)
 
     def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
@@ -387,13 +417,15 @@ class Scene(EdgeQueries):
         """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
         if self._pending or self._enabled_dirty or (self._edges is not None and self._edges.pending):
             return True
-        return any(self._changed(s) for s in self._shapes if s.dynamic or s.to_world is not None)
+        memo: dict[int, tuple[int, ...]] = {}
+        return any(self._changed(s, memo) for s in self._shapes if s.dynamic or s.to_world is not None)
 
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
         if self._engine is None or self._structure_changed or self._pending or self._enabled_dirty:
             return False
-        return not any(self._changed(s) for s in self._shapes)
+        memo: dict[int, tuple[int, ...]] = {}
+        return not any(self._changed(s, memo) for s in self._shapes)
 
     def sync(self) -> None:
         """Apply pending updates: refit moved meshes, refit the top level, apply enable flags.
@@ -412,7 +444,13 @@ class Scene(EdgeQueries):
                     raise _check.lifecycle(
                         call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
                     )
-        todo = {i for i, s in enumerate(shapes) if i in self._pending or self._changed(s)}
+        memo: dict[int, tuple[int, ...]] = {}
+        todo = {i for i, s in enumerate(shapes) if i in self._pending or self._changed(s, memo)}
+        for shape_id in todo:  # a batch changed in place: take the new values
+            shape = shapes[shape_id]
+            if shape.source is not None:
+                shape.to_world = self._gather_matrix(shape.source, shape.source_index)
+        self._read_transforms(sorted(i for i in todo if shapes[i].to_world is not None))
         moved = sorted(i for i in todo if not shapes[i].is_instance)
         for shape_id in moved:
             _check.finite(call, f"vertices of mesh {shape_id}", shapes[shape_id].vertices)
@@ -440,9 +478,10 @@ class Scene(EdgeQueries):
             self._accel.set_flat_enabled(any(s.enabled for s in shapes if not s.is_instance))
             self._enabled_dirty = False
         self._edges.sync(stream, moved=bool(todo))
+        memo = {}
         for shape_id, shape in enumerate(shapes):
             if shape_id in todo or (shape.is_instance and shape.base in todo):
-                self._record_versions(shape)
+                self._record_versions(shape, memo)
         _convert.fence(self._device)
         self._pending.clear()
 
@@ -500,7 +539,7 @@ class Scene(EdgeQueries):
         flags = _check_flags(call, flags)
         n, global_prim_id = self._trace(call, ray, active, ignore, any_hit=False)
         double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes)
+        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
         ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(self._shape_is_ad(s) for s in self._shapes)
         m = _convert.module(self._backend, ad)
         if n == 0:
@@ -636,15 +675,7 @@ class Scene(EdgeQueries):
             )
         transform = normal_transform = None
         if any(s.to_world is not None for s in shapes):
-            per_shape = []
-            for s in shapes:
-                own = columns(s.to_world, Array3)
-                if s.is_instance:
-                    own = compose(own, columns(shapes[s.base].to_world, Array3))
-                per_shape.append(own)
-            transform = tuple(concat([c[k] for c in per_shape]) for k in range(4))
-            if normals is not None:
-                normal_transform = normal_columns(transform)
+            transform, normal_transform = self._transform_columns(m, Array3, normals is not None)
         return LiveGeometry(
             vertices=vertices,
             faces=self._faces,
@@ -677,42 +708,162 @@ class Scene(EdgeQueries):
             wp.copy(self._blas_points_view, points, dest_offset=self._blas[base][0], count=count, stream=stream)
             del buffer
 
+    def _gather_matrix(self, source: dr.ArrayBase, k: int) -> dr.ArrayBase:
+        """Entry ``k`` of a batch of matrices, width 1 (differentiable: gradients flow back into ``source``).
+
+        The index is opaque, so kernels that read one such matrix do not differ by ``k``.
+        """
+        index = dr.opaque(_convert.module(self._backend, False).UInt32, k)
+        return dr.gather(type(source), source, index)
+
+    def _read_transforms(self, shape_ids: Sequence[int]) -> None:
+        """Read the listed shapes' matrices to the host (float64) and recompose every placement.
+
+        A batch shared by several shapes is read once; width-1 matrices are evaluated
+        together first, then read one by one (no kernel per matrix).
+        """
+        shapes = self._shapes
+        ids = [i for i in shape_ids if shapes[i].to_world is not None]
+        if ids:
+            sources = {}
+            for i in ids:
+                src = shapes[i].matrix
+                sources.setdefault(id(src), src)
+            dr.eval(*[dr.detach(src) for src in sources.values()])
+            read = {key: host_matrices(src) for key, src in sources.items()}
+            for i in ids:
+                shape = shapes[i]
+                self._host_own[i] = read[id(shape.matrix)][shape.source_index if shape.source is not None else 0]
+        world = self._host_own.copy()
+        inst = np.flatnonzero(self._is_instance)
+        if inst.size:
+            world[inst] = self._host_own[inst] @ self._host_own[self._base_of[inst]]
+        self._host_world = world
+        self._host_generation += 1
+        self._columns_cache.clear()
+
     def _write_instance_transforms(self, stream: wp.Stream | None) -> None:
-        """Refresh the engine's float32 ``M_instance @ M_mesh`` (row-major, one per instance)."""
+        """Refresh the engine's float32 ``M_instance @ M_mesh`` (row-major, one per instance) from the host table."""
         plain = _convert.module(self._backend, False)
-        per_instance = []
-        for shape_id in self._instance_ids:
-            shape = self._shapes[shape_id]
-            base = self._shapes[shape.base]
-            own = columns(dr.detach(shape.to_world), plain.Array3f64)
-            mesh = columns(None if base.to_world is None else dr.detach(base.to_world), plain.Array3f64)
-            per_instance.append(compose(own, mesh))
-        count = len(per_instance)
-        cols = [plain.Array3f(concat([c[k] for c in per_instance])) for k in range(4)]
-        flat = dr.zeros(plain.Float, 16 * count)
-        lane = dr.arange(plain.UInt, count) * 16
-        for i in range(3):
-            for j in range(4):
-                dr.scatter(flat, cols[j][i], lane + 4 * i + j)
-        dr.scatter(flat, plain.Float(1.0), lane + 15)
-        rows, buffer = _convert.mat44_view(flat, count, self._device)
-        wp.copy(self._instance_to_world_view, rows, stream=stream)
+        rows = self._host_world[self._instance_ids].astype(np.float32)
+        rows[:, 3] = (0.0, 0.0, 0.0, 1.0)
+        count = len(self._instance_ids)
+        view, buffer = _convert.mat44_view(plain.Float(rows.reshape(-1)), count, self._device)
+        wp.copy(self._instance_to_world_view, view, stream=stream)
+        _convert.fence(self._device)
         del buffer
 
-    def _record_versions(self, shape: _Shape) -> None:
+    def _world_columns(self, Array3: type) -> tuple:
+        """Every shape's placement as width-S ``Array3`` columns (no gradients), from the host table; cached."""
+        key = (Array3, "world")
+        cached = self._columns_cache.get(key)
+        if cached is None:
+            dtype = np.float64 if dr.type_v(Array3) == dr.VarType.Float64 else np.float32
+            world = self._host_world
+            cached = tuple(
+                Array3(*(np.ascontiguousarray(world[:, i, j], dtype=dtype) for i in range(3))) for j in range(4)
+            )
+            self._columns_cache[key] = cached
+        return cached
+
+    def _transform_columns(self, m: ModuleType, Array3: type, with_normals: bool) -> tuple[tuple, tuple | None]:
+        """Width-S placement columns (and normal-transform columns) for the differentiable evaluation.
+
+        When no registered matrix has gradients enabled, they come from the host table
+        (plain arrays, cached until a transform changes). Otherwise every shape's own
+        matrix starts from the host table and the matrices that require gradients are
+        written over it: a batch given to ``set_mesh_transform`` with one ``dr.gather``
+        for all its shapes, the width-1 matrices together through one
+        :class:`StackMatrices` op; instances are then composed with their mesh's matrix
+        in one vectorised step. The traced expression does not grow with the number
+        of shapes.
+        """
+        batches: dict[int, tuple[dr.ArrayBase, list[int], list[int]]] = {}
+        singles: dict[int, tuple[dr.ArrayBase, list[int]]] = {}
+        grad: dict[int, bool] = {}
+        for shape_id, shape in enumerate(self._shapes):
+            src = shape.matrix
+            if src is None:
+                continue
+            key = id(src)
+            if key not in grad:
+                grad[key] = _convert.is_ad(src) and dr.grad_enabled(src)
+            if not grad[key]:
+                continue
+            if shape.source is not None:
+                group = batches.setdefault(key, (src, [], []))
+                group[1].append(shape_id)
+                group[2].append(shape.source_index)
+            else:
+                singles.setdefault(key, (src, []))[1].append(shape_id)
+        if not batches and not singles:
+            transform = self._world_columns(Array3)
+            if not with_normals:
+                return transform, None
+            key = (Array3, "normal")
+            normal = self._columns_cache.get(key)
+            if normal is None:
+                normal = normal_columns(transform)
+                dr.eval(normal)
+                self._columns_cache[key] = normal
+            return transform, normal
+
+        Float = dr.value_t(Array3)
+        dtype = np.float64 if dr.type_v(Array3) == dr.VarType.Float64 else np.float32
+        own = self._host_own
+        entries = [[Float(np.ascontiguousarray(own[:, i, j], dtype=dtype)) for j in range(4)] for i in range(3)]
+
+        def overwrite(values, index, positions):  # entries[positions] = values[index]
+            where = m.UInt(positions)
+            index = m.UInt(index)
+            for i in range(3):
+                for j in range(4):
+                    dr.scatter(entries[i][j], Float(dr.gather(type(values[i][j]), values[i][j], index)), where)
+
+        for src, positions, indices in batches.values():
+            overwrite(src, indices, positions)
+        if singles:
+            groups = list(singles.values())
+            values = own[[ids[0] for _, ids in groups], :3]
+            stacked = dr.custom(StackMatrices, [src for src, _ in groups], values, Float)
+            rows = [stacked[4 * i : 4 * i + 4] for i in range(3)]
+            slot = [k for k, (_, ids) in enumerate(groups) for _ in ids]
+            overwrite(rows, slot, [i for _, ids in groups for i in ids])
+        cols = tuple(Array3(entries[0][j], entries[1][j], entries[2][j]) for j in range(4))
+        inst = self._is_instance
+        if inst.any():
+            base = m.UInt(np.where(inst, self._base_of, 0).astype(np.uint32))
+            is_instance = m.Bool(inst)
+            identity = (Array3(1, 0, 0), Array3(0, 1, 0), Array3(0, 0, 1), Array3(0, 0, 0))
+            inner = tuple(dr.select(is_instance, dr.gather(Array3, c, base), e) for c, e in zip(cols, identity))
+            cols = compose(cols, inner)
+        return cols, (normal_columns(cols) if with_normals else None)
+
+    def _version(self, shape: _Shape, memo: dict[int, tuple[int, ...]] | None) -> tuple[int, ...] | None:
+        """The version of the array the shape's matrix is read from (a batch is versioned once per ``memo``)."""
+        src = shape.matrix
+        if src is None:
+            return None
+        if memo is None:
+            return _convert.version(src)
+        key = id(src)
+        found = memo.get(key)
+        if found is None:
+            found = memo[key] = _convert.version(src)
+        return found
+
+    def _record_versions(self, shape: _Shape, memo: dict[int, tuple[int, ...]] | None = None) -> None:
         shape.vertex_version = None if shape.is_instance else _convert.version(shape.vertices)
-        shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
+        shape.transform_version = self._version(shape, memo)
 
     def _vertices_changed(self, shape: _Shape) -> bool:
         return not shape.is_instance and _convert.version(shape.vertices) != shape.vertex_version
 
-    def _changed(self, shape: _Shape) -> bool:
-        """True if the registered arrays changed in place since the last snapshot."""
+    def _changed(self, shape: _Shape, memo: dict[int, tuple[int, ...]] | None = None) -> bool:
+        """True if the registered arrays (a batch a matrix came from included) changed in place since the last snapshot."""
         if self._vertices_changed(shape):
             return True
-        if shape.to_world is not None and _convert.version(shape.to_world) != shape.transform_version:
-            return True
-        return False
+        return shape.to_world is not None and self._version(shape, memo) != shape.transform_version
 
     def _shape(self, call: str, name: str, shape_id: object) -> _Shape:
         if isinstance(shape_id, bool) or not isinstance(shape_id, int):
@@ -731,12 +882,13 @@ class Scene(EdgeQueries):
         self._require_built(call)
         if self._enabled_dirty:
             raise _check.lifecycle(call, "shape enable flags changed; call sync() first")
+        memo: dict[int, tuple[int, ...]] = {}
         for shape_id, shape in enumerate(self._shapes):
+            if shape_id not in self._pending and not self._changed(shape, memo):
+                continue
             kind = "instance" if shape.is_instance else "mesh"
             if shape_id in self._pending:
                 raise _check.lifecycle(call, f"{kind} {shape_id} has pending updates; call sync() first")
-            if not self._changed(shape):
-                continue
             if shape.dynamic or shape.is_instance or not self._vertices_changed(shape):
                 raise _check.lifecycle(
                     call,
@@ -768,10 +920,18 @@ class Scene(EdgeQueries):
         if isinstance(ignore, bool):
             raise TypeError(f"{call}: 'ignore' must be an int or a Dr.Jit Int/UInt array, got bool")
         if isinstance(ignore, int):
+            if not -(2**31) <= ignore < 2**31:
+                raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")
             return n, ignore
         ignore = _check.index_flat(call, "ignore", ignore)
         _check.same_backend(call, "ignore", ignore, self._device, "the scene")
         n = _check.broadcast(call, [("ray", n), ("ignore", dr.width(ignore))])
+        ignore = dr.detach(ignore)
+        # Ids beyond int32 match no face: -1, not a wrapped id (no host synchronisation).
+        if dr.type_v(ignore) == dr.VarType.Int64:
+            ignore = dr.select((ignore >= 2**31) | (ignore < -1), -1, ignore)
+        elif dr.type_v(ignore) == dr.VarType.UInt64:
+            ignore = dr.select(ignore >= 2**31, 2**32 - 1, ignore)  # as int32: -1
         return n, ignore
 
     def __repr__(self) -> str:
