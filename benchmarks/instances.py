@@ -93,6 +93,15 @@ def workload(instances: int, tris: int, rays: int) -> tuple[torch.Tensor, ...]:
     return v, f, first, second, o, d
 
 
+def emit(record: dict, path: str | None) -> None:
+    """Print ``record`` as one JSON line and append it to ``path`` if given."""
+    line = json.dumps(record)
+    print(line)
+    if path:
+        with open(path, "a") as fh:
+            fh.write(line + "\n")
+
+
 def log(message: str) -> None:
     """Progress on stderr (so a run cut short shows how far it got)."""
     print(f"[instances] {message}", file=sys.stderr, flush=True)
@@ -192,11 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         both = torch.isfinite(t) & torch.isfinite(t_mi)
         record["agreement_hit_miss"] = float(same.double().mean())
         record["agreement_max_t_rel"] = float(((t - t_mi).abs() / t_mi.abs().clamp_min(1e-6))[both].max())
-    line = json.dumps(record)
-    print(line)
-    if args.json:
-        with open(args.json, "a") as fh:
-            fh.write(line + "\n")
+    emit(record, args.json)
     return 0
 
 

@@ -16,7 +16,6 @@ Rays on which both engines agree are not checked.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -27,7 +26,7 @@ if __package__ in (None, ""):  # run as a script: make `benchmarks` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.engines.mitsuba3_instances import measure  # noqa: E402
-from benchmarks.instances import workload  # noqa: E402
+from benchmarks.instances import emit, workload  # noqa: E402
 
 import rayd.torch as rt  # noqa: E402
 
@@ -104,11 +103,7 @@ def main(argv: list[str] | None = None) -> int:
         "rayd_wrong": int(rayd_wrong),
         "mitsuba_wrong": int(mitsuba_wrong),
     }
-    line = json.dumps(record)
-    print(line)
-    if args.json:
-        with open(args.json, "a") as fh:
-            fh.write(line + "\n")
+    emit(record, args.json)
     return 0
 
 
