@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -38,6 +37,7 @@ except ImportError:  # a source checkout without `pip install -e .`: use src/
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import rayd.torch as rt  # noqa: E402
+from benchmarks.measure import median, time_ms  # noqa: E402
 
 
 def uv_sphere(tris: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -109,16 +109,7 @@ def log(message: str) -> None:
 
 def median_ms(fn: Callable[[], object], sync: Callable[[], object], repeats: int = 20) -> float:
     """Median wall time in ms of ``repeats`` calls of ``fn`` after 3 warm-up calls, ``sync`` around each."""
-    for _ in range(3):
-        fn()
-    times = []
-    for _ in range(repeats):
-        sync()
-        start = time.perf_counter()
-        fn()
-        sync()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+    return median(time_ms(fn, sync, repeats, warmup=3))
 
 
 def main(argv: list[str] | None = None) -> int:

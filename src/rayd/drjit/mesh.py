@@ -6,6 +6,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.drjit import _check, _convert
+from rayd.transform_rules import transform_problem
 
 _CALL = "rayd.drjit.Mesh()"
 
@@ -156,9 +157,9 @@ def check_transforms(call: str, name: str, value: object, count: int, device: st
     if count == 0:
         return value
     m = host_matrices(value)
-    found = _problem(m)
+    found = transform_problem(m)
     if found is not None:
-        raise ValueError(f"{call}: '{name}[{int(np.argmax(found[0]))}]' {found[1]}")
+        raise ValueError(f"{call}: '{name}[{found[0]}]' {found[1]}")
     return value
 
 
@@ -178,34 +179,6 @@ def host_matrices(value: dr.ArrayBase) -> np.ndarray:
 
 def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:
     """Non-finite, beyond-float32 entries or a singular 3x3 linear part are the contract's ``ValueError``."""
-    found = _problem(host_matrices(value))
+    found = transform_problem(host_matrices(value))
     if found is not None:
         raise ValueError(f"{call}: '{name}' {found[1]}")
-
-
-#: Largest finite float32: the engine stores transforms in float32.
-_FLOAT32_MAX = 3.4028234663852886e38
-
-
-def _problem(m: np.ndarray) -> tuple[np.ndarray, str] | None:
-    """The first rule (K, 4, 4) float64 matrices break, as (bad mask (K,), message), else ``None``.
-
-    The determinant is expanded by cofactors, so integer matrices of rank < 3 give
-    exactly 0 (an LU factorisation leaves a rounding residue).
-    """
-    flat = m.reshape(m.shape[0], -1)
-    with np.errstate(invalid="ignore", over="ignore"):
-        det = (
-            m[:, 0, 0] * (m[:, 1, 1] * m[:, 2, 2] - m[:, 1, 2] * m[:, 2, 1])
-            - m[:, 0, 1] * (m[:, 1, 0] * m[:, 2, 2] - m[:, 1, 2] * m[:, 2, 0])
-            + m[:, 0, 2] * (m[:, 1, 0] * m[:, 2, 1] - m[:, 1, 1] * m[:, 2, 0])
-        )
-        rules = (
-            (~np.isfinite(flat).all(1), "holds non-finite values"),
-            ((np.abs(flat) > _FLOAT32_MAX).any(1), "holds values outside the float32 range (the engine stores float32)"),
-            (det == 0.0, "is singular (its 3x3 linear part has determinant 0)"),
-        )
-    for bad, message in rules:
-        if bad.any():
-            return bad, message
-    return None

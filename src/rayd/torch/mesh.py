@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import math
-
+import numpy as np
 import torch
 
 from rayd.torch import _check, _convert
+from rayd.transform_rules import transform_problem
 
 _CALL = "rayd.torch.Mesh()"
 
@@ -105,42 +105,14 @@ class Mesh:
         return f"rayd.torch.Mesh(V={self.num_vertices}, F={self.num_faces}, device={self.device}{more})"
 
 
-#: Largest finite float32: the engine stores transforms in float32.
-_FLOAT32_MAX = 3.4028234663852886e38
-
-
-#: What a transform can break, in the order the checks run.
-_MESSAGES = (
-    "holds non-finite values",
-    "holds values outside the float32 range (the engine stores float32)",
-    "is singular (its 3x3 linear part has determinant 0)",
-)
-
-
-def _det3(m: torch.Tensor) -> torch.Tensor:
-    """Determinant of the top-left 3x3 block of (..., 4, 4) ``m`` by cofactors (exactly 0 for integer rank < 3)."""
-    return (
-        m[..., 0, 0] * (m[..., 1, 1] * m[..., 2, 2] - m[..., 1, 2] * m[..., 2, 1])
-        - m[..., 0, 1] * (m[..., 1, 0] * m[..., 2, 2] - m[..., 1, 2] * m[..., 2, 0])
-        + m[..., 0, 2] * (m[..., 1, 0] * m[..., 2, 1] - m[..., 1, 1] * m[..., 2, 0])
-    )
-
-
-def _problem(m: torch.Tensor) -> tuple[torch.Tensor, str] | None:
-    """The first rule (..., 4, 4) float64 CPU matrices break, as (bad mask (...), message), else ``None``."""
-    flat = m.flatten(-2)
-    rules = zip(
-        (
-            ~torch.isfinite(flat).all(-1),
-            (flat.abs() > _FLOAT32_MAX).any(-1),
-            _det3(m) == 0,
-        ),
-        _MESSAGES,
-    )
-    for bad, message in rules:
-        if bool(bad.any()):
-            return bad, message
-    return None
+def _host(value: torch.Tensor) -> np.ndarray:
+    """(..., 4, 4) matrices as a (K, 4, 4) float64 NumPy array on the host (one copy)."""
+    plain = _convert.primal(value).detach()
+    try:
+        host = plain.to("cpu", torch.float64).numpy()
+    except RuntimeError:  # inside torch.func transforms a tensor made there has no storage to read
+        host = np.array(plain.tolist(), dtype=np.float64)
+    return host.reshape(-1, 4, 4)
 
 
 def check_transforms(call: str, name: str, value: object, count: int, device: torch.device) -> torch.Tensor:
@@ -153,10 +125,9 @@ def check_transforms(call: str, name: str, value: object, count: int, device: to
         raise ValueError(f"{call}: '{name}' must have shape ({count}, 4, 4) (one matrix per shape id), got "
                          f"{tuple(value.shape)}")
     _check.same_device(call, name, value, device, "the mesh")
-    found = _problem(_convert.primal(value).detach().to("cpu", torch.float64))
+    found = transform_problem(_host(value))
     if found is not None:
-        bad, message = found
-        raise ValueError(f"{call}: '{name}[{int(bad.nonzero()[0])}]' {message}")
+        raise ValueError(f"{call}: '{name}[{found[0]}]' {found[1]}")
     return value
 
 
@@ -170,19 +141,7 @@ def check_transform(call: str, name: str, value: object, device: torch.device) -
     if tuple(value.shape) != (4, 4):
         raise ValueError(f"{call}: '{name}' must have shape (4, 4), got {tuple(value.shape)}")
     _check.same_device(call, name, value, device, "the mesh")
-    m = _convert.primal(value).detach().tolist()  # one small device-to-host copy; checks in Python floats
-    values = [x for row in m for x in row]
-    message = None
-    if not all(math.isfinite(x) for x in values):
-        message = _MESSAGES[0]
-    elif any(abs(x) > _FLOAT32_MAX for x in values):
-        message = _MESSAGES[1]
-    elif (
-        m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-        - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-        + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-    ) == 0.0:
-        message = _MESSAGES[2]
-    if message is not None:
-        raise ValueError(f"{call}: '{name}' {message}")
+    found = transform_problem(_host(value))
+    if found is not None:
+        raise ValueError(f"{call}: '{name}' {found[1]}")
     return value
