@@ -6,7 +6,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.drjit import _check, _convert
-from rayd.transform_rules import transform_problem
+from rayd.core.transforms import transform_problem
 
 _CALL = "rayd.drjit.Mesh()"
 

@@ -109,3 +109,56 @@ def flat_float32(tensor: torch.Tensor, batch: torch.Size, width: int | None) -> 
     if lead.numel() == 1:
         return value.reshape((1,) + tail).to(torch.float32).contiguous()
     return value.expand(tuple(batch) + tail).reshape((-1,) + tail).to(torch.float32).contiguous()
+
+
+def vec3_rows(tensor: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
+    """A Warp ``vec3``/``vec3d`` view of an (N, 3) float tensor's rows and the tensor behind it.
+
+    float32 and float64 stay as they are (zero-copy when contiguous); the engine places
+    them in float64 and rounds once.
+    """
+    value = primal(tensor)
+    if value.dtype not in (torch.float32, torch.float64):
+        value = primal(value.to(torch.float32))
+    value = primal(value.contiguous())  # ops inside torch.func re-wrap: unwrap last
+    return wp.from_torch(value, dtype=wp.vec3d if value.dtype == torch.float64 else wp.vec3), value
+
+
+class TorchArrays:
+    """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors."""
+
+    def version(self, array: torch.Tensor) -> int | None:
+        return version(array)
+
+    def vec3_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
+        return vec3_rows(array)
+
+    def index_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
+        value = primal(primal(array).reshape(-1).contiguous())  # ops inside torch.func re-wrap
+        return wp.from_torch(value), value
+
+    def host_matrices(self, array: torch.Tensor):
+        return host_matrices(array)
+
+    def stream(self, device: str) -> wp.Stream | None:
+        return current_stream(torch.device(device))
+
+    def fence(self, device: str) -> None:
+        return None
+
+
+def host_matrices(value: torch.Tensor):
+    """(..., 4, 4) matrices as a (K, 4, 4) float64 NumPy array on the host (one copy)."""
+    import numpy as np  # noqa: PLC0415
+
+    plain = primal(value).detach()
+    try:
+        host = plain.to("cpu", torch.float64).numpy()
+    except RuntimeError:  # inside torch.func transforms a tensor made there has no storage to read
+        host = np.array(plain.tolist(), dtype=np.float64)
+    return host.reshape(-1, 4, 4)
+
+
+def from_warp(array: wp.array) -> torch.Tensor:
+    """Zero-copy torch view of an engine-owned Warp array."""
+    return wp.to_torch(array)

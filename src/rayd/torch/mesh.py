@@ -6,7 +6,7 @@ import numpy as np
 import torch
 
 from rayd.torch import _check, _convert
-from rayd.transform_rules import transform_problem
+from rayd.core.transforms import transform_problem
 
 _CALL = "rayd.torch.Mesh()"
 
@@ -105,14 +105,7 @@ class Mesh:
         return f"rayd.torch.Mesh(V={self.num_vertices}, F={self.num_faces}, device={self.device}{more})"
 
 
-def _host(value: torch.Tensor) -> np.ndarray:
-    """(..., 4, 4) matrices as a (K, 4, 4) float64 NumPy array on the host (one copy)."""
-    plain = _convert.primal(value).detach()
-    try:
-        host = plain.to("cpu", torch.float64).numpy()
-    except RuntimeError:  # inside torch.func transforms a tensor made there has no storage to read
-        host = np.array(plain.tolist(), dtype=np.float64)
-    return host.reshape(-1, 4, 4)
+_host = _convert.host_matrices
 
 
 def check_transforms(call: str, name: str, value: object, count: int, device: torch.device) -> torch.Tensor:

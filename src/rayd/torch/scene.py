@@ -1,17 +1,22 @@
-"""`Scene`: meshes and instances, their acceleration structures, lifecycle and queries."""
+"""`Scene`: meshes and instances, their acceleration structures, lifecycle and queries.
+
+The scene logic (ids, numbering, change tracking, transforms, build/sync) is
+:class:`rayd.core.SceneCore`'s; this class checks torch arguments, hands tensors over,
+evaluates the winners differentiably and wraps the results.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
-from rayd import engine
+from rayd.core import SceneCore
 from rayd.flags import FIELD_FLAGS, RayFlags
-from rayd.torch import _check, _convert, _intersect_fused
-from rayd.torch._geometry import LiveTensors, ShapeTable, gather, ids
+from rayd.torch import _check, _convert, _intersect_fused, _trace
+from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
+from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
@@ -23,48 +28,6 @@ from rayd.torch.ray import Ray
 VISIBILITY_EPSILON = 1e-4
 
 
-@dataclass
-class _Shape:
-    """A mesh or an instance as the scene holds it: what is registered now and what was snapshotted.
-
-    For a mesh, ``base`` is its own id; for an instance, the id of its mesh, and
-    ``to_world`` is the instance's own matrix (its placement is ``to_world @ M_mesh``).
-    """
-
-    mesh: Mesh
-    base: int
-    dynamic: bool
-    vertices: torch.Tensor
-    to_world: torch.Tensor | None
-    is_instance: bool = False
-    enabled: bool = True
-    vertex_offset: int = 0  # first row in the flat world-space buffer (meshes)
-    face_offset: int = 0  # first global_prim_id
-    vertex_version: int | None = None
-    transform_version: int | None = None
-
-
-def _type_name(value: object) -> str:
-    cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("rayd") else cls.__name__
-
-
-def _affine(m: torch.Tensor) -> torch.Tensor:
-    """``m`` (..., 4, 4) in float64 with its last row replaced by (0, 0, 0, 1) (differentiably)."""
-    m = m.to(torch.float64)
-    last = torch.zeros_like(m[..., 3:, :])
-    last[..., 0, 3] = 1.0
-    return torch.cat((m[..., :3, :], last), dim=-2)
-
-
-def _apply(m: torch.Tensor | None, points: torch.Tensor) -> torch.Tensor:
-    """``m @ [p, 1]`` for rows ``p`` of ``points`` (identity if ``m`` is ``None``)."""
-    if m is None:
-        return points
-    m = m.to(points.dtype)
-    return points @ m[:3, :3].transpose(0, 1) + m[:3, 3]
-
-
 class Scene(EdgeQueries):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
@@ -72,10 +35,10 @@ class Scene(EdgeQueries):
     ``build()`` -> queries. A mesh added with ``dynamic=True`` may move:
     ``update_mesh_vertices(mesh_id, v)`` (or an in-place change of its registered
     vertex tensor) marks the scene pending, and ``sync()`` refits. Transforms
-    (``set_mesh_transform``) and ``set_shape_enabled`` also take effect at ``sync()``.
-    Queries before ``build()``, after adding shapes without a new ``build()``, or
-    while updates are pending raise ``RuntimeError`` instead of answering from a
-    stale BVH.
+    (``set_mesh_transform``, or an in-place change of a registered matrix) and
+    ``set_shape_enabled`` also take effect at ``sync()``. Queries before ``build()``,
+    after adding shapes without a new ``build()``, or while updates are pending raise
+    ``RuntimeError`` instead of answering from a stale BVH.
 
     Acceleration: one BVH (SAH) over the world-space triangles of all meshes; when
     instances exist, a top-level BVH over instance boxes whose leaves share one
@@ -87,13 +50,14 @@ class Scene(EdgeQueries):
     """
 
     def __init__(self) -> None:
-        self._shapes: list[_Shape] = []
+        self._core = SceneCore(_convert.TorchArrays(), "rayd.torch.Scene")
         self._device: torch.device | None = None
-        self._accel: engine.SceneAccel | None = None
-        self._structure_changed = False
-        self._pending: set[int] = set()
-        self._enabled_dirty = False
         self._edges: SceneEdges | None = None
+        self._state: LiveState | None = None
+
+    @property
+    def _shapes(self) -> list:
+        return self._core.table.shapes
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
@@ -112,16 +76,13 @@ class Scene(EdgeQueries):
         """
         call = "rayd.torch.Scene.add_mesh()"
         if not isinstance(mesh, Mesh):
-            raise TypeError(f"{call}: 'mesh' must be a rayd.torch.Mesh, got {_type_name(mesh)}")
+            raise TypeError(f"{call}: 'mesh' must be a rayd.torch.Mesh, got {_trace.type_name(mesh)}")
         if not isinstance(dynamic, bool):
             raise TypeError(f"{call}: 'dynamic' must be a bool, got {type(dynamic).__name__}")
         if self._device is None:
             self._device = torch.device(_convert.device_name(mesh.device))
         _check.same_device(call, "mesh", mesh.vertices, self._device, "the scene")
-        shape_id = len(self._shapes)
-        self._shapes.append(_Shape(mesh, shape_id, dynamic, mesh.vertices, mesh.to_world))
-        self._structure_changed = self._accel is not None
-        return shape_id
+        return self._core.add_mesh(mesh, mesh.vertices, mesh.to_world, dynamic, str(self._device))
 
     def add_instance(self, mesh_id: int, to_world: torch.Tensor) -> int:
         """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
@@ -139,24 +100,19 @@ class Scene(EdgeQueries):
             TypeError, ValueError: wrong id type/range (or an instance id), or a bad matrix.
         """
         call = "rayd.torch.Scene.add_instance()"
-        base = self._shape(call, "mesh_id", mesh_id)
-        if base.is_instance:
-            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; pass the id add_mesh returned")
+        base = self._core.table.get_mesh(call, "mesh_id", mesh_id)
         to_world = check_transform(call, "to_world", to_world, self._device)
-        shape_id = len(self._shapes)
-        self._shapes.append(_Shape(base.mesh, mesh_id, base.dynamic, base.vertices, to_world, is_instance=True))
-        self._structure_changed = self._accel is not None
-        return shape_id
+        return self._core.add_instance(base, mesh_id, to_world)
 
     @property
     def num_meshes(self) -> int:
         """Number of meshes added (instances not counted)."""
-        return sum(1 for s in self._shapes if not s.is_instance)
+        return self._core.table.num_meshes
 
     @property
     def num_shapes(self) -> int:
         """Number of shapes: meshes and instances."""
-        return len(self._shapes)
+        return len(self._core.table)
 
     @property
     def device(self) -> torch.device | None:
@@ -168,138 +124,13 @@ class Scene(EdgeQueries):
         """Snapshot every shape and build the acceleration structures.
 
         Raises:
-            ValueError: the scene has no triangles, or a mesh has non-finite vertices.
+            ValueError: the scene has no triangles, a mesh's faces index outside its
+                vertices (e.g. changed in place after ``Mesh()``), or a mesh has
+                non-finite vertices.
         """
-        call = "rayd.torch.Scene.build()"
-        meshes = [s for s in self._shapes if not s.is_instance]
-        if not meshes or sum(s.mesh.num_faces for s in meshes) == 0:
-            raise ValueError(f"{call}: the scene is empty; add a mesh with at least one face first")
-        for shape_id, shape in enumerate(self._shapes):
-            if not shape.is_instance:
-                _check.finite(call, f"vertices of mesh {shape_id}", _convert.primal(shape.vertices))
-        device = self._device
-        stream = _convert.current_stream(device)
-
-        # Numbering: global_prim_id ranges in shape order; meshes also own rows of the
-        # flat world-space vertex buffer and of the concatenated face table.
-        mesh_index: dict[int, int] = {}
-        vertex_offset = face_row = global_offset = 0
-        faces, flat_global, flat_shape, has_normals, has_uv, face_rows = [], [], [], [], [], {}
-        for shape_id, shape in enumerate(self._shapes):
-            shape.face_offset = global_offset
-            global_offset += shape.mesh.num_faces
-            if shape.is_instance:
-                continue
-            mesh = shape.mesh
-            mesh_index[shape_id] = len(mesh_index)
-            shape.vertex_offset = vertex_offset
-            face_rows[shape_id] = face_row
-            faces.append(_convert.primal(mesh.faces).long() + vertex_offset)
-            flat_global.append(torch.arange(mesh.num_faces, device=device) + shape.face_offset)
-            flat_shape.append(torch.full((mesh.num_faces,), shape_id, dtype=torch.int32, device=device))
-            has_normals.append(torch.full((mesh.num_faces,), mesh.normals is not None, device=device))
-            has_uv.append(torch.full((mesh.num_faces,), mesh.uv is not None, device=device))
-            vertex_offset += mesh.num_vertices
-            face_row += mesh.num_faces
-        faces = torch.cat(faces).contiguous()
-        any_normals = any(s.mesh.normals is not None for s in meshes)
-        any_uv = any(s.mesh.uv is not None for s in meshes)
-        self._table = ShapeTable(
-            global_offset=torch.tensor([s.face_offset for s in self._shapes], dtype=torch.int64, device=device),
-            face_row=torch.tensor([face_rows[s.base] for s in self._shapes], dtype=torch.int64, device=device),
-            faces=faces,
-            face_has_normals=torch.cat(has_normals) if any_normals else None,
-            face_has_uv=torch.cat(has_uv) if any_uv else None,
-            shape_mesh=torch.tensor([mesh_index[s.base] for s in self._shapes], dtype=torch.int64, device=device),
-            instance_rows=torch.tensor(
-                [i for i, s in enumerate(self._shapes) if s.is_instance], dtype=torch.int64, device=device
-            ),
-        )
-        self._mesh_index = mesh_index
-
-        # Engine side: the flat world-space BVH over all meshes.
-        self._indices = faces.to(torch.int32).reshape(-1).contiguous()
-        self._points = torch.empty((vertex_offset, 3), dtype=torch.float32, device=device)
-        for shape in meshes:
-            self._snapshot_flat(shape)
-        self._flat_global = torch.cat(flat_global).to(torch.int32).contiguous()
-        self._flat_shape = torch.cat(flat_shape).contiguous()
-        self._shape_enabled = torch.tensor(
-            [1 if s.enabled else 0 for s in self._shapes], dtype=torch.uint8, device=device
-        )
-        flat = engine.TriangleScene(_convert.vec3_view(self._points), _convert.scalar_view(self._indices), stream)
-
-        # Instances: one object-space BVH per instanced mesh, a top level over instances.
-        # Instances of a mesh without faces have nothing to hit: they get no BLAS.
-        instances = [i for i, s in enumerate(self._shapes) if s.is_instance and s.mesh.num_faces]
-        self._instance_ids = instances
-        level = inst_shape = inst_global = None
-        self._blas: dict[int, tuple[int, engine.TriangleScene]] = {}
-        if instances:
-            # Object-space copies of every instanced mesh, in one buffer the BLASes share.
-            bases = sorted({self._shapes[i].base for i in instances})
-            points, indices, vertex_base, face_base = [], [], 0, 0
-            offsets = {}
-            for base in bases:
-                mesh_shape = self._shapes[base]
-                offsets[base] = (vertex_base, face_base)
-                points.append(_convert.primal(mesh_shape.vertices).to(torch.float32))
-                indices.append(_convert.primal(mesh_shape.mesh.faces).to(torch.int32) + vertex_base)
-                vertex_base += mesh_shape.mesh.num_vertices
-                face_base += mesh_shape.mesh.num_faces
-            self._blas_points = torch.cat(points).contiguous()
-            self._blas_indices = torch.cat(indices).reshape(-1).contiguous()
-            points_view = _convert.vec3_view(self._blas_points)
-            indices_view = _convert.scalar_view(self._blas_indices)
-            slots: dict[int, int] = {}
-            blas = []
-            for base in bases:
-                slots[base] = len(blas)
-                tri = engine.TriangleScene(
-                    points_view,
-                    indices_view,
-                    stream,
-                    num_triangles=self._shapes[base].mesh.num_faces,
-                    face_base=offsets[base][1],
-                )
-                self._blas[base] = (offsets[base][0], tri)
-                blas.append(tri)
-            self._instance_to_world = torch.empty((len(instances), 4, 4), dtype=torch.float32, device=device)
-            self._write_instance_transforms()
-            self._instance_shape = torch.tensor(instances, dtype=torch.int32, device=device)
-            self._instance_global = torch.tensor(
-                [self._shapes[i].face_offset for i in instances], dtype=torch.int32, device=device
-            )
-            level = engine.InstanceLevel(
-                blas,
-                [slots[self._shapes[i].base] for i in instances],
-                wp_mat44_view(_convert.primal(self._instance_to_world)),
-                stream,
-            )
-            inst_shape = _convert.scalar_view(self._instance_shape)
-            inst_global = _convert.scalar_view(self._instance_global)
-        self._accel = engine.SceneAccel(
-            flat.device,
-            flat,
-            _convert.scalar_view(self._flat_global),
-            _convert.scalar_view(self._flat_shape),
-            _convert.scalar_view(self._shape_enabled),
-            level,
-            inst_shape,
-            inst_global,
-        )
-        self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
-        self._accel.set_flat_enabled(any(s.enabled for s in self._shapes if not s.is_instance))
-        for shape in self._shapes:
-            self._record_versions(shape)
-        self._no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)
-        # Plain meshes (no instances, normals or uv) may use the fused evaluation kernels.
-        self._plain = not instances and not any_normals and not any_uv
-        self._faces = faces  # flat rows: mesh faces offset into the flat vertex buffer
-        self._edges = SceneEdges(self._shapes, device)
-        self._structure_changed = False
-        self._pending.clear()
-        self._enabled_dirty = False
+        self._core.build("rayd.torch.Scene.build()")
+        self._state = LiveState(self._core, self._device)
+        self._edges = SceneEdges(self._shapes, self._device)
 
     def update_mesh_vertices(self, mesh_id: int, vertices: torch.Tensor) -> None:
         """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
@@ -316,7 +147,7 @@ class Scene(EdgeQueries):
             RuntimeError: the mesh was added with ``dynamic=False``.
         """
         call = "rayd.torch.Scene.update_mesh_vertices()"
-        shape = self._shape(call, "mesh_id", mesh_id)
+        shape = self._core.table.get(call, "mesh_id", mesh_id)
         if shape.is_instance:
             raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; update the mesh it instances")
         if not shape.dynamic:
@@ -325,27 +156,23 @@ class Scene(EdgeQueries):
                 f"or call build() after changing it"
             )
         vertices = _check.float_tensor(call, "vertices", vertices, last=3, ndim=2)
-        if vertices.shape[0] != shape.mesh.num_vertices:
+        if vertices.shape[0] != shape.num_vertices:
             raise ValueError(
-                f"{call}: 'vertices' must have shape ({shape.mesh.num_vertices}, 3) like mesh {mesh_id}, "
+                f"{call}: 'vertices' must have shape ({shape.num_vertices}, 3) like mesh {mesh_id}, "
                 f"got {tuple(vertices.shape)}"
             )
         _check.same_device(call, "vertices", vertices, self._device, "the scene")
-        for other in self._shapes:
-            if other.base == mesh_id:
-                other.vertices = vertices
-        self._pending.add(mesh_id)
+        self._core.update_vertices(mesh_id, vertices)
 
-    def set_mesh_transform(
-        self, shape_id: int | Sequence[int] | torch.Tensor, to_world: torch.Tensor
-    ) -> None:
+    def set_mesh_transform(self, shape_id: int | Sequence[int] | torch.Tensor, to_world: torch.Tensor) -> None:
         """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
 
         Args:
             shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
                 instances follow, as ``M_instance @ M_mesh``); for an instance its own
                 matrix. Any shape may move, dynamic or not. Also a sequence (or 1-D
-                int tensor) of K distinct ids, to set K matrices in one call.
+                int tensor) of K distinct ids, to set K matrices in one call (K = 0
+                with a (0, 4, 4) tensor is a no-op).
             to_world: (4, 4) float32/float64 acting on column vectors; (K, 4, 4) with
                 K ids (shape ``shape_id[k]`` gets ``to_world[k]``, a view). Gradients
                 flow into this tensor. Each call reads the matrices once to check them
@@ -358,31 +185,20 @@ class Scene(EdgeQueries):
                 device; non-finite or singular matrices.
         """
         call = "rayd.torch.Scene.set_mesh_transform()"
+        table = self._core.table
         if isinstance(shape_id, int) and not isinstance(shape_id, bool):
-            shape = self._shape(call, "shape_id", shape_id)
-            shape.to_world = check_transform(call, "to_world", to_world, self._device)
-            self._pending.add(shape_id)
+            table.get(call, "shape_id", shape_id)
+            self._core.set_transform(shape_id, check_transform(call, "to_world", to_world, self._device))
             return
-        id_list = self._id_list(call, "shape_id", shape_id)
+        if isinstance(shape_id, torch.Tensor):
+            if shape_id.dim() != 1 or shape_id.dtype.is_floating_point or shape_id.dtype == torch.bool:
+                raise TypeError(f"{call}: 'shape_id' must be an int, a sequence of ints or a 1-D integer tensor, "
+                                f"got a {shape_id.dtype} tensor of shape {tuple(shape_id.shape)}")
+            shape_id = shape_id.tolist()
+        id_list = table.id_list(call, "shape_id", shape_id)
         matrices = check_transforms(call, "to_world", to_world, len(id_list), self._device)
         for k, one in enumerate(id_list):
-            self._shapes[one].to_world = matrices[k]
-        self._pending.update(id_list)
-
-    def _id_list(self, call: str, name: str, value: object) -> list[int]:
-        """Distinct, valid shape ids from a sequence or a 1-D integer tensor."""
-        if isinstance(value, torch.Tensor):
-            if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
-                raise TypeError(f"{call}: '{name}' must be an int, a sequence of ints or a 1-D integer tensor, got "
-                                f"a {value.dtype} tensor of shape {tuple(value.shape)}")
-            value = value.tolist()
-        if not isinstance(value, (list, tuple)):
-            raise TypeError(f"{call}: '{name}' must be an int or a sequence of ints, got {type(value).__name__}")
-        for one in value:
-            self._shape(call, name, one)
-        if len(set(value)) != len(value):
-            raise ValueError(f"{call}: '{name}' repeats an id")
-        return list(value)
+            self._core.set_transform(one, matrices[k], source=matrices, index=k)
 
     def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
         """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
@@ -391,24 +207,18 @@ class Scene(EdgeQueries):
             TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
         """
         call = "rayd.torch.Scene.set_shape_enabled()"
-        shape = self._shape(call, "shape_id", shape_id)
+        shape = self._core.table.get(call, "shape_id", shape_id)
         if not isinstance(flag, bool):
             raise TypeError(f"{call}: 'flag' must be a bool, got {type(flag).__name__}")
-        if shape.enabled != flag:
-            shape.enabled = flag
-            self._enabled_dirty = True
+        self._core.table.set_enabled(shape, flag)
 
     def has_pending_updates(self) -> bool:
-        """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
-        if self._pending or self._enabled_dirty or (self._edges is not None and self._edges.pending):
-            return True
-        return any(self._changed(s) for s in self._shapes if s.dynamic or s.is_instance)
+        """True if updates (vertices, transforms, enable flags, edge masks, in-place changes) await ``sync()``."""
+        return self._core.table.has_pending() or (self._edges is not None and self._edges.pending)
 
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
-        if self._accel is None or self._structure_changed or self._pending or self._enabled_dirty:
-            return False
-        return not any(self._changed(s) for s in self._shapes)
+        return self._core.table.is_ready()
 
     def sync(self) -> None:
         """Apply pending updates: refit moved meshes, refit the top level, apply enable flags.
@@ -418,49 +228,8 @@ class Scene(EdgeQueries):
                 ``build()``, or if a static mesh changed in place (needs ``build()``).
             ValueError: an updated mesh has non-finite vertices.
         """
-        call = "rayd.torch.Scene.sync()"
-        self._require_built(call)
-        for shape_id, shape in enumerate(self._shapes):
-            if not shape.dynamic and not shape.is_instance and shape_id not in self._pending:
-                if _convert.version(shape.vertices) != shape.vertex_version:
-                    raise _check.lifecycle(
-                        call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
-                    )
-        todo = {i for i, s in enumerate(self._shapes) if i in self._pending or self._changed(s)}
-        moved_meshes = {i for i in todo if not self._shapes[i].is_instance}
-        for shape_id in moved_meshes:
-            _check.finite(call, f"vertices of mesh {shape_id}", _convert.primal(self._shapes[shape_id].vertices))
-        stream = _convert.current_stream(self._device)
-        for shape_id in moved_meshes:
-            self._snapshot_flat(self._shapes[shape_id])
-        if moved_meshes:
-            self._accel.flat.refit(stream)
-        if self._accel.instances is not None:
-            blas_moved = False
-            for base in moved_meshes & set(self._blas):
-                vertex_base, tri = self._blas[base]
-                count = self._shapes[base].mesh.num_vertices
-                self._blas_points[vertex_base : vertex_base + count].copy_(_convert.primal(self._shapes[base].vertices))
-                tri.refit(stream)
-                blas_moved = True
-            instance_moved = any(i in todo or self._shapes[i].base in todo for i in self._instance_ids)
-            if blas_moved or instance_moved:
-                self._write_instance_transforms()
-                self._accel.instances.update(blas_moved, stream)
-        if self._enabled_dirty:
-            self._shape_enabled.copy_(
-                torch.tensor([1 if s.enabled else 0 for s in self._shapes], dtype=torch.uint8)
-            )
-            self._accel.set_all_enabled(all(s.enabled for s in self._shapes))
-            self._accel.set_flat_enabled(any(s.enabled for s in self._shapes if not s.is_instance))
-            self._enabled_dirty = False
-        self._edges.sync(stream, moved=bool(todo))
-        for shape_id in todo:
-            self._record_versions(self._shapes[shape_id])
-        for shape in self._shapes:
-            if shape.is_instance and shape.base in todo:
-                self._record_versions(shape)
-        self._pending.clear()
+        todo = self._core.sync("rayd.torch.Scene.sync()")
+        self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
 
     # ------------------------------------------------------------------ queries
     def intersect(
@@ -512,21 +281,22 @@ class Scene(EdgeQueries):
         """
         call = "rayd.torch.Scene.intersect()"
         flags = _check_flags(call, flags)
-        batch, n, global_prim_id = self._trace(call, ray, active, ignore, any_hit=False)
+        batch, n, global_prim_id, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
+        state = self._state
         meshes = [s.vertices for s in self._shapes if not s.is_instance]
-        if self._plain and _intersect_fused.usable([ray.o, ray.d, *meshes]) and all(
+        if state.plain and _intersect_fused.usable([ray.o, ray.d, *meshes]) and all(
             s.to_world is None for s in self._shapes
         ):
             vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
-            fields = _intersect_fused.evaluate_fused(ray.o, ray.d, batch, global_prim_id, vertices, self._indices)
-            fields["shape_id"], fields["prim_id"] = ids(self._table, global_prim_id)
+            fields = _intersect_fused.evaluate_fused(ray.o, ray.d, batch, global_prim_id, vertices, state.indices)
+            fields["shape_id"], fields["prim_id"] = ids(state.table, global_prim_id)
             fields["global_prim_id"] = global_prim_id
             fields = {k: v for k, v in fields.items() if k not in _unrequested(flags)}
         else:
             dtype = self._output_dtype(ray)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-            geometry = gather(self._table, self._live(dtype), global_prim_id)
+            geometry = gather(state.table, state.live(dtype), global_prim_id)
             fields = evaluate(o, d, global_prim_id, geometry, flags)
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
@@ -549,7 +319,7 @@ class Scene(EdgeQueries):
             TypeError, ValueError, RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.torch.Scene.shadow_test()"
-        batch, _, blocker = self._trace(call, ray, active, ignore, any_hit=True)
+        batch, _, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         return (blocker >= 0).reshape(batch)
 
     def visible(
@@ -585,219 +355,30 @@ class Scene(EdgeQueries):
         _check.same_device(call, "end", end, start.device, "'start'")
         _check.broadcast(call, [("start", start.shape[:-1]), ("end", end.shape[:-1])])
         ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
-        batch, n, blocker = self._trace(call, ray, active, ignore, any_hit=True)
-        result = (blocker < 0).reshape(batch) & _wellformed(ray, batch)
+        batch, n, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
+        result = (blocker < 0).reshape(batch) & _trace.wellformed(ray, batch)
         if active is not None:
             result = result & _convert.primal(active).expand(batch)
         return result
 
     # ------------------------------------------------------------------ internals
-    def _trace(
-        self, call: str, ray: object, active: object, ignore: object, any_hit: bool
-    ) -> tuple[torch.Size, int, torch.Tensor]:
-        """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners)."""
-        self._require_ready(call)
-        ray = self._check_ray(call, ray)
-        batch, active = self._check_active(call, ray, active)
-        batch, ignore = self._check_ignore(call, batch, ignore)
-        n = batch.numel()
-        out = torch.empty(n, dtype=torch.int32, device=self._device)
-        if n == 0:
-            return batch, n, out
-        device = self._device
-        if active is None:
-            flag = torch.ones(1, dtype=torch.uint8, device=device)
-        else:
-            flag = _convert.primal(active)
-            flag = (flag.reshape(1) if flag.numel() == 1 else flag.expand(batch).reshape(-1)).to(torch.uint8)
-            flag = flag.contiguous()
-        if ignore is None:
-            skip = self._no_ignore
-        else:
-            skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
-            skip = skip.to(torch.int32).contiguous()
-        rays = engine.RayBatch(
-            _convert.vec3_view(_convert.flat_float32(ray.o, batch, 3)),
-            _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
-            _convert.scalar_view(_bound(ray.tmin, batch, device)),
-            _convert.scalar_view(_bound(ray.tmax, batch, device)),
-            _convert.scalar_view(flag),
-            _convert.scalar_view(skip),
-        )
-        engine.search(self._accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
-        return batch, n, out
-
     def _output_dtype(self, ray: Ray) -> torch.dtype:
         dtype = torch.promote_types(ray.o.dtype, ray.d.dtype)
         for shape in self._shapes:
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         return dtype
 
-    def _live(self, dtype: torch.dtype) -> LiveTensors:
-        """The registered tensors (differentiable), cast to ``dtype``."""
-        device = self._device
-        meshes = [s for s in self._shapes if not s.is_instance]
-        vertices = [s.vertices.to(dtype) for s in meshes]
-        normals = uv = None
-        if self._table.face_has_normals is not None:
-            normals = torch.cat(
-                [
-                    s.mesh.normals.to(dtype)
-                    if s.mesh.normals is not None
-                    else torch.zeros((s.mesh.num_vertices, 3), dtype=dtype, device=device)
-                    for s in meshes
-                ]
-            )
-        if self._table.face_has_uv is not None:
-            uv = torch.cat(
-                [
-                    s.mesh.uv.to(dtype)
-                    if s.mesh.uv is not None
-                    else torch.zeros((s.mesh.num_vertices, 2), dtype=dtype, device=device)
-                    for s in meshes
-                ]
-            )
-        to_world = normal_matrix = None
-        if any(s.to_world is not None for s in self._shapes):
-            to_world = self._shape_transforms()  # float64: corners are placed in float64 (_geometry.gather)
-            if normals is not None:
-                normal_matrix = torch.linalg.inv(to_world[:, :3, :3])
-        return LiveTensors(
-            vertices=vertices[0] if len(vertices) == 1 else torch.cat(vertices),
-            normals=normals,
-            uv=uv,
-            to_world=to_world,
-            normal_matrix=normal_matrix,
-        )
-
-    def _live_geometry(self, dtype: torch.dtype) -> LiveTensors:
-        """World-space vertices of all meshes in flat-buffer row order (differentiable)."""
-        meshes = [s for s in self._shapes if not s.is_instance]
-        world = [_apply(s.to_world, s.vertices.to(dtype)) for s in meshes]
-        return LiveTensors(vertices=world[0] if len(world) == 1 else torch.cat(world), normals=None, uv=None,
-                           to_world=None)
-
-    def _shape_transforms(self) -> torch.Tensor:
-        """(S, 4, 4) float64 world transform per shape: ``M_mesh``, or ``M_instance @ M_mesh`` (differentiable).
-
-        Only the top three rows of each matrix count (affine transforms, as for a
-        mesh's own vertices): the last row is taken as (0, 0, 0, 1), so it never
-        receives a gradient.
-        """
-        eye = torch.eye(4, dtype=torch.float64, device=self._device)
-        own = torch.stack([eye if s.to_world is None else _affine(s.to_world) for s in self._shapes])
-        rows = self._table.instance_rows
-        if rows.numel() == 0:
-            return own
-        base = torch.tensor([s.base for s in self._shapes], device=self._device)
-        composed = own[rows] @ own[base[rows]]
-        return own.index_put((rows,), composed)
-
-    def _write_instance_transforms(self) -> None:
-        """Refresh the engine's float32 ``M_instance @ M_mesh`` rows (a few batched ops)."""
-        shapes = [self._shapes[i] for i in self._instance_ids]
-        own = _affine(torch.stack([_convert.primal(s.to_world) for s in shapes]))  # one gather kernel
-        if any(self._shapes[s.base].to_world is not None for s in shapes):
-            eye = torch.eye(4, dtype=torch.float64, device=self._device)
-            mesh = torch.stack(
-                [
-                    eye
-                    if self._shapes[s.base].to_world is None
-                    else _affine(_convert.primal(self._shapes[s.base].to_world))
-                    for s in shapes
-                ]
-            )
-            own = own @ mesh
-        self._instance_to_world.copy_(own)
-
-    def _snapshot_flat(self, shape: _Shape) -> None:
-        """Copy a mesh's world-space vertices (float32) into the flat buffer."""
-        vertices = _convert.primal(shape.vertices)
-        to_world = None if shape.to_world is None else _convert.primal(shape.to_world)
-        world = _apply(to_world, vertices.to(torch.promote_types(vertices.dtype, torch.float32)))
-        self._points[shape.vertex_offset : shape.vertex_offset + shape.mesh.num_vertices].copy_(world)
-
-    def _record_versions(self, shape: _Shape) -> None:
-        shape.vertex_version = _convert.version(shape.vertices)
-        shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
-
-    def _changed(self, shape: _Shape) -> bool:
-        """True if the registered tensors changed in place since the last snapshot."""
-        if _convert.version(shape.vertices) != shape.vertex_version:
-            return True
-        if shape.to_world is not None and _convert.version(shape.to_world) != shape.transform_version:
-            return True
-        return False
-
-    def _shape(self, call: str, name: str, shape_id: object) -> _Shape:
-        if isinstance(shape_id, bool) or not isinstance(shape_id, int):
-            raise TypeError(f"{call}: '{name}' must be an int, got {type(shape_id).__name__}")
-        if not 0 <= shape_id < len(self._shapes):
-            raise ValueError(f"{call}: '{name}' must be in [0, {len(self._shapes)}), got {shape_id}")
-        return self._shapes[shape_id]
+    def _check_ray(self, call: str, ray: object) -> Ray:
+        return _trace.check_ray(call, ray, self._device)
 
     def _require_built(self, call: str) -> None:
-        if self._accel is None:
-            raise _check.lifecycle(call, "the scene is not built; call build() first")
-        if self._structure_changed:
-            raise _check.lifecycle(call, "shapes were added after build(); call build() again")
+        self._core.table.require_built(call)
 
     def _require_ready(self, call: str) -> None:
-        self._require_built(call)
-        if self._enabled_dirty:
-            raise _check.lifecycle(call, "shape enable flags changed; call sync() first")
-        for shape_id, shape in enumerate(self._shapes):
-            kind = "instance" if shape.is_instance else "mesh"
-            if shape_id in self._pending:
-                raise _check.lifecycle(call, f"{kind} {shape_id} has pending updates; call sync() first")
-            if not self._changed(shape):
-                continue
-            if shape.dynamic or shape.is_instance or _convert.version(shape.vertices) == shape.vertex_version:
-                raise _check.lifecycle(
-                    call,
-                    f"the vertices or transform of {kind} {shape_id} changed in place since the last sync(); "
-                    f"call update_mesh_vertices({shape.base}, vertices) or set_mesh_transform({shape_id}, m), "
-                    f"then sync() first",
-                )
-            raise _check.lifecycle(
-                call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
-            )
-
-    def _check_ray(self, call: str, ray: object) -> Ray:
-        if not isinstance(ray, Ray):
-            raise TypeError(f"{call}: 'ray' must be a rayd.torch.Ray, got {_type_name(ray)}")
-        _check.same_device(call, "ray.o", ray.o, self._device, "the scene")
-        return ray
-
-    def _check_active(self, call: str, ray: Ray, active: object) -> tuple[torch.Size, torch.Tensor | None]:
-        if active is None:
-            return ray.shape, None
-        active = _check.tensor(call, "active", active)
-        if active.dtype != torch.bool:
-            raise TypeError(f"{call}: 'active' must have dtype bool, got {active.dtype}")
-        _check.same_device(call, "active", active, self._device, "the scene")
-        batch = _check.broadcast(call, [("ray", ray.shape), ("active", active.shape)])
-        return batch, active
-
-    def _check_ignore(self, call: str, batch: torch.Size, ignore: object) -> tuple[torch.Size, torch.Tensor | None]:
-        if ignore is None:
-            return batch, None
-        if isinstance(ignore, bool):
-            raise TypeError(f"{call}: 'ignore' must be an int or an integer tensor, got bool")
-        if isinstance(ignore, int):
-            if not -(2**31) <= ignore < 2**31:
-                raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")
-            return batch, torch.full((1,), ignore, dtype=torch.int32, device=self._device)
-        ignore = _check.index_tensor(call, "ignore", ignore)
-        _check.same_device(call, "ignore", ignore, self._device, "the scene")
-        batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])
-        ignore = _convert.primal(ignore)
-        if ignore.dtype == torch.int64:  # ids beyond int32 match no face: -1, not a wrapped id (no host sync)
-            ignore = torch.where((ignore >= 2**31) | (ignore < -1), -1, ignore)
-        return batch, ignore
+        self._core.table.require_ready(call)
 
     def __repr__(self) -> str:
-        state = "ready" if self.is_ready() else ("built" if self._accel is not None else "not built")
+        state = "ready" if self.is_ready() else ("built" if self._core.table.built else "not built")
         return f"rayd.torch.Scene(shapes={self.num_shapes}, device={self._device}, {state})"
 
 
@@ -812,24 +393,3 @@ def _check_flags(call: str, flags: object) -> RayFlags:
     if flags & ~int(RayFlags.All):
         raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
     return RayFlags(flags)
-
-
-def _bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device) -> torch.Tensor:
-    if isinstance(value, torch.Tensor):
-        return _convert.flat_float32(value, batch, None)
-    return torch.full((1,), value, dtype=torch.float32, device=device)
-
-
-def _wellformed(ray: Ray, batch: torch.Size) -> torch.Tensor:
-    """(batch) bool: finite endpoints and a non-zero direction (for ``visible``)."""
-    o = _convert.primal(ray.o)
-    d = _convert.primal(ray.d)
-    ok = torch.isfinite(o).all(-1) & torch.isfinite(d).all(-1) & (d != 0).any(-1)
-    return ok.expand(batch)
-
-
-def wp_mat44_view(tensor: torch.Tensor):
-    """Zero-copy ``wp.array(dtype=wp.mat44)`` of a contiguous float32 (I, 4, 4) tensor."""
-    import warp as wp  # noqa: PLC0415
-
-    return wp.from_torch(tensor, dtype=wp.mat44)

@@ -1,0 +1,51 @@
+"""The array protocol: what `rayd.core` needs from a frontend's array library.
+
+`rayd.core` never imports torch or drjit. Each frontend's ``_convert.py`` implements
+this small protocol once, for its own arrays, and hands an instance to
+:class:`rayd.core.SceneCore`:
+
+- ``version(a)``: a hashable stamp that changes whenever ``a``'s contents change in
+  place (torch: the storage's version counter; Dr.Jit: the JIT variable ids behind its
+  components). ``None`` if the array has none (then in-place changes cannot be seen).
+- ``vec3_view(a)``: a Warp ``vec3``/``vec3d`` view of an (n, 3) array's rows (zero-copy
+  where the layout allows, else one packing copy), and the object that must stay
+  alive while Warp reads it.
+- ``index_view(a)``: a flat Warp ``int32``/``int64`` view of an (F, 3) face array.
+- ``host_matrices(a)``: the (K, 4, 4) float64 NumPy copy of one matrix or a batch (one
+  host read; only at ``build()``, ``sync()`` and ``set_mesh_transform``).
+- ``stream(device)``: the Warp stream that orders engine work after the frontend's
+  (``None`` on the CPU).
+- ``fence(device)``: wait for queued work where the frontend must (a no-op for torch).
+- ``device_array(values, device)``: a frontend array of host ``values`` on ``device``
+  (used for the index tables the differentiable evaluation gathers with).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any, Protocol
+
+import numpy as np
+import warp as wp
+
+
+class ArrayProtocol(Protocol):
+    """The operations a frontend provides on its own arrays (see the module docstring)."""
+
+    def version(self, array: Any) -> Hashable | None:
+        """A stamp that changes with every in-place change of ``array`` (``None``: not trackable)."""
+
+    def vec3_view(self, array: Any) -> tuple[wp.array, Any]:
+        """``(view, keepalive)``: Warp ``vec3``/``vec3d`` rows of an (n, 3) float array."""
+
+    def index_view(self, array: Any) -> tuple[wp.array, Any]:
+        """``(view, keepalive)``: flat Warp int32/int64 entries of an (F, 3) integer array."""
+
+    def host_matrices(self, array: Any) -> np.ndarray:
+        """(K, 4, 4) float64 host copy of a (4, 4) matrix or a batch of K."""
+
+    def stream(self, device: str) -> wp.Stream | None:
+        """The Warp stream to launch on for ``device`` (``None`` on the CPU)."""
+
+    def fence(self, device: str) -> None:
+        """Wait for queued frontend work where the frontend requires it."""

@@ -1,0 +1,243 @@
+"""`SceneCore`: the backend-neutral half of a scene — shapes, lifecycle, build and sync.
+
+A frontend's ``Scene`` holds one ``SceneCore`` and gives it its array protocol
+(:mod:`rayd.core.protocol`). The core decides what ``build()`` and ``sync()`` must do
+and does it over the engine's structures:
+
+- ``build()``: checks every mesh (faces within range, vertices finite — the snapshot
+  the contract asks to check), numbers the shapes, reads the transform table, places
+  every mesh into the engine's flat world-space buffers (float32, rounded once after a
+  float64 placement), builds the flat BVH, the bottom-level BVHs of instanced meshes,
+  the top level over instances, and the per-face/per-shape tables the search reads;
+- ``sync()``: refits what moved (flat BVH, the BLAS of a moved instanced mesh, the top
+  level when an instance or its mesh moved) and applies enable flags.
+
+Queries only read :attr:`accel`; the frontends evaluate the winners themselves.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+from rayd.core.protocol import ArrayProtocol
+from rayd.core.shapes import Shape, ShapeTable
+from rayd.core.transforms import TransformTable
+from rayd.engine.accel import SceneAccel
+from rayd.engine.assemble import first_bad_face_entry, first_nonfinite_vertex, place_faces, place_points
+from rayd.engine.instances import InstanceLevel
+from rayd.engine.runtime import launch_stream, warp_device
+from rayd.engine.triangles import TriangleScene
+
+
+class SceneCore:
+    """Shapes, change tracking, transforms and the engine structures of one scene.
+
+    Args:
+        arrays: the frontend's :class:`~rayd.core.protocol.ArrayProtocol`.
+        prefix: the frontend's public name for messages, e.g. ``"rayd.torch.Scene"``.
+    """
+
+    def __init__(self, arrays: ArrayProtocol, prefix: str) -> None:
+        self.arrays = arrays
+        self.prefix = prefix
+        self.table = ShapeTable(arrays)
+        self.transforms = TransformTable(arrays)
+        self.device: str | None = None
+        self.accel: SceneAccel | None = None
+        self.instance_ids: list[int] = []
+        self.blas: dict[int, tuple[int, TriangleScene]] = {}
+        self.generation = 0  # counts builds (frontends key their per-build tables on it)
+
+    # ------------------------------------------------------------------ contents
+    def add_mesh(self, mesh: Any, vertices: Any, to_world: Any | None, dynamic: bool, device: str) -> int:
+        """Register a (checked) mesh; returns its shape id."""
+        if self.device is None:
+            self.device = device
+        shape_id = len(self.table)
+        return self.table.add(Shape(mesh, shape_id, dynamic, vertices, to_world))
+
+    def add_instance(self, base: Shape, mesh_id: int, to_world: Any) -> int:
+        """Register an instance of mesh ``mesh_id`` with its (checked) own matrix; returns its shape id."""
+        return self.table.add(Shape(base.mesh, mesh_id, base.dynamic, base.vertices, to_world, is_instance=True))
+
+    def update_vertices(self, mesh_id: int, vertices: Any) -> None:
+        """The mesh (and its instances) now read ``vertices``; pending until ``sync()``."""
+        for shape in self.table:
+            if shape.base == mesh_id:
+                shape.vertices = vertices
+        self.table.pending.add(mesh_id)
+
+    def set_transform(self, shape_id: int, to_world: Any, source: Any | None = None, index: int = 0) -> None:
+        """The shape now reads ``to_world`` (entry ``index`` of batch ``source``, if given); pending."""
+        shape = self.table[shape_id]
+        shape.to_world, shape.source, shape.source_index = to_world, source, index
+        self.table.pending.add(shape_id)
+
+    # ------------------------------------------------------------------ lifecycle
+    def build(self, call: str) -> None:
+        """Check and snapshot every shape, then build the acceleration structures.
+
+        Raises:
+            ValueError: the scene has no triangles, a mesh's faces index outside its
+                vertices, or a mesh has non-finite vertices.
+        """
+        table = self.table
+        meshes = table.meshes
+        if not meshes or sum(s.num_faces for s in meshes) == 0:
+            raise ValueError(f"{call}: the scene is empty; add a mesh with at least one face first")
+        self._check_meshes(call, [i for i, s in enumerate(table) if not s.is_instance], faces=True)
+        device = warp_device(self.device)
+        stream = self.arrays.stream(self.device)
+        table.number()
+        self.transforms.reset(table)
+        with launch_stream(device, stream):
+            self._build_flat(device, stream)
+            self._build_instances(device, stream)
+            self.accel = SceneAccel(device, self.flat, self.flat_global, self.flat_shape, self.shape_enabled,
+                                    self.level, self.inst_shape, self.inst_global)
+        self._apply_enabled(stream)
+        self.arrays.fence(self.device)
+        table.finish_build()
+        self.generation += 1
+
+    def sync(self, call: str) -> set[int]:
+        """Apply pending updates; returns the ids of the shapes refreshed.
+
+        Raises:
+            RuntimeError: before ``build()``, after shapes were added, or a static mesh
+                changed in place.
+            ValueError: a moved mesh has non-finite vertices.
+        """
+        table = self.table
+        todo, moved = table.sync_plan(call)
+        self._check_meshes(call, moved, faces=False)
+        if todo:
+            self.transforms.read(table, sorted(todo))
+        stream = self.arrays.stream(self.device)
+        device = self.accel.device
+        with launch_stream(device, stream):
+            for shape_id in moved:
+                self._place_flat(shape_id, stream)
+            if moved:
+                self.flat.refit(stream)
+            if self.level is not None:
+                blas_moved = False
+                for base in sorted(set(moved) & set(self.blas)):
+                    self._place_blas(base, stream)
+                    self.blas[base][1].refit(stream)
+                    blas_moved = True
+                if blas_moved or any(i in todo or table[i].base in todo for i in self.instance_ids):
+                    self._write_instance_transforms()
+                    self.level.update(blas_moved, stream)
+        if table.enabled_dirty:
+            self._apply_enabled(stream)
+        self.arrays.fence(self.device)
+        table.finish_sync(todo)
+        return todo
+
+    # ------------------------------------------------------------------ internals
+    def _check_meshes(self, call: str, shape_ids: list[int], faces: bool) -> None:
+        stream = self.arrays.stream(self.device)
+        for shape_id in shape_ids:
+            shape = self.table[shape_id]
+            view, keep = self.arrays.vec3_view(shape.vertices)
+            if first_nonfinite_vertex(view, stream) is not None:
+                raise ValueError(f"{call}: 'vertices of mesh {shape_id}' must be finite")
+            del keep
+            if faces and shape.num_faces:
+                fview, keep = self.arrays.index_view(shape.mesh.faces)
+                bad = first_bad_face_entry(fview, shape.num_vertices, stream)
+                if bad is not None:
+                    raise ValueError(
+                        f"{call}: 'faces' of mesh {shape_id} must index its {shape.num_vertices} vertices; "
+                        f"face {bad // 3} holds an index outside [0, {shape.num_vertices}) (changed in place "
+                        f"after Mesh()?)"
+                    )
+                del keep
+
+    def _place_flat(self, shape_id: int, stream: wp.Stream | None) -> None:
+        shape = self.table[shape_id]
+        view, keep = self.arrays.vec3_view(shape.vertices)
+        m = self.transforms.world[shape_id] if shape.matrix is not None else None
+        place_points(view, m, shape.vertex_offset, self.points, stream)
+        self.arrays.fence(self.device)
+        del keep
+
+    def _place_blas(self, base: int, stream: wp.Stream | None) -> None:
+        view, keep = self.arrays.vec3_view(self.table[base].vertices)
+        place_points(view, None, self.blas[base][0], self.blas_points, stream)
+        self.arrays.fence(self.device)
+        del keep
+
+    def _build_flat(self, device: wp.context.Device, stream: wp.Stream | None) -> None:
+        table = self.table
+        self.points = wp.empty(max(1, table.num_flat_vertices), dtype=wp.vec3, device=device)
+        self.indices = wp.empty(max(3, 3 * table.num_flat_faces), dtype=wp.int32, device=device)
+        flat_global, flat_shape = [], []
+        for shape_id, shape in enumerate(table):
+            if shape.is_instance:
+                continue
+            self._place_flat(shape_id, stream)
+            if shape.num_faces:
+                fview, keep = self.arrays.index_view(shape.mesh.faces)
+                place_faces(fview, shape.vertex_offset, shape.face_row, self.indices, stream)
+                self.arrays.fence(self.device)
+                del keep
+            flat_global.append(np.arange(shape.num_faces, dtype=np.int32) + shape.face_offset)
+            flat_shape.append(np.full(shape.num_faces, shape_id, dtype=np.int32))
+        self.flat_global = wp.array(np.concatenate(flat_global), dtype=wp.int32, device=device)
+        self.flat_shape = wp.array(np.concatenate(flat_shape), dtype=wp.int32, device=device)
+        self.shape_enabled = wp.array(np.ones(len(table), dtype=np.uint8), dtype=wp.uint8, device=device)
+        self.flat = TriangleScene(self.points, self.indices, stream, num_triangles=table.num_flat_faces)
+
+    def _build_instances(self, device: wp.context.Device, stream: wp.Stream | None) -> None:
+        table = self.table
+        self.instance_ids = [i for i, s in enumerate(table) if s.is_instance and s.num_faces]
+        self.blas = {}
+        self.level = self.inst_shape = self.inst_global = None
+        if not self.instance_ids:
+            return
+        bases = sorted({table[i].base for i in self.instance_ids})
+        offsets, vertex_base, face_base = {}, 0, 0
+        for base in bases:
+            offsets[base] = (vertex_base, face_base)
+            vertex_base += table[base].num_vertices
+            face_base += table[base].num_faces
+        self.blas_points = wp.empty(vertex_base, dtype=wp.vec3, device=device)
+        self.blas_indices = wp.empty(3 * face_base, dtype=wp.int32, device=device)
+        slots, blas = {}, []
+        for base in bases:
+            self.blas[base] = (offsets[base][0], None)
+            self._place_blas(base, stream)
+            fview, keep = self.arrays.index_view(table[base].mesh.faces)
+            place_faces(fview, offsets[base][0], offsets[base][1], self.blas_indices, stream)
+            self.arrays.fence(self.device)
+            del keep
+        for base in bases:
+            tri = TriangleScene(self.blas_points, self.blas_indices, stream, num_triangles=table[base].num_faces,
+                                face_base=offsets[base][1])
+            slots[base] = len(blas)
+            self.blas[base] = (offsets[base][0], tri)
+            blas.append(tri)
+        self.instance_to_world = wp.empty(len(self.instance_ids), dtype=wp.mat44, device=device)
+        self._write_instance_transforms()
+        self.inst_shape = wp.array(np.array(self.instance_ids, dtype=np.int32), dtype=wp.int32, device=device)
+        self.inst_global = wp.array(np.array([table[i].face_offset for i in self.instance_ids], dtype=np.int32),
+                                    dtype=wp.int32, device=device)
+        self.level = InstanceLevel(blas, [slots[table[i].base] for i in self.instance_ids], self.instance_to_world,
+                                   stream)
+
+    def _write_instance_transforms(self) -> None:
+        rows = self.transforms.instance_matrices(self.instance_ids)
+        self.instance_to_world.assign(wp.array(rows, dtype=wp.mat44, device=self.instance_to_world.device))
+
+    def _apply_enabled(self, stream: wp.Stream | None) -> None:
+        table = self.table
+        flags = np.array([1 if s.enabled else 0 for s in table], dtype=np.uint8)
+        wp.copy(self.shape_enabled, wp.array(flags, dtype=wp.uint8, device=self.shape_enabled.device), stream=stream)
+        self.accel.set_all_enabled(bool(flags.all()))
+        self.accel.set_flat_enabled(any(s.enabled for s in table if not s.is_instance))
+        table.enabled_dirty = False

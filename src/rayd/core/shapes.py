@@ -1,0 +1,298 @@
+"""The shape table: meshes and instances, their ids, their numbering, what changed.
+
+Shape ids number meshes and instances together, 0, 1, 2, ... in insertion order
+(DESIGN.md, "API contract"). At ``build()`` every shape gets its numbering:
+
+- ``face_offset``: its first ``global_prim_id`` (each shape, instances included, owns
+  ``num_faces`` consecutive ids, in shape order);
+- ``vertex_offset`` / ``face_row`` (meshes): its first row in the scene's flat
+  world-space vertex buffer and in the concatenated face table; an instance reuses its
+  mesh's ``face_row``.
+
+Change tracking compares the :meth:`ArrayProtocol.version` stamps of the registered
+arrays with those recorded at the last ``build()``/``sync()``. The rules (one place,
+both frontends):
+
+- a dynamic mesh's vertices changed in place: pending (``sync()`` refits);
+- a static mesh's vertices changed in place: stale (queries and ``sync()`` raise until
+  ``build()``);
+- any shape's matrix changed in place (a matrix given to ``add_instance`` /
+  ``set_mesh_transform``, or the batch it was taken from): pending (``sync()`` re-reads).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rayd.core.protocol import ArrayProtocol
+
+
+@dataclass
+class Shape:
+    """A mesh or an instance as the scene holds it.
+
+    For a mesh, ``base`` is its own id; for an instance, the id of its mesh, and
+    ``to_world`` is the instance's own matrix (its placement is ``to_world @ M_mesh``).
+    A matrix taken from a batch given to ``set_mesh_transform`` keeps ``source`` (the
+    batch) and ``source_index``: the batch's version is what is tracked.
+    """
+
+    mesh: Any
+    base: int
+    dynamic: bool
+    vertices: Any
+    to_world: Any | None
+    is_instance: bool = False
+    enabled: bool = True
+    source: Any | None = None
+    source_index: int = 0
+    vertex_offset: int = 0
+    face_offset: int = 0
+    face_row: int = 0
+    vertex_version: Hashable | None = None
+    transform_version: Hashable | None = None
+    extra: dict = field(default_factory=dict)  # frontend-specific snapshot state
+
+    @property
+    def num_vertices(self) -> int:
+        return self.mesh.num_vertices
+
+    @property
+    def num_faces(self) -> int:
+        return self.mesh.num_faces
+
+    @property
+    def matrix(self) -> Any | None:
+        """The array the shape's matrix is read from (``source`` if batched, else ``to_world``)."""
+        return self.source if self.source is not None else self.to_world
+
+    @property
+    def kind(self) -> str:
+        return "instance" if self.is_instance else "mesh"
+
+
+class ShapeTable:
+    """The shapes of one scene, their numbering and their change state.
+
+    Args:
+        arrays: the frontend's :class:`ArrayProtocol` (for version stamps).
+    """
+
+    def __init__(self, arrays: ArrayProtocol) -> None:
+        self.arrays = arrays
+        self.shapes: list[Shape] = []
+        self.pending: set[int] = set()
+        self.enabled_dirty = False
+        self.structure_changed = False
+        self.built = False
+
+    # ------------------------------------------------------------------ contents
+    def add(self, shape: Shape) -> int:
+        """Append a shape; returns its id. Marks the structure changed if the scene was built."""
+        self.shapes.append(shape)
+        self.structure_changed = self.built
+        return len(self.shapes) - 1
+
+    def __len__(self) -> int:
+        return len(self.shapes)
+
+    def __getitem__(self, shape_id: int) -> Shape:
+        return self.shapes[shape_id]
+
+    def __iter__(self):
+        return iter(self.shapes)
+
+    @property
+    def meshes(self) -> list[Shape]:
+        return [s for s in self.shapes if not s.is_instance]
+
+    @property
+    def num_meshes(self) -> int:
+        return sum(1 for s in self.shapes if not s.is_instance)
+
+    def get(self, call: str, name: str, shape_id: object) -> Shape:
+        """The shape with id ``shape_id``, validated (``TypeError``/``ValueError`` naming ``call``)."""
+        if isinstance(shape_id, bool) or not isinstance(shape_id, (int, np.integer)):
+            raise TypeError(f"{call}: '{name}' must be an int, got {type(shape_id).__name__}")
+        if not 0 <= shape_id < len(self.shapes):
+            raise ValueError(f"{call}: '{name}' must be in [0, {len(self.shapes)}), got {shape_id}")
+        return self.shapes[int(shape_id)]
+
+    def get_mesh(self, call: str, name: str, shape_id: object) -> Shape:
+        """As :meth:`get`, but an instance id is a ``ValueError`` (a mesh id is needed)."""
+        shape = self.get(call, name, shape_id)
+        if shape.is_instance:
+            raise ValueError(f"{call}: '{name}' {shape_id} is an instance; pass the id add_mesh returned")
+        return shape
+
+    def id_list(self, call: str, name: str, values: Iterable[object]) -> list[int]:
+        """Distinct, valid shape ids (a list or tuple of ints; an empty one is allowed)."""
+        if not isinstance(values, (list, tuple)):
+            raise TypeError(f"{call}: '{name}' must be an int or a sequence of ints, got {type(values).__name__}")
+        for one in values:
+            self.get(call, name, one)
+        ids = [int(v) for v in values]
+        if len(set(ids)) != len(ids):
+            raise ValueError(f"{call}: '{name}' repeats an id")
+        return ids
+
+    def set_enabled(self, shape: Shape, flag: bool) -> None:
+        if shape.enabled != flag:
+            shape.enabled = flag
+            self.enabled_dirty = True
+
+    # ------------------------------------------------------------------ numbering
+    def number(self) -> None:
+        """Give every shape its ``face_offset``, ``vertex_offset`` and ``face_row`` (at ``build()``)."""
+        vertex_offset = face_row = global_offset = 0
+        for shape in self.shapes:
+            shape.face_offset = global_offset
+            global_offset += shape.num_faces
+            if shape.is_instance:
+                shape.face_row = self.shapes[shape.base].face_row
+                shape.vertex_offset = self.shapes[shape.base].vertex_offset
+                continue
+            shape.vertex_offset, shape.face_row = vertex_offset, face_row
+            vertex_offset += shape.num_vertices
+            face_row += shape.num_faces
+        self.num_flat_vertices = vertex_offset
+        self.num_flat_faces = face_row
+        self.num_global_faces = global_offset
+
+    def tables(self) -> dict[str, np.ndarray]:
+        """Host index tables of the numbering (int64), for the frontends' differentiable gathers.
+
+        ``global_offset`` (S,), ``face_row`` (S,), ``vertex_offset`` (S,), ``base`` (S,),
+        ``is_instance`` (S,) bool, ``instance_rows`` (I,), ``mesh_rows`` (M,): shape ids.
+        """
+        s = self.shapes
+        return {
+            "global_offset": np.array([x.face_offset for x in s], dtype=np.int64),
+            "face_row": np.array([x.face_row for x in s], dtype=np.int64),
+            "vertex_offset": np.array([x.vertex_offset for x in s], dtype=np.int64),
+            "base": np.array([x.base for x in s], dtype=np.int64),
+            "is_instance": np.array([x.is_instance for x in s], dtype=bool),
+            "instance_rows": np.array([i for i, x in enumerate(s) if x.is_instance], dtype=np.int64),
+            "mesh_rows": np.array([i for i, x in enumerate(s) if not x.is_instance], dtype=np.int64),
+        }
+
+    # ------------------------------------------------------------------ change tracking
+    def _matrix_version(self, shape: Shape, memo: dict[int, Hashable | None]) -> Hashable | None:
+        src = shape.matrix
+        if src is None:
+            return None
+        key = id(src)
+        if key not in memo:
+            memo[key] = self.arrays.version(src)
+        return memo[key]
+
+    def record(self, shape: Shape, memo: dict[int, Hashable | None] | None = None) -> None:
+        """Remember the current versions of a shape's arrays (after a snapshot)."""
+        memo = {} if memo is None else memo
+        shape.vertex_version = None if shape.is_instance else self.arrays.version(shape.vertices)
+        shape.transform_version = self._matrix_version(shape, memo)
+
+    def record_all(self, shape_ids: Iterable[int] | None = None) -> None:
+        memo: dict[int, Hashable | None] = {}
+        ids = range(len(self.shapes)) if shape_ids is None else shape_ids
+        for i in ids:
+            self.record(self.shapes[i], memo)
+
+    def vertices_changed(self, shape: Shape) -> bool:
+        return not shape.is_instance and self.arrays.version(shape.vertices) != shape.vertex_version
+
+    def matrix_changed(self, shape: Shape, memo: dict[int, Hashable | None]) -> bool:
+        return shape.matrix is not None and self._matrix_version(shape, memo) != shape.transform_version
+
+    def changed(self, shape: Shape, memo: dict[int, Hashable | None]) -> bool:
+        """True if the shape's registered arrays changed in place since the last snapshot."""
+        return self.vertices_changed(shape) or self.matrix_changed(shape, memo)
+
+    def stale_static(self) -> list[int]:
+        """Ids of static meshes whose vertices changed in place (and were not re-registered)."""
+        return [
+            i for i, s in enumerate(self.shapes)
+            if not s.is_instance and not s.dynamic and i not in self.pending and self.vertices_changed(s)
+        ]
+
+    def has_pending(self) -> bool:
+        """Registered updates, enable flags, or in-place changes that ``sync()`` will apply."""
+        if self.pending or self.enabled_dirty:
+            return True
+        memo: dict[int, Hashable | None] = {}
+        for s in self.shapes:
+            if s.dynamic and self.vertices_changed(s):
+                return True
+            if self.matrix_changed(s, memo):
+                return True
+        return False
+
+    def is_ready(self) -> bool:
+        if not self.built or self.structure_changed or self.pending or self.enabled_dirty:
+            return False
+        memo: dict[int, Hashable | None] = {}
+        return not any(self.changed(s, memo) for s in self.shapes)
+
+    def require_built(self, call: str) -> None:
+        if not self.built:
+            raise RuntimeError(f"{call}: the scene is not built; call build() first")
+        if self.structure_changed:
+            raise RuntimeError(f"{call}: shapes were added after build(); call build() again")
+
+    def require_ready(self, call: str) -> None:
+        """Raise the contract's ``RuntimeError`` unless queries may run now."""
+        self.require_built(call)
+        if self.enabled_dirty:
+            raise RuntimeError(f"{call}: shape enable flags changed; call sync() first")
+        memo: dict[int, Hashable | None] = {}
+        for shape_id, shape in enumerate(self.shapes):
+            if shape_id in self.pending:
+                raise RuntimeError(f"{call}: {shape.kind} {shape_id} has pending updates; call sync() first")
+            if not self.changed(shape, memo):
+                continue
+            if self.vertices_changed(shape) and not shape.dynamic:
+                raise RuntimeError(
+                    f"{call}: the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                )
+            raise RuntimeError(
+                f"{call}: the vertices or transform of {shape.kind} {shape_id} changed in place since the last "
+                f"sync(); call sync() first (or update_mesh_vertices({shape.base}, vertices) / "
+                f"set_mesh_transform({shape_id}, m), then sync())"
+            )
+
+    def sync_plan(self, call: str) -> tuple[set[int], list[int]]:
+        """``(todo, moved)`` for ``sync()``: every shape to refresh, and the meshes among them (their world vertices move).
+
+        Raises:
+            RuntimeError: before ``build()``, or a static mesh changed in place.
+        """
+        self.require_built(call)
+        stale = self.stale_static()
+        if stale:
+            raise RuntimeError(
+                f"{call}: the vertices of static mesh {stale[0]} changed in place; call build() to rebuild"
+            )
+        memo: dict[int, Hashable | None] = {}
+        todo = {i for i, s in enumerate(self.shapes) if i in self.pending or self.changed(s, memo)}
+        moved = sorted(i for i in todo if not self.shapes[i].is_instance)
+        return todo, moved
+
+    def finish_sync(self, todo: set[int]) -> None:
+        """Record versions of everything refreshed and clear the pending state."""
+        memo: dict[int, Hashable | None] = {}
+        for shape_id, shape in enumerate(self.shapes):
+            if shape_id in todo or (shape.is_instance and shape.base in todo):
+                self.record(shape, memo)
+        self.pending.clear()
+        self.enabled_dirty = False
+
+    def finish_build(self) -> None:
+        self.record_all()
+        self.pending.clear()
+        self.enabled_dirty = False
+        self.structure_changed = False
+        self.built = True

@@ -1,0 +1,110 @@
+"""Engine-side copies of a scene's geometry: place meshes into the flat buffers, check them.
+
+The engine owns the scene-wide buffers its BVHs are built over (DESIGN.md, "Layers"):
+one float32 ``vec3`` point buffer and one int32 triangle list, filled from the
+frontends' arrays (zero-copy Warp views of any float/int dtype) at ``build()`` and
+refreshed at ``sync()``. Each mesh is placed by its float64 host matrix on the device,
+rounded to float32 once, after the placement.
+
+Checks run on the device and return one small array to read: faces within
+``[0, V)`` and vertices finite.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import warp as wp
+
+wp.set_module_options({"enable_backward": False})
+
+
+@wp.kernel
+def _place_points_kernel(
+    vertices: wp.array(dtype=Any),
+    m: wp.mat44d,
+    offset: int,
+    points: wp.array(dtype=wp.vec3),
+):
+    i = wp.tid()
+    v = vertices[i]
+    p = wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
+    q = wp.vec3d(
+        m[0, 0] * p[0] + m[0, 1] * p[1] + m[0, 2] * p[2] + m[0, 3],
+        m[1, 0] * p[0] + m[1, 1] * p[1] + m[1, 2] * p[2] + m[1, 3],
+        m[2, 0] * p[0] + m[2, 1] * p[1] + m[2, 2] * p[2] + m[2, 3],
+    )
+    points[offset + i] = wp.vec3(float(q[0]), float(q[1]), float(q[2]))
+
+
+@wp.kernel
+def _place_faces_kernel(
+    faces: wp.array(dtype=Any),
+    vertex_offset: int,
+    row: int,
+    indices: wp.array(dtype=wp.int32),
+):
+    j = wp.tid()
+    indices[3 * row + j] = wp.int32(int(faces[j]) + vertex_offset)
+
+
+@wp.kernel
+def _face_range_kernel(faces: wp.array(dtype=Any), num_vertices: int, bad: wp.array(dtype=wp.int32)):
+    j = wp.tid()
+    f = wp.int64(faces[j])
+    if f < wp.int64(0) or f >= wp.int64(num_vertices):
+        wp.atomic_min(bad, 0, wp.int32(j))
+
+
+@wp.kernel
+def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    v = vertices[i]
+    if not (wp.isfinite(v[0]) and wp.isfinite(v[1]) and wp.isfinite(v[2])):
+        wp.atomic_min(bad, 0, wp.int32(i))
+
+
+_NONE = 2**31 - 1
+
+
+def first_bad_face_entry(faces: wp.array, num_vertices: int, stream: wp.Stream | None = None) -> int | None:
+    """Index (into the flat entries) of the first face entry outside ``[0, num_vertices)``, else ``None``.
+
+    One host read. ``faces`` is a flat int32/int64 view of an (F, 3) face array.
+    """
+    if faces.size == 0:
+        return None
+    bad = wp.full(1, _NONE, dtype=wp.int32, device=faces.device)
+    wp.launch(_face_range_kernel, faces.size, [faces, num_vertices, bad], device=faces.device, stream=stream)
+    found = int(bad.numpy()[0])
+    return None if found == _NONE else found
+
+
+def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None) -> int | None:
+    """Row of the first vertex with a non-finite coordinate, else ``None`` (one host read)."""
+    if vertices.size == 0:
+        return None
+    bad = wp.full(1, _NONE, dtype=wp.int32, device=vertices.device)
+    wp.launch(_finite_kernel, vertices.size, [vertices, bad], device=vertices.device, stream=stream)
+    found = int(bad.numpy()[0])
+    return None if found == _NONE else found
+
+
+def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,
+                 stream: wp.Stream | None = None) -> None:
+    """``points[offset + i] = float32(m @ [vertices[i], 1])`` (``m`` (4, 4) float64; identity if ``None``)."""
+    if vertices.size == 0:
+        return
+    mat = wp.mat44d(*(np.eye(4) if m is None else np.asarray(m, dtype=np.float64)).reshape(-1).tolist())
+    wp.launch(_place_points_kernel, vertices.size, [vertices, mat, offset, points], device=points.device,
+              stream=stream)
+
+
+def place_faces(faces: wp.array, vertex_offset: int, row: int, indices: wp.array,
+                stream: wp.Stream | None = None) -> None:
+    """Write the flat face entries ``faces + vertex_offset`` into ``indices`` from triangle ``row`` on."""
+    if faces.size == 0:
+        return
+    wp.launch(_place_faces_kernel, faces.size, [faces, vertex_offset, row, indices], device=indices.device,
+              stream=stream)

@@ -1,0 +1,169 @@
+"""What the torch evaluation gathers from: per-build index tables and the live tensors.
+
+The numbering itself (offsets, rows) is decided by :mod:`rayd.core`; this module only
+holds it as torch tensors on the scene's device (made once per ``build()``) and
+assembles the registered, differentiable tensors — vertices, normals, uv and every
+shape's world transform — in the layout the gathers of :mod:`rayd.torch._geometry` read.
+
+Transforms: when no registered matrix carries a gradient (no ``requires_grad``, no
+forward-mode tangent, no ``torch.func`` wrapper), the placements come from the core's
+host table, copied to the device once per ``sync()``: a query then costs the same
+whatever the number of shapes. Otherwise each shape's own matrix is taken from the
+tensor it was given in — one indexing op per batch given to ``set_mesh_transform``, one
+stack of the single matrices — and instances are composed with their mesh's matrix in
+one batched product.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.autograd.forward_ad as forward_ad
+
+from rayd.core import SceneCore
+from rayd.torch import _convert
+from rayd.torch._geometry import LiveTensors, ShapeTable
+
+
+def differentiable(tensor: torch.Tensor | None) -> bool:
+    """True if gradients (reverse, forward or functorch) may flow through ``tensor``."""
+    if tensor is None:
+        return False
+    if tensor.requires_grad or _convert.is_wrapped(tensor):
+        return True
+    return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
+
+
+def affine(m: torch.Tensor) -> torch.Tensor:
+    """``m`` (..., 4, 4) in float64 with its last row replaced by (0, 0, 0, 1) (differentiably)."""
+    m = m.to(torch.float64)
+    last = torch.zeros_like(m[..., 3:, :])
+    last[..., 0, 3] = 1.0
+    return torch.cat((m[..., :3, :], last), dim=-2)
+
+
+class LiveState:
+    """Torch tables of one build of a scene, and the cached placements of its current sync.
+
+    Args:
+        core: the scene's :class:`~rayd.core.SceneCore`, just built.
+        device: the scene's torch device.
+    """
+
+    def __init__(self, core: SceneCore, device: torch.device) -> None:
+        self.core = core
+        self.device = device
+        shapes = core.table.shapes
+        meshes = [s for s in shapes if not s.is_instance]
+        host = core.table.tables()
+        mesh_index = {sid: k for k, sid in enumerate(host["mesh_rows"].tolist())}
+
+        def dev(values: np.ndarray) -> torch.Tensor:
+            return torch.as_tensor(values).to(device)
+
+        faces_flat = core.table.num_flat_faces
+        faces = _convert.from_warp(core.indices)[: 3 * faces_flat].view(-1, 3)
+        self.indices = _convert.from_warp(core.indices)[: 3 * faces_flat]  # int32 flat rows (fused kernels)
+        any_normals = any(s.mesh.normals is not None for s in meshes)
+        any_uv = any(s.mesh.uv is not None for s in meshes)
+        counts = np.array([s.num_faces for s in meshes], dtype=np.int64)
+        self.table = ShapeTable(
+            global_offset=dev(host["global_offset"]),
+            face_row=dev(host["face_row"]),
+            faces=faces.long(),
+            face_has_normals=dev(np.repeat([s.mesh.normals is not None for s in meshes], counts))
+            if any_normals else None,
+            face_has_uv=dev(np.repeat([s.mesh.uv is not None for s in meshes], counts)) if any_uv else None,
+            shape_mesh=dev(np.array([mesh_index[s.base] for s in shapes], dtype=np.int64)),
+            instance_rows=dev(host["instance_rows"]),
+        )
+        inst = host["instance_rows"]
+        self.instance_base = dev(host["base"][inst])
+        self.any_matrix = False
+        self.plain = not core.instance_ids and not any_normals and not any_uv
+        self._generation = -1
+        self._world = self._own = self._normal = None
+
+    # ------------------------------------------------------------------ transforms
+    def _refresh(self) -> None:
+        """Device copies of the host table, once per refresh of the table."""
+        transforms = self.core.transforms
+        if self._generation != transforms.generation:
+            self._generation = transforms.generation
+            self._own = torch.as_tensor(transforms.own).to(self.device)
+            self._world = torch.as_tensor(transforms.world).to(self.device)
+            self._normal = None
+            self.any_matrix = transforms.has_any(self.core.table)
+
+    def world(self) -> torch.Tensor:
+        """(S, 4, 4) float64 placement per shape: ``M_mesh`` or ``M_instance @ M_mesh`` (differentiable).
+
+        Only the top three rows of each matrix count: the last row is taken as
+        (0, 0, 0, 1), so it never receives a gradient.
+        """
+        self._refresh()
+        shapes = self.core.table.shapes
+        batches: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
+        singles: list[tuple[int, torch.Tensor]] = []
+        for shape_id, shape in enumerate(shapes):
+            src = shape.matrix
+            if src is None or not differentiable(src):
+                continue
+            if shape.source is not None:
+                group = batches.setdefault(id(src), (src, [], []))
+                group[1].append(shape_id)
+                group[2].append(shape.source_index)
+            else:
+                singles.append((shape_id, shape.to_world))
+        if not batches and not singles:
+            return self._world
+        own = self._own
+        for src, positions, index in batches.values():
+            rows = torch.as_tensor(positions, device=self.device)
+            own = own.index_put((rows,), affine(src[torch.as_tensor(index, device=self.device)]))
+        if singles:
+            rows = torch.as_tensor([i for i, _ in singles], device=self.device)
+            own = own.index_put((rows,), affine(torch.stack([m for _, m in singles])))
+        rows = self.table.instance_rows
+        if rows.numel() == 0:
+            return own
+        return own.index_put((rows,), own[rows] @ own[self.instance_base])
+
+    def normal_matrix(self, world: torch.Tensor) -> torch.Tensor:
+        """(S, 3, 3) inverse of each placement's linear part (normals map by its transpose)."""
+        if world is self._world:
+            if self._normal is None:
+                self._normal = torch.linalg.inv_ex(world[:, :3, :3]).inverse
+            return self._normal
+        return torch.linalg.inv_ex(world[:, :3, :3]).inverse  # no error check: no host synchronisation
+
+    # ------------------------------------------------------------------ tensors
+    def live(self, dtype: torch.dtype) -> LiveTensors:
+        """The registered tensors (differentiable), cast to ``dtype``, in the tables' row order."""
+        self._refresh()
+        device = self.device
+        meshes = [s for s in self.core.table.shapes if not s.is_instance]
+        vertices = [s.vertices.to(dtype) for s in meshes]
+        normals = uv = None
+        if self.table.face_has_normals is not None:
+            normals = torch.cat([
+                s.mesh.normals.to(dtype) if s.mesh.normals is not None
+                else torch.zeros((s.num_vertices, 3), dtype=dtype, device=device) for s in meshes
+            ])
+        if self.table.face_has_uv is not None:
+            uv = torch.cat([
+                s.mesh.uv.to(dtype) if s.mesh.uv is not None
+                else torch.zeros((s.num_vertices, 2), dtype=dtype, device=device) for s in meshes
+            ])
+        to_world = normal_matrix = None
+        if self.any_matrix:
+            to_world = self.world()  # float64: corners are placed in float64 (_geometry.gather)
+            if normals is not None:
+                normal_matrix = self.normal_matrix(to_world)
+        return LiveTensors(
+            vertices=vertices[0] if len(vertices) == 1 else torch.cat(vertices),
+            normals=normals,
+            uv=uv,
+            to_world=to_world,
+            normal_matrix=normal_matrix,
+        )

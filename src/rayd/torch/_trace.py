@@ -1,0 +1,101 @@
+"""Ray hand-over for rayd.torch: check a query's rays, masks and ignore ids, run the engine search."""
+
+from __future__ import annotations
+
+import torch
+
+from rayd import engine
+from rayd.torch import _check, _convert
+from rayd.torch.ray import Ray
+
+
+def type_name(value: object) -> str:
+    """The public name of ``value``'s type (rayd's own types with their module)."""
+    cls = type(value)
+    return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("rayd") else cls.__name__
+
+
+def check_ray(call: str, ray: object, device: torch.device) -> Ray:
+    if not isinstance(ray, Ray):
+        raise TypeError(f"{call}: 'ray' must be a rayd.torch.Ray, got {type_name(ray)}")
+    _check.same_device(call, "ray.o", ray.o, device, "the scene")
+    return ray
+
+
+def check_active(call: str, ray: Ray, active: object, device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
+    if active is None:
+        return ray.shape, None
+    active = _check.tensor(call, "active", active)
+    if active.dtype != torch.bool:
+        raise TypeError(f"{call}: 'active' must have dtype bool, got {active.dtype}")
+    _check.same_device(call, "active", active, device, "the scene")
+    batch = _check.broadcast(call, [("ray", ray.shape), ("active", active.shape)])
+    return batch, active
+
+
+def check_ignore(call: str, batch: torch.Size, ignore: object,
+                 device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
+    if ignore is None:
+        return batch, None
+    if isinstance(ignore, bool):
+        raise TypeError(f"{call}: 'ignore' must be an int or an integer tensor, got bool")
+    if isinstance(ignore, int):
+        if not -(2**31) <= ignore < 2**31:
+            raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")
+        return batch, torch.full((1,), ignore, dtype=torch.int32, device=device)
+    ignore = _check.index_tensor(call, "ignore", ignore)
+    _check.same_device(call, "ignore", ignore, device, "the scene")
+    batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])
+    ignore = _convert.primal(ignore)
+    if ignore.dtype == torch.int64:  # ids beyond int32 match no face: -1, not a wrapped id (no host sync)
+        ignore = torch.where((ignore >= 2**31) | (ignore < -1), -1, ignore)
+    return batch, ignore
+
+
+def bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device) -> torch.Tensor:
+    if isinstance(value, torch.Tensor):
+        return _convert.flat_float32(value, batch, None)
+    return torch.full((1,), value, dtype=torch.float32, device=device)
+
+
+def trace(scene, call: str, ray: object, active: object, ignore: object,
+          any_hit: bool) -> tuple[torch.Size, int, torch.Tensor, Ray]:
+    """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners, the ray)."""
+    scene._require_ready(call)
+    device = scene._device
+    ray = check_ray(call, ray, device)
+    batch, active = check_active(call, ray, active, device)
+    batch, ignore = check_ignore(call, batch, ignore, device)
+    n = batch.numel()
+    out = torch.empty(n, dtype=torch.int32, device=device)
+    if n == 0:
+        return batch, n, out, ray
+    if active is None:
+        flag = torch.ones(1, dtype=torch.uint8, device=device)
+    else:
+        flag = _convert.primal(active)
+        flag = (flag.reshape(1) if flag.numel() == 1 else flag.expand(batch).reshape(-1)).to(torch.uint8)
+        flag = flag.contiguous()
+    if ignore is None:
+        skip = torch.full((1,), -1, dtype=torch.int32, device=device)
+    else:
+        skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
+        skip = skip.to(torch.int32).contiguous()
+    rays = engine.RayBatch(
+        _convert.vec3_view(_convert.flat_float32(ray.o, batch, 3)),
+        _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
+        _convert.scalar_view(bound(ray.tmin, batch, device)),
+        _convert.scalar_view(bound(ray.tmax, batch, device)),
+        _convert.scalar_view(flag),
+        _convert.scalar_view(skip),
+    )
+    engine.search(scene._core.accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
+    return batch, n, out, ray
+
+
+def wellformed(ray: Ray, batch: torch.Size) -> torch.Tensor:
+    """(batch) bool: finite endpoints and a non-zero direction (for ``visible``)."""
+    o = _convert.primal(ray.o)
+    d = _convert.primal(ray.d)
+    ok = torch.isfinite(o).all(-1) & torch.isfinite(d).all(-1) & (d != 0).any(-1)
+    return ok.expand(batch)
