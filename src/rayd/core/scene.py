@@ -144,8 +144,9 @@ class SceneCore:
         for shape_id in shape_ids:
             shape = self.table[shape_id]
             view, keep = self.arrays.vec3_view(shape.vertices)
-            if first_nonfinite_vertex(view, stream) is not None:
-                raise ValueError(f"{call}: 'vertices of mesh {shape_id}' must be finite")
+            row = first_nonfinite_vertex(view, stream)
+            if row is not None:
+                raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds non-finite values (first at row {row})")
             del keep
             if faces and shape.num_faces:
                 fview, keep = self.arrays.index_view(shape.mesh.faces)

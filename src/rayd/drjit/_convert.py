@@ -231,3 +231,53 @@ def int32_rows_buffer(n: int, k: int, backend: str, device: str) -> tuple[dr.Arr
     buffer = plain.TensorXi(dr.empty(plain.Int, n * k), shape=(n, k))
     dr.make_opaque(buffer)
     return buffer, wp.from_dlpack(_capsule(buffer, device))
+
+
+def vec3_rows(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]:
+    """A ``wp.array(dtype=vec3 | vec3d)`` of a 3-vector array's rows in its own precision (one packing copy).
+
+    float64 arrays stay float64 (the engine places them in float64 and rounds once).
+    """
+    plain = module(backend_name(value), False)
+    double = is_double(value)
+    packed = dr.ravel((plain.Array3f64 if double else plain.Array3f)(dr.detach(value)), order="F")
+    n = dr.width(packed) // 3
+    tensor = (plain.TensorXf64 if double else plain.TensorXf)(packed, shape=(n, 3))
+    dr.eval(tensor)
+    return wp.from_dlpack(_capsule(tensor, device), dtype=wp.vec3d if double else wp.vec3), tensor
+
+
+class DrjitArrays:
+    """rayd.core's array protocol (:mod:`rayd.core.protocol`) for Dr.Jit arrays of one device."""
+
+    def __init__(self, device: str) -> None:
+        self.device = device
+
+    def version(self, array: dr.ArrayBase) -> tuple[int, ...]:
+        return version(array)
+
+    def vec3_view(self, array: dr.ArrayBase) -> tuple[wp.array, dr.ArrayBase]:
+        return vec3_rows(array, self.device)
+
+    def index_view(self, array: dr.ArrayBase) -> tuple[wp.array, dr.ArrayBase]:
+        plain = module(backend_name(array), False)
+        flat = dr.ravel(plain.Array3i(dr.detach(array)), order="F")
+        dr.eval(flat)
+        return wp.from_dlpack(_capsule(flat, self.device)), flat
+
+    def host_matrices(self, array: dr.ArrayBase):
+        from rayd.drjit.mesh import host_matrices  # noqa: PLC0415 - mesh imports this module
+
+        return host_matrices(array)
+
+    def stream(self, device: str) -> wp.Stream | None:
+        return current_stream(device)
+
+    def fence(self, device: str) -> None:
+        fence(device)
+
+
+def from_warp_int32(array: wp.array, count: int, backend: str) -> dr.ArrayBase:
+    """A Dr.Jit ``Int`` copy of the first ``count`` entries of an engine-owned int32 Warp array."""
+    plain = module(backend, False)
+    return plain.Int(array.numpy()[:count]) if count else plain.Int()

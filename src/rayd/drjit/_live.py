@@ -1,0 +1,197 @@
+"""What rayd.drjit's evaluation gathers from: per-build tables, transform columns, live arrays.
+
+The numbering (offsets, rows) is :mod:`rayd.core`'s; this module holds it as Dr.Jit
+arrays (made once per ``build()``) and assembles the registered, differentiable arrays
+— vertices, normals, uv and every shape's placement as width-S columns — for the
+gathers of :mod:`rayd.drjit._intersect`. Placements come from the core's host
+transform table (cached until it changes) unless a registered matrix has gradients
+enabled; then they are rebuilt from the matrices with a traced expression that does
+not grow with the number of shapes.
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+
+import drjit as dr
+import numpy as np
+
+from rayd.core import SceneCore
+from rayd.drjit import _convert
+from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns
+from rayd.drjit._intersect import LiveGeometry
+
+
+class LiveState:
+    """Dr.Jit tables of one build of a scene and its cached transform columns.
+
+    Args:
+        core: the scene's :class:`~rayd.core.SceneCore`, just built.
+        backend: ``'llvm'`` or ``'cuda'``.
+    """
+
+    def __init__(self, core: SceneCore, backend: str) -> None:
+        self.core = core
+        self.backend = backend
+        plain = _convert.module(backend, False)
+        table = core.table
+        host = table.tables()
+        meshes = [s for s in table.shapes if not s.is_instance and s.num_faces]
+        flat = _convert.from_warp_int32(core.indices, 3 * table.num_flat_faces, backend)
+        self._faces = plain.Array3u(dr.gather(plain.Array3i, flat, dr.arange(plain.UInt32, table.num_flat_faces)))
+        if not table.num_flat_faces:
+            self._faces = plain.Array3u()
+        counts = np.array([s.num_faces for s in meshes], dtype=np.int64)
+        has_normals = [s.mesh.normals is not None for s in meshes]
+        has_uv = [s.mesh.uv is not None for s in meshes]
+        self._face_has_normals = plain.Bool(np.repeat(has_normals, counts)) if any(has_normals) else None
+        self._face_has_uv = plain.Bool(np.repeat(has_uv, counts)) if any(has_uv) else None
+        self._global_offset = plain.Int(host["global_offset"].astype(np.int32))
+        self._face_row = plain.Int(host["face_row"].astype(np.int32))
+        self.is_instance = host["is_instance"]
+        self.base_of = host["base"]
+        dr.make_opaque(self._faces, self._global_offset, self._face_row)
+        dr.eval(self._face_has_normals, self._face_has_uv)
+        self._columns_cache: dict = {}
+        self._generation = core.transforms.generation
+
+    def _fresh(self) -> None:
+        if self._generation != self.core.transforms.generation:
+            self._generation = self.core.transforms.generation
+            self._columns_cache.clear()
+
+    @staticmethod
+    def shape_is_ad(shape) -> bool:
+        arrays = (shape.vertices, shape.mesh.normals, shape.mesh.uv, shape.to_world)
+        return any(a is not None and _convert.is_ad(a) for a in arrays)
+
+    def world_columns(self, Array3: type) -> tuple:
+        """Every shape's placement as width-S ``Array3`` columns (no gradients), from the host table; cached."""
+        self._fresh()
+        key = (Array3, "world")
+        cached = self._columns_cache.get(key)
+        if cached is None:
+            dtype = np.float64 if dr.type_v(Array3) == dr.VarType.Float64 else np.float32
+            world = self.core.transforms.world
+            cached = tuple(
+                Array3(*(np.ascontiguousarray(world[:, i, j], dtype=dtype) for i in range(3))) for j in range(4)
+            )
+            self._columns_cache[key] = cached
+        return cached
+
+    def transform_columns(self, m: ModuleType, Array3: type, with_normals: bool) -> tuple[tuple, tuple | None]:
+        """Width-S placement columns (and normal-transform columns) for the differentiable evaluation.
+
+        When no registered matrix has gradients enabled, they come from the host table
+        (plain arrays, cached until a transform changes). Otherwise every shape's own
+        matrix starts from the host table and the matrices that require gradients are
+        written over it: a batch given to ``set_mesh_transform`` with one ``dr.gather``
+        for all its shapes, the width-1 matrices together through one
+        :class:`StackMatrices` op; instances are then composed with their mesh's matrix
+        in one vectorised step. The traced expression does not grow with the number
+        of shapes.
+        """
+        batches: dict[int, tuple[dr.ArrayBase, list[int], list[int]]] = {}
+        singles: dict[int, tuple[dr.ArrayBase, list[int]]] = {}
+        grad: dict[int, bool] = {}
+        for shape_id, shape in enumerate(self.core.table.shapes):
+            src = shape.matrix
+            if src is None:
+                continue
+            key = id(src)
+            if key not in grad:
+                grad[key] = _convert.is_ad(src) and dr.grad_enabled(src)
+            if not grad[key]:
+                continue
+            if shape.source is not None:
+                group = batches.setdefault(key, (src, [], []))
+                group[1].append(shape_id)
+                group[2].append(shape.source_index)
+            else:
+                singles.setdefault(key, (src, []))[1].append(shape_id)
+        if not batches and not singles:
+            transform = self.world_columns(Array3)
+            if not with_normals:
+                return transform, None
+            key = (Array3, "normal")
+            normal = self._columns_cache.get(key)
+            if normal is None:
+                normal = normal_columns(transform)
+                dr.eval(normal)
+                self._columns_cache[key] = normal
+            return transform, normal
+
+        Float = dr.value_t(Array3)
+        dtype = np.float64 if dr.type_v(Array3) == dr.VarType.Float64 else np.float32
+        own = self.core.transforms.own
+        entries = [[Float(np.ascontiguousarray(own[:, i, j], dtype=dtype)) for j in range(4)] for i in range(3)]
+
+        def overwrite(values, index, positions):  # entries[positions] = values[index]
+            where = m.UInt(positions)
+            index = m.UInt(index)
+            for i in range(3):
+                for j in range(4):
+                    dr.scatter(entries[i][j], Float(dr.gather(type(values[i][j]), values[i][j], index)), where)
+
+        for src, positions, indices in batches.values():
+            overwrite(src, indices, positions)
+        if singles:
+            groups = list(singles.values())
+            values = own[[ids[0] for _, ids in groups], :3]
+            stacked = dr.custom(StackMatrices, [src for src, _ in groups], values, Float)
+            rows = [stacked[4 * i : 4 * i + 4] for i in range(3)]
+            slot = [k for k, (_, ids) in enumerate(groups) for _ in ids]
+            overwrite(rows, slot, [i for _, ids in groups for i in ids])
+        cols = tuple(Array3(entries[0][j], entries[1][j], entries[2][j]) for j in range(4))
+        inst = self.is_instance
+        if inst.any():
+            base = m.UInt(np.where(inst, self.base_of, 0).astype(np.uint32))
+            is_instance = m.Bool(inst)
+            identity = (Array3(1, 0, 0), Array3(0, 1, 0), Array3(0, 0, 1), Array3(0, 0, 0))
+            inner = tuple(dr.select(is_instance, dr.gather(Array3, c, base), e) for c, e in zip(cols, identity))
+            cols = compose(cols, inner)
+        return cols, (normal_columns(cols) if with_normals else None)
+
+    def live_geometry(self, m: ModuleType, double: bool) -> LiveGeometry:
+        """The registered arrays (differentiable): object-space meshes and per-shape transforms."""
+        Array3 = m.Array3f64 if double else m.Array3f
+        Array2 = m.Array2f64 if double else m.Array2f
+        shapes = self.core.table.shapes
+        rows = [s for s in shapes if not s.is_instance and s.mesh.num_vertices]  # width 0 adds no rows
+        vertices = concat([Array3(s.vertices) for s in rows])
+        normals = uv = None
+        if self._face_has_normals is not None:
+            normals = concat(
+                [
+                    Array3(s.mesh.normals) if s.mesh.normals is not None else dr.zeros(Array3, s.mesh.num_vertices)
+                    for s in rows
+                ]
+            )
+        if self._face_has_uv is not None:
+            uv = concat(
+                [Array2(s.mesh.uv) if s.mesh.uv is not None else dr.zeros(Array2, s.mesh.num_vertices) for s in rows]
+            )
+        transform = normal_transform = None
+        if any(s.to_world is not None for s in shapes):
+            transform, normal_transform = self.transform_columns(m, Array3, normals is not None)
+        return LiveGeometry(
+            vertices=vertices,
+            faces=self._faces,
+            normals=normals,
+            face_has_normals=self._face_has_normals,
+            uv=uv,
+            face_has_uv=self._face_has_uv,
+            global_offset=self._global_offset,
+            face_row=self._face_row,
+            transform=transform,
+            normal_transform=normal_transform,
+        )
+
+
+def gather_matrix(source: dr.ArrayBase, k: int, backend: str) -> dr.ArrayBase:
+    """Entry ``k`` of a batch of matrices, width 1 (differentiable: gradients flow back into ``source``).
+
+    The index is opaque, so kernels that read one such matrix do not differ by ``k``.
+    """
+    index = dr.opaque(_convert.module(backend, False).UInt32, k)
+    return dr.gather(type(source), source, index)

@@ -1,0 +1,87 @@
+"""Ray hand-over for rayd.drjit: check a query's rays, masks and ignore ids, run the engine search."""
+
+from __future__ import annotations
+
+import drjit as dr
+
+from rayd.drjit import _check, _convert
+from rayd.drjit.ray import Ray
+from rayd.engine.intersect import search
+from rayd.engine.rays import RayBatch
+
+
+def not_ours(value: object) -> str:
+    name = _convert.type_name(value)
+    return f"{name} (rayd.torch and rayd.drjit objects do not mix)" if name.startswith("rayd.torch") else name
+
+
+def check_ray(call: str, ray: object, device: str) -> Ray:
+    if not isinstance(ray, Ray):
+        raise TypeError(f"{call}: 'ray' must be a rayd.drjit.Ray, got {not_ours(ray)}")
+    _check.same_backend(call, "ray.o", ray.o, device, "the scene")
+    return ray
+
+
+def check_active(call: str, ray: Ray, active: object, device: str) -> tuple[int, dr.ArrayBase | None]:
+    if active is None:
+        return ray.width, None
+    active = _check.bool_array(call, "active", active)
+    _check.same_backend(call, "active", active, device, "the scene")
+    n = _check.broadcast(call, [("ray", ray.width), ("active", dr.width(active))])
+    return n, active
+
+
+def check_ignore(call: str, n: int, ignore: object, device: str) -> tuple[int, dr.ArrayBase | int | None]:
+    if ignore is None:
+        return n, None
+    if isinstance(ignore, bool):
+        raise TypeError(f"{call}: 'ignore' must be an int or a Dr.Jit Int/UInt array, got bool")
+    if isinstance(ignore, int):
+        if not -(2**31) <= ignore < 2**31:
+            raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")
+        return n, ignore
+    ignore = _check.index_flat(call, "ignore", ignore)
+    _check.same_backend(call, "ignore", ignore, device, "the scene")
+    n = _check.broadcast(call, [("ray", n), ("ignore", dr.width(ignore))])
+    ignore = dr.detach(ignore)
+    # Ids beyond int32 match no face: -1, not a wrapped id (no host synchronisation).
+    if dr.type_v(ignore) == dr.VarType.Int64:
+        ignore = dr.select((ignore >= 2**31) | (ignore < -1), -1, ignore)
+    elif dr.type_v(ignore) == dr.VarType.UInt64:
+        ignore = dr.select(ignore >= 2**31, 2**32 - 1, ignore)  # as int32: -1
+    return n, ignore
+
+
+def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit: bool) -> tuple[int, dr.ArrayBase]:
+    """Validate, then run the engine search; returns (N, width-N ``Int`` winners, -1 = none)."""
+    scene._require_ready(call)
+    backend, device = scene._backend, scene._device
+    ray = check_ray(call, ray, device)
+    n, active = check_active(call, ray, active, device)
+    n, ignore = check_ignore(call, n, ignore, device)
+    out = _convert.empty_int32(n, backend)
+    if n == 0:
+        return n, out
+    stream = _convert.current_stream(device)
+    o, o_buffer = _convert.vec3_view(ray.o, device)
+    d, d_buffer = _convert.vec3_view(ray.d, device)
+    tmin = _convert.float32(ray.tmin, backend)
+    tmax = _convert.float32(ray.tmax, backend)
+    flag = _convert.uint8(active, backend)
+    skip = _convert.int32(-1 if ignore is None else ignore, backend)
+    rays = RayBatch(
+        o,
+        d,
+        _convert.scalar_view(tmin, device),
+        _convert.scalar_view(tmax, device),
+        _convert.scalar_view(flag, device),
+        _convert.scalar_view(skip, device),
+    )
+    out_view = _convert.scalar_view(out, device)
+    _convert.fence(device)
+    search(scene._core.accel, rays, out_view, any_hit, stream)
+    _convert.fence(device)
+    # The buffers above stay referenced until here; on CUDA, Dr.Jit frees and
+    # reuses memory in stream order, after the engine's launch.
+    del o_buffer, d_buffer, rays
+    return n, out
