@@ -238,6 +238,16 @@ class SceneEdges:
             self._compute_topology()
         return self._topology
 
+    @property
+    def edge_v(self) -> torch.Tensor:
+        """(E, 2) int32 endpoints of every edge as rows of the world-space vertices, computed on first use.
+
+        A property (not a field set as a side effect of the first BVH build), so
+        queries that never touch the BVH (an empty batch first of all) can read it.
+        """
+        self.topology  # noqa: B018
+        return self._edge_v
+
     def _compute_topology(self) -> None:
         device = self._device
         per_mesh: dict[int, tuple[torch.Tensor, ...]] = {}
