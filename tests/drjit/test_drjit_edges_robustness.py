@@ -69,3 +69,53 @@ def test_empty_batch_with_active_then_topology(m):
     result = scene.nearest_edge(m.Array3f(), m.Bool())
     _check_fields(m, result, (0,), False)
     assert scene.edge_topology().num_edges == 5
+
+
+# ------------------------------------------------- item 4: the build-time face snapshot
+SQUARE_EDGES = [[0, 1], [0, 2], [1, 2], [1, 3], [2, 3]]
+SQUARE_EDGE_FACES = [[0, -1], [0, -1], [0, 1], [1, -1], [1, -1]]
+
+
+@pytest.mark.parametrize("instance", [False, True])
+@pytest.mark.parametrize("first", ["topology", "query"])
+@pytest.mark.parametrize("how", ["setitem", "scatter"])
+def test_faces_edited_in_place_after_build_are_not_seen(m, instance, first, how):
+    scene, mesh = _square(m, instance=instance)
+    if first == "query":  # the topology already exists when the faces change
+        scene.nearest_edge(m.Array3f(0.0, 0.0, 0.0))
+    # face (1, 3, 2) -> (1, 0, 2): would give three interior edges
+    if how == "setitem":
+        mesh.faces.y[1] = 0
+    else:
+        dr.scatter(mesh.faces.y, m.UInt(0), m.UInt(1))
+    assert rows(mesh.faces).tolist()[1] == [1, 0, 2]
+    top = scene.edge_topology()
+    copies = 2 if instance else 1
+    assert rows(top.v).tolist() == SQUARE_EDGES * copies
+    assert rows(top.faces).tolist() == SQUARE_EDGE_FACES * copies
+    assert rows(top.opposite).tolist()[:5] == [[2, -1], [1, -1], [0, 3], [2, -1], [1, -1]]
+    hit = scene.intersect(rd.Ray(m.Array3f(0.8, 0.8, 1.0), m.Array3f(0.0, 0.0, -1.0)))
+    assert rows(hit.prim_id).tolist() == [1]
+    near = scene.nearest_edge(m.Array3f(1.5, 1.5, 0.0))
+    assert rows(near.global_edge_id).tolist() == [3]
+    assert abs(rows(near.distance)[0] - 0.5**0.5) < 1e-6
+    sil = scene.silhouette_edges(m.Array3f(0.3, 0.3, 1.0))
+    assert rows(sil).tolist() == [True, True, False, True, True] * copies
+
+
+def test_faces_snapshot_matches_rayd_torch(backend, m):
+    # The same edit in both frontends gives the same (build-time) topology.
+    dev = "cpu" if backend == "llvm" else "cuda"
+    ds, dmesh = _square(m, instance=True)
+    ts = rt.Scene()
+    tmesh = rt.Mesh(torch.tensor(SQUARE_V, device=dev), torch.tensor(SQUARE_F, device=dev))
+    ts.add_mesh(tmesh)
+    shift = torch.eye(4, device=dev)
+    shift[2, 3] = 5.0
+    ts.add_instance(0, shift)
+    ts.build()
+    dmesh.faces.y[1] = 0
+    tmesh.faces[1, 1] = 0
+    dt, tt = ds.edge_topology(), ts.edge_topology()
+    for name in ("v", "faces", "opposite", "shape_id", "edge_id", "global_edge_id", "is_boundary"):
+        assert rows(getattr(dt, name)).tolist() == getattr(tt, name).cpu().tolist(), name

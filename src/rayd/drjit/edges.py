@@ -167,10 +167,17 @@ class SceneEdges:
         self.topology  # noqa: B018
         return self._rows
 
-    def _mesh_records(self, mesh, stream) -> tuple[dr.ArrayBase, ...]:
-        """``(v, faces, opposite)`` ``Array2i`` of one mesh, by the engine."""
+    def _mesh_records(self, shape, stream) -> tuple[dr.ArrayBase, ...]:
+        """``(v, faces, opposite)`` ``Array2i`` of one mesh, by the engine.
+
+        From the faces ``build()`` snapshotted (the scene's face table, the ones the
+        triangle BVH was built from), never the mesh's live face array.
+        """
         plain = _convert.module(self._backend, False)
-        flat = dr.ravel(plain.Array3i(dr.detach(mesh.faces)), order="F")
+        mesh, scene = shape.mesh, self._scene
+        row = dr.arange(plain.UInt, mesh.num_faces) + shape.face_row
+        snapshot = dr.gather(plain.Array3u, scene._faces, row) - shape.vertex_offset
+        flat = dr.ravel(plain.Array3i(snapshot), order="F")
         dr.make_opaque(flat)
         _convert.fence(self._device)
         records = mesh_edges(_convert.scalar_view(flat, self._device), mesh.num_vertices, stream)
@@ -194,7 +201,7 @@ class SceneEdges:
         total = 0
         for shape in shapes:
             if shape.mesh.num_faces and shape.base not in per_mesh:
-                per_mesh[shape.base] = self._mesh_records(shape.mesh, stream)
+                per_mesh[shape.base] = self._mesh_records(shapes[shape.base], stream)
                 first[shape.base] = total
                 total += dr.width(per_mesh[shape.base][0])
         records = [concat([r[k] for r in per_mesh.values()]) for k in range(3)]

@@ -209,12 +209,19 @@ class SceneEdges:
     of every shape's vertices (instances included, placed by ``M_instance @ M_mesh``)
     for the engine; edges of disabled shapes are hidden like masked edges.
 
+    The faces are those ``build()`` snapshotted (the ones the triangle BVH was built
+    from), never the meshes' live face tensors: a face tensor edited in place after
+    ``build()`` changes nothing until the next ``build()``.
+
     Args:
-        shapes: the scene's list of shape records, in shape order (read live).
+        shapes: the scene's list of shape records, in shape order (read live; meshes
+            carry ``vertex_offset``, their first row in the flat vertex buffer).
         device: the scene's device.
+        faces: (F_meshes, 3) int64, the build-time face table: every mesh's faces (not
+            instances') in shape order, offset by the mesh's ``vertex_offset``.
     """
 
-    def __init__(self, shapes: list, device: torch.device) -> None:
+    def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor) -> None:
         self._shapes = shapes
         self._device = device
         self._vertex_offsets = []
@@ -223,6 +230,15 @@ class SceneEdges:
             self._vertex_offsets.append(total)
             total += shape.mesh.num_vertices
         self._num_vertices = total
+        # Mesh-local build-time faces of every shape (an instance shares its mesh's).
+        local: dict[int, torch.Tensor] = {}
+        row = 0
+        for shape_id, shape in enumerate(shapes):
+            if not getattr(shape, "is_instance", False):
+                n = shape.mesh.num_faces
+                local[shape_id] = faces[row : row + n] - shape.vertex_offset
+                row += n
+        self._faces = [local[getattr(s, "base", i)] for i, s in enumerate(shapes)]
         self._points: torch.Tensor | None = None
         self._topology: EdgeTopology | None = None
         self._mask: torch.Tensor | None = None  # as set by the user
@@ -252,11 +268,10 @@ class SceneEdges:
         device = self._device
         per_mesh: dict[int, tuple[torch.Tensor, ...]] = {}
         parts = []
-        for shape in self._shapes:
-            base = getattr(shape, "base", None)
-            key = id(shape.mesh) if base is None else base
+        for shape, faces in zip(self._shapes, self._faces):
+            key = id(faces)
             if key not in per_mesh:
-                per_mesh[key] = mesh_edges(_convert.primal(shape.mesh.faces).to(device), shape.mesh.num_vertices)
+                per_mesh[key] = mesh_edges(faces, shape.mesh.num_vertices)
             parts.append(per_mesh[key])
         sizes = [p[0].shape[0] for p in parts]
         i32 = torch.int32
@@ -356,7 +371,7 @@ class SceneEdges:
             it is a boundary edge or exactly one of its two faces faces ``c``.
         """
         top = self.topology
-        mesh_faces = [_convert.primal(s.mesh.faces).long() for s in self._shapes]
+        mesh_faces = self._faces  # build-time faces, as the topology
         faces = torch.cat([f + off for f, off in zip(mesh_faces, self._vertex_offsets)])
         counts = torch.tensor([0] + [f.shape[0] for f in mesh_faces[:-1]], device=faces.device)
         offset = counts.cumsum(0)[top.shape_id.long()]

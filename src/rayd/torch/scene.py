@@ -296,7 +296,7 @@ class Scene(EdgeQueries):
         # Plain meshes (no instances, normals or uv) may use the fused evaluation kernels.
         self._plain = not instances and not any_normals and not any_uv
         self._faces = faces  # flat rows: mesh faces offset into the flat vertex buffer
-        self._edges = SceneEdges(self._shapes, device)
+        self._edges = SceneEdges(self._shapes, device, faces)  # the faces snapshotted above
         self._structure_changed = False
         self._pending.clear()
         self._enabled_dirty = False
