@@ -3,10 +3,14 @@ edited in place after build(), and edges shared by many faces (bounded topology)
 
 from __future__ import annotations
 
+import math
+import time
+
 import pytest
 import torch
 
 import rayd.torch as rt
+from rayd.engine import edge_topology
 
 SQUARE_V = [[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0]]
 SQUARE_F = [[0, 1, 2], [1, 3, 2]]  # edges (0,1) (0,2) (1,2) (1,3) (2,3)
@@ -147,3 +151,90 @@ def test_faces_edited_in_place_after_build_are_not_seen(device, instance, first)
     # Seen from above both (snapshot) faces face the viewer: only the boundary edges.
     sil = scene.silhouette_edges(torch.tensor([0.3, 0.3, 1.0], device=device))
     assert sil.tolist() == [True, True, False, True, True] * copies
+
+
+# ------------------------------------------- item 11: edges shared by many faces
+def _fan_scene(device, angles_deg, copies_of=None):
+    """Faces (0, 1, 2 + j) on the edge (0, 1) along x; vertex 2 + j at (0.5, cos a_j, sin a_j)."""
+    a = torch.tensor(angles_deg, dtype=torch.float64) * math.pi / 180
+    v = torch.cat([torch.tensor([[0.0, 0, 0], [1, 0, 0]], dtype=torch.float64),
+                   torch.stack([torch.full_like(a, 0.5), a.cos(), a.sin()], -1)]).float().to(device)
+    k = len(angles_deg)
+    f = torch.stack([torch.zeros(k, dtype=torch.long), torch.ones(k, dtype=torch.long), 2 + torch.arange(k)], -1)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f.to(device)))
+    scene.build()
+    return scene
+
+
+def _rule_count(k):
+    return 1 if k == 1 else k * (k - 1) // 2 if k <= 8 else k
+
+
+@pytest.mark.parametrize("k", range(1, 13))
+def test_edge_with_k_faces_gives_the_documented_records(device, k):
+    top = _fan_scene(device, [360.0 * (j + 0.5) / k for j in range(k)]).edge_topology()
+    on_edge = (top.v == torch.tensor([0, 1], dtype=torch.int32, device=device)).all(1)
+    assert int(on_edge.sum()) == _rule_count(k)
+    want = ([[0, -1]] if k == 1 else [[a, b] for a in range(k) for b in range(a + 1, k)] if k <= 8
+            else [[a, (a + 1) % k] for a in range(k)])
+    assert top.faces[on_edge].tolist() == want
+    assert top.is_boundary[on_edge].tolist() == [k == 1] * _rule_count(k)
+    assert top.num_edges == _rule_count(k) + 2 * k
+
+
+def test_silhouette_of_an_edge_with_twelve_faces(device):
+    # Face j has normal (0, -sin a_j, cos a_j): seen from (0.5, 0, 10) it faces the viewer
+    # iff cos a_j > 0, i.e. j = 0, 1, 2, 9, 10, 11 for a_j = 15 + 30 j degrees. Of the
+    # cyclic records (j, j + 1) exactly those across a change, (2, 3) and (8, 9), are
+    # silhouette records; the edge is a silhouette edge, as with all pairs.
+    scene = _fan_scene(device, [15.0 + 30.0 * j for j in range(12)])
+    top = scene.edge_topology()
+    on_edge = (top.v == torch.tensor([0, 1], dtype=torch.int32, device=device)).all(1)
+    sil = scene.silhouette_edges(torch.tensor([0.5, 0.0, 10.0], device=device))
+    assert torch.nonzero(sil[on_edge]).flatten().tolist() == [2, 8]
+    assert bool(sil[~on_edge].all())  # the spokes are boundary edges
+    # Ten faces all facing the viewer: no silhouette record on the shared edge.
+    scene = _fan_scene(device, [-72.0 + 16.0 * j for j in range(10)])
+    top = scene.edge_topology()
+    on_edge = (top.v == torch.tensor([0, 1], dtype=torch.int32, device=device)).all(1)
+    assert int(on_edge.sum()) == 10
+    assert not bool(scene.silhouette_edges(torch.tensor([0.5, 0.0, 10.0], device=device))[on_edge].any())
+
+
+@pytest.mark.parametrize("copies", [5_000, 50_000])
+def test_many_copies_of_one_triangle(device, copies):
+    start = time.perf_counter()
+    scene = rt.Scene()
+    v = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]], device=device)
+    scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]], device=device).repeat(copies, 1)))
+    scene.build()
+    top = scene.edge_topology()
+    near = scene.nearest_edge(torch.tensor([[0.5, -1.0, 0.0]], device=device))
+    sil = scene.silhouette_edges(torch.tensor([0.2, 0.2, 1.0], device=device))
+    elapsed = time.perf_counter() - start
+    assert elapsed < 5.0, elapsed  # was 31 s (5,000) and a 30 GB allocation (50,000)
+    assert top.num_edges == 3 * copies
+    ring = torch.stack([torch.arange(copies), (torch.arange(copies) + 1) % copies], -1).int()
+    assert torch.equal(top.faces[:copies].cpu(), ring)
+    assert near.global_edge_id.tolist() == [0] and near.distance.tolist() == [1.0]
+    assert not bool(sil.any())  # every copy faces the viewer
+
+
+def test_too_many_records_is_a_value_error(device, monkeypatch):
+    # Instances repeat their mesh's records; the scene-wide count must fit int32 ids
+    # (a limit of 24 records here stands in for 2**31 - 1). The square (2 faces, 5
+    # records) passes the per-mesh bound ceil(10.5 * 2) = 21; five copies do not.
+    monkeypatch.setattr(edge_topology, "MAX_RECORDS", 24)
+    scene, _ = _square(device)
+    for _ in range(4):
+        scene.add_instance(0, torch.eye(4, device=device))
+    scene.build()
+    with pytest.raises(ValueError, match=r"rayd.torch.Scene edge queries: the scene has 25 edge records"):
+        scene.nearest_edge(torch.zeros((1, 3), device=device))
+    # A mesh whose bound alone is too large (3 faces: 32 > 24) is refused before the engine runs.
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.rand(3, 3, device=device), torch.tensor([[0, 1, 2]] * 3, device=device)))
+    scene.build()
+    with pytest.raises(ValueError, match=r"rayd.torch.Scene edge queries: a mesh of 3 faces is too large"):
+        scene.edge_topology()

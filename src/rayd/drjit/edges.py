@@ -1,8 +1,10 @@
 """Edges of a rayd.drjit scene: topology records, the nearest-edge result record, edge bookkeeping.
 
 The topology rule (DESIGN.md, "Edges") is computed per mesh by the engine
-(:func:`rayd.engine.edge_topology.mesh_edges`, Warp kernels on the scene's device)
-and copied into Dr.Jit arrays; the records equal rayd.torch's.
+(:func:`rayd.engine.edge_topology.mesh_edges`, Warp kernels on the scene's device;
+rayd.torch calls the same function) and copied into Dr.Jit arrays; the records equal
+rayd.torch's. Edges with more than 8 faces yield the cyclic pairs of their faces
+(bounded topology; the engine module documents the rule).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import warp as wp
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply, concat
+from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.runtime import launch_stream
@@ -201,6 +204,7 @@ class SceneEdges:
         total = 0
         for shape in shapes:
             if shape.mesh.num_faces and shape.base not in per_mesh:
+                edge_topology.check_size("rayd.drjit.Scene edge queries", shape.mesh.num_faces)
                 per_mesh[shape.base] = self._mesh_records(shapes[shape.base], stream)
                 first[shape.base] = total
                 total += dr.width(per_mesh[shape.base][0])
@@ -208,6 +212,12 @@ class SceneEdges:
         present = np.array([i for i, s in enumerate(shapes) if s.mesh.num_faces], dtype=np.int64)
         bases = np.array([shapes[i].base for i in present], dtype=np.int64)
         counts = np.array([dr.width(per_mesh[b][0]) for b in bases], dtype=np.int64)
+        if int(counts.sum()) > edge_topology.MAX_RECORDS:  # before the host index arrays are made
+            raise ValueError(
+                f"rayd.drjit.Scene edge queries: the scene has {int(counts.sum())} edge records (instances repeat "
+                f"their mesh's), more than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer "
+                f"instances or smaller meshes"
+            )
         starts = np.cumsum(counts) - counts
         local = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
         source = plain.UInt((np.repeat([first[b] for b in bases], counts) + local).astype(np.uint32))
