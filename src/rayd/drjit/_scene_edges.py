@@ -26,13 +26,20 @@ class EdgeQueries:
             width E), ``is_boundary`` (``Bool``), ``shape_id``, ``edge_id``,
             ``global_edge_id`` (``Int``), of the scene's non-differentiable namespace.
             Concretely, per mesh the edges are keyed by their sorted vertex pair, in
-            ascending key order; an edge with ``c >= 3`` faces gives ``c (c - 1) / 2``
-            records (one per unordered face pair); triangle ``(0, 1, 2)`` gives edges
+            ascending key order; an edge with one face gives a boundary record, an edge
+            with ``2 <= k <= 8`` faces ``k (k - 1) / 2`` records (one per unordered face
+            pair, lexicographic), an edge with ``k > 8`` faces the ``k`` consecutive
+            pairs ``(f_0, f_1), ..., (f_{k-1}, f_0)`` of its faces in ascending order
+            (so at most ``10.5 F`` records for ``F`` faces; ``rayd.engine.edge_topology``
+            explains the rule); triangle ``(0, 1, 2)`` gives edges
             ``(0, 1), (0, 2), (1, 2)``; instances repeat their mesh's edges under their
             own ``shape_id``. Computed by the engine on the scene's device at first use
             after ``build()`` (one host synchronisation per mesh).
 
         Raises:
+            ValueError: the records would overflow int32 edge ids (a mesh of more than
+                about 204 million faces, or instances repeating more than ``2**31 - 1``
+                records in all); raised before anything that large is allocated.
             RuntimeError: the scene is not built (or shapes were added since).
         """
         self._require_built("rayd.drjit.Scene.edge_topology()")

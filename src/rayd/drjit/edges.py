@@ -1,8 +1,10 @@
 """Edges of a rayd.drjit scene: topology records, the nearest-edge result record, edge bookkeeping.
 
 The topology rule (DESIGN.md, "Edges") is computed per mesh by the engine
-(:func:`rayd.engine.edge_topology.mesh_edges`, Warp kernels on the scene's device)
-and copied into Dr.Jit arrays; the records equal rayd.torch's.
+(:func:`rayd.engine.edge_topology.mesh_edges`, Warp kernels on the scene's device;
+rayd.torch calls the same function) and copied into Dr.Jit arrays; the records equal
+rayd.torch's. Edges with more than 8 faces yield the cyclic pairs of their faces
+(bounded topology; the engine module documents the rule).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import warp as wp
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply, concat
+from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.runtime import launch_stream
@@ -167,10 +170,17 @@ class SceneEdges:
         self.topology  # noqa: B018
         return self._rows
 
-    def _mesh_records(self, mesh, stream) -> tuple[dr.ArrayBase, ...]:
-        """``(v, faces, opposite)`` ``Array2i`` of one mesh, by the engine."""
+    def _mesh_records(self, shape, stream) -> tuple[dr.ArrayBase, ...]:
+        """``(v, faces, opposite)`` ``Array2i`` of one mesh, by the engine.
+
+        From the faces ``build()`` snapshotted (the scene's face table, the ones the
+        triangle BVH was built from), never the mesh's live face array.
+        """
         plain = _convert.module(self._backend, False)
-        flat = dr.ravel(plain.Array3i(dr.detach(mesh.faces)), order="F")
+        mesh, scene = shape.mesh, self._scene
+        row = dr.arange(plain.UInt, mesh.num_faces) + shape.face_row
+        snapshot = dr.gather(plain.Array3u, scene._faces, row) - shape.vertex_offset
+        flat = dr.ravel(plain.Array3i(snapshot), order="F")
         dr.make_opaque(flat)
         _convert.fence(self._device)
         records = mesh_edges(_convert.scalar_view(flat, self._device), mesh.num_vertices, stream)
@@ -194,13 +204,20 @@ class SceneEdges:
         total = 0
         for shape in shapes:
             if shape.mesh.num_faces and shape.base not in per_mesh:
-                per_mesh[shape.base] = self._mesh_records(shape.mesh, stream)
+                edge_topology.check_size("rayd.drjit.Scene edge queries", shape.mesh.num_faces)
+                per_mesh[shape.base] = self._mesh_records(shapes[shape.base], stream)
                 first[shape.base] = total
                 total += dr.width(per_mesh[shape.base][0])
         records = [concat([r[k] for r in per_mesh.values()]) for k in range(3)]
         present = np.array([i for i, s in enumerate(shapes) if s.mesh.num_faces], dtype=np.int64)
         bases = np.array([shapes[i].base for i in present], dtype=np.int64)
         counts = np.array([dr.width(per_mesh[b][0]) for b in bases], dtype=np.int64)
+        if int(counts.sum()) > edge_topology.MAX_RECORDS:  # before the host index arrays are made
+            raise ValueError(
+                f"rayd.drjit.Scene edge queries: the scene has {int(counts.sum())} edge records (instances repeat "
+                f"their mesh's), more than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer "
+                f"instances or smaller meshes"
+            )
         starts = np.cumsum(counts) - counts
         local = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
         source = plain.UInt((np.repeat([first[b] for b in bases], counts) + local).astype(np.uint32))

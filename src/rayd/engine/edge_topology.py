@@ -1,13 +1,32 @@
 """Edge topology of one triangle mesh, computed on the device with Warp kernels.
 
+This is the one implementation of the topology rule: rayd.drjit and rayd.torch both
+call :func:`mesh_edges`.
+
 The rule (DESIGN.md, "Edges"): the unique undirected edges keyed by their sorted
-vertex-index pair (no welding by position), in ascending key order. An edge with one
-incident face is a boundary edge (second face and opposite vertex ``-1``); an edge
-with ``c >= 2`` faces yields one record per unordered pair of its faces,
-``c (c - 1) / 2`` records, in lexicographic order of the faces' positions (faces in
-ascending order). Degenerate faces are taken as given: a face with a repeated vertex
-contributes an edge ``(i, i)`` and counts twice on its other edge. The records are
-identical to those of rayd.torch's ``mesh_edges``.
+vertex-index pair (no welding by position), in ascending key order. Within a key the
+``k`` incident face-edges are ordered by face id, ``f_0 < f_1 < ... < f_{k-1}``, and
+yield these records:
+
+* ``k = 1``: one boundary record ``(f_0, -1)`` (second opposite vertex ``-1``);
+* ``2 <= k <= MAX_ALL_PAIRS`` (8): one record per unordered pair ``(f_a, f_b)``,
+  ``a < b``, in lexicographic order: ``k (k - 1) / 2`` records (one for a manifold
+  edge, at most 28);
+* ``k > MAX_ALL_PAIRS``: the ``k`` consecutive pairs of the cyclic order,
+  ``(f_0, f_1), (f_1, f_2), ..., (f_{k-2}, f_{k-1}), (f_{k-1}, f_0)``.
+
+So an edge with ``k`` faces gives at most ``3.5 k`` records and a mesh of ``F`` faces
+at most ``10.5 F`` (never quadratic: 50,000 copies of one triangle give 150,000
+records). Why the cycle: every face keeps two partners on the edge (the records
+still connect all its faces), and silhouette detection (a record whose two faces
+face opposite ways) stays exact per edge: if any face on the edge faces the viewer
+and any other does not, a cyclic sequence of front/back flags that is not constant
+changes value at least twice, so at least two records of the edge are silhouette
+records; if all faces agree, none is, exactly as with all pairs. Up to 8 faces (the
+non-manifold cases real meshes have) all pairs are kept, as DESIGN asks.
+
+Degenerate faces are taken as given: a face with a repeated vertex contributes an
+edge ``(i, i)`` and counts twice on its other edge (two face-edges of one face).
 
 Steps, all vectorised (no loop over faces on the host):
 
@@ -17,8 +36,9 @@ Steps, all vectorised (no loop over faces on the host):
    ascending order within a key);
 3. runs of equal keys are found (first-of-run flags, an inclusive scan for the run
    index, the run starts scattered by their index);
-4. each face-edge gets its record count (``1`` alone, else ``c - 1 - rank``), an
-   exclusive scan gives the output offsets, and one kernel writes the records.
+4. each face-edge gets its record count (``1`` alone or in a cycle, else
+   ``k - 1 - rank``), an exclusive scan gives the output offsets, and one kernel
+   writes the records.
 
 Reading the record count back to allocate the outputs is the one host
 synchronisation.
@@ -34,6 +54,14 @@ from rayd.engine.runtime import launch_stream
 
 # Topology kernels have no derivatives: skip generating adjoint code.
 wp.set_module_options({"enable_backward": False})
+
+MAX_ALL_PAIRS = 8
+"""Edges with up to this many faces yield all face pairs; more faces yield the cyclic pairs."""
+
+MAX_RECORDS = 2**31 - 1
+"""Edge ids are int32: a mesh whose face count could exceed this many records is refused."""
+
+_MAX_ALL_PAIRS = wp.constant(MAX_ALL_PAIRS)
 
 
 @wp.kernel
@@ -93,8 +121,8 @@ def _edge_topology_count_kernel(
 ):
     i = wp.tid()
     start, count = _run_bounds(i, run, run_start)
-    n = int(1)
-    if count > 1:
+    n = int(1)  # a boundary record, or one record of the cycle
+    if count > 1 and count <= _MAX_ALL_PAIRS:
         n = count - 1 - (i - start)
     per_member[i] = wp.int32(n)
 
@@ -112,7 +140,7 @@ def _edge_topology_records_kernel(
     opposite: wp.array(dtype=wp.vec2i),
 ):
     i = wp.tid()
-    _start, count = _run_bounds(i, run, run_start)
+    start, count = _run_bounds(i, run, run_start)
     fe = int(order[i])
     f = fe // 3
     j = fe - 3 * f
@@ -125,6 +153,17 @@ def _edge_topology_records_kernel(
         v[out] = ends
         face_pair[out] = wp.vec2i(f, -1)
         opposite[out] = wp.vec2i(third, -1)
+    elif count > _MAX_ALL_PAIRS:
+        # The cycle: the next face on the edge, the last one wrapping to the first.
+        nxt = i + 1
+        if nxt == start + count:
+            nxt = start
+        pe = int(order[nxt])
+        pf = pe // 3
+        pj = pe - 3 * pf
+        v[out] = ends
+        face_pair[out] = wp.vec2i(f, pf)
+        opposite[out] = wp.vec2i(third, int(faces[3 * pf + (pj + 2) % 3]))
     else:
         for step in range(int(per_member[i])):
             pe = int(order[i + 1 + step])
@@ -133,6 +172,22 @@ def _edge_topology_records_kernel(
             v[out + step] = ends
             face_pair[out + step] = wp.vec2i(f, pf)
             opposite[out + step] = wp.vec2i(third, int(faces[3 * pf + (pj + 2) % 3]))
+
+
+def check_size(call: str, num_faces: int) -> None:
+    """Refuse a mesh whose records could overflow int32 edge ids, before anything is allocated.
+
+    At most 3.5 records per face-edge (``k (k - 1) / 2 <= 3.5 k`` for ``k <= 8``, else
+    one), so ``ceil(10.5 F) <= MAX_RECORDS`` is required (``F`` up to about 204 million).
+
+    Raises:
+        ValueError: with a message starting with ``call``.
+    """
+    if (21 * num_faces + 1) // 2 > MAX_RECORDS:
+        raise ValueError(
+            f"{call}: a mesh of {num_faces} faces is too large for the edge topology: its records (up to 3.5 "
+            f"per face-edge) could exceed {MAX_RECORDS} int32 edge ids; split it into several meshes"
+        )
 
 
 @dataclass(frozen=True)
@@ -171,14 +226,18 @@ def mesh_edges(
     Returns:
         :class:`MeshEdges` on ``faces``' device. Concretely, for the face-edges
         ``(faces[f][j], faces[f][(j+1) % 3])`` sorted stably by ``(min, max)``, each run
-        of ``c`` equal keys gives one boundary record (``c = 1``) or the
-        ``c (c - 1) / 2`` pairs of its faces; ``opposite`` holds each face's vertex
-        ``faces[f][(j + 2) % 3]``. Triangle ``(0, 1, 2)`` gives ``v = (0, 1), (0, 2),
-        (1, 2)``.
+        of ``k`` equal keys gives one boundary record (``k = 1``), the
+        ``k (k - 1) / 2`` pairs of its faces (``2 <= k <= MAX_ALL_PAIRS``) or the ``k``
+        consecutive pairs of their cyclic order (``k > MAX_ALL_PAIRS``; module
+        docstring); ``opposite`` holds each face's vertex ``faces[f][(j + 2) % 3]``.
+        Triangle ``(0, 1, 2)`` gives ``v = (0, 1), (0, 2), (1, 2)``.
 
     Raises:
         TypeError: ``faces`` is not an int32 array.
-        ValueError: its length is not a multiple of 3, or ``num_vertices`` is negative.
+        ValueError: its length is not a multiple of 3, ``num_vertices`` is negative, or
+            the mesh has so many faces that its records could overflow int32 edge ids
+            (more than ``MAX_RECORDS / 10.5``, about 204 million faces); raised before
+            any allocation.
 
     Synchronises with the device once (to read the record count).
     """
@@ -189,6 +248,7 @@ def mesh_edges(
         raise ValueError(f"rayd.engine.mesh_edges(): 'faces' must hold 3 ids per face, got length {m}")
     if num_vertices < 0:
         raise ValueError(f"rayd.engine.mesh_edges(): 'num_vertices' must be >= 0, got {num_vertices}")
+    check_size("rayd.engine.mesh_edges()", m // 3)
     dev = faces.device
     i32 = wp.int32
     with launch_stream(dev, stream):
@@ -225,4 +285,7 @@ def mesh_edges(
             outputs=out,
             device=dev,
         )
+        # Free the scratch arrays here, stream-ordered on `stream` after the launches
+        # that read them (outside this scope Warp would free them on its own stream).
+        del keys, order, first, run, run_start, per_member, record_start, tail
     return MeshEdges(*out)

@@ -250,7 +250,7 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
         d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
         s0 = _interval(ray.tmin, batch, dtype, device)
         s1 = _interval(ray.tmax, batch, dtype, device)
-        fields = evaluate_rays(o, d, s0, s1, winner, edges._edge_v, vertices, edges.topology)
+        fields = evaluate_rays(o, d, s0, s1, winner, edges.edge_v, vertices, edges.topology)
     else:
         points = _check_points(call, query, device)
         batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
@@ -298,14 +298,14 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
 def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, torch.Tensor]:
     """Fields for ``batch`` points with ``repeat`` winners each (fused kernel when usable)."""
     if _fused.usable(scene._shapes, points):
-        fields = _fused.evaluate_points_fused(points, batch, repeat, winner, scene._shapes, edges._edge_v)
+        fields = _fused.evaluate_points_fused(points, batch, repeat, winner, scene._shapes, edges.edge_v)
         _ids(fields, winner, edges.topology)
         return fields
     n = batch.numel()
     dtype = _dtype(points.dtype, scene._shapes)
     vertices = placed_vertices(scene._shapes, dtype)
     p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, repeat, 3).reshape(n * repeat, 3)
-    return evaluate_points(p, winner, edges._edge_v, vertices, edges.topology)
+    return evaluate_points(p, winner, edges.edge_v, vertices, edges.topology)
 
 
 def silhouette_edges(scene, viewpoint: object) -> torch.Tensor:

@@ -1,15 +1,18 @@
 """Edges of a scene: topology records, the nearest-edge result record, edge bookkeeping.
 
-The topology rule (DESIGN.md, "Edges"): per mesh, the unique undirected edges keyed
-by their sorted vertex-index pair (no welding by position), in ascending key order.
-An edge with one incident face is a boundary edge (``faces[:, 1] = -1``); an edge
-with two faces yields one record; an edge with ``c >= 3`` faces (non-manifold)
-yields one record per unordered pair of its faces, ``c (c - 1) / 2`` records, in
-lexicographic order of the faces' positions. Everything is computed with vectorised
-torch ops on the scene's device: the face-edge keys are sorted (stably, so faces stay
-in ascending order within a key), grouped, and expanded into records. Degenerate input
-is taken as given: a face with a repeated vertex contributes an edge ``(i, i)`` and
-counts twice on its other edge.
+The topology rule (DESIGN.md, "Edges") has one implementation, the engine's
+(:func:`rayd.engine.edge_topology.mesh_edges`, Warp kernels on the scene's device,
+launched on torch's current stream), shared with rayd.drjit: per mesh, the unique
+undirected edges keyed by their sorted vertex-index pair (no welding by position), in
+ascending key order. An edge with one incident face is a boundary edge
+(``faces[:, 1] = -1``); an edge with ``2 <= k <= 8`` faces yields one record per
+unordered pair of its faces (one for a manifold edge), in lexicographic order of the
+faces; an edge with ``k > 8`` faces yields the ``k`` consecutive pairs of their cyclic
+order ``(f_0, f_1), ..., (f_{k-1}, f_0)`` (faces ascending), so a mesh of ``F`` faces
+has at most ``10.5 F`` records and silhouettes are still found on every such edge whose
+faces disagree (the engine module explains the rule). Degenerate input is taken as
+given: a face with a repeated vertex contributes an edge ``(i, i)`` and counts twice on
+its other edge.
 """
 
 from __future__ import annotations
@@ -17,8 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+import warp as wp
 
+from rayd.engine import edge_topology
+from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
 from rayd.engine.edges import EdgeBvh
+from rayd.engine.runtime import launch_stream
 from rayd.torch import _check, _convert
 
 
@@ -128,51 +135,49 @@ class NearestEdge:
 
 
 def mesh_edges(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, ...]:
-    """Edge records of one mesh by the topology rule (module docstring).
+    """Edge records of one mesh by the topology rule (module docstring), computed by the engine.
 
     Args:
-        faces: (F, 3) int32/int64 vertex ids in ``[0, V)``.
+        faces: (F, 3) int32/int64 vertex ids in ``[0, V)``, on the CPU or a CUDA device.
         num_vertices: V.
 
     Returns:
         ``(v, faces, opposite)``, each (E, 2) int64 on ``faces``' device: sorted vertex
         pair, incident face pair (-1 for none), third vertex of each face (-1 for none).
+
+    Raises:
+        ValueError: the mesh is too large for int32 edge ids (about 204 million faces;
+            see :func:`rayd.engine.edge_topology.mesh_edges`).
+
+    Synchronises with the device once (to size the output), on torch's current stream.
     """
-    faces = faces.long()
+    return tuple(part.long() for part in _mesh_records(faces, num_vertices))
+
+
+def _mesh_records(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, ...]:
+    """:func:`mesh_edges` as (E, 2) int32 tensors of their own (copies of the engine's arrays)."""
+    faces = _convert.primal(faces)
     device = faces.device
-    if faces.shape[0] == 0:
-        empty = torch.empty((0, 2), dtype=torch.int64, device=device)
+    stream = _convert.current_stream(device)
+    flat = faces.to(torch.int32).reshape(-1).contiguous()
+    records = engine_mesh_edges(_convert.scalar_view(flat), num_vertices, stream)
+    if records.num_edges == 0:
+        empty = torch.empty((0, 2), dtype=torch.int32, device=device)
         return empty, empty.clone(), empty.clone()
-    a = faces
-    b = faces[:, [1, 2, 0]]
-    third = faces[:, [2, 0, 1]]
-    lo = torch.minimum(a, b).reshape(-1)
-    hi = torch.maximum(a, b).reshape(-1)
-    key = lo * max(num_vertices, 1) + hi
-    key, perm = torch.sort(key, stable=True)  # face-edges f*3+j: faces ascend within a key
-    lo, hi, third = lo[perm], hi[perm], third.reshape(-1)[perm]
-    face = perm // 3
-    m = key.shape[0]
-    first = torch.ones(m, dtype=torch.bool, device=device)
-    first[1:] = key[1:] != key[:-1]
-    group = torch.cumsum(first, 0) - 1
-    counts = torch.bincount(group)
-    starts = torch.cumsum(counts, 0) - counts
-    count = counts[group]
-    rank = torch.arange(m, device=device) - starts[group]
-    # Member ``rank`` of a group of ``c`` faces starts the records (rank, rank+1..c-1);
-    # a lone face (boundary edge) starts one record with no partner.
-    per_member = torch.where(count == 1, 1, count - 1 - rank)
-    member = torch.repeat_interleave(torch.arange(m, device=device), per_member)
-    record_start = torch.cumsum(per_member, 0) - per_member
-    step = torch.arange(member.shape[0], device=device) - record_start[member]
-    partner = (member + 1 + step).clamp(max=m - 1)
-    boundary = count[member] == 1
-    none = torch.full_like(member, -1)
-    v = torch.stack((lo[member], hi[member]), dim=1)
-    face_pair = torch.stack((face[member], torch.where(boundary, none, face[partner])), dim=1)
-    opposite = torch.stack((third[member], torch.where(boundary, none, third[partner])), dim=1)
-    return v, face_pair, opposite
+    with launch_stream(records.v.device, stream):
+        # Copy on torch's stream, then free the engine's arrays on that same stream.
+        out = tuple(wp.to_torch(a).reshape(-1, 2).clone() for a in (records.v, records.faces, records.opposite))
+        del records
+    return out
+
+
+def _check_total(owner: str, total: int) -> None:
+    """Refuse a scene whose edge records (instances repeat their mesh's) overflow int32 ids."""
+    if total > edge_topology.MAX_RECORDS:
+        raise ValueError(
+            f"{owner} edge queries: the scene has {total} edge records (instances repeat their mesh's), more "
+            f"than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer instances or smaller meshes"
+        )
 
 
 def placed_vertices(shapes, dtype: torch.dtype, *, detach: bool = False) -> torch.Tensor:
@@ -209,12 +214,19 @@ class SceneEdges:
     of every shape's vertices (instances included, placed by ``M_instance @ M_mesh``)
     for the engine; edges of disabled shapes are hidden like masked edges.
 
+    The faces are those ``build()`` snapshotted (the ones the triangle BVH was built
+    from), never the meshes' live face tensors: a face tensor edited in place after
+    ``build()`` changes nothing until the next ``build()``.
+
     Args:
-        shapes: the scene's list of shape records, in shape order (read live).
+        shapes: the scene's list of shape records, in shape order (read live; meshes
+            carry ``vertex_offset``, their first row in the flat vertex buffer).
         device: the scene's device.
+        faces: (F_meshes, 3) int64, the build-time face table: every mesh's faces (not
+            instances') in shape order, offset by the mesh's ``vertex_offset``.
     """
 
-    def __init__(self, shapes: list, device: torch.device) -> None:
+    def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor) -> None:
         self._shapes = shapes
         self._device = device
         self._vertex_offsets = []
@@ -223,6 +235,15 @@ class SceneEdges:
             self._vertex_offsets.append(total)
             total += shape.mesh.num_vertices
         self._num_vertices = total
+        # Mesh-local build-time faces of every shape (an instance shares its mesh's).
+        local: dict[int, torch.Tensor] = {}
+        row = 0
+        for shape_id, shape in enumerate(shapes):
+            if not getattr(shape, "is_instance", False):
+                n = shape.mesh.num_faces
+                local[shape_id] = faces[row : row + n] - shape.vertex_offset
+                row += n
+        self._faces = [local[getattr(s, "base", i)] for i, s in enumerate(shapes)]
         self._points: torch.Tensor | None = None
         self._topology: EdgeTopology | None = None
         self._mask: torch.Tensor | None = None  # as set by the user
@@ -238,24 +259,42 @@ class SceneEdges:
             self._compute_topology()
         return self._topology
 
+    @property
+    def edge_v(self) -> torch.Tensor:
+        """(E, 2) int32 endpoints of every edge as rows of the world-space vertices, computed on first use.
+
+        A property (not a field set as a side effect of the first BVH build), so
+        queries that never touch the BVH (an empty batch first of all) can read it.
+        """
+        self.topology  # noqa: B018
+        return self._edge_v
+
     def _compute_topology(self) -> None:
         device = self._device
         per_mesh: dict[int, tuple[torch.Tensor, ...]] = {}
         parts = []
-        for shape in self._shapes:
-            base = getattr(shape, "base", None)
-            key = id(shape.mesh) if base is None else base
+        for shape, faces in zip(self._shapes, self._faces):
+            key = id(faces)
             if key not in per_mesh:
-                per_mesh[key] = mesh_edges(_convert.primal(shape.mesh.faces).to(device), shape.mesh.num_vertices)
+                edge_topology.check_size("rayd.torch.Scene edge queries", shape.mesh.num_faces)
+                per_mesh[key] = _mesh_records(faces, shape.mesh.num_vertices)
             parts.append(per_mesh[key])
         sizes = [p[0].shape[0] for p in parts]
+        _check_total("rayd.torch.Scene", sum(sizes))
         i32 = torch.int32
-        self._edge_v = torch.cat([p[0] + off for p, off in zip(parts, self._vertex_offsets)]).to(i32).contiguous()
+        v = torch.cat([p[0] for p in parts])
+        if any(self._vertex_offsets):
+            shift = torch.cat(
+                [torch.full((n,), off, dtype=i32, device=device) for n, off in zip(sizes, self._vertex_offsets)]
+            )
+            self._edge_v = (v + shift[:, None]).contiguous()
+        else:
+            self._edge_v = v.clone()  # never the user's `edge_topology().v` itself
         faces = torch.cat([p[1] for p in parts])
         self._topology = EdgeTopology(
-            v=torch.cat([p[0] for p in parts]).to(i32),
-            faces=faces.to(i32),
-            opposite=torch.cat([p[2] for p in parts]).to(i32),
+            v=v,
+            faces=faces,
+            opposite=torch.cat([p[2] for p in parts]),
             is_boundary=faces[:, 1] < 0,
             shape_id=torch.cat([torch.full((n,), s, dtype=i32, device=device) for s, n in enumerate(sizes)]),
             edge_id=torch.cat([torch.arange(n, dtype=i32, device=device) for n in sizes]),
@@ -346,7 +385,7 @@ class SceneEdges:
             it is a boundary edge or exactly one of its two faces faces ``c``.
         """
         top = self.topology
-        mesh_faces = [_convert.primal(s.mesh.faces).long() for s in self._shapes]
+        mesh_faces = self._faces  # build-time faces, as the topology
         faces = torch.cat([f + off for f, off in zip(mesh_faces, self._vertex_offsets)])
         counts = torch.tensor([0] + [f.shape[0] for f in mesh_faces[:-1]], device=faces.device)
         offset = counts.cumsum(0)[top.shape_id.long()]

@@ -130,7 +130,7 @@ class Scene(EdgeQueries):
         """
         self._core.build("rayd.torch.Scene.build()")
         self._state = LiveState(self._core, self._device)
-        self._edges = SceneEdges(self._shapes, self._device)
+        self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces)  # the build snapshot
 
     def update_mesh_vertices(self, mesh_id: int, vertices: torch.Tensor) -> None:
         """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
