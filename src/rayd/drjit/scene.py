@@ -1,17 +1,16 @@
 """`Scene`: meshes, their acceleration structure, its lifecycle, and queries.
 
 The scene logic (ids, numbering, change tracking, transforms, build/sync) is
-:class:`rayd.core.SceneCore`'s; this class checks Dr.Jit arguments, hands arrays over,
-evaluates the winners differentiably and wraps the results.
+:class:`rayd.core.SceneCore`'s and the lifecycle methods are
+:class:`rayd.core.frontend.SceneBase`'s; this class holds what is Dr.Jit's: argument
+checks, the hand-over of arrays, the differentiable evaluation and the records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import drjit as dr
 
-from rayd.core import SceneCore
+from rayd.core.frontend import SceneBase
 from rayd.drjit import _check, _convert, _trace
 from rayd.drjit._intersect import empty, evaluate
 from rayd.drjit._live import LiveState, gather_matrix
@@ -27,7 +26,7 @@ from rayd.flags import RayFlags
 VISIBILITY_EPSILON = 1e-4
 
 
-class Scene(EdgeQueries):
+class Scene(EdgeQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
@@ -48,78 +47,12 @@ class Scene(EdgeQueries):
     stream.
     """
 
+    _PREFIX = "rayd.drjit.Scene"
+    _MESH = Mesh
+
     def __init__(self) -> None:
-        self._core: SceneCore | None = None
-        self._device: str | None = None
+        super().__init__()
         self._backend: str | None = None
-        self._edges: SceneEdges | None = None
-        self._state: LiveState | None = None
-
-    @property
-    def _shapes(self) -> list:
-        return [] if self._core is None else self._core.table.shapes
-
-    def _table(self):
-        if self._core is None:
-            self._core = SceneCore(_convert.DrjitArrays(self._device or "cpu"), "rayd.drjit.Scene")
-        return self._core.table
-
-    # ------------------------------------------------------------------ contents
-    def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
-        """Add a mesh; returns its shape id (0, 1, 2, ... in insertion order).
-
-        Args:
-            mesh: a :class:`rayd.drjit.Mesh`.
-            dynamic: ``True`` if its vertices will change (``update_mesh_vertices``).
-
-        Returns:
-            The shape id, which hits report as ``shape_id``.
-
-        Raises:
-            TypeError: ``mesh`` is not a ``rayd.drjit.Mesh`` (e.g. a rayd.torch one).
-            ValueError: ``mesh`` is on another backend or device than the scene's meshes.
-        """
-        call = "rayd.drjit.Scene.add_mesh()"
-        if not isinstance(mesh, Mesh):
-            raise TypeError(f"{call}: 'mesh' must be a rayd.drjit.Mesh, got {_trace.not_ours(mesh)}")
-        if not isinstance(dynamic, bool):
-            raise TypeError(f"{call}: 'dynamic' must be a bool, got {type(dynamic).__name__}")
-        if self._device is None:
-            self._device, self._backend = mesh.device, mesh.backend
-        _check.same_backend(call, "mesh", mesh.vertices, self._device, "the scene")
-        self._table().arrays.device = self._device
-        return self._core.add_mesh(mesh, mesh.vertices, mesh.to_world, dynamic, self._device)
-
-    def add_instance(self, mesh_id: int, to_world: dr.ArrayBase) -> int:
-        """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
-
-        Args:
-            mesh_id: the id ``add_mesh`` returned (the mesh stays present itself).
-            to_world: ``Matrix4f``/``Matrix4f64`` (width 1, or ``drjit.scalar``),
-                column-vector convention; the instance's placement is
-                ``to_world @ M_mesh``. Gradients flow into it (``.ad``, grad enabled).
-
-        Returns:
-            The shape id; hits on the instance report it as ``shape_id`` and faces of
-            the mesh as ``prim_id``.
-
-        Raises:
-            TypeError, ValueError: wrong id type/range (or an instance id), or a bad matrix.
-        """
-        call = "rayd.drjit.Scene.add_instance()"
-        base = self._table().get_mesh(call, "mesh_id", mesh_id)
-        to_world = check_transform(call, "to_world", to_world, base.mesh.vertices)
-        return self._core.add_instance(base, mesh_id, to_world)
-
-    @property
-    def num_meshes(self) -> int:
-        """Number of meshes added (instances not counted)."""
-        return self._table().num_meshes
-
-    @property
-    def num_shapes(self) -> int:
-        """Number of shapes: meshes and instances."""
-        return len(self._table())
 
     @property
     def device(self) -> str | None:
@@ -131,125 +64,48 @@ class Scene(EdgeQueries):
         """The scene's Dr.Jit backend, ``'llvm'`` or ``'cuda'``; ``None`` while empty."""
         return self._backend
 
-    # ------------------------------------------------------------------ lifecycle
-    def build(self) -> None:
-        """Snapshot every shape and build the acceleration structures.
+    # ------------------------------------------------------------------ SceneBase hooks
+    def _arrays(self) -> _convert.DrjitArrays:
+        return _convert.DrjitArrays("cpu")
 
-        One BVH (SAH) over the world-space triangles of all meshes; when instances
-        exist, a top-level BVH over instance boxes whose leaves share one object-space
-        BVH per instanced mesh.
+    def _mesh_device(self, mesh: Mesh) -> str:
+        self._backend = mesh.backend
+        self._core.arrays.device = mesh.device  # the protocol works on the scene's device
+        return mesh.device
 
-        Raises:
-            ValueError: the scene has no triangles, a mesh's faces index outside its
-                vertices (e.g. changed in place after ``Mesh()``), or a mesh has
-                non-finite vertices.
-        """
-        self._table()
-        self._core.build("rayd.drjit.Scene.build()")
+    def _same_device(self, call: str, name: str, array: dr.ArrayBase) -> None:
+        _check.same_backend(call, name, array, self._device, "the scene")
+
+    def _check_vertices(self, call: str, name: str, vertices: object, count: int, mesh_id: int) -> dr.ArrayBase:
+        vertices = _check.float_array(call, name, vertices, 3)
+        if dr.width(vertices) != count:
+            raise ValueError(f"{call}: '{name}' must have shape ({count}, 3) like mesh {mesh_id}, "
+                             f"got width {dr.width(vertices)}")
+        return vertices
+
+    def _check_transform(self, call: str, name: str, value: object, base) -> dr.ArrayBase:
+        return check_transform(call, name, value, base.mesh.vertices)
+
+    def _check_transforms(self, call: str, name: str, value: object, count: int) -> dr.ArrayBase:
+        return check_transforms(call, name, value, count, self._device)
+
+    def _ids(self, call: str, name: str, value: object) -> object:
+        return value
+
+    def _batch_entry(self, batch: dr.ArrayBase, k: int) -> dr.ArrayBase:
+        return gather_matrix(batch, k, self._backend)
+
+    def _before_sync(self) -> None:
+        memo: dict = {}
+        for shape in self._table:  # a batch changed in place: take the new values (differentiably)
+            if shape.source is not None and self._table.matrix_changed(shape, memo):
+                shape.to_world = gather_matrix(shape.source, shape.source_index, self._backend)
+
+    def _after_build(self) -> None:
         self._state = LiveState(self._core, self._backend)
         self._edges = SceneEdges(self)
 
-    def update_mesh_vertices(self, mesh_id: int, vertices: dr.ArrayBase) -> None:
-        """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
-
-        Args:
-            mesh_id: the id ``add_mesh`` returned.
-            vertices: (V, 3) ``Array3f``/``Array3f64`` with the mesh's V, on the
-                scene's backend and device. This array (not a copy) becomes the one
-                gradients flow into; it may be the same array as before, e.g. a
-                parameter just stepped by an optimizer.
-
-        Raises:
-            TypeError: ``mesh_id`` is not an int, or ``vertices`` not a Dr.Jit float array.
-            ValueError: ``mesh_id`` out of range or an instance, or a wrong shape, width
-                or device.
-            RuntimeError: the mesh was added with ``dynamic=False``.
-        """
-        call = "rayd.drjit.Scene.update_mesh_vertices()"
-        shape = self._table().get(call, "mesh_id", mesh_id)
-        if shape.is_instance:
-            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; update the mesh it instances")
-        if not shape.dynamic:
-            raise RuntimeError(
-                f"{call}: mesh {mesh_id} was added with dynamic=False; add it with dynamic=True to move it, "
-                f"or call build() after changing it"
-            )
-        vertices = _check.float_array(call, "vertices", vertices, 3)
-        if dr.width(vertices) != shape.num_vertices:
-            raise ValueError(
-                f"{call}: 'vertices' must have shape ({shape.num_vertices}, 3) like mesh {mesh_id}, "
-                f"got width {dr.width(vertices)}"
-            )
-        _check.same_backend(call, "vertices", vertices, self._device, "the scene")
-        self._core.update_vertices(mesh_id, vertices)
-
-    def set_mesh_transform(self, shape_id: int | Sequence[int], to_world: dr.ArrayBase) -> None:
-        """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
-
-        Args:
-            shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
-                instances follow, as ``M_instance @ M_mesh``); for an instance its own
-                matrix. Also a sequence of K distinct ids, to set K matrices in one call
-                (an empty sequence with a width-0 matrix is a no-op).
-            to_world: ``Matrix4f``/``Matrix4f64`` acting on column vectors; of width K
-                with K ids (shape ``shape_id[k]`` gets entry k). Gradients flow into
-                this array when it is an ``.ad`` array with gradients enabled. Each
-                call reads the matrices once to check them (one host synchronisation).
-                The scene keeps this array: an in-place change of it (e.g.
-                ``M[2][3] = Float(...)``) marks the shapes pending, and ``sync()``
-                applies the new values.
-
-        Raises:
-            TypeError, ValueError: wrong id type/range, repeated ids, dtype, shape or
-                device; non-finite or singular matrices.
-        """
-        call = "rayd.drjit.Scene.set_mesh_transform()"
-        table = self._table()
-        if isinstance(shape_id, int) and not isinstance(shape_id, bool):
-            shape = table.get(call, "shape_id", shape_id)
-            self._core.set_transform(shape_id, check_transform(call, "to_world", to_world, shape.mesh.vertices))
-            return
-        id_list = table.id_list(call, "shape_id", shape_id)
-        to_world = check_transforms(call, "to_world", to_world, len(id_list), self._device)
-        for k, one in enumerate(id_list):
-            self._core.set_transform(one, gather_matrix(to_world, k, self._backend), source=to_world, index=k)
-
-    def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
-        """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
-
-        Raises:
-            TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
-        """
-        call = "rayd.drjit.Scene.set_shape_enabled()"
-        shape = self._table().get(call, "shape_id", shape_id)
-        if not isinstance(flag, bool):
-            raise TypeError(f"{call}: 'flag' must be a bool, got {type(flag).__name__}")
-        self._core.table.set_enabled(shape, flag)
-
-    def has_pending_updates(self) -> bool:
-        """True if updates (vertices, transforms, enable flags, edge masks, in-place changes) await ``sync()``."""
-        return self._table().has_pending() or (self._edges is not None and self._edges.pending)
-
-    def is_ready(self) -> bool:
-        """True if queries can run now: built, nothing added since, nothing pending or stale."""
-        return self._table().is_ready()
-
-    def sync(self) -> None:
-        """Apply pending updates: refit moved meshes, refit the top level, apply enable flags.
-
-        Raises:
-            RuntimeError: before ``build()``, after shapes were added without a new
-                ``build()``, or if a static mesh changed in place (needs ``build()``).
-            ValueError: an updated mesh has non-finite vertices.
-        """
-        call = "rayd.drjit.Scene.sync()"
-        table = self._table()
-        table.require_built(call)
-        memo: dict = {}
-        for shape in table:  # a batch changed in place: take the new values (differentiably)
-            if shape.source is not None and table.matrix_changed(shape, memo):
-                shape.to_world = gather_matrix(shape.source, shape.source_index, self._backend)
-        todo = self._core.sync(call)
+    def _after_sync(self, todo: set[int]) -> None:
         self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
 
     # ------------------------------------------------------------------ queries
@@ -403,15 +259,6 @@ class Scene(EdgeQueries):
     def _face_row(self):
         return self._state._face_row
 
-    def _require_built(self, call: str) -> None:
-        self._table().require_built(call)
-
-    def _require_ready(self, call: str) -> None:
-        self._table().require_ready(call)
-
-    def __repr__(self) -> str:
-        state = "ready" if self.is_ready() else ("built" if self._table().built else "not built")
-        return f"rayd.drjit.Scene(shapes={self.num_shapes}, device={self._device}, {state})"
 
 
 def _check_flags(call: str, flags: object) -> RayFlags:

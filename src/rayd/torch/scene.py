@@ -1,17 +1,16 @@
 """`Scene`: meshes and instances, their acceleration structures, lifecycle and queries.
 
 The scene logic (ids, numbering, change tracking, transforms, build/sync) is
-:class:`rayd.core.SceneCore`'s; this class checks torch arguments, hands tensors over,
-evaluates the winners differentiably and wraps the results.
+:class:`rayd.core.SceneCore`'s and the lifecycle methods are
+:class:`rayd.core.frontend.SceneBase`'s; this class holds what is torch's: argument
+checks, the hand-over of tensors, the differentiable evaluation and the records.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
-from rayd.core import SceneCore
+from rayd.core.frontend import SceneBase
 from rayd.flags import FIELD_FLAGS, RayFlags
 from rayd.torch import _check, _convert, _intersect_fused, _trace
 from rayd.torch._geometry import gather, ids
@@ -28,7 +27,7 @@ from rayd.torch.ray import Ray
 VISIBILITY_EPSILON = 1e-4
 
 
-class Scene(EdgeQueries):
+class Scene(EdgeQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
@@ -49,186 +48,53 @@ class Scene(EdgeQueries):
     current torch stream, without host synchronisation in queries.
     """
 
-    def __init__(self) -> None:
-        self._core = SceneCore(_convert.TorchArrays(), "rayd.torch.Scene")
-        self._device: torch.device | None = None
-        self._edges: SceneEdges | None = None
-        self._state: LiveState | None = None
-
-    @property
-    def _shapes(self) -> list:
-        return self._core.table.shapes
-
-    # ------------------------------------------------------------------ contents
-    def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
-        """Add a mesh; returns its shape id (meshes and instances count 0, 1, 2, ... together).
-
-        Args:
-            mesh: a :class:`rayd.torch.Mesh`.
-            dynamic: ``True`` if its vertices will change (``update_mesh_vertices``).
-
-        Returns:
-            The shape id, which hits report as ``shape_id``.
-
-        Raises:
-            TypeError: ``mesh`` is not a ``rayd.torch.Mesh`` (e.g. a rayd.drjit one).
-            ValueError: ``mesh`` is on another device than the scene's shapes.
-        """
-        call = "rayd.torch.Scene.add_mesh()"
-        if not isinstance(mesh, Mesh):
-            raise TypeError(f"{call}: 'mesh' must be a rayd.torch.Mesh, got {_trace.type_name(mesh)}")
-        if not isinstance(dynamic, bool):
-            raise TypeError(f"{call}: 'dynamic' must be a bool, got {type(dynamic).__name__}")
-        if self._device is None:
-            self._device = torch.device(_convert.device_name(mesh.device))
-        _check.same_device(call, "mesh", mesh.vertices, self._device, "the scene")
-        return self._core.add_mesh(mesh, mesh.vertices, mesh.to_world, dynamic, str(self._device))
-
-    def add_instance(self, mesh_id: int, to_world: torch.Tensor) -> int:
-        """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
-
-        Args:
-            mesh_id: the id ``add_mesh`` returned (the mesh stays present itself).
-            to_world: (4, 4) float32/float64, column-vector convention; the instance's
-                placement is ``to_world @ M_mesh``. Gradients flow into it.
-
-        Returns:
-            The shape id; hits on the instance report it as ``shape_id`` and faces of
-            the mesh as ``prim_id``.
-
-        Raises:
-            TypeError, ValueError: wrong id type/range (or an instance id), or a bad matrix.
-        """
-        call = "rayd.torch.Scene.add_instance()"
-        base = self._core.table.get_mesh(call, "mesh_id", mesh_id)
-        to_world = check_transform(call, "to_world", to_world, self._device)
-        return self._core.add_instance(base, mesh_id, to_world)
-
-    @property
-    def num_meshes(self) -> int:
-        """Number of meshes added (instances not counted)."""
-        return self._core.table.num_meshes
-
-    @property
-    def num_shapes(self) -> int:
-        """Number of shapes: meshes and instances."""
-        return len(self._core.table)
+    _PREFIX = "rayd.torch.Scene"
+    _MESH = Mesh
 
     @property
     def device(self) -> torch.device | None:
         """The scene's device (that of its meshes), ``None`` while it is empty."""
         return self._device
 
-    # ------------------------------------------------------------------ lifecycle
-    def build(self) -> None:
-        """Snapshot every shape and build the acceleration structures.
+    # ------------------------------------------------------------------ SceneBase hooks
+    def _arrays(self) -> _convert.TorchArrays:
+        return _convert.TorchArrays()
 
-        Raises:
-            ValueError: the scene has no triangles, a mesh's faces index outside its
-                vertices (e.g. changed in place after ``Mesh()``), or a mesh has
-                non-finite vertices.
-        """
-        self._core.build("rayd.torch.Scene.build()")
+    def _mesh_device(self, mesh: Mesh) -> torch.device:
+        return torch.device(_convert.device_name(mesh.device))
+
+    def _same_device(self, call: str, name: str, array: torch.Tensor) -> None:
+        _check.same_device(call, name, array, self._device, "the scene")
+
+    def _check_vertices(self, call: str, name: str, vertices: object, count: int, mesh_id: int) -> torch.Tensor:
+        vertices = _check.float_tensor(call, name, vertices, last=3, ndim=2)
+        if vertices.shape[0] != count:
+            raise ValueError(f"{call}: '{name}' must have shape ({count}, 3) like mesh {mesh_id}, "
+                             f"got {tuple(vertices.shape)}")
+        return vertices
+
+    def _check_transform(self, call: str, name: str, value: object, base) -> torch.Tensor:
+        return check_transform(call, name, value, self._device)
+
+    def _check_transforms(self, call: str, name: str, value: object, count: int) -> torch.Tensor:
+        return check_transforms(call, name, value, count, self._device)
+
+    def _ids(self, call: str, name: str, value: object) -> object:
+        if isinstance(value, torch.Tensor):
+            if value.dim() != 1 or value.dtype.is_floating_point or value.dtype == torch.bool:
+                raise TypeError(f"{call}: '{name}' must be an int, a sequence of ints or a 1-D integer tensor, "
+                                f"got a {value.dtype} tensor of shape {tuple(value.shape)}")
+            return value.tolist()
+        return value
+
+    def _batch_entry(self, batch: torch.Tensor, k: int) -> torch.Tensor:
+        return batch[k]
+
+    def _after_build(self) -> None:
         self._state = LiveState(self._core, self._device)
         self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces)  # the build snapshot
 
-    def update_mesh_vertices(self, mesh_id: int, vertices: torch.Tensor) -> None:
-        """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
-
-        Args:
-            mesh_id: the id ``add_mesh`` returned.
-            vertices: (V, 3) float32/float64 with the mesh's V, on the scene's device.
-                This tensor (not a copy) becomes the one gradients flow into; it may
-                be the same tensor as before, e.g. a parameter just stepped in place.
-
-        Raises:
-            TypeError: ``mesh_id`` is not an int, or ``vertices`` not a float tensor.
-            ValueError: ``mesh_id`` out of range or an instance, or a wrong shape or device.
-            RuntimeError: the mesh was added with ``dynamic=False``.
-        """
-        call = "rayd.torch.Scene.update_mesh_vertices()"
-        shape = self._core.table.get(call, "mesh_id", mesh_id)
-        if shape.is_instance:
-            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; update the mesh it instances")
-        if not shape.dynamic:
-            raise RuntimeError(
-                f"{call}: mesh {mesh_id} was added with dynamic=False; add it with dynamic=True to move it, "
-                f"or call build() after changing it"
-            )
-        vertices = _check.float_tensor(call, "vertices", vertices, last=3, ndim=2)
-        if vertices.shape[0] != shape.num_vertices:
-            raise ValueError(
-                f"{call}: 'vertices' must have shape ({shape.num_vertices}, 3) like mesh {mesh_id}, "
-                f"got {tuple(vertices.shape)}"
-            )
-        _check.same_device(call, "vertices", vertices, self._device, "the scene")
-        self._core.update_vertices(mesh_id, vertices)
-
-    def set_mesh_transform(self, shape_id: int | Sequence[int] | torch.Tensor, to_world: torch.Tensor) -> None:
-        """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
-
-        Args:
-            shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
-                instances follow, as ``M_instance @ M_mesh``); for an instance its own
-                matrix. Any shape may move, dynamic or not. Also a sequence (or 1-D
-                int tensor) of K distinct ids, to set K matrices in one call (K = 0
-                with a (0, 4, 4) tensor is a no-op).
-            to_world: (4, 4) float32/float64 acting on column vectors; (K, 4, 4) with
-                K ids (shape ``shape_id[k]`` gets ``to_world[k]``, a view). Gradients
-                flow into this tensor. Each call reads the matrices once to check them
-                (one host synchronisation), so on CUDA prefer one call with K ids over
-                K calls — or write new values in place into the tensor the shapes
-                hold and call ``sync()``.
-
-        Raises:
-            TypeError, ValueError: wrong id type/range, repeated ids, dtype, shape or
-                device; non-finite or singular matrices.
-        """
-        call = "rayd.torch.Scene.set_mesh_transform()"
-        table = self._core.table
-        if isinstance(shape_id, int) and not isinstance(shape_id, bool):
-            table.get(call, "shape_id", shape_id)
-            self._core.set_transform(shape_id, check_transform(call, "to_world", to_world, self._device))
-            return
-        if isinstance(shape_id, torch.Tensor):
-            if shape_id.dim() != 1 or shape_id.dtype.is_floating_point or shape_id.dtype == torch.bool:
-                raise TypeError(f"{call}: 'shape_id' must be an int, a sequence of ints or a 1-D integer tensor, "
-                                f"got a {shape_id.dtype} tensor of shape {tuple(shape_id.shape)}")
-            shape_id = shape_id.tolist()
-        id_list = table.id_list(call, "shape_id", shape_id)
-        matrices = check_transforms(call, "to_world", to_world, len(id_list), self._device)
-        for k, one in enumerate(id_list):
-            self._core.set_transform(one, matrices[k], source=matrices, index=k)
-
-    def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
-        """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
-
-        Raises:
-            TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
-        """
-        call = "rayd.torch.Scene.set_shape_enabled()"
-        shape = self._core.table.get(call, "shape_id", shape_id)
-        if not isinstance(flag, bool):
-            raise TypeError(f"{call}: 'flag' must be a bool, got {type(flag).__name__}")
-        self._core.table.set_enabled(shape, flag)
-
-    def has_pending_updates(self) -> bool:
-        """True if updates (vertices, transforms, enable flags, edge masks, in-place changes) await ``sync()``."""
-        return self._core.table.has_pending() or (self._edges is not None and self._edges.pending)
-
-    def is_ready(self) -> bool:
-        """True if queries can run now: built, nothing added since, nothing pending or stale."""
-        return self._core.table.is_ready()
-
-    def sync(self) -> None:
-        """Apply pending updates: refit moved meshes, refit the top level, apply enable flags.
-
-        Raises:
-            RuntimeError: before ``build()``, after shapes were added without a new
-                ``build()``, or if a static mesh changed in place (needs ``build()``).
-            ValueError: an updated mesh has non-finite vertices.
-        """
-        todo = self._core.sync("rayd.torch.Scene.sync()")
+    def _after_sync(self, todo: set[int]) -> None:
         self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
 
     # ------------------------------------------------------------------ queries
@@ -371,15 +237,6 @@ class Scene(EdgeQueries):
     def _check_ray(self, call: str, ray: object) -> Ray:
         return _trace.check_ray(call, ray, self._device)
 
-    def _require_built(self, call: str) -> None:
-        self._core.table.require_built(call)
-
-    def _require_ready(self, call: str) -> None:
-        self._core.table.require_ready(call)
-
-    def __repr__(self) -> str:
-        state = "ready" if self.is_ready() else ("built" if self._core.table.built else "not built")
-        return f"rayd.torch.Scene(shapes={self.num_shapes}, device={self._device}, {state})"
 
 
 def _unrequested(flags: RayFlags) -> set[str]:

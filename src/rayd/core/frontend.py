@@ -1,0 +1,243 @@
+"""`SceneBase`: the part of a frontend's ``Scene`` that is the same for every array library.
+
+Each public lifecycle method is one sequence — check the arguments (frontend hooks),
+hand the arrays to :class:`rayd.core.SceneCore`, done — so it is written once here.
+A frontend subclass provides the hooks below (argument checks and conversions in its
+own array library) and the queries, whose evaluation is frontend-specific.
+
+Hooks a subclass defines:
+
+- ``_PREFIX`` (``"rayd.torch.Scene"``), ``_MESH`` (its ``Mesh`` class);
+- ``_arrays()``: its :class:`~rayd.core.protocol.ArrayProtocol`;
+- ``_mesh_device(mesh)``: the device name of a mesh;
+- ``_same_device(call, name, array)``: raise ``ValueError`` unless ``array`` is on the scene's device;
+- ``_check_vertices(call, name, array, count)``: a float (count, 3) array of the scene, else raise;
+- ``_check_transform(call, name, value, base)`` / ``_check_transforms(call, name, value, count)``;
+- ``_ids(call, name, value)``: a list of ints from the frontend's id containers;
+- ``_batch_entry(batch, k)``: the matrix ``k`` of a checked batch (differentiable view/gather);
+- ``_after_build()`` / ``_after_sync(todo)``: refresh the frontend's per-build state and edges.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rayd.core.scene import SceneCore
+from rayd.core.shapes import Shape, ShapeTable
+
+
+def type_name(value: object) -> str:
+    """``module.Name`` of ``value``'s type for messages (rayd's own and the array libraries' types)."""
+    cls = type(value)
+    module = cls.__module__
+    if module.startswith("torch"):
+        module = "torch"
+    if module == "builtins":
+        return cls.__name__
+    return f"{module}.{cls.__qualname__}"
+
+
+class SceneBase:
+    """Shared lifecycle of ``rayd.torch.Scene`` and ``rayd.drjit.Scene`` (see the module docstring)."""
+
+    _PREFIX = "rayd.Scene"
+    _MESH: type = object
+
+    def __init__(self) -> None:
+        self._core = SceneCore(self._arrays(), self._PREFIX)
+        self._device: Any = None
+        self._edges: Any = None
+        self._state: Any = None
+
+    # ------------------------------------------------------------------ hooks (frontends)
+    def _arrays(self):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @property
+    def _table(self) -> ShapeTable:
+        return self._core.table
+
+    @property
+    def _shapes(self) -> list[Shape]:
+        return self._core.table.shapes
+
+    # ------------------------------------------------------------------ contents
+    def add_mesh(self, mesh: Any, dynamic: bool = False) -> int:
+        """Add a mesh; returns its shape id (meshes and instances count 0, 1, 2, ... together).
+
+        Args:
+            mesh: a ``Mesh`` of this frontend (``rayd.torch.Mesh`` / ``rayd.drjit.Mesh``).
+            dynamic: ``True`` if its vertices will change (``update_mesh_vertices``).
+
+        Returns:
+            The shape id, which hits report as ``shape_id``; the first ``add_mesh``
+            returns 0.
+
+        Raises:
+            TypeError: ``mesh`` is not this frontend's ``Mesh`` (rayd.torch and rayd.drjit
+                objects do not mix), or ``dynamic`` is not a bool.
+            ValueError: ``mesh`` is on another device than the scene's shapes.
+        """
+        call = f"{self._PREFIX}.add_mesh()"
+        if not isinstance(mesh, self._MESH):
+            name = type_name(mesh)
+            if name.startswith("rayd.") and not name.startswith(self._PREFIX.rsplit(".", 1)[0]):
+                name += " (rayd.torch and rayd.drjit objects do not mix)"
+            raise TypeError(f"{call}: 'mesh' must be a {self._PREFIX.rsplit('.', 1)[0]}.Mesh, got {name}")
+        if not isinstance(dynamic, bool):
+            raise TypeError(f"{call}: 'dynamic' must be a bool, got {type(dynamic).__name__}")
+        if self._device is None:
+            self._device = self._mesh_device(mesh)
+        self._same_device(call, "mesh", mesh.vertices)
+        return self._core.add_mesh(mesh, mesh.vertices, mesh.to_world, dynamic, str(self._device))
+
+    def add_instance(self, mesh_id: int, to_world: Any) -> int:
+        """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
+
+        Args:
+            mesh_id: the id ``add_mesh`` returned (the mesh stays present itself).
+            to_world: one 4x4 float32/float64 matrix (torch (4, 4); Dr.Jit ``Matrix4f``/
+                ``Matrix4f64`` of width 1 or ``drjit.scalar``), column-vector convention;
+                the instance's placement is ``to_world @ M_mesh``. Gradients flow into it.
+
+        Returns:
+            The shape id; hits on the instance report it as ``shape_id`` and faces of the
+            mesh as ``prim_id``.
+
+        Raises:
+            TypeError, ValueError: wrong id type/range (or an instance id), or a bad
+                matrix (non-finite, beyond float32 range, singular).
+        """
+        call = f"{self._PREFIX}.add_instance()"
+        base = self._table.get_mesh(call, "mesh_id", mesh_id)
+        return self._core.add_instance(base, mesh_id, self._check_transform(call, "to_world", to_world, base))
+
+    @property
+    def num_meshes(self) -> int:
+        """Number of meshes added (instances not counted)."""
+        return self._table.num_meshes
+
+    @property
+    def num_shapes(self) -> int:
+        """Number of shapes: meshes and instances."""
+        return len(self._table)
+
+    # ------------------------------------------------------------------ lifecycle
+    def build(self) -> None:
+        """Check and snapshot every shape, then build the acceleration structures.
+
+        One BVH (SAH) over the world-space triangles of all meshes; when instances
+        exist, a top-level BVH over instance boxes whose leaves share one object-space
+        BVH per instanced mesh. Faces are checked here, where they are snapshotted.
+
+        Raises:
+            ValueError: the scene has no triangles, a mesh's faces index outside its
+                vertices (e.g. changed in place after ``Mesh()``), or a mesh has
+                non-finite vertices.
+        """
+        self._core.build(f"{self._PREFIX}.build()")
+        self._after_build()
+
+    def update_mesh_vertices(self, mesh_id: int, vertices: Any) -> None:
+        """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
+
+        Args:
+            mesh_id: the id ``add_mesh`` returned.
+            vertices: (V, 3) float32/float64 with the mesh's V (torch tensor; Dr.Jit
+                ``Array3f``/``Array3f64`` of width V), on the scene's device. This array
+                (not a copy) becomes the one gradients flow into; it may be the same
+                array as before, e.g. a parameter just stepped in place.
+
+        Raises:
+            TypeError: ``mesh_id`` is not an int, or ``vertices`` not a float array.
+            ValueError: ``mesh_id`` out of range or an instance, or a wrong shape or device.
+            RuntimeError: the mesh was added with ``dynamic=False``.
+        """
+        call = f"{self._PREFIX}.update_mesh_vertices()"
+        shape = self._table.get(call, "mesh_id", mesh_id)
+        if shape.is_instance:
+            raise ValueError(f"{call}: 'mesh_id' {mesh_id} is an instance; update the mesh it instances")
+        if not shape.dynamic:
+            raise RuntimeError(
+                f"{call}: mesh {mesh_id} was added with dynamic=False; add it with dynamic=True to move it, "
+                f"or call build() after changing it"
+            )
+        vertices = self._check_vertices(call, "vertices", vertices, shape.num_vertices, mesh_id)
+        self._same_device(call, "vertices", vertices)
+        self._core.update_vertices(mesh_id, vertices)
+
+    def set_mesh_transform(self, shape_id: Any, to_world: Any) -> None:
+        """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
+
+        Args:
+            shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
+                instances follow, as ``M_instance @ M_mesh``); for an instance its own
+                matrix. Any shape may move, dynamic or not. Also a sequence (torch: or a
+                1-D integer tensor) of K distinct ids, to set K matrices in one call; K = 0
+                with an empty batch is a no-op.
+            to_world: one 4x4 float32/float64 matrix acting on column vectors, or K of
+                them with K ids (torch (K, 4, 4); Dr.Jit width K). Gradients flow into it.
+                Each call reads the matrices once to check them (one host
+                synchronisation): prefer one call with K ids over K calls, or write new
+                values in place into the array the shapes hold and call ``sync()``.
+
+        Raises:
+            TypeError, ValueError: wrong id type/range, repeated ids, dtype, shape or
+                device; non-finite, beyond-float32 or singular matrices.
+        """
+        call = f"{self._PREFIX}.set_mesh_transform()"
+        if isinstance(shape_id, int) and not isinstance(shape_id, bool):
+            shape = self._table.get(call, "shape_id", shape_id)
+            self._core.set_transform(shape_id, self._check_transform(call, "to_world", to_world, shape))
+            return
+        ids = self._table.id_list(call, "shape_id", self._ids(call, "shape_id", shape_id))
+        batch = self._check_transforms(call, "to_world", to_world, len(ids))
+        for k, one in enumerate(ids):
+            self._core.set_transform(one, self._batch_entry(batch, k), source=batch, index=k)
+
+    def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
+        """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
+
+        Raises:
+            TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
+        """
+        call = f"{self._PREFIX}.set_shape_enabled()"
+        shape = self._table.get(call, "shape_id", shape_id)
+        if not isinstance(flag, bool):
+            raise TypeError(f"{call}: 'flag' must be a bool, got {type(flag).__name__}")
+        self._table.set_enabled(shape, flag)
+
+    def has_pending_updates(self) -> bool:
+        """True if updates (vertices, transforms, enable flags, edge masks, in-place changes) await ``sync()``."""
+        return self._table.has_pending() or (self._edges is not None and self._edges.pending)
+
+    def is_ready(self) -> bool:
+        """True if queries can run now: built, nothing added since, nothing pending or stale."""
+        return self._table.is_ready()
+
+    def sync(self) -> None:
+        """Apply pending updates: refit moved meshes, refit the top level, apply enable flags and edge masks.
+
+        Raises:
+            RuntimeError: before ``build()``, after shapes were added without a new
+                ``build()``, or if a static mesh changed in place (needs ``build()``).
+            ValueError: an updated mesh has non-finite vertices.
+        """
+        call = f"{self._PREFIX}.sync()"
+        self._table.require_built(call)
+        self._before_sync()
+        self._after_sync(self._core.sync(call))
+
+    def _before_sync(self) -> None:
+        """Frontend hook: re-read what an in-place change of a batch of matrices needs re-read."""
+
+    # ------------------------------------------------------------------ shared internals
+    def _require_built(self, call: str) -> None:
+        self._table.require_built(call)
+
+    def _require_ready(self, call: str) -> None:
+        self._table.require_ready(call)
+
+    def __repr__(self) -> str:
+        state = "ready" if self.is_ready() else ("built" if self._table.built else "not built")
+        return f"{self._PREFIX}(shapes={self.num_shapes}, device={self._device}, {state})"
