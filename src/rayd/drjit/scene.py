@@ -55,6 +55,8 @@ class _Shape:
     face_row: int = 0  # first row of the shape's mesh in the face table
     vertex_version: tuple[int, ...] | None = None
     transform_version: tuple[int, ...] | None = None
+    face_version: tuple[int, ...] | None = None
+    holds: tuple = ()  # second references that make in-place writes visible (see _convert.track)
     source: dr.ArrayBase | None = None
     source_index: int = 0
 
@@ -80,6 +82,21 @@ class Scene(EdgeQueries):
     and ``set_shape_enabled`` also take effect at ``sync()``. Queries before
     ``build()``, after adding shapes without a new ``build()``, or while updates are
     pending raise ``RuntimeError`` instead of answering from a stale BVH.
+
+    In-place changes: every Dr.Jit write into a registered array is seen --
+    component assignment (``v.y = ...``), augmented assignment (``v.z += 1``),
+    ``v.x[k] = ...``, ``dr.scatter``, ``dr.scatter_add``, ``dr.scatter_reduce``,
+    ``dr.scatter_exch``, ``dr.scatter_inc``: the scene keeps a second reference to
+    each array it snapshotted, so Dr.Jit copies before writing and the array's
+    variable ids change (one copy of the written component, once per snapshot).
+    A dynamic mesh's vertices and any registered matrix then count as pending
+    (``has_pending_updates()``; ``sync()`` applies them); a static mesh's vertices
+    and any mesh's faces make queries and ``sync()`` raise until ``build()``.
+    ``dr.eval`` / ``dr.make_opaque`` change nothing. Not seen: writes that bypass
+    Dr.Jit through a zero-copy view of the memory (``.numpy()``, ``.torch()``,
+    DLPack, Warp); after those call ``update_mesh_vertices(mesh_id, v)`` (dynamic)
+    or ``build()``. Normals and uv are read live by each query (no snapshot), so
+    in-place changes to them apply at once.
 
     Acceleration: one BVH (SAH) over the world-space triangles of all meshes; when
     instances exist, a top-level BVH over instance boxes whose leaves share one
@@ -414,11 +431,21 @@ class Scene(EdgeQueries):
             self._enabled_dirty = True
 
     def has_pending_updates(self) -> bool:
-        """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
+        """True if changes await ``sync()``, which applies them.
+
+        Counted: ``update_mesh_vertices``, ``set_mesh_transform``,
+        ``set_shape_enabled``, ``set_edge_mask``, and in-place Dr.Jit writes (see
+        :class:`Scene`) into a dynamic mesh's registered vertex array or into any
+        registered matrix (a mesh's ``to_world``, static or not, an instance's, or a
+        batch given to ``set_mesh_transform``). Not counted: in-place writes into a
+        static mesh's vertices or into any mesh's faces, which ``sync()`` cannot
+        apply; queries and ``sync()`` then raise until ``build()`` (``is_ready()``
+        is False).
+        """
         if self._pending or self._enabled_dirty or (self._edges is not None and self._edges.pending):
             return True
         memo: dict[int, tuple[int, ...]] = {}
-        return any(self._changed(s, memo) for s in self._shapes if s.dynamic or s.to_world is not None)
+        return any(self._needs_sync(s, memo) for s in self._shapes if s.holds)  # snapshotted shapes only
 
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
@@ -439,11 +466,16 @@ class Scene(EdgeQueries):
         self._require_built(call)
         shapes = self._shapes
         for shape_id, shape in enumerate(shapes):
-            if not shape.dynamic and not shape.is_instance and shape_id not in self._pending:
-                if self._vertices_changed(shape):
-                    raise _check.lifecycle(
-                        call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
-                    )
+            if shape.is_instance:
+                continue
+            if self._faces_changed(shape):
+                raise _check.lifecycle(
+                    call, f"the faces of mesh {shape_id} changed in place since build(); call build() to rebuild"
+                )
+            if not shape.dynamic and self._vertices_changed(shape):
+                raise _check.lifecycle(
+                    call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                )
         memo: dict[int, tuple[int, ...]] = {}
         todo = {i for i, s in enumerate(shapes) if i in self._pending or self._changed(s, memo)}
         for shape_id in todo:  # a batch changed in place: take the new values
@@ -852,18 +884,55 @@ class Scene(EdgeQueries):
             found = memo[key] = _convert.version(src)
         return found
 
-    def _record_versions(self, shape: _Shape, memo: dict[int, tuple[int, ...]] | None = None) -> None:
-        shape.vertex_version = None if shape.is_instance else _convert.version(shape.vertices)
-        shape.transform_version = self._version(shape, memo)
+    def _record_versions(self, shape: _Shape, memo: dict[int, tuple] | None = None) -> None:
+        """Remember the versions of the arrays just snapshotted (vertices and faces of a mesh, the matrix)."""
+        holds = []
+        shape.vertex_version = shape.face_version = None
+        if not shape.is_instance:
+            shape.vertex_version, hold = _convert.track(shape.vertices)
+            holds.append(hold)
+            if shape.mesh.num_faces:
+                shape.face_version, hold = _convert.track(shape.mesh.faces)
+                holds.append(hold)
+        shape.transform_version = None
+        src = shape.matrix
+        if src is not None:
+            key = id(src)
+            found = None if memo is None else memo.get(key)
+            if found is None:
+                found = _convert.track(src)
+                if memo is not None:
+                    memo[key] = found
+            shape.transform_version = found[0]
+            holds.append(found[1])
+        shape.holds = tuple(holds)
 
     def _vertices_changed(self, shape: _Shape) -> bool:
         return not shape.is_instance and _convert.version(shape.vertices) != shape.vertex_version
 
+    def _faces_changed(self, shape: _Shape) -> bool:
+        """True if a mesh's faces (an instance: its mesh's) were written in place since ``build()``."""
+        base = self._shapes[shape.base]
+        return base.mesh.num_faces > 0 and _convert.version(base.mesh.faces) != base.face_version
+
+    def _transform_changed(self, shape: _Shape, memo: dict[int, tuple[int, ...]] | None = None) -> bool:
+        return shape.to_world is not None and self._version(shape, memo) != shape.transform_version
+
+    def _needs_sync(self, shape: _Shape, memo: dict[int, tuple[int, ...]] | None = None) -> bool:
+        """An in-place change that ``sync()`` applies: a dynamic mesh's vertices or any shape's matrix."""
+        if shape.dynamic and self._vertices_changed(shape):
+            return True
+        return self._transform_changed(shape, memo)
+
+    def _needs_build(self, shape: _Shape) -> bool:
+        """An in-place change only ``build()`` applies: a static mesh's vertices, or faces."""
+        if not shape.dynamic and self._vertices_changed(shape):
+            return True
+        return not shape.is_instance and self._faces_changed(shape)
+
     def _changed(self, shape: _Shape, memo: dict[int, tuple[int, ...]] | None = None) -> bool:
         """True if the registered arrays (a batch a matrix came from included) changed in place since the last snapshot."""
-        if self._vertices_changed(shape):
-            return True
-        return shape.to_world is not None and self._version(shape, memo) != shape.transform_version
+        return self._needs_build(shape) or self._needs_sync(shape, memo)
 
     def _shape(self, call: str, name: str, shape_id: object) -> _Shape:
         if isinstance(shape_id, bool) or not isinstance(shape_id, int):
@@ -884,21 +953,23 @@ class Scene(EdgeQueries):
             raise _check.lifecycle(call, "shape enable flags changed; call sync() first")
         memo: dict[int, tuple[int, ...]] = {}
         for shape_id, shape in enumerate(self._shapes):
-            if shape_id not in self._pending and not self._changed(shape, memo):
-                continue
             kind = "instance" if shape.is_instance else "mesh"
+            if not shape.is_instance and self._faces_changed(shape):
+                raise _check.lifecycle(
+                    call, f"the faces of mesh {shape_id} changed in place since build(); call build() to rebuild"
+                )
+            if not shape.dynamic and self._vertices_changed(shape):
+                raise _check.lifecycle(
+                    call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                )
             if shape_id in self._pending:
                 raise _check.lifecycle(call, f"{kind} {shape_id} has pending updates; call sync() first")
-            if shape.dynamic or shape.is_instance or not self._vertices_changed(shape):
+            if self._needs_sync(shape, memo):
                 raise _check.lifecycle(
                     call,
                     f"the vertices or transform of {kind} {shape_id} changed in place since the last sync(); "
-                    f"call update_mesh_vertices({shape.base}, vertices) or set_mesh_transform({shape_id}, m), "
-                    f"then sync() first",
+                    f"call sync() first",
                 )
-            raise _check.lifecycle(
-                call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
-            )
 
     def _check_ray(self, call: str, ray: object) -> Ray:
         if not isinstance(ray, Ray):
