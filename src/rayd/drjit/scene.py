@@ -56,6 +56,7 @@ class _Shape:
     vertex_version: tuple[int, ...] | None = None
     transform_version: tuple[int, ...] | None = None
     face_version: tuple[int, ...] | None = None
+    num_vertices: int = 0  # V at build()
     holds: tuple = ()  # second references that make in-place writes visible (see _convert.track)
     source: dr.ArrayBase | None = None
     source_index: int = 0
@@ -208,15 +209,22 @@ class Scene(EdgeQueries):
         BVH per instanced mesh.
 
         Raises:
-            ValueError: the scene has no triangles, or a mesh has non-finite vertices.
+            ValueError: the scene has no triangles, a mesh has non-finite vertices,
+                ragged arrays (components of different widths), or a face index
+                outside ``[0, V)`` (faces are checked again here, since they may
+                have been written in place after ``Mesh()``; two values are read).
         """
         call = "rayd.drjit.Scene.build()"
+        for shape_id, shape in enumerate(self._shapes):
+            if not shape.is_instance:
+                # Faces may have been written in place since Mesh(): check them where they are snapshotted.
+                count = _check.common_width(call, f"vertices of mesh {shape_id}", shape.vertices)
+                _check.face_range(call, f"faces of mesh {shape_id}", shape.mesh.faces, count)
+                _check.finite(call, f"vertices of mesh {shape_id}", shape.vertices)
+                shape.num_vertices = count
         meshes = [s for s in self._shapes if not s.is_instance]
         if not meshes or sum(s.mesh.num_faces for s in meshes) == 0:
             raise ValueError(f"{call}: the scene is empty; add a mesh with at least one face first")
-        for shape_id, shape in enumerate(self._shapes):
-            if not shape.is_instance:
-                _check.finite(call, f"vertices of mesh {shape_id}", shape.vertices)
         plain = _convert.module(self._backend, False)
         device = self._device
         stream = _convert.current_stream(device)
@@ -485,7 +493,14 @@ class Scene(EdgeQueries):
         self._read_transforms(sorted(i for i in todo if shapes[i].to_world is not None))
         moved = sorted(i for i in todo if not shapes[i].is_instance)
         for shape_id in moved:
-            _check.finite(call, f"vertices of mesh {shape_id}", shapes[shape_id].vertices)
+            vertices = shapes[shape_id].vertices
+            count = _check.common_width(call, f"vertices of mesh {shape_id}", vertices)
+            if count != shapes[shape_id].num_vertices:
+                raise ValueError(
+                    f"{call}: 'vertices' of mesh {shape_id} must keep the width {shapes[shape_id].num_vertices} "
+                    f"it had at build(), got {count}; call build() to change the mesh"
+                )
+            _check.finite(call, f"vertices of mesh {shape_id}", vertices)
         stream = _convert.current_stream(self._device)
         for shape_id in moved:
             self._snapshot(shapes[shape_id], stream)
