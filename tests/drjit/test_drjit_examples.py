@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 pytest.importorskip("drjit")
@@ -30,6 +31,29 @@ def test_quickstart_runs():
     )
     assert result.returncode == 0, result.stderr[-4000:]
     assert "reverse mode" in result.stdout and "forward mode" in result.stdout
+
+
+def test_quickstart_writes_a_visible_depth_png(tmp_path):
+    # It once wrote a fully transparent PNG: misses were NaN, and imsave scaled by NaN.
+    image = pytest.importorskip("matplotlib.image")
+    out = tmp_path / "depth.png"
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLES / "quickstart.py"), "--backend", "llvm", "--size", "48", "--out", str(out)],
+        env=_env(), capture_output=True, text=True, timeout=300, check=False,
+    )
+    assert result.returncode == 0, result.stderr[-4000:]
+    rgba = image.imread(str(out))
+    assert rgba.shape[:2] == (48, 48)
+    assert np.isfinite(rgba).all()
+    if rgba.shape[2] == 4:
+        assert (rgba[..., 3] == 1.0).all()  # opaque everywhere
+    rgb = rgba[..., :3].reshape(-1, 3)
+    background = np.isclose(rgb, 0.2, atol=2 / 255).all(axis=1)
+    # The camera sees the grid in the middle and misses past its border (the corners).
+    assert not background[48 * 24 + 24] and background[0]
+    hits = rgb[~background]
+    assert 0.5 < len(hits) / len(rgb) < 1.0
+    assert np.ptp(hits, axis=0).max() > 0.3  # depth varies over the bump: not one flat colour
 
 
 def test_distributed_example_two_cpu_processes():
