@@ -6,7 +6,7 @@ Builds a bumpy grid mesh from Dr.Jit arrays, shoots one ray per pixel from a pin
 camera, prints what the hits look like, then differentiates the mean hit distance
 with respect to the vertices (reverse mode, ``dr.backward``) and with respect to a
 vertical shift of the mesh (forward mode, ``dr.forward_to``). With matplotlib
-installed, ``--out`` saves the depth image.
+installed, ``--out`` saves the depth image (misses in grey).
 """
 
 from __future__ import annotations
@@ -91,11 +91,28 @@ def main() -> None:
     print(f"forward mode: d mean_t / d shift = {dr.grad(mean_t)[0]:.4f} (negative: a raised mesh is closer)")
 
     if args.out:
-        import matplotlib.pyplot as plt
-
-        depth = np.array(dr.select(valid, scene.intersect(ray).t, math.nan)).reshape(args.size, args.size)
-        plt.imsave(args.out, depth, cmap="viridis")
+        hit = scene.intersect(ray)
+        t = np.array(dr.detach(hit.t)).reshape(args.size, args.size)  # +inf on a miss
+        save_depth(args.out, t, np.array(hit.is_valid()).reshape(args.size, args.size))
         print(f"wrote {args.out}")
+
+
+def save_depth(path: str, t: np.ndarray, valid: np.ndarray) -> None:
+    """Save hit distances as an opaque PNG: viridis over the hits' range, misses in a flat grey.
+
+    Misses must not reach the colour map as NaN or inf: ``plt.imsave`` scales by the
+    array's min and max, so a single NaN made the whole picture transparent.
+    """
+    import matplotlib.pyplot as plt
+    from matplotlib import colormaps
+
+    rgba = np.empty(t.shape + (4,))
+    rgba[:] = (0.2, 0.2, 0.2, 1.0)  # background: misses
+    if valid.any():
+        low, high = float(t[valid].min()), float(t[valid].max())
+        scaled = (t[valid] - low) / max(high - low, 1e-12)
+        rgba[valid] = colormaps["viridis"](1.0 - scaled)  # near is bright
+    plt.imsave(path, rgba)
 
 
 if __name__ == "__main__":

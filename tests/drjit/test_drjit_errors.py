@@ -271,3 +271,58 @@ def test_backends_do_not_mix():
     scene = _built(m)
     with pytest.raises(ValueError, match=r"'ray.o' is on cuda:\d, but the scene is on cpu"):
         scene.intersect(rd.Ray(c.Array3f(0.2, 0.2, 1), c.Array3f(0, 0, -1)))
+
+
+# ------------------------------------------- faces written in place (issue 19, item 5)
+@pytest.mark.parametrize("bad", [10**8, 10**6, -5, 3])
+@pytest.mark.parametrize("kind", ["Array3i", "Array3u", "Array3i64"])
+def test_faces_written_in_place_after_mesh_are_checked_at_build(m, bad, kind):
+    # Once these segfaulted build() (1e8) or the first nearest_edge (1e6), or gave garbage (-5).
+    if bad < 0 and kind == "Array3u":
+        bad = 2**32 - 5  # -5 as uint32
+    f = getattr(m, kind)([0], [1], [2])
+    dr.make_opaque(f)
+    mesh = rd.Mesh(vec(m.Array3f, TRI), f)
+    dr.scatter(f.y, type(f.y)(bad), m.UInt32(0))
+    scene = rd.Scene()
+    scene.add_mesh(mesh)
+    with pytest.raises(
+        ValueError, match=rf"rayd.drjit.Scene.build\(\): 'faces of mesh 0' must index vertices in \[0, 3\), got values in \[{min(bad, 0)}, {max(bad, 2)}\]"
+    ):
+        scene.build()
+    dr.scatter(f.y, type(f.y)(1), m.UInt32(0))  # repaired: builds and answers
+    scene.build()
+    assert np.array(scene.intersect(_ray(m)).is_valid()).tolist() == [True]
+    np.testing.assert_allclose(np.array(scene.nearest_edge(m.Array3f(0.5, -1.0, 0.0)).distance), [1.0], rtol=1e-6)
+
+
+def test_faces_written_in_place_after_build_are_checked_at_rebuild(m):
+    f = m.Array3u([0], [1], [2])
+    dr.make_opaque(f)
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, TRI), f), dynamic=True)
+    scene.build()
+    f.z[0] = 10**6
+    with pytest.raises(RuntimeError, match=r"Scene.nearest_edge\(\): the faces of mesh 0 changed in place"):
+        scene.nearest_edge(m.Array3f(0.5, -1.0, 0.0))
+    with pytest.raises(RuntimeError, match=r"Scene.sync\(\): the faces of mesh 0 changed in place"):
+        scene.sync()
+    with pytest.raises(ValueError, match=r"Scene.build\(\): 'faces of mesh 0' must index vertices in \[0, 3\)"):
+        scene.build()
+
+
+def test_ragged_arrays_and_width_changes_are_value_errors(m):
+    f = m.Array3u([0], [1], [2])
+    v = vec(m.Array3f, TRI)
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, f), dynamic=True)
+    f.x = m.UInt32([0, 1])  # one component reassigned to another width
+    with pytest.raises(ValueError, match=r"Scene.build\(\): 'faces of mesh 0' is ragged: its components have widths \[2, 1, 1\]"):
+        scene.build()
+    f.x = m.UInt32([0])
+    scene.build()
+    v.x, v.y, v.z = m.Float([0, 1, 0, 5]), m.Float([0, 0, 1, 5]), m.Float([0, 0, 0, 5])  # V grew in place
+    with pytest.raises(ValueError, match=r"Scene.sync\(\): 'vertices' of mesh 0 must keep the width 3 it had at build\(\), got 4"):
+        scene.sync()
+    with pytest.raises(ValueError, match=r"rayd.drjit.Mesh\(\): 'vertices' is ragged"):
+        rd.Mesh(m.Array3f(m.Float([0, 1]), m.Float([0]), m.Float([0])), f)

@@ -16,7 +16,8 @@ is one ``all_reduce(SUM)`` of the ``[V, 3]`` vertex gradient per step, done by
 torch.distributed on a zero-copy DLPack view of Dr.Jit's gradient buffer. Every rank
 applies the same Adam update to the same bits, so the replicas stay bitwise identical;
 the script checks that every ``--check-every`` steps and prints a SHA-256 of the final
-vertices.
+vertices. On the CPU (``--threads 1``, the default) that hash is also the same from run
+to run; on CUDA it is not (Dr.Jit's gradient scatter-add is atomic): README.md says why.
 
 GPU pinning: Dr.Jit uses the first visible CUDA device, so each rank sees exactly one,
 ``CUDA_VISIBLE_DEVICES=$LOCAL_RANK``, set here before Dr.Jit or torch touch CUDA.
@@ -42,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1234, help="ray sampling seed")
     parser.add_argument("--check-every", type=int, default=4, help="assert zero cross-rank drift every N steps")
     parser.add_argument("--timeout", type=float, default=600.0, help="collective timeout in seconds")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="Dr.Jit CPU threads per rank (llvm); 1 keeps runs bitwise reproducible (see README)")
     return parser.parse_args(argv)
 
 
@@ -81,6 +84,13 @@ def train(args: argparse.Namespace, backend: str, rank: int, world_size: int) ->
     import rayd.drjit as rd
 
     m = importlib.import_module(f"drjit.{backend}.ad")
+    if backend == "llvm":
+        # The vertex gradient is a scatter-add (the reverse of rayd's vertex gathers).
+        # On the LLVM backend each worker thread adds into its own copy, and which rays
+        # a thread gets varies run to run, so with several threads the float sums (and
+        # after Adam, the final bits) differ between runs. One thread per rank (one
+        # rank per core) adds in ray order: bitwise reproducible runs.
+        dr.set_thread_count(args.threads)
     span, height = 2.0, 2.0
     vertices, faces = grid_mesh(m, args.cells, span)
     num_vertices = dr.width(vertices)

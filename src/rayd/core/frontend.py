@@ -235,6 +235,9 @@ class SceneBase:
     def _require_built(self, call: str) -> None:
         self._table.require_built(call)
 
+    def _require_current(self, call: str) -> None:
+        self._table.require_current(call)
+
     def _require_ready(self, call: str) -> None:
         self._table.require_ready(call)
 

@@ -16,8 +16,15 @@ this small protocol once, for its own arrays, and hands an instance to
 - ``stream(device)``: the Warp stream that orders engine work after the frontend's
   (``None`` on the CPU).
 - ``fence(device)``: wait for queued work where the frontend must (a no-op for torch).
-- ``device_array(values, device)``: a frontend array of host ``values`` on ``device``
-  (used for the index tables the differentiable evaluation gathers with).
+
+Optional:
+
+- ``track(a) -> (version, hold)``: the version to record at a snapshot, and an object
+  the scene keeps until the next one (Dr.Jit: a second reference, so that a later
+  in-place scatter copies and changes the version); default ``(version(a), None)``.
+- ``rows(call, name, a) -> int``: the row count of an array, raising the contract's
+  ``ValueError`` (naming ``call`` and ``name``) if it is malformed (Dr.Jit: ragged
+  components); default: the mesh's own count.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ from rayd.core.protocol import ArrayProtocol
 from rayd.core.shapes import Shape, ShapeTable
 from rayd.core.transforms import TransformTable
 from rayd.engine.accel import SceneAccel
-from rayd.engine.assemble import first_bad_face_entry, first_nonfinite_vertex, place_faces, place_points
+from rayd.engine.assemble import face_range, first_nonfinite_vertex, place_faces, place_points
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.runtime import launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
@@ -140,22 +140,33 @@ class SceneCore:
 
     # ------------------------------------------------------------------ internals
     def _check_meshes(self, call: str, shape_ids: list[int], faces: bool) -> None:
+        """Faces within ``[0, V)`` (at build), a vertex count unchanged since build (at sync), finite vertices."""
         stream = self.arrays.stream(self.device)
+        rows = getattr(self.arrays, "rows", None)
         for shape_id in shape_ids:
             shape = self.table[shape_id]
+            count = rows(call, f"vertices of mesh {shape_id}", shape.vertices) if rows else shape.num_vertices
+            if faces:
+                shape.built_vertices = count
+            elif count != shape.built_vertices:
+                raise ValueError(
+                    f"{call}: 'vertices' of mesh {shape_id} must keep the width {shape.built_vertices} it had at "
+                    f"build(), got {count}; call build() to change the mesh"
+                )
             view, keep = self.arrays.vec3_view(shape.vertices)
             row = first_nonfinite_vertex(view, stream)
             if row is not None:
                 raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds non-finite values (first at row {row})")
             del keep
             if faces and shape.num_faces:
+                if rows:
+                    rows(call, f"faces of mesh {shape_id}", shape.mesh.faces)
                 fview, keep = self.arrays.index_view(shape.mesh.faces)
-                bad = first_bad_face_entry(fview, shape.num_vertices, stream)
-                if bad is not None:
+                low, high = face_range(fview, stream)
+                if low < 0 or high >= count:
                     raise ValueError(
-                        f"{call}: 'faces' of mesh {shape_id} must index its {shape.num_vertices} vertices; "
-                        f"face {bad // 3} holds an index outside [0, {shape.num_vertices}) (changed in place "
-                        f"after Mesh()?)"
+                        f"{call}: 'faces of mesh {shape_id}' must index vertices in [0, {count}), got values in "
+                        f"[{low}, {high}] (changed in place after Mesh()?)"
                     )
                 del keep
 

@@ -17,13 +17,17 @@ both frontends):
 - a static mesh's vertices changed in place: stale (queries and ``sync()`` raise until
   ``build()``);
 - any shape's matrix changed in place (a matrix given to ``add_instance`` /
-  ``set_mesh_transform``, or the batch it was taken from): pending (``sync()`` re-reads).
+  ``set_mesh_transform``, or the batch it was taken from): pending (``sync()`` re-reads);
+- any mesh's faces changed in place after ``build()``: stale (``build()`` again).
+
+``has_pending_updates()`` reports exactly what ``sync()`` applies; the stale cases make
+queries and ``sync()`` raise until ``build()``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Hashable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -55,7 +59,9 @@ class Shape:
     face_row: int = 0
     vertex_version: Hashable | None = None
     transform_version: Hashable | None = None
-    extra: dict = field(default_factory=dict)  # frontend-specific snapshot state
+    face_version: Hashable | None = None
+    built_vertices: int = 0  # V at build()
+    holds: tuple = ()  # what the protocol's track() returned: keeps in-place writes visible
 
     @property
     def num_vertices(self) -> int:
@@ -181,7 +187,7 @@ class ShapeTable:
         }
 
     # ------------------------------------------------------------------ change tracking
-    def _matrix_version(self, shape: Shape, memo: dict[int, Hashable | None]) -> Hashable | None:
+    def _matrix_version(self, shape: Shape, memo: dict[int, Any]) -> Hashable | None:
         src = shape.matrix
         if src is None:
             return None
@@ -190,14 +196,32 @@ class ShapeTable:
             memo[key] = self.arrays.version(src)
         return memo[key]
 
-    def record(self, shape: Shape, memo: dict[int, Hashable | None] | None = None) -> None:
-        """Remember the current versions of a shape's arrays (after a snapshot)."""
+    def _track(self, array: Any) -> tuple[Hashable | None, Any]:
+        track = getattr(self.arrays, "track", None)
+        return track(array) if track is not None else (self.arrays.version(array), None)
+
+    def record(self, shape: Shape, memo: dict[int, Any] | None = None) -> None:
+        """Remember the versions of a shape's arrays just snapshotted (vertices and faces of a mesh, its matrix)."""
         memo = {} if memo is None else memo
-        shape.vertex_version = None if shape.is_instance else self.arrays.version(shape.vertices)
-        shape.transform_version = self._matrix_version(shape, memo)
+        holds = []
+        shape.vertex_version = shape.face_version = shape.transform_version = None
+        if not shape.is_instance:
+            shape.vertex_version, hold = self._track(shape.vertices)
+            holds.append(hold)
+            if shape.num_faces:
+                shape.face_version, hold = self._track(shape.mesh.faces)
+                holds.append(hold)
+        src = shape.matrix
+        if src is not None:
+            key = id(src)
+            if key not in memo:
+                memo[key] = self._track(src)
+            shape.transform_version = memo[key][0]
+            holds.append(memo[key][1])
+        shape.holds = tuple(holds)
 
     def record_all(self, shape_ids: Iterable[int] | None = None) -> None:
-        memo: dict[int, Hashable | None] = {}
+        memo: dict[int, Any] = {}
         ids = range(len(self.shapes)) if shape_ids is None else shape_ids
         for i in ids:
             self.record(self.shapes[i], memo)
@@ -205,36 +229,46 @@ class ShapeTable:
     def vertices_changed(self, shape: Shape) -> bool:
         return not shape.is_instance and self.arrays.version(shape.vertices) != shape.vertex_version
 
-    def matrix_changed(self, shape: Shape, memo: dict[int, Hashable | None]) -> bool:
+    def matrix_changed(self, shape: Shape, memo: dict[int, Any]) -> bool:
         return shape.matrix is not None and self._matrix_version(shape, memo) != shape.transform_version
 
-    def changed(self, shape: Shape, memo: dict[int, Hashable | None]) -> bool:
-        """True if the shape's registered arrays changed in place since the last snapshot."""
-        return self.vertices_changed(shape) or self.matrix_changed(shape, memo)
+    def faces_changed(self, shape: Shape) -> bool:
+        """True if a mesh's faces were written in place since ``build()`` (an instance: its mesh's)."""
+        base = self.shapes[shape.base]
+        return base.num_faces > 0 and self.arrays.version(base.mesh.faces) != base.face_version
 
-    def stale_static(self) -> list[int]:
-        """Ids of static meshes whose vertices changed in place (and were not re-registered)."""
-        return [
-            i for i, s in enumerate(self.shapes)
-            if not s.is_instance and not s.dynamic and i not in self.pending and self.vertices_changed(s)
-        ]
+    def needs_sync(self, shape: Shape, memo: dict[int, Any]) -> bool:
+        """An in-place change that ``sync()`` applies: a dynamic mesh's vertices or any shape's matrix."""
+        return (shape.dynamic and self.vertices_changed(shape)) or self.matrix_changed(shape, memo)
+
+    def changed(self, shape: Shape, memo: dict[int, Any]) -> bool:
+        """True if the shape's registered arrays changed in place since the last snapshot."""
+        return self.vertices_changed(shape) or self.matrix_changed(shape, memo) or self.faces_changed(shape)
+
+    def stale(self) -> tuple[int, str] | None:
+        """``(shape id, message)`` of the first in-place change only ``build()`` can apply, else ``None``."""
+        for i, s in enumerate(self.shapes):
+            if s.is_instance:
+                continue
+            if self.faces_changed(s):
+                return i, f"the faces of mesh {i} changed in place since build(); call build() to rebuild"
+            if not s.dynamic and self.vertices_changed(s):
+                return i, f"the vertices of static mesh {i} changed in place; call build() to rebuild"
+        return None
 
     def has_pending(self) -> bool:
-        """Registered updates, enable flags, or in-place changes that ``sync()`` will apply."""
+        """Registered updates, enable flags, or in-place changes that ``sync()`` will apply (after ``build()``)."""
         if self.pending or self.enabled_dirty:
             return True
-        memo: dict[int, Hashable | None] = {}
-        for s in self.shapes:
-            if s.dynamic and self.vertices_changed(s):
-                return True
-            if self.matrix_changed(s, memo):
-                return True
-        return False
+        if not self.built:
+            return False
+        memo: dict[int, Any] = {}
+        return any(self.needs_sync(s, memo) for s in self.shapes)
 
     def is_ready(self) -> bool:
         if not self.built or self.structure_changed or self.pending or self.enabled_dirty:
             return False
-        memo: dict[int, Hashable | None] = {}
+        memo: dict[int, Any] = {}
         return not any(self.changed(s, memo) for s in self.shapes)
 
     def require_built(self, call: str) -> None:
@@ -243,26 +277,30 @@ class ShapeTable:
         if self.structure_changed:
             raise RuntimeError(f"{call}: shapes were added after build(); call build() again")
 
+    def require_current(self, call: str) -> None:
+        """Built, and no in-place change that only ``build()`` can apply (faces, static vertices)."""
+        self.require_built(call)
+        stale = self.stale()
+        if stale is not None:
+            raise RuntimeError(f"{call}: {stale[1]}")
+
     def require_ready(self, call: str) -> None:
         """Raise the contract's ``RuntimeError`` unless queries may run now."""
         self.require_built(call)
         if self.enabled_dirty:
             raise RuntimeError(f"{call}: shape enable flags changed; call sync() first")
-        memo: dict[int, Hashable | None] = {}
+        stale = self.stale()
+        if stale is not None:
+            raise RuntimeError(f"{call}: {stale[1]}")
+        memo: dict[int, Any] = {}
         for shape_id, shape in enumerate(self.shapes):
             if shape_id in self.pending:
                 raise RuntimeError(f"{call}: {shape.kind} {shape_id} has pending updates; call sync() first")
-            if not self.changed(shape, memo):
-                continue
-            if self.vertices_changed(shape) and not shape.dynamic:
+            if self.needs_sync(shape, memo):
                 raise RuntimeError(
-                    f"{call}: the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
+                    f"{call}: the vertices or transform of {shape.kind} {shape_id} changed in place since the last "
+                    f"sync(); call sync() first"
                 )
-            raise RuntimeError(
-                f"{call}: the vertices or transform of {shape.kind} {shape_id} changed in place since the last "
-                f"sync(); call sync() first (or update_mesh_vertices({shape.base}, vertices) / "
-                f"set_mesh_transform({shape_id}, m), then sync())"
-            )
 
     def sync_plan(self, call: str) -> tuple[set[int], list[int]]:
         """``(todo, moved)`` for ``sync()``: every shape to refresh, and the meshes among them (their world vertices move).
@@ -271,19 +309,17 @@ class ShapeTable:
             RuntimeError: before ``build()``, or a static mesh changed in place.
         """
         self.require_built(call)
-        stale = self.stale_static()
-        if stale:
-            raise RuntimeError(
-                f"{call}: the vertices of static mesh {stale[0]} changed in place; call build() to rebuild"
-            )
-        memo: dict[int, Hashable | None] = {}
+        stale = self.stale()
+        if stale is not None:
+            raise RuntimeError(f"{call}: {stale[1]}")
+        memo: dict[int, Any] = {}
         todo = {i for i, s in enumerate(self.shapes) if i in self.pending or self.changed(s, memo)}
         moved = sorted(i for i in todo if not self.shapes[i].is_instance)
         return todo, moved
 
     def finish_sync(self, todo: set[int]) -> None:
         """Record versions of everything refreshed and clear the pending state."""
-        memo: dict[int, Hashable | None] = {}
+        memo: dict[int, Any] = {}
         for shape_id, shape in enumerate(self.shapes):
             if shape_id in todo or (shape.is_instance and shape.base in todo):
                 self.record(shape, memo)

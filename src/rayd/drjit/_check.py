@@ -136,6 +136,29 @@ def finite(call: str, name: str, value: dr.ArrayBase) -> None:
         raise ValueError(f"{call}: '{name}' holds non-finite values{where}")
 
 
+def common_width(call: str, name: str, value: dr.ArrayBase) -> int:
+    """The width of a vector array, or ``ValueError`` if its components differ (e.g. one was reassigned)."""
+    if _components(value) <= 1:
+        return dr.width(value)
+    widths = [dr.width(c) for c in value]
+    if len(set(widths)) > 1:
+        raise ValueError(f"{call}: '{name}' is ragged: its components have widths {widths}")
+    return widths[0]
+
+
+def face_range(call: str, name: str, faces: dr.ArrayBase, num_vertices: int) -> None:
+    """``ValueError`` unless every entry of ``faces`` lies in ``[0, num_vertices)`` (reads two values: synchronises)."""
+    if common_width(call, name, faces) == 0:
+        return
+    flat = dr.detach(faces)
+    low = int(dr.min(flat, axis=None).item())
+    high = int(dr.max(flat, axis=None).item())
+    if low < 0 or high >= num_vertices:
+        raise ValueError(
+            f"{call}: '{name}' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]"
+        )
+
+
 def lifecycle(call: str, message: str) -> RuntimeError:
     """A ``RuntimeError`` for a scene-lifecycle fault, prefixed by the call."""
     return RuntimeError(f"{call}: {message}")

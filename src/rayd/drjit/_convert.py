@@ -81,10 +81,35 @@ def to_warp_device(name: str) -> wp.context.Device:
 def version(value: dr.ArrayBase) -> tuple[int, ...]:
     """The JIT variable ids behind ``value``'s components.
 
-    Any in-place change (``v.x += 1``, ``dr.scatter(v.x, ...)``, assigning a component)
-    gives a component a new variable id; enabling gradients does not (AD ids are masked).
+    Assigning a component (``v.y = ...``), augmented assignment (``v.z += 1``), a
+    masked ``dr.select`` written back, ``dr.scatter_add`` and friends give a component
+    a new variable id. A scatter into an array whose variable nobody else references
+    (``dr.scatter(v.z, ...)``, ``v.x[k] = ...``) writes in place and keeps the id;
+    :func:`track` holds a second reference so that such a write copies (Dr.Jit's
+    copy-on-write) and shows up here too. Enabling gradients does not change the
+    version (AD ids are masked).
     """
     return tuple(i & 0xFFFFFFFF for i in dr.detail.collect_indices(value))
+
+
+def track(value: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
+    """Snapshot-time ``(version, hold)`` of a registered array, so later in-place writes change its version.
+
+    ``value`` is made opaque first (evaluated, no literals: its contents do not
+    change, only how Dr.Jit stores them), so that a later ``dr.make_opaque`` or
+    ``dr.eval`` by the user does not count as a change. ``hold`` is a plain (no AD)
+    second reference to the same JIT variables; keep it until the next snapshot.
+    While it lives, every Dr.Jit write into ``value`` (``dr.scatter``,
+    ``dr.scatter_reduce``, ``dr.scatter_exch``, ``v.x[k] = ...``, ...) copies the
+    variable first and so gives it a new id; the first such write costs one copy of
+    the written component, later ones are in place again. Writes that bypass Dr.Jit
+    (through a zero-copy view: ``.numpy()``, ``.torch()``, DLPack, Warp) change no id
+    and are not seen.
+    """
+    dr.make_opaque(value)
+    plain = module(backend_name(value), False)
+    hold = getattr(plain, type(value).__name__)(dr.detach(value))
+    return version(value), hold
 
 
 # ---------------------------------------------------------------------------- streams
@@ -256,12 +281,22 @@ class DrjitArrays:
     def version(self, array: dr.ArrayBase) -> tuple[int, ...]:
         return version(array)
 
+    def track(self, array: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
+        return track(array)
+
+    def rows(self, call: str, name: str, array: dr.ArrayBase) -> int:
+        from rayd.drjit._check import common_width  # noqa: PLC0415 - _check imports this module
+
+        return common_width(call, name, array)
+
     def vec3_view(self, array: dr.ArrayBase) -> tuple[wp.array, dr.ArrayBase]:
         return vec3_rows(array, self.device)
 
     def index_view(self, array: dr.ArrayBase) -> tuple[wp.array, dr.ArrayBase]:
         plain = module(backend_name(array), False)
-        flat = dr.ravel(plain.Array3i(dr.detach(array)), order="F")
+        kind = {dr.VarType.Int64: plain.Array3i64, dr.VarType.UInt64: plain.Array3u64,
+                dr.VarType.UInt32: plain.Array3u}.get(dr.type_v(array), plain.Array3i)
+        flat = dr.ravel(kind(dr.detach(array)), order="F")
         dr.eval(flat)
         return wp.from_dlpack(_capsule(flat, self.device)), flat
 

@@ -15,7 +15,7 @@ class EdgeQueries:
     """``edge_topology``, ``set_edge_mask``, ``edge_mask``, ``nearest_edge(s)``, ``silhouette_edges``.
 
     Mixed into :class:`rayd.drjit.Scene`, whose lifecycle checks and edge bookkeeping
-    (``_require_built``, ``_edges``) they use.
+    (``_require_current``, ``_edges``) they use.
     """
 
     def edge_topology(self) -> EdgeTopology:
@@ -42,7 +42,7 @@ class EdgeQueries:
                 records in all); raised before anything that large is allocated.
             RuntimeError: the scene is not built (or shapes were added since).
         """
-        self._require_built("rayd.drjit.Scene.edge_topology()")
+        self._require_current("rayd.drjit.Scene.edge_topology()")
         return self._edges.topology
 
     def set_edge_mask(self, mask: dr.ArrayBase) -> None:
@@ -58,7 +58,7 @@ class EdgeQueries:
             RuntimeError: the scene is not built.
         """
         call = "rayd.drjit.Scene.set_edge_mask()"
-        self._require_built(call)
+        self._require_current(call)
         self._edges.set_mask(call, mask)
 
     def edge_mask(self) -> dr.ArrayBase:
@@ -67,7 +67,7 @@ class EdgeQueries:
         Raises:
             RuntimeError: the scene is not built.
         """
-        self._require_built("rayd.drjit.Scene.edge_mask()")
+        self._require_current("rayd.drjit.Scene.edge_mask()")
         return self._edges.mask()
 
     def nearest_edge(

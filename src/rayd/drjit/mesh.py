@@ -42,7 +42,8 @@ class Mesh:
             wrong dtype.
         ValueError: wrong component counts or widths, arrays on different backends
             or devices, or a face index outside ``[0, V)`` (this check reads
-            ``faces`` once, synchronising).
+            ``faces`` once, synchronising; ``Scene.build()`` checks again, since
+            ``faces`` may be written in place in between).
     """
 
     def __init__(
@@ -58,7 +59,7 @@ class Mesh:
         faces = _check.index_array(_CALL, "faces", faces)
         device = _convert.device_name(vertices)
         _check.same_backend(_CALL, "faces", faces, device, "'vertices'")
-        num_vertices = dr.width(vertices)
+        num_vertices = _check.common_width(_CALL, "vertices", vertices)
         if normals is not None:
             normals = _check.float_array(_CALL, "normals", normals, 3)
             _check.same_backend(_CALL, "normals", normals, device, "'vertices'")
@@ -69,13 +70,7 @@ class Mesh:
             _check.width(_CALL, "uv", uv, num_vertices, "'vertices'")
         if to_world is not None:
             to_world = check_transform(_CALL, "to_world", to_world, vertices)
-        if dr.width(faces):
-            low = int(dr.min(faces, axis=None).item())
-            high = int(dr.max(faces, axis=None).item())
-            if low < 0 or high >= num_vertices:
-                raise ValueError(
-                    f"{_CALL}: 'faces' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]"
-                )
+        _check.face_range(_CALL, "faces", faces, num_vertices)
         self.vertices = vertices
         self.faces = faces
         self.normals = normals

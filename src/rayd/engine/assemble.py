@@ -6,8 +6,8 @@ frontends' arrays (zero-copy Warp views of any float/int dtype) at ``build()`` a
 refreshed at ``sync()``. Each mesh is placed by its float64 host matrix on the device,
 rounded to float32 once, after the placement.
 
-Checks run on the device and return one small array to read: faces within
-``[0, V)`` and vertices finite.
+Checks run on the device and return one small array to read: the range of the
+face indices and the first non-finite vertex.
 """
 
 from __future__ import annotations
@@ -50,11 +50,11 @@ def _place_faces_kernel(
 
 
 @wp.kernel
-def _face_range_kernel(faces: wp.array(dtype=Any), num_vertices: int, bad: wp.array(dtype=wp.int32)):
+def _face_range_kernel(faces: wp.array(dtype=Any), low: wp.array(dtype=wp.int64), high: wp.array(dtype=wp.int64)):
     j = wp.tid()
     f = wp.int64(faces[j])
-    if f < wp.int64(0) or f >= wp.int64(num_vertices):
-        wp.atomic_min(bad, 0, wp.int32(j))
+    wp.atomic_min(low, 0, f)
+    wp.atomic_max(high, 0, f)
 
 
 @wp.kernel
@@ -68,17 +68,14 @@ def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32))
 _NONE = 2**31 - 1
 
 
-def first_bad_face_entry(faces: wp.array, num_vertices: int, stream: wp.Stream | None = None) -> int | None:
-    """Index (into the flat entries) of the first face entry outside ``[0, num_vertices)``, else ``None``.
-
-    One host read. ``faces`` is a flat int32/int64 view of an (F, 3) face array.
-    """
+def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, int] | None:
+    """``(min, max)`` of a flat int32/int64/uint32 face view (one host read), ``None`` if empty."""
     if faces.size == 0:
         return None
-    bad = wp.full(1, _NONE, dtype=wp.int32, device=faces.device)
-    wp.launch(_face_range_kernel, faces.size, [faces, num_vertices, bad], device=faces.device, stream=stream)
-    found = int(bad.numpy()[0])
-    return None if found == _NONE else found
+    low = wp.full(1, 2**62, dtype=wp.int64, device=faces.device)
+    high = wp.full(1, -(2**62), dtype=wp.int64, device=faces.device)
+    wp.launch(_face_range_kernel, faces.size, [faces, low, high], device=faces.device, stream=stream)
+    return int(low.numpy()[0]), int(high.numpy()[0])
 
 
 def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None) -> int | None:
