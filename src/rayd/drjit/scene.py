@@ -12,7 +12,7 @@ import warp as wp
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns, world
-from rayd.drjit._intersect import LiveGeometry, empty, evaluate
+from rayd.drjit._intersect import LiveGeometry, empty, enforce, evaluate
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
@@ -545,7 +545,7 @@ class Scene(EdgeQueries):
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._live_geometry(m, double), flags)
-        return Intersection(flags, **fields)
+        return Intersection(flags, **enforce(m, fields, ray.tmin, ray.tmax))
 
     def shadow_test(
         self, ray: Ray, active: dr.ArrayBase | None = None, *, ignore: dr.ArrayBase | int | None = None

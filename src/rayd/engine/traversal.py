@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from rayd.engine.watertight import INF, safe_direction, watertight_t
+from rayd.engine.watertight import INF, confirmed_t, safe_direction, watertight_t
 
 
 @wp.struct
@@ -83,10 +83,15 @@ def _flat_face(view: SceneView, f: int, o: wp.vec3, d: wp.vec3, tmin: float, bes
             return INF
     if view.flat_global[f] == ignore:
         return INF
-    t = watertight_t(o, d, view.flat_points[view.flat_indices[3 * f]], view.flat_points[view.flat_indices[3 * f + 1]],
-                     view.flat_points[view.flat_indices[3 * f + 2]])
+    a = view.flat_points[view.flat_indices[3 * f]]
+    b = view.flat_points[view.flat_indices[3 * f + 1]]
+    c = view.flat_points[view.flat_indices[3 * f + 2]]
+    t = watertight_t(o, d, a, b, c)
     if t > tmin and t < best:
-        return t
+        # A candidate: rank and bound it by the t the evaluation will report (rare branch).
+        t = confirmed_t(o, d, a, b, c)
+        if t > tmin and t < best:
+            return t
     return INF
 
 
@@ -213,12 +218,15 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmi
                 f = view.blas_primitives[prim_base + slot]
                 if f != ignore_local:
                     row = 3 * (base + f)
-                    t = watertight_t(o, d, view.blas_points[view.blas_indices[row]],
-                                     view.blas_points[view.blas_indices[row + 1]],
-                                     view.blas_points[view.blas_indices[row + 2]])
+                    a = view.blas_points[view.blas_indices[row]]
+                    b = view.blas_points[view.blas_indices[row + 1]]
+                    c = view.blas_points[view.blas_indices[row + 2]]
+                    t = watertight_t(o, d, a, b, c)
                     if t > tmin and t < best:
-                        best = t
-                        face = f
+                        t = confirmed_t(o, d, a, b, c)  # as in _flat_face (rare branch)
+                        if t > tmin and t < best:
+                            best = t
+                            face = f
             if face >= 0 and any_hit != 0:
                 return best + s, face
         else:

@@ -9,7 +9,7 @@ import torch
 
 from rayd import engine
 from rayd.flags import FIELD_FLAGS, RayFlags
-from rayd.torch import _check, _convert, _intersect_fused
+from rayd.torch import _check, _convert, _interval, _intersect_fused
 from rayd.torch._geometry import LiveTensors, ShapeTable, gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch._scene_edges import EdgeQueries
@@ -528,6 +528,7 @@ class Scene(EdgeQueries):
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             geometry = gather(self._table, self._live(dtype), global_prim_id)
             fields = evaluate(o, d, global_prim_id, geometry, flags)
+        fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 
