@@ -210,3 +210,20 @@ def check_degenerate_hits(prim, t, p, geo_n, shadow, vertices, faces, degenerate
     missed = (ref_prim < 0) & hit  # rayd hits where the reference does not: only on a face's boundary
     assert missed.sum() <= max(2, hit.size // 100), f"{missed.sum()} rays hit where float64 sees no hit"
     return int(hit.sum()), int(robust.sum())
+
+
+def box_walk_rays(n=600, seed=0):
+    """Issue 19 item 13 (trimesh issue 2504): a unit box seen from 10 m, rays through the diagonal of its z = -0.5 face.
+
+    Returns ``vertices`` (8, 3), ``faces`` (12, 3), ``o``, ``d`` (n, 3) float64 (float32 values). Every ray
+    enters through the face diagonal and leaves through the opposite face: exactly two hits.
+    """
+    rng = np.random.default_rng(seed)
+    vertices = np.array([[x, y, z] for x in (-0.5, 0.5) for y in (-0.5, 0.5) for z in (-0.5, 0.5)])
+    faces = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1], [2, 3, 7], [2, 7, 6],
+                      [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+    s = rng.uniform(-0.45, 0.45, n)
+    targets = np.stack([s, s, np.full(n, -0.5)], 1)
+    o = (targets + np.array([0.3, -0.2, -10.0]) + rng.normal(size=(n, 3)) * 0.1).astype(np.float32)
+    d = (targets - o).astype(np.float32)
+    return vertices, faces, o.astype(np.float64), d.astype(np.float64)

@@ -58,22 +58,20 @@ def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> 
 
 
 @wp.func
-def confirmed_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
+def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
     """The ``t`` a candidate hit is ranked and bounded by, or ``+inf`` for a triangle without interior.
 
     Called only for candidates :func:`watertight_t` accepted, so its cost stays out of
     the common path. ``t`` is the float64 solve of ``o + t d = (1-u-v) a + u b + v c``
-    (Moeller & Trumbore 1997) from the float32 inputs, rounded to float32: the same
-    formula and inputs as the evaluation of the winner (``evaluate.py``, the
-    frontends), so the search applies ``tmin < t < tmax`` to the value the user is
-    given. A degenerate triangle (``(b - a) x (c - a) = 0`` in float64: collinear or
+    (Moeller & Trumbore 1997) from the ray as given (not moved near the scene by the
+    traversal) and the float32 corners, rounded to float32: the same formula and
+    inputs as the evaluation of the winner (``evaluate.py``, the frontends), so the
+    search applies ``tmin < t < tmax`` to the value the user is given. A degenerate triangle (``(b - a) x (c - a) = 0`` in float64: collinear or
     coincident vertices) has no interior and is never hit; neither is a triangle the
     ray lies in the plane of (zero determinant: no unique ``t``). The watertight sheared
     test cannot see either: its float32-rounded projections of such a triangle need not
     be collinear.
     """
-    o64 = wp.vec3d(wp.float64(o[0]), wp.float64(o[1]), wp.float64(o[2]))
-    d64 = wp.vec3d(wp.float64(d[0]), wp.float64(d[1]), wp.float64(d[2]))
     a64 = wp.vec3d(wp.float64(a[0]), wp.float64(a[1]), wp.float64(a[2]))
     e1 = wp.vec3d(wp.float64(b[0]), wp.float64(b[1]), wp.float64(b[2])) - a64
     e2 = wp.vec3d(wp.float64(c[0]), wp.float64(c[1]), wp.float64(c[2])) - a64
