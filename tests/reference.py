@@ -227,3 +227,22 @@ def box_walk_rays(n=600, seed=0):
     o = (targets + np.array([0.3, -0.2, -10.0]) + rng.normal(size=(n, 3)) * 0.1).astype(np.float32)
     d = (targets - o).astype(np.float32)
     return vertices, faces, o.astype(np.float64), d.astype(np.float64)
+
+
+def far_scene(n=400, seed=0):
+    """Issue 19 item 12 (trimesh issue 48): two faces at x ~ 5.3e5, y ~ 1.8e5, origins 0.01 off a face.
+
+    Returns ``vertices`` (4, 3) float64, ``faces`` (2, 3), ``o``, ``d`` (n, 3) float64, ``t_towards``
+    (the ray parameter of the face for rays pointing at it, 0.01) : half the rays point away from
+    the face (no hit: the face is behind), the other half along ``-d`` towards it.
+    """
+    rng = np.random.default_rng(seed)
+    centre = np.array([530123.4567, 180456.789, 12.345])
+    vertices = centre + np.array([[0, 0, 0], [1.3, 0.2, 0.1], [0.1, 1.1, -0.3], [1.2, 1.4, 0.2]])
+    faces = np.array([[0, 1, 2], [1, 3, 2]])
+    normal = np.cross(vertices[1] - vertices[0], vertices[2] - vertices[0])
+    normal /= np.linalg.norm(normal)
+    w = rng.dirichlet([1.0, 1.0, 1.0], n) * 0.98 + 0.02 / 3  # inside face 0, off its edges
+    p = w @ vertices[[0, 1, 2]]
+    side = np.where(rng.random(n) < 0.5, 1.0, -1.0)[:, None]
+    return vertices, faces, p + 0.01 * side * normal, side * normal

@@ -19,6 +19,7 @@ from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform, check_transforms, host_matrices
 from rayd.drjit.ray import Ray
 from rayd.engine.accel import SceneAccel
+from rayd.engine.frame import search_centre
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.intersect import search
 from rayd.engine.rays import RayBatch
@@ -240,6 +241,10 @@ class Scene(EdgeQueries):
         self._read_transforms(range(count))
         dr.make_opaque(self._faces, self._flat_global, self._flat_shape, self._shape_enabled)
         dr.eval(self._face_has_normals, self._face_has_uv)
+
+        # The search centre (engine/frame.py): the engine sees vertices, instance
+        # placements and ray origins relative to it.
+        self._centre = self._search_centre(meshes)
 
         # Flat level. Engine storage is owned by Dr.Jit and viewed by Warp: int32
         # indices and an interleaved float32 point buffer that sync() refreshes in place.
@@ -626,7 +631,11 @@ class Scene(EdgeQueries):
         if n == 0:
             return n, out
         stream = _convert.current_stream(device)
-        o, o_buffer = _convert.vec3_view(ray.o, device)
+        o = ray.o
+        if self._centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
+            Array3 = _convert.module(backend, False).Array3f64
+            o = Array3(dr.detach(o)) - Array3(*self._centre)
+        o, o_buffer = _convert.vec3_view(o, device)
         d, d_buffer = _convert.vec3_view(ray.d, device)
         tmin = _convert.float32(ray.tmin, backend)
         tmax = _convert.float32(ray.tmax, backend)
@@ -695,7 +704,12 @@ class Scene(EdgeQueries):
         if count:
             vertices = dr.detach(shape.vertices)
             to_world = None if shape.to_world is None else dr.detach(shape.to_world)
-            points, buffer = _convert.vec3_view(world(vertices, to_world), self._device)
+            if self._centre is None:
+                placed = world(vertices, to_world)
+            else:  # in float64: only then is x - c as precise as the coordinates
+                Array3 = _convert.module(self._backend, False).Array3f64
+                placed = world(Array3(vertices), to_world) - Array3(*self._centre)
+            points, buffer = _convert.vec3_view(placed, self._device)
             wp.copy(self._points_view, points, dest_offset=shape.vertex_offset, count=count, stream=stream)
             del buffer
 
@@ -707,6 +721,28 @@ class Scene(EdgeQueries):
             points, buffer = _convert.vec3_view(dr.detach(shape.vertices), self._device)
             wp.copy(self._blas_points_view, points, dest_offset=self._blas[base][0], count=count, stream=stream)
             del buffer
+
+    def _search_centre(self, meshes: list[_Shape]) -> tuple[float, float, float] | None:
+        """The search centre (engine/frame.py) of the world boxes of the shapes enabled now (all if none), or ``None``.
+
+        Computed in float64 on the host; kept until the next ``build()``.
+        """
+        lows, highs, boxes = [], [], {}
+        for shape_id, shape in enumerate(self._shapes):
+            if not shape.is_instance and shape.mesh.num_vertices:
+                v = np.array(dr.detach(shape.vertices), dtype=np.float64).reshape(3, -1).T
+                boxes[shape_id] = (v.min(0), v.max(0))
+        enabled = any(s.enabled for s in self._shapes)  # shapes disabled at build() do not move the centre
+        for shape_id, shape in enumerate(self._shapes):
+            if shape.mesh.num_vertices and (shape.enabled or not enabled):
+                lo, hi = boxes[shape.base]
+                corners = np.array([[(hi if k >> j & 1 else lo)[j] for j in range(3)] for k in range(8)])
+                m = self._host_world[shape_id]
+                placed = corners @ m[:3, :3].T + m[:3, 3]
+                lows.append(placed.min(0))
+                highs.append(placed.max(0))
+        centre = search_centre(np.min(lows, 0), np.max(highs, 0))
+        return None if centre is None else tuple(float(x) for x in centre)
 
     def _gather_matrix(self, source: dr.ArrayBase, k: int) -> dr.ArrayBase:
         """Entry ``k`` of a batch of matrices, width 1 (differentiable: gradients flow back into ``source``).
@@ -745,7 +781,10 @@ class Scene(EdgeQueries):
     def _write_instance_transforms(self, stream: wp.Stream | None) -> None:
         """Refresh the engine's float32 ``M_instance @ M_mesh`` (row-major, one per instance) from the host table."""
         plain = _convert.module(self._backend, False)
-        rows = self._host_world[self._instance_ids].astype(np.float32)
+        rows = self._host_world[self._instance_ids].copy()
+        if self._centre is not None:
+            rows[:, :3, 3] -= self._centre
+        rows = rows.astype(np.float32)
         rows[:, 3] = (0.0, 0.0, 0.0, 1.0)
         count = len(self._instance_ids)
         view, buffer = _convert.mat44_view(plain.Float(rows.reshape(-1)), count, self._device)

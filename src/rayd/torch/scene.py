@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from rayd import engine
@@ -217,7 +218,9 @@ class Scene(EdgeQueries):
         )
         self._mesh_index = mesh_index
 
-        # Engine side: the flat world-space BVH over all meshes.
+        # Engine side: the flat world-space BVH over all meshes, relative to the search
+        # centre (engine/frame.py), as are the instance placements and ray origins.
+        self._centre = self._search_centre(meshes)
         self._indices = faces.to(torch.int32).reshape(-1).contiguous()
         self._points = torch.empty((vertex_offset, 3), dtype=torch.float32, device=device)
         for shape in meshes:
@@ -617,8 +620,9 @@ class Scene(EdgeQueries):
         else:
             skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
             skip = skip.to(torch.int32).contiguous()
+        o = ray.o if self._centre is None else _convert.primal(ray.o).to(torch.float64) - self._centre
         rays = engine.RayBatch(
-            _convert.vec3_view(_convert.flat_float32(ray.o, batch, 3)),
+            _convert.vec3_view(_convert.flat_float32(o, batch, 3)),
             _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
             _convert.scalar_view(_bound(ray.tmin, batch, device)),
             _convert.scalar_view(_bound(ray.tmax, batch, device)),
@@ -709,14 +713,56 @@ class Scene(EdgeQueries):
                 ]
             )
             own = own @ mesh
+        if self._centre is not None:
+            own = own.clone()
+            own[:, :3, 3] -= self._centre
         self._instance_to_world.copy_(own)
 
     def _snapshot_flat(self, shape: _Shape) -> None:
         """Copy a mesh's world-space vertices (float32) into the flat buffer."""
         vertices = _convert.primal(shape.vertices)
         to_world = None if shape.to_world is None else _convert.primal(shape.to_world)
-        world = _apply(to_world, vertices.to(torch.promote_types(vertices.dtype, torch.float32)))
+        if self._centre is None:
+            world = _apply(to_world, vertices.to(torch.promote_types(vertices.dtype, torch.float32)))
+        else:  # in float64: only then is x - c as precise as the coordinates
+            world = _apply(to_world, vertices.to(torch.float64)) - self._centre
         self._points[shape.vertex_offset : shape.vertex_offset + shape.mesh.num_vertices].copy_(world)
+
+    def _search_centre(self, meshes: list[_Shape]) -> torch.Tensor | None:
+        """The search centre (engine/frame.py) of the world boxes of the shapes enabled now (all if none), or ``None``.
+
+        Computed in float64 from the registered tensors; kept until the next ``build()``.
+        """
+        boxes = []
+        enabled = any(s.enabled for s in self._shapes)
+        if enabled:  # shapes disabled at build() do not move the centre
+            meshes = [s for s in meshes if s.enabled]
+        for shape in meshes:
+            if shape.mesh.num_vertices:
+                to_world = None if shape.to_world is None else _affine(_convert.primal(shape.to_world))
+                world = _apply(to_world, _convert.primal(shape.vertices).to(torch.float64))
+                boxes += [world.amin(0), world.amax(0)]
+        instances = [s for s in self._shapes if s.is_instance and s.mesh.num_vertices and (s.enabled or not enabled)]
+        if instances:  # the 8 corners of each instanced mesh's object box, placed (batched)
+            bases = sorted({s.base for s in instances})
+            row = {b: k for k, b in enumerate(bases)}
+            v = [_convert.primal(self._shapes[b].vertices).to(torch.float64) for b in bases]
+            lo, hi = torch.stack([x.amin(0) for x in v]), torch.stack([x.amax(0) for x in v])
+            bits = torch.tensor([[k >> j & 1 for j in range(3)] for k in range(8)], dtype=torch.bool,
+                                device=self._device)
+            corners = torch.where(bits, hi[:, None], lo[:, None])  # (B, 8, 3)
+            corners = corners[torch.tensor([row[s.base] for s in instances], device=self._device)]
+            own = _affine(torch.stack([_convert.primal(s.to_world) for s in instances]))
+            if any(self._shapes[s.base].to_world is not None for s in instances):
+                eye = torch.eye(4, dtype=torch.float64, device=self._device)
+                own = own @ torch.stack([eye if self._shapes[s.base].to_world is None else
+                                         _affine(_convert.primal(self._shapes[s.base].to_world)) for s in instances])
+            placed = corners @ own[:, :3, :3].transpose(1, 2) + own[:, None, :3, 3]
+            boxes += [placed.reshape(-1, 3).amin(0), placed.reshape(-1, 3).amax(0)]
+        # tolist(): inside torch.func transforms, tensors made there have no storage to read.
+        bounds = np.array(_convert.primal(torch.stack(boxes)).tolist(), dtype=np.float64)
+        centre = engine.search_centre(bounds.min(0), bounds.max(0))
+        return None if centre is None else torch.tensor(centre, dtype=torch.float64, device=self._device)
 
     def _record_versions(self, shape: _Shape) -> None:
         shape.vertex_version = _convert.version(shape.vertices)
