@@ -26,7 +26,8 @@ from rayd.core.protocol import ArrayProtocol
 from rayd.core.shapes import Shape, ShapeTable
 from rayd.core.transforms import TransformTable
 from rayd.engine.accel import SceneAccel
-from rayd.engine.assemble import face_range, first_nonfinite_vertex, place_faces, place_points
+from rayd.engine.assemble import bounds, face_range, first_nonfinite_vertex, place_faces, place_points
+from rayd.engine.frame import search_centre
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.runtime import launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
@@ -50,6 +51,7 @@ class SceneCore:
         self.instance_ids: list[int] = []
         self.blas: dict[int, tuple[int, TriangleScene]] = {}
         self.generation = 0  # counts builds (frontends key their per-build tables on it)
+        self.centre: np.ndarray | None = None  # the search centre (engine/frame.py), chosen at build()
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Any, vertices: Any, to_world: Any | None, dynamic: bool, device: str) -> int:
@@ -93,6 +95,7 @@ class SceneCore:
         stream = self.arrays.stream(self.device)
         table.number()
         self.transforms.reset(table)
+        self.centre = self._search_centre(stream)
         with launch_stream(device, stream):
             self._build_flat(device, stream)
             self._build_instances(device, stream)
@@ -174,7 +177,7 @@ class SceneCore:
         shape = self.table[shape_id]
         view, keep = self.arrays.vec3_view(shape.vertices)
         m = self.transforms.world[shape_id] if shape.matrix is not None else None
-        place_points(view, m, shape.vertex_offset, self.points, stream)
+        place_points(view, m, shape.vertex_offset, self.points, stream, self.centre)
         self.arrays.fence(self.device)
         del keep
 
@@ -242,8 +245,40 @@ class SceneCore:
         self.level = InstanceLevel(blas, [slots[table[i].base] for i in self.instance_ids], self.instance_to_world,
                                    stream)
 
+    def _search_centre(self, stream: wp.Stream | None) -> np.ndarray | None:
+        """The search centre of the world boxes of the shapes enabled at ``build()`` (all if none).
+
+        Mesh boxes are read in float64 on the device; an instance's is its mesh's object
+        box, its 8 corners placed by the host transform table. Kept until the next
+        ``build()`` (refits stay bitwise reproducible).
+        """
+        table = self.table
+        boxes = {}
+        for shape_id, shape in enumerate(table):
+            if not shape.is_instance and shape.num_vertices:
+                view, keep = self.arrays.vec3_view(shape.vertices)
+                boxes[shape_id] = bounds(view, stream)
+                del keep
+        enabled = any(s.enabled for s in table)  # shapes disabled at build() do not move the centre
+        lows, highs = [], []
+        bits = np.array([[k >> j & 1 for j in range(3)] for k in range(8)], dtype=bool)
+        for shape_id, shape in enumerate(table):
+            if shape.num_vertices and (shape.enabled or not enabled) and shape.base in boxes:
+                lo, hi = boxes[shape.base]
+                corners = np.where(bits, hi, lo)
+                m = self.transforms.world[shape_id]
+                placed = corners @ m[:3, :3].T + m[:3, 3]
+                lows.append(placed.min(0))
+                highs.append(placed.max(0))
+        if not lows:
+            return None
+        return search_centre(np.min(lows, 0), np.max(highs, 0))
+
     def _write_instance_transforms(self) -> None:
-        rows = self.transforms.instance_matrices(self.instance_ids)
+        rows = self.transforms.world[self.instance_ids].copy()
+        if self.centre is not None:
+            rows[:, :3, 3] -= self.centre
+        rows = rows.astype(np.float32)
         self.instance_to_world.assign(wp.array(rows, dtype=wp.mat44, device=self.instance_to_world.device))
 
     def _apply_enabled(self, stream: wp.Stream | None) -> None:

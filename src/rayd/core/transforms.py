@@ -120,7 +120,3 @@ class TransformTable:
     def has_any(self, table: ShapeTable) -> bool:
         """True if any shape has a matrix."""
         return any(s.matrix is not None for s in table)
-
-    def instance_matrices(self, instance_ids: list[int]) -> np.ndarray:
-        """(I, 4, 4) float32 placements of the listed instances, for the engine's top level."""
-        return self.world[instance_ids].astype(np.float32)

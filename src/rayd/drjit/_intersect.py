@@ -133,8 +133,11 @@ def evaluate(
     e2 = v2 - v0
     pvec = dr.cross(d, e2)
     det = dr.dot(e1, pvec)
-    # A winner found in float32 can be exactly singular when re-evaluated: keep it finite.
-    det = dr.select(det == 0, 1, det)
+    # A winner found in float32 can be degenerate or singular when re-evaluated (no
+    # interior, or no unique t): a miss, as the search decides (watertight.confirmed_t).
+    singular = (det == 0) | dr.all(dr.cross(e1, e2) == 0)
+    hit = hit & ~singular
+    det = dr.select(singular, 1, det)
     inv_det = 1 / det  # true division: dr.rcp is approximate on CUDA
     s = o - v0
     qvec = dr.cross(s, e1)
@@ -144,7 +147,7 @@ def evaluate(
         "t": dr.select(hit, Float(t), Float(math.inf)),
         "prim_id": dr.select(hit, prim, -1),
         "shape_id": dr.select(hit, Int(shape), -1),
-        "global_prim_id": gid,
+        "global_prim_id": dr.select(hit, gid, -1),
     }
     if not flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV):
         return out
@@ -194,3 +197,31 @@ def empty(m: ModuleType, double: bool, flags: RayFlags) -> dict[str, dr.ArrayBas
     if flags & RayFlags.UV:
         out["uv"] = Array2()
     return out
+
+
+def enforce(m: ModuleType, fields: dict[str, dr.ArrayBase], tmin: object, tmax: object) -> dict[str, dr.ArrayBase]:
+    """``fields`` with hits outside ``(tmin, tmax)`` (compared exactly, in float64) turned into misses.
+
+    The search bounds candidates by the ``t`` the evaluation computes, from its float32
+    snapshot; a float64 or transformed scene is evaluated from other numbers, so a
+    winner can fall on the wrong side of a bound by float32 rounding: it becomes a miss.
+    """
+    t = fields["t"]
+    t64 = m.Float64(dr.detach(t))  # float64 holds every float32 exactly: compares the values as given
+    ok = (t64 > _bound(m.Float64, tmin)) & (t64 < _bound(m.Float64, tmax))
+    out = {}
+    for name, value in fields.items():
+        if name in ("prim_id", "shape_id", "global_prim_id"):
+            out[name] = dr.select(ok, value, -1)
+        elif name == "t":
+            out[name] = dr.select(ok, value, math.inf)
+        else:
+            out[name] = dr.select(ok, value, 0)
+    return out
+
+
+def _bound(Float: type, bound: object) -> object:
+    """A bound as a number or a non-differentiable ``Float`` array."""
+    if isinstance(bound, (int, float)):
+        return bound
+    return Float(dr.detach(bound))

@@ -63,7 +63,12 @@ def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit
     if n == 0:
         return n, out
     stream = _convert.current_stream(device)
-    o, o_buffer = _convert.vec3_view(ray.o, device)
+    o = ray.o
+    centre = scene._core.centre
+    if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
+        Array3 = _convert.module(backend, False).Array3f64
+        o = Array3(dr.detach(o)) - Array3(*(float(x) for x in centre))
+    o, o_buffer = _convert.vec3_view(o, device)
     d, d_buffer = _convert.vec3_view(ray.d, device)
     tmin = _convert.float32(ray.tmin, backend)
     tmax = _convert.float32(ray.tmax, backend)

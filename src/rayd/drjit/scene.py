@@ -12,7 +12,7 @@ import drjit as dr
 
 from rayd.core.frontend import SceneBase
 from rayd.drjit import _check, _convert, _trace
-from rayd.drjit._intersect import empty, evaluate
+from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import LiveState, gather_matrix
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit.edges import SceneEdges
@@ -168,7 +168,7 @@ class Scene(EdgeQueries, SceneBase):
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags)
-        return Intersection(flags, **fields)
+        return Intersection(flags, **enforce(m, fields, ray.tmin, ray.tmax))
 
     def shadow_test(
         self, ray: Ray, active: dr.ArrayBase | None = None, *, ignore: dr.ArrayBase | int | None = None

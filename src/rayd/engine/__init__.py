@@ -6,10 +6,11 @@ zero-copy Warp views of their tensors and receive results in arrays they own.
 
 from rayd.engine.accel import SceneAccel
 from rayd.engine.evaluate import evaluate_hits, evaluate_hits_adjoint
+from rayd.engine.frame import search_centre
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.intersect import closest_hit, search
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
 
-__all__ = ["InstanceLevel", "RayBatch", "SceneAccel", "TriangleScene", "closest_hit", "evaluate_hits", "evaluate_hits_adjoint", "launch_stream", "search", "warp_device"]
+__all__ = ["InstanceLevel", "RayBatch", "SceneAccel", "TriangleScene", "closest_hit", "evaluate_hits", "evaluate_hits_adjoint", "launch_stream", "search", "search_centre", "warp_device"]

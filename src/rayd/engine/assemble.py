@@ -24,6 +24,7 @@ wp.set_module_options({"enable_backward": False})
 def _place_points_kernel(
     vertices: wp.array(dtype=Any),
     m: wp.mat44d,
+    centre: wp.vec3d,
     offset: int,
     points: wp.array(dtype=wp.vec3),
 ):
@@ -31,11 +32,22 @@ def _place_points_kernel(
     v = vertices[i]
     p = wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
     q = wp.vec3d(
-        m[0, 0] * p[0] + m[0, 1] * p[1] + m[0, 2] * p[2] + m[0, 3],
-        m[1, 0] * p[0] + m[1, 1] * p[1] + m[1, 2] * p[2] + m[1, 3],
-        m[2, 0] * p[0] + m[2, 1] * p[1] + m[2, 2] * p[2] + m[2, 3],
+        m[0, 0] * p[0] + m[0, 1] * p[1] + m[0, 2] * p[2] + m[0, 3] - centre[0],
+        m[1, 0] * p[0] + m[1, 1] * p[1] + m[1, 2] * p[2] + m[1, 3] - centre[1],
+        m[2, 0] * p[0] + m[2, 1] * p[1] + m[2, 2] * p[2] + m[2, 3] - centre[2],
     )
     points[offset + i] = wp.vec3(float(q[0]), float(q[1]), float(q[2]))
+
+
+@wp.kernel
+def _bounds_kernel(vertices: wp.array(dtype=Any), low: wp.array(dtype=wp.float64),
+                   high: wp.array(dtype=wp.float64)):
+    i = wp.tid()
+    v = vertices[i]
+    for k in range(3):
+        x = wp.float64(v[k])
+        wp.atomic_min(low, k, x)
+        wp.atomic_max(high, k, x)
 
 
 @wp.kernel
@@ -89,13 +101,28 @@ def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None) 
 
 
 def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,
-                 stream: wp.Stream | None = None) -> None:
-    """``points[offset + i] = float32(m @ [vertices[i], 1])`` (``m`` (4, 4) float64; identity if ``None``)."""
+                 stream: wp.Stream | None = None, centre: np.ndarray | None = None) -> None:
+    """``points[offset + i] = float32(m @ [vertices[i], 1] - centre)``, placed in float64, rounded once.
+
+    ``m``: (4, 4) float64 (identity if ``None``); ``centre``: (3,) float64, the search
+    centre (:mod:`rayd.engine.frame`; zero if ``None``).
+    """
     if vertices.size == 0:
         return
     mat = wp.mat44d(*(np.eye(4) if m is None else np.asarray(m, dtype=np.float64)).reshape(-1).tolist())
-    wp.launch(_place_points_kernel, vertices.size, [vertices, mat, offset, points], device=points.device,
+    c = wp.vec3d(*(np.zeros(3) if centre is None else np.asarray(centre, dtype=np.float64)).tolist())
+    wp.launch(_place_points_kernel, vertices.size, [vertices, mat, c, offset, points], device=points.device,
               stream=stream)
+
+
+def bounds(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[np.ndarray, np.ndarray] | None:
+    """The float64 bounding box ``(lower (3,), upper (3,))`` of a ``vec3``/``vec3d`` view (one host read)."""
+    if vertices.size == 0:
+        return None
+    low = wp.full(3, np.inf, dtype=wp.float64, device=vertices.device)
+    high = wp.full(3, -np.inf, dtype=wp.float64, device=vertices.device)
+    wp.launch(_bounds_kernel, vertices.size, [vertices, low, high], device=vertices.device, stream=stream)
+    return low.numpy(), high.numpy()
 
 
 def place_faces(faces: wp.array, vertex_offset: int, row: int, indices: wp.array,

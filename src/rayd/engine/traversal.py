@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from rayd.engine.watertight import INF, safe_direction, watertight_t
+from rayd.engine.watertight import INF, confirmed_t, safe_direction, watertight_t
 
 
 @wp.struct
@@ -76,24 +76,39 @@ def _entry(o: wp.vec3, inv_d: wp.vec3, lo: wp.vec4, hi: wp.vec4, tmax: float) ->
 
 
 @wp.func
-def _flat_face(view: SceneView, f: int, o: wp.vec3, d: wp.vec3, tmin: float, best: float, ignore: int) -> float:
-    """t of flat face f if it counts (enabled, not ignored, tmin < t < best), else +inf."""
+def _flat_face(view: SceneView, f: int, o: wp.vec3, s: float, o0: wp.vec3, d: wp.vec3, tmin: float, best: float,
+               ignore: int) -> float:
+    """t of flat face f if it counts (enabled, not ignored, tmin < t < best), else +inf.
+
+    ``o0`` is the ray's origin as given, ``o = o0 + s d`` the one moved near the scene
+    (``_approach``) for the watertight test; ``t``, ``tmin``, ``best`` are along ``o0``.
+    """
     if view.all_enabled == 0:
         if view.shape_enabled[view.flat_shape[f]] == wp.uint8(0):
             return INF
     if view.flat_global[f] == ignore:
         return INF
-    t = watertight_t(o, d, view.flat_points[view.flat_indices[3 * f]], view.flat_points[view.flat_indices[3 * f + 1]],
-                     view.flat_points[view.flat_indices[3 * f + 2]])
+    a = view.flat_points[view.flat_indices[3 * f]]
+    b = view.flat_points[view.flat_indices[3 * f + 1]]
+    c = view.flat_points[view.flat_indices[3 * f + 2]]
+    t = watertight_t(o, d, a, b, c) + s
     if t > tmin and t < best:
-        return t
+        # A candidate: rank and bound it by the t the evaluation will report (rare branch).
+        t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
+        if t > tmin and t < best:
+            return t
     return INF
 
 
 @wp.func
-def _walk_flat_ordered(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+def _walk_flat_ordered(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                        any_hit: int) -> tuple[float, int]:
-    """Near-child-first walk of the flat BVH with a short stack; (t, face) or (tmax, -1)."""
+    """Near-child-first walk of the flat BVH with a short stack; (t, face) or (tmax, -1).
+
+    Boxes and triangles are tested from ``o0 + s d`` (near the scene), hits are
+    confirmed and ranked along the ray as given (``t``, ``tmin``, ``tmax`` along ``o0``).
+    """
+    o = o0 + s * d
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     best = tmax
     face = int(-1)
@@ -109,7 +124,7 @@ def _walk_flat_ordered(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tma
             last = view.flat_upper_index[node][3] & 0x7FFFFFFF
             for slot in range(first, last):
                 f = view.flat_primitives[slot]
-                t = _flat_face(view, f, o, d, tmin, best, ignore)
+                t = _flat_face(view, f, o, s, o0, d, tmin, best, ignore)
                 if t < best:
                     best = t
                     face = f
@@ -118,8 +133,9 @@ def _walk_flat_ordered(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tma
         else:
             left = low[3]
             right = view.flat_upper_index[node][3] & 0x7FFFFFFF
-            t_left = _entry(o, inv_d, view.flat_lowers[left], view.flat_uppers[left], best)
-            t_right = _entry(o, inv_d, view.flat_lowers[right], view.flat_uppers[right], best)
+            reach = best - s
+            t_left = _entry(o, inv_d, view.flat_lowers[left], view.flat_uppers[left], reach)
+            t_right = _entry(o, inv_d, view.flat_lowers[right], view.flat_uppers[right], reach)
             if t_left < INF and t_right < INF:
                 near = left
                 far = right
@@ -143,7 +159,7 @@ def _walk_flat_ordered(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tma
         done = int(1)
         while count > 0:
             count -= 1
-            if entries[count] < best:
+            if entries[count] < best - s:
                 node = nodes[count]
                 done = int(0)
                 break
@@ -179,13 +195,15 @@ def _approach(o: wp.vec3, d: wp.vec3, magnitude: float) -> float:
 
 
 @wp.func
-def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmin: float, tmax: float,
-                   ignore_local: int, any_hit: int) -> tuple[float, int]:
+def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64: wp.vec3d, d64: wp.vec3d,
+                   tmin: float, tmax: float, ignore_local: int, any_hit: int) -> tuple[float, int]:
     """Near-first walk of one instance's BLAS: (t, local face) or (tmax, -1).
 
     ``o64``, ``d64``: the ray in object space, transformed in float64; the origin is
     moved near the mesh (``_approach``) before it is rounded to float32, so a distant
-    origin costs no precision.
+    origin costs no precision. ``o64`` is ``c64 + shift d64``, the caller's origin
+    ``c64`` already moved near the instances; hits are confirmed and ranked along
+    ``c64`` (``t``, ``tmin``, ``tmax`` are along the ray as given).
     """
     face = int(-1)
     d = wp.vec3(d64)
@@ -193,8 +211,8 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmi
     if s < 0.0:
         return tmax, face
     o = wp.vec3(o64 + wp.float64(s) * d64)
-    tmin = tmin - s
-    best = tmax - s
+    s = s + shift
+    best = tmax
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     node_base = view.inst_node_base[inst]
     prim_base = view.inst_prim_base[inst]
@@ -213,19 +231,23 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmi
                 f = view.blas_primitives[prim_base + slot]
                 if f != ignore_local:
                     row = 3 * (base + f)
-                    t = watertight_t(o, d, view.blas_points[view.blas_indices[row]],
-                                     view.blas_points[view.blas_indices[row + 1]],
-                                     view.blas_points[view.blas_indices[row + 2]])
+                    a = view.blas_points[view.blas_indices[row]]
+                    b = view.blas_points[view.blas_indices[row + 1]]
+                    c = view.blas_points[view.blas_indices[row + 2]]
+                    t = watertight_t(o, d, a, b, c) + s
                     if t > tmin and t < best:
-                        best = t
-                        face = f
+                        t = confirmed_t(c64, d64, a, b, c)  # as in _flat_face (rare branch)
+                        if t > tmin and t < best:
+                            best = t
+                            face = f
             if face >= 0 and any_hit != 0:
-                return best + s, face
+                return best, face
         else:
             left = low[3]
             right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
-            t_left = _entry(o, inv_d, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left], best)
-            t_right = _entry(o, inv_d, view.blas_lowers[node_base + right], view.blas_uppers[node_base + right], best)
+            reach = best - s
+            t_left = _entry(o, inv_d, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left], reach)
+            t_right = _entry(o, inv_d, view.blas_lowers[node_base + right], view.blas_uppers[node_base + right], reach)
             if t_left < INF and t_right < INF:
                 near = left
                 far = right
@@ -248,11 +270,11 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, d64: wp.vec3d, tmi
         done = int(1)
         while count > 0:
             count -= 1
-            if entries[count] < best:
+            if entries[count] < best - s:
                 node = nodes[count]
                 done = int(0)
                 break
-    return best + s, face
+    return best, face
 
 
 @wp.func
@@ -272,9 +294,9 @@ def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: 
     shift = _approach(o, d, magnitude)
     if shift < 0.0:
         return tmax, winner
+    o0 = o  # instances confirm hits along the ray as given (see _walk_instance)
     o = o + shift * d
-    tmin = tmin - shift
-    best = tmax - shift
+    best = tmax
     # Near-first walk of the top level; each leaf is an instance, walked in object space.
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     nodes = wp.vector(dtype=wp.int32, length=64)
@@ -291,19 +313,21 @@ def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: 
                 inst = view.tlas_primitives[slot]
                 if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
                     m = view.inst_to_object[inst]
-                    t, face = _walk_instance(view, inst, wp.transform_point(m, wp.vec3d(o)),
+                    t, face = _walk_instance(view, inst, wp.transform_point(m, wp.vec3d(o)), shift,
+                                             wp.transform_point(m, wp.vec3d(o0)),
                                              wp.transform_vector(m, wp.vec3d(d)), tmin, best,
                                              ignore - view.inst_global[inst], any_hit)
                     if face >= 0 and t < best:
                         best = t
                         winner = view.inst_global[inst] + face
                         if any_hit != 0:
-                            return best + shift, winner
+                            return best, winner
         else:
             left = low[3]
             right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
-            t_left = _entry(o, inv_d, view.tlas_lowers[left], view.tlas_uppers[left], best)
-            t_right = _entry(o, inv_d, view.tlas_lowers[right], view.tlas_uppers[right], best)
+            reach = best - shift
+            t_left = _entry(o, inv_d, view.tlas_lowers[left], view.tlas_uppers[left], reach)
+            t_right = _entry(o, inv_d, view.tlas_lowers[right], view.tlas_uppers[right], reach)
             if t_left < INF and t_right < INF:
                 near = left
                 far = right
@@ -326,11 +350,11 @@ def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: 
         done = int(1)
         while count > 0:
             count -= 1
-            if entries[count] < best:
+            if entries[count] < best - shift:
                 node = nodes[count]
                 done = int(0)
                 break
-    return best + shift, winner
+    return best, winner
 
 
 @wp.func
@@ -347,9 +371,9 @@ def _flat_search(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: flo
     """The flat BVH's closest (or any) hit: (t, global id) or (tmax, -1)."""
     s = _approach(o, d, view.flat_magnitude[0])
     if s >= 0.0:
-        t, face = _walk_flat_ordered(view, o + s * d, d, tmin - s, tmax - s, ignore, any_hit)
+        t, face = _walk_flat_ordered(view, o, s, d, tmin, tmax, ignore, any_hit)
         if face >= 0:
-            return t + s, view.flat_global[face]
+            return t, view.flat_global[face]
     return tmax, -1
 
 

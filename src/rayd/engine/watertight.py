@@ -58,6 +58,36 @@ def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> 
 
 
 @wp.func
+def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
+    """The ``t`` a candidate hit is ranked and bounded by, or ``+inf`` for a triangle without interior.
+
+    Called only for candidates :func:`watertight_t` accepted, so its cost stays out of
+    the common path. ``t`` is the float64 solve of ``o + t d = (1-u-v) a + u b + v c``
+    (Moeller & Trumbore 1997) from the ray as given (not moved near the scene by the
+    traversal) and the float32 corners, rounded to float32: the same formula and
+    inputs as the evaluation of the winner (``evaluate.py``, the frontends), so the
+    search applies ``tmin < t < tmax`` to the value the user is given. A degenerate triangle (``(b - a) x (c - a) = 0`` in float64: collinear or
+    coincident vertices) has no interior and is never hit; neither is a triangle the
+    ray lies in the plane of (zero determinant: no unique ``t``). The watertight sheared
+    test cannot see either: its float32-rounded projections of such a triangle need not
+    be collinear.
+    """
+    a64 = wp.vec3d(wp.float64(a[0]), wp.float64(a[1]), wp.float64(a[2]))
+    e1 = wp.vec3d(wp.float64(b[0]), wp.float64(b[1]), wp.float64(b[2])) - a64
+    e2 = wp.vec3d(wp.float64(c[0]), wp.float64(c[1]), wp.float64(c[2])) - a64
+    zero = wp.float64(0.0)
+    n = wp.cross(e1, e2)
+    if n[0] == zero and n[1] == zero and n[2] == zero:
+        return INF
+    pvec = wp.cross(d64, e2)
+    det = wp.dot(e1, pvec)
+    if det == zero:
+        return INF
+    qvec = wp.cross(o64 - a64, e1)
+    return float(wp.dot(e2, qvec) / det)
+
+
+@wp.func
 def safe_direction(d: wp.vec3) -> wp.vec3:
     """``d`` with exact zeros replaced by a tiny value, for slab tests (1/d finite)."""
     out = d

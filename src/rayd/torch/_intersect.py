@@ -83,8 +83,12 @@ def evaluate(
     e2 = v2 - v0
     pvec = torch.linalg.cross(d, e2)
     det = _dot(e1, pvec)
-    # A winner found in float32 can be exactly singular when re-evaluated: keep it finite.
-    det = torch.where(det == 0, torch.ones_like(det), det)
+    # A winner found in float32 can be degenerate or singular when re-evaluated (no
+    # interior, or no unique t): a miss, as the search decides (watertight.confirmed_t).
+    singular = (det == 0) | (torch.linalg.cross(e1, e2) == 0).all(-1)
+    hit = hit & ~singular
+    hit3 = hit.unsqueeze(-1)
+    det = torch.where(singular, torch.ones_like(det), det)
     inv_det = 1.0 / det
     s = o - v0
     qvec = torch.linalg.cross(s, e1)
@@ -93,9 +97,9 @@ def evaluate(
     zero = torch.zeros((), dtype=dtype, device=device)
     out = {
         "t": torch.where(hit, t.to(dtype), torch.full((), math.inf, dtype=dtype, device=device)),
-        "prim_id": geometry.prim_id,
-        "shape_id": geometry.shape_id,
-        "global_prim_id": global_prim_id.to(torch.int32),
+        "prim_id": torch.where(hit, geometry.prim_id, -1),
+        "shape_id": torch.where(hit, geometry.shape_id, -1),
+        "global_prim_id": torch.where(hit, global_prim_id.to(torch.int32), -1),
     }
     if not flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV):
         return out

@@ -83,6 +83,8 @@ class LiveState:
         self.plain = not core.instance_ids and not any_normals and not any_uv
         self._generation = -1
         self._world = self._own = self._normal = None
+        # The search centre (engine/frame.py), for ray origins handed to the engine.
+        self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
 
     # ------------------------------------------------------------------ transforms
     def _refresh(self) -> None:

@@ -81,8 +81,12 @@ def trace(scene, call: str, ray: object, active: object, ignore: object,
     else:
         skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
         skip = skip.to(torch.int32).contiguous()
+    o = ray.o
+    centre = scene._state.centre
+    if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
+        o = _convert.primal(o).to(torch.float64) - centre
     rays = engine.RayBatch(
-        _convert.vec3_view(_convert.flat_float32(ray.o, batch, 3)),
+        _convert.vec3_view(_convert.flat_float32(o, batch, 3)),
         _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
         _convert.scalar_view(bound(ray.tmin, batch, device)),
         _convert.scalar_view(bound(ray.tmax, batch, device)),

@@ -12,7 +12,7 @@ import torch
 
 from rayd.core.frontend import SceneBase
 from rayd.flags import FIELD_FLAGS, RayFlags
-from rayd.torch import _check, _convert, _intersect_fused, _trace
+from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch._live import LiveState
@@ -164,6 +164,7 @@ class Scene(EdgeQueries, SceneBase):
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             geometry = gather(state.table, state.live(dtype), global_prim_id)
             fields = evaluate(o, d, global_prim_id, geometry, flags)
+        fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 

@@ -1,0 +1,39 @@
+"""The hit interval on reported values: ``tmin < t < tmax`` in the evaluated dtype.
+
+The search ranks and bounds candidates by the ``t`` the evaluation computes
+(``engine.watertight.confirmed_t``), from its float32 snapshot of the scene. A
+float64 scene (or transformed geometry) is evaluated from other numbers, so a
+winner can land on the wrong side of ``tmin``/``tmax`` by float32 rounding; such a
+winner is reported as a miss (fields masked, no gradient, no host synchronisation).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+_IDS = ("prim_id", "shape_id", "global_prim_id")
+
+
+def enforce(fields: dict[str, torch.Tensor], tmin: float | torch.Tensor, tmax: float | torch.Tensor,
+            batch: torch.Size) -> dict[str, torch.Tensor]:
+    """``fields`` ((N, ...) tensors of an Intersection) with hits outside ``(tmin, tmax)`` turned into misses."""
+    t = fields["t"]
+    ok = (t > _rows(tmin, batch, t)) & (t < _rows(tmax, batch, t))
+    out = {}
+    for name, value in fields.items():
+        if name in _IDS:
+            out[name] = torch.where(ok, value, -1)
+        elif name == "t":
+            out[name] = torch.where(ok, value, torch.full((), math.inf, dtype=value.dtype, device=value.device))
+        else:
+            out[name] = torch.where(ok.reshape(ok.shape + (1,) * (value.dim() - 1)), value, 0)
+    return out
+
+
+def _rows(bound: float | torch.Tensor, batch: torch.Size, t: torch.Tensor) -> torch.Tensor | float:
+    if not isinstance(bound, torch.Tensor):
+        return bound
+    bound = bound.detach()
+    return bound.reshape(()) if bound.numel() == 1 else bound.expand(batch).reshape(-1)
