@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import warp as wp
 
@@ -109,3 +111,21 @@ def flat_float32(tensor: torch.Tensor, batch: torch.Size, width: int | None) -> 
     if lead.numel() == 1:
         return value.reshape((1,) + tail).to(torch.float32).contiguous()
     return value.expand(tuple(batch) + tail).reshape((-1,) + tail).to(torch.float32).contiguous()
+
+
+def transforms_active() -> bool:
+    """True inside a ``torch.func`` transform (grad, jvp, vmap, jacrev, hessian, ...)."""
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(active()) if active is not None else False
+
+
+def outside_transforms():
+    """Context in which new tensors are plain (not functorch-wrapped), for caches.
+
+    Inside ``torch.func`` transforms even factory functions return wrapper tensors tied
+    to the transform's level; a tensor kept beyond the call (a cache, a scene's
+    lazily built state) must be made here, or later transforms fail with
+    ``INTERNAL ASSERT FAILED``.
+    """
+    disable = getattr(torch._C, "_DisableFuncTorch", None)
+    return disable() if disable is not None else contextlib.nullcontext()

@@ -20,6 +20,8 @@ def usable(tensors: list[torch.Tensor]) -> bool:
     """True if the fused path may run for these differentiable inputs."""
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
         return False
+    if _convert.transforms_active():
+        return False
     return all(t.dtype == torch.float32 and not _convert.is_wrapped(t) for t in tensors)
 
 

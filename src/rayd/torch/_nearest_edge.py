@@ -316,13 +316,23 @@ def silhouette_edges(scene, viewpoint: object) -> torch.Tensor:
     _check.same_device(call, "viewpoint", viewpoint, scene._device, "the scene")
     dtype = _dtype(viewpoint.dtype, scene._shapes)
     vertices = placed_vertices(scene._shapes, dtype, detach=True)
+    with _convert.outside_transforms():
+        scene._edges.topology  # noqa: B018 - lazily built state, kept beyond this call
     return scene._edges.silhouette(vertices, _convert.primal(viewpoint).to(dtype))
 
 
 def _ready_edges(call: str, scene):
+    """The scene's edges with their lazily built state (topology, BVH) made now.
+
+    That state is made outside ``torch.func`` transforms: a first query inside one
+    would otherwise keep wrapped tensors that break every later transform.
+    """
     edges = scene._edges
     if edges.pending:
         raise _check.lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
+    with _convert.outside_transforms():
+        edges.topology  # noqa: B018 - computes the topology, the edge rows and masks
+        edges.bvh(_convert.current_stream(scene._device))
     return edges
 
 

@@ -21,6 +21,8 @@ def usable(shapes: list, points: torch.Tensor) -> bool:
     """True if the fused path may run for these points and scene shapes."""
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
         return False
+    if _convert.transforms_active():
+        return False
     if points.dtype != torch.float32 or _convert.is_wrapped(points):
         return False
     for shape in shapes:

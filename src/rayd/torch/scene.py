@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -42,6 +43,21 @@ class _Shape:
     face_offset: int = 0  # first global_prim_id
     vertex_version: int | None = None
     transform_version: int | None = None
+
+
+def _plain_state(method):
+    """Run a method that makes scene state outside ``torch.func`` transforms.
+
+    Tensors a scene keeps (tables, buffers, caches) must be plain: made inside a
+    transform they would be wrapper tensors that outlive it and break later calls.
+    """
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with _convert.outside_transforms():
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 def _type_name(value: object) -> str:
@@ -164,6 +180,7 @@ class Scene(EdgeQueries):
         return self._device
 
     # ------------------------------------------------------------------ lifecycle
+    @_plain_state
     def build(self) -> None:
         """Snapshot every shape and build the acceleration structures.
 
@@ -410,6 +427,7 @@ class Scene(EdgeQueries):
             return False
         return not any(self._changed(s) for s in self._shapes)
 
+    @_plain_state
     def sync(self) -> None:
         """Apply pending updates: refit moved meshes, refit the top level, apply enable flags.
 
