@@ -115,6 +115,15 @@ def evaluate_points(
     p: torch.Tensor, global_edge_id: torch.Tensor, edge_v: torch.Tensor, vertices: torch.Tensor, topology
 ) -> dict[str, torch.Tensor]:
     """Fields of :class:`NearestEdge` for points (N, 3) and their winners (N,) (-1 = none)."""
+    fields = point_fields(p, global_edge_id, edge_v, vertices)
+    _ids(fields, global_edge_id, topology)
+    return fields
+
+
+def point_fields(
+    p: torch.Tensor, global_edge_id: torch.Tensor, edge_v: torch.Tensor, vertices: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``distance``, ``edge_t``, ``edge_point`` for points (N, 3) and winners (N,) (torch ops)."""
     found, a, b = _winner_segments(global_edge_id, edge_v, vertices)
     f3 = found.unsqueeze(-1)
     p = torch.where(f3, p, torch.tensor([0.5, 1.0, 0.0], dtype=p.dtype, device=p.device))  # off the stand-in
@@ -125,7 +134,6 @@ def evaluate_points(
         "edge_t": torch.where(found, t, zero),
         "edge_point": torch.where(f3, q, zero),
     }
-    _ids(fields, global_edge_id, topology)
     return fields
 
 
