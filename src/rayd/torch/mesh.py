@@ -40,6 +40,8 @@ class Mesh:
         TypeError: an argument is not a tensor or has the wrong dtype.
         ValueError: wrong shapes, tensors on different devices, or a face index
             outside ``[0, V)`` (this check reads ``faces`` once, synchronising).
+            ``Scene.build()`` checks the faces again (they may have been changed in
+            place since), and queries refuse faces changed in place after ``build()``.
     """
 
     def __init__(
@@ -72,12 +74,7 @@ class Mesh:
                 )
         if to_world is not None:
             to_world = check_transform(_CALL, "to_world", to_world, vertices.device)
-        if faces.numel():
-            low, high = int(faces.min()), int(faces.max())
-            if low < 0 or high >= vertices.shape[0]:
-                raise ValueError(
-                    f"{_CALL}: 'faces' must index vertices in [0, {vertices.shape[0]}), got values in [{low}, {high}]"
-                )
+        _check.face_indices(_CALL, "faces", _convert.primal(faces), vertices.shape[0])
         self.vertices = vertices
         self.faces = faces
         self.normals = normals

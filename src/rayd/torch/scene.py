@@ -43,6 +43,7 @@ class _Shape:
     face_offset: int = 0  # first global_prim_id
     vertex_version: int | None = None
     transform_version: int | None = None
+    faces_version: int | None = None  # of mesh.faces at build() (its snapshot)
 
 
 def _plain_state(method):
@@ -194,6 +195,10 @@ class Scene(EdgeQueries):
         for shape_id, shape in enumerate(self._shapes):
             if not shape.is_instance:
                 _check.finite(call, f"vertices of mesh {shape_id}", _convert.primal(shape.vertices))
+                # Faces may have been changed in place since Mesh() checked them: the
+                # snapshot taken here is what the engine indexes with, so check it again.
+                _check.face_indices(call, f"faces of mesh {shape_id}", _convert.primal(shape.mesh.faces),
+                                    shape.mesh.num_vertices)
         device = self._device
         stream = _convert.current_stream(device)
 
@@ -309,6 +314,7 @@ class Scene(EdgeQueries):
         self._accel.set_flat_enabled(any(s.enabled for s in self._shapes if not s.is_instance))
         for shape in self._shapes:
             self._record_versions(shape)
+            shape.faces_version = _convert.version(shape.mesh.faces)
         self._no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)
         # Plain meshes (no instances, normals or uv) may use the fused evaluation kernels.
         self._plain = not instances and not any_normals and not any_uv
@@ -424,6 +430,8 @@ class Scene(EdgeQueries):
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
         if self._accel is None or self._structure_changed or self._pending or self._enabled_dirty:
+            return False
+        if any(_convert.version(s.mesh.faces) != s.faces_version for s in self._shapes if not s.is_instance):
             return False
         return not any(self._changed(s) for s in self._shapes)
 
@@ -747,6 +755,14 @@ class Scene(EdgeQueries):
             return True
         return False
 
+    def _require_same_faces(self, call: str) -> None:
+        """``RuntimeError`` if a mesh's faces changed in place since ``build()`` (only a build re-reads them)."""
+        for shape_id, shape in enumerate(self._shapes):
+            if not shape.is_instance and _convert.version(shape.mesh.faces) != shape.faces_version:
+                raise _check.lifecycle(
+                    call, f"the faces of mesh {shape_id} changed in place since build(); call build() to rebuild"
+                )
+
     def _shape(self, call: str, name: str, shape_id: object) -> _Shape:
         if isinstance(shape_id, bool) or not isinstance(shape_id, int):
             raise TypeError(f"{call}: '{name}' must be an int, got {type(shape_id).__name__}")
@@ -759,6 +775,7 @@ class Scene(EdgeQueries):
             raise _check.lifecycle(call, "the scene is not built; call build() first")
         if self._structure_changed:
             raise _check.lifecycle(call, "shapes were added after build(); call build() again")
+        self._require_same_faces(call)
 
     def _require_ready(self, call: str) -> None:
         self._require_built(call)
