@@ -425,7 +425,9 @@ class Scene(EdgeQueries):
         """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
         if self._pending or self._enabled_dirty or (self._edges is not None and self._edges.pending):
             return True
-        return any(self._changed(s) for s in self._shapes if s.dynamic or s.is_instance)
+        # What sync() applies: in-place changes of any shape's registered transform, and of
+        # a dynamic mesh's vertices (a static mesh's vertices changed in place need build()).
+        return any(self._transform_changed(s) or (s.dynamic and self._vertices_changed(s)) for s in self._shapes)
 
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
@@ -749,11 +751,14 @@ class Scene(EdgeQueries):
 
     def _changed(self, shape: _Shape) -> bool:
         """True if the registered tensors changed in place since the last snapshot."""
-        if _convert.version(shape.vertices) != shape.vertex_version:
-            return True
-        if shape.to_world is not None and _convert.version(shape.to_world) != shape.transform_version:
-            return True
-        return False
+        return self._vertices_changed(shape) or self._transform_changed(shape)
+
+    def _vertices_changed(self, shape: _Shape) -> bool:
+        return _convert.version(shape.vertices) != shape.vertex_version
+
+    def _transform_changed(self, shape: _Shape) -> bool:
+        """True if the shape's registered ``to_world`` was written in place since the last snapshot."""
+        return shape.to_world is not None and _convert.version(shape.to_world) != shape.transform_version
 
     def _require_same_faces(self, call: str) -> None:
         """``RuntimeError`` if a mesh's faces changed in place since ``build()`` (only a build re-reads them)."""
@@ -785,18 +790,19 @@ class Scene(EdgeQueries):
             kind = "instance" if shape.is_instance else "mesh"
             if shape_id in self._pending:
                 raise _check.lifecycle(call, f"{kind} {shape_id} has pending updates; call sync() first")
-            if not self._changed(shape):
-                continue
-            if shape.dynamic or shape.is_instance or _convert.version(shape.vertices) == shape.vertex_version:
+            if self._vertices_changed(shape) and not shape.dynamic and not shape.is_instance:
                 raise _check.lifecycle(
-                    call,
-                    f"the vertices or transform of {kind} {shape_id} changed in place since the last sync(); "
-                    f"call update_mesh_vertices({shape.base}, vertices) or set_mesh_transform({shape_id}, m), "
-                    f"then sync() first",
+                    call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
                 )
-            raise _check.lifecycle(
-                call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
-            )
+            # The rest is what has_pending_updates() reports and sync() applies.
+            if self._vertices_changed(shape):
+                raise _check.lifecycle(
+                    call, f"the vertices of {kind} {shape_id} changed in place since the last sync(); call sync() first"
+                )
+            if self._transform_changed(shape):
+                raise _check.lifecycle(
+                    call, f"the transform of {kind} {shape_id} changed in place since the last sync(); call sync() first"
+                )
 
     def _check_ray(self, call: str, ray: object) -> Ray:
         if not isinstance(ray, Ray):
