@@ -25,7 +25,7 @@ def transform_problem(m: np.ndarray) -> tuple[int, str] | None:
         ``(k, message)``: the index of the first offending matrix and what it breaks,
         phrased to follow the argument's name (e.g. ``"holds non-finite values"``).
     """
-    flat = m.reshape(m.shape[0], -1)
+    flat = m.reshape(m.shape[0], 16)  # not -1: K may be 0
     bad = ~np.isfinite(flat).all(1)
     if bad.any():
         return int(np.argmax(bad)), "holds non-finite values"

@@ -112,16 +112,20 @@ def _host(value: torch.Tensor) -> np.ndarray:
     return host.reshape(-1, 4, 4)
 
 
-def check_transforms(call: str, name: str, value: object, count: int, device: torch.device) -> torch.Tensor:
+def check_transforms(call: str, name: str, value: object, count: int, device: torch.device | None) -> torch.Tensor:
     """``count`` finite, invertible matrices as one (count, 4, 4) float32/float64 tensor on ``device``.
 
-    Reads the batch once (one host synchronisation for all of them).
+    Reads the batch once (one host synchronisation for all of them); ``count`` may be 0
+    (a (0, 4, 4) tensor is the only valid partner of an empty id list: nothing to read).
     """
     value = _check.float_tensor(call, name, value)
     if tuple(value.shape) != (count, 4, 4):
         raise ValueError(f"{call}: '{name}' must have shape ({count}, 4, 4) (one matrix per shape id), got "
                          f"{tuple(value.shape)}")
-    _check.same_device(call, name, value, device, "the mesh")
+    if device is not None:  # None: a scene without shapes (only an empty id list gets here)
+        _check.same_device(call, name, value, device, "the mesh")
+    if count == 0:
+        return value
     found = transform_problem(_host(value))
     if found is not None:
         raise ValueError(f"{call}: '{name}[{found[0]}]' {found[1]}")

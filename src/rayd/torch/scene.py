@@ -368,7 +368,8 @@ class Scene(EdgeQueries):
             shape_id: a mesh or instance id. For a mesh this is ``M_mesh`` (its
                 instances follow, as ``M_instance @ M_mesh``); for an instance its own
                 matrix. Any shape may move, dynamic or not. Also a sequence (or 1-D
-                int tensor) of K distinct ids, to set K matrices in one call.
+                int tensor) of K distinct ids, to set K matrices in one call; K = 0
+                (``[]`` with a (0, 4, 4) tensor) is a no-op.
             to_world: (4, 4) float32/float64 acting on column vectors; (K, 4, 4) with
                 K ids (shape ``shape_id[k]`` gets ``to_world[k]``, a view). Gradients
                 flow into this tensor. Each call reads the matrices once to check them
