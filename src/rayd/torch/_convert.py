@@ -36,11 +36,17 @@ def is_wrapped(tensor: torch.Tensor) -> bool:
     return _is_wrapped is not None and bool(_is_wrapped(tensor))
 
 
-def version(tensor: torch.Tensor) -> int | None:
-    """The autograd version counter of ``tensor``'s storage, or ``None`` if it has none."""
+def unwrapped(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with functorch wrappers removed (same storage and version counter; not detached)."""
     if _is_wrapped is not None:
         while _is_wrapped(tensor):
             tensor = _get_unwrapped(tensor)
+    return tensor
+
+
+def version(tensor: torch.Tensor) -> int | None:
+    """The autograd version counter of ``tensor``'s storage, or ``None`` if it has none."""
+    tensor = unwrapped(tensor)
     try:
         return tensor._version
     except (RuntimeError, AttributeError):  # pragma: no cover - tensors without a version counter

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 import torch
 
@@ -14,10 +15,13 @@ from rayd.torch import _check, _convert, _intersect_fused
 from rayd.torch._geometry import LiveTensors, ShapeTable, gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch._scene_edges import EdgeQueries
+from rayd.torch._transforms import TransformTable
 from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh, check_transform, check_transforms
 from rayd.torch.ray import Ray
+
+_VERSION = attrgetter("_version")
 
 #: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
 #: ``s`` the parameter along ``start -> end``: relative to the segment length.
@@ -44,6 +48,8 @@ class _Shape:
     vertex_version: int | None = None
     transform_version: int | None = None
     faces_version: int | None = None  # of mesh.faces at build() (its snapshot)
+    source: torch.Tensor | None = None  # a batched set_mesh_transform's (K, 4, 4) tensor; to_world = source[k]
+    source_index: int = 0
 
 
 def _plain_state(method):
@@ -64,14 +70,6 @@ def _plain_state(method):
 def _type_name(value: object) -> str:
     cls = type(value)
     return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("rayd") else cls.__name__
-
-
-def _affine(m: torch.Tensor) -> torch.Tensor:
-    """``m`` (..., 4, 4) in float64 with its last row replaced by (0, 0, 0, 1) (differentiably)."""
-    m = m.to(torch.float64)
-    last = torch.zeros_like(m[..., 3:, :])
-    last[..., 0, 3] = 1.0
-    return torch.cat((m[..., :3, :], last), dim=-2)
 
 
 def _apply(m: torch.Tensor | None, points: torch.Tensor) -> torch.Tensor:
@@ -111,6 +109,8 @@ class Scene(EdgeQueries):
         self._pending: set[int] = set()
         self._enabled_dirty = False
         self._edges: SceneEdges | None = None
+        self._transforms_pending = False  # set_mesh_transform since the last sync()
+        self._vertices_replaced = False  # update_mesh_vertices since the last sync()
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
@@ -238,6 +238,8 @@ class Scene(EdgeQueries):
             ),
         )
         self._mesh_index = mesh_index
+        self._mesh_shapes = meshes
+        self._transforms = TransformTable(self._shapes, device)
 
         # Engine side: the flat world-space BVH over all meshes.
         self._indices = faces.to(torch.int32).reshape(-1).contiguous()
@@ -287,8 +289,8 @@ class Scene(EdgeQueries):
                 self._blas[base] = (offsets[base][0], tri)
                 blas.append(tri)
             self._instance_to_world = torch.empty((len(instances), 4, 4), dtype=torch.float32, device=device)
-            self._write_instance_transforms()
             self._instance_shape = torch.tensor(instances, dtype=torch.int32, device=device)
+            self._write_instance_transforms()
             self._instance_global = torch.tensor(
                 [self._shapes[i].face_offset for i in instances], dtype=torch.int32, device=device
             )
@@ -315,6 +317,8 @@ class Scene(EdgeQueries):
         for shape in self._shapes:
             self._record_versions(shape)
             shape.faces_version = _convert.version(shape.mesh.faces)
+        self._watch_versions(rebuild=True)
+        self._transforms_pending = self._vertices_replaced = False
         self._no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)
         # Plain meshes (no instances, normals or uv) may use the fused evaluation kernels.
         self._plain = not instances and not any_normals and not any_uv
@@ -358,6 +362,7 @@ class Scene(EdgeQueries):
             if other.base == mesh_id:
                 other.vertices = vertices
         self._pending.add(mesh_id)
+        self._vertices_replaced = True
 
     def set_mesh_transform(
         self, shape_id: int | Sequence[int] | torch.Tensor, to_world: torch.Tensor
@@ -385,13 +390,17 @@ class Scene(EdgeQueries):
         if isinstance(shape_id, int) and not isinstance(shape_id, bool):
             shape = self._shape(call, "shape_id", shape_id)
             shape.to_world = check_transform(call, "to_world", to_world, self._device)
+            shape.source = None
             self._pending.add(shape_id)
+            self._transforms_pending = True
             return
         id_list = self._id_list(call, "shape_id", shape_id)
         matrices = check_transforms(call, "to_world", to_world, len(id_list), self._device)
         for k, one in enumerate(id_list):
-            self._shapes[one].to_world = matrices[k]
+            shape = self._shapes[one]
+            shape.to_world, shape.source, shape.source_index = matrices[k], matrices, k
         self._pending.update(id_list)
+        self._transforms_pending |= bool(id_list)
 
     def _id_list(self, call: str, name: str, value: object) -> list[int]:
         """Distinct, valid shape ids from a sequence or a 1-D integer tensor."""
@@ -426,6 +435,8 @@ class Scene(EdgeQueries):
         """True if updates (vertices, transforms, enable flags, in-place changes of dynamic meshes) await ``sync()``."""
         if self._pending or self._enabled_dirty or (self._edges is not None and self._edges.pending):
             return True
+        if self._accel is not None and self._versions_unchanged():
+            return False
         # What sync() applies: in-place changes of any shape's registered transform, and of
         # a dynamic mesh's vertices (a static mesh's vertices changed in place need build()).
         return any(self._transform_changed(s) or (s.dynamic and self._vertices_changed(s)) for s in self._shapes)
@@ -434,9 +445,9 @@ class Scene(EdgeQueries):
         """True if queries can run now: built, nothing added since, nothing pending or stale."""
         if self._accel is None or self._structure_changed or self._pending or self._enabled_dirty:
             return False
-        if any(_convert.version(s.mesh.faces) != s.faces_version for s in self._shapes if not s.is_instance):
+        if any(_convert.version(s.mesh.faces) != s.faces_version for s in self._mesh_shapes):
             return False
-        return not any(self._changed(s) for s in self._shapes)
+        return self._versions_unchanged() or not any(self._changed(s) for s in self._shapes)
 
     @_plain_state
     def sync(self) -> None:
@@ -455,7 +466,11 @@ class Scene(EdgeQueries):
                     raise _check.lifecycle(
                         call, f"the vertices of static mesh {shape_id} changed in place; call build() to rebuild"
                     )
-        todo = {i for i, s in enumerate(self._shapes) if i in self._pending or self._changed(s)}
+        todo = set(self._pending)
+        if not self._versions_unchanged():
+            todo |= {i for i, s in enumerate(self._shapes) if self._changed(s)}
+        if self._transforms_pending or any(self._transform_changed(self._shapes[i]) for i in todo):
+            self._transforms.refresh()  # the composed table (O(S) here, so that queries are not)
         moved_meshes = {i for i in todo if not self._shapes[i].is_instance}
         for shape_id in moved_meshes:
             _check.finite(call, f"vertices of mesh {shape_id}", _convert.primal(self._shapes[shape_id].vertices))
@@ -489,6 +504,8 @@ class Scene(EdgeQueries):
         for shape in self._shapes:
             if shape.is_instance and shape.base in todo:
                 self._record_versions(shape)
+        self._watch_versions(rebuild=self._transforms_pending or self._vertices_replaced)
+        self._transforms_pending = self._vertices_replaced = False
         self._pending.clear()
 
     # ------------------------------------------------------------------ queries
@@ -542,10 +559,8 @@ class Scene(EdgeQueries):
         call = "rayd.torch.Scene.intersect()"
         flags = _check_flags(call, flags)
         batch, n, global_prim_id = self._trace(call, ray, active, ignore, any_hit=False)
-        meshes = [s.vertices for s in self._shapes if not s.is_instance]
-        if self._plain and _intersect_fused.usable([ray.o, ray.d, *meshes]) and all(
-            s.to_world is None for s in self._shapes
-        ):
+        meshes = [s.vertices for s in self._mesh_shapes]
+        if self._plain and not self._transforms.any and _intersect_fused.usable([ray.o, ray.d, *meshes]):
             vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
             fields = _intersect_fused.evaluate_fused(ray.o, ray.d, batch, global_prim_id, vertices, self._indices)
             fields["shape_id"], fields["prim_id"] = ids(self._table, global_prim_id)
@@ -658,14 +673,14 @@ class Scene(EdgeQueries):
 
     def _output_dtype(self, ray: Ray) -> torch.dtype:
         dtype = torch.promote_types(ray.o.dtype, ray.d.dtype)
-        for shape in self._shapes:
+        for shape in self._mesh_shapes:  # instances share their mesh's vertices
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         return dtype
 
     def _live(self, dtype: torch.dtype) -> LiveTensors:
         """The registered tensors (differentiable), cast to ``dtype``."""
         device = self._device
-        meshes = [s for s in self._shapes if not s.is_instance]
+        meshes = self._mesh_shapes
         vertices = [s.vertices.to(dtype) for s in meshes]
         normals = uv = None
         if self._table.face_has_normals is not None:
@@ -686,11 +701,8 @@ class Scene(EdgeQueries):
                     for s in meshes
                 ]
             )
-        to_world = normal_matrix = None
-        if any(s.to_world is not None for s in self._shapes):
-            to_world = self._shape_transforms()  # float64: corners are placed in float64 (_geometry.gather)
-            if normals is not None:
-                normal_matrix = torch.linalg.inv(to_world[:, :3, :3])
+        # float64: corners are placed in float64 (_geometry.gather); composed at sync().
+        to_world, normal_matrix = self._transforms.live(normals=normals is not None)
         return LiveTensors(
             vertices=vertices[0] if len(vertices) == 1 else torch.cat(vertices),
             normals=normals,
@@ -699,45 +711,9 @@ class Scene(EdgeQueries):
             normal_matrix=normal_matrix,
         )
 
-    def _live_geometry(self, dtype: torch.dtype) -> LiveTensors:
-        """World-space vertices of all meshes in flat-buffer row order (differentiable)."""
-        meshes = [s for s in self._shapes if not s.is_instance]
-        world = [_apply(s.to_world, s.vertices.to(dtype)) for s in meshes]
-        return LiveTensors(vertices=world[0] if len(world) == 1 else torch.cat(world), normals=None, uv=None,
-                           to_world=None)
-
-    def _shape_transforms(self) -> torch.Tensor:
-        """(S, 4, 4) float64 world transform per shape: ``M_mesh``, or ``M_instance @ M_mesh`` (differentiable).
-
-        Only the top three rows of each matrix count (affine transforms, as for a
-        mesh's own vertices): the last row is taken as (0, 0, 0, 1), so it never
-        receives a gradient.
-        """
-        eye = torch.eye(4, dtype=torch.float64, device=self._device)
-        own = torch.stack([eye if s.to_world is None else _affine(s.to_world) for s in self._shapes])
-        rows = self._table.instance_rows
-        if rows.numel() == 0:
-            return own
-        base = torch.tensor([s.base for s in self._shapes], device=self._device)
-        composed = own[rows] @ own[base[rows]]
-        return own.index_put((rows,), composed)
-
     def _write_instance_transforms(self) -> None:
-        """Refresh the engine's float32 ``M_instance @ M_mesh`` rows (a few batched ops)."""
-        shapes = [self._shapes[i] for i in self._instance_ids]
-        own = _affine(torch.stack([_convert.primal(s.to_world) for s in shapes]))  # one gather kernel
-        if any(self._shapes[s.base].to_world is not None for s in shapes):
-            eye = torch.eye(4, dtype=torch.float64, device=self._device)
-            mesh = torch.stack(
-                [
-                    eye
-                    if self._shapes[s.base].to_world is None
-                    else _affine(_convert.primal(self._shapes[s.base].to_world))
-                    for s in shapes
-                ]
-            )
-            own = own @ mesh
-        self._instance_to_world.copy_(own)
+        """Refresh the engine's float32 ``M_instance @ M_mesh`` rows from the composed table."""
+        self._instance_to_world.copy_(self._transforms.plain[self._instance_shape.long()])
 
     def _snapshot_flat(self, shape: _Shape) -> None:
         """Copy a mesh's world-space vertices (float32) into the flat buffer."""
@@ -749,6 +725,32 @@ class Scene(EdgeQueries):
     def _record_versions(self, shape: _Shape) -> None:
         shape.vertex_version = _convert.version(shape.vertices)
         shape.transform_version = None if shape.to_world is None else _convert.version(shape.to_world)
+
+    def _watch_versions(self, rebuild: bool) -> None:
+        """Record the registered tensors (unique, unwrapped) whose version counters queries check.
+
+        ``rebuild``: the set of registered tensors may have changed (else only the sum is re-read).
+        """
+        if not rebuild:
+            self._watched_sum = sum(map(_VERSION, self._watched))
+            return
+        seen: dict[int, torch.Tensor] = {}
+        for shape in self._shapes:
+            for tensor in (shape.vertices, shape.source if shape.source is not None else shape.to_world):
+                if tensor is not None:
+                    plain = _convert.unwrapped(tensor)
+                    if _convert.version(plain) is not None:
+                        seen.setdefault(id(plain), plain)
+        self._watched = list(seen.values())
+        self._watched_sum = sum(map(_VERSION, self._watched))
+
+    def _versions_unchanged(self) -> bool:
+        """True if no watched tensor was written in place since the last snapshot.
+
+        One pass at C speed over the unique tensors (version counters only grow, so
+        their sum is unchanged exactly when each one is): no per-shape Python work.
+        """
+        return sum(map(_VERSION, self._watched)) == self._watched_sum
 
     def _changed(self, shape: _Shape) -> bool:
         """True if the registered tensors changed in place since the last snapshot."""
@@ -763,10 +765,10 @@ class Scene(EdgeQueries):
 
     def _require_same_faces(self, call: str) -> None:
         """``RuntimeError`` if a mesh's faces changed in place since ``build()`` (only a build re-reads them)."""
-        for shape_id, shape in enumerate(self._shapes):
-            if not shape.is_instance and _convert.version(shape.mesh.faces) != shape.faces_version:
+        for shape in self._mesh_shapes:  # a mesh's base is its own shape id
+            if _convert.version(shape.mesh.faces) != shape.faces_version:
                 raise _check.lifecycle(
-                    call, f"the faces of mesh {shape_id} changed in place since build(); call build() to rebuild"
+                    call, f"the faces of mesh {shape.base} changed in place since build(); call build() to rebuild"
                 )
 
     def _shape(self, call: str, name: str, shape_id: object) -> _Shape:
@@ -785,6 +787,8 @@ class Scene(EdgeQueries):
 
     def _require_ready(self, call: str) -> None:
         self._require_built(call)
+        if not self._pending and not self._enabled_dirty and self._versions_unchanged():
+            return
         if self._enabled_dirty:
             raise _check.lifecycle(call, "shape enable flags changed; call sync() first")
         for shape_id, shape in enumerate(self._shapes):
