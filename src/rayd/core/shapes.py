@@ -91,15 +91,19 @@ class ShapeTable:
     def __init__(self, arrays: ArrayProtocol) -> None:
         self.arrays = arrays
         self.shapes: list[Shape] = []
+        self._meshes: list[Shape] = []
         self.pending: set[int] = set()
         self.enabled_dirty = False
         self.structure_changed = False
         self.built = False
+        self._watched: tuple[list, list] = ([], [])
 
     # ------------------------------------------------------------------ contents
     def add(self, shape: Shape) -> int:
         """Append a shape; returns its id. Marks the structure changed if the scene was built."""
         self.shapes.append(shape)
+        if not shape.is_instance:
+            self._meshes.append(shape)
         self.structure_changed = self.built
         return len(self.shapes) - 1
 
@@ -114,11 +118,12 @@ class ShapeTable:
 
     @property
     def meshes(self) -> list[Shape]:
-        return [s for s in self.shapes if not s.is_instance]
+        """The mesh shapes (not instances), in shape order."""
+        return self._meshes
 
     @property
     def num_meshes(self) -> int:
-        return sum(1 for s in self.shapes if not s.is_instance)
+        return len(self._meshes)
 
     def get(self, call: str, name: str, shape_id: object) -> Shape:
         """The shape with id ``shape_id``, validated (``TypeError``/``ValueError`` naming ``call``)."""
@@ -220,6 +225,27 @@ class ShapeTable:
             holds.append(memo[key][1])
         shape.holds = tuple(holds)
 
+    def _watch(self) -> None:
+        """The unique registered arrays and their recorded versions, for :meth:`unchanged` (after a snapshot)."""
+        arrays, versions, seen = [], [], set()
+        for s in self.shapes:
+            items = [(s.matrix, s.transform_version)]
+            if not s.is_instance:
+                items += [(s.vertices, s.vertex_version), (s.mesh.faces if s.num_faces else None, s.face_version)]
+            for array, stamp in items:
+                if array is not None and id(array) not in seen:
+                    seen.add(id(array))
+                    arrays.append(array)
+                    versions.append(stamp)
+        self._watched = (arrays, versions)
+
+    def unchanged(self) -> bool:
+        """True if no registered array changed in place since the last snapshot (one pass, no per-shape logic)."""
+        arrays, versions = self._watched
+        many = getattr(self.arrays, "versions", None)
+        now = many(arrays) if many is not None else [self.arrays.version(a) for a in arrays]
+        return now == versions
+
     def record_all(self, shape_ids: Iterable[int] | None = None) -> None:
         memo: dict[int, Any] = {}
         ids = range(len(self.shapes)) if shape_ids is None else shape_ids
@@ -260,7 +286,7 @@ class ShapeTable:
         """Registered updates, enable flags, or in-place changes that ``sync()`` will apply (after ``build()``)."""
         if self.pending or self.enabled_dirty:
             return True
-        if not self.built:
+        if not self.built or self.unchanged():
             return False
         memo: dict[int, Any] = {}
         return any(self.needs_sync(s, memo) for s in self.shapes)
@@ -268,6 +294,8 @@ class ShapeTable:
     def is_ready(self) -> bool:
         if not self.built or self.structure_changed or self.pending or self.enabled_dirty:
             return False
+        if self.unchanged():
+            return True
         memo: dict[int, Any] = {}
         return not any(self.changed(s, memo) for s in self.shapes)
 
@@ -280,6 +308,8 @@ class ShapeTable:
     def require_current(self, call: str) -> None:
         """Built, and no in-place change that only ``build()`` can apply (faces, static vertices)."""
         self.require_built(call)
+        if self.unchanged():
+            return
         stale = self.stale()
         if stale is not None:
             raise RuntimeError(f"{call}: {stale[1]}")
@@ -289,6 +319,8 @@ class ShapeTable:
         self.require_built(call)
         if self.enabled_dirty:
             raise RuntimeError(f"{call}: shape enable flags changed; call sync() first")
+        if not self.pending and self.unchanged():
+            return
         stale = self.stale()
         if stale is not None:
             raise RuntimeError(f"{call}: {stale[1]}")
@@ -325,9 +357,11 @@ class ShapeTable:
                 self.record(shape, memo)
         self.pending.clear()
         self.enabled_dirty = False
+        self._watch()
 
     def finish_build(self) -> None:
         self.record_all()
+        self._watch()
         self.pending.clear()
         self.enabled_dirty = False
         self.structure_changed = False

@@ -83,6 +83,16 @@ def finite(call: str, name: str, value: torch.Tensor) -> None:
         raise ValueError(f"{call}: '{name}' holds non-finite values{where}")
 
 
+def face_indices(call: str, name: str, faces: torch.Tensor, num_vertices: int) -> None:
+    """``ValueError`` unless every entry of ``faces`` lies in ``[0, num_vertices)`` (synchronises)."""
+    if faces.numel():
+        low, high = (int(x) for x in torch.aminmax(faces))
+        if low < 0 or high >= num_vertices:
+            raise ValueError(
+                f"{call}: '{name}' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]"
+            )
+
+
 def broadcast(call: str, names_and_shapes: list[tuple[str, torch.Size]]) -> torch.Size:
     """The common batch shape of several inputs, or ``ValueError`` naming them."""
     try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import warp as wp
 
@@ -34,11 +36,17 @@ def is_wrapped(tensor: torch.Tensor) -> bool:
     return _is_wrapped is not None and bool(_is_wrapped(tensor))
 
 
-def version(tensor: torch.Tensor) -> int | None:
-    """The autograd version counter of ``tensor``'s storage, or ``None`` if it has none."""
+def unwrapped(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` with functorch wrappers removed (same storage and version counter; not detached)."""
     if _is_wrapped is not None:
         while _is_wrapped(tensor):
             tensor = _get_unwrapped(tensor)
+    return tensor
+
+
+def version(tensor: torch.Tensor) -> int | None:
+    """The autograd version counter of ``tensor``'s storage, or ``None`` if it has none."""
+    tensor = unwrapped(tensor)
     try:
         return tensor._version
     except (RuntimeError, AttributeError):  # pragma: no cover - tensors without a version counter
@@ -124,11 +132,20 @@ def vec3_rows(tensor: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
     return wp.from_torch(value, dtype=wp.vec3d if value.dtype == torch.float64 else wp.vec3), value
 
 
+_VERSION = __import__("operator").attrgetter("_version")
+
+
 class TorchArrays:
     """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors."""
 
     def version(self, array: torch.Tensor) -> int | None:
         return version(array)
+
+    def versions(self, arrays: list[torch.Tensor]) -> list[int | None]:
+        try:  # one pass in C over plain tensors
+            return list(map(_VERSION, arrays))
+        except (RuntimeError, AttributeError):
+            return [version(a) for a in arrays]
 
     def vec3_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
         return vec3_rows(array)
@@ -162,3 +179,21 @@ def host_matrices(value: torch.Tensor):
 def from_warp(array: wp.array) -> torch.Tensor:
     """Zero-copy torch view of an engine-owned Warp array."""
     return wp.to_torch(array)
+
+
+def transforms_active() -> bool:
+    """True inside a ``torch.func`` transform (grad, jvp, vmap, jacrev, hessian, ...)."""
+    active = getattr(torch._C, "_are_functorch_transforms_active", None)
+    return bool(active()) if active is not None else False
+
+
+def outside_transforms():
+    """Context in which new tensors are plain (not functorch-wrapped), for caches.
+
+    Inside ``torch.func`` transforms even factory functions return wrapper tensors tied
+    to the transform's level; a tensor kept beyond the call (a cache, a scene's
+    lazily built state) must be made here, or later transforms fail with
+    ``INTERNAL ASSERT FAILED``.
+    """
+    disable = getattr(torch._C, "_DisableFuncTorch", None)
+    return disable() if disable is not None else contextlib.nullcontext()

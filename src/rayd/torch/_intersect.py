@@ -19,6 +19,7 @@ import math
 import torch
 
 from rayd.flags import RayFlags
+from rayd.torch import _convert
 from rayd.torch._geometry import HitGeometry
 
 
@@ -28,15 +29,22 @@ _STAND_IN: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
 def _stand_in(dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
     """A triangle and a ray that hits it head-on at t = 1: the evaluation point of misses.
 
-    Cached per dtype and device, so queries make no host-to-device copy.
+    Cached per dtype and device, so queries make no host-to-device copy. The cached
+    tensors are made outside any ``torch.func`` transform (plain tensors, which every
+    later transform can use; a wrapped one would outlive its transform).
     """
     key = (dtype, device)
     if key not in _STAND_IN:
-        values = torch.tensor(
-            [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.25, 0.25, 1.0], [0.0, 0.0, -1.0], [0.0, 0.0, 1.0]],
-            dtype=dtype,
-        ).to(device)
-        _STAND_IN[key] = tuple(values.unbind(0))
+        with _convert.outside_transforms():
+            values = torch.tensor(
+                [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.25, 0.25, 1.0], [0.0, 0.0, -1.0],
+                 [0.0, 0.0, 1.0]],
+                dtype=dtype,
+            ).to(device)
+            stand_in = tuple(values.unbind(0))
+        if any(_convert.is_wrapped(x) for x in stand_in):  # pragma: no cover - torch without _DisableFuncTorch
+            return stand_in
+        _STAND_IN[key] = stand_in
     return _STAND_IN[key]
 
 

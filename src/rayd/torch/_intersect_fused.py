@@ -5,6 +5,11 @@ instances, vertex normals or texture coordinates), outside forward-mode AD and
 functorch transforms, and outside ``torch.use_deterministic_algorithms(True)``
 (the adjoint accumulates vertex gradients with atomic adds). Every other case takes
 the op-by-op path of ``_intersect.py``, which computes the same formulas.
+
+Higher order: a backward run with ``create_graph=True`` (grad mode on inside
+``backward``, as in ``torch.autograd.functional.hessian``) does not use the adjoint
+kernel, whose result would be a constant: it re-evaluates the winners with the
+op-by-op formulas and differentiates those, so the gradient is itself differentiable.
 """
 
 from __future__ import annotations
@@ -13,12 +18,16 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 from rayd import engine
+from rayd.flags import RayFlags
 from rayd.torch import _convert
+from rayd.torch._geometry import HitGeometry
 
 
 def usable(tensors: list[torch.Tensor]) -> bool:
     """True if the fused path may run for these differentiable inputs."""
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
+        return False
+    if _convert.transforms_active():
         return False
     return all(t.dtype == torch.float32 and not _convert.is_wrapped(t) for t in tensors)
 
@@ -39,6 +48,11 @@ class _FusedEvaluate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_t, grad_p, grad_n, grad_b):  # noqa: D102
         o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable
+            return _differentiable_backward(
+                ctx.needs_input_grad, (o_rows, d_rows, vertices), global_prim_id, indices,
+                (grad_t, grad_p, grad_n, grad_b),
+            )
         n = global_prim_id.shape[0]
         device = global_prim_id.device
         grads = [
@@ -59,6 +73,36 @@ class _FusedEvaluate(torch.autograd.Function):
         )
         needs = ctx.needs_input_grad
         return (grad_o if needs[0] else None, grad_d if needs[1] else None, grad_v if needs[2] else None, None, None)
+
+
+def _differentiable_backward(needs, inputs, global_prim_id, indices, grad_outputs) -> tuple:
+    """Vector-Jacobian products of the op-by-op evaluation, recorded for further differentiation."""
+    from rayd.torch._intersect import evaluate  # noqa: PLC0415 - keeps this module light to import
+
+    o_rows, d_rows, vertices = inputs
+    n = global_prim_id.shape[0]
+    hit = global_prim_id >= 0
+    tri = indices.long().reshape(-1, 3)[torch.where(hit, global_prim_id, 0).long()]
+    none = torch.full((n,), -1, dtype=torch.int32, device=global_prim_id.device)
+    geometry = HitGeometry(hit=hit, corners=vertices[tri], normals=None, has_normals=None, uv=None, has_uv=None,
+                           shape_id=none, prim_id=none)
+    fields = evaluate(o_rows.expand(n, 3), d_rows.expand(n, 3), global_prim_id, geometry, RayFlags.Geometric)
+    outputs, grads = [], []
+    for name, grad in zip(("t", "p", "geo_n", "barycentric"), grad_outputs):
+        if grad is not None and fields[name].requires_grad:
+            outputs.append(fields[name])
+            grads.append(grad)
+    wanted = [x for x, need in zip(inputs, needs) if need]
+    found = torch.autograd.grad(outputs, wanted, grads, create_graph=True, allow_unused=True) if outputs else ()
+    found = list(found)
+    result = []
+    for x, need in zip(inputs, needs):
+        if not need:
+            result.append(None)
+            continue
+        g = found.pop(0) if found else None
+        result.append(torch.zeros_like(x) if g is None else g)
+    return (*result, None, None)
 
 
 def _empty_outputs(n: int, device: torch.device) -> list[torch.Tensor]:

@@ -25,11 +25,16 @@ from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
 
 
+_REQUIRES_GRAD = __import__("operator").attrgetter("requires_grad")
+
+
 def differentiable(tensor: torch.Tensor | None) -> bool:
     """True if gradients (reverse, forward or functorch) may flow through ``tensor``."""
     if tensor is None:
         return False
-    if tensor.requires_grad or _convert.is_wrapped(tensor):
+    if tensor.requires_grad:
+        return True
+    if _convert.transforms_active() and _convert.is_wrapped(tensor):
         return True
     return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
 
@@ -81,8 +86,10 @@ class LiveState:
         self.instance_base = dev(host["base"][inst])
         self.any_matrix = False
         self.plain = not core.instance_ids and not any_normals and not any_uv
-        self._generation = -1
+        self._generation = self._groups_generation = -1
         self._world = self._own = self._normal = None
+        self._batch_groups: list = []
+        self._single_groups: list = []
         # The search centre (engine/frame.py), for ray origins handed to the engine.
         self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
 
@@ -97,32 +104,57 @@ class LiveState:
             self._normal = None
             self.any_matrix = transforms.has_any(self.core.table)
 
+    def has_matrix(self) -> bool:
+        """True if any shape has a transform (as of the last build/sync)."""
+        self._refresh()
+        return self.any_matrix
+
+    def _groups(self) -> tuple[list, list]:
+        """The registered matrices, grouped once per refresh: batches ``(src, rows, index)`` and single ``(row, m)``."""
+        if self._groups_generation != self._generation:
+            batches: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
+            singles: list[tuple[int, torch.Tensor]] = []
+            for shape_id, shape in enumerate(self.core.table.shapes):
+                src = shape.matrix
+                if src is None:
+                    continue
+                if shape.source is not None:
+                    group = batches.setdefault(id(src), (src, [], []))
+                    group[1].append(shape_id)
+                    group[2].append(shape.source_index)
+                else:
+                    singles.append((shape_id, shape.to_world))
+            dev = self.device
+            self._batch_groups = [(src, torch.as_tensor(rows, device=dev), torch.as_tensor(index, device=dev))
+                                  for src, rows, index in batches.values()]
+            self._single_groups = singles
+            self._single_tensors = [m for _, m in singles]
+            self._groups_generation = self._generation
+        return self._batch_groups, self._single_groups
+
     def world(self) -> torch.Tensor:
         """(S, 4, 4) float64 placement per shape: ``M_mesh`` or ``M_instance @ M_mesh`` (differentiable).
 
         Only the top three rows of each matrix count: the last row is taken as
-        (0, 0, 0, 1), so it never receives a gradient.
+        (0, 0, 0, 1), so it never receives a gradient. The torch ops per query do not
+        grow with the number of shapes (one gather per batch, one stack of the single
+        matrices that carry gradients).
         """
         self._refresh()
-        shapes = self.core.table.shapes
-        batches: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
-        singles: list[tuple[int, torch.Tensor]] = []
-        for shape_id, shape in enumerate(shapes):
-            src = shape.matrix
-            if src is None or not differentiable(src):
-                continue
-            if shape.source is not None:
-                group = batches.setdefault(id(src), (src, [], []))
-                group[1].append(shape_id)
-                group[2].append(shape.source_index)
+        batches, singles = self._groups()
+        batches = [g for g in batches if differentiable(g[0])]
+        if singles:
+            if _convert.transforms_active() or forward_ad._current_level >= 0:
+                singles = [(i, m) for i, m in singles if differentiable(m)]
+            elif any(map(_REQUIRES_GRAD, self._single_tensors)):  # one pass in C
+                singles = [(i, m) for i, m in singles if m.requires_grad]
             else:
-                singles.append((shape_id, shape.to_world))
+                singles = []
         if not batches and not singles:
             return self._world
         own = self._own
-        for src, positions, index in batches.values():
-            rows = torch.as_tensor(positions, device=self.device)
-            own = own.index_put((rows,), affine(src[torch.as_tensor(index, device=self.device)]))
+        for src, rows, index in batches:
+            own = own.index_put((rows,), affine(src[index]))
         if singles:
             rows = torch.as_tensor([i for i, _ in singles], device=self.device)
             own = own.index_put((rows,), affine(torch.stack([m for _, m in singles])))

@@ -115,6 +115,15 @@ def evaluate_points(
     p: torch.Tensor, global_edge_id: torch.Tensor, edge_v: torch.Tensor, vertices: torch.Tensor, topology
 ) -> dict[str, torch.Tensor]:
     """Fields of :class:`NearestEdge` for points (N, 3) and their winners (N,) (-1 = none)."""
+    fields = point_fields(p, global_edge_id, edge_v, vertices)
+    _ids(fields, global_edge_id, topology)
+    return fields
+
+
+def point_fields(
+    p: torch.Tensor, global_edge_id: torch.Tensor, edge_v: torch.Tensor, vertices: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """``distance``, ``edge_t``, ``edge_point`` for points (N, 3) and winners (N,) (torch ops)."""
     found, a, b = _winner_segments(global_edge_id, edge_v, vertices)
     f3 = found.unsqueeze(-1)
     p = torch.where(f3, p, torch.tensor([0.5, 1.0, 0.0], dtype=p.dtype, device=p.device))  # off the stand-in
@@ -125,7 +134,6 @@ def evaluate_points(
         "edge_t": torch.where(found, t, zero),
         "edge_point": torch.where(f3, q, zero),
     }
-    _ids(fields, global_edge_id, topology)
     return fields
 
 
@@ -316,13 +324,23 @@ def silhouette_edges(scene, viewpoint: object) -> torch.Tensor:
     _check.same_device(call, "viewpoint", viewpoint, scene._device, "the scene")
     dtype = _dtype(viewpoint.dtype, scene._shapes)
     vertices = placed_vertices(scene._shapes, dtype, detach=True)
+    with _convert.outside_transforms():
+        scene._edges.topology  # noqa: B018 - lazily built state, kept beyond this call
     return scene._edges.silhouette(vertices, _convert.primal(viewpoint).to(dtype))
 
 
 def _ready_edges(call: str, scene):
+    """The scene's edges with their lazily built state (topology, BVH) made now.
+
+    That state is made outside ``torch.func`` transforms: a first query inside one
+    would otherwise keep wrapped tensors that break every later transform.
+    """
     edges = scene._edges
     if edges.pending:
         raise _check.lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
+    with _convert.outside_transforms():
+        edges.topology  # noqa: B018 - computes the topology, the edge rows and masks
+        edges.bvh(_convert.current_stream(scene._device))
     return edges
 
 

@@ -6,6 +6,10 @@ transforms or instances), outside forward-mode AD and functorch transforms, and
 outside ``torch.use_deterministic_algorithms(True)`` (the adjoint accumulates vertex
 gradients with atomic adds). Every other case takes the op-by-op path of
 ``_nearest_edge.py``, which computes the same formulas.
+
+Higher order: a backward run with ``create_graph=True`` differentiates the op-by-op
+formulas for the same winners instead of running the adjoint kernel (whose result
+would be a constant), so the gradient is itself differentiable.
 """
 
 from __future__ import annotations
@@ -20,6 +24,8 @@ from rayd.torch import _convert
 def usable(shapes: list, points: torch.Tensor) -> bool:
     """True if the fused path may run for these points and scene shapes."""
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
+        return False
+    if _convert.transforms_active():
         return False
     if points.dtype != torch.float32 or _convert.is_wrapped(points):
         return False
@@ -48,6 +54,11 @@ class _FusedEdgeEvaluate(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad_distance, grad_t, grad_point):  # noqa: D102
         point_rows, vertices, global_edge_id, edge_v = ctx.saved_tensors
+        if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable
+            return _differentiable_backward(
+                ctx.needs_input_grad, point_rows, vertices, ctx.repeat, global_edge_id, edge_v,
+                (grad_distance, grad_t, grad_point),
+            )
         n = global_edge_id.shape[0]
         device = global_edge_id.device
         grads = [
@@ -66,6 +77,31 @@ class _FusedEdgeEvaluate(torch.autograd.Function):
         )
         needs = ctx.needs_input_grad
         return (grad_p if needs[0] else None, grad_v if needs[1] else None, None, None, None)
+
+
+def _differentiable_backward(needs, point_rows, vertices, repeat, global_edge_id, edge_v, grad_outputs) -> tuple:
+    """Vector-Jacobian products of the op-by-op evaluation, recorded for further differentiation."""
+    from rayd.torch._nearest_edge import point_fields  # noqa: PLC0415 - that module imports this one
+
+    n = global_edge_id.shape[0]
+    if point_rows.shape[0] == 1:
+        p = point_rows.expand(n, 3)
+    else:
+        p = point_rows.unsqueeze(1).expand(point_rows.shape[0], repeat, 3).reshape(n, 3)
+    fields = point_fields(p, global_edge_id, edge_v, vertices)
+    outputs, grads = [], []
+    for name, grad in zip(("distance", "edge_t", "edge_point"), grad_outputs):
+        if grad is not None and fields[name].requires_grad:
+            outputs.append(fields[name])
+            grads.append(grad)
+    inputs = (point_rows, vertices)
+    wanted = [x for x, need in zip(inputs, needs) if need]
+    found = list(torch.autograd.grad(outputs, wanted, grads, create_graph=True, allow_unused=True)) if outputs else []
+    result = []
+    for x, need in zip(inputs, needs):
+        g = (found.pop(0) if found else None) if need else None
+        result.append(None if not need else (torch.zeros_like(x) if g is None else g))
+    return (*result, None, None, None)
 
 
 def _empty(n: int, device: torch.device) -> list[torch.Tensor]:

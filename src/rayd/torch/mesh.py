@@ -40,6 +40,8 @@ class Mesh:
         TypeError: an argument is not a tensor or has the wrong dtype.
         ValueError: wrong shapes, tensors on different devices, or a face index
             outside ``[0, V)`` (this check reads ``faces`` once, synchronising).
+            ``Scene.build()`` checks the faces again (they may have been changed in
+            place since), and queries refuse faces changed in place after ``build()``.
     """
 
     def __init__(
@@ -72,12 +74,7 @@ class Mesh:
                 )
         if to_world is not None:
             to_world = check_transform(_CALL, "to_world", to_world, vertices.device)
-        if faces.numel():
-            low, high = int(faces.min()), int(faces.max())
-            if low < 0 or high >= vertices.shape[0]:
-                raise ValueError(
-                    f"{_CALL}: 'faces' must index vertices in [0, {vertices.shape[0]}), got values in [{low}, {high}]"
-                )
+        _check.face_indices(_CALL, "faces", _convert.primal(faces), vertices.shape[0])
         self.vertices = vertices
         self.faces = faces
         self.normals = normals
@@ -108,16 +105,20 @@ class Mesh:
 _host = _convert.host_matrices
 
 
-def check_transforms(call: str, name: str, value: object, count: int, device: torch.device) -> torch.Tensor:
+def check_transforms(call: str, name: str, value: object, count: int, device: torch.device | None) -> torch.Tensor:
     """``count`` finite, invertible matrices as one (count, 4, 4) float32/float64 tensor on ``device``.
 
-    Reads the batch once (one host synchronisation for all of them).
+    Reads the batch once (one host synchronisation for all of them); ``count`` may be 0
+    (a (0, 4, 4) tensor is the only valid partner of an empty id list: nothing to read).
     """
     value = _check.float_tensor(call, name, value)
     if tuple(value.shape) != (count, 4, 4):
         raise ValueError(f"{call}: '{name}' must have shape ({count}, 4, 4) (one matrix per shape id), got "
                          f"{tuple(value.shape)}")
-    _check.same_device(call, name, value, device, "the mesh")
+    if device is not None:  # None: a scene without shapes (only an empty id list gets here)
+        _check.same_device(call, name, value, device, "the mesh")
+    if count == 0:
+        return value
     found = transform_problem(_host(value))
     if found is not None:
         raise ValueError(f"{call}: '{name}[{found[0]}]' {found[1]}")

@@ -90,6 +90,18 @@ class Scene(EdgeQueries, SceneBase):
     def _batch_entry(self, batch: torch.Tensor, k: int) -> torch.Tensor:
         return batch[k]
 
+    def build(self) -> None:  # noqa: D102 - SceneBase.build's docstring
+        with _convert.outside_transforms():  # what the scene keeps must not be functorch-wrapped
+            super().build()
+
+    build.__doc__ = SceneBase.build.__doc__
+
+    def sync(self) -> None:  # noqa: D102
+        with _convert.outside_transforms():
+            super().sync()
+
+    sync.__doc__ = SceneBase.sync.__doc__
+
     def _after_build(self) -> None:
         self._state = LiveState(self._core, self._device)
         self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces)  # the build snapshot
@@ -149,10 +161,8 @@ class Scene(EdgeQueries, SceneBase):
         flags = _check_flags(call, flags)
         batch, n, global_prim_id, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
         state = self._state
-        meshes = [s.vertices for s in self._shapes if not s.is_instance]
-        if state.plain and _intersect_fused.usable([ray.o, ray.d, *meshes]) and all(
-            s.to_world is None for s in self._shapes
-        ):
+        meshes = [s.vertices for s in self._core.table.meshes]
+        if state.plain and not state.has_matrix() and _intersect_fused.usable([ray.o, ray.d, *meshes]):
             vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
             fields = _intersect_fused.evaluate_fused(ray.o, ray.d, batch, global_prim_id, vertices, state.indices)
             fields["shape_id"], fields["prim_id"] = ids(state.table, global_prim_id)
@@ -231,7 +241,7 @@ class Scene(EdgeQueries, SceneBase):
     # ------------------------------------------------------------------ internals
     def _output_dtype(self, ray: Ray) -> torch.dtype:
         dtype = torch.promote_types(ray.o.dtype, ray.d.dtype)
-        for shape in self._shapes:
+        for shape in self._core.table.meshes:  # instances share their mesh's vertices
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         return dtype
 
