@@ -88,6 +88,20 @@ def test_closest_and_any_hit_parity_with_warp_and_reference(seed):
 
 
 @needs_embreex
+def test_large_batches_split_over_cores_match_warp():
+    # Above runtime.CPU_SPLIT_MIN rows the prepare/finish kernels run in chunks (from the 2nd launch).
+    v, f = _random_scene(7, n=2000, degenerate=10)
+    o, d = _rays(7, 30000, v)
+    ray = rt.Ray(torch.tensor(o), torch.tensor(d), torch.tensor(np.random.default_rng(0).uniform(1, 3, 30000)).float(),
+                 tmin=0.1)
+    warp, emb = _both(lambda: _scene(v, f), lambda s: [s.intersect(ray).prim_id for _ in range(2)])
+    assert torch.equal(emb[0], emb[1])
+    same = emb[1] == warp[1]
+    assert same.float().mean() > 0.999, int((~same).sum())
+    assert (warp[1] >= 0).float().mean() > 0.2
+
+
+@needs_embreex
 def test_tmin_tmax_open_interval_at_the_hit_distance():
     # One triangle z = 0 seen from z = 2: the hit is at exactly t = 2 (float32-exact).
     v = np.array([[-1, -1, 0], [3, -1, 0], [-1, 3, 0]], np.float32)

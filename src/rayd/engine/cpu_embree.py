@@ -123,6 +123,7 @@ class EmbreeMirror:
         self.radius = float(np.abs(rel).max()) if rel.size else 0.0
         a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
         self.degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
+        self.degenerate_wp = wp.array(self.degenerate.astype(np.uint8), dtype=wp.uint8, device=tri.device)
         scene = _rtcore_scene.EmbreeScene(robust=True)
         _mesh_construction.TriangleMesh(scene, np.ascontiguousarray(rel, dtype=np.float32), faces)
         # embreex commits (builds the BVH) at the first query: commit now, at sync().
@@ -144,54 +145,89 @@ def usable(accel) -> bool:
     return active() and accel.device.is_cpu and accel.instances is None and accel.flat is not None
 
 
+import warp as wp  # noqa: E402
+
+from rayd.engine.runtime import PerRow, launch_rows  # noqa: E402
+from rayd.engine.traversal import ray_is_wellformed  # noqa: E402
+
+wp.set_module_options({"enable_backward": False})
+
+
+@wp.kernel(enable_backward=False)
+def _prepare_kernel(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
+    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
+    centre: wp.vec3d, radius: float, band: float,
+    origin: wp.array(dtype=wp.vec3), direction: wp.array(dtype=wp.vec3), far: wp.array(dtype=float),
+    start: wp.array(dtype=float), delta: wp.array(dtype=float),
+):
+    """Embree's ray per row: origin ``o + (tmin - delta) d - c`` (float64), ``tfar`` (-1: skip)."""
+    i = wp.tid()
+    oi = o[i * o_stride]
+    di = d[i * d_stride]
+    t0 = tmin[i * tmin_stride]
+    t1 = tmax[i * tmax_stride]
+    origin[i] = wp.vec3(0.0, 0.0, 0.0)
+    direction[i] = wp.vec3(1.0, 1.0, 1.0)
+    far[i] = -1.0
+    start[i] = 0.0
+    delta[i] = 0.0
+    if active[i * active_stride] != wp.uint8(0) and ray_is_wellformed(oi, di, t0, t1):
+        od = wp.vec3d(wp.float64(oi[0]), wp.float64(oi[1]), wp.float64(oi[2])) - centre
+        dd = wp.vec3d(wp.float64(di[0]), wp.float64(di[1]), wp.float64(di[2]))
+        dl = wp.float64(band) * (wp.length(od) + wp.float64(radius)) / wp.length(dd)
+        s0 = wp.float64(t0) - dl
+        p = od + s0 * dd
+        origin[i] = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
+        direction[i] = di
+        far[i] = float(wp.float64(t1) - s0 + dl)
+        start[i] = float(s0)
+        delta[i] = float(dl)
+
+
+@wp.kernel(enable_backward=False)
+def _finish_kernel(
+    d: wp.array(dtype=wp.vec3), d_stride: int,
+    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
+    ignore: wp.array(dtype=wp.int32), ignore_stride: int,
+    flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
+    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8),
+    far: wp.array(dtype=float), start: wp.array(dtype=float), delta: wp.array(dtype=float),
+    prim: wp.array(dtype=wp.int32), tfar: wp.array(dtype=float),
+    out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
+):
+    """The winner's ``global_prim_id``, or -1 and ``redo = 1`` where Warp must decide."""
+    i = wp.tid()
+    out[i] = -1
+    redo[i] = wp.uint8(0)
+    if far[i] < 0.0:
+        return
+    f = prim[i]
+    if f < 0:
+        di = d[i * d_stride]
+        if di[0] == 0.0 or di[1] == 0.0 or di[2] == 0.0:
+            redo[i] = wp.uint8(1)
+        return
+    t = wp.float64(tfar[i]) + wp.float64(start[i])
+    dl = wp.float64(delta[i])
+    bad = t <= wp.float64(tmin[i * tmin_stride]) + dl or t >= wp.float64(tmax[i * tmax_stride]) - dl
+    g = flat_global[f]
+    if bad or degenerate[f] != wp.uint8(0) or g == ignore[i * ignore_stride] or shape_enabled[flat_shape[f]] == wp.uint8(0):
+        redo[i] = wp.uint8(1)
+        return
+    if not wp.isfinite(t):
+        redo[i] = wp.uint8(1)
+        return
+    out[i] = g
+
+
 def _rows(array, n: int) -> np.ndarray:
     """A NumPy view of a ray array of length ``n`` or 1 (broadcast)."""
     a = array.numpy()
     if a.shape[0] == 1 and n != 1:
         return np.broadcast_to(a, (n, *a.shape[1:]))
     return a
-
-
-def _chunk(m: EmbreeMirror, tables, o, d, tmin, tmax, active, ignore, out):
-    """Embree search of one chunk; writes ``out`` and returns the rows Warp must redo."""
-    flat_global, flat_shape, enabled, all_enabled = tables
-    o64 = o.astype(np.float64) - m.centre
-    d64 = d.astype(np.float64)
-    t0 = tmin.astype(np.float64)
-    t1 = tmax.astype(np.float64)
-    with np.errstate(invalid="ignore", over="ignore"):
-        dn = np.sqrt(np.einsum("ij,ij->i", d64, d64))
-        ok = (active != 0) & np.isfinite(o64).all(1) & np.isfinite(d64).all(1) & np.isfinite(t0)
-        ok &= ~np.isnan(t1) & (dn > 0.0) & (t1 > t0)
-    out[:] = -1
-    rows = np.flatnonzero(ok)
-    if rows.size == 0:
-        return rows
-    o64, d64, t0, t1, dn = o64[rows], d64[rows], t0[rows], t1[rows], dn[rows]
-    delta = BAND * (np.sqrt(np.einsum("ij,ij->i", o64, o64)) + m.radius) / dn
-    start = t0 - delta
-    with np.errstate(over="ignore", invalid="ignore"):
-        origin = (o64 + start[:, None] * d64).astype(np.float32)
-        far = (t1 - start + delta).astype(np.float32)
-    good = np.isfinite(origin).all(1)
-    res = m.scene.run(np.ascontiguousarray(origin), np.ascontiguousarray(d64, dtype=np.float32),
-                      dists=np.ascontiguousarray(far), output=1)
-    prim = res["primID"].astype(np.int64)
-    hit = prim >= 0
-    face = np.where(hit, prim, 0)
-    t = res["tfar"].astype(np.float64) + start
-    redo = ~good | (hit & ((t <= t0 + delta) | (t >= t1 - delta) | m.degenerate[face]))
-    # Embree's slab test takes 1/0 as +huge: a ray with a zero direction component lying
-    # exactly on a box's upper face is culled (e.g. straight down onto the rim of a grid).
-    redo |= ~hit & (d64 == 0.0).any(1)
-    gid = np.where(hit, flat_global[face], -1)
-    ign = ignore[rows]
-    redo |= hit & (gid == ign)
-    if not all_enabled:
-        redo |= hit & (enabled[flat_shape[face]] == 0)
-    gid[redo] = -1
-    out[rows] = gid
-    return rows[redo]
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
@@ -205,39 +241,49 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
             batch (used for the rays Embree cannot answer exactly).
     """
     global _pool
-    import warp as wp
-
     n = global_prim_id.shape[0]
     m = mirror(accel.flat)
     view = accel.view
-    tables = (view.flat_global.numpy(), view.flat_shape.numpy(), view.shape_enabled.numpy(), view.all_enabled != 0)
-    cols = [_rows(a, n) for a in (rays.o, rays.d, rays.tmin, rays.tmax, rays.active, rays.ignore)]
-    cols[0], cols[1] = cols[0].reshape(n, 3), cols[1].reshape(n, 3)
-    out = global_prim_id.numpy()
+    dev = accel.device
+    origin = wp.empty(n, dtype=wp.vec3, device=dev)
+    direction = wp.empty(n, dtype=wp.vec3, device=dev)
+    far, start, delta, tfar = (wp.empty(n, dtype=float, device=dev) for _ in range(4))
+    prim = wp.empty(n, dtype=wp.int32, device=dev)
+    redo_flag = wp.empty(n, dtype=wp.uint8, device=dev)
+    args = rays.launch_args(n)
+    launch_rows(_prepare_kernel, n, [*args, wp.vec3d(*m.centre), m.radius, BAND],
+                [origin, direction, far, start, delta], dev, None)
+    org_np, dir_np, far_np = origin.numpy(), direction.numpy(), far.numpy()
+    prim_np, tfar_np = prim.numpy(), tfar.numpy()
     workers = os.cpu_count() or 1
     parts = max(1, min(4 * workers, n // MIN_CHUNK))
     bounds = [n * k // parts for k in range(parts + 1)]
 
-    def run(k: int) -> np.ndarray:
+    def run(k: int) -> None:
         lo, hi = bounds[k], bounds[k + 1]
-        return lo + _chunk(m, tables, *(c[lo:hi] for c in cols), out[lo:hi])
+        res = m.scene.run(org_np[lo:hi], dir_np[lo:hi], dists=far_np[lo:hi].copy(), output=1)
+        prim_np[lo:hi] = res["primID"]
+        tfar_np[lo:hi] = res["tfar"]
 
     if parts == 1:
-        redo = [run(0)]
+        run(0)
     else:
         if _pool is None:
             _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayd-embree")
-        redo = list(_pool.map(run, range(parts)))
-    redo = np.concatenate(redo)
+        list(_pool.map(run, range(parts)))
+    launch_rows(_finish_kernel, n,
+                [*args[2:8], *args[10:12], view.flat_global, view.flat_shape, view.shape_enabled, m.degenerate_wp,
+                 *(PerRow(a) for a in (far, start, delta, prim, tfar))], [global_prim_id, redo_flag], dev, None)
+    redo = np.flatnonzero(redo_flag.numpy())
     stats["rays"] += n
     stats["redone"] += int(redo.size)
     if redo.size == 0:
         return
     # The rays Embree could not answer exactly: rayd's Warp search on a compact batch.
-    device = accel.device
+    cols = [_rows(a, n) for a in (rays.o, rays.d, rays.tmin, rays.tmax, rays.active, rays.ignore)]
     sub = [np.ascontiguousarray(c[redo]) for c in cols]
-    vec = [wp.array(sub[i], dtype=wp.vec3, device=device) for i in (0, 1)]
-    scal = [wp.array(sub[i], dtype=dt, device=device) for i, dt in ((2, float), (3, float), (4, wp.uint8), (5, wp.int32))]
-    sub_out = wp.empty(redo.size, dtype=wp.int32, device=device)
+    vec = [wp.array(sub[i], dtype=wp.vec3, device=dev) for i in (0, 1)]
+    scal = [wp.array(sub[i], dtype=dt, device=dev) for i, dt in ((2, float), (3, float), (4, wp.uint8), (5, wp.int32))]
+    sub_out = wp.empty(redo.size, dtype=wp.int32, device=dev)
     warp_search(accel, type(rays)(vec[0], vec[1], *scal), sub_out)
-    out[redo] = sub_out.numpy()
+    global_prim_id.numpy()[redo] = sub_out.numpy()
