@@ -9,12 +9,13 @@ from __future__ import annotations
 from .base import Engine, NotSupported
 from .embree import Embree
 from .mitsuba3 import Mitsuba3
-from .rayd_torch import RaydTorch
+from .rayd_torch import RaydTorch, RaydTorchEmbree
 from .warp_mesh import WarpMeshLBVH, WarpMeshSAH
 
 #: In run order; the first available one is the reference of the agreement check.
 ENGINES: dict[str, type[Engine]] = {
     "rayd": RaydTorch,
+    "rayd-embree": RaydTorchEmbree,
     "warp-sah": WarpMeshSAH,
     "warp-lbvh": WarpMeshLBVH,
     "mitsuba": Mitsuba3,

@@ -105,3 +105,35 @@ class RaydTorch(Engine):
         self.vertex_sets = self.faces = self.ray = self.grad_vertices = None
         if self.device == "cuda":
             self.torch.cuda.empty_cache()
+
+
+
+class RaydTorchEmbree(RaydTorch):
+    """rayd.torch with the opt-in Embree CPU accelerator on (``rayd.engine.cpu_embree``)."""
+
+    name = "rayd.torch (embree)"
+
+    @classmethod
+    def missing(cls, device):
+        if device != "cpu":
+            return "CPU only"
+        try:
+            from rayd.engine import cpu_embree
+        except ImportError as exc:
+            return f"cannot import rayd.engine.cpu_embree ({exc})"
+        if not cpu_embree.available():
+            return "embreex not installed; pip install embreex"
+        return super().missing(device)
+
+    def load(self, workload):
+        from rayd.engine import cpu_embree
+
+        self._was = cpu_embree.active()
+        cpu_embree.set_enabled(True)
+        super().load(workload)
+
+    def close(self):
+        from rayd.engine import cpu_embree
+
+        super().close()
+        cpu_embree.set_enabled(self._was)

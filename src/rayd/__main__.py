@@ -61,6 +61,13 @@ def info() -> int:
     except ImportError:
         print("drjit: not installed (pip install rayd-geom[drjit] for rayd.drjit)")
 
+    try:
+        from rayd.engine import cpu_embree
+
+        print(f"CPU accelerator: {cpu_embree.describe()}")
+    except ImportError:
+        pass
+
     extras = {name: _version(name) for name in ("mitsuba", "embreex", "tqdm")}
     print("benchmark extras: " + ", ".join(f"{k} {v or 'not installed'}" for k, v in extras.items()))
     return 0

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine import cpu_embree
 from rayd.engine.accel import SceneAccel
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
@@ -86,6 +87,17 @@ def search(
     n = global_prim_id.shape[0]
     if n == 0:
         return
+    if cpu_embree.usable(accel):
+        # Embree on all cores; rayd's Warp search for the rays it cannot answer exactly.
+        cpu_embree.search(accel, rays, global_prim_id, lambda a, r, out: _warp_search(a, r, out, any_hit, None))
+        return
+    _warp_search(accel, rays, global_prim_id, any_hit, stream)
+
+
+def _warp_search(accel: SceneAccel, rays: RayBatch, global_prim_id: wp.array, any_hit: bool,
+                 stream: wp.Stream | None) -> None:
+    """rayd's Warp search kernel over all rays (CPU launches split across cores)."""
+    n = global_prim_id.shape[0]
     launch_rows(
         _SEARCH_KERNELS[accel.walks],
         n,

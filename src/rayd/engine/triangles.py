@@ -134,6 +134,9 @@ class TriangleScene:
         with launch_stream(self.device, stream):
             self._bounds(stream)
             self.bvh.refit()
+        mirror = getattr(self, "cpu_mirror", None)
+        if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
+            mirror.refresh()
 
     def flat_accel(self):
         """A :class:`~rayd.engine.accel.SceneAccel` seeing only these triangles as shape 0, faces 0..F-1."""
