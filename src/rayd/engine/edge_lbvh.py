@@ -4,7 +4,8 @@
 2. a stable radix sort of the codes (``wp.utils.radix_sort_pairs``);
 3. one kernel that emits every internal node from the sorted codes, ties between
    equal codes broken by sorted position (Karras 2012);
-4. node depths, for a level-by-level refit (deepest level first, one launch per level).
+4. node depths, for a level-by-level refit (deepest level first, one launch per level):
+   nodes sorted by depth on the device; only the per-level counts are read back.
 
 Node layout: internal nodes ``0 .. n-2`` (root 0), leaves ``n-1 .. 2n-2``; leaf
 ``n-1+i`` holds the ``i``-th segment in Morton order.
@@ -16,6 +17,7 @@ References:
 
 from __future__ import annotations
 
+import numpy as np
 import warp as wp
 
 # Build kernels have no derivatives: skip generating adjoint code (faster first compile).
@@ -172,6 +174,23 @@ def _edges_union_kernel(
     upper[node] = wp.max(upper[a], upper[b])
 
 
+_MAX_LEVELS = wp.constant(128)
+
+
+@wp.kernel
+def _edges_level_keys_kernel(
+    depth: wp.array(dtype=wp.int32),
+    keys: wp.array(dtype=wp.int32),
+    nodes: wp.array(dtype=wp.int32),
+    hist: wp.array(dtype=wp.int32),
+):
+    i = wp.tid()
+    d = wp.min(int(depth[i]), _MAX_LEVELS - 1)
+    keys[i] = wp.int32(_MAX_LEVELS - 1 - d)
+    nodes[i] = wp.int32(i)
+    wp.atomic_add(hist, d, 1)
+
+
 class Lbvh:
     """A Karras 2012 hierarchy over ``n >= 2`` segments (see the module docstring).
 
@@ -185,7 +204,6 @@ class Lbvh:
     """
 
     def __init__(self, points: wp.array, edge_v: wp.array, stream) -> None:
-        import numpy as np
 
         n = edge_v.shape[0]
         dev = points.device
@@ -206,18 +224,24 @@ class Lbvh:
         wp.launch(_edges_depth_kernel, dim=n - 1, inputs=[parent], outputs=[depth], device=dev)
         self.lower = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)
         self.upper = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)
+        # Level schedule for the refit, on the device: internal nodes sorted deepest first
+        # (radix sort by depth), and a histogram of the depths, the one small host read.
+        keys = wp.empty(2 * (n - 1), dtype=wp.int32, device=dev)
+        nodes = wp.empty(2 * (n - 1), dtype=wp.int32, device=dev)
+        hist = wp.zeros(_MAX_LEVELS, dtype=wp.int32, device=dev)
+        wp.launch(_edges_level_keys_kernel, dim=n - 1, inputs=[depth], outputs=[keys, nodes, hist], device=dev)
+        wp.utils.radix_sort_pairs(keys, nodes, n - 1)
         if stream is not None:
             wp.synchronize_stream(stream)
-        host_depth = depth.numpy()
-        by_depth = np.argsort(-host_depth, kind="stable").astype(np.int32)
+        counts = hist.numpy()
         self.levels: list[tuple[int, int]] = []
         start = 0
-        for count in np.bincount(host_depth)[::-1]:
+        for count in counts[::-1]:
             if count:
                 self.levels.append((start, int(count)))
                 start += int(count)
-        self.depth = int(host_depth.max()) + 2
-        self.level_nodes = wp.array(by_depth, dtype=wp.int32, device=dev)
+        self.depth = int(np.nonzero(counts)[0].max()) + 2
+        self.level_nodes = nodes
 
     def refit_internal(self) -> None:
         """Internal boxes from the leaf boxes ``lower/upper[n-1:]``, deepest level first."""
