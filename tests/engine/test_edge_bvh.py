@@ -182,3 +182,40 @@ def test_edge_modules_import_without_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 16), ("lbvh", 1)])
+def test_every_tree_matches_brute_force_and_breaks_ties_by_id(device, builder, leaf_size):
+    # each segment three times under shuffled ids: every query has an exact three-way tie
+    points, ends = _segments(8, e=300)
+    perm = np.random.default_rng(9).permutation(900)
+    dup = np.empty((900, 2), np.int32)
+    dup[perm] = np.tile(ends, (3, 1))
+    mask = np.ones(900, bool)
+    mask[perm[:30]] = False  # hide some copies: the tie is then among the others
+    bvh, _ = _build(device, points, dup, mask, builder=builder, leaf_size=leaf_size)
+    dev = _dev(device)
+    queries = np.random.default_rng(10).random((500, 3)).astype(np.float32)
+    q = wp.array(queries, dtype=wp.vec3, device=dev)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    dist = _point_segment(queries.astype(np.float64), points[dup[:, 0]].astype(np.float64),
+                          points[dup[:, 1]].astype(np.float64))
+    dist[:, ~mask] = np.inf
+    # expected: sort by (distance rounded to the float32 ties, id)
+    order = np.lexsort((np.broadcast_to(np.arange(900), dist.shape), dist.astype(np.float32)), axis=1)
+    out = wp.empty(500, dtype=wp.int32, device=dev)
+    counts = wp.zeros(500, dtype=wp.vec2i, device=dev)
+    search.nearest_edge_point(bvh, q, one, np.inf, out, counts=counts)
+    got = out.numpy()
+    np.testing.assert_allclose(dist[np.arange(500), got], dist.min(1), rtol=1e-5, atol=1e-7)
+    same = dup[got]  # the winner's copies: it must be the smallest unmasked id among them
+    for i in range(500):
+        copies = np.nonzero(np.all(dup == same[i], axis=1) & mask)[0]
+        assert got[i] == copies.min()
+    c = counts.numpy()
+    assert np.all(c[:, 0] >= 1) and np.all(c[:, 1] >= 1) and np.all(c[:, 1] <= 900)
+    top = wp.empty((500, 5), dtype=wp.int32, device=dev)
+    search.nearest_edges_point(bvh, q, one, np.inf, top)
+    np.testing.assert_allclose(np.take_along_axis(dist, top.numpy(), 1), np.sort(dist, 1)[:, :5], rtol=1e-5,
+                               atol=1e-7)
+    assert order.shape == dist.shape

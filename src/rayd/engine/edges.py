@@ -37,7 +37,6 @@ References:
 
 from __future__ import annotations
 
-import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import read_nodes
@@ -48,6 +47,8 @@ _INF = wp.constant(float("inf"))
 
 #: Builder used when ``EdgeBvh(builder=None)``.
 DEFAULT_BUILDER = "sah"
+#: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
+MAX_DEPTH = 64
 #: Segments per leaf of the ``"sah"`` builder when ``leaf_size=None``.
 DEFAULT_LEAF_SIZE = 4
 
@@ -97,6 +98,21 @@ def _edges_slots_kernel(
         slot_id[s] = wp.int32(-1)
         lower[box] = _empty_lo()
         upper[box] = _empty_hi()
+
+
+@wp.kernel
+def _edges_box_kernel(
+    points: wp.array(dtype=wp.vec3),
+    edge_v: wp.array(dtype=wp.vec2i),
+    lower: wp.array(dtype=wp.vec3),
+    upper: wp.array(dtype=wp.vec3),
+):
+    e = wp.tid()
+    ev = edge_v[e]
+    a = points[ev[0]]
+    b = points[ev[1]]
+    lower[e] = wp.min(a, b)
+    upper[e] = wp.max(a, b)
 
 
 @wp.func
@@ -294,20 +310,21 @@ class EdgeBvh:
         # Build over the full boxes of all edges (masked ones too, so that unmasking needs only a refit).
         self._item_lower = wp.empty(n, dtype=wp.vec3, device=dev)
         self._item_upper = wp.empty(n, dtype=wp.vec3, device=dev)
-        everything = wp.full(n, 1, dtype=wp.uint8, device=dev)
-        identity = wp.array(np.arange(n, dtype=np.int32), dtype=wp.int32, device=dev)
-        scratch = wp.empty(2 * n, dtype=wp.vec3, device=dev)
-        ids = wp.empty(n, dtype=wp.int32, device=dev)
-        wp.launch(_edges_slots_kernel, dim=n,
-                  inputs=[self.points, self.edge_v, everything, identity, 0, 0],
-                  outputs=[scratch, ids, self._item_lower, self._item_upper], device=dev)
+        wp.launch(_edges_box_kernel, dim=n, inputs=[self.points, self.edge_v],
+                  outputs=[self._item_lower, self._item_upper], device=dev)
         constructor = "sah" if dev.is_cpu else "cubql"
         self._bvh = wp.Bvh(self._item_lower, self._item_upper, constructor=constructor, leaf_size=self.leaf_size)
         nodes = read_nodes(self._bvh, n)
+        if nodes.depth >= MAX_DEPTH:  # deeper than the search stack: median splits (depth ~ log2 n)
+            self._bvh = wp.Bvh(self._item_lower, self._item_upper, constructor="median", leaf_size=self.leaf_size)
+            nodes = read_nodes(self._bvh, n)
         counts = wp.array(ptr=self._bvh.id + 40, dtype=wp.int32, shape=(4,), device=dev).numpy()
         self._num_src = int(counts[2])  # num_nodes
         self._nodes = nodes
         self._src_root = nodes.root
+        if nodes.root != 0:
+            raise RuntimeError("rayd.engine.EdgeBvh(): unexpected wp.Bvh layout (root not node 0); "
+                               "rayd needs warp-lang 1.19.0")
         flags = wp.empty(self._num_src, dtype=wp.int32, device=dev)
         self._packed = wp.empty(self._num_src, dtype=wp.int32, device=dev)
         wp.launch(_edges_internal_flags_kernel, dim=self._num_src, inputs=[nodes.lower_index], outputs=[flags],

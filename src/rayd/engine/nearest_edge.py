@@ -18,18 +18,23 @@ import math
 
 import warp as wp
 
-from rayd.engine.edges import EdgeBvh
+from rayd.engine.edges import MAX_DEPTH, EdgeBvh
 from rayd.engine.runtime import launch_stream
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
 MAX_K = 16
-_STACK = 64  # >= the deepest tree (Warp/cuBQL trees: 33 levels; Karras trees: 62 key bits)
+_STACK = MAX_DEPTH  # >= the deepest tree (SAH trees are checked; Karras trees: <= 62 levels from 62 key bits)
 
 _INF = wp.constant(float("inf"))
 
 # Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
 _NO_ID = wp.constant(2147483647)
+# A box is opened while its squared distance is within a relative 2^-10 of the best squared
+# distance (radius 2^-11 for rays): the float32 segment distance can round below the box
+# distance of the same segment, and an edge tied with the best must not be hidden by that.
+_OPEN = wp.constant(1.0 + 1.0 / 1024.0)
+_OPEN_R = wp.constant(1.0 + 1.0 / 2048.0)
 _stack_i = wp.types.vector(length=_STACK, dtype=wp.int32)
 _stack_f = wp.types.vector(length=_STACK, dtype=wp.float32)
 _heap_i = wp.types.vector(length=MAX_K, dtype=wp.int32)
@@ -238,7 +243,7 @@ def _make_search_kernel(kind: int, counting: bool):
             key_a = float(0.0)
             key_b = float(0.0)
             if wp.static(kind == RAY):
-                r = wp.sqrt(bound)
+                r = wp.sqrt(bound) * _OPEN_R
                 ok_a = _ray_box_reach(p, dir, s0, s1, lo_a, hi_a, r) < _INF
                 ok_b = _ray_box_reach(p, dir, s0, s1, lo_b, hi_b, r) < _INF
                 ca = 0.5 * (lo_a + hi_a)
@@ -248,8 +253,8 @@ def _make_search_kernel(kind: int, counting: bool):
             else:
                 key_a = _box_dsq(p, lo_a, hi_a)
                 key_b = _box_dsq(p, lo_b, hi_b)
-                ok_a = key_a <= bound and key_a < _INF
-                ok_b = key_b <= bound and key_b < _INF
+                ok_a = key_a <= bound * _OPEN and key_a < _INF
+                ok_b = key_b <= bound * _OPEN and key_b < _INF
             # near = the child to take first
             near = int(ch[0])
             near_n = int(ch[2])
@@ -275,7 +280,7 @@ def _make_search_kernel(kind: int, counting: bool):
                 if c == 1:
                     leaf_ok = far_ok and far_n > 0
                     if wp.static(kind != RAY):
-                        leaf_ok = leaf_ok and far_key <= bound
+                        leaf_ok = leaf_ok and far_key <= bound * _OPEN
                     first = far
                     count = far_n
                 if leaf_ok:
@@ -319,7 +324,7 @@ def _make_search_kernel(kind: int, counting: bool):
                 while sp > 0:
                     sp -= 1
                     if wp.static(kind != RAY):
-                        if stack_key[sp] > bound:
+                        if stack_key[sp] > bound * _OPEN:
                             continue
                     node = int(stack[sp])
                     go = int(1)
