@@ -300,7 +300,16 @@ class EdgeBvh:
                 self.num_inner = n - 1
                 self.depth = self._lbvh.depth
             else:
-                self._build_sah(stream)
+                try:
+                    self._build_sah(stream)
+                except RuntimeError:  # no cuBQL in this Warp build: our own LBVH instead
+                    if dev.is_cpu:
+                        raise
+                    self.builder, self.leaf_size = "lbvh", 1
+                    self._lbvh = Lbvh(points, edge_v, stream)
+                    self.slot_edge = self._lbvh.order
+                    self.num_inner = n - 1
+                    self.depth = self._lbvh.depth
             self.node_box = wp.empty(4 * self.num_inner, dtype=wp.vec4, device=dev)
             self.node_child = wp.empty(self.num_inner, dtype=wp.vec4i, device=dev)
         self.refit(stream)
