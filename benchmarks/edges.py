@@ -20,9 +20,14 @@ run on a subset of the points when the full product would take too long, then sc
 to the full count (``brute_extrapolated``). Prints a table and one JSON line per
 workload (``--json FILE`` appends them to a file).
 
+Then, per workload and per edge BVH of ``--trees`` (``builder:leaf_size``; ``legacy:1`` is
+the frozen code of commit b3e33b4, ``benchmarks/legacy_edges.py``): the BVH build alone
+(median of 3 after a warm-up), refit, sorted and unsorted engine search, and the largest
+relative error of the chosen edges' float64 distances against the float64 brute force.
+
 Usage::
 
-    python benchmarks/edges.py --device cuda --size full
+    python benchmarks/edges.py --device cuda --size full --brute-budget 3 --json $OUT/edges_h200.jsonl
     python benchmarks/edges.py --device cpu --size cpu --json benchmarks/results/edges_cpu.jsonl
 """
 
