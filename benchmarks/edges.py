@@ -20,9 +20,14 @@ run on a subset of the points when the full product would take too long, then sc
 to the full count (``brute_extrapolated``). Prints a table and one JSON line per
 workload (``--json FILE`` appends them to a file).
 
+Then, per workload and per edge BVH of ``--trees`` (``builder:leaf_size``; ``legacy:1`` is
+the frozen code of commit b3e33b4, ``benchmarks/legacy_edges.py``): the BVH build alone
+(median of 3 after a warm-up), refit, sorted and unsorted engine search, and the largest
+relative error of the chosen edges' float64 distances against the float64 brute force.
+
 Usage::
 
-    python benchmarks/edges.py --device cuda --size full
+    python benchmarks/edges.py --device cuda --size full --brute-budget 3 --json $OUT/edges_h200.jsonl
     python benchmarks/edges.py --device cpu --size cpu --json benchmarks/results/edges_cpu.jsonl
 """
 
@@ -45,8 +50,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rayd.torch as rt  # noqa: E402
 from rayd.engine import nearest_edge as engine_search  # noqa: E402
+from rayd.engine.edges import EdgeBvh  # noqa: E402
 from rayd.torch import _convert  # noqa: E402
 
+from benchmarks import legacy_edges  # noqa: E402
 from benchmarks.workloads import bumpy_sphere_mesh as sphere_mesh  # noqa: E402
 from benchmarks.workloads import terrain_mesh  # noqa: E402
 
@@ -106,7 +113,7 @@ def brute_force(points: torch.Tensor, a: torch.Tensor, b: torch.Tensor, k: int, 
     return torch.cat(out)
 
 
-def run(name: str, spec: dict, device: str, reps: int, brute_budget: float) -> dict:
+def run(name: str, spec: dict, device: str, reps: int, brute_budget: float, trees: list) -> list[dict]:
     vertices, faces = spec["mesh"]()
     n, k = spec["points"], spec["k"]
     points = torch.from_numpy(box_points(vertices, n, seed=7)).to(device)
@@ -159,6 +166,46 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float) -> d
     got = query().distance.reshape(n, k)[:check].double()
     rel = ((got - exact).abs() / exact.clamp_min(1e-12)).max().item()
     del reference
+
+    def ids_error(ids: torch.Tensor) -> float:
+        """Max relative error of the distances to the edges ``ids`` [check, k] against ``exact``."""
+        ids = ids.reshape(n, k)[:check].long()
+        pa, pb = a.double()[ids.clamp_min(0)], b.double()[ids.clamp_min(0)]
+        q = points[:check, None].double()
+        ab = pb - pa
+        t = (((q - pa) * ab).sum(-1) / (ab * ab).sum(-1).clamp_min(1e-300)).clamp(0, 1)
+        d = (q - pa - t[..., None] * ab).norm(dim=-1)
+        d = torch.where(ids >= 0, d, torch.full_like(d, math.inf))
+        return ((d - exact).abs() / exact.clamp_min(1e-12)).max().item()
+
+    tree_rows = []
+    for builder, leaf in trees:
+        if builder == "legacy":
+            make = lambda: legacy_edges.LegacyEdgeBvh(bvh.points, bvh.edge_v, bvh.mask, stream)  # noqa: E731
+            fn = legacy_edges.nearest_edge_point if k == 1 else legacy_edges.nearest_edges_point
+        else:
+            make = lambda: EdgeBvh(bvh.points, bvh.edge_v, bvh.mask, stream, builder=builder, leaf_size=leaf)  # noqa: E731
+            fn = search_fn
+        tree = make()
+        _sync(device)
+        builds = []
+        for _ in range(3):
+            start = time.perf_counter()
+            tree = make()
+            _sync(device)
+            builds.append((time.perf_counter() - start) * 1e3)
+        ms = {mode: timed(lambda: fn(tree, pts_w, flag_w, math.inf, out_w, stream, sort_queries=sort), device, reps)
+              for mode, sort in (("unsorted", False), ("sorted", True))}
+        fn(tree, pts_w, flag_w, math.inf, out_w, stream)
+        _sync(device)
+        tree_rows.append({
+            "benchmark": "edges_tree", "workload": name, "tree": f"{builder}:{leaf}", "edges": int(num_edges),
+            "points": n, "k": k, "depth": tree.depth, "bvh_build_ms": round(statistics.median(builds), 3),
+            "refit_ms": round(timed(lambda: tree.refit(stream), device, reps), 3),
+            "search_unsorted_ms": round(ms["unsorted"], 3), "search_sorted_ms": round(ms["sorted"], 3),
+            "max_rel_distance_err": ids_error(winner.clone()), "goal_h200_ms": GOAL_MS[name],
+        })
+        del tree
     row = {
         "benchmark": "edges",
         "workload": name,
@@ -181,8 +228,9 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float) -> d
         "max_rel_distance_err": rel,
         "rayd08_h200_ms": RAYD08_MS[name],
         "goal_h200_ms": GOAL_MS[name],
+        "builder": f"{bvh.builder}:{bvh.leaf_size}",
     }
-    return row
+    return [row] + tree_rows
 
 
 def main() -> None:
@@ -193,6 +241,8 @@ def main() -> None:
     parser.add_argument("--brute-budget", type=float, default=20.0, help="seconds of brute force per workload")
     parser.add_argument("--only", nargs="*", help="workload names to run")
     parser.add_argument("--json", type=Path, help="append JSON lines to this file")
+    parser.add_argument("--trees", nargs="*", default=["legacy:1", "lbvh:1", "sah:2", "sah:4", "sah:8"],
+                        help="edge BVHs to compare (builder:leaf_size; 'legacy:1' = the b3e33b4 code)")
     args = parser.parse_args()
     device = args.device if args.device != "cuda" else "cuda:0"
     size = args.size or ("full" if device.startswith("cuda") else "cpu")
@@ -204,13 +254,19 @@ def main() -> None:
     for name, spec in workloads(size).items():
         if args.only and name not in args.only:
             continue
-        row = run(name, spec, device, args.reps, args.brute_budget)
+        trees = [(t.split(":")[0], int(t.split(":")[1])) for t in args.trees]
+        row, *tree_rows = run(name, spec, device, args.reps, args.brute_budget, trees)
         row["size"] = size
         rows.append(row)
+        rows.extend(tree_rows)
         brute = f"{row['brute_ms']:.0f}{'~' if row['brute_extrapolated'] else ''}"
         print(f"{name:20s} {row['triangles']:9d} {row['edges']:9d} {row['points']:8d} {row['k']:2d} "
               f"{row['search_unsorted_ms']:8.2f}m {row['search_sorted_ms']:8.2f}m {row['query_ms']:8.2f}m {row['refit_ms']:7.2f}m {brute:>9s}m "
-              f"{row['rayd08_h200_ms']:7.0f}m {row['goal_h200_ms']:5.0f}m", flush=True)
+              f"{row['rayd08_h200_ms']:7.0f}m {row['goal_h200_ms']:5.0f}m  (default tree {row['builder']})", flush=True)
+        for t in tree_rows:
+            print(f"  tree {t['tree']:9s} depth {t['depth']:3d}  build {t['bvh_build_ms']:9.2f}m  refit {t['refit_ms']:7.3f}m  "
+                  f"search unsorted {t['search_unsorted_ms']:9.2f}m  sorted {t['search_sorted_ms']:9.2f}m  "
+                  f"max rel err {t['max_rel_distance_err']:.1e}", flush=True)
     print("# times in ms; '~' = brute force extrapolated from a subset; RayD 0.8 and goals are H200 figures")
     for row in rows:
         line = json.dumps(row)

@@ -22,7 +22,7 @@ def _segments(seed: int, v: int = 400, e: int = 1500):
     return points, ends
 
 
-def _build(device, points, ends, mask=None):
+def _build(device, points, ends, mask=None, **options):
     dev = _dev(device)
     mask = np.ones(len(ends), np.uint8) if mask is None else mask.astype(np.uint8)
     arrays = (
@@ -30,7 +30,7 @@ def _build(device, points, ends, mask=None):
         wp.array(ends, dtype=wp.vec2i, device=dev),
         wp.array(mask, dtype=wp.uint8, device=dev),
     )
-    return EdgeBvh(*arrays), arrays
+    return EdgeBvh(*arrays, **options), arrays
 
 
 def _point_segment(q, a, b):
@@ -39,24 +39,57 @@ def _point_segment(q, a, b):
     return np.linalg.norm(q[:, None] - (a + t[..., None] * ab), axis=-1)
 
 
-@pytest.mark.parametrize("num_edges", [1, 2, 3, 1500])
-def test_hierarchy_is_a_tree_whose_boxes_contain_their_children(device, num_edges):
+def _walk_packed(bvh, points, ends, mask):
+    """Check the packed tree from the root; return the slots reached, in leaf order."""
+    box = bvh.node_box.numpy().reshape(-1, 4, 4)[:, :, :3]
+    child = bvh.node_child.numpy()
+    seg = bvh.seg.numpy().reshape(-1, 2, 3)
+    slot_id = bvh.slot_id.numpy()
+    slot_edge = bvh.slot_edge.numpy()
+    slots, visited = [], set()
+
+    def walk(j, depth):
+        assert j not in visited and depth <= 64
+        visited.add(j)
+        for c in (0, 1):
+            lo, hi, code, count = box[j, 2 * c], box[j, 2 * c + 1], child[j, c], child[j, 2 + c]
+            empty = lo[0] > hi[0]
+            if count > 0:
+                for s in range(code, code + count):
+                    e = slot_edge[s]
+                    slots.append(s)
+                    np.testing.assert_array_equal(seg[s], points[ends[e]])
+                    assert slot_id[s] == (e if mask[e] else -1)
+                    if mask[e]:  # every unmasked segment lies in its leaf's box
+                        assert not empty and np.all(lo <= seg[s].min(0)) and np.all(seg[s].max(0) <= hi)
+            elif not (empty and code == 0):  # (an empty child 0 is "nothing": the root has no parent)
+                if not empty:
+                    sub = box[code].reshape(2, 2, 3)
+                    for cc in (0, 1):
+                        if sub[cc, 0, 0] <= sub[cc, 1, 0]:
+                            assert np.all(lo <= sub[cc, 0]) and np.all(sub[cc, 1] <= hi)
+                walk(code, depth + 1)
+
+    walk(0, 1)
+    return slots
+
+
+@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 8), ("lbvh", 1)])
+@pytest.mark.parametrize("num_edges", [1, 2, 3, 5, 1500])
+def test_hierarchy_is_a_tree_whose_boxes_contain_their_children(device, num_edges, builder, leaf_size):
     points, ends = _segments(0, e=num_edges)
-    bvh, _ = _build(device, points, ends)
-    n = num_edges
-    lower, upper = bvh.lower.numpy(), bvh.upper.numpy()
-    assert sorted(bvh.leaf_edge.numpy().tolist()) == list(range(n))
-    if n == 1:
-        return
-    left, right = bvh.left.numpy(), bvh.right.numpy()
-    children = np.concatenate([left, right])
-    assert sorted(children.tolist()) == list(range(1, 2 * n - 1))  # every node but the root, once
-    for node in range(n - 1):
-        for child in (left[node], right[node]):
-            assert np.all(lower[node] <= lower[child]) and np.all(upper[child] <= upper[node])
-    a, b = points[ends[bvh.leaf_edge.numpy(), 0]], points[ends[bvh.leaf_edge.numpy(), 1]]
-    np.testing.assert_array_equal(lower[n - 1 :], np.minimum(a, b))
-    assert bvh.depth < 64
+    mask = np.random.default_rng(1).random(num_edges) > 0.25
+    bvh, (wp_points, _, wp_mask) = _build(device, points, ends, mask, builder=builder, leaf_size=leaf_size)
+    slots = _walk_packed(bvh, points, ends, mask)
+    assert sorted(slots) == list(range(num_edges))  # every segment in exactly one leaf
+    assert sorted(bvh.slot_edge.numpy().tolist()) == list(range(num_edges))
+    assert bvh.depth <= 64
+    # refit after moving the vertices and unmasking everything keeps the invariants
+    points = (points * np.array([1.5, 0.7, 1.0]) + 0.1).astype(np.float32)
+    wp_points.assign(wp.array(points, dtype=wp.vec3, device=_dev(device)))
+    wp_mask.fill_(1)
+    bvh.refit()
+    assert sorted(_walk_packed(bvh, points, ends, np.ones(num_edges, bool))) == list(range(num_edges))
 
 
 def test_point_search_and_refit_match_brute_force(device):
@@ -149,3 +182,40 @@ def test_edge_modules_import_without_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith("ok")
+
+
+@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 16), ("lbvh", 1)])
+def test_every_tree_matches_brute_force_and_breaks_ties_by_id(device, builder, leaf_size):
+    # each segment three times under shuffled ids: every query has an exact three-way tie
+    points, ends = _segments(8, e=300)
+    perm = np.random.default_rng(9).permutation(900)
+    dup = np.empty((900, 2), np.int32)
+    dup[perm] = np.tile(ends, (3, 1))
+    mask = np.ones(900, bool)
+    mask[perm[:30]] = False  # hide some copies: the tie is then among the others
+    bvh, _ = _build(device, points, dup, mask, builder=builder, leaf_size=leaf_size)
+    dev = _dev(device)
+    queries = np.random.default_rng(10).random((500, 3)).astype(np.float32)
+    q = wp.array(queries, dtype=wp.vec3, device=dev)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    dist = _point_segment(queries.astype(np.float64), points[dup[:, 0]].astype(np.float64),
+                          points[dup[:, 1]].astype(np.float64))
+    dist[:, ~mask] = np.inf
+    # expected: sort by (distance rounded to the float32 ties, id)
+    order = np.lexsort((np.broadcast_to(np.arange(900), dist.shape), dist.astype(np.float32)), axis=1)
+    out = wp.empty(500, dtype=wp.int32, device=dev)
+    counts = wp.zeros(500, dtype=wp.vec2i, device=dev)
+    search.nearest_edge_point(bvh, q, one, np.inf, out, counts=counts)
+    got = out.numpy()
+    np.testing.assert_allclose(dist[np.arange(500), got], dist.min(1), rtol=1e-5, atol=1e-7)
+    same = dup[got]  # the winner's copies: it must be the smallest unmasked id among them
+    for i in range(500):
+        copies = np.nonzero(np.all(dup == same[i], axis=1) & mask)[0]
+        assert got[i] == copies.min()
+    c = counts.numpy()
+    assert np.all(c[:, 0] >= 1) and np.all(c[:, 1] >= 1) and np.all(c[:, 1] <= 900)
+    top = wp.empty((500, 5), dtype=wp.int32, device=dev)
+    search.nearest_edges_point(bvh, q, one, np.inf, top)
+    np.testing.assert_allclose(np.take_along_axis(dist, top.numpy(), 1), np.sort(dist, 1)[:, :5], rtol=1e-5,
+                               atol=1e-7)
+    assert order.shape == dist.shape

@@ -2,220 +2,241 @@
 
 Warp's ``wp.Bvh`` answers box, sphere and ray-overlap queries, but its traversal
 cannot shrink a search radius as candidates are found, order children by distance,
-or keep a per-query top-k bound, and it exposes no nodes to write such a traversal
-ourselves. Nearest-edge search needs all three, so this module builds its own
-linear BVH (Karras 2012) over segment bounds, entirely in Warp kernels (CPU and CUDA):
+or keep a per-query top-k bound. Nearest-edge search needs all three, so the search
+kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
 
-1. Morton codes (30 bits) of the segment midpoints, normalised to their bounds;
-2. a stable radix sort of the codes (``wp.utils.radix_sort_pairs``);
-3. one kernel that emits every internal node from the sorted codes, ties between
-   equal codes broken by sorted position (Karras 2012);
-4. refit: leaf boxes from the live segment endpoints (masked-out edges get an empty
-   box), then internal boxes level by level from the deepest level up (one launch
-   per level, no atomics or fences needed).
+* the tree comes from one of two builders, both running on the scene's device:
 
-Node layout: internal nodes ``0 .. n-2`` (root 0), leaves ``n-1 .. 2n-2``; leaf
-``n-1+i`` holds the ``i``-th segment in Morton order. With one segment, node 0 is
-that leaf. The leaves store their segment endpoints (copied at refit) so queries
-read contiguous memory.
+  - ``"sah"`` (default): ``wp.Bvh`` over the segment boxes with leaves of up to
+    ``leaf_size`` segments, built by cuBQL's binned-SAH GPU builder on CUDA
+    (``constructor="cubql"``) and by Warp's SAH builder on the CPU; refit by
+    ``wp.Bvh.refit`` (one launch, leaves climbing with per-node counters);
+  - ``"lbvh"``: our own Karras 2012 linear BVH over 30-bit Morton codes of the
+    segment midpoints (:mod:`rayd.engine.edge_lbvh`), one segment per leaf, refit
+    level by level.
+
+* packed layout (what the searches read): internal node ``j`` (root 0) stores the
+  boxes of both its children side by side, ``node_box[4 j + 0..3] = lo_a, hi_a,
+  lo_b, hi_b`` (``vec4``, w unused), and ``node_child[j] = (code_a, code_b, count_a,
+  count_b)``: a child with ``count = 0`` is internal node ``code``, else a leaf
+  holding the segment slots ``code .. code + count - 1``. A visit reads one 64-byte
+  run; the children's boxes are tested together. Segment slots are in leaf order:
+  ``seg[2 s], seg[2 s + 1]`` are the endpoints of slot ``s`` (one contiguous run
+  per leaf), ``slot_id[s]`` its ``global_edge_id``, or ``-1`` while masked out.
+  Masked segments also leave the boxes (an all-masked subtree gets an empty box
+  ``lo = +inf, hi = -inf``, which no query enters).
+
+Refit (:meth:`EdgeBvh.refit`): segments and leaf boxes from the live endpoints and
+mask, internal boxes bottom up, then one packing launch; no host synchronisation.
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
     and k-d Trees", HPG 2012.
+    Wald 2007, "On fast Construction of SAH-based Bounding Volume Hierarchies", RT 2007.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import warp as wp
 
+from rayd.engine.bvh_nodes import read_nodes
+from rayd.engine.edge_lbvh import Lbvh
 from rayd.engine.runtime import launch_stream
 
 _INF = wp.constant(float("inf"))
+
+#: Builder used when ``EdgeBvh(builder=None)``.
+DEFAULT_BUILDER = "sah"
+#: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
+MAX_DEPTH = 64
+#: Segments per leaf of the ``"sah"`` builder when ``leaf_size=None``.
+DEFAULT_LEAF_SIZE = 4
 
 # Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
 
 
 @wp.func
-def _msb(x: int) -> int:
-    """Index of the highest set bit of ``x > 0``."""
-    r = int(0)
-    if x >= 65536:
-        r += 16
-        x = x >> 16
-    if x >= 256:
-        r += 8
-        x = x >> 8
-    if x >= 16:
-        r += 4
-        x = x >> 4
-    if x >= 4:
-        r += 2
-        x = x >> 2
-    if x >= 2:
-        r += 1
-    return r
+def _empty_lo() -> wp.vec3:
+    return wp.vec3(_INF, _INF, _INF)
 
 
 @wp.func
-def _delta(codes: wp.array(dtype=wp.int32), n: int, i: int, j: int) -> int:
-    """Length of the common prefix of keys ``i`` and ``j`` (-1 outside ``[0, n)``)."""
-    if j < 0 or j >= n:
-        return -1
-    ci = codes[i]
-    cj = codes[j]
-    if ci == cj:
-        return 32 + 31 - _msb(i ^ j)
-    return 31 - _msb(ci ^ cj)
+def _empty_hi() -> wp.vec3:
+    return wp.vec3(-_INF, -_INF, -_INF)
 
 
 @wp.kernel
-def _edges_gather_kernel(
-    points: wp.array(dtype=wp.vec3),
-    edge_v: wp.array(dtype=wp.vec2i),
-    centroid: wp.array(dtype=wp.vec3),
-    bounds: wp.array(dtype=float),
-):
-    e = wp.tid()
-    ev = edge_v[e]
-    c = 0.5 * (points[ev[0]] + points[ev[1]])
-    centroid[e] = c
-    for k in range(3):
-        wp.atomic_min(bounds, k, c[k])
-        wp.atomic_max(bounds, 3 + k, c[k])
-
-
-@wp.kernel
-def _edges_morton_kernel(
-    centroid: wp.array(dtype=wp.vec3),
-    bounds: wp.array(dtype=float),
-    codes: wp.array(dtype=wp.int32),
-    order: wp.array(dtype=wp.int32),
-):
-    e = wp.tid()
-    c = centroid[e]
-    code = int(0)
-    for k in range(3):
-        lo = bounds[k]
-        extent = bounds[3 + k] - lo
-        x = float(0.0)
-        if extent > 0.0:
-            x = wp.clamp((c[k] - lo) / extent, 0.0, 1.0)
-        if not wp.isfinite(x):
-            x = 0.0
-        q = wp.min(int(x * 1024.0), 1023)
-        for b in range(10):
-            code = code | (((q >> b) & 1) << (3 * b + 2 - k))
-    codes[e] = wp.int32(code)
-    order[e] = wp.int32(e)
-
-
-@wp.kernel
-def _edges_hierarchy_kernel(
-    codes: wp.array(dtype=wp.int32),
-    n: int,
-    left: wp.array(dtype=wp.int32),
-    right: wp.array(dtype=wp.int32),
-    parent: wp.array(dtype=wp.int32),
-):
-    i = wp.tid()
-    d = int(1)
-    if _delta(codes, n, i, i + 1) < _delta(codes, n, i, i - 1):
-        d = -1
-    dmin = _delta(codes, n, i, i - d)
-    lmax = int(2)
-    while _delta(codes, n, i, i + lmax * d) > dmin:
-        lmax = lmax * 2
-    length = int(0)
-    t = lmax // 2
-    while t >= 1:
-        if _delta(codes, n, i, i + (length + t) * d) > dmin:
-            length = length + t
-        t = t // 2
-    j = i + length * d
-    dnode = _delta(codes, n, i, j)
-    s = int(0)
-    divider = int(2)
-    t = (length + divider - 1) // divider
-    while t >= 1:
-        if _delta(codes, n, i, i + (s + t) * d) > dnode:
-            s = s + t
-        if t == 1:
-            break
-        divider = divider * 2
-        t = (length + divider - 1) // divider
-    gamma = i + s * d + wp.min(d, 0)
-    lo = wp.min(i, j)
-    hi = wp.max(i, j)
-    a = gamma
-    if lo == gamma:
-        a = n - 1 + gamma
-    b = gamma + 1
-    if hi == gamma + 1:
-        b = n - 1 + gamma + 1
-    left[i] = wp.int32(a)
-    right[i] = wp.int32(b)
-    parent[a] = wp.int32(i)
-    parent[b] = wp.int32(i)
-
-
-@wp.kernel
-def _edges_depth_kernel(parent: wp.array(dtype=wp.int32), depth: wp.array(dtype=wp.int32)):
-    i = wp.tid()
-    k = int(0)
-    node = i
-    while node > 0:
-        node = int(parent[node])
-        k += 1
-    depth[i] = wp.int32(k)
-
-
-@wp.kernel
-def _edges_leaf_kernel(
+def _edges_slots_kernel(
     points: wp.array(dtype=wp.vec3),
     edge_v: wp.array(dtype=wp.vec2i),
     mask: wp.array(dtype=wp.uint8),
-    leaf_edge: wp.array(dtype=wp.int32),
-    n: int,
-    seg_a: wp.array(dtype=wp.vec3),
-    seg_b: wp.array(dtype=wp.vec3),
+    slot_edge: wp.array(dtype=wp.int32),
+    box_by_slot: int,
+    box_base: int,
+    seg: wp.array(dtype=wp.vec3),
+    slot_id: wp.array(dtype=wp.int32),
     lower: wp.array(dtype=wp.vec3),
     upper: wp.array(dtype=wp.vec3),
 ):
-    i = wp.tid()
-    e = int(leaf_edge[i])
+    """Segments of slot ``s`` in leaf order, and their boxes (by slot or by edge)."""
+    s = wp.tid()
+    e = int(slot_edge[s])
     ev = edge_v[e]
     a = points[ev[0]]
     b = points[ev[1]]
-    seg_a[i] = a
-    seg_b[i] = b
+    seg[2 * s] = a
+    seg[2 * s + 1] = b
+    box = e
+    if box_by_slot != 0:
+        box = box_base + s
     if mask[e] != wp.uint8(0):
-        lower[n - 1 + i] = wp.min(a, b)
-        upper[n - 1 + i] = wp.max(a, b)
+        slot_id[s] = wp.int32(e)
+        lower[box] = wp.min(a, b)
+        upper[box] = wp.max(a, b)
     else:
-        lower[n - 1 + i] = wp.vec3(_INF, _INF, _INF)
-        upper[n - 1 + i] = wp.vec3(-_INF, -_INF, -_INF)
+        slot_id[s] = wp.int32(-1)
+        lower[box] = _empty_lo()
+        upper[box] = _empty_hi()
 
 
 @wp.kernel
-def _edges_union_kernel(
-    nodes: wp.array(dtype=wp.int32),
-    start: int,
+def _edges_box_kernel(
+    points: wp.array(dtype=wp.vec3),
+    edge_v: wp.array(dtype=wp.vec2i),
+    lower: wp.array(dtype=wp.vec3),
+    upper: wp.array(dtype=wp.vec3),
+):
+    e = wp.tid()
+    ev = edge_v[e]
+    a = points[ev[0]]
+    b = points[ev[1]]
+    lower[e] = wp.min(a, b)
+    upper[e] = wp.max(a, b)
+
+
+@wp.func
+def _put_child(node_box: wp.array(dtype=wp.vec4), j: int, c: int, lo: wp.vec3, hi: wp.vec3):
+    node_box[4 * j + 2 * c] = wp.vec4(lo[0], lo[1], lo[2], 0.0)
+    node_box[4 * j + 2 * c + 1] = wp.vec4(hi[0], hi[1], hi[2], 0.0)
+
+
+@wp.kernel
+def _edges_pack_lbvh_kernel(
+    n: int,
     left: wp.array(dtype=wp.int32),
     right: wp.array(dtype=wp.int32),
     lower: wp.array(dtype=wp.vec3),
     upper: wp.array(dtype=wp.vec3),
+    node_box: wp.array(dtype=wp.vec4),
+    node_child: wp.array(dtype=wp.vec4i),
+    root_box: wp.array(dtype=wp.vec3),
 ):
-    node = int(nodes[start + wp.tid()])
-    a = int(left[node])
-    b = int(right[node])
-    lower[node] = wp.min(lower[a], lower[b])
-    upper[node] = wp.max(upper[a], upper[b])
+    """Packed node ``j`` from internal node ``j`` of a Karras tree (leaves ``>= n - 1``)."""
+    j = wp.tid()
+    a = int(left[j])
+    b = int(right[j])
+    _put_child(node_box, j, 0, lower[a], upper[a])
+    _put_child(node_box, j, 1, lower[b], upper[b])
+    code = wp.vec4i(a, b, 0, 0)
+    if a >= n - 1:
+        code[0] = a - (n - 1)
+        code[2] = 1
+    if b >= n - 1:
+        code[1] = b - (n - 1)
+        code[3] = 1
+    node_child[j] = code
+    if j == 0:
+        root_box[0] = wp.min(lower[a], lower[b])
+        root_box[1] = wp.max(upper[a], upper[b])
+
+
+@wp.kernel
+def _edges_internal_flags_kernel(lower_index: wp.array(dtype=wp.vec4i), flags: wp.array(dtype=wp.int32)):
+    j = wp.tid()
+    flags[j] = wp.int32(1)
+    if lower_index[j][3] < 0:
+        flags[j] = wp.int32(0)
+
+
+@wp.func
+def _warp_child(
+    lowers: wp.array(dtype=wp.vec4),
+    uppers: wp.array(dtype=wp.vec4),
+    lower_index: wp.array(dtype=wp.vec4i),
+    upper_index: wp.array(dtype=wp.vec4i),
+    packed: wp.array(dtype=wp.int32),
+    c: int,
+) -> wp.vec4i:
+    """(code, count, 0, 0) of ``wp.Bvh`` node ``c`` as a packed child."""
+    low = lower_index[c][3]
+    if low < 0:
+        first = low & 0x7FFFFFFF
+        last = upper_index[c][3] & 0x7FFFFFFF
+        return wp.vec4i(first, last - first, 0, 0)
+    return wp.vec4i(int(packed[c]) - 1, 0, 0, 0)
+
+
+@wp.kernel
+def _edges_pack_warp_kernel(
+    root: int,
+    lowers: wp.array(dtype=wp.vec4),
+    uppers: wp.array(dtype=wp.vec4),
+    lower_index: wp.array(dtype=wp.vec4i),
+    upper_index: wp.array(dtype=wp.vec4i),
+    packed: wp.array(dtype=wp.int32),
+    node_box: wp.array(dtype=wp.vec4),
+    node_child: wp.array(dtype=wp.vec4i),
+    root_box: wp.array(dtype=wp.vec3),
+):
+    """Packed node from ``wp.Bvh`` node ``i`` (inclusive scan ``packed`` of the internal flags)."""
+    i = wp.tid()
+    if i == root:
+        lo = lowers[i]
+        hi = uppers[i]
+        root_box[0] = wp.vec3(lo[0], lo[1], lo[2])
+        root_box[1] = wp.vec3(hi[0], hi[1], hi[2])
+    low = lower_index[i][3]
+    if low < 0:
+        if i == root:  # the whole tree is one leaf: packed root = (that leaf, nothing)
+            ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, i)
+            lo = lowers[i]
+            hi = uppers[i]
+            _put_child(node_box, 0, 0, wp.vec3(lo[0], lo[1], lo[2]), wp.vec3(hi[0], hi[1], hi[2]))
+            _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
+            node_child[0] = wp.vec4i(ca[0], 0, ca[1], 0)
+        return
+    j = int(packed[i]) - 1
+    a = int(low)
+    b = int(upper_index[i][3] & 0x7FFFFFFF)
+    la = lowers[a]
+    ua = uppers[a]
+    lb = lowers[b]
+    ub = uppers[b]
+    _put_child(node_box, j, 0, wp.vec3(la[0], la[1], la[2]), wp.vec3(ua[0], ua[1], ua[2]))
+    _put_child(node_box, j, 1, wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(ub[0], ub[1], ub[2]))
+    ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, a)
+    cb = _warp_child(lowers, uppers, lower_index, upper_index, packed, b)
+    node_child[j] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
+
+
+@wp.kernel
+def _edges_pack_single_kernel(
+    lower: wp.array(dtype=wp.vec3),
+    upper: wp.array(dtype=wp.vec3),
+    node_box: wp.array(dtype=wp.vec4),
+    node_child: wp.array(dtype=wp.vec4i),
+    root_box: wp.array(dtype=wp.vec3),
+):
+    _put_child(node_box, 0, 0, lower[0], upper[0])
+    _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
+    node_child[0] = wp.vec4i(0, 0, 1, 0)
+    root_box[0] = lower[0]
+    root_box[1] = upper[0]
 
 
 class EdgeBvh:
-    """The scene's edges as world-space segments, with a linear BVH over their bounds.
+    """The scene's edges as world-space segments, with a BVH over their bounds.
 
     The frontend owns ``points`` (the scene's float32 world-space vertex buffer) and
     the topology; this object reads them at construction and at every ``refit()``.
@@ -226,93 +247,135 @@ class EdgeBvh:
             edge's endpoints (row = ``global_edge_id``).
         mask: ``wp.array(dtype=wp.uint8)`` of shape (E,); 0 hides an edge from queries.
         stream: the stream to build on (``None`` on the CPU).
+        builder: ``"sah"`` or ``"lbvh"`` (see the module docstring); ``None``:
+            ``DEFAULT_BUILDER``.
+        leaf_size: most segments per leaf of the ``"sah"`` builder (1 to 16; ``None``:
+            ``DEFAULT_LEAF_SIZE``); the ``"lbvh"`` builder has one per leaf.
 
-    Building synchronises with the device once (it reads the node depths back to
-    schedule the level-by-level refit).
+    Building synchronises with the device a few times (small reads of tree sizes).
 
     Raises:
-        ValueError: if there are no edges.
+        ValueError: if there are no edges, or for an unknown ``builder`` / ``leaf_size``.
     """
 
-    def __init__(self, points: wp.array, edge_v: wp.array, mask: wp.array, stream: wp.Stream | None = None) -> None:
+    def __init__(
+        self,
+        points: wp.array,
+        edge_v: wp.array,
+        mask: wp.array,
+        stream: wp.Stream | None = None,
+        *,
+        builder: str | None = None,
+        leaf_size: int | None = None,
+    ) -> None:
         n = edge_v.shape[0]
         if n == 0:
             raise ValueError("rayd.engine.EdgeBvh(): 'edge_v' must hold at least one edge")
-        self.device = points.device
+        builder = DEFAULT_BUILDER if builder is None else builder
+        leaf_size = DEFAULT_LEAF_SIZE if leaf_size is None else int(leaf_size)
+        if builder not in ("sah", "lbvh"):
+            raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' must be 'sah' or 'lbvh', got {builder!r}")
+        if not 1 <= leaf_size <= 16:
+            raise ValueError(f"rayd.engine.EdgeBvh(): 'leaf_size' must be in [1, 16], got {leaf_size}")
+        self.device = dev = points.device
         self.points = points
         self.edge_v = edge_v
         self.mask = mask
         self.num_edges = n
-        dev = self.device
+        self.builder = builder if n > 1 else "single"
+        self.leaf_size = leaf_size if self.builder == "sah" else 1
         with launch_stream(dev, stream):
-            centroid = wp.empty(n, dtype=wp.vec3, device=dev)
-            bounds = wp.array([np.inf] * 3 + [-np.inf] * 3, dtype=float, device=dev)
-            wp.launch(_edges_gather_kernel, dim=n, inputs=[points, edge_v], outputs=[centroid, bounds], device=dev)
-            codes = wp.empty(2 * n, dtype=wp.int32, device=dev)
-            order = wp.empty(2 * n, dtype=wp.int32, device=dev)
-            wp.launch(_edges_morton_kernel, dim=n, inputs=[centroid, bounds], outputs=[codes, order], device=dev)
-            wp.utils.radix_sort_pairs(codes, order, n, end_bit=30)
-            self.leaf_edge = order[:n]
-            inner = max(n - 1, 1)
-            self.left = wp.zeros(inner, dtype=wp.int32, device=dev)
-            self.right = wp.zeros(inner, dtype=wp.int32, device=dev)
-            parent = wp.full(2 * n - 1, -1, dtype=wp.int32, device=dev)
-            depth = wp.zeros(inner, dtype=wp.int32, device=dev)
-            if n > 1:
-                wp.launch(
-                    _edges_hierarchy_kernel,
-                    dim=n - 1,
-                    inputs=[codes, n],
-                    outputs=[self.left, self.right, parent],
-                    device=dev,
-                )
-                wp.launch(_edges_depth_kernel, dim=n - 1, inputs=[parent], outputs=[depth], device=dev)
-            self.seg_a = wp.empty(n, dtype=wp.vec3, device=dev)
-            self.seg_b = wp.empty(n, dtype=wp.vec3, device=dev)
-            self.lower = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)
-            self.upper = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)
-            # Level schedule for refit: internal nodes sorted deepest first. Reading the
-            # depths back is the one host synchronisation of a build (on ``stream``).
-            self._levels: list[tuple[int, int]] = []
-            if n > 1:
-                if stream is not None:
-                    wp.synchronize_stream(stream)
-                host_depth = depth.numpy()
-                by_depth = np.argsort(-host_depth, kind="stable").astype(np.int32)
-                start = 0
-                for count in np.bincount(host_depth)[::-1]:
-                    if count:
-                        self._levels.append((start, int(count)))
-                        start += int(count)
-                self.depth = int(host_depth.max()) + 1
-                self._level_nodes = wp.array(by_depth, dtype=wp.int32, device=dev)
+            self.seg = wp.empty(2 * n, dtype=wp.vec3, device=dev)
+            self.slot_id = wp.empty(n, dtype=wp.int32, device=dev)
+            self.root_box = wp.empty(2, dtype=wp.vec3, device=dev)
+            if self.builder == "single":
+                self.slot_edge = wp.zeros(1, dtype=wp.int32, device=dev)
+                self._lower = wp.empty(1, dtype=wp.vec3, device=dev)
+                self._upper = wp.empty(1, dtype=wp.vec3, device=dev)
+                self.num_inner = 1
+                self.depth = 2
+            elif self.builder == "lbvh":
+                self._lbvh = Lbvh(points, edge_v, stream)
+                self.slot_edge = self._lbvh.order
+                self.num_inner = n - 1
+                self.depth = self._lbvh.depth
             else:
-                self.depth = 1
-                self._level_nodes = wp.zeros(1, dtype=wp.int32, device=dev)
+                try:
+                    self._build_sah(stream)
+                except RuntimeError:  # no cuBQL in this Warp build: our own LBVH instead
+                    if dev.is_cpu:
+                        raise
+                    self.builder, self.leaf_size = "lbvh", 1
+                    self._lbvh = Lbvh(points, edge_v, stream)
+                    self.slot_edge = self._lbvh.order
+                    self.num_inner = n - 1
+                    self.depth = self._lbvh.depth
+            self.node_box = wp.empty(4 * self.num_inner, dtype=wp.vec4, device=dev)
+            self.node_child = wp.empty(self.num_inner, dtype=wp.vec4i, device=dev)
         self.refit(stream)
+
+    def _build_sah(self, stream) -> None:
+        n, dev = self.num_edges, self.device
+        # Build over the full boxes of all edges (masked ones too, so that unmasking needs only a refit).
+        self._item_lower = wp.empty(n, dtype=wp.vec3, device=dev)
+        self._item_upper = wp.empty(n, dtype=wp.vec3, device=dev)
+        wp.launch(_edges_box_kernel, dim=n, inputs=[self.points, self.edge_v],
+                  outputs=[self._item_lower, self._item_upper], device=dev)
+        constructor = "sah" if dev.is_cpu else "cubql"
+        self._bvh = wp.Bvh(self._item_lower, self._item_upper, constructor=constructor, leaf_size=self.leaf_size)
+        nodes = read_nodes(self._bvh, n)
+        if nodes.depth >= MAX_DEPTH:  # deeper than the search stack: median splits (depth ~ log2 n)
+            self._bvh = wp.Bvh(self._item_lower, self._item_upper, constructor="median", leaf_size=self.leaf_size)
+            nodes = read_nodes(self._bvh, n)
+        counts = wp.array(ptr=self._bvh.id + 40, dtype=wp.int32, shape=(4,), device=dev).numpy()
+        self._num_src = int(counts[2])  # num_nodes
+        self._nodes = nodes
+        self._src_root = nodes.root
+        if nodes.root != 0:
+            raise RuntimeError("rayd.engine.EdgeBvh(): unexpected wp.Bvh layout (root not node 0); "
+                               "rayd needs warp-lang 1.19.0")
+        flags = wp.empty(self._num_src, dtype=wp.int32, device=dev)
+        self._packed = wp.empty(self._num_src, dtype=wp.int32, device=dev)
+        wp.launch(_edges_internal_flags_kernel, dim=self._num_src, inputs=[nodes.lower_index], outputs=[flags],
+                  device=dev)
+        wp.utils.array_scan(flags, self._packed, inclusive=True)
+        if stream is not None:
+            wp.synchronize_stream(stream)
+        self.num_inner = max(int(self._packed[self._num_src - 1:].numpy()[0]), 1)
+        self.slot_edge = nodes.primitives
+        # cuBQL converts trees deeper than Warp's query stack by merging deep subtrees into one leaf
+        self.depth = int(nodes.depth) + 1 if nodes.depth > 0 else 33
 
     @property
     def num_nodes(self) -> int:
-        """Internal nodes plus leaves: ``2 E - 1``."""
-        return 2 * self.num_edges - 1
+        """Internal (packed) nodes."""
+        return self.num_inner
 
     def refit(self, stream: wp.Stream | None = None) -> None:
         """Refit the node boxes to the current ``points`` and ``mask`` (topology unchanged)."""
         n = self.num_edges
         dev = self.device
         with launch_stream(dev, stream):
-            wp.launch(
-                _edges_leaf_kernel,
-                dim=n,
-                inputs=[self.points, self.edge_v, self.mask, self.leaf_edge, n],
-                outputs=[self.seg_a, self.seg_b, self.lower, self.upper],
-                device=dev,
-            )
-            for start, count in self._levels:
-                wp.launch(
-                    _edges_union_kernel,
-                    dim=count,
-                    inputs=[self._level_nodes, start, self.left, self.right],
-                    outputs=[self.lower, self.upper],
-                    device=dev,
-                )
+            if self.builder == "sah":
+                wp.launch(_edges_slots_kernel, dim=n,
+                          inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 0, 0],
+                          outputs=[self.seg, self.slot_id, self._item_lower, self._item_upper], device=dev)
+                self._bvh.refit()
+                nd = self._nodes
+                wp.launch(_edges_pack_warp_kernel, dim=self._num_src,
+                          inputs=[self._src_root, nd.lowers, nd.uppers, nd.lower_index, nd.upper_index, self._packed],
+                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+            elif self.builder == "lbvh":
+                t = self._lbvh
+                wp.launch(_edges_slots_kernel, dim=n,
+                          inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, n - 1],
+                          outputs=[self.seg, self.slot_id, t.lower, t.upper], device=dev)
+                t.refit_internal()
+                wp.launch(_edges_pack_lbvh_kernel, dim=n - 1, inputs=[n, t.left, t.right, t.lower, t.upper],
+                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+            else:
+                wp.launch(_edges_slots_kernel, dim=1,
+                          inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, 0],
+                          outputs=[self.seg, self.slot_id, self._lower, self._upper], device=dev)
+                wp.launch(_edges_pack_single_kernel, dim=1, inputs=[self._lower, self._upper],
+                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)

@@ -14,24 +14,27 @@ References:
     (closest point on a segment) and 5.1.9 (closest points of two segments).
 """
 
-from __future__ import annotations
-
 import math
 
 import warp as wp
 
-from rayd.engine.edges import EdgeBvh
+from rayd.engine.edges import MAX_DEPTH, EdgeBvh
 from rayd.engine.runtime import launch_stream
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
 MAX_K = 16
-_STACK = 80  # > the deepest possible node (62 key bits) plus one
+_STACK = MAX_DEPTH  # >= the deepest tree (SAH trees are checked; Karras trees: <= 62 levels from 62 key bits)
 
 _INF = wp.constant(float("inf"))
 
 # Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
 _NO_ID = wp.constant(2147483647)
+# A box is opened while its squared distance is within a relative 2^-10 of the best squared
+# distance (radius 2^-11 for rays): the float32 segment distance can round below the box
+# distance of the same segment, and an edge tied with the best must not be hidden by that.
+_OPEN = wp.constant(1.0 + 1.0 / 1024.0)
+_OPEN_R = wp.constant(1.0 + 1.0 / 2048.0)
 _stack_i = wp.types.vector(length=_STACK, dtype=wp.int32)
 _stack_f = wp.types.vector(length=_STACK, dtype=wp.float32)
 _heap_i = wp.types.vector(length=MAX_K, dtype=wp.int32)
@@ -129,23 +132,17 @@ def _better(dsq: float, gid: int, best_dsq: float, best_id: int) -> bool:
     return dsq == best_dsq and gid < best_id
 
 
-@wp.func
-def _point_is_wellformed(p: wp.vec3) -> bool:
-    return wp.isfinite(p)
-
-
 @wp.kernel
 def _nearest_edge_order_kernel(
     points: wp.array(dtype=wp.vec3),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
+    root_box: wp.array(dtype=wp.vec3),
     keys: wp.array(dtype=wp.int32),
     order: wp.array(dtype=wp.int32),
 ):
     i = wp.tid()
     p = points[i]
-    lo = lower[0]
-    hi = upper[0]
+    lo = root_box[0]
+    hi = root_box[1]
     code = int(0)
     for k in range(3):
         extent = hi[k] - lo[k]
@@ -161,231 +158,202 @@ def _nearest_edge_order_kernel(
     order[i] = wp.int32(i)
 
 
-@wp.kernel
-def _nearest_edge_point_search_kernel(
-    num_edges: int,
-    left: wp.array(dtype=wp.int32),
-    right: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
-    seg_a: wp.array(dtype=wp.vec3),
-    seg_b: wp.array(dtype=wp.vec3),
-    leaf_edge: wp.array(dtype=wp.int32),
-    points: wp.array(dtype=wp.vec3),
-    points_stride: int,
-    active: wp.array(dtype=wp.uint8),
-    active_stride: int,
-    max_distance_sq: float,
-    global_edge_id: wp.array(dtype=wp.int32),
-    order: wp.array(dtype=wp.int32),
-    use_order: int,
-):
-    i = wp.tid()
-    if use_order != 0:
-        i = int(order[i])
-    best_id = int(_NO_ID)
-    best_dsq = max_distance_sq
-    p = points[i * points_stride]
-    if active[i * active_stride] != wp.uint8(0) and _point_is_wellformed(p):
-        first_leaf = num_edges - 1
+POINT, RAY, TOPK = 0, 1, 2
+
+
+def _make_search_kernel(kind: int, counting: bool):
+    """The one search skeleton, specialised at code generation for a query kind.
+
+    ``kind``: ``POINT`` (nearest edge to a point), ``RAY`` (to a ray segment) or
+    ``TOPK`` (the ``k`` nearest to a point). ``counting`` adds a per-query count of
+    internal nodes visited and segments tested (``counts[i]``), for measurements.
+
+    The walk: at an internal node both children's boxes are read (one 64-byte run)
+    and tested; leaf children are tested on the spot, nearer first; of the internal
+    children that pass, the nearer is visited next and the farther pushed with its
+    key (squared box distance), skipped when popped if the search radius has
+    shrunk below it. Ray queries test a box grown by the current radius instead
+    (``_ray_box_reach``) and order children by their centres' distance to the ray.
+    """
+    out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
+
+    def search(
+        node_box: wp.array(dtype=wp.vec4),
+        node_child: wp.array(dtype=wp.vec4i),
+        seg: wp.array(dtype=wp.vec3),
+        slot_id: wp.array(dtype=wp.int32),
+        q0: wp.array(dtype=wp.vec3),
+        q0_stride: int,
+        q1: wp.array(dtype=wp.vec3),
+        q1_stride: int,
+        tmin: wp.array(dtype=float),
+        tmin_stride: int,
+        tmax: wp.array(dtype=float),
+        tmax_stride: int,
+        active: wp.array(dtype=wp.uint8),
+        active_stride: int,
+        max_distance_sq: float,
+        k: int,
+        out: out_type,
+        order: wp.array(dtype=wp.int32),
+        use_order: int,
+        counts: wp.array(dtype=wp.vec2i),
+    ):
+        i = wp.tid()
+        if use_order != 0:
+            i = int(order[i])
+        bound = max_distance_sq  # squared search radius: max_distance, then the best (k-th best)
+        best_id = int(_NO_ID)
+        heap_d = _heap_f()
+        heap_id = _heap_i()
+        if wp.static(kind == TOPK):
+            for j in range(k):
+                heap_d[j] = _INF
+                heap_id[j] = wp.int32(_NO_ID)
+        visited = int(0)
+        tested = int(0)
+        p = q0[i * q0_stride]
+        dir = wp.vec3(0.0)
+        s0 = float(0.0)
+        s1 = float(0.0)
+        wellformed = wp.isfinite(p)
+        if wp.static(kind == RAY):
+            dir = q1[i * q1_stride]
+            s0 = tmin[i * tmin_stride]
+            s1 = tmax[i * tmax_stride]
+            wellformed = wellformed and wp.isfinite(dir) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
+            if wellformed:
+                wellformed = wp.dot(dir, dir) > 0.0
+        go = int(0)
+        if active[i * active_stride] != wp.uint8(0) and wellformed:
+            go = int(1)
         stack = _stack_i()
-        stack_d = _stack_f()
-        root_d = _box_dsq(p, lower[0], upper[0])
+        stack_key = _stack_f()
         sp = int(0)
-        if root_d <= best_dsq and root_d < _INF:
-            stack[0] = wp.int32(0)
-            stack_d[0] = root_d
-            sp = 1
-        while sp > 0:
-            sp -= 1
-            if stack_d[sp] > best_dsq:
-                continue
-            node = int(stack[sp])
-            if node >= first_leaf:
-                leaf = node - first_leaf
-                gid = int(leaf_edge[leaf])
-                dsq = _point_segment_dsq(p, seg_a[leaf], seg_b[leaf])
-                if dsq <= best_dsq and _better(dsq, gid, best_dsq, best_id):
-                    best_dsq = dsq
-                    best_id = gid
+        node = int(0)
+        while go != 0:
+            visited += 1
+            lo_a = wp.vec3(node_box[4 * node][0], node_box[4 * node][1], node_box[4 * node][2])
+            hi_a = wp.vec3(node_box[4 * node + 1][0], node_box[4 * node + 1][1], node_box[4 * node + 1][2])
+            lo_b = wp.vec3(node_box[4 * node + 2][0], node_box[4 * node + 2][1], node_box[4 * node + 2][2])
+            hi_b = wp.vec3(node_box[4 * node + 3][0], node_box[4 * node + 3][1], node_box[4 * node + 3][2])
+            ch = node_child[node]
+            ok_a = False
+            ok_b = False
+            key_a = float(0.0)
+            key_b = float(0.0)
+            if wp.static(kind == RAY):
+                r = wp.sqrt(bound) * _OPEN_R
+                ok_a = _ray_box_reach(p, dir, s0, s1, lo_a, hi_a, r) < _INF
+                ok_b = _ray_box_reach(p, dir, s0, s1, lo_b, hi_b, r) < _INF
+                ca = 0.5 * (lo_a + hi_a)
+                cb = 0.5 * (lo_b + hi_b)
+                key_a = _ray_segment_dsq(p, dir, s0, s1, ca, ca)
+                key_b = _ray_segment_dsq(p, dir, s0, s1, cb, cb)
             else:
-                a = int(left[node])
-                b = int(right[node])
-                da = _box_dsq(p, lower[a], upper[a])
-                db = _box_dsq(p, lower[b], upper[b])
-                if db < da:
-                    a, b = b, a
-                    da, db = db, da
-                # push the farther child first so the nearer one is visited next
-                if db <= best_dsq and db < _INF and sp < _STACK:
-                    stack[sp] = wp.int32(b)
-                    stack_d[sp] = db
+                key_a = _box_dsq(p, lo_a, hi_a)
+                key_b = _box_dsq(p, lo_b, hi_b)
+                ok_a = key_a <= bound * _OPEN and key_a < _INF
+                ok_b = key_b <= bound * _OPEN and key_b < _INF
+            # near = the child to take first
+            near = int(ch[0])
+            near_n = int(ch[2])
+            near_ok = ok_a
+            near_key = key_a
+            far = int(ch[1])
+            far_n = int(ch[3])
+            far_ok = ok_b
+            far_key = key_b
+            if key_b < key_a:
+                near = int(ch[1])
+                near_n = int(ch[3])
+                near_ok = ok_b
+                near_key = key_b
+                far = int(ch[0])
+                far_n = int(ch[2])
+                far_ok = ok_a
+                far_key = key_a
+            for c in range(2):
+                leaf_ok = near_ok and near_n > 0
+                first = near
+                count = near_n
+                if c == 1:
+                    leaf_ok = far_ok and far_n > 0
+                    if wp.static(kind != RAY):
+                        leaf_ok = leaf_ok and far_key <= bound * _OPEN
+                    first = far
+                    count = far_n
+                if leaf_ok:
+                    for s in range(first, first + count):
+                        if wp.static(counting):
+                            tested += 1
+                        gid = int(slot_id[s])
+                        if gid >= 0:
+                            dsq = float(0.0)
+                            if wp.static(kind == RAY):
+                                dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * s], seg[2 * s + 1])
+                            else:
+                                dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
+                            if wp.static(kind == TOPK):
+                                if dsq <= bound and _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
+                                    j = k - 1  # sorted insertion into the fixed-size list
+                                    while j > 0 and _better(dsq, gid, heap_d[j - 1], int(heap_id[j - 1])):
+                                        heap_d[j] = heap_d[j - 1]
+                                        heap_id[j] = heap_id[j - 1]
+                                        j -= 1
+                                    heap_d[j] = dsq
+                                    heap_id[j] = wp.int32(gid)
+                                    if heap_id[k - 1] != _NO_ID:
+                                        bound = wp.min(bound, heap_d[k - 1])
+                            else:
+                                if dsq <= bound and _better(dsq, gid, bound, best_id):
+                                    bound = dsq
+                                    best_id = gid
+            near_in = near_ok and near_n == 0
+            far_in = far_ok and far_n == 0
+            if near_in:
+                node = near
+                if far_in and sp < _STACK:
+                    stack[sp] = wp.int32(far)
+                    stack_key[sp] = far_key
                     sp += 1
-                if da <= best_dsq and da < _INF and sp < _STACK:
-                    stack[sp] = wp.int32(a)
-                    stack_d[sp] = da
-                    sp += 1
-    if best_id == _NO_ID:
-        best_id = -1
-    global_edge_id[i] = wp.int32(best_id)
-
-
-@wp.kernel
-def _nearest_edge_ray_search_kernel(
-    num_edges: int,
-    left: wp.array(dtype=wp.int32),
-    right: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
-    seg_a: wp.array(dtype=wp.vec3),
-    seg_b: wp.array(dtype=wp.vec3),
-    leaf_edge: wp.array(dtype=wp.int32),
-    o: wp.array(dtype=wp.vec3),
-    o_stride: int,
-    d: wp.array(dtype=wp.vec3),
-    d_stride: int,
-    tmin: wp.array(dtype=float),
-    tmin_stride: int,
-    tmax: wp.array(dtype=float),
-    tmax_stride: int,
-    active: wp.array(dtype=wp.uint8),
-    active_stride: int,
-    max_distance_sq: float,
-    global_edge_id: wp.array(dtype=wp.int32),
-    order: wp.array(dtype=wp.int32),
-    use_order: int,
-):
-    i = wp.tid()
-    if use_order != 0:
-        i = int(order[i])
-    best_id = int(_NO_ID)
-    best_dsq = max_distance_sq
-    oi = o[i * o_stride]
-    di = d[i * d_stride]
-    s0 = tmin[i * tmin_stride]
-    s1 = tmax[i * tmax_stride]
-    wellformed = wp.isfinite(oi) and wp.isfinite(di) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
-    if wellformed:
-        wellformed = wp.dot(di, di) > 0.0
-    if active[i * active_stride] != wp.uint8(0) and wellformed:
-        first_leaf = num_edges - 1
-        stack = _stack_i()
-        sp = int(0)
-        if _ray_box_reach(oi, di, s0, s1, lower[0], upper[0], wp.sqrt(best_dsq)) < _INF:
-            stack[0] = wp.int32(0)
-            sp = 1
-        while sp > 0:
-            sp -= 1
-            node = int(stack[sp])
-            r = wp.sqrt(best_dsq)
-            if node >= first_leaf:
-                leaf = node - first_leaf
-                gid = int(leaf_edge[leaf])
-                if _ray_box_reach(oi, di, s0, s1, lower[node], upper[node], r) < _INF:
-                    dsq = _ray_segment_dsq(oi, di, s0, s1, seg_a[leaf], seg_b[leaf])
-                    if dsq <= best_dsq and _better(dsq, gid, best_dsq, best_id):
-                        best_dsq = dsq
-                        best_id = gid
-            elif _ray_box_reach(oi, di, s0, s1, lower[node], upper[node], r) < _INF:
-                a = int(left[node])
-                b = int(right[node])
-                # order: the child whose centre lies nearer the ray segment first
-                ca = 0.5 * (lower[a] + upper[a])
-                cb = 0.5 * (lower[b] + upper[b])
-                ka = _ray_segment_dsq(oi, di, s0, s1, ca, ca)
-                kb = _ray_segment_dsq(oi, di, s0, s1, cb, cb)
-                if kb < ka:
-                    a, b = b, a
-                if sp + 2 <= _STACK:
-                    stack[sp] = wp.int32(b)
-                    stack[sp + 1] = wp.int32(a)
-                    sp += 2
-    if best_id == _NO_ID:
-        best_id = -1
-    global_edge_id[i] = wp.int32(best_id)
-
-
-@wp.kernel
-def _nearest_edges_point_search_kernel(
-    num_edges: int,
-    left: wp.array(dtype=wp.int32),
-    right: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
-    seg_a: wp.array(dtype=wp.vec3),
-    seg_b: wp.array(dtype=wp.vec3),
-    leaf_edge: wp.array(dtype=wp.int32),
-    points: wp.array(dtype=wp.vec3),
-    points_stride: int,
-    active: wp.array(dtype=wp.uint8),
-    active_stride: int,
-    max_distance_sq: float,
-    k: int,
-    global_edge_id: wp.array2d(dtype=wp.int32),
-    order: wp.array(dtype=wp.int32),
-    use_order: int,
-):
-    i = wp.tid()
-    if use_order != 0:
-        i = int(order[i])
-    heap_d = _heap_f()
-    heap_id = _heap_i()
-    for j in range(k):
-        heap_d[j] = _INF
-        heap_id[j] = wp.int32(_NO_ID)
-    bound = max_distance_sq  # prune radius^2: max_distance, then the k-th best
-    p = points[i * points_stride]
-    if active[i * active_stride] != wp.uint8(0) and _point_is_wellformed(p):
-        first_leaf = num_edges - 1
-        stack = _stack_i()
-        stack_d = _stack_f()
-        root_d = _box_dsq(p, lower[0], upper[0])
-        sp = int(0)
-        if root_d <= bound and root_d < _INF:
-            stack[0] = wp.int32(0)
-            stack_d[0] = root_d
-            sp = 1
-        while sp > 0:
-            sp -= 1
-            if stack_d[sp] > bound:
-                continue
-            node = int(stack[sp])
-            if node >= first_leaf:
-                leaf = node - first_leaf
-                gid = int(leaf_edge[leaf])
-                dsq = _point_segment_dsq(p, seg_a[leaf], seg_b[leaf])
-                if dsq <= bound and _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
-                    # sorted insertion into the fixed-size list
-                    j = k - 1
-                    while j > 0 and _better(dsq, gid, heap_d[j - 1], int(heap_id[j - 1])):
-                        heap_d[j] = heap_d[j - 1]
-                        heap_id[j] = heap_id[j - 1]
-                        j -= 1
-                    heap_d[j] = dsq
-                    heap_id[j] = wp.int32(gid)
-                    if heap_id[k - 1] != _NO_ID:
-                        bound = wp.min(bound, heap_d[k - 1])
+            elif far_in:
+                node = far
             else:
-                a = int(left[node])
-                b = int(right[node])
-                da = _box_dsq(p, lower[a], upper[a])
-                db = _box_dsq(p, lower[b], upper[b])
-                if db < da:
-                    a, b = b, a
-                    da, db = db, da
-                if db <= bound and db < _INF and sp < _STACK:
-                    stack[sp] = wp.int32(b)
-                    stack_d[sp] = db
-                    sp += 1
-                if da <= bound and da < _INF and sp < _STACK:
-                    stack[sp] = wp.int32(a)
-                    stack_d[sp] = da
-                    sp += 1
-    for j in range(k):
-        gid = int(heap_id[j])
-        if gid == _NO_ID:
-            gid = -1
-        global_edge_id[i, j] = wp.int32(gid)
+                go = int(0)
+                while sp > 0:
+                    sp -= 1
+                    if wp.static(kind != RAY):
+                        if stack_key[sp] > bound * _OPEN:
+                            continue
+                    node = int(stack[sp])
+                    go = int(1)
+                    break
+        if wp.static(counting):
+            counts[i] = wp.vec2i(visited, tested)
+        if wp.static(kind == TOPK):
+            for j in range(k):
+                gid = int(heap_id[j])
+                if gid == _NO_ID:
+                    gid = -1
+                out[i, j] = wp.int32(gid)
+        else:
+            if best_id == _NO_ID:
+                best_id = -1
+            out[i] = wp.int32(best_id)
+
+    name = f"nearest_edge_search_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}"
+    return wp.kernel(search, name=name, enable_backward=False, module="unique")
+
+
+_KERNELS: dict = {}
+
+
+def _kernel(kind: int, counting: bool = False):
+    key = (kind, counting)
+    if key not in _KERNELS:
+        _KERNELS[key] = _make_search_kernel(kind, counting)
+    return _KERNELS[key]
 
 
 def _stride(a: wp.array, n: int) -> int:
@@ -406,14 +374,54 @@ def _query_order(
     if sort_queries is None:
         sort_queries = n >= AUTO_SORT_MIN_QUERIES
     if not sort_queries or points.shape[0] != n or n < 2:
-        return edges.leaf_edge, 0
+        return edges.slot_id, 0
     dev = edges.device
     with launch_stream(dev, stream):
         keys = wp.empty(2 * n, dtype=wp.int32, device=dev)
         order = wp.empty(2 * n, dtype=wp.int32, device=dev)
-        wp.launch(_nearest_edge_order_kernel, dim=n, inputs=[points, edges.lower, edges.upper, keys, order], device=dev)
+        wp.launch(_nearest_edge_order_kernel, dim=n, inputs=[points, edges.root_box, keys, order], device=dev)
         wp.utils.radix_sort_pairs(keys, order, n, end_bit=30)
     return order, 1
+
+
+def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_distance, k, out, stream,
+            sort_queries, counts=None) -> None:
+    """Run the search of ``kind`` for ``n`` queries (``q0``: points or ray origins)."""
+    order, use_order = _query_order(edges, q0, n, sort_queries, stream)
+    dummy3 = q0 if q1 is None else q1
+    if tmin is None:
+        tmin = tmax = _dummy_float(edges.device)
+    counting = counts is not None
+    if counts is None:
+        counts = _dummy_counts(edges.device)
+    wp.launch(
+        _kernel(kind, counting),
+        dim=n,
+        inputs=[
+            edges.node_box, edges.node_child, edges.seg, edges.slot_id,
+            q0, _stride(q0, n), dummy3, _stride(dummy3, n), tmin, _stride(tmin, n), tmax, _stride(tmax, n),
+            active, _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts,
+        ],
+        device=edges.device,
+        stream=stream,
+    )
+
+
+_DUMMIES: dict = {}
+
+
+def _dummy_float(device) -> wp.array:
+    key = ("f", str(device))
+    if key not in _DUMMIES:
+        _DUMMIES[key] = wp.zeros(1, dtype=float, device=device)
+    return _DUMMIES[key]
+
+
+def _dummy_counts(device) -> wp.array:
+    key = ("c", str(device))
+    if key not in _DUMMIES:
+        _DUMMIES[key] = wp.zeros(1, dtype=wp.vec2i, device=device)
+    return _DUMMIES[key]
 
 
 def _max_distance_sq(max_distance: float) -> float:
@@ -430,6 +438,7 @@ def nearest_edge_point(
     global_edge_id: wp.array,
     stream: wp.Stream | None = None,
     sort_queries: bool | None = None,
+    counts: wp.array | None = None,
 ) -> None:
     """Write the id of the edge nearest to each point into ``global_edge_id``.
 
@@ -444,6 +453,9 @@ def nearest_edge_point(
         sort_queries: run the queries in Morton order of their positions (ray queries:
             origins) for coherent traversal; ``None`` sorts batches of at least
             ``AUTO_SORT_MIN_QUERIES``. Results do not depend on it.
+        counts: optional ``wp.array(dtype=wp.vec2i)`` of shape (N,): receives, per
+            query, the internal nodes visited and the segments tested (a separate,
+            counting build of the kernel; for measurements).
 
     Concretely, the winner minimises ``|p - (a + t (b - a))|``, ``t in [0, 1]``, over
     the unmasked edges ``[a, b]`` (float32), ties to the smaller id.
@@ -451,18 +463,8 @@ def nearest_edge_point(
     n = global_edge_id.shape[0]
     if n == 0:
         return
-    order, use_order = _query_order(edges, points, n, sort_queries, stream)
-    wp.launch(
-        _nearest_edge_point_search_kernel,
-        dim=n,
-        inputs=[
-            edges.num_edges, edges.left, edges.right, edges.lower, edges.upper, edges.seg_a, edges.seg_b,
-            edges.leaf_edge, points, _stride(points, n), active, _stride(active, n), _max_distance_sq(max_distance),
-            global_edge_id, order, use_order,
-        ],
-        device=edges.device,
-        stream=stream,
-    )
+    _launch(edges, POINT, n, points, None, None, None, active, max_distance, 1, global_edge_id, stream, sort_queries,
+            counts)
 
 
 def nearest_edge_ray(
@@ -476,6 +478,7 @@ def nearest_edge_ray(
     global_edge_id: wp.array,
     stream: wp.Stream | None = None,
     sort_queries: bool | None = None,
+    counts: wp.array | None = None,
 ) -> None:
     """Write the id of the edge nearest to each ray segment into ``global_edge_id``.
 
@@ -493,6 +496,9 @@ def nearest_edge_ray(
         sort_queries: run the queries in Morton order of their positions (ray queries:
             origins) for coherent traversal; ``None`` sorts batches of at least
             ``AUTO_SORT_MIN_QUERIES``. Results do not depend on it.
+        counts: optional ``wp.array(dtype=wp.vec2i)`` of shape (N,): receives, per
+            query, the internal nodes visited and the segments tested (a separate,
+            counting build of the kernel; for measurements).
 
     Concretely, the winner minimises ``|o + s d - (a + t (b - a))|`` over
     ``s in [tmin, tmax]``, ``t in [0, 1]`` and the unmasked edges (Ericson 2004, 5.1.9).
@@ -500,19 +506,7 @@ def nearest_edge_ray(
     n = global_edge_id.shape[0]
     if n == 0:
         return
-    order, use_order = _query_order(edges, o, n, sort_queries, stream)
-    wp.launch(
-        _nearest_edge_ray_search_kernel,
-        dim=n,
-        inputs=[
-            edges.num_edges, edges.left, edges.right, edges.lower, edges.upper, edges.seg_a, edges.seg_b,
-            edges.leaf_edge, o, _stride(o, n), d, _stride(d, n), tmin, _stride(tmin, n), tmax, _stride(tmax, n),
-            active, _stride(active, n), _max_distance_sq(max_distance),
-            global_edge_id, order, use_order,
-        ],
-        device=edges.device,
-        stream=stream,
-    )
+    _launch(edges, RAY, n, o, d, tmin, tmax, active, max_distance, 1, global_edge_id, stream, sort_queries, counts)
 
 
 def nearest_edges_point(
@@ -523,6 +517,7 @@ def nearest_edges_point(
     global_edge_id: wp.array,
     stream: wp.Stream | None = None,
     sort_queries: bool | None = None,
+    counts: wp.array | None = None,
 ) -> None:
     """Write the ids of the ``k`` edges nearest to each point into ``global_edge_id``.
 
@@ -537,6 +532,9 @@ def nearest_edges_point(
         sort_queries: run the queries in Morton order of their positions (ray queries:
             origins) for coherent traversal; ``None`` sorts batches of at least
             ``AUTO_SORT_MIN_QUERIES``. Results do not depend on it.
+        counts: optional ``wp.array(dtype=wp.vec2i)`` of shape (N,): receives, per
+            query, the internal nodes visited and the segments tested (a separate,
+            counting build of the kernel; for measurements).
 
     Raises:
         ValueError: ``k`` outside ``[1, MAX_K]``.
@@ -546,15 +544,5 @@ def nearest_edges_point(
         raise ValueError(f"rayd.engine.nearest_edges_point(): k must be in [1, {MAX_K}], got {k}")
     if n == 0:
         return
-    order, use_order = _query_order(edges, points, n, sort_queries, stream)
-    wp.launch(
-        _nearest_edges_point_search_kernel,
-        dim=n,
-        inputs=[
-            edges.num_edges, edges.left, edges.right, edges.lower, edges.upper, edges.seg_a, edges.seg_b,
-            edges.leaf_edge, points, _stride(points, n), active, _stride(active, n), _max_distance_sq(max_distance), k,
-            global_edge_id, order, use_order,
-        ],
-        device=edges.device,
-        stream=stream,
-    )
+    _launch(edges, TOPK, n, points, None, None, None, active, max_distance, k, global_edge_id, stream, sort_queries,
+            counts)

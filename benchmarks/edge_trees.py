@@ -1,0 +1,124 @@
+"""Edge-BVH quality, device-independent: nodes visited and segments tested per query, SAH cost.
+
+For each workload of ``benchmarks/edges.py`` and each tree configuration (builder,
+leaf size), builds an :class:`rayd.engine.edges.EdgeBvh` straight from the mesh's
+edge topology and runs the counting build of the search kernels on a subset of the
+queries. Prints one line per (workload, tree) and, with ``--json``, appends JSON lines.
+
+Usage::
+
+    python benchmarks/edge_trees.py --device cpu --size cpu
+    python benchmarks/edge_trees.py --device cpu --size full --points 4096   # issue-size trees, few queries
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import warp as wp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rayd.engine import nearest_edge as search  # noqa: E402
+from rayd.engine.edges import EdgeBvh  # noqa: E402
+
+from benchmarks.edges import box_points, workloads  # noqa: E402
+
+TREES = [("lbvh", 1), ("sah", 1), ("sah", 2), ("sah", 4), ("sah", 8)]
+
+
+def unique_edges(faces: np.ndarray) -> np.ndarray:
+    """Sorted unique undirected edges of a triangle mesh, (E, 2) int32."""
+    e = np.concatenate([faces[:, [0, 1]], faces[:, [0, 2]], faces[:, [1, 2]]])
+    return np.unique(np.sort(e, 1), axis=0).astype(np.int32)
+
+
+def sah_cost(bvh: EdgeBvh, c_node: float = 1.0, c_seg: float = 1.0) -> float:
+    """Surface-area cost of the packed tree: sum over nodes of area / root area x cost."""
+    box = bvh.node_box.numpy().reshape(-1, 2, 2, 4)[..., :3]
+    child = bvh.node_child.numpy()
+    ext = np.maximum(box[:, :, 1] - box[:, :, 0], 0.0)
+    area = ext[..., 0] * ext[..., 1] + ext[..., 1] * ext[..., 2] + ext[..., 2] * ext[..., 0]
+    root = bvh.root_box.numpy()
+    re = np.maximum(root[1] - root[0], 0.0)
+    ra = re[0] * re[1] + re[1] * re[2] + re[2] * re[0]
+    count = child[:, 2:]
+    cost = np.where(count > 0, c_seg * count, c_node) * np.where(np.isfinite(area), area, 0.0)
+    return float(c_node + cost.sum() / ra)
+
+
+def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_points: int, k_override) -> dict:
+    vertices, faces = spec["mesh"]()
+    ends = unique_edges(faces)
+    dev = device
+    pts = wp.array(vertices, dtype=wp.vec3, device=dev)
+    ev = wp.array(ends, dtype=wp.vec2i, device=dev)
+    mask = wp.array(np.ones(len(ends), np.uint8), dtype=wp.uint8, device=dev)
+    start = time.perf_counter()
+    bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=leaf)
+    wp.synchronize_device(dev)
+    build_ms = (time.perf_counter() - start) * 1e3
+    start = time.perf_counter()
+    for _ in range(3):
+        bvh.refit()
+    wp.synchronize_device(dev)
+    refit_ms = (time.perf_counter() - start) * 1e3 / 3
+    n = min(num_points, spec["points"])
+    k = spec["k"] if k_override is None else k_override
+    q = wp.array(box_points(vertices, spec["points"], seed=7)[:n], dtype=wp.vec3, device=dev)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    counts = wp.zeros(n, dtype=wp.vec2i, device=dev)
+    out = wp.empty((n, k), dtype=wp.int32, device=dev) if k > 1 else wp.empty(n, dtype=wp.int32, device=dev)
+    fn = search.nearest_edges_point if k > 1 else search.nearest_edge_point
+    fn(bvh, q, one, np.inf, out, counts=counts)
+    c = counts.numpy()
+    fn(bvh, q, one, np.inf, out)  # warm-up of the plain kernel
+    wp.synchronize_device(dev)
+    start = time.perf_counter()
+    fn(bvh, q, one, np.inf, out)
+    wp.synchronize_device(dev)
+    search_ms = (time.perf_counter() - start) * 1e3
+    return {
+        "benchmark": "edge_trees", "workload": name, "builder": builder, "leaf_size": leaf, "edges": len(ends),
+        "queries": n, "k": k, "depth": bvh.depth, "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
+        "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
+        "visited_p99": int(np.percentile(c[:, 0], 99)), "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
+        "search_ms": round(search_ms, 2), "device": device,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--size", choices=["full", "cpu"], default="cpu")
+    parser.add_argument("--points", type=int, default=1 << 14, help="queries per workload (a prefix of its points)")
+    parser.add_argument("--trees", nargs="*", help="builder:leaf entries, e.g. lbvh:1 sah:4")
+    parser.add_argument("--only", nargs="*", help="workload names")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    wp.init()
+    trees = [(t.split(":")[0], int(t.split(":")[1])) for t in args.trees] if args.trees else TREES
+    print(f"{'workload':20s} {'tree':8s} {'edges':>8s} {'depth':>5s} {'SAH':>7s} {'visited':>8s} {'tested':>8s} "
+          f"{'p99 vis':>7s} {'build':>9s} {'refit':>8s} {'search':>9s}")
+    for name, spec in workloads(args.size).items():
+        if args.only and name not in args.only:
+            continue
+        for builder, leaf in trees:
+            row = measure(name, spec, args.device, builder, leaf, args.points, None)
+            row["size"] = args.size
+            print(f"{name:20s} {builder + ':' + str(leaf):8s} {row['edges']:8d} {row['depth']:5d} {row['sah_cost']:7.1f} "
+                  f"{row['visited_mean']:8.1f} {row['tested_mean']:8.1f} {row['visited_p99']:7d} "
+                  f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m", flush=True)
+            if args.json:
+                with args.json.open("a") as f:
+                    f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
