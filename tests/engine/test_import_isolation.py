@@ -71,3 +71,70 @@ def test_import_rayd_imports_no_backend():
     version, loaded = result.stdout.strip().split(" ", 1)
     assert version.startswith("'") and len(version) > 2
     assert loaded == "[]"
+
+
+def test_core_imports_with_torch_and_drjit_blocked():
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None\n"
+        "sys.modules['drjit'] = None\n"
+        "import rayd.core as c\n"
+        "assert c.SceneCore and c.ShapeTable and c.TransformTable\n"
+        "import rayd.core.frontend\n"
+        "print('ok')\n"
+    )
+    result = _run(code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().endswith("ok")
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """Module -> rayd modules it imports (module level and inside functions), from the sources."""
+    import ast  # noqa: PLC0415
+
+    root = Path(SRC)
+    modules = {}
+    for path in (root / "rayd").rglob("*.py"):
+        name = ".".join(path.relative_to(root).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("rayd"):
+                for alias in node.names:
+                    full = f"{node.module}.{alias.name}"
+                    graph[name].add(full if full in modules else node.module)
+            elif isinstance(node, ast.Import):
+                graph[name].update(a.name for a in node.names if a.name in modules)
+    return graph
+
+
+def test_no_import_cycles():
+    # A package importing its own submodules (re-exports) is not a cycle of concepts.
+    graph = _import_graph()
+
+    def related(a: str, b: str) -> bool:
+        return a.startswith(b + ".") or b.startswith(a + ".")
+
+    found = []
+
+    def walk(node: str, path: list[str], done: set[str]) -> None:
+        for nxt in graph.get(node, ()):
+            if related(node, nxt):
+                continue
+            if nxt in path:
+                found.append(path[path.index(nxt):] + [nxt])
+            elif nxt not in done:
+                done.add(nxt)
+                walk(nxt, path + [nxt], done)
+
+    for start in graph:
+        walk(start, [start], {start})
+    assert not found, found[:3]
+
+
+def test_core_never_imports_a_frontend():
+    graph = _import_graph()
+    for name, targets in graph.items():
+        if name.startswith(("rayd.core", "rayd.engine")):
+            assert not any(t.startswith(("rayd.torch", "rayd.drjit")) for t in targets), (name, targets)

@@ -22,6 +22,7 @@ import os
 from types import ModuleType
 
 import drjit as dr
+import numpy as np
 import warp as wp
 
 from rayd.engine import warp_device
@@ -285,9 +286,12 @@ class DrjitArrays:
         return track(array)
 
     def rows(self, call: str, name: str, array: dr.ArrayBase) -> int:
-        from rayd.drjit._check import common_width  # noqa: PLC0415 - _check imports this module
-
-        return common_width(call, name, array)
+        if dr.depth_v(array) == 2 and not dr.is_tensor_v(array) and not dr.is_matrix_v(array):
+            widths = [dr.width(c) for c in array]
+            if len(set(widths)) > 1:
+                raise ValueError(f"{call}: '{name}' is ragged: its components have widths {widths}")
+            return widths[0]
+        return dr.width(array)
 
     def vec3_view(self, array: dr.ArrayBase) -> tuple[wp.array, dr.ArrayBase]:
         return vec3_rows(array, self.device)
@@ -301,8 +305,6 @@ class DrjitArrays:
         return wp.from_dlpack(_capsule(flat, self.device)), flat
 
     def host_matrices(self, array: dr.ArrayBase):
-        from rayd.drjit.mesh import host_matrices  # noqa: PLC0415 - mesh imports this module
-
         return host_matrices(array)
 
     def stream(self, device: str) -> wp.Stream | None:
@@ -316,3 +318,17 @@ def from_warp_int32(array: wp.array, count: int, backend: str) -> dr.ArrayBase:
     """A Dr.Jit ``Int`` copy of the first ``count`` entries of an engine-owned int32 Warp array."""
     plain = module(backend, False)
     return plain.Int(array.numpy()[:count]) if count else plain.Int()
+
+
+def host_matrices(value: dr.ArrayBase) -> np.ndarray:
+    """A ``Matrix4f``/``Matrix4f64`` of width K as a (K, 4, 4) float64 NumPy array (one read, no gradient).
+
+    The entries are made opaque first: converting a matrix of literals (e.g. one built
+    from Python floats) to NumPy directly compiles a kernel per distinct matrix (the
+    values are baked into it), which made each ``add_instance`` take milliseconds.
+    """
+    value = dr.detach(value)
+    if dr.backend_v(value) != dr.JitBackend.Invalid:
+        dr.make_opaque(value)
+    m = np.array(value, dtype=np.float64)
+    return m.reshape(4, 4, -1).transpose(2, 0, 1)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import drjit as dr
-import numpy as np
 
 from rayd.drjit import _check, _convert
+from rayd.drjit._convert import host_matrices
 from rayd.core.transforms import transform_problem
 
 _CALL = "rayd.drjit.Mesh()"
@@ -156,20 +156,6 @@ def check_transforms(call: str, name: str, value: object, count: int, device: st
     if found is not None:
         raise ValueError(f"{call}: '{name}[{found[0]}]' {found[1]}")
     return value
-
-
-def host_matrices(value: dr.ArrayBase) -> np.ndarray:
-    """A ``Matrix4f``/``Matrix4f64`` of width K as a (K, 4, 4) float64 NumPy array (one read, no gradient).
-
-    The entries are made opaque first: converting a matrix of literals (e.g. one built
-    from Python floats) to NumPy directly compiles a kernel per distinct matrix (the
-    values are baked into it), which made each ``add_instance`` take milliseconds.
-    """
-    value = dr.detach(value)
-    if dr.backend_v(value) != dr.JitBackend.Invalid:
-        dr.make_opaque(value)
-    m = np.array(value, dtype=np.float64)
-    return m.reshape(4, 4, -1).transpose(2, 0, 1)
 
 
 def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import dummy_nodes
@@ -115,3 +116,20 @@ class SceneAccel:
     def set_all_enabled(self, flag: bool) -> None:
         """Tell kernels whether every shape is enabled (enables the ordered fast path)."""
         self.view.all_enabled = 1 if flag else 0
+
+
+def flat_accel(tri: TriangleScene) -> SceneAccel:
+    """A :class:`SceneAccel` seeing only the triangles of ``tri`` as shape 0, faces 0..F-1 (cached on ``tri``)."""
+    cached = getattr(tri, "_flat_accel", None)
+    if cached is None:
+        f = tri.num_triangles
+        cached = SceneAccel(
+            tri.device,
+            tri,
+            wp.array(np.arange(f, dtype=np.int32), dtype=wp.int32, device=tri.device),
+            wp.zeros(f, dtype=wp.int32, device=tri.device),
+            wp.ones(1, dtype=wp.uint8, device=tri.device),
+        )
+        cached.no_ignore = wp.full(1, -1, dtype=wp.int32, device=tri.device)
+        tri._flat_accel = cached
+    return cached

@@ -10,7 +10,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine import cpu_embree
-from rayd.engine.accel import SceneAccel
+from rayd.engine.accel import SceneAccel, flat_accel
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
@@ -124,5 +124,5 @@ def closest_hit(
     A shorthand of :func:`search` for scenes of one mesh without instances or
     disabled shapes: arrays as in :class:`RayBatch` (length N or 1), no face ignored.
     """
-    accel = scene.flat_accel()
+    accel = flat_accel(scene)
     search(accel, RayBatch(o, d, tmin, tmax, active, accel.no_ignore), global_prim_id, False, stream)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
@@ -137,21 +136,3 @@ class TriangleScene:
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()
-
-    def flat_accel(self):
-        """A :class:`~rayd.engine.accel.SceneAccel` seeing only these triangles as shape 0, faces 0..F-1."""
-        cached = getattr(self, "_flat_accel", None)
-        if cached is None:
-            from rayd.engine.accel import SceneAccel  # noqa: PLC0415 - accel imports this module
-
-            f = self.num_triangles
-            cached = SceneAccel(
-                self.device,
-                self,
-                wp.array(np.arange(f, dtype=np.int32), dtype=wp.int32, device=self.device),
-                wp.zeros(f, dtype=wp.int32, device=self.device),
-                wp.ones(1, dtype=wp.uint8, device=self.device),
-            )
-            cached.no_ignore = wp.full(1, -1, dtype=wp.int32, device=self.device)
-            self._flat_accel = cached
-        return cached

@@ -19,6 +19,7 @@ import torch.autograd.forward_ad as forward_ad
 
 from rayd.engine import edge_evaluate
 from rayd.torch import _convert
+from rayd.torch._edge_formulas import point_fields
 
 
 def usable(shapes: list, points: torch.Tensor) -> bool:
@@ -81,8 +82,6 @@ class _FusedEdgeEvaluate(torch.autograd.Function):
 
 def _differentiable_backward(needs, point_rows, vertices, repeat, global_edge_id, edge_v, grad_outputs) -> tuple:
     """Vector-Jacobian products of the op-by-op evaluation, recorded for further differentiation."""
-    from rayd.torch._nearest_edge import point_fields  # noqa: PLC0415 - that module imports this one
-
     n = global_edge_id.shape[0]
     if point_rows.shape[0] == 1:
         p = point_rows.expand(n, 3)
