@@ -1,4 +1,9 @@
-"""`HitRecord`: the backend-neutral part of the frontends' ``Intersection`` records."""
+"""The backend-neutral part of the frontends' result records (``Intersection``, ``NearestEdge``).
+
+A record holds its fields in a dict, one array per field, with misses encoded in the
+data; ``dir()`` lists the fields; reading a field the query did not compute raises
+``AttributeError`` saying what to pass.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +12,58 @@ from typing import Any
 from rayd.flags import FIELD_FLAGS, RayFlags
 
 
-class HitRecord:
+class FieldRecord:
+    """Fields by name, read as attributes; ``_name`` is the public name used in messages."""
+
+    __slots__ = ("_fields",)
+    _name = "rayd.Record"
+
+    def __init__(self, **fields: Any) -> None:
+        self._fields = fields
+
+    def _missing(self, name: str) -> str | None:
+        """Why ``name`` is absent, if it is a known field not computed by this query (else ``None``)."""
+        return None
+
+    def __getattr__(self, name: str) -> Any:
+        fields = object.__getattribute__(self, "_fields")
+        if name in fields:
+            return fields[name]
+        why = self._missing(name)
+        if why is not None:
+            raise AttributeError(f"{self._name}.{name}: {why}")
+        raise AttributeError(f"{self._name} has no field '{name}'")
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(self._fields))
+
+    @property
+    def fields(self) -> tuple[str, ...]:
+        """The names of the fields this record holds."""
+        return tuple(self._fields)
+
+    def __repr__(self) -> str:
+        return f"{self._name}(shape={tuple(self.shape)}, fields=[{', '.join(self._fields)}])"
+
+
+class EdgeRecord(FieldRecord):
+    """Fields of a nearest-edge query; ``ray_t`` / ``ray_point`` only for ray queries."""
+
+    __slots__ = ()
+    _name = "rayd.NearestEdge"
+
+    def _missing(self, name: str) -> str | None:
+        if name in ("ray_t", "ray_point"):
+            frontend = self._name.rsplit(".", 1)[0]
+            return f"only ray queries have it; pass a {frontend}.Ray to Scene.nearest_edge()"
+        return None
+
+    def is_valid(self) -> Any:
+        """True where an edge was found (``global_edge_id >= 0``), in the frontend's bool type."""
+        return self._fields["global_edge_id"] >= 0
+
+
+class HitRecord(FieldRecord):
     """Fields of a closest-hit query, some present only when their ``RayFlags`` were given.
 
     Frontends subclass it with their array types, a docstring and ``_name`` (the public
@@ -15,29 +71,19 @@ class HitRecord:
     was not requested raises ``AttributeError`` naming the flag to pass.
     """
 
-    __slots__ = ("_fields", "flags")
+    __slots__ = ("flags",)
     _name = "rayd.Intersection"
 
     def __init__(self, flags: RayFlags, **fields: Any) -> None:
+        super().__init__(**fields)
         self.flags = RayFlags(flags)
-        self._fields = fields
 
-    def __getattr__(self, name: str) -> Any:
-        fields = object.__getattribute__(self, "_fields")
-        if name in fields:
-            return fields[name]
+    def _missing(self, name: str) -> str | None:
         flag = FIELD_FLAGS.get(name)
-        if flag is not None:
-            raise AttributeError(
-                f"{self._name}.{name}: not computed; pass flags=RayFlags.{flag.name} "
-                f"(or RayFlags.All) to Scene.intersect()"
-            )
-        raise AttributeError(f"{self._name} has no field '{name}'")
+        if flag is None:
+            return None
+        return f"not computed; pass flags=RayFlags.{flag.name} (or RayFlags.All) to Scene.intersect()"
 
     def is_valid(self) -> Any:
         """True where the ray hit something (``prim_id >= 0``), in the frontend's bool type."""
         return self._fields["prim_id"] >= 0
-
-    def __repr__(self) -> str:
-        names = ", ".join(self._fields)
-        return f"{self._name}(shape={tuple(self.shape)}, fields=[{names}])"

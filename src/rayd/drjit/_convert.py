@@ -149,14 +149,24 @@ def current_stream(device: str) -> wp.Stream | None:
 def fence(device: str) -> None:
     """On CUDA, wait for all queued Dr.Jit and Warp work of this thread/device.
 
-    Used right before and right after engine launches. Measured on an H200 (issue 4
-    note): without it, Dr.Jit CUDA queries intermittently read rays that were not
-    yet packed, so rayd.drjit trades two host synchronisations per query on CUDA for
-    correctness. No-op on the LLVM backend, whose DLPack export already waits.
+    Used at ``build()`` / ``sync()`` around engine work. No-op on the LLVM backend,
+    whose DLPack export already waits.
     """
     if device.startswith("cuda"):
         dr.sync_thread()
         wp.synchronize_device(to_warp_device(device))
+
+
+#: Host synchronisations around each query's engine launch on CUDA: 2 (before and
+#: after, as measured safe on the H200 in issue 4), 1 (after only) or 0 (none: the
+#: launch is ordered on Dr.Jit's stream). Set by ``RAYD_DRJIT_QUERY_FENCES``.
+QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "2"))
+
+
+def query_fence(device: str, after: bool) -> None:
+    """The fence around a query's engine launch (see :data:`QUERY_FENCES`)."""
+    if QUERY_FENCES >= 2 or (after and QUERY_FENCES >= 1):
+        fence(device)
 
 
 # ------------------------------------------------------------------------ hand-over

@@ -226,9 +226,9 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
         p, p_buffer = _convert.vec3_view(points, device)
         views, buffers, search = [p], (p_buffer,), _search.nearest_edge_point
     views += [_convert.scalar_view(flag, device), max_distance, _convert.scalar_view(winner, device), stream]
-    _convert.fence(device)
+    _convert.query_fence(device, after=False)
     search(bvh, *views)
-    _convert.fence(device)
+    _convert.query_fence(device, after=True)
     del buffers, views  # kept alive until the engine's launch is done
     geometry = scene._live_geometry(m, double)
     if is_ray:
@@ -254,9 +254,9 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
     flag = _convert.uint8(active, backend)
     bvh = edges.bvh(stream)
     p, p_buffer = _convert.vec3_view(points, device)
-    _convert.fence(device)
+    _convert.query_fence(device, after=False)
     _search.nearest_edges_point(bvh, p, _convert.scalar_view(flag, device), max_distance, winners_view, stream)
-    _convert.fence(device)
+    _convert.query_fence(device, after=True)
     del p_buffer
     lane = dr.arange(m.UInt, n * k)
     query = lane // k if dr.width(points) != 1 else dr.zeros(m.UInt, n * k)

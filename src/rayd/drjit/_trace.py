@@ -83,9 +83,9 @@ def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit
         _convert.scalar_view(skip, device),
     )
     out_view = _convert.scalar_view(out, device)
-    _convert.fence(device)
+    _convert.query_fence(device, after=False)
     search(scene._core.accel, rays, out_view, any_hit, stream)
-    _convert.fence(device)
+    _convert.query_fence(device, after=True)
     # The buffers above stay referenced until here; on CUDA, Dr.Jit frees and
     # reuses memory in stream order, after the engine's launch.
     del o_buffer, d_buffer, rays

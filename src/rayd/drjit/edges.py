@@ -20,6 +20,7 @@ from rayd.drjit._geometry import apply, concat
 from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges
 from rayd.engine.edges import EdgeBvh
+from rayd.records import EdgeRecord
 from rayd.engine.runtime import launch_stream
 
 
@@ -68,10 +69,7 @@ class EdgeTopology:
         return f"rayd.drjit.EdgeTopology(num_edges={self.num_edges}, type={_convert.type_name(self.v)})"
 
 
-_RAY_FIELDS = ("ray_t", "ray_point")
-
-
-class NearestEdge:
+class NearestEdge(EdgeRecord):
     """The nearest edge per query (or the k nearest), with miss values in the data.
 
     Attributes (width N, or N k for ``nearest_edges``: slot ``j`` of query ``i`` is
@@ -100,34 +98,21 @@ class NearestEdge:
         transforms and the query (DESIGN.md); misses get zero gradient. Never NaN.
     """
 
-    __slots__ = ("_fields", "_shape")
+    __slots__ = ("_shape",)
+    _name = "rayd.drjit.NearestEdge"
 
     def __init__(self, shape: tuple[int, ...], **fields: dr.ArrayBase) -> None:
+        super().__init__(**fields)
         self._shape = shape
-        self._fields = fields
-
-    def __getattr__(self, name: str) -> dr.ArrayBase:
-        fields = object.__getattribute__(self, "_fields")
-        if name in fields:
-            return fields[name]
-        if name in _RAY_FIELDS:
-            raise AttributeError(
-                f"rayd.drjit.NearestEdge.{name}: only ray queries have it; pass a rayd.drjit.Ray to "
-                f"Scene.nearest_edge()"
-            )
-        raise AttributeError(f"rayd.drjit.NearestEdge has no field '{name}'")
 
     def is_valid(self) -> dr.ArrayBase:
         """``Bool`` of the fields' width: True where an edge was found."""
-        return self._fields["global_edge_id"] >= 0
+        return super().is_valid()
 
     @property
     def shape(self) -> tuple[int, ...]:
         """The query batch shape: ``(N,)``, or ``(N, k)`` for top-k."""
         return self._shape
-
-    def __repr__(self) -> str:
-        return f"rayd.drjit.NearestEdge(shape={self._shape}, fields=[{', '.join(self._fields)}])"
 
 
 class SceneEdges:

@@ -25,6 +25,7 @@ import warp as wp
 from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
 from rayd.engine.edges import EdgeBvh
+from rayd.records import EdgeRecord
 from rayd.engine.runtime import launch_stream
 from rayd.torch import _check, _convert
 
@@ -74,10 +75,7 @@ class EdgeTopology:
         return f"rayd.torch.EdgeTopology(num_edges={self.num_edges}, device={self.v.device})"
 
 
-_RAY_FIELDS = ("ray_t", "ray_point")
-
-
-class NearestEdge:
+class NearestEdge(EdgeRecord):
     """The nearest edge per query (or the k nearest), with miss values in the data.
 
     Attributes (``...`` is the query batch shape, ``[..., k]`` for ``nearest_edges``):
@@ -105,33 +103,17 @@ class NearestEdge:
         gradient. Never NaN.
     """
 
-    __slots__ = ("_fields",)
-
-    def __init__(self, **fields: torch.Tensor) -> None:
-        self._fields = fields
-
-    def __getattr__(self, name: str) -> torch.Tensor:
-        fields = object.__getattribute__(self, "_fields")
-        if name in fields:
-            return fields[name]
-        if name in _RAY_FIELDS:
-            raise AttributeError(
-                f"rayd.torch.NearestEdge.{name}: only ray queries have it; pass a rayd.torch.Ray to "
-                f"Scene.nearest_edge()"
-            )
-        raise AttributeError(f"rayd.torch.NearestEdge has no field '{name}'")
+    __slots__ = ()
+    _name = "rayd.torch.NearestEdge"
 
     def is_valid(self) -> torch.Tensor:
         """(...) bool: True where an edge was found."""
-        return self._fields["global_edge_id"] >= 0
+        return super().is_valid()
 
     @property
     def shape(self) -> torch.Size:
         """The query batch shape (``[..., k]`` for top-k)."""
         return self._fields["distance"].shape
-
-    def __repr__(self) -> str:
-        return f"rayd.torch.NearestEdge(shape={tuple(self.shape)}, fields=[{', '.join(self._fields)}])"
 
 
 def mesh_edges(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, ...]:
