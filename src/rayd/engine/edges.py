@@ -37,6 +37,8 @@ References:
 
 from __future__ import annotations
 
+import os
+
 import warp as wp
 
 from rayd.engine.bvh_nodes import read_nodes
@@ -49,6 +51,10 @@ _INF = wp.constant(float("inf"))
 DEFAULT_BUILDER = "sah"
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
+#: ``wp.Bvh`` constructor of the ``"sah"`` builder on CUDA (``RAYD_EDGE_BVH_CONSTRUCTOR``:
+#: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, not yet validated on CUDA).
+CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
+
 #: Segments per leaf of the ``"sah"`` builder when ``leaf_size=None``.
 DEFAULT_LEAF_SIZE = 4
 
@@ -321,7 +327,10 @@ class EdgeBvh:
         self._item_upper = wp.empty(n, dtype=wp.vec3, device=dev)
         wp.launch(_edges_box_kernel, dim=n, inputs=[self.points, self.edge_v],
                   outputs=[self._item_lower, self._item_upper], device=dev)
-        constructor = "sah" if dev.is_cpu else "cubql"
+        # Warp's SAH builder (on the host) on both devices: the same tree and layout on CPU and
+        # CUDA. cuBQL (Warp's GPU builder) is opt-in until its trees pass the CUDA suite: a
+        # cuBQL tree over a single leaf made the top-k search loop on the H200 (this session).
+        constructor = "sah" if dev.is_cpu else CUDA_CONSTRUCTOR
         self._bvh = wp.Bvh(self._item_lower, self._item_upper, constructor=constructor, leaf_size=self.leaf_size)
         nodes = read_nodes(self._bvh, n)
         if nodes.depth >= MAX_DEPTH:  # deeper than the search stack: median splits (depth ~ log2 n)

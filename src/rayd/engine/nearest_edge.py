@@ -231,8 +231,11 @@ def _make_search_kernel(kind: int, counting: bool):
         stack_key = _stack_f()
         sp = int(0)
         node = int(0)
+        limit = node_child.shape[0]  # each internal node is entered at most once: never loop
         while go != 0:
             visited += 1
+            if visited > limit:
+                break
             lo_a = wp.vec3(node_box[4 * node][0], node_box[4 * node][1], node_box[4 * node][2])
             hi_a = wp.vec3(node_box[4 * node + 1][0], node_box[4 * node + 1][1], node_box[4 * node + 1][2])
             lo_b = wp.vec3(node_box[4 * node + 2][0], node_box[4 * node + 2][1], node_box[4 * node + 2][2])
