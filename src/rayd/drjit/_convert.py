@@ -157,10 +157,12 @@ def fence(device: str) -> None:
         wp.synchronize_device(to_warp_device(device))
 
 
-#: Host synchronisations around each query's engine launch on CUDA: 2 (before and
-#: after, as measured safe on the H200 in issue 4), 1 (after only) or 0 (none: the
-#: launch is ordered on Dr.Jit's stream). Set by ``RAYD_DRJIT_QUERY_FENCES``.
-QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "2"))
+#: Host synchronisations around each query's engine launch on CUDA: 1 (after the launch,
+#: the default), 0 (none: the launch is ordered on Dr.Jit's stream) or 2 (before and
+#: after, as in earlier versions). Set by ``RAYD_DRJIT_QUERY_FENCES``. On the H200
+#: (benchmarks/results/h200-session3/) the Dr.Jit CUDA suite passed with 0 (twice) and
+#: 1; 1 is kept as the default until 0 has more runs behind it.
+QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "1"))
 
 
 def query_fence(device: str, after: bool) -> None:
