@@ -89,6 +89,7 @@ class LiveState:
         self._generation = self._groups_generation = -1
         self._world = self._own = self._normal = None
         self._batch_groups: list = []
+        self._row_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._single_groups: list = []
         # The search centre (engine/frame.py), for ray origins handed to the engine.
         self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
@@ -156,12 +157,21 @@ class LiveState:
         for src, rows, index in batches:
             own = own.index_put((rows,), affine(src[index]))
         if singles:
-            rows = torch.as_tensor([i for i, _ in singles], device=self.device)
-            own = own.index_put((rows,), affine(torch.stack([m for _, m in singles])))
+            own = own.index_put((self._rows([i for i, _ in singles]),), affine(torch.stack([m for _, m in singles])))
         rows = self.table.instance_rows
         if rows.numel() == 0:
             return own
         return own.index_put((rows,), own[rows] @ own[self.instance_base])
+
+    def _rows(self, rows: list[int]) -> torch.Tensor:
+        """A device tensor of shape ids, cached: no host-to-device copy in a query once seen."""
+        key = tuple(rows)
+        found = self._row_cache.get(key)
+        if found is None:
+            if len(self._row_cache) > 64:
+                self._row_cache.clear()
+            found = self._row_cache[key] = torch.as_tensor(rows, device=self.device)
+        return found
 
     def normal_matrix(self, world: torch.Tensor) -> torch.Tensor:
         """(S, 3, 3) inverse of each placement's linear part (normals map by its transpose)."""

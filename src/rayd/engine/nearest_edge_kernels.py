@@ -1,0 +1,345 @@
+"""The nearest-edge search kernels: one walk skeleton specialised per query kind (Warp).
+
+The host functions that launch them are in :mod:`rayd.engine.nearest_edge`. The walk
+is depth first over an :class:`~rayd.engine.edges.EdgeBvh`, nearer child first, with a
+search radius that shrinks to the best candidate so far (the k-th best for top-k).
+
+References:
+    Ericson 2004, "Real-Time Collision Detection", Morgan Kaufmann, sec. 5.1.2
+    (closest point on a segment) and 5.1.9 (closest points of two segments).
+"""
+
+
+import warp as wp
+
+from rayd.engine.edges import MAX_DEPTH
+
+#: Largest ``k`` of a top-k query (the per-query heap lives in registers).
+MAX_K = 16
+_STACK = MAX_DEPTH  # >= the deepest tree (SAH trees are checked; Karras trees: <= 62 levels from 62 key bits)
+
+_INF = wp.constant(float("inf"))
+
+# Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
+wp.set_module_options({"enable_backward": False})
+_NO_ID = wp.constant(2147483647)
+# A box is opened while its squared distance is within a relative 2^-10 of the best squared
+# distance (radius 2^-11 for rays): the float32 segment distance can round below the box
+# distance of the same segment, and an edge tied with the best must not be hidden by that.
+_OPEN = wp.constant(1.0 + 1.0 / 1024.0)
+_OPEN_R = wp.constant(1.0 + 1.0 / 2048.0)
+_stack_i = wp.types.vector(length=_STACK, dtype=wp.int32)
+_stack_f = wp.types.vector(length=_STACK, dtype=wp.float32)
+_heap_i = wp.types.vector(length=MAX_K, dtype=wp.int32)
+_heap_f = wp.types.vector(length=MAX_K, dtype=wp.float32)
+
+
+@wp.func
+def _box_dsq(p: wp.vec3, lo: wp.vec3, hi: wp.vec3) -> float:
+    """Squared distance from ``p`` to the box ``[lo, hi]`` (``inf`` for an empty box)."""
+    q = wp.max(wp.max(lo - p, wp.vec3(0.0)), p - hi)
+    if lo[0] > hi[0]:
+        return _INF
+    return wp.dot(q, q)
+
+
+@wp.func
+def _point_segment_dsq(p: wp.vec3, a: wp.vec3, b: wp.vec3) -> float:
+    """Squared distance from ``p`` to the segment ``[a, b]``."""
+    ab = b - a
+    pa = p - a
+    den = wp.dot(ab, ab)
+    t = float(0.0)
+    if den > 0.0:
+        t = wp.clamp(wp.dot(pa, ab) / den, 0.0, 1.0)
+    q = pa - t * ab
+    return wp.dot(q, q)
+
+
+@wp.func
+def _ray_segment_dsq(o: wp.vec3, d: wp.vec3, s0: float, s1: float, a: wp.vec3, b: wp.vec3) -> float:
+    """Squared distance between ``o + s d, s in [s0, s1]`` and the segment ``[a, b]``."""
+    e = b - a
+    r = o - a
+    dd = wp.dot(d, d)
+    ee = wp.dot(e, e)
+    de = wp.dot(d, e)
+    c = wp.dot(d, r)
+    f = wp.dot(e, r)
+    s = s0
+    t = float(0.0)
+    if ee > 0.0:
+        den = dd * ee - de * de
+        if den > 1.0e-12 * dd * ee:
+            s = wp.clamp((de * f - c * ee) / den, s0, s1)
+        else:
+            s = wp.clamp(-c / dd, s0, s1)
+        t = (de * s + f) / ee
+        if t < 0.0:
+            t = 0.0
+            s = wp.clamp(-c / dd, s0, s1)
+        elif t > 1.0:
+            t = 1.0
+            s = wp.clamp((de - c) / dd, s0, s1)
+    else:
+        s = wp.clamp(-c / dd, s0, s1)
+    q = o + s * d - (a + t * e)
+    return wp.dot(q, q)
+
+
+@wp.func
+def _ray_box_reach(o: wp.vec3, d: wp.vec3, s0: float, s1: float, lo: wp.vec3, hi: wp.vec3, r: float) -> float:
+    """Entry parameter of the ray segment into the box grown by ``r`` (``inf`` if it misses).
+
+    A box that the segment misses after growing every side by ``r`` lies farther than
+    ``r`` from the segment, so the subtree can be skipped (conservative test).
+    """
+    if lo[0] > hi[0]:
+        return _INF
+    if r == _INF:
+        return s0
+    enter = s0
+    leave = s1
+    for k in range(3):
+        a = lo[k] - r
+        b = hi[k] + r
+        if d[k] == 0.0:
+            if o[k] < a or o[k] > b:
+                return _INF
+        else:
+            inv = 1.0 / d[k]
+            ta = (a - o[k]) * inv
+            tb = (b - o[k]) * inv
+            enter = wp.max(enter, wp.min(ta, tb))
+            leave = wp.min(leave, wp.max(ta, tb))
+    if enter > leave:
+        return _INF
+    return enter
+
+
+@wp.func
+def _better(dsq: float, gid: int, best_dsq: float, best_id: int) -> bool:
+    """``(dsq, gid) < (best_dsq, best_id)`` in lexicographic order."""
+    if dsq < best_dsq:
+        return True
+    return dsq == best_dsq and gid < best_id
+
+
+@wp.kernel
+def _nearest_edge_order_kernel(
+    points: wp.array(dtype=wp.vec3),
+    root_box: wp.array(dtype=wp.vec3),
+    keys: wp.array(dtype=wp.int32),
+    order: wp.array(dtype=wp.int32),
+):
+    i = wp.tid()
+    p = points[i]
+    lo = root_box[0]
+    hi = root_box[1]
+    code = int(0)
+    for k in range(3):
+        extent = hi[k] - lo[k]
+        x = float(0.0)
+        if extent > 0.0:
+            x = wp.clamp((p[k] - lo[k]) / extent, 0.0, 1.0)
+        if not wp.isfinite(x):
+            x = 0.0
+        q = wp.min(int(x * 1024.0), 1023)
+        for b in range(10):
+            code = code | (((q >> b) & 1) << (3 * b + 2 - k))
+    keys[i] = wp.int32(code)
+    order[i] = wp.int32(i)
+
+
+POINT, RAY, TOPK = 0, 1, 2
+
+
+def _make_search_kernel(kind: int, counting: bool):
+    """The one search skeleton, specialised at code generation for a query kind.
+
+    ``kind``: ``POINT`` (nearest edge to a point), ``RAY`` (to a ray segment) or
+    ``TOPK`` (the ``k`` nearest to a point). ``counting`` adds a per-query count of
+    internal nodes visited and segments tested (``counts[i]``), for measurements.
+
+    The walk: at an internal node both children's boxes are read (one 64-byte run)
+    and tested; leaf children are tested on the spot, nearer first; of the internal
+    children that pass, the nearer is visited next and the farther pushed with its
+    key (squared box distance), skipped when popped if the search radius has
+    shrunk below it. Ray queries test a box grown by the current radius instead
+    (``_ray_box_reach``) and order children by their centres' distance to the ray.
+    """
+    out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
+
+    def search(
+        node_box: wp.array(dtype=wp.vec4),
+        node_child: wp.array(dtype=wp.vec4i),
+        seg: wp.array(dtype=wp.vec3),
+        slot_id: wp.array(dtype=wp.int32),
+        q0: wp.array(dtype=wp.vec3),
+        q0_stride: int,
+        q1: wp.array(dtype=wp.vec3),
+        q1_stride: int,
+        tmin: wp.array(dtype=float),
+        tmin_stride: int,
+        tmax: wp.array(dtype=float),
+        tmax_stride: int,
+        active: wp.array(dtype=wp.uint8),
+        active_stride: int,
+        max_distance_sq: float,
+        k: int,
+        out: out_type,
+        order: wp.array(dtype=wp.int32),
+        use_order: int,
+        counts: wp.array(dtype=wp.vec2i),
+    ):
+        i = wp.tid()
+        if use_order != 0:
+            i = int(order[i])
+        bound = max_distance_sq  # squared search radius: max_distance, then the best (k-th best)
+        best_id = int(_NO_ID)
+        heap_d = _heap_f()
+        heap_id = _heap_i()
+        if wp.static(kind == TOPK):
+            for j in range(k):
+                heap_d[j] = _INF
+                heap_id[j] = wp.int32(_NO_ID)
+        visited = int(0)
+        tested = int(0)
+        p = q0[i * q0_stride]
+        dir = wp.vec3(0.0)
+        s0 = float(0.0)
+        s1 = float(0.0)
+        wellformed = wp.isfinite(p)
+        if wp.static(kind == RAY):
+            dir = q1[i * q1_stride]
+            s0 = tmin[i * tmin_stride]
+            s1 = tmax[i * tmax_stride]
+            wellformed = wellformed and wp.isfinite(dir) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
+            if wellformed:
+                wellformed = wp.dot(dir, dir) > 0.0
+        go = int(0)
+        if active[i * active_stride] != wp.uint8(0) and wellformed:
+            go = int(1)
+        stack = _stack_i()
+        stack_key = _stack_f()
+        sp = int(0)
+        node = int(0)
+        limit = node_child.shape[0]  # each internal node is entered at most once: never loop
+        while go != 0:
+            visited += 1
+            if visited > limit:
+                break
+            lo_a = wp.vec3(node_box[4 * node][0], node_box[4 * node][1], node_box[4 * node][2])
+            hi_a = wp.vec3(node_box[4 * node + 1][0], node_box[4 * node + 1][1], node_box[4 * node + 1][2])
+            lo_b = wp.vec3(node_box[4 * node + 2][0], node_box[4 * node + 2][1], node_box[4 * node + 2][2])
+            hi_b = wp.vec3(node_box[4 * node + 3][0], node_box[4 * node + 3][1], node_box[4 * node + 3][2])
+            ch = node_child[node]
+            ok_a = False
+            ok_b = False
+            key_a = float(0.0)
+            key_b = float(0.0)
+            if wp.static(kind == RAY):
+                r = wp.sqrt(bound) * _OPEN_R
+                ok_a = _ray_box_reach(p, dir, s0, s1, lo_a, hi_a, r) < _INF
+                ok_b = _ray_box_reach(p, dir, s0, s1, lo_b, hi_b, r) < _INF
+                ca = 0.5 * (lo_a + hi_a)
+                cb = 0.5 * (lo_b + hi_b)
+                key_a = _ray_segment_dsq(p, dir, s0, s1, ca, ca)
+                key_b = _ray_segment_dsq(p, dir, s0, s1, cb, cb)
+            else:
+                key_a = _box_dsq(p, lo_a, hi_a)
+                key_b = _box_dsq(p, lo_b, hi_b)
+                ok_a = key_a <= bound * _OPEN and key_a < _INF
+                ok_b = key_b <= bound * _OPEN and key_b < _INF
+            # near = the child to take first
+            near = int(ch[0])
+            near_n = int(ch[2])
+            near_ok = ok_a
+            near_key = key_a
+            far = int(ch[1])
+            far_n = int(ch[3])
+            far_ok = ok_b
+            far_key = key_b
+            if key_b < key_a:
+                near = int(ch[1])
+                near_n = int(ch[3])
+                near_ok = ok_b
+                near_key = key_b
+                far = int(ch[0])
+                far_n = int(ch[2])
+                far_ok = ok_a
+                far_key = key_a
+            for c in range(2):
+                leaf_ok = near_ok and near_n > 0
+                first = near
+                count = near_n
+                if c == 1:
+                    leaf_ok = far_ok and far_n > 0
+                    if wp.static(kind != RAY):
+                        leaf_ok = leaf_ok and far_key <= bound * _OPEN
+                    first = far
+                    count = far_n
+                if leaf_ok:
+                    for s in range(first, first + count):
+                        if wp.static(counting):
+                            tested += 1
+                        gid = int(slot_id[s])
+                        if gid >= 0:
+                            dsq = float(0.0)
+                            if wp.static(kind == RAY):
+                                dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * s], seg[2 * s + 1])
+                            else:
+                                dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
+                            if wp.static(kind == TOPK):
+                                if dsq <= bound and _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
+                                    j = k - 1  # sorted insertion into the fixed-size list
+                                    while j > 0 and _better(dsq, gid, heap_d[j - 1], int(heap_id[j - 1])):
+                                        heap_d[j] = heap_d[j - 1]
+                                        heap_id[j] = heap_id[j - 1]
+                                        j -= 1
+                                    heap_d[j] = dsq
+                                    heap_id[j] = wp.int32(gid)
+                                    if heap_id[k - 1] != _NO_ID:
+                                        bound = wp.min(bound, heap_d[k - 1])
+                            else:
+                                if dsq <= bound and _better(dsq, gid, bound, best_id):
+                                    bound = dsq
+                                    best_id = gid
+            near_in = near_ok and near_n == 0
+            far_in = far_ok and far_n == 0
+            if near_in:
+                node = near
+                if far_in and sp < _STACK:
+                    stack[sp] = wp.int32(far)
+                    stack_key[sp] = far_key
+                    sp += 1
+            elif far_in:
+                node = far
+            else:
+                go = int(0)
+                while sp > 0:
+                    sp -= 1
+                    if wp.static(kind != RAY):
+                        if stack_key[sp] > bound * _OPEN:
+                            continue
+                    node = int(stack[sp])
+                    go = int(1)
+                    break
+        if wp.static(counting):
+            counts[i] = wp.vec2i(visited, tested)
+        if wp.static(kind == TOPK):
+            for j in range(k):
+                gid = int(heap_id[j])
+                if gid == _NO_ID:
+                    gid = -1
+                out[i, j] = wp.int32(gid)
+        else:
+            if best_id == _NO_ID:
+                best_id = -1
+            out[i] = wp.int32(best_id)
+
+    name = f"nearest_edge_search_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}"
+    return wp.kernel(search, name=name, enable_backward=False, module="unique")
+
+
+_KERNELS: dict = {}
