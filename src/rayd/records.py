@@ -2,7 +2,9 @@
 
 A record holds its fields in a dict, one array per field, with misses encoded in the
 data; ``dir()`` lists the fields; reading a field the query did not compute raises
-``AttributeError`` saying what to pass.
+``AttributeError`` saying what to pass. ``detach()`` and indexing (``record[mask]``) are
+generic here: they build a record of the same type and state with every field mapped
+by the frontend's ``_detach_field`` / ``_index_field``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,43 @@ class FieldRecord:
 
     def __repr__(self) -> str:
         return f"{self._name}(shape={tuple(self.shape)}, fields=[{', '.join(self._fields)}])"
+
+    # -- generic transformations; frontends supply the per-field operations ----------------
+
+    def _replace(self, fields: dict[str, Any]) -> "FieldRecord":
+        """A record of the same type and state (``flags``, ...) holding ``fields``."""
+        new = object.__new__(type(self))
+        for cls in type(self).__mro__:
+            slots = cls.__dict__.get("__slots__", ())
+            for slot in (slots,) if isinstance(slots, str) else slots:
+                if slot != "_fields":
+                    object.__setattr__(new, slot, object.__getattribute__(self, slot))
+        object.__setattr__(new, "_fields", fields)
+        return new
+
+    def _map(self, fn: Any) -> "FieldRecord":
+        """The record with ``fn(name, value)`` in place of every field."""
+        return self._replace({name: fn(name, value) for name, value in self._fields.items()})
+
+    def _detach_field(self, value: Any) -> Any:
+        raise NotImplementedError(f"{self._name}.detach(): not supported by this frontend")
+
+    def _index_field(self, value: Any, index: Any) -> Any:
+        raise NotImplementedError(f"{self._name}[...]: indexing is not supported by this frontend")
+
+    def detach(self) -> "FieldRecord":
+        """The same record with every field detached from the autodiff graph (no copy)."""
+        return self._map(lambda name, value: self._detach_field(value))
+
+    def __getitem__(self, index: Any) -> "FieldRecord":
+        """The record of the selected queries: ``index`` applies to the batch dimensions.
+
+        ``index`` is anything the frontend's arrays accept for their leading dimensions
+        (a bool mask over the batch, integer indices, slices); trailing component
+        dimensions (the 3 of ``p``) are kept. The result has the same type, fields and
+        flags.
+        """
+        return self._map(lambda name, value: self._index_field(value, index))
 
 
 class EdgeRecord(FieldRecord):

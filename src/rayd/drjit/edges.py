@@ -21,6 +21,7 @@ from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.records import EdgeRecord
+from rayd.drjit.intersection import DrjitRecord
 from rayd.engine.runtime import launch_stream
 
 
@@ -69,7 +70,7 @@ class EdgeTopology:
         return f"rayd.drjit.EdgeTopology(num_edges={self.num_edges}, type={_convert.type_name(self.v)})"
 
 
-class NearestEdge(EdgeRecord):
+class NearestEdge(DrjitRecord, EdgeRecord):
     """The nearest edge per query (or the k nearest), with miss values in the data.
 
     Attributes (width N, or N k for ``nearest_edges``: slot ``j`` of query ``i`` is
@@ -96,10 +97,14 @@ class NearestEdge(EdgeRecord):
         types when any input is; they are differentiable through Dr.Jit's AD (reverse
         and forward mode) for the fixed winning edge, with respect to vertices,
         transforms and the query (DESIGN.md); misses get zero gradient. Never NaN.
+
+    ``detach()`` and selecting queries (``near[mask]`` with a ``Bool`` of width N; a
+    top-k record keeps the k slots of each selected query) as for :class:`Intersection`.
     """
 
     __slots__ = ("_shape",)
     _name = "rayd.drjit.NearestEdge"
+    _width_field = "distance"
 
     def __init__(self, shape: tuple[int, ...], **fields: dr.ArrayBase) -> None:
         super().__init__(**fields)
@@ -113,6 +118,9 @@ class NearestEdge(EdgeRecord):
     def shape(self) -> tuple[int, ...]:
         """The query batch shape: ``(N,)``, or ``(N, k)`` for top-k."""
         return self._shape
+
+    def _resize(self, count: int) -> None:
+        self._shape = (count,) + tuple(self._shape[1:])
 
 
 class SceneEdges:

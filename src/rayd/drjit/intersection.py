@@ -7,7 +7,64 @@ import drjit as dr
 from rayd.records import HitRecord
 
 
-class Intersection(HitRecord):
+class DrjitRecord:
+    """The Dr.Jit parts of a record: ``detach()`` and selecting queries (``record[mask]``).
+
+    Mixed into :class:`Intersection` and :class:`~rayd.drjit.NearestEdge` ahead of their
+    backend-neutral base (``rayd.records``). Fields are flat arrays of width N (``N k``
+    for top-k records, slot ``j`` of query ``i`` at lane ``i k + j``); an index selects
+    queries, so a top-k record keeps all k slots of each selected query.
+    """
+
+    __slots__ = ()
+
+    def _detach_field(self, value: dr.ArrayBase) -> dr.ArrayBase:
+        return dr.detach(value)
+
+    def _query_lanes(self, index: object) -> tuple[dr.ArrayBase, int]:
+        """The lanes (``UInt32``) of the queries ``index`` selects, and how many queries."""
+        n = int(self.shape[0])
+        k = 1
+        for extent in self.shape[1:]:
+            k *= int(extent)
+        uint = dr.uint32_array_t(dr.leaf_t(type(self._fields[self._width_field])))
+        if isinstance(index, dr.ArrayBase) and dr.is_mask_v(index):
+            if dr.width(index) != n:
+                raise IndexError(f"{self._name}[mask]: a mask must have the record's width {n}, "
+                                 f"got {dr.width(index)}")
+            picked = uint(dr.compress(index))
+        elif isinstance(index, dr.ArrayBase) and dr.is_integral_v(index):
+            picked = uint(index)
+            if dr.width(picked) and int(dr.max(picked)[0]) >= n:  # one host read
+                raise IndexError(f"{self._name}[index]: an index is out of range for {n} queries")
+        elif isinstance(index, int) and not isinstance(index, bool):
+            if not -n <= index < n:
+                raise IndexError(f"{self._name}[{index}]: index out of range for {n} queries")
+            picked = uint([index % n])
+        elif isinstance(index, slice):
+            picked = uint(list(range(n))[index])
+        else:
+            raise TypeError(f"{self._name}[...]: the index must be a Dr.Jit Bool mask, a Dr.Jit integer "
+                            f"array, an int or a slice, got {type(index).__name__}")
+        count = dr.width(picked)
+        if k > 1:
+            picked = dr.repeat(picked, k) * k + dr.tile(dr.arange(uint, k), count)
+        return picked, count
+
+    def __getitem__(self, index: object):
+        """The record of the selected queries (Dr.Jit ``Bool`` mask of width N, integer
+        array, int or slice), by ``dr.gather``: same type, fields and flags; width 1 for
+        an int. Gathered fields stay differentiable."""
+        lanes, count = self._query_lanes(index)
+        new = self._map(lambda name, value: dr.gather(type(value), value, lanes))
+        new._resize(count)
+        return new
+
+    def _resize(self, count: int) -> None:
+        """Record a new number of queries (records whose shape is not their fields' width)."""
+
+
+class Intersection(DrjitRecord, HitRecord):
     """Closest hit per ray, with miss values encoded in the data.
 
     Attributes (N rays; Dr.Jit types of the ray's backend, ``.ad`` when any input was):
@@ -32,10 +89,15 @@ class Intersection(HitRecord):
     Float fields have the promoted dtype of the rays and the scene's vertices and are
     differentiable (fixed winner, DESIGN.md). Reading a field that was not requested
     raises ``AttributeError`` naming the flag to pass. Never NaN.
+
+    ``hit.detach()`` detaches every field; ``hit[mask]`` (a ``Bool`` of width N),
+    ``hit[idx]`` (integer array), ``hit[i]`` or ``hit[a:b]`` gather the selected rays
+    into a record of the same fields and flags.
     """
 
     __slots__ = ()
     _name = "rayd.drjit.Intersection"
+    _width_field = "t"
 
     def is_valid(self) -> dr.ArrayBase:
         """(N,) ``Bool``: True where the ray hit something."""

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import sys
+
 import drjit as dr
+import numpy as np
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._convert import host_matrices
@@ -76,6 +79,61 @@ class Mesh:
         self.normals = normals
         self.uv = uv
         self.to_world = to_world
+
+    @classmethod
+    def from_trimesh(
+        cls,
+        mesh: object,
+        *,
+        backend: str = "llvm",
+        dtype: str = "float32",
+        ad: bool = True,
+        normals: bool = False,
+        uv: bool = False,
+        to_world: dr.ArrayBase | None = None,
+    ) -> "Mesh":
+        """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
+
+        Args:
+            mesh: a ``trimesh.Trimesh``; its ``vertices`` (V, 3) and ``faces`` (F, 3)
+                are copied into new arrays (``Array3f``/``Array3f64``, ``Array3u``).
+            backend: ``"llvm"`` (CPU, default) or ``"cuda"``.
+            dtype: ``"float32"`` (default) or ``"float64"`` for vertices, normals and uv.
+            ad: use the differentiable namespace (``drjit.<backend>.ad``, default) or
+                the plain one.
+            normals: also copy ``mesh.vertex_normals`` as shading normals (off by
+                default: ``n`` equals ``geo_n`` unless asked for).
+            uv: also copy ``mesh.visual.uv`` (the mesh must have texture coordinates).
+            to_world: optional 4x4 transform, as for :class:`Mesh`.
+
+        Returns:
+            A :class:`Mesh` (gradients not enabled: call ``dr.enable_grad(mesh.vertices)``).
+
+        Raises:
+            TypeError: ``mesh`` is not a ``trimesh.Trimesh``, or a wrong ``dtype``.
+            ValueError: an unknown ``backend``; ``uv=True`` for a mesh without texture
+                coordinates; and what :class:`Mesh` raises.
+        """
+        call = "rayd.drjit.Mesh.from_trimesh()"
+        if backend not in ("llvm", "cuda"):
+            raise ValueError(f"{call}: 'backend' must be 'llvm' or 'cuda', got {backend!r}")
+        if dtype not in ("float32", "float64"):
+            raise TypeError(f"{call}: 'dtype' must be 'float32' or 'float64', got {dtype!r}")
+        vertices, faces, vertex_normals, texcoords = _trimesh_arrays(call, mesh, normals, uv)
+        m = _convert.module(backend, ad)
+        wide = dtype == "float64"
+        real = np.float64 if wide else np.float32
+
+        def columns(kind: type, array: np.ndarray | None, numpy_dtype: type):
+            return None if array is None else kind(np.ascontiguousarray(array.T.astype(numpy_dtype)))
+
+        return cls(
+            columns(m.Array3f64 if wide else m.Array3f, vertices, real),
+            columns(m.Array3u, faces, np.uint32),
+            normals=columns(m.Array3f64 if wide else m.Array3f, vertex_normals, real),
+            uv=columns(m.Array2f64 if wide else m.Array2f, texcoords, real),
+            to_world=to_world,
+        )
 
     @property
     def device(self) -> str:
@@ -163,3 +221,32 @@ def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:
     found = transform_problem(host_matrices(value))
     if found is not None:
         raise ValueError(f"{call}: '{name}' {found[1]}")
+
+
+def _trimesh_arrays(call: str, mesh: object, normals: bool, uv: bool):
+    """``(vertices, faces, normals or None, uv or None)`` as NumPy copies of a ``trimesh.Trimesh``.
+
+    Never imports trimesh (an object can only be a Trimesh if trimesh is imported). The
+    same as rayd.torch's; it would belong in a backend-neutral module (kept here so
+    rayd.drjit needs no torch).
+    """
+    trimesh = sys.modules.get("trimesh")
+    if trimesh is None or not isinstance(mesh, trimesh.Trimesh):
+        hint = ""
+        if trimesh is not None and isinstance(mesh, trimesh.Scene):
+            hint = ' (a trimesh.Scene: flatten it with scene.to_geometry(), or load with trimesh.load(path, force="mesh"))'
+        kind = type(mesh)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        raise TypeError(f"{call}: 'mesh' must be a trimesh.Trimesh, got {name}{hint}")
+    vertices = np.array(mesh.vertices, dtype=np.float64).reshape(-1, 3)
+    faces = np.array(mesh.faces, dtype=np.int64).reshape(-1, 3)
+    if faces.size and (faces.min() < 0 or faces.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"{call}: 'mesh.faces' holds indices outside the int32 range")
+    vertex_normals = np.array(mesh.vertex_normals, dtype=np.float64).reshape(-1, 3) if normals else None
+    texcoords = None
+    if uv:
+        texcoords = getattr(getattr(mesh, "visual", None), "uv", None)
+        if texcoords is None:
+            raise ValueError(f"{call}: uv=True but the mesh has no texture coordinates (mesh.visual.uv)")
+        texcoords = np.array(texcoords, dtype=np.float64).reshape(-1, 2)
+    return vertices, faces, vertex_normals, texcoords

@@ -4,17 +4,70 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import ctypes
 import os
+import sys
+import tempfile
 from collections.abc import Iterator
 
 import warp as wp
 
+#: The line Warp's native library prints (to the C stderr, at ``wp.init()``) when it
+#: finds no CUDA driver; on a CPU-only machine it is noise in every process.
+NO_DRIVER_MESSAGE = "Warp CUDA warning: Could not find or load the NVIDIA CUDA driver."
+
+
+def _cuda_driver_loadable() -> bool:
+    """Whether the CUDA driver library Warp looks for can be loaded (the names Warp tries)."""
+    names = ("nvcuda.dll",) if sys.platform == "win32" else ("libcuda.so", "libcuda.so.1")
+    for name in names:
+        try:
+            ctypes.CDLL(name)
+        except OSError:
+            continue
+        return True
+    return False
+
+
+def _init_warp() -> None:
+    """``wp.init()``, without Warp's no-driver line on a machine without a CUDA driver.
+
+    Where a driver can be loaded, Warp starts as usual (its CUDA errors and warnings are
+    printed as ever). Where none can, Warp's native stderr is captured during ``init``
+    and replayed, less exactly the no-driver line: any other message still appears.
+    """
+    if _cuda_driver_loadable():
+        wp.init()
+        return
+    try:
+        saved = os.dup(2)
+    except OSError:  # no usable stderr (e.g. a detached process): nothing to keep quiet
+        wp.init()
+        return
+    with tempfile.TemporaryFile(mode="w+b") as capture:
+        sys.stderr.flush()
+        os.dup2(capture.fileno(), 2)
+        try:
+            wp.init()
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            text = capture.read().decode("utf-8", "replace")
+            kept = "".join(line for line in text.splitlines(keepends=True) if not line.startswith(NO_DRIVER_MESSAGE))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
+
+
 # rayd prints nothing on import: Warp's start-up banner and module-load lines would
 # otherwise appear once per rank. Only when rayd is the one starting Warp; a program
-# that initialised Warp itself keeps its own log level.
+# that initialised Warp itself keeps its own log level (and saw its own messages).
 if wp._src.context.runtime is None:
     wp.config.log_level = wp.LOG_WARNING
-wp.init()
+    _init_warp()
+wp.init()  # no-op once initialised
 
 
 def warp_device(name: str) -> wp.context.Device:

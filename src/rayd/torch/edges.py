@@ -26,6 +26,7 @@ from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.records import EdgeRecord
+from rayd.torch.intersection import TorchRecord
 from rayd.engine.runtime import launch_stream
 from rayd.torch import _check, _convert
 
@@ -75,7 +76,7 @@ class EdgeTopology:
         return f"rayd.torch.EdgeTopology(num_edges={self.num_edges}, device={self.v.device})"
 
 
-class NearestEdge(EdgeRecord):
+class NearestEdge(TorchRecord, EdgeRecord):
     """The nearest edge per query (or the k nearest), with miss values in the data.
 
     Attributes (``...`` is the query batch shape, ``[..., k]`` for ``nearest_edges``):
@@ -101,6 +102,10 @@ class NearestEdge(EdgeRecord):
         are differentiable (reverse and forward mode) for the fixed winning edge, with
         respect to vertices, transforms and the query (DESIGN.md); misses get zero
         gradient. Never NaN.
+
+    Like :class:`Intersection`, supports ``detach()``, ``to(device)`` and indexing of
+    the batch dims (``near[mask]``; for ``nearest_edges`` a mask of the query shape
+    keeps all k slots of each selected query).
     """
 
     __slots__ = ()

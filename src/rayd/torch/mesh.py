@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import sys
+
+import numpy as np
 import torch
 
 from rayd.torch import _check, _convert
@@ -80,6 +83,52 @@ class Mesh:
         self.uv = uv
         self.to_world = to_world
 
+    @classmethod
+    def from_trimesh(
+        cls,
+        mesh: object,
+        *,
+        device: torch.device | str | None = None,
+        dtype: torch.dtype = torch.float32,
+        normals: bool = False,
+        uv: bool = False,
+        to_world: torch.Tensor | None = None,
+    ) -> "Mesh":
+        """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
+
+        Args:
+            mesh: a ``trimesh.Trimesh``; its ``vertices`` (V, 3) and ``faces`` (F, 3)
+                are copied into new tensors (vertices in ``dtype``, faces int32).
+            device: where the tensors go (default: the CPU).
+            dtype: float32 (default) or float64 for vertices, normals and uv.
+            normals: also copy ``mesh.vertex_normals`` (trimesh computes them on first
+                use: area-weighted face normals) as shading normals. Off by default, so
+                ``n`` equals ``geo_n`` unless asked for.
+            uv: also copy ``mesh.visual.uv`` (the mesh must have texture coordinates).
+            to_world: optional (4, 4) transform, as for :class:`Mesh`.
+
+        Returns:
+            A :class:`Mesh` whose tensors do not require gradients (call
+            ``mesh.vertices.requires_grad_()`` to optimise them).
+
+        Raises:
+            TypeError: ``mesh`` is not a ``trimesh.Trimesh`` (a ``trimesh.Scene`` can be
+                flattened with ``scene.to_geometry()`` or loaded with ``trimesh.load(path, force="mesh")``), or ``dtype`` is not
+                float32/float64.
+            ValueError: ``uv=True`` for a mesh without texture coordinates; and what
+                :class:`Mesh` raises.
+        """
+        call = "rayd.torch.Mesh.from_trimesh()"
+        vertices, faces, vertex_normals, texcoords = _trimesh_arrays(call, mesh, normals, uv)
+        if dtype not in (torch.float32, torch.float64):
+            raise TypeError(f"{call}: 'dtype' must be torch.float32 or torch.float64, got {dtype}")
+
+        def tensor(array: np.ndarray | None, kind: torch.dtype) -> torch.Tensor | None:
+            return None if array is None else torch.as_tensor(array, dtype=kind, device=device).contiguous()
+
+        return cls(tensor(vertices, dtype), tensor(faces, torch.int32), normals=tensor(vertex_normals, dtype),
+                   uv=tensor(texcoords, dtype), to_world=to_world)
+
     @property
     def device(self) -> torch.device:
         """The device all of the mesh's tensors live on."""
@@ -102,6 +151,35 @@ class Mesh:
 
 
 _host = _convert.host_matrices
+
+
+def _trimesh_arrays(call: str, mesh: object, normals: bool, uv: bool):
+    """``(vertices, faces, normals or None, uv or None)`` as NumPy arrays of a ``trimesh.Trimesh``.
+
+    Never imports trimesh: an object can only be a Trimesh if
+    trimesh is already imported.
+    """
+    trimesh = sys.modules.get("trimesh")
+    if trimesh is None or not isinstance(mesh, trimesh.Trimesh):
+        hint = ""
+        if trimesh is not None and isinstance(mesh, trimesh.Scene):
+            hint = ' (a trimesh.Scene: flatten it with scene.to_geometry(), or load with trimesh.load(path, force="mesh"))'
+        kind = type(mesh)
+        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+        raise TypeError(f"{call}: 'mesh' must be a trimesh.Trimesh, got {name}{hint}")
+    # copies (trimesh's arrays are read-only views into its cache)
+    vertices = np.array(mesh.vertices, dtype=np.float64).reshape(-1, 3)
+    faces = np.array(mesh.faces, dtype=np.int64).reshape(-1, 3)
+    if faces.size and (faces.min() < 0 or faces.max() > np.iinfo(np.int32).max):
+        raise ValueError(f"{call}: 'mesh.faces' holds indices outside the int32 range")
+    vertex_normals = np.array(mesh.vertex_normals, dtype=np.float64).reshape(-1, 3) if normals else None
+    texcoords = None
+    if uv:
+        texcoords = getattr(getattr(mesh, "visual", None), "uv", None)
+        if texcoords is None:
+            raise ValueError(f"{call}: uv=True but the mesh has no texture coordinates (mesh.visual.uv)")
+        texcoords = np.array(texcoords, dtype=np.float64).reshape(-1, 2)
+    return vertices, faces, vertex_normals, texcoords
 
 
 def check_transforms(call: str, name: str, value: object, count: int, device: torch.device | None) -> torch.Tensor:

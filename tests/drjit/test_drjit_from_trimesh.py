@@ -1,0 +1,54 @@
+"""``rayd.drjit.Mesh.from_trimesh``: the same mesh as rayd.torch's, on a Dr.Jit backend."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("drjit")
+trimesh = pytest.importorskip("trimesh")
+
+import drjit as dr  # noqa: E402
+
+import rayd.drjit as rd  # noqa: E402
+
+
+def test_icosphere_matches_trimesh_ray_test(backend, m):
+    ico = trimesh.creation.icosphere(subdivisions=2)
+    mesh = rd.Mesh.from_trimesh(ico, backend=backend, dtype="float64")
+    assert type(mesh.vertices) is m.Array3f64 and type(mesh.faces) is m.Array3u and mesh.normals is None
+    assert np.array_equal(np.array(mesh.vertices).T, ico.vertices)
+    assert np.array_equal(np.array(mesh.faces).T, ico.faces)
+    scene = rd.Scene()
+    scene.add_mesh(mesh)
+    scene.build()
+    rng = np.random.default_rng(3)
+    o = rng.normal(size=(200, 3))
+    o = 3.0 * o / np.linalg.norm(o, axis=1, keepdims=True)
+    d = rng.uniform(-1.3, 1.3, size=(200, 3)) - o
+    hit = scene.intersect(rd.Ray(m.Array3f64(o.T), m.Array3f64(d.T)))
+    tri, ray, loc = ico.ray.intersects_id(o, d, multiple_hits=False, return_locations=True)
+    valid = np.array(hit.is_valid())
+    assert 30 < len(ray) < 200 and np.array_equal(np.flatnonzero(valid), np.sort(ray))
+    got = np.array(hit.p).T[ray]
+    assert np.abs(got - loc).max() < 1e-5
+
+
+def test_options_and_errors(backend, m):
+    box = trimesh.creation.box(extents=(2.0, 2.0, 2.0))
+    mesh = rd.Mesh.from_trimesh(box, backend=backend, normals=True, ad=False)
+    assert type(mesh.vertices).__module__ == f"drjit.{backend}" and type(mesh.vertices).__name__ == "Array3f"
+    assert np.allclose(np.array(mesh.normals).T, box.vertex_normals, atol=1e-7)
+    scene = rd.Scene()
+    scene.add_mesh(mesh)
+    scene.build()
+    hit = scene.intersect(rd.Ray(m.Array3f(5.0, 0.25, 0.5), m.Array3f(-1.0, 0.0, 0.0)))
+    assert dr.allclose(hit.t, 4.0)
+    with pytest.raises(TypeError, match=r"rayd.drjit.Mesh.from_trimesh\(\): 'mesh' must be a trimesh.Trimesh"):
+        rd.Mesh.from_trimesh([1, 2])
+    with pytest.raises(ValueError, match=r"'backend' must be 'llvm' or 'cuda', got 'gpu'"):
+        rd.Mesh.from_trimesh(box, backend="gpu")
+    with pytest.raises(TypeError, match=r"'dtype' must be 'float32' or 'float64'"):
+        rd.Mesh.from_trimesh(box, dtype="half")
+    with pytest.raises(ValueError, match="uv=True but the mesh has no texture coordinates"):
+        rd.Mesh.from_trimesh(box, backend=backend, uv=True)
