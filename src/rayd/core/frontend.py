@@ -193,7 +193,7 @@ class SceneBase:
         ids = self._table.id_list(call, "shape_id", self._ids(call, "shape_id", shape_id))
         batch = self._check_transforms(call, "to_world", to_world, len(ids))
         for k, one in enumerate(ids):
-            self._core.set_transform(one, self._batch_entry(batch, k), source=batch, index=k)
+            self._core.set_transform(one, self._batch_entry(batch, k), source=batch, index=k, count=len(ids))
 
     def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
         """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
@@ -212,8 +212,8 @@ class SceneBase:
         return self._table.has_pending() or (self._edges is not None and self._edges.pending)
 
     def is_ready(self) -> bool:
-        """True if queries can run now: built, nothing added since, nothing pending or stale."""
-        return self._table.is_ready()
+        """True if queries can run now: built, nothing added since, nothing pending or stale (edge masks included)."""
+        return self._table.is_ready() and not (self._edges is not None and self._edges.pending)
 
     def sync(self) -> None:
         """Apply pending updates: refit moved meshes, refit the top level, apply enable flags and edge masks.

@@ -72,10 +72,11 @@ class SceneCore:
                 shape.vertices = vertices
         self.table.pending.add(mesh_id)
 
-    def set_transform(self, shape_id: int, to_world: Any, source: Any | None = None, index: int = 0) -> None:
-        """The shape now reads ``to_world`` (entry ``index`` of batch ``source``, if given); pending."""
+    def set_transform(self, shape_id: int, to_world: Any, source: Any | None = None, index: int = 0,
+                      count: int = 1) -> None:
+        """The shape now reads ``to_world`` (entry ``index`` of batch ``source`` of ``count``, if given); pending."""
         shape = self.table[shape_id]
-        shape.to_world, shape.source, shape.source_index = to_world, source, index
+        shape.to_world, shape.source, shape.source_index, shape.source_count = to_world, source, index, count
         self.table.pending.add(shape_id)
 
     # ------------------------------------------------------------------ lifecycle
@@ -94,7 +95,7 @@ class SceneCore:
         device = warp_device(self.device)
         stream = self.arrays.stream(self.device)
         table.number()
-        self.transforms.reset(table)
+        self.transforms.reset(table, call)
         self.centre = self._search_centre(stream)
         with launch_stream(device, stream):
             self._build_flat(device, stream)
@@ -118,7 +119,7 @@ class SceneCore:
         todo, moved = table.sync_plan(call)
         self._check_meshes(call, moved, faces=False)
         if todo:
-            self.transforms.read(table, sorted(todo))
+            self.transforms.read(table, sorted(todo), call)
         stream = self.arrays.stream(self.device)
         device = self.accel.device
         with launch_stream(device, stream):
@@ -157,9 +158,10 @@ class SceneCore:
                     f"build(), got {count}; call build() to change the mesh"
                 )
             view, keep = self.arrays.vec3_view(shape.vertices)
-            row = first_nonfinite_vertex(view, stream)
-            if row is not None:
-                raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds non-finite values (first at row {row})")
+            bad = first_nonfinite_vertex(view, stream)
+            if bad is not None:
+                what = "non-finite values" if bad[0] == "non-finite" else "values beyond the float32 range"
+                raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds {what} (first at row {bad[1]})")
             del keep
             if faces and shape.num_faces:
                 if rows:

@@ -54,6 +54,7 @@ class Shape:
     enabled: bool = True
     source: Any | None = None
     source_index: int = 0
+    source_count: int = 1  # matrices in ``source``
     vertex_offset: int = 0
     face_offset: int = 0
     face_row: int = 0

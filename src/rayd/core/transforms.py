@@ -91,13 +91,18 @@ class TransformTable:
         self.world = np.zeros((0, 4, 4))
         self.generation = 0
 
-    def reset(self, table: ShapeTable) -> None:
-        """Read every shape's matrix (at ``build()``)."""
+    def reset(self, table: ShapeTable, call: str | None = None) -> None:
+        """Read (and, with ``call``, check again) every shape's matrix (at ``build()``)."""
         self.own = np.repeat(np.eye(4)[None], len(table), axis=0)
-        self.read(table, range(len(table)))
+        self.read(table, range(len(table)), call)
 
-    def read(self, table: ShapeTable, shape_ids: Iterable[int]) -> None:
-        """Re-read the listed shapes' matrices (a batch shared by several shapes is read once) and recompose."""
+    def read(self, table: ShapeTable, shape_ids: Iterable[int], call: str | None = None) -> None:
+        """Re-read the listed shapes' matrices (a batch shared by several shapes is read once) and recompose.
+
+        With ``call`` (at ``sync()``), matrices changed in place are checked again:
+        ``ValueError`` naming ``call`` and the shape if one lost its shape (``resize_``),
+        or is non-finite, beyond float32 or singular (the rules of :func:`transform_problem`).
+        """
         sources: dict[int, np.ndarray] = {}
         for i in shape_ids:
             shape = table[i]
@@ -107,8 +112,23 @@ class TransformTable:
                 continue
             key = id(src)
             if key not in sources:
-                sources[key] = self.arrays.host_matrices(src)
-            self.own[i] = affine(sources[key][shape.source_index if shape.source is not None else 0])
+                try:
+                    sources[key] = self.arrays.host_matrices(src)
+                except (ValueError, RuntimeError, IndexError) as error:
+                    raise ValueError(f"{call or 'rayd'}: the matrix of {shape.kind} {i} no longer holds 4x4 "
+                                     f"matrices (changed in place?): {error}") from None
+            batch = sources[key]
+            index = shape.source_index if shape.source is not None else 0
+            expected = shape.source_count if shape.source is not None else 1
+            if batch.shape[0] != expected or index >= batch.shape[0]:
+                raise ValueError(f"{call or 'rayd'}: the matrix of {shape.kind} {i} must keep the shape it was "
+                                 f"given in ({expected} matrices), now holds {batch.shape[0]}; pass it again with "
+                                 f"set_mesh_transform()")
+            if call is not None:
+                found = transform_problem(batch[index : index + 1])
+                if found is not None:
+                    raise ValueError(f"{call}: the matrix of {shape.kind} {i} (changed in place) {found[1]}")
+            self.own[i] = affine(batch[index])
         world = self.own.copy()
         inst = np.array([s.is_instance for s in table], dtype=bool)
         if inst.any():

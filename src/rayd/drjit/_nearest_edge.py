@@ -215,7 +215,7 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
     flag = _convert.uint8(active, backend)
     bvh = edges.bvh(stream)
     if is_ray:
-        o, o_buffer = _convert.vec3_view(ray.o, device)
+        o, o_buffer = _convert.vec3_view(_relative(scene, ray.o), device)
         d, d_buffer = _convert.vec3_view(ray.d, device)
         tmin = _convert.float32(ray.tmin, backend)
         tmax = _convert.float32(ray.tmax, backend)
@@ -223,7 +223,7 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
         buffers = (o_buffer, d_buffer, tmin, tmax)
         search = _search.nearest_edge_ray
     else:
-        p, p_buffer = _convert.vec3_view(points, device)
+        p, p_buffer = _convert.vec3_view(_relative(scene, points), device)
         views, buffers, search = [p], (p_buffer,), _search.nearest_edge_point
     views += [_convert.scalar_view(flag, device), max_distance, _convert.scalar_view(winner, device), stream]
     _convert.query_fence(device, after=False)
@@ -253,7 +253,7 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
     winners, winners_view = _convert.int32_rows_buffer(n, k, backend, device)
     flag = _convert.uint8(active, backend)
     bvh = edges.bvh(stream)
-    p, p_buffer = _convert.vec3_view(points, device)
+    p, p_buffer = _convert.vec3_view(_relative(scene, points), device)
     _convert.query_fence(device, after=False)
     _search.nearest_edges_point(bvh, p, _convert.scalar_view(flag, device), max_distance, winners_view, stream)
     _convert.query_fence(device, after=True)
@@ -279,3 +279,12 @@ def silhouette_edges(scene, viewpoint: object) -> dr.ArrayBase:
         geometry = scene._live_geometry(m, double)
         Array3 = m.Array3f64 if double else m.Array3f
         return scene._edges.silhouette(m, geometry, Array3(dr.detach(viewpoint)))
+
+
+def _relative(scene, x: dr.ArrayBase) -> dr.ArrayBase:
+    """Query points (or ray origins) relative to the scene's search centre, in float64 (engine/frame.py)."""
+    centre = scene._core.centre
+    if centre is None:
+        return x
+    Array3 = _convert.module(scene._backend, False).Array3f64
+    return Array3(dr.detach(x)) - Array3(*(float(c) for c in centre))

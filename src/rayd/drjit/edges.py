@@ -273,6 +273,9 @@ class SceneEdges:
         shape = plain.UInt(np.repeat(np.arange(len(shapes)), counts).astype(np.uint32))
         cols = tuple(dr.gather(plain.Array3f64, c, shape) for c in scene._world_columns(plain.Array3f64))
         placed = apply(cols, dr.gather(plain.Array3f64, vertices, row))
+        centre = scene._core.centre
+        if centre is not None:  # x - c in float64, then rounded (as the triangle search's copy)
+            placed = placed - plain.Array3f64(*(float(x) for x in centre))
         points, buffer = _convert.vec3_view(placed, self._device)
         _convert.fence(self._device)
         wp.copy(self._points_view, points, count=self._num_world_vertices, stream=stream)

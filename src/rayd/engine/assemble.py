@@ -73,8 +73,18 @@ def _face_range_kernel(faces: wp.array(dtype=Any), low: wp.array(dtype=wp.int64)
 def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32)):
     i = wp.tid()
     v = vertices[i]
-    if not (wp.isfinite(v[0]) and wp.isfinite(v[1]) and wp.isfinite(v[2])):
+    finite = True
+    small = True
+    for k in range(3):
+        x = wp.float64(v[k])
+        if not wp.isfinite(x):
+            finite = False
+        elif wp.abs(x) > wp.float64(3.4028234663852886e38):  # the engine rounds every vertex to float32
+            small = False
+    if not finite:
         wp.atomic_min(bad, 0, wp.int32(i))
+    if not small:
+        wp.atomic_min(bad, 1, wp.int32(i))
 
 
 _NONE = 2**31 - 1
@@ -90,14 +100,18 @@ def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, i
     return int(low.numpy()[0]), int(high.numpy()[0])
 
 
-def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None) -> int | None:
-    """Row of the first vertex with a non-finite coordinate, else ``None`` (one host read)."""
+def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[str, int] | None:
+    """``("non-finite" | "beyond float32", row)`` of the first bad vertex, else ``None`` (one host read)."""
     if vertices.size == 0:
         return None
-    bad = wp.full(1, _NONE, dtype=wp.int32, device=vertices.device)
+    bad = wp.full(2, _NONE, dtype=wp.int32, device=vertices.device)
     wp.launch(_finite_kernel, vertices.size, [vertices, bad], device=vertices.device, stream=stream)
-    found = int(bad.numpy()[0])
-    return None if found == _NONE else found
+    found = bad.numpy()
+    if found[0] != _NONE:
+        return "non-finite", int(found[0])
+    if found[1] != _NONE:
+        return "beyond float32", int(found[1])
+    return None
 
 
 def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,

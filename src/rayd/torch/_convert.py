@@ -157,6 +157,11 @@ class TorchArrays:
     def host_matrices(self, array: torch.Tensor):
         return host_matrices(array)
 
+    def rows(self, call: str, name: str, array: torch.Tensor) -> int:
+        if array.dim() != 2 or array.shape[1] != 3:
+            raise ValueError(f"{call}: '{name}' must have shape (n, 3), got {tuple(array.shape)} (changed in place?)")
+        return int(array.shape[0])
+
     def stream(self, device: str) -> wp.Stream | None:
         return current_stream(torch.device(device))
 
@@ -179,6 +184,20 @@ def host_matrices(value: torch.Tensor):
 def from_warp(array: wp.array) -> torch.Tensor:
     """Zero-copy torch view of an engine-owned Warp array."""
     return wp.to_torch(array)
+
+
+def is_batched(tensor: torch.Tensor) -> bool:
+    """True if ``tensor`` is (or wraps, at any functorch level) a ``torch.func.vmap`` batched tensor."""
+    if _is_wrapped is None:
+        return False
+    from torch._C._functorch import is_batchedtensor  # noqa: PLC0415
+
+    while True:
+        if is_batchedtensor(tensor):
+            return True
+        if not _is_wrapped(tensor):
+            return False
+        tensor = _get_unwrapped(tensor)
 
 
 def transforms_active() -> bool:

@@ -28,6 +28,7 @@ from rayd.torch import _check, _convert
 from rayd.torch import _nearest_edge_fused as _fused
 from rayd.torch._edge_formulas import _ids, evaluate_points, evaluate_rays
 from rayd.torch.edges import NearestEdge, placed_vertices
+from rayd.torch._trace import refuse_vmap
 from rayd.torch.ray import Ray
 
 
@@ -53,6 +54,7 @@ def check_k(call: str, k: object) -> int:
 def _check_points(call: str, points: object, device: torch.device) -> torch.Tensor:
     points = _check.float_tensor(call, "points", points, last=3)
     _check.same_device(call, "points", points, device, "the scene")
+    refuse_vmap(call, points)
     return points
 
 
@@ -85,6 +87,13 @@ def _bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device)
     return torch.full((1,), value, dtype=torch.float32, device=device)
 
 
+def _search_rows(x: torch.Tensor, batch: torch.Size, centre: torch.Tensor | None) -> torch.Tensor:
+    """Query points (or ray origins) as the engine's float32 rows, relative to the search centre."""
+    if centre is None:
+        return _convert.flat_float32(x, batch, 3)
+    return _convert.flat_float32(_convert.primal(x).to(torch.float64) - centre, batch, 3)
+
+
 # ---------------------------------------------------------------------- queries
 def nearest_edge(scene, query: object, active: object, max_distance: object) -> NearestEdge:
     """``Scene.nearest_edge``: see its docstring."""
@@ -102,7 +111,7 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
         if n:
             _search.nearest_edge_ray(
                 edges.bvh(stream),
-                _convert.vec3_view(_convert.flat_float32(ray.o, batch, 3)),
+                _convert.vec3_view(_search_rows(ray.o, batch, edges.centre)),
                 _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
                 _convert.scalar_view(_bound(ray.tmin, batch, device)),
                 _convert.scalar_view(_bound(ray.tmax, batch, device)),
@@ -126,7 +135,7 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
         if n:
             _search.nearest_edge_point(
                 edges.bvh(stream),
-                _convert.vec3_view(_convert.flat_float32(points, batch, 3)),
+                _convert.vec3_view(_search_rows(points, batch, edges.centre)),
                 _convert.scalar_view(flag),
                 max_distance,
                 _convert.scalar_view(winner),
@@ -152,7 +161,7 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
     if n:
         _search.nearest_edges_point(
             edges.bvh(stream),
-            _convert.vec3_view(_convert.flat_float32(points, batch, 3)),
+            _convert.vec3_view(_search_rows(points, batch, edges.centre)),
             _convert.scalar_view(flag),
             max_distance,
             _convert.scalar_view(winner),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from rayd import engine
@@ -19,7 +20,15 @@ def check_ray(call: str, ray: object, device: torch.device) -> Ray:
     if not isinstance(ray, Ray):
         raise TypeError(f"{call}: 'ray' must be a rayd.torch.Ray, got {type_name(ray)}")
     _check.same_device(call, "ray.o", ray.o, device, "the scene")
+    refuse_vmap(call, ray.o, ray.d)
     return ray
+
+
+def refuse_vmap(call: str, *tensors: object) -> None:
+    """``RuntimeError`` for inputs batched by ``torch.func.vmap`` (not supported yet): never a raw torch error."""
+    if _convert.transforms_active() and any(isinstance(t, torch.Tensor) and _convert.is_batched(t) for t in tensors):
+        raise RuntimeError(f"{call}: torch.func.vmap over rayd queries is not supported yet; pass the batch as a "
+                           f"leading dimension instead (queries broadcast over any leading shape)")
 
 
 def check_active(call: str, ray: Ray, active: object, device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
@@ -39,6 +48,8 @@ def check_ignore(call: str, batch: torch.Size, ignore: object,
         return batch, None
     if isinstance(ignore, bool):
         raise TypeError(f"{call}: 'ignore' must be an int or an integer tensor, got bool")
+    if isinstance(ignore, np.integer):
+        ignore = int(ignore)
     if isinstance(ignore, int):
         if not -(2**31) <= ignore < 2**31:
             raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")

@@ -213,9 +213,11 @@ class SceneEdges:
             instances') in shape order, offset by the mesh's ``vertex_offset``.
     """
 
-    def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor) -> None:
+    def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor,
+                 centre: torch.Tensor | None = None) -> None:
         self._shapes = shapes
         self._device = device
+        self.centre = centre  # the scene's search centre (engine/frame.py): the engine's copy is relative to it
         self._vertex_offsets = []
         total = 0
         for shape in shapes:
@@ -301,7 +303,10 @@ class SceneEdges:
         self._applied.copy_(applied)
 
     def _refresh_points(self) -> None:
-        world = placed_vertices(self._shapes, torch.float32, detach=True)
+        if self.centre is None:
+            world = placed_vertices(self._shapes, torch.float32, detach=True)
+        else:  # x - c in float64, then rounded (as the triangle search's copy)
+            world = (placed_vertices(self._shapes, torch.float64, detach=True) - self.centre).float()
         if self._points is None:
             # Always our own buffer: `world` may be the user's vertex tensor itself (one
             # float32 mesh without a transform), which sync() must never write into.

@@ -104,7 +104,7 @@ class Scene(EdgeQueries, SceneBase):
 
     def _after_build(self) -> None:
         self._state = LiveState(self._core, self._device)
-        self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces)  # the build snapshot
+        self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces, self._state.centre)
 
     def _after_sync(self, todo: set[int]) -> None:
         self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
