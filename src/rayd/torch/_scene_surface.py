@@ -71,8 +71,10 @@ class SurfaceQueries:
             ``sum_f Omega_f(points) / (4 pi)``, ``Omega_f`` the signed solid angle of
             face ``f`` (Van Oosterom, Strackee 1983). 1 inside a closed,
             outward-oriented mesh, 0 outside, fractional near holes (Jacobson et al.
-            2013). Exact sum (float64 accumulation), ``O(F)`` work per point: no
-            hierarchical (Barill et al. 2018) approximation yet. Non-finite points give 0.
+            2013). Exact sum, ``O(F)`` work per point: no hierarchical (Barill et al.
+            2018) approximation yet. Without gradients the engine sums in float64 over
+            the float32 search-frame vertices (about 1e-7 absolute error); with
+            gradients torch sums in float64 over the live vertices. Non-finite points give 0.
 
         Gradients:
             With respect to ``points``, vertices and transforms, as a smooth function
