@@ -213,7 +213,7 @@ def solid_angle(p: wp.vec3d, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d) -> wp.float6
 def _winding_kernel(
     scene: SceneView,
     num_faces: int,
-    points: wp.array(dtype=wp.vec3d),
+    points: wp.array(dtype=wp.vec3),
     points_stride: int,
     active: wp.array(dtype=wp.uint8),
     active_stride: int,
@@ -221,8 +221,9 @@ def _winding_kernel(
 ):
     i = wp.tid()
     total = wp.float64(0.0)
-    p = points[i * points_stride]
-    if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
+    p32 = points[i * points_stride]
+    p = wp.vec3d(p32)
+    if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p32):
         for f in range(num_faces):
             enabled = True
             if scene.all_enabled == 0:
@@ -296,14 +297,14 @@ def winding_number_exact(
     Args:
         accel: the scene's acceleration structures (meshes only, no instances).
         num_faces: the number of flat faces.
-        points: ``wp.array(dtype=wp.vec3d)`` (N,) or (1,), relative to the search centre.
+        points: ``wp.array(dtype=wp.vec3)`` (N,) or (1,), relative to the search centre.
         active: uint8 (N,) or (1,); 0 marks an inactive query (0 out).
         out: float64 output (N,).
         stream: the CUDA stream to launch on (``None`` on the CPU).
 
     Concretely ``w(p) = sum_f Omega_f(p) / (4 pi)`` with ``Omega_f`` the signed solid
     angle of face ``f`` (Van Oosterom, Strackee 1983), in float64 from the float32
-    search-frame vertices: exact up to rounding (``O(F)`` work per point). 1 inside a
+    search-frame vertices and points: exact up to rounding (``O(F)`` work per point). 1 inside a
     closed outward-oriented mesh, 0 outside (Jacobson et al. 2013).
 
     Raises:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import math
 
 import torch
-import warp as wp
 
 from rayd.engine import closest_point as _engine
 from rayd.records import FieldRecord
@@ -227,14 +226,9 @@ def winding_number(scene, points: object, active: object, call: str = "rayd.torc
         return result.to(dtype).reshape(batch)
     out = torch.empty(n, dtype=torch.float64, device=device)
     if n:
-        centre = scene._state.centre
-        q = _convert.primal(points).to(torch.float64)
-        if centre is not None:
-            q = q - centre
-        q = q.expand(tuple(batch) + (3,)).reshape(n, 3).contiguous()
         _engine.winding_number_exact(
-            core.accel, num_faces, wp.from_torch(q, dtype=wp.vec3d), _convert.scalar_view(flag), wp.from_torch(out),
-            _convert.current_stream(device),
+            core.accel, num_faces, _convert.vec3_view(_search_rows(points, batch, scene._state.centre)),
+            _convert.scalar_view(flag), _convert.scalar_view(out), _convert.current_stream(device),
         )
     return out.to(dtype).reshape(batch)
 

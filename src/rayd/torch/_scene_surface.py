@@ -73,7 +73,7 @@ class SurfaceQueries:
             outward-oriented mesh, 0 outside, fractional near holes (Jacobson et al.
             2013). Exact sum, ``O(F)`` work per point: no hierarchical (Barill et al.
             2018) approximation yet. Without gradients the engine sums in float64 over
-            the float32 search-frame vertices (about 1e-7 absolute error); with
+            the float32 search-frame vertices and points (about 1e-7 absolute error); with
             gradients torch sums in float64 over the live vertices. Non-finite points give 0.
 
         Gradients:
