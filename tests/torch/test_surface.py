@@ -357,3 +357,45 @@ def test_record_ops(device):
     sub = cp[cp.is_valid()]
     assert sub.p.shape == (1, 3) and isinstance(sub, rt.ClosestPoint)
     assert cp.detach().to("cpu").distance.device.type == "cpu"
+
+
+def test_degenerate_and_duplicate_faces(device):
+    # a collinear face, a single-point face, a duplicate face and a regular one
+    verts = np.array([[0.0, 0, 0], [1, 0, 0], [2, 0, 0], [0.5, 0.5, 0.5], [0, 1, 0], [0, 0, 1]])
+    faces = np.array([[0, 1, 2], [3, 3, 3], [0, 4, 5], [0, 4, 5]])
+    scene, v, _ = mesh_scene(verts, faces, device, torch.float64)
+    rng = np.random.default_rng(11)
+    pts = rng.uniform(-1, 2.5, (300, 3))
+    q = torch.as_tensor(pts, device=device)
+    cp = scene.closest_point(q)
+    ref = brute_force(pts, verts, faces)
+    np.testing.assert_allclose(cp.distance.cpu().numpy(), ref.min(1), rtol=1e-6, atol=1e-7)
+    chosen = ref[np.arange(300), cp.global_prim_id.long().cpu().numpy()]
+    np.testing.assert_allclose(chosen, cp.distance.cpu().numpy(), rtol=1e-9, atol=1e-12)
+    assert (cp.global_prim_id != 3).all()  # the duplicate ties to the smaller id
+    assert torch.isfinite(cp.p).all() and torch.isfinite(cp.geo_n).all()
+    leaf = q.clone().requires_grad_(True)
+    scene.closest_point(leaf).distance.sum().backward()
+    assert torch.isfinite(leaf.grad).all()
+
+
+def test_winding_torch_path_active_and_disabled(device):
+    box = trimesh.creation.box(extents=(1.0, 1.0, 1.0))
+    v = torch.as_tensor(box.vertices, dtype=torch.float64, device=device)
+    f = torch.as_tensor(box.faces, device=device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.add_mesh(rt.Mesh(v + 3.0, f))
+    scene.build()
+    pts = torch.tensor([[0.0, 0, 0], [3.0, 3, 3], [9.0, 0, 0]], dtype=torch.float64, device=device)
+    active = torch.tensor([True, True, False], device=device)
+    leaf = pts.clone().requires_grad_(True)
+    for x in (pts, leaf):
+        torch.testing.assert_close(scene.winding_number(x, active).detach().cpu(),
+                                   torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64), atol=1e-6, rtol=0)
+    scene.set_shape_enabled(1, False)
+    scene.sync()
+    for x in (pts, leaf):
+        torch.testing.assert_close(scene.winding_number(x).detach().cpu(),
+                                   torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64), atol=1e-6, rtol=0)
+    assert scene.contains(pts).tolist() == [True, False, False]
