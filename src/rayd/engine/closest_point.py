@@ -33,7 +33,7 @@ import math
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
-from rayd.engine.runtime import launch_rows, per_row
+from rayd.engine.runtime import launch_rows, launch_stream, per_row
 from rayd.engine.traversal import SceneView
 
 wp.set_module_options({"enable_backward": False})
@@ -275,7 +275,8 @@ def closest_point_search(
         return
     bound = math.inf if math.isinf(max_distance) else min(float(max_distance) ** 2, 3.0e38)
     if not accel.flat_enabled:
-        global_prim_id.fill_(-1)
+        with launch_stream(accel.device, stream):  # on the caller's stream
+            global_prim_id.fill_(-1)
         return
     launch_rows(
         _closest_point_kernel, n,
@@ -315,7 +316,8 @@ def winding_number_exact(
     if n == 0:
         return
     if not accel.flat_enabled:
-        out.zero_()
+        with launch_stream(accel.device, stream):
+            out.zero_()
         return
     launch_rows(
         _winding_kernel, n,
