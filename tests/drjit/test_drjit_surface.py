@@ -153,11 +153,25 @@ def test_errors_empty_lifecycle(m, plain):
     assert float(scene.closest_point(pts).distance[0]) == pytest.approx(0.0, abs=1e-6)
 
 
-def test_instances_refused(m):
+def test_instances(backend, m):
+    """closest_point walks instances (same search as rayd.torch); the winding number refuses them."""
+    sphere = trimesh.creation.icosphere(subdivisions=1)
     scene = rd.Scene()
-    mid = scene.add_mesh(rd.Mesh(vec(m.Array3f, TRI_V), vec(m.Array3u, [[0, 1, 2]])))
-    eye = m.Matrix4f(1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1)
-    scene.add_instance(mid, eye)
+    mid = scene.add_mesh(rd.Mesh(vec(m.Array3f64, sphere.vertices), vec(m.Array3u, sphere.faces)))
+    scene.add_instance(mid, m.Matrix4f64(2, 0, 0, 5, 0, 1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1))
     scene.build()
-    with pytest.raises(RuntimeError, match=r"^rayd\.drjit\.Scene\.closest_point\(\): .*instances"):
-        scene.closest_point(vec(m.Array3f, [[0.0, 0, 0]]))
+    pts = np.random.default_rng(4).uniform(-2, 8, (100, 3))
+    cp = scene.closest_point(vec(m.Array3f64, pts))
+    dev = _torch_device(backend)
+    ts = rt.Scene()
+    tid = ts.add_mesh(rt.Mesh(torch.tensor(sphere.vertices, device=dev), torch.tensor(sphere.faces, device=dev)))
+    mt = torch.eye(4, dtype=torch.float64, device=dev)
+    mt[0, 0], mt[0, 3] = 2.0, 5.0
+    ts.add_instance(tid, mt)
+    ts.build()
+    tcp = ts.closest_point(torch.tensor(pts, device=dev))
+    assert rows(cp.global_prim_id).tolist() == tcp.global_prim_id.cpu().tolist()
+    assert rows(cp.shape_id).tolist() == tcp.shape_id.cpu().tolist() and 1 in rows(cp.shape_id).tolist()
+    np.testing.assert_allclose(rows(cp.distance), tcp.distance.cpu().numpy(), rtol=1e-12, atol=1e-12)
+    with pytest.raises(RuntimeError, match=r"^rayd\.drjit\.Scene\.winding_number\(\): .*instances"):
+        scene.winding_number(vec(m.Array3f, [[0.0, 0, 0]]))

@@ -337,17 +337,73 @@ def test_lifecycle(device):
     assert cp.distance.item() == pytest.approx(1.0)  # refit geometry
 
 
-def test_instances_refused(device):
-    scene, _ = one_triangle(device)
+def _rotation(angle, axis):
+    c, s_ = math.cos(angle), math.sin(angle)
+    i, j = [k for k in range(3) if k != axis]
+    m = torch.eye(4, dtype=torch.float64)
+    m[i, i], m[i, j], m[j, i], m[j, j] = c, -s_, s_, c
+    return m
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_instances_match_placed_meshes(device, dtype):
+    """Closest point over instances (rotated, scaled non-uniformly, moved) = over the same faces placed as meshes."""
+    sphere = trimesh.creation.icosphere(subdivisions=2)
+    v = torch.as_tensor(sphere.vertices, dtype=dtype, device=device)
+    f = torch.as_tensor(sphere.faces, device=device)
+    placements = []
+    for k in range(4):
+        m = _rotation(0.7 * k, k % 3)
+        m[:3, :3] = m[:3, :3] @ torch.diag(torch.tensor([1.0 + 0.5 * k, 1.0, 0.6], dtype=torch.float64))
+        m[:3, 3] = torch.tensor([3.0 * k, 0.5 * k, -1.0 * k], dtype=torch.float64)
+        placements.append(m.to(dtype).to(device))
+    inst = rt.Scene()
+    mid = inst.add_mesh(rt.Mesh(v, f))
+    inst.set_shape_enabled(mid, False)
+    for m in placements:
+        inst.add_instance(mid, m)
+    inst.build()
+    flat = rt.Scene()
+    flat.add_mesh(rt.Mesh(v, f))
+    flat.set_shape_enabled(0, False)
+    for m in placements:
+        flat.add_mesh(rt.Mesh(v, f, to_world=m))
+    flat.build()
+    rng = np.random.default_rng(2)
+    pts = torch.as_tensor(rng.uniform([-2, -2, -5], [12, 4, 2], (400, 3)), dtype=dtype, device=device)
+    a = inst.closest_point(pts)
+    b = flat.closest_point(pts)
+    tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(a.distance, b.distance, **tol)
+    torch.testing.assert_close(a.p, b.p, **tol)
+    assert (a.shape_id == b.shape_id).float().mean() > 0.99  # same shape (ids number both scenes alike)
+    # brute force over the placed faces
+    world = torch.cat([(v.double() @ m.double()[:3, :3].T + m.double()[:3, 3]) for m in placements]).cpu().numpy()
+    faces = np.concatenate([sphere.faces + k * len(sphere.vertices) for k in range(4)])
+    ref = brute_force(pts.double().cpu().numpy(), world, faces).min(1)
+    np.testing.assert_allclose(a.distance.double().cpu().numpy(), ref, rtol=1e-5, atol=1e-5)
+    # gradients reach the instance transforms
+    m0 = placements[0].clone().requires_grad_(True)
+    inst2 = rt.Scene()
+    mid = inst2.add_mesh(rt.Mesh(v, f))
+    inst2.set_shape_enabled(mid, False)
+    inst2.add_instance(mid, m0)
+    inst2.build()
+    inst2.closest_point(pts[:10]).distance.sum().backward()
+    assert m0.grad is not None and torch.isfinite(m0.grad).all() and m0.grad.abs().sum() > 0
+
+
+def test_winding_with_instances_refused(device):
     scene2 = rt.Scene()
     v = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]], device=device)
     mid = scene2.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]], device=device)))
     scene2.add_instance(mid, torch.eye(4, device=device))
     scene2.build()
-    with pytest.raises(RuntimeError, match=r"^rayd\.torch\.Scene\.closest_point\(\): .*instances"):
-        scene2.closest_point(torch.zeros(1, 3, device=device))
-    with pytest.raises(RuntimeError, match=r"^rayd\.torch\.Scene\.winding_number\(\): .*instances"):
-        scene2.winding_number(torch.zeros(1, 3, device=device))
+    for name in ("winding_number", "contains", "signed_distance"):
+        with pytest.raises(RuntimeError, match=rf"^rayd\.torch\.Scene\.{name}\(\): .*instances"):
+            getattr(scene2, name)(torch.zeros(1, 3, device=device))
+    cp = scene2.closest_point(torch.tensor([[0.2, 0.2, 1.0]], device=device))
+    assert cp.distance.item() == pytest.approx(1.0) and cp.shape_id.item() in (0, 1)
 
 
 def test_record_ops(device):

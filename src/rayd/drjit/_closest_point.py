@@ -57,13 +57,14 @@ class ClosestPoint(DrjitRecord, FieldRecord):
 
 def _refuse_instances(call: str, scene) -> None:
     if scene._core.accel.instances is not None:
-        raise RuntimeError(f"{call}: scenes with instances are not supported yet (closest_point() and the "
-                           f"winding number walk meshes only); add the instanced geometry as meshes instead")
+        raise RuntimeError(f"{call}: scenes with instances are not supported yet (the winding number sums "
+                           f"mesh faces only); add the instanced geometry as meshes instead")
 
 
-def _prepare(scene, call: str, points: object, active: object):
+def _prepare(scene, call: str, points: object, active: object, instances: bool = False):
     scene._require_ready(call)
-    _refuse_instances(call, scene)
+    if not instances:
+        _refuse_instances(call, scene)
     return _check_points(scene, call, points, active)
 
 
@@ -143,7 +144,7 @@ def _empty(m: ModuleType, double: bool) -> dict:
 def closest_point(scene, points: object, active: object, max_distance: object,
                   call: str = "rayd.drjit.Scene.closest_point()") -> ClosestPoint:
     """``Scene.closest_point``: see its docstring."""
-    points, n, active = _prepare(scene, call, points, active)
+    points, n, active = _prepare(scene, call, points, active, instances=True)
     max_distance = _check.max_distance(call, max_distance)
     m, double = _kind(scene, points)
     if n == 0:

@@ -13,7 +13,8 @@ from rayd.drjit._closest_point import ClosestPoint
 class SurfaceQueries:
     """``closest_point``, ``winding_number``, ``contains``, ``signed_distance`` (as rayd.torch's).
 
-    Mixed into :class:`rayd.drjit.Scene`. Scenes with instances are not supported
+    Mixed into :class:`rayd.drjit.Scene`. ``closest_point`` walks instances too; the
+    winding number (hence ``contains``, ``signed_distance``) does not support them
     yet (``RuntimeError``).
     """
 
@@ -40,7 +41,7 @@ class SurfaceQueries:
 
         Raises:
             TypeError, ValueError: wrong types, widths, backend, ``max_distance``.
-            RuntimeError: not built, pending changes, or instances (not supported yet).
+            RuntimeError: not built or pending changes.
         """
         return _closest_point.closest_point(self, points, active, max_distance)
 

@@ -14,8 +14,10 @@ float32 rounding) go to the smaller ``global_prim_id``.
 triangle per point (float64 arithmetic on the float32 search-frame vertices):
 exact up to rounding, ``O(F)`` per point (no hierarchy yet).
 
-Instances are not walked yet: both functions raise ``RuntimeError`` for a scene
-with instances.
+Instances: the closest-point search walks the top level over instance boxes and
+each instance's object-space BVH (the two levels of :mod:`rayd.engine.traversal`),
+measuring faces in world space; the winding number does not support instances yet
+(``RuntimeError``).
 
 References:
     Ericson 2004, "Real-Time Collision Detection", Morgan Kaufmann, sec. 5.1.5
@@ -107,16 +109,14 @@ def _better(dsq: float, gid: int, best_dsq: float, best_id: int) -> bool:
 
 
 @wp.func
-def _closest_flat(view: SceneView, p: wp.vec3, bound: float) -> int:
-    """``global_prim_id`` of the enabled flat face closest to ``p`` within squared radius ``bound``, or -1."""
-    best = bound
-    best_id = int(_NO_ID)
+def _closest_flat(view: SceneView, p: wp.vec3, best: float, best_id: int) -> tuple[float, int]:
+    """Improve ``(best, best_id)`` (squared distance, global id) over the enabled flat faces."""
     nodes = wp.vector(dtype=wp.int32, length=_STACK)
     keys = wp.vector(dtype=wp.float32, length=_STACK)
     count = int(0)
     node = view.flat_root
     if _box_dsq(p, view.flat_lowers[node], view.flat_uppers[node]) > best * _OPEN:
-        return -1
+        return best, best_id
     done = int(0)
     while done == 0:
         low = view.flat_lower_index[node]
@@ -172,27 +172,180 @@ def _closest_flat(view: SceneView, p: wp.vec3, bound: float) -> int:
                 node = nodes[count]
                 done = int(0)
                 break
-    if best_id == _NO_ID:
-        return -1
-    return best_id
+    return best, best_id
 
 
-@wp.kernel(enable_backward=False, module="unique")
-def _closest_point_kernel(
-    scene: SceneView,
-    points: wp.array(dtype=wp.vec3),
-    points_stride: int,
-    active: wp.array(dtype=wp.uint8),
-    active_stride: int,
-    max_distance_sq: float,
-    global_prim_id: wp.array(dtype=wp.int32),
-):
-    i = wp.tid()
-    winner = int(-1)
-    p = points[i * points_stride]
-    if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p) and scene.has_flat != 0:
-        winner = _closest_flat(scene, p, max_distance_sq)
-    global_prim_id[i] = wp.int32(winner)
+@wp.func
+def _closest_instance(view: SceneView, inst: int, p: wp.vec3, best: float, best_id: int) -> tuple[float, int]:
+    """Improve ``(best, best_id)`` (squared world distance, global id) with the faces of instance ``inst``.
+
+    The BLAS is walked in object space: the query is moved there by the float64
+    world-to-object matrix ``W``; a world distance ``r`` is at most ``|L|_F r`` in object
+    space (``L`` the linear part of ``W``, Frobenius norm >= spectral norm), so an object
+    box farther than that is skipped. Faces are measured in world space (their corners
+    placed by ``W^-1``), so the distance is Euclidean whatever the transform.
+    """
+    m = view.inst_to_object[inst]
+    inv = wp.inverse(m)
+    scale = float(0.0)
+    for row in range(3):
+        for col in range(3):
+            scale += float(m[row, col] * m[row, col])
+    q = wp.vec3(wp.transform_point(m, wp.vec3d(p)))
+    node_base = view.inst_node_base[inst]
+    prim_base = view.inst_prim_base[inst]
+    base = view.inst_face_base[inst]
+    first_global = view.inst_global[inst]
+    nodes = wp.vector(dtype=wp.int32, length=_STACK)
+    keys = wp.vector(dtype=wp.float32, length=_STACK)
+    count = int(0)
+    node = view.inst_root[inst]
+    if _box_dsq(q, view.blas_lowers[node_base + node], view.blas_uppers[node_base + node]) > best * scale * _OPEN:
+        return best, best_id
+    done = int(0)
+    while done == 0:
+        low = view.blas_lower_index[node_base + node]
+        if low[3] < 0:
+            first = low[3] & 0x7FFFFFFF
+            last = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
+            for slot in range(first, last):
+                f = view.blas_primitives[prim_base + slot]
+                k = 3 * (base + f)
+                a = wp.vec3(wp.transform_point(inv, wp.vec3d(view.blas_points[view.blas_indices[k]])))
+                b = wp.vec3(wp.transform_point(inv, wp.vec3d(view.blas_points[view.blas_indices[k + 1]])))
+                c = wp.vec3(wp.transform_point(inv, wp.vec3d(view.blas_points[view.blas_indices[k + 2]])))
+                d = closest_on_triangle(p, a, b, c) - p
+                dsq = wp.dot(d, d)
+                gid = first_global + f
+                if dsq <= best and _better(dsq, gid, best, best_id):
+                    best = dsq
+                    best_id = gid
+        else:
+            left = low[3]
+            right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
+            k_left = _box_dsq(q, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left])
+            k_right = _box_dsq(q, view.blas_lowers[node_base + right], view.blas_uppers[node_base + right])
+            ok_left = k_left <= best * scale * _OPEN
+            ok_right = k_right <= best * scale * _OPEN
+            if ok_left and ok_right:
+                near = left
+                far = right
+                k_far = k_right
+                if k_right < k_left:
+                    near = right
+                    far = left
+                    k_far = k_left
+                if count < _STACK:
+                    nodes[count] = far
+                    keys[count] = k_far
+                    count += 1
+                node = near
+                continue
+            if ok_left:
+                node = left
+                continue
+            if ok_right:
+                node = right
+                continue
+        done = int(1)
+        while count > 0:
+            count -= 1
+            if keys[count] <= best * scale * _OPEN:
+                node = nodes[count]
+                done = int(0)
+                break
+    return best, best_id
+
+
+@wp.func
+def _closest_top_level(view: SceneView, p: wp.vec3, best: float, best_id: int) -> tuple[float, int]:
+    """Improve ``(best, best_id)`` over the enabled instances: near-first walk of the top level (world boxes)."""
+    nodes = wp.vector(dtype=wp.int32, length=_STACK)
+    keys = wp.vector(dtype=wp.float32, length=_STACK)
+    count = int(0)
+    node = view.tlas_root
+    if _box_dsq(p, view.tlas_lowers[node], view.tlas_uppers[node]) > best * _OPEN:
+        return best, best_id
+    done = int(0)
+    while done == 0:
+        low = view.tlas_lower_index[node]
+        if low[3] < 0:
+            first = low[3] & 0x7FFFFFFF
+            last = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+            for slot in range(first, last):
+                inst = view.tlas_primitives[slot]
+                if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
+                    best, best_id = _closest_instance(view, inst, p, best, best_id)
+        else:
+            left = low[3]
+            right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
+            k_left = _box_dsq(p, view.tlas_lowers[left], view.tlas_uppers[left])
+            k_right = _box_dsq(p, view.tlas_lowers[right], view.tlas_uppers[right])
+            ok_left = k_left <= best * _OPEN
+            ok_right = k_right <= best * _OPEN
+            if ok_left and ok_right:
+                near = left
+                far = right
+                k_far = k_right
+                if k_right < k_left:
+                    near = right
+                    far = left
+                    k_far = k_left
+                if count < _STACK:
+                    nodes[count] = far
+                    keys[count] = k_far
+                    count += 1
+                node = near
+                continue
+            if ok_left:
+                node = left
+                continue
+            if ok_right:
+                node = right
+                continue
+        done = int(1)
+        while count > 0:
+            count -= 1
+            if keys[count] <= best * _OPEN:
+                node = nodes[count]
+                done = int(0)
+                break
+    return best, best_id
+
+
+def _make_closest_point_kernel(flat: bool, instances: bool):
+    def closest_point_kernel(
+        scene: SceneView,
+        points: wp.array(dtype=wp.vec3),
+        points_stride: int,
+        active: wp.array(dtype=wp.uint8),
+        active_stride: int,
+        max_distance_sq: float,
+        global_prim_id: wp.array(dtype=wp.int32),
+    ):
+        i = wp.tid()
+        winner = int(-1)
+        p = points[i * points_stride]
+        if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
+            best = max_distance_sq
+            best_id = int(_NO_ID)
+            if wp.static(flat):
+                if scene.has_flat != 0:
+                    best, best_id = _closest_flat(scene, p, best, best_id)
+            if wp.static(instances):
+                best, best_id = _closest_top_level(scene, p, best, best_id)
+            if best_id != _NO_ID:
+                winner = best_id
+        global_prim_id[i] = wp.int32(winner)
+
+    name = f"closest_point_{'flat' if flat else ''}{'_instances' if instances else ''}"
+    return wp.kernel(closest_point_kernel, name=name, enable_backward=False, module="unique")
+
+
+#: One kernel per combination of parts a scene has (as for intersect: fewer registers for the flat walk).
+_CLOSEST_KERNELS = {"flat": _make_closest_point_kernel(True, False),
+                    "instances": _make_closest_point_kernel(False, True),
+                    "both": _make_closest_point_kernel(True, True)}
 
 
 @wp.func
@@ -253,7 +406,7 @@ def closest_point_search(
     """Write the ``global_prim_id`` of the enabled triangle closest to each point (-1: none).
 
     Args:
-        accel: the scene's acceleration structures (meshes only, no instances).
+        accel: the scene's acceleration structures (meshes and instances).
         points: ``wp.array(dtype=wp.vec3)`` (N,) or (1,) (broadcast), relative to the
             scene's search centre (:mod:`rayd.engine.frame`).
         active: uint8 (N,) or (1,); 0 marks an inactive query (-1 out).
@@ -263,23 +416,20 @@ def closest_point_search(
         stream: the CUDA stream to launch on (``None`` on the CPU).
 
     Concretely, the winner minimises the float32 ``|p - q|^2`` over the closest points
-    ``q`` of the enabled triangles (Ericson 2004, 5.1.5), ties to the smaller id.
-
-    Raises:
-        RuntimeError: the scene has instances ("closest_point() does not support
-            instances yet").
+    ``q`` of the enabled triangles (Ericson 2004, 5.1.5), ties to the smaller id;
+    an instance's faces are placed in world space (float64 placement, rounded to
+    float32) before they are measured.
     """
-    _require_flat(accel, "closest_point")
     n = global_prim_id.shape[0]
     if n == 0:
         return
     bound = math.inf if math.isinf(max_distance) else min(float(max_distance) ** 2, 3.0e38)
-    if not accel.flat_enabled:
+    if not accel.flat_enabled and accel.instances is None:
         with launch_stream(accel.device, stream):  # on the caller's stream
             global_prim_id.fill_(-1)
         return
     launch_rows(
-        _closest_point_kernel, n,
+        _CLOSEST_KERNELS[accel.walks], n,
         [accel.view, *per_row(points, n), *per_row(active, n), bound],
         [global_prim_id], accel.device, stream,
     )

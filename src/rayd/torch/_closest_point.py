@@ -71,13 +71,14 @@ def _dtype(points: torch.Tensor, scene) -> torch.dtype:
 
 def _refuse_instances(call: str, scene) -> None:
     if scene._core.accel.instances is not None:
-        raise RuntimeError(f"{call}: scenes with instances are not supported yet (closest_point() and the "
-                           f"winding number walk meshes only); add the instanced geometry as meshes instead")
+        raise RuntimeError(f"{call}: scenes with instances are not supported yet (the winding number sums "
+                           f"mesh faces only); add the instanced geometry as meshes instead")
 
 
-def _prepare(scene, call: str, points: object, active: object):
+def _prepare(scene, call: str, points: object, active: object, instances: bool = False):
     scene._require_ready(call)
-    _refuse_instances(call, scene)
+    if not instances:
+        _refuse_instances(call, scene)
     device = scene._device
     points = _check_points(call, points, device)
     batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
@@ -154,7 +155,7 @@ def _safe_norm(x: torch.Tensor) -> torch.Tensor:
 def closest_point(scene, points: object, active: object, max_distance: object,
                   call: str = "rayd.torch.Scene.closest_point()") -> ClosestPoint:
     """``Scene.closest_point``: see its docstring."""
-    points, batch, flag = _prepare(scene, call, points, active)
+    points, batch, flag = _prepare(scene, call, points, active, instances=True)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
     state = scene._state

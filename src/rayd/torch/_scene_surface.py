@@ -14,8 +14,9 @@ class SurfaceQueries:
     """``closest_point``, ``winding_number``, ``contains``, ``signed_distance``.
 
     Mixed into :class:`rayd.torch.Scene`, whose lifecycle checks and live state
-    (``_require_ready``, ``_state``, ``_core``) they use. Scenes with instances are
-    not supported yet (``RuntimeError``).
+    (``_require_ready``, ``_state``, ``_core``) they use. ``closest_point`` walks
+    instances too; the winding number (hence ``contains``, ``signed_distance``)
+    does not support instances yet (``RuntimeError``).
     """
 
     def closest_point(
@@ -34,7 +35,8 @@ class SurfaceQueries:
             closest point of the triangle (Ericson 2004, 5.1.5); the search is a BVH
             walk in float32 (ties within float32 rounding to the smaller
             ``global_prim_id``), the outputs are recomputed for the winner in float64
-            from the live vertices. None within ``max_distance``: ``distance = inf``,
+            from the live vertices and transforms. Instances are walked too (top
+            level, then each instance's BVH; faces measured in world space). None within ``max_distance``: ``distance = inf``,
             ids -1, zeros elsewhere. Non-finite points find nothing.
 
         Units:
@@ -51,8 +53,7 @@ class SurfaceQueries:
             TypeError: ``points`` not a float tensor, ``active`` not bool,
                 ``max_distance`` not a number.
             ValueError: wrong shapes or device, negative/NaN ``max_distance``.
-            RuntimeError: the scene is not built, has pending changes, or has
-                instances (not supported yet).
+            RuntimeError: the scene is not built or has pending changes.
 
         References:
             Ericson 2004, "Real-Time Collision Detection", sec. 5.1.5.
