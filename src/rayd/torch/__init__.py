@@ -13,10 +13,11 @@ Quick start::
 """
 
 from rayd.flags import RayFlags
+from rayd.torch._closest_point import ClosestPoint
 from rayd.torch.edges import EdgeTopology, NearestEdge
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh
 from rayd.torch.ray import Ray
 from rayd.torch.scene import Scene
 
-__all__ = ["EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "Scene"]
+__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "Scene"]

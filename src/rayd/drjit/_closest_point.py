@@ -1,0 +1,232 @@
+"""Surface queries of rayd.drjit: closest point, winding number, inside test, signed distance.
+
+The engine (:mod:`rayd.engine.closest_point`) picks the closest triangle per point
+(the same float32 BVH search as rayd.torch); this module recomputes the closest
+point on that triangle from the live (differentiable) vertex and transform arrays
+with Dr.Jit ops, in float64 inside (Ericson 2004, "Real-Time Collision Detection",
+5.1.5: the Voronoi region is chosen by the engine's tests and held fixed, its
+formula is differentiated). Queries without a winner are evaluated on a stand-in
+and masked with ``dr.select``: zero gradient, never NaN.
+
+The winding number is the engine's exact ``O(F)`` sum of signed solid angles (not
+differentiable in this frontend yet).
+"""
+
+from __future__ import annotations
+
+import math
+from types import ModuleType
+
+import drjit as dr
+
+from rayd.drjit import _check, _convert
+from rayd.drjit._geometry import apply
+from rayd.drjit._nearest_edge import _check_points, _kind, _norm, _relative, _safe_div
+from rayd.drjit.intersection import DrjitRecord
+from rayd.engine import closest_point as _engine
+from rayd.records import FieldRecord
+
+
+class ClosestPoint(DrjitRecord, FieldRecord):
+    """The closest point on the scene's enabled triangles per query point.
+
+    Attributes (N queries; Dr.Jit types of the scene's backend, ``.ad`` when any input was):
+        distance: (N,) ``Float``/``Float64`` Euclidean distance to ``p``; ``+inf``
+            where no triangle lies within ``max_distance``.
+        p: (N, 3) the closest point; 0 if none.
+        barycentric: (N, 3) weights ``(w0, w1, w2)``, ``p = w0 v0 + w1 v1 + w2 v2``; 0 if none.
+        geo_n: (N, 3) unit geometric normal ``normalize((v1 - v0) x (v2 - v0))``; 0 if none.
+        prim_id, shape_id, global_prim_id: (N,) ``Int``; -1 if none.
+
+    Float fields are differentiable for the fixed winning triangle (DESIGN.md). Never NaN.
+    """
+
+    __slots__ = ()
+    _name = "rayd.drjit.ClosestPoint"
+    _width_field = "distance"
+
+    def is_valid(self) -> dr.ArrayBase:
+        """(N,) ``Bool``: True where a triangle was found."""
+        return self._fields["global_prim_id"] >= 0
+
+    @property
+    def shape(self) -> tuple[int]:
+        """The batch shape ``(N,)``."""
+        return (dr.width(self._fields["distance"]),)
+
+
+def _refuse_instances(call: str, scene) -> None:
+    if scene._core.accel.instances is not None:
+        raise RuntimeError(f"{call}: scenes with instances are not supported yet (the winding number sums "
+                           f"mesh faces only); add the instanced geometry as meshes instead")
+
+
+def _prepare(scene, call: str, points: object, active: object, instances: bool = False):
+    scene._require_ready(call)
+    if not instances:
+        _refuse_instances(call, scene)
+    return _check_points(scene, call, points, active)
+
+
+def closest_on_triangles(m: ModuleType, p, a, b, c):
+    """``Array3f64`` barycentric weights of the closest points of triangles ``abc`` to ``p`` (Ericson 5.1.5)."""
+    Work = m.Array3f64
+    ab, ac, ap = b - a, c - a, p - a
+    bp, cp = p - b, p - c
+    d1, d2 = dr.dot(ab, ap), dr.dot(ac, ap)
+    d3, d4 = dr.dot(ab, bp), dr.dot(ac, bp)
+    d5, d6 = dr.dot(ab, cp), dr.dot(ac, cp)
+    vc = d1 * d4 - d3 * d2
+    vb = d5 * d2 - d1 * d6
+    va = d3 * d6 - d5 * d4
+    r_a = dr.detach((d1 <= 0) & (d2 <= 0))
+    r_b = dr.detach((d3 >= 0) & (d4 <= d3)) & ~r_a
+    r_ab = dr.detach((vc <= 0) & (d1 >= 0) & (d3 <= 0)) & ~(r_a | r_b)
+    r_c = dr.detach((d6 >= 0) & (d5 <= d6)) & ~(r_a | r_b | r_ab)
+    r_ac = dr.detach((vb <= 0) & (d2 >= 0) & (d6 <= 0)) & ~(r_a | r_b | r_ab | r_c)
+    r_bc = dr.detach((va <= 0) & ((d4 - d3) >= 0) & ((d5 - d6) >= 0)) & ~(r_a | r_b | r_ab | r_c | r_ac)
+    den = va + vb + vc
+    degenerate = ~(r_a | r_b | r_ab | r_c | r_ac | r_bc) & ~dr.detach(den > 0)
+    t_ab = _safe_pos_div(d1, d1 - d3)
+    t_ac = _safe_pos_div(d2, d2 - d6)
+    t_bc = _safe_pos_div(d4 - d3, (d4 - d3) + (d5 - d6))
+    v, w = _safe_pos_div(vb, den), _safe_pos_div(vc, den)
+    weights = Work(1 - v - w, v, w)
+    weights = dr.select(degenerate, Work(1, 0, 0), weights)
+    weights = dr.select(r_bc, Work(0, 1 - t_bc, t_bc), weights)
+    weights = dr.select(r_ac, Work(1 - t_ac, 0, t_ac), weights)
+    weights = dr.select(r_c, Work(0, 0, 1), weights)
+    weights = dr.select(r_ab, Work(1 - t_ab, t_ab, 0), weights)
+    weights = dr.select(r_b, Work(0, 1, 0), weights)
+    weights = dr.select(r_a, Work(1, 0, 0), weights)
+    return weights
+
+
+def _safe_pos_div(num, den):
+    ok = dr.detach(den > 0)
+    return dr.select(ok, num / dr.select(ok, den, 1), 0)
+
+
+def _corners(m: ModuleType, double: bool, gid, geometry):
+    """``(found, shape, prim, a, b, c)``: world corners (float64) of the winners, stand-ins where none."""
+    Array3 = m.Array3f64 if double else m.Array3f
+    Int, UInt = m.Int, m.UInt
+    found = gid >= 0
+    g = dr.select(found, gid, 0)
+    offsets = Int(geometry.global_offset)
+    num_shapes = dr.width(offsets)
+    if num_shapes == 1:
+        shape = dr.zeros(UInt, dr.width(g))
+    else:
+        index = dr.binary_search(0, num_shapes - 1, lambda i: dr.gather(Int, offsets, i) <= g)
+        shape = UInt(index - dr.select(dr.gather(Int, offsets, index) > g, 1, 0))
+    prim = g - dr.gather(Int, offsets, shape)
+    row = UInt(dr.gather(Int, Int(geometry.face_row), shape) + prim)
+    tri = dr.gather(m.Array3u, m.Array3u(geometry.faces), row)
+    v0, v1, v2 = (dr.gather(Array3, geometry.vertices, i) for i in (tri.x, tri.y, tri.z))
+    if geometry.transform is not None:
+        cols = tuple(dr.gather(Array3, col, shape) for col in geometry.transform)
+        v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
+    Work = m.Array3f64
+    a = dr.select(found, Work(v0), Work(0, 0, 0))
+    b = dr.select(found, Work(v1), Work(1, 0, 0))
+    c = dr.select(found, Work(v2), Work(0, 1, 0))
+    return found, shape, prim, a, b, c
+
+
+def _empty(m: ModuleType, double: bool) -> dict:
+    Float = m.Float64 if double else m.Float
+    Array3 = m.Array3f64 if double else m.Array3f
+    return {"distance": Float(), "p": Array3(), "barycentric": Array3(), "geo_n": Array3(), "prim_id": m.Int(),
+            "shape_id": m.Int(), "global_prim_id": m.Int()}
+
+
+def closest_point(scene, points: object, active: object, max_distance: object,
+                  call: str = "rayd.drjit.Scene.closest_point()") -> ClosestPoint:
+    """``Scene.closest_point``: see its docstring."""
+    points, n, active = _prepare(scene, call, points, active, instances=True)
+    max_distance = _check.max_distance(call, max_distance)
+    m, double = _kind(scene, points)
+    if n == 0:
+        return ClosestPoint(**_empty(m, double))
+    backend, device = scene._backend, scene._device
+    stream = _convert.current_stream(device)
+    winner = _convert.empty_int32(n, backend)
+    flag = _convert.uint8(active, backend)
+    p_view, p_buffer = _convert.vec3_view(_relative(scene, points), device)
+    _convert.query_fence(device, after=False)
+    _engine.closest_point_search(scene._core.accel, p_view, _convert.scalar_view(flag, device), max_distance,
+                                 _convert.scalar_view(winner, device), stream)
+    _convert.query_fence(device, after=True)
+    del p_buffer
+    gid = m.Int(winner)
+    found, shape, prim, a, b, c = _corners(m, double, gid, scene._live_geometry(m, double))
+    Float = m.Float64 if double else m.Float
+    Array3 = m.Array3f64 if double else m.Array3f
+    Work = m.Array3f64
+    q = Work(points)
+    if dr.width(q) != n:
+        q = dr.gather(Work, q, dr.zeros(m.UInt, n))
+    q = dr.select(found, q, a)
+    w = closest_on_triangles(m, q, a, b, c)
+    p = w.x * a + w.y * b + w.z * c
+    normal = dr.cross(b - a, c - a)
+    length = _norm(normal)
+    geo_n = normal * _safe_div(m.Float64(1), length)
+    fields = {
+        "distance": dr.select(found, Float(_norm(q - p)), math.inf),
+        "p": dr.select(found, Array3(p), 0),
+        "barycentric": dr.select(found, Array3(w), 0),
+        "geo_n": dr.select(found, Array3(geo_n), 0),
+        "prim_id": dr.select(found, m.Int(prim), -1),
+        "shape_id": dr.select(found, m.Int(shape), -1),
+        "global_prim_id": gid,
+    }
+    return ClosestPoint(**fields)
+
+
+def winding_number(scene, points: object, active: object, call: str = "rayd.drjit.Scene.winding_number()"):
+    """``Scene.winding_number``: see its docstring."""
+    points, n, active = _prepare(scene, call, points, active)
+    m, double = _kind(scene, points)
+    plain = _convert.module(scene._backend, False)
+    Float = plain.Float64 if double else plain.Float
+    if n == 0:
+        return Float()
+    backend, device = scene._backend, scene._device
+    stream = _convert.current_stream(device)
+    out = dr.empty(plain.Float64, n)
+    dr.make_opaque(out)
+    flag = _convert.uint8(active, backend)
+    p_view, p_buffer = _convert.vec3_view(_relative(scene, points), device)
+    _convert.query_fence(device, after=False)
+    _engine.winding_number_exact(scene._core.accel, scene._core.table.num_flat_faces, p_view,
+                                 _convert.scalar_view(flag, device), _convert.scalar_view(out, device), stream)
+    _convert.query_fence(device, after=True)
+    del p_buffer
+    return Float(out)
+
+
+def contains(scene, points: object, active: object):
+    """``Scene.contains``: see its docstring."""
+    w = winding_number(scene, points, active, "rayd.drjit.Scene.contains()")
+    if dr.width(w) == 0:
+        return dr.mask_t(w)()  # Dr.Jit cannot compare width 0 with a literal
+    return w > 0.5
+
+
+def signed_distance(scene, points: object, active: object):
+    """``Scene.signed_distance``: see its docstring."""
+    call = "rayd.drjit.Scene.signed_distance()"
+    w = winding_number(scene, points, active, call)
+    near = closest_point(scene, points, active, math.inf, call)
+    distance = near.distance
+    if dr.width(w) == 0:
+        return distance
+    inside = w > 0.5
+    return dr.select(_mask(distance, inside), -distance, distance)
+
+
+def _mask(distance, inside):
+    """``inside`` as the mask type of ``distance`` (the winding number is not AD)."""
+    return dr.mask_t(distance)(inside)
