@@ -17,6 +17,7 @@ from rayd.torch.edges import EdgeTopology, NearestEdge
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh
 from rayd.torch.ray import Ray
+from rayd.torch.reflections import ReflectionChain, SpecularPaths
 from rayd.torch.scene import Scene
 
-__all__ = ["EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "Scene"]
+__all__ = ["EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPaths"]

@@ -17,6 +17,7 @@ from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
+from rayd.torch._scene_reflect import ReflectionQueries
 from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh, check_transform, check_transforms
@@ -27,7 +28,7 @@ from rayd.torch.ray import Ray
 VISIBILITY_EPSILON = 1e-4
 
 
-class Scene(EdgeQueries, SceneBase):
+class Scene(ReflectionQueries, EdgeQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
