@@ -398,3 +398,23 @@ def test_empty_batches_and_float32(device):
     assert chain.num_bounces.dtype == torch.int32 and chain.global_prim_id.dtype == torch.int32
     sub = chain[torch.tensor([False, True], device=device)]
     assert sub.p.shape == (1, 3, 3) and sub.detach().shape == (1,)
+
+
+def test_chain_equals_repeated_intersect(device):
+    # Random rays in the room of a sphere with a mirror plane through it: every slot is the
+    # intersect() of the explicit next ray (from p_b along d_out, ignoring the face left).
+    verts, faces = _uv_sphere(rings=12, segments=20)
+    v = _t(verts + [[-3.0, -3.0, 0.3], [3.0, -3.0, 0.4], [0.0, 3.0, 0.2]], device, dtype=torch.float32)
+    scene = _scene(v, faces + [[len(verts), len(verts) + 1, len(verts) + 2]], device)
+    gen = torch.Generator().manual_seed(7)
+    o = ((torch.rand(300, 3, generator=gen) - 0.5) * 2).to(device)
+    d = torch.randn(300, 3, generator=gen).to(device)
+    chain = scene.trace_reflections(rt.Ray(o, d), 5)
+    origin, direction, ignore = o, d, -1
+    for b in range(5):
+        hit = scene.intersect(rt.Ray(origin, direction), ignore=ignore)
+        assert hit.global_prim_id.tolist() == chain.global_prim_id[:, b].tolist()
+        torch.testing.assert_close(hit.t, chain.t[:, b])
+        torch.testing.assert_close(hit.p, chain.p[:, b])
+        origin, direction, ignore = chain.p[:, b], chain.d_out[:, b], chain.global_prim_id[:, b]
+    assert (chain.num_bounces == 5).all()
