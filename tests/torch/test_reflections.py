@@ -418,3 +418,18 @@ def test_chain_equals_repeated_intersect(device):
         torch.testing.assert_close(hit.p, chain.p[:, b])
         origin, direction, ignore = chain.p[:, b], chain.d_out[:, b], chain.global_prim_id[:, b]
     assert (chain.num_bounces == 5).all()
+
+
+def test_float32_fused_path_gradients_match_float64(device):
+    # float32, untransformed scenes take intersect's fused Warp evaluation per bounce.
+    def grads(dtype):
+        v, o, d = (_t(x, device, dtype, grad=True) for x in (CORNER_V, CORNER_O, CORNER_D))
+        chain = _scene(v, CORNER_F, device).trace_reflections(rt.Ray(o, d), 3)
+        assert chain.p.dtype == dtype and torch.isinf(chain.t[:, 2]).all() and (chain.p[:, 2] == 0).all()
+        (chain.path_length.sum() + chain.image_source.sum() + chain.d_out.sum() + chain.p.sum()).backward()
+        return chain, v.grad, o.grad, d.grad
+
+    single, double = grads(torch.float32), grads(F64)
+    torch.testing.assert_close(single[0].path_length.double(), double[0].path_length, rtol=1e-6, atol=0)
+    for a, b in zip(single[1:], double[1:]):
+        torch.testing.assert_close(a.double(), b, rtol=1e-5, atol=1e-5)

@@ -17,8 +17,8 @@ import torch
 
 from rayd import engine
 from rayd.flags import RayFlags
-from rayd.torch import _check, _convert, _interval, _trace
-from rayd.torch._geometry import gather
+from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
+from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
@@ -102,7 +102,13 @@ class ReflectionQueries:
         dtype = self._output_dtype(ray)
         state = self._state
         device = self._device
-        live = state.live(dtype)
+        meshes = [sh.vertices for sh in self._core.table.meshes]
+        fused = (state.plain and not state.has_matrix()
+                 and _intersect_fused.usable([ray.o, ray.d, *meshes]))
+        if fused:  # the fused Warp evaluation of intersect (float32, no transforms, reverse mode)
+            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+        else:
+            live = state.live(dtype)
         origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
         direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
         length = _safe_norm(direction).squeeze(-1)
@@ -113,7 +119,13 @@ class ReflectionQueries:
         for b in range(bounces):
             if b > 0:
                 winner = search(self, origin, direction, zeros, inf, hit, slots[-1]["global_prim_id"], False)
-            fields = evaluate(origin, direction, winner, gather(state.table, live, winner), RayFlags.Geometric)
+            if fused:
+                fields = _intersect_fused.evaluate_fused(origin, direction, torch.Size((n,)), winner, vertices,
+                                                         state.indices)
+                fields["shape_id"], fields["prim_id"] = ids(state.table, winner)
+                fields["global_prim_id"] = winner
+            else:
+                fields = evaluate(origin, direction, winner, gather(state.table, live, winner), RayFlags.Geometric)
             if b == 0:
                 fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
             else:
