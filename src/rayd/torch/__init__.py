@@ -17,7 +17,9 @@ from rayd.torch._closest_point import ClosestPoint
 from rayd.torch.edges import EdgeTopology, NearestEdge
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh
+from rayd.torch.paths import SpecularPathSet, find_specular_paths
 from rayd.torch.ray import Ray
+from rayd.torch.reflections import ReflectionChain, SpecularPaths
 from rayd.torch.scene import Scene
 
-__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "Scene"]
+__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]
