@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 
 import drjit as dr
 import numpy as np
@@ -10,6 +9,7 @@ import numpy as np
 from rayd.drjit import _check, _convert
 from rayd.drjit._convert import host_matrices
 from rayd.core.transforms import transform_problem
+from rayd.core.meshio import trimesh_arrays
 
 _CALL = "rayd.drjit.Mesh()"
 
@@ -119,7 +119,7 @@ class Mesh:
             raise ValueError(f"{call}: 'backend' must be 'llvm' or 'cuda', got {backend!r}")
         if dtype not in ("float32", "float64"):
             raise TypeError(f"{call}: 'dtype' must be 'float32' or 'float64', got {dtype!r}")
-        vertices, faces, vertex_normals, texcoords = _trimesh_arrays(call, mesh, normals, uv)
+        vertices, faces, vertex_normals, texcoords = trimesh_arrays(call, mesh, normals, uv)
         m = _convert.module(backend, ad)
         wide = dtype == "float64"
         real = np.float64 if wide else np.float32
@@ -223,30 +223,3 @@ def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:
         raise ValueError(f"{call}: '{name}' {found[1]}")
 
 
-def _trimesh_arrays(call: str, mesh: object, normals: bool, uv: bool):
-    """``(vertices, faces, normals or None, uv or None)`` as NumPy copies of a ``trimesh.Trimesh``.
-
-    Never imports trimesh (an object can only be a Trimesh if trimesh is imported). The
-    same as rayd.torch's; it would belong in a backend-neutral module (kept here so
-    rayd.drjit needs no torch).
-    """
-    trimesh = sys.modules.get("trimesh")
-    if trimesh is None or not isinstance(mesh, trimesh.Trimesh):
-        hint = ""
-        if trimesh is not None and isinstance(mesh, trimesh.Scene):
-            hint = ' (a trimesh.Scene: flatten it with scene.to_geometry(), or load with trimesh.load(path, force="mesh"))'
-        kind = type(mesh)
-        name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
-        raise TypeError(f"{call}: 'mesh' must be a trimesh.Trimesh, got {name}{hint}")
-    vertices = np.array(mesh.vertices, dtype=np.float64).reshape(-1, 3)
-    faces = np.array(mesh.faces, dtype=np.int64).reshape(-1, 3)
-    if faces.size and (faces.min() < 0 or faces.max() > np.iinfo(np.int32).max):
-        raise ValueError(f"{call}: 'mesh.faces' holds indices outside the int32 range")
-    vertex_normals = np.array(mesh.vertex_normals, dtype=np.float64).reshape(-1, 3) if normals else None
-    texcoords = None
-    if uv:
-        texcoords = getattr(getattr(mesh, "visual", None), "uv", None)
-        if texcoords is None:
-            raise ValueError(f"{call}: uv=True but the mesh has no texture coordinates (mesh.visual.uv)")
-        texcoords = np.array(texcoords, dtype=np.float64).reshape(-1, 2)
-    return vertices, faces, vertex_normals, texcoords
