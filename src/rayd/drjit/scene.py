@@ -16,7 +16,7 @@ from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import LiveState, gather_matrix
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit._scene_surface import SurfaceQueries
-from rayd.drjit._scene_reflect import ReflectionChain, ReflectionQueries  # noqa: F401
+from rayd.drjit._scene_reflect import ReflectionQueries
 from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform, check_transforms

@@ -91,6 +91,7 @@ class LiveState:
         self._batch_groups: list = []
         self._row_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._single_groups: list = []
+        self.no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)  # made once: no launch per query
         # The search centre (engine/frame.py), for ray origins handed to the engine.
         self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
 

@@ -88,7 +88,7 @@ def trace(scene, call: str, ray: object, active: object, ignore: object,
         flag = (flag.reshape(1) if flag.numel() == 1 else flag.expand(batch).reshape(-1)).to(torch.uint8)
         flag = flag.contiguous()
     if ignore is None:
-        skip = torch.full((1,), -1, dtype=torch.int32, device=device)
+        skip = scene._state.no_ignore
     else:
         skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
         skip = skip.to(torch.int32).contiguous()
