@@ -175,3 +175,28 @@ def test_instances(backend, m):
     np.testing.assert_allclose(rows(cp.distance), tcp.distance.cpu().numpy(), rtol=1e-12, atol=1e-12)
     with pytest.raises(RuntimeError, match=r"^rayd\.drjit\.Scene\.winding_number\(\): .*instances"):
         scene.winding_number(vec(m.Array3f, [[0.0, 0, 0]]))
+
+
+def test_collinear_slivers_equal_torch(backend, m):
+    # degenerate faces are measured on their sides in both frontends, as in the engine
+    rng = np.random.default_rng(5)
+    a, u = rng.uniform(-1, 1, (40, 3)), rng.normal(size=(40, 3))
+    s, t = rng.uniform(-1, 1, (40, 1)), rng.uniform(-1, 1, (40, 1))
+    verts = np.concatenate([a, a + s * u, a + t * u, rng.uniform(-1, 1, (6, 3))])
+    faces = np.array([[i, 40 + i, 80 + i] for i in range(40)] + [[120, 121, 122], [123, 124, 125]])
+    pts = rng.uniform(-1.5, 1.5, (400, 3))
+    scene, _ = _scene(m, verts, faces, double=True)
+    cp = scene.closest_point(vec(m.Array3f64, pts))
+    dev = _torch_device(backend)
+    ts = rt.Scene()
+    ts.add_mesh(rt.Mesh(torch.tensor(verts, device=dev), torch.tensor(faces, device=dev)))
+    ts.build()
+    tcp = ts.closest_point(torch.tensor(pts, device=dev))
+    assert rows(cp.global_prim_id).tolist() == tcp.global_prim_id.cpu().tolist()
+    np.testing.assert_allclose(rows(cp.distance), tcp.distance.cpu().numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(rows(cp.p), tcp.p.cpu().numpy(), atol=1e-12)
+    seg = np.minimum.reduce([np.linalg.norm(pts[:, None] - (x + np.clip(((pts[:, None] - x) * (y - x)).sum(-1, keepdims=True)
+                             / ((y - x) ** 2).sum(-1, keepdims=True), 0, 1) * (y - x)), axis=-1)
+                             for x, y in ((a, a + s * u), (a, a + t * u), (a + s * u, a + t * u))]).min(1)
+    rest = np.array(rows(cp.distance))
+    assert np.all(rest <= seg + 1e-12)  # never farther than the closest sliver's sides

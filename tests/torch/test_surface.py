@@ -375,8 +375,11 @@ def test_instances_match_placed_meshes(device, dtype):
     b = flat.closest_point(pts)
     tol = dict(rtol=1e-5, atol=1e-5) if dtype == torch.float32 else dict(rtol=1e-6, atol=1e-6)
     torch.testing.assert_close(a.distance, b.distance, **tol)
-    torch.testing.assert_close(a.p, b.p, **tol)
-    assert (a.shape_id == b.shape_id).float().mean() > 0.99  # same shape (ids number both scenes alike)
+    # near ties (within the float32 search's rounding) may pick another face, with another p
+    # but the same distance (seen on CUDA: 3 of 400 points); p must agree where the faces do
+    same = (a.shape_id == b.shape_id) & (a.prim_id == b.prim_id)
+    assert same.float().mean() > 0.98  # same shape (ids number both scenes alike)
+    torch.testing.assert_close(a.p[same], b.p[same], **tol)
     # brute force over the placed faces
     world = torch.cat([(v.double() @ m.double()[:3, :3].T + m.double()[:3, 3]) for m in placements]).cpu().numpy()
     faces = np.concatenate([sphere.faces + k * len(sphere.vertices) for k in range(4)])
@@ -455,3 +458,23 @@ def test_winding_torch_path_active_and_disabled(device):
         torch.testing.assert_close(scene.winding_number(x).detach().cpu(),
                                    torch.tensor([1.0, 0.0, 0.0], dtype=torch.float64), atol=1e-6, rtol=0)
     assert scene.contains(pts).tolist() == [True, False, False]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_random_collinear_slivers_match_brute_force(device, dtype):
+    # collinear faces at non-integer coordinates: the face region's solve divides by
+    # rounding noise there (on CUDA, FMA put the point anywhere on the supporting line)
+    rng = np.random.default_rng(5)
+    a = rng.uniform(-1, 1, (40, 3))
+    u = rng.normal(size=(40, 3))
+    s, t = rng.uniform(-1, 1, (40, 1)), rng.uniform(-1, 1, (40, 1))
+    verts = np.concatenate([a, a + s * u, a + t * u, rng.uniform(-1, 1, (6, 3))])
+    faces = np.array([[i, 40 + i, 80 + i] for i in range(40)] + [[120, 121, 122], [123, 124, 125]])
+    scene, _, _ = mesh_scene(verts, faces, device, dtype)
+    pts = rng.uniform(-1.5, 1.5, (500, 3))
+    cp = scene.closest_point(torch.as_tensor(pts, dtype=dtype, device=device))
+    ref = brute_force(pts, np.asarray(torch.as_tensor(verts, dtype=dtype).double()), faces)
+    rtol = 1e-5 if dtype == torch.float32 else 1e-6
+    np.testing.assert_allclose(cp.distance.double().cpu().numpy(), ref.min(1), rtol=rtol, atol=1e-6)
+    np.testing.assert_allclose((cp.p - torch.as_tensor(pts, dtype=dtype, device=device)).norm(dim=-1).double().cpu(),
+                               ref.min(1), rtol=rtol, atol=1e-6)

@@ -99,7 +99,27 @@ def closest_on_triangles(m: ModuleType, p, a, b, c):
     weights = dr.select(r_ab, Work(1 - t_ab, t_ab, 0), weights)
     weights = dr.select(r_b, Work(0, 1, 0), weights)
     weights = dr.select(r_a, Work(1, 0, 0), weights)
-    return weights
+    n = dr.detach(dr.cross(ab, ac))
+    sliver = dr.dot(n, n) <= _engine.SLIVER * dr.detach(dr.dot(ab, ab) * dr.dot(ac, ac))
+    return dr.select(sliver, _on_sides(m, p, a, b, c), weights)
+
+
+def _on_sides(m: ModuleType, p, a, b, c):
+    """Weights of the closest point on the sides ab, ac, bc (the engine's rule for degenerate faces)."""
+    Work = m.Array3f64
+    best_w, best_gap = None, None
+    for x, y, side in ((a, b, 0), (a, c, 1), (b, c, 2)):
+        xy = y - x
+        t = _safe_pos_div(dr.dot(p - x, xy), dr.dot(xy, xy))
+        t = dr.select(t < 0, 0, dr.select(t > 1, 1, t))  # not dr.clip: LLVM 15 cannot lower fminimum
+        w = (Work(1 - t, t, 0), Work(1 - t, 0, t), Work(0, 1 - t, t))[side]
+        gap = dr.detach(dr.squared_norm(x + t * xy - p))
+        if best_w is None:
+            best_w, best_gap = w, gap
+        else:
+            better = gap < best_gap  # first on ties, as the engine
+            best_w, best_gap = dr.select(better, w, best_w), dr.select(better, gap, best_gap)
+    return best_w
 
 
 def _safe_pos_div(num, den):

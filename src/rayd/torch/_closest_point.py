@@ -142,7 +142,32 @@ def closest_on_triangles(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: t
     w2 = torch.where(face_degenerate, zero, w2)
     for mask, (x0, x1, x2) in reversed(options):
         w0, w1, w2 = torch.where(mask, x0, w0), torch.where(mask, x1, w1), torch.where(mask, x2, w2)
-    return torch.stack((w0, w1, w2), -1)
+    weights = torch.stack((w0, w1, w2), -1)
+    with torch.no_grad():
+        n = torch.linalg.cross(ab, ac)
+        degenerate = dot(n, n) <= _engine.SLIVER * dot(ab, ab) * dot(ac, ac)
+    return torch.where(degenerate[..., None], _on_sides(p, a, b, c), weights)
+
+
+def _on_sides(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """(N, 3) weights of the closest point on the sides ab, ac, bc (the engine's rule for degenerate faces)."""
+    dot = lambda x, y: (x * y).sum(-1)  # noqa: E731
+    zero = torch.zeros_like(p[..., 0])
+    options = []
+    for (x, y), place in (((a, b), (0, 1)), ((a, c), (0, 2)), ((b, c), (1, 2))):
+        xy = y - x
+        t = _safe_div(dot(p - x, xy), dot(xy, xy)).clamp(0, 1)
+        w = [zero, zero, zero]
+        w[place[0]], w[place[1]] = 1 - t, t
+        options.append(torch.stack(w, -1))
+    with torch.no_grad():
+        gaps = torch.stack([dot(a * w[..., :1] + b * w[..., 1:2] + c * w[..., 2:] - p,
+                                a * w[..., :1] + b * w[..., 1:2] + c * w[..., 2:] - p) for w in options], -1)
+        pick = torch.argmin(gaps, -1)  # first on ties, as the engine
+    out = options[0]
+    for k in (1, 2):
+        out = torch.where((pick == k)[..., None], options[k], out)
+    return out
 
 
 def _safe_norm(x: torch.Tensor) -> torch.Tensor:
