@@ -377,9 +377,11 @@ def test_instances_match_placed_meshes(device, dtype):
     torch.testing.assert_close(a.distance, b.distance, **tol)
     # near ties (within the float32 search's rounding) may pick another face, with another p
     # but the same distance (seen on CUDA: 3 of 400 points); p must agree where the faces do
+    assert (a.shape_id == b.shape_id).float().mean() > 0.99  # same shape (ids number both scenes alike)
     same = (a.shape_id == b.shape_id) & (a.prim_id == b.prim_id)
-    assert same.float().mean() > 0.98  # same shape (ids number both scenes alike)
     torch.testing.assert_close(a.p[same], b.p[same], **tol)
+    close = ((a.p - b.p).abs() <= tol["atol"] + tol["rtol"] * b.p.abs()).all(-1)
+    assert close.float().mean() >= 0.99
     # brute force over the placed faces
     world = torch.cat([(v.double() @ m.double()[:3, :3].T + m.double()[:3, 3]) for m in placements]).cpu().numpy()
     faces = np.concatenate([sphere.faces + k * len(sphere.vertices) for k in range(4)])
