@@ -184,8 +184,7 @@ def _ready_edges(call: str, scene):
     would otherwise keep wrapped tensors that break every later transform.
     """
     edges = scene._edges
-    if edges.pending:
-        raise _check.lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
+    edges.require_synced(call)
     with _convert.outside_transforms():
         edges.topology  # noqa: B018 - computes the topology, the edge rows and masks
         edges.bvh(_convert.current_stream(scene._device))
