@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from rayd.flags import RayFlags
+
 
 def lifecycle(call: str, message: str) -> RuntimeError:
     """A ``RuntimeError`` for a scene-lifecycle fault, prefixed by the call."""
@@ -43,3 +45,12 @@ def face_range(call: str, name: str, low: int, high: int, num_vertices: int) -> 
     """``ValueError`` unless face indices spanning ``[low, high]`` lie in ``[0, num_vertices)``."""
     if low < 0 or high >= num_vertices:
         raise ValueError(f"{call}: '{name}' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]")
+
+
+def ray_flags(call: str, flags: object) -> RayFlags:
+    """``flags`` as a :class:`rayd.RayFlags` (an int of known bits), else ``TypeError``/``ValueError``."""
+    if isinstance(flags, bool) or not isinstance(flags, int):
+        raise TypeError(f"{call}: 'flags' must be a rayd.RayFlags, got {type(flags).__name__}")
+    if flags & ~int(RayFlags.All):
+        raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
+    return RayFlags(flags)
