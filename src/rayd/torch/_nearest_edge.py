@@ -19,10 +19,9 @@ and masked out: zero gradient, never NaN.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from rayd.core.checks import max_distance as check_max_distance, top_k
 from rayd.engine import nearest_edge as _search
 from rayd.torch import _check, _convert
 from rayd.torch import _nearest_edge_fused as _fused
@@ -30,25 +29,6 @@ from rayd.torch._edge_formulas import _ids, evaluate_points, evaluate_rays
 from rayd.torch.edges import NearestEdge, placed_vertices
 from rayd.torch._trace import refuse_vmap
 from rayd.torch.ray import Ray
-
-
-def check_max_distance(call: str, max_distance: object) -> float:
-    """``max_distance`` as a float ``>= 0`` (``inf`` allowed)."""
-    if isinstance(max_distance, bool) or not isinstance(max_distance, (int, float)):
-        raise TypeError(f"{call}: 'max_distance' must be a float, got {type(max_distance).__name__}")
-    value = float(max_distance)
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"{call}: 'max_distance' must be >= 0 (inf for no limit), got {value}")
-    return value
-
-
-def check_k(call: str, k: object) -> int:
-    """``k`` as an int in ``[1, MAX_K]``."""
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"{call}: 'k' must be an int, got {type(k).__name__}")
-    if not 1 <= k <= _search.MAX_K:
-        raise ValueError(f"{call}: 'k' must be in [1, {_search.MAX_K}], got {k}")
-    return k
 
 
 def _check_points(call: str, points: object, device: torch.device) -> torch.Tensor:
@@ -150,7 +130,7 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
     call = "rayd.torch.Scene.nearest_edges()"
     scene._require_ready(call)
     edges = _ready_edges(call, scene)
-    k = check_k(call, k)
+    k = top_k(call, k, _search.MAX_K)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
     stream = _convert.current_stream(device)
@@ -204,8 +184,7 @@ def _ready_edges(call: str, scene):
     would otherwise keep wrapped tensors that break every later transform.
     """
     edges = scene._edges
-    if edges.pending:
-        raise _check.lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
+    edges.require_synced(call)
     with _convert.outside_transforms():
         edges.topology  # noqa: B018 - computes the topology, the edge rows and masks
         edges.bvh(_convert.current_stream(scene._device))

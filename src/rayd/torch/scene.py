@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.frontend import SceneBase
+from rayd.core.checks import ray_flags as _check_flags
 from rayd.flags import FIELD_FLAGS, RayFlags
 from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
 from rayd.torch._geometry import gather, ids
@@ -255,11 +256,3 @@ class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
 def _unrequested(flags: RayFlags) -> set[str]:
     """Names of the optional fields that ``flags`` does not ask for."""
     return {name for name, flag in FIELD_FLAGS.items() if not flags & flag}
-
-
-def _check_flags(call: str, flags: object) -> RayFlags:
-    if isinstance(flags, bool) or not isinstance(flags, int):
-        raise TypeError(f"{call}: 'flags' must be a rayd.RayFlags, got {type(flags).__name__}")
-    if flags & ~int(RayFlags.All):
-        raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
-    return RayFlags(flags)
