@@ -64,7 +64,7 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
 
     def trace(origin, directions, b):
         with dr.suspend_grad():
-            ray = Ray(plain.Array3f64(*origin), plain.Array3f64(np.ascontiguousarray(directions.T)))
+            ray = Ray(plain.Array3f64(*(float(x) for x in origin)), plain.Array3f64(np.ascontiguousarray(directions.T)))
             chain = scene.trace_reflections(ray, b)
             gid = np.array(chain.global_prim_id, dtype=np.int64).reshape(-1, b)
             return gid, np.array(chain.num_bounces)
