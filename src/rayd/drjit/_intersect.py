@@ -126,7 +126,6 @@ def evaluate(
     Array3 = m.Array3f64 if double else m.Array3f
     Array2 = m.Array2f64 if double else m.Array2f
     Int = m.Int
-    UInt = m.UInt
 
     gid, hit, shape, prim, winner, tri, (v0, v1, v2), cols = locate(m, Array3, global_prim_id, geometry)
     normal_cols = None

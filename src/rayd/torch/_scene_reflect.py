@@ -19,7 +19,7 @@ import numpy as np
 
 from rayd import engine
 from rayd.core import paths
-from rayd.core.paths import MAX_BOUNCES, check_bounces
+from rayd.core.paths import check_bounces
 from rayd.flags import RayFlags
 from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
 from rayd.torch._geometry import gather, ids
@@ -159,7 +159,9 @@ class ReflectionQueries:
         every segment is unblocked (no face other than the faces at its ends crosses
         ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
         skip the end's own face), the sequence is well formed (ids in range, ``-1``
-        padding only at the end) and source and target are finite.
+        padding only at the end) and source and target are finite. These rules are
+        :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
+        copies of the inputs: the call reads them back once (a synchronisation on CUDA).
 
         Args:
             source: (..., 3) float32/float64 points on the scene's device.
