@@ -28,9 +28,11 @@ from rayd.drjit._closest_point import ClosestPoint
 from rayd.drjit.edges import EdgeTopology, NearestEdge
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh
-from rayd.drjit._scene_reflect import ReflectionChain
+from rayd.drjit.paths import find_specular_paths
+from rayd.drjit.reflections import ReflectionChain, SpecularPathSet, SpecularPaths
 from rayd.drjit.ray import Ray
 from rayd.drjit.scene import Scene
 from rayd.flags import RayFlags
 
-__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene"]
+__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths",
+           "find_specular_paths"]
