@@ -34,3 +34,7 @@ from rayd.drjit.scene import Scene
 from rayd.flags import RayFlags
 
 __all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene"]
+
+from rayd.drjit._scene_allhits import Intersections  # noqa: E402 - the record of Scene.intersect_all
+
+__all__ += ["Intersections"]
