@@ -408,3 +408,28 @@ def test_query_errors(device):
         scene.intersect_all(ray, 2, torch.ones(1))
     with pytest.raises(TypeError, match=r"^rayd\.torch\.Scene\.intersect_all\(\): 'flags'"):
         scene.intersect_all(ray, 2, flags="all")
+
+
+def test_large_batches_split_and_chunked(device, monkeypatch):
+    """CPU launches split across cores (>= 8192 rays) and the count's chunked scratch give
+    the answers of small launches."""
+    from rayd.engine import all_hits as engine_all_hits
+
+    v, f = _nested_spheres([1.0, 2.0, 3.0], subdivisions=1)
+    scene = _scene(v, f, device)
+    rng = np.random.default_rng(9)
+    u = rng.normal(size=(9000, 3))
+    o = torch.tensor(5 * u / np.linalg.norm(u, axis=1, keepdims=True) + rng.normal(scale=0.5, size=(9000, 3)),
+                     device=device)
+    d = torch.tensor(-u + rng.normal(scale=0.3, size=(9000, 3)), device=device)
+    big = scene.intersect_all(rt.Ray(o, d), 6)
+    big = scene.intersect_all(rt.Ray(o, d), 6)  # the second launch is split across cores on the CPU
+    count = scene.count_intersections(rt.Ray(o, d))
+    count = scene.count_intersections(rt.Ray(o, d))
+    parts = [scene.intersect_all(rt.Ray(o[k:k + 1000], d[k:k + 1000]), 6) for k in range(0, 9000, 1000)]
+    torch.testing.assert_close(big.t, torch.cat([p.t for p in parts]), rtol=0, atol=0)
+    torch.testing.assert_close(big.global_prim_id, torch.cat([p.global_prim_id for p in parts]))
+    assert count.equal(big.is_valid().sum(-1).int())
+    assert (count > 2).sum() > 1000
+    monkeypatch.setattr(engine_all_hits, "COUNT_CHUNK", 777)
+    assert scene.count_intersections(rt.Ray(o, d)).equal(count)
