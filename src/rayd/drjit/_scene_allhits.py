@@ -17,7 +17,7 @@ from rayd.drjit._live import LiveState
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.ray import Ray
 from rayd.engine import all_hits as engine_all_hits
-from rayd.flags import RayFlags
+from rayd.flags import RayFlags, check_flags
 
 #: Largest ``max_hits`` of ``intersect_all``.
 MAX_HITS = engine_all_hits.MAX_HITS
@@ -93,11 +93,9 @@ class AllHitsQueries:
             ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
             RuntimeError: as :meth:`intersect`.
         """
-        from rayd.drjit.scene import _check_flags  # noqa: PLC0415 - scene.py imports this module
-
         call = "rayd.drjit.Scene.intersect_all()"
         k = _check_max_hits(call, max_hits)
-        flags = _check_flags(call, flags)
+        flags = check_flags(call, flags)
         n, rays, keep = _trace.ray_batch(self, call, ray, active, ignore)
         double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
         double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)

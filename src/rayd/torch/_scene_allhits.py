@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from rayd.engine import all_hits as engine_all_hits
-from rayd.flags import RayFlags
+from rayd.flags import RayFlags, check_flags, unrequested
 from rayd.torch import _convert, _interval, _intersect_fused, _trace
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
@@ -82,11 +82,9 @@ class AllHitsQueries:
             ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
             RuntimeError: as :meth:`intersect`.
         """
-        from rayd.torch.scene import _check_flags  # noqa: PLC0415 - scene.py imports this module
-
         call = "rayd.torch.Scene.intersect_all()"
         k = check_max_hits(call, max_hits)
-        flags = _check_flags(call, flags)
+        flags = check_flags(call, flags)
         batch, n, rays, ray = _trace.ray_batch(self, call, ray, active, ignore)
         device = self._device
         gid = torch.full((n * k,), -1, dtype=torch.int32, device=device)
@@ -141,9 +139,7 @@ class AllHitsQueries:
             fields = _intersect_fused.evaluate_fused(o, d, shape, gid, vertices, state.indices)
             fields["shape_id"], fields["prim_id"] = ids(state.table, gid)
             fields["global_prim_id"] = gid
-            from rayd.torch.scene import _unrequested  # noqa: PLC0415
-
-            return {name: v for name, v in fields.items() if name not in _unrequested(flags)}
+            return {name: v for name, v in fields.items() if name not in unrequested(flags)}
         dtype = self._output_dtype(ray)
         o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
         d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
