@@ -29,6 +29,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
+from rayd.engine.hit_list import MERGE_TOLERANCE, HitList, after, offer, search_end  # noqa: F401 - MERGE_TOLERANCE documented here
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows, per_row
 from rayd.engine.traversal import SceneView, _approach, _entry, _start_at_tmin, ray_is_wellformed
@@ -42,117 +43,7 @@ MAX_HITS = 64
 COUNT_CAPACITY = 8
 #: Rays per launch of :func:`count_hits` (bounds its scratch memory: 64 MiB).
 COUNT_CHUNK = 1 << 18
-#: Relative ``t`` tolerance under which two hits on faces that share a vertex are one crossing.
-MERGE_TOLERANCE = 1.0e-5
-
-_TOL = wp.constant(MERGE_TOLERANCE)
 _NO_GID = wp.constant(2147483647)
-
-
-@wp.struct
-class HitList:
-    """Per-ray sorted hit list: columns ``[0, cap)`` the list, ``[cap, cap + carry)`` merged-into entries."""
-
-    t: wp.array2d(dtype=float)
-    gid: wp.array2d(dtype=wp.int32)
-    key: wp.array2d(dtype=wp.int32)  # flat face index, or the instance's local face index
-    inst: wp.array2d(dtype=wp.int32)  # -1 for a flat face, else the instance index
-    cap: int
-
-
-@wp.func
-def _corner(view: SceneView, key: int, inst: int, j: int) -> int:
-    if inst < 0:
-        return view.flat_indices[3 * key + j]
-    return view.blas_indices[3 * (view.inst_face_base[inst] + key) + j]
-
-
-@wp.func
-def _share_vertex(view: SceneView, key_a: int, inst_a: int, key_b: int, inst_b: int) -> bool:
-    """True if the two faces belong to the same shape and share a vertex index."""
-    if inst_a != inst_b:
-        return False
-    for ja in range(3):
-        a = _corner(view, key_a, inst_a, ja)
-        for jb in range(3):
-            if _corner(view, key_b, inst_b, jb) == a:
-                return True
-    return False
-
-
-@wp.func
-def _close(t_a: float, t_b: float, scale: float) -> bool:
-    return wp.abs(t_a - t_b) <= _TOL * (wp.max(wp.abs(t_a), wp.abs(t_b)) + scale)
-
-
-@wp.func
-def _reach(hits: HitList, i: int, count: int, tmax: float, scale: float) -> float:
-    """The end of the interval still searched: ``tmax``, or the last entry (+ tolerance) of a full list."""
-    if count < hits.cap:
-        return tmax
-    last = hits.t[i, hits.cap - 1]
-    return wp.min(tmax, last + _TOL * (wp.abs(last) + scale) * 1.0001)
-
-
-@wp.func
-def _offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: float, gid_in: int,
-           key_in: int, inst_in: int, scale: float) -> int:
-    """Insert a hit into row ``i``'s sorted list (merging shared-edge duplicates); returns the new count."""
-    cap = hits.cap
-    for j in range(carry):  # one crossing with an entry of the previous round: already counted
-        c = cap + j
-        if _close(hits.t[i, c], t_in, scale):
-            if _share_vertex(view, hits.key[i, c], hits.inst[i, c], key_in, inst_in):
-                return count
-    t = t_in
-    gid = gid_in
-    key = key_in
-    inst = inst_in
-    merging = int(1)
-    while merging != 0:
-        found = int(-1)
-        for j in range(count):
-            if found < 0 and _close(hits.t[i, j], t, scale):
-                if _share_vertex(view, hits.key[i, j], hits.inst[i, j], key, inst):
-                    found = j
-        if found < 0:
-            merging = 0
-        else:
-            if hits.gid[i, found] < gid:  # the crossing keeps the smaller global_prim_id
-                t = hits.t[i, found]
-                gid = hits.gid[i, found]
-                key = hits.key[i, found]
-                inst = hits.inst[i, found]
-            for j in range(found, count - 1):
-                hits.t[i, j] = hits.t[i, j + 1]
-                hits.gid[i, j] = hits.gid[i, j + 1]
-                hits.key[i, j] = hits.key[i, j + 1]
-                hits.inst[i, j] = hits.inst[i, j + 1]
-            count -= 1
-    pos = count
-    while pos > 0 and (hits.t[i, pos - 1] > t or (hits.t[i, pos - 1] == t and hits.gid[i, pos - 1] > gid)):
-        pos -= 1
-    if pos >= cap:
-        return count
-    last = wp.min(count, cap - 1)
-    j = last
-    while j > pos:
-        hits.t[i, j] = hits.t[i, j - 1]
-        hits.gid[i, j] = hits.gid[i, j - 1]
-        hits.key[i, j] = hits.key[i, j - 1]
-        hits.inst[i, j] = hits.inst[i, j - 1]
-        j -= 1
-    hits.t[i, pos] = t
-    hits.gid[i, pos] = wp.int32(gid)
-    hits.key[i, pos] = wp.int32(key)
-    hits.inst[i, pos] = wp.int32(inst)
-    return wp.min(count + 1, cap)
-
-
-@wp.func
-def _after(t: float, gid: int, lo_t: float, lo_gid: int) -> bool:
-    """``(t, gid) > (lo_t, lo_gid)`` in lexicographic order (the start of a counting round)."""
-    return t > lo_t or (t == lo_t and gid > lo_gid)
 
 
 @wp.func
@@ -181,16 +72,16 @@ def _walk_flat(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, 
                     a = view.flat_points[view.flat_indices[3 * f]]
                     b = view.flat_points[view.flat_indices[3 * f + 1]]
                     c = view.flat_points[view.flat_indices[3 * f + 2]]
-                    reach = _reach(hits, i, count, tmax, scale)
+                    reach = search_end(hits, i, count, tmax, scale)
                     t = watertight_t(o, d, a, b, c) + s
                     if t > tmin and t < reach:
                         t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
-                        if t > tmin and t < reach and _after(t, gid, lo_t, lo_gid):
-                            count = _offer(view, hits, i, count, carry, t, gid, f, -1, scale)
+                        if t > tmin and t < reach and after(t, gid, lo_t, lo_gid):
+                            count = offer(view, hits, i, count, carry, t, gid, f, -1, scale)
         else:
             left = low[3]
             right = view.flat_upper_index[node][3] & 0x7FFFFFFF
-            reach = _reach(hits, i, count, tmax, scale) - s
+            reach = search_end(hits, i, count, tmax, scale) - s
             t_left = _entry(o, inv_d, view.flat_lowers[left], view.flat_uppers[left], reach)
             t_right = _entry(o, inv_d, view.flat_lowers[right], view.flat_uppers[right], reach)
             if t_left < INF and t_right < INF:
@@ -215,7 +106,7 @@ def _walk_flat(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, 
         done = int(1)
         while top > 0:
             top -= 1
-            if entries[top] < _reach(hits, i, count, tmax, scale) - s:
+            if entries[top] < search_end(hits, i, count, tmax, scale) - s:
                 node = nodes[top]
                 done = int(0)
                 break
@@ -255,17 +146,17 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64:
                     a = view.blas_points[view.blas_indices[row]]
                     b = view.blas_points[view.blas_indices[row + 1]]
                     c = view.blas_points[view.blas_indices[row + 2]]
-                    reach = _reach(hits, i, count, tmax, scale)
+                    reach = search_end(hits, i, count, tmax, scale)
                     t = watertight_t(o, d, a, b, c) + s
                     if t > tmin and t < reach:
                         t = confirmed_t(c64, d64, a, b, c)
                         gid = first_gid + f
-                        if t > tmin and t < reach and _after(t, gid, lo_t, lo_gid):
-                            count = _offer(view, hits, i, count, carry, t, gid, f, inst, scale)
+                        if t > tmin and t < reach and after(t, gid, lo_t, lo_gid):
+                            count = offer(view, hits, i, count, carry, t, gid, f, inst, scale)
         else:
             left = low[3]
             right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
-            reach = _reach(hits, i, count, tmax, scale) - s
+            reach = search_end(hits, i, count, tmax, scale) - s
             t_left = _entry(o, inv_d, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left], reach)
             t_right = _entry(o, inv_d, view.blas_lowers[node_base + right], view.blas_uppers[node_base + right], reach)
             if t_left < INF and t_right < INF:
@@ -290,7 +181,7 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64:
         done = int(1)
         while top > 0:
             top -= 1
-            if entries[top] < _reach(hits, i, count, tmax, scale) - s:
+            if entries[top] < search_end(hits, i, count, tmax, scale) - s:
                 node = nodes[top]
                 done = int(0)
                 break
@@ -336,7 +227,7 @@ def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: 
         else:
             left = low[3]
             right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
-            reach = _reach(hits, i, count, tmax, scale) - shift
+            reach = search_end(hits, i, count, tmax, scale) - shift
             t_left = _entry(o, inv_d, view.tlas_lowers[left], view.tlas_uppers[left], reach)
             t_right = _entry(o, inv_d, view.tlas_lowers[right], view.tlas_uppers[right], reach)
             if t_left < INF and t_right < INF:
@@ -361,7 +252,7 @@ def _walk_top_level(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: 
         done = int(1)
         while top > 0:
             top -= 1
-            if entries[top] < _reach(hits, i, count, tmax, scale) - shift:
+            if entries[top] < search_end(hits, i, count, tmax, scale) - shift:
                 node = nodes[top]
                 done = int(0)
                 break
