@@ -36,3 +36,7 @@ from rayd.flags import RayFlags
 
 __all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths",
            "find_specular_paths"]
+
+from rayd.drjit._scene_allhits import Intersections  # noqa: E402 - the record of Scene.intersect_all
+
+__all__ += ["Intersections"]

@@ -17,6 +17,7 @@ from rayd.drjit._live import LiveState, gather_matrix
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit._scene_surface import SurfaceQueries
 from rayd.drjit._scene_reflect import ReflectionQueries
+from rayd.drjit._scene_allhits import AllHitsQueries
 from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform, check_transforms
@@ -29,7 +30,7 @@ from rayd.flags import RayFlags
 VISIBILITY_EPSILON = 1e-4
 
 
-class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
+class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->

@@ -20,6 +20,7 @@ from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch._scene_surface import SurfaceQueries
 from rayd.torch._scene_reflect import ReflectionQueries
+from rayd.torch._scene_allhits import AllHitsQueries
 from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh, check_transform, check_transforms
@@ -30,7 +31,7 @@ from rayd.torch.ray import Ray
 VISIBILITY_EPSILON = 1e-4
 
 
-class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
+class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
