@@ -20,7 +20,7 @@ import rayd.torch as rt
 
 sys.path.insert(0, str(Path(__file__).parent))
 from edge_sampling_reference import (  # noqa: E402
-    clip_convex, convex_hull, exact_layered_image, exact_triangle_coverage, grid_points, layered_image,
+    convex_hull, exact_layered_image, exact_triangle_coverage, grid_points, layered_image,
     pixel_jacobian,
 )
 
