@@ -406,3 +406,34 @@ def test_sample_edges_errors():
         s.boundary_term(f, 0.0)
     with pytest.raises(ValueError, match=pre + "'filter' must be one of"):
         s.boundary_term(f, f, filter="gauss")
+
+
+def test_fitting_a_translation_through_the_boundary_term():
+    # Recover a 2D shift of the triangle from a target coverage image: every gradient
+    # comes from the boundary term (the coverage itself has none).
+    cam = rt.Camera(W, H, fov_y=40.0)
+    pts = grid_points(W, H, 4).reshape(-1, 2)  # 16 spp per pixel, pixel-major
+
+    def render(scene, _):
+        hit = scene.intersect(cam.generate_rays(pts)).is_valid().double()
+        return hit.reshape(H, W, 16).mean(-1)
+
+    base = torch.tensor(TRI, dtype=torch.float64)
+    true_shift = torch.tensor([0.12, -0.08, 0.0], dtype=torch.float64)
+    target_scene = _scene([(base + true_shift, torch.tensor([[0, 1, 2]]))])
+    target = render(target_scene, None)
+    shift = torch.zeros(2, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.Adam([shift], lr=0.03)
+    decay = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=0.92)
+    gen = torch.Generator().manual_seed(12)
+    for _ in range(40):
+        v = base + torch.cat((shift, shift.new_zeros(1)))
+        scene = _scene([(v, torch.tensor([[0, 1, 2]]))])
+        s = cam.sample_edges(scene, 1000, generator=gen)
+        image = render(scene, None) + s.boundary_term(_shade(scene, s.ray_inside), _shade(scene, s.ray_outside))
+        loss = ((image - target) ** 2).sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        decay.step()
+    torch.testing.assert_close(shift.detach(), true_shift[:2], atol=0.01, rtol=0)
