@@ -25,6 +25,7 @@ except ImportError as error:  # pragma: no cover - exercised only without drjit
     raise ImportError("rayd.drjit needs Dr.Jit: pip install 'rayd-geom[drjit]' (drjit==1.5.0)") from error
 
 from rayd.drjit._closest_point import ClosestPoint
+from rayd.drjit.camera import Camera, EdgeSamples
 from rayd.drjit.edges import EdgeTopology, NearestEdge
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh
@@ -34,8 +35,8 @@ from rayd.drjit.ray import Ray
 from rayd.drjit.scene import Scene
 from rayd.flags import RayFlags
 
-__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths",
-           "find_specular_paths"]
+__all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags",
+           "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]
 
 from rayd.drjit._scene_allhits import Intersections  # noqa: E402 - the record of Scene.intersect_all
 
