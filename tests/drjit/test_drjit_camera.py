@@ -106,6 +106,39 @@ def test_edge_samples_match_torch(m):
     assert np.abs(g_d - g_t).max() < 0.01 * np.abs(g_t).max()
 
 
+def test_split_vertex_seams_sampled_once_like_torch(m):
+    # a folded strip of two triangles whose shared edge is split (two coincident boundary
+    # edges): the seam is one interior edge, sampled once where it is a silhouette (here:
+    # both faces lie above the edge in the image)
+    v = np.array([[-0.5, -0.5, 3.0], [0.5, -0.5, 3.0], [0.0, 0.5, 3.0],
+                  [-0.5, -0.5, 3.0], [0.5, -0.5, 3.0], [0.0, 0.2, 2.0]])
+    f = np.array([[0, 1, 2], [4, 3, 5]])
+    ds = rd.Scene()
+    ds.add_mesh(rd.Mesh(vec(m.Array3f64, v), vec(m.Array3u, f)))
+    ds.build()
+    ts = rt.Scene()
+    ts.add_mesh(rt.Mesh(torch.tensor(v), torch.tensor(f)))
+    ts.build()
+    welded = rt.Scene()
+    welded.add_mesh(rt.Mesh(torch.tensor(v[[0, 1, 2, 5]]), torch.tensor([[0, 1, 2], [1, 0, 3]])))
+    welded.build()
+    dc, tc = _cameras(m, pose=False)
+    s_d = dc.sample_edges(ds, 500, generator=np.random.default_rng(0))
+    s_t = tc.sample_edges(ts, 500, generator=torch.Generator().manual_seed(0))
+    s_w = tc.sample_edges(welded, 500, generator=torch.Generator().manual_seed(0))
+    total = float(s_w.weight.sum())
+    assert float(s_t.weight.sum()) == pytest.approx(total, rel=1e-12)
+    assert float(dr.sum(s_d.weight)[0]) == pytest.approx(total, rel=1e-12)
+    ids = np.unique(np.array(s_d.global_edge_id)).tolist()
+    assert 0 in ids and 3 not in ids  # the seam is sampled once (its first copy is edge 0)
+    assert assert_no_seam_in(s_t)
+
+
+def assert_no_seam_in(samples) -> bool:
+    ids = samples.global_edge_id.unique().tolist()
+    return 0 in ids and 3 not in ids
+
+
 def test_errors(m):
     with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): give either 'fov_y' or 'fx'/'fy'"):
         rd.Camera(4, 4, fov_y=30.0, fx=2.0)

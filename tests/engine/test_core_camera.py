@@ -63,3 +63,27 @@ def test_edge_normals_sides():
     np.testing.assert_allclose(below, [[0.0, -1.0]], atol=1e-15)
     np.testing.assert_allclose(above, [[0.0, 1.0]], atol=1e-15)
     assert math.isclose(float(np.linalg.norm(below)), 1.0)
+
+
+def test_merge_seams_pairs_coincident_boundary_edges():
+    from rayd.core.camera import merge_seams
+
+    # camera at the origin looking along +z; an edge on the plane x = 0 at depth 4..6
+    a = np.array([0.0, -1.0, 5.0])
+    b = np.array([0.0, 1.0, 5.0])
+    left, right = np.array([-1.0, 0.0, 5.0]), np.array([1.0, 0.0, 5.0])
+    behind = np.array([-1.0, 0.0, 6.0])
+    # a flat seam: faces on opposite sides of the plane through the centre and the edge
+    flat = merge_seams(np.stack([a, b]), np.stack([b, a]), np.stack([left, right]), np.array([True, True]))
+    assert flat.tolist() == [False, False]
+    # a fold: both faces on the same side -> one silhouette edge, the first of the pair
+    fold = merge_seams(np.stack([a, b]), np.stack([b, a]), np.stack([left, behind]), np.array([True, True]))
+    assert fold.tolist() == [True, False]
+    # interior edges and lone boundary edges are untouched; three coincident edges too
+    mixed = merge_seams(np.stack([a, a, a + 1]), np.stack([b, b, b + 1]), np.stack([left, right, left]),
+                        np.array([False, True, True]))
+    assert mixed.tolist() == [True, True, True]
+    triple = merge_seams(np.stack([a, b, a]), np.stack([b, a, b]), np.stack([left, right, left]),
+                         np.array([True, True, True]))
+    assert triple.tolist() == [True, True, True]
+    assert merge_seams(np.zeros((0, 3)), np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0, bool)).shape == (0,)

@@ -437,3 +437,21 @@ def test_fitting_a_translation_through_the_boundary_term():
         opt.step()
         decay.step()
     torch.testing.assert_close(shift.detach(), true_shift[:2], atol=0.01, rtol=0)
+
+
+def test_split_vertex_cube_seams_sampled_once(device):
+    # The cube with its vertices split per face (36 vertices, every edge a boundary edge of
+    # its own face, as flat-shaded exports write it): the coincident boundary-edge pairs are
+    # one interior edge each, so the sampled length is still the hull perimeter (it was
+    # twice that, plus the length of every visible crease, before the seams were paired).
+    cube = _cube_plane()[:8].to(device)
+    split_v = cube[CUBE_F.reshape(-1).to(device)]
+    split_f = torch.arange(36, device=device).reshape(12, 3)
+    cam = rt.Camera(W, H, fov_y=45.0)
+    s = cam.sample_edges(_scene([(split_v, split_f)], device), 2000, generator=torch.Generator().manual_seed(3))
+    hull = convex_hull(cam.project(cube)[0].cpu().numpy())
+    perimeter = float(np.linalg.norm(hull - np.roll(hull, -1, axis=0), axis=1).sum())
+    assert float(s.weight.sum()) == pytest.approx(perimeter, rel=1e-10)
+    # the normals point away from the cube's image, as for the welded cube
+    centre = torch.as_tensor(hull.mean(0), device=device)
+    assert bool(((s.xy.double() - centre) * s.normal.double()).sum(-1).gt(0).all())

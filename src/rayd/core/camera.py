@@ -175,3 +175,58 @@ def edge_normals(
     norm = np.linalg.norm(g, axis=-1, keepdims=True)
     with np.errstate(divide="ignore", invalid="ignore"):
         return np.where(norm > 0, g / norm, 0.0)
+
+
+def merge_seams(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.ndarray) -> np.ndarray:
+    """Which edges to sample once the boundary edges of unwelded seams are paired up.
+
+    A mesh whose vertices are split along a seam (per-side vertices of a cube, UV or normal
+    seams of scanned and exported meshes) has two boundary edges with the same end point
+    positions where the surface is continuous. Sampled as two boundary edges, such a seam
+    counts its visibility discontinuity twice (2x the boundary term), or counts one that
+    does not exist. Each pair of coincident boundary edges (end points equal as positions,
+    in either order; exactly two edges) is treated as one interior edge of its two faces:
+    it is a silhouette, and sampled once (the first of the pair), when both faces lie on
+    the same side of the plane through the camera centre and the edge (the surface folds
+    away there; this needs no face orientation), and it is not sampled when they lie on
+    opposite sides.
+
+    Args:
+        a, b: (E, 3) float64 camera-space end points of the candidate edges.
+        o: (E, 3) float64 camera-space third vertex of each edge's (first) face.
+        is_boundary: (E,) bool, the edge has one face.
+
+    Returns:
+        (E,) bool mask of the edges to keep.
+    """
+    a, b, o = (np.asarray(x, np.float64).reshape(-1, 3) for x in (a, b, o))
+    keep = np.ones(len(a), bool)
+    cand = np.flatnonzero(np.asarray(is_boundary, bool))
+    if len(cand) < 2:
+        return keep
+    first = _lex_less(a[cand], b[cand]) | (a[cand] == b[cand]).all(-1)
+    lo = np.where(first[:, None], a[cand], b[cand])
+    hi = np.where(first[:, None], b[cand], a[cand])
+    _, inverse, counts = np.unique(np.concatenate([lo, hi], axis=1), axis=0, return_inverse=True,
+                                   return_counts=True)
+    inverse = inverse.reshape(-1)
+    order = np.argsort(inverse, kind="stable")
+    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+    pairs = starts[counts == 2]
+    i, j = cand[order[pairs]], cand[order[pairs + 1]]
+    plane = np.cross(a[i], b[i])  # the plane through the centre (the origin) and the edge
+    side_i = (plane * o[i]).sum(-1)
+    side_j = (plane * o[j]).sum(-1)
+    keep[j] = False
+    keep[i[side_i * side_j < 0]] = False  # opposite sides: the surface continues, no silhouette
+    return keep
+
+
+def _lex_less(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(N,) bool: row x < row y in lexicographic order."""
+    less = np.zeros(len(x), bool)
+    decided = np.zeros(len(x), bool)
+    for k in range(x.shape[1]):
+        less |= ~decided & (x[:, k] < y[:, k])
+        decided |= x[:, k] != y[:, k]
+    return less

@@ -233,6 +233,8 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
         o = _world_rows(m, double, edges, geometry, ids, opp)
         a, b = (_to_camera(camera, np.array(x).T.reshape(-1, 3)) for x in (a, b))
         o = _to_camera(camera, o)
+        seams = _core.merge_seams(a, b, o, np.array(top.is_boundary, dtype=bool)[ids])
+        ids, a, b, o = ids[seams], a[seams], b[seams], o[seams]
     t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, camera.width, camera.height)
     lengths = np.linalg.norm(xy1 - xy0, axis=-1)
     total = float(lengths.sum())

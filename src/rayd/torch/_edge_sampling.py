@@ -171,6 +171,9 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         a = cam[edge_v[:, 0]].cpu().numpy()
         b = cam[edge_v[:, 1]].cpu().numpy()
         o = cam[opp].cpu().numpy()
+        seams = _core.merge_seams(a, b, o, top.is_boundary[ids].cpu().numpy())
+        if not seams.all():
+            ids, a, b, o = ids[torch.as_tensor(seams, device=ids.device)], a[seams], b[seams], o[seams]
     t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, camera.width, camera.height)
     lengths = np.linalg.norm(xy1 - xy0, axis=-1)
     total = float(lengths.sum())
