@@ -7,6 +7,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import dummy_nodes
 from rayd.engine.instances import InstanceLevel
+from rayd.engine.pair_nodes import dummy_pairs
 from rayd.engine.traversal import SceneView
 from rayd.engine.triangles import TriangleScene
 
@@ -56,6 +57,9 @@ class SceneAccel:
         view.flat_upper_index = nodes.upper_index
         view.flat_primitives = nodes.primitives
         view.flat_root = nodes.root
+        pairs = flat.pairs if flat.pairs is not None else dummy_pairs(device)
+        self._pairs = pairs
+        view.flat_pair_boxes, view.flat_pair_links, view.flat_pair_root = pairs.boxes, pairs.links, pairs.root
         view.flat_global = flat_global
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled
@@ -103,11 +107,22 @@ class SceneAccel:
         self.view = view
 
     @property
+    def layout(self) -> str:
+        """The flat BVH's node layout: ``"pair"`` (rayd's child-pair nodes) or ``"warp"``."""
+        return "warp" if self.flat.pairs is None else "pair"
+
+    @property
     def walks(self) -> str:
         """Which parts a query must walk: ``"flat"``, ``"instances"`` or ``"both"`` (picks the search kernel)."""
         if self.instances is None:
             return "flat"
         return "both" if self.flat_enabled else "instances"
+
+    @property
+    def search_walk(self) -> str:
+        """:attr:`walks`, with ``"_pair"`` appended where the flat BVH is walked in the pair layout."""
+        walk = self.walks
+        return walk + "_pair" if walk != "instances" and self.layout == "pair" else walk
 
     def set_flat_enabled(self, flag: bool) -> None:
         """Tell the search whether any mesh of the flat BVH is enabled (if none, it walks only the instances)."""

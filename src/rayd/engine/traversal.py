@@ -33,6 +33,9 @@ class SceneView:
     flat_upper_index: wp.array(dtype=wp.vec4i)
     flat_primitives: wp.array(dtype=wp.int32)
     flat_root: int
+    flat_pair_boxes: wp.array(dtype=wp.vec4)  # child-pair nodes (see pair_nodes.py; one dummy with Warp's layout)
+    flat_pair_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
+    flat_pair_root: int  # ref of the root in the pair layout
     shape_enabled: wp.array(dtype=wp.uint8)  # per shape id
     all_enabled: int
     num_instances: int

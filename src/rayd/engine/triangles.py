@@ -7,6 +7,7 @@ import os
 import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
+from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.runtime import launch_stream
 
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
@@ -15,6 +16,29 @@ DEFAULT_BVH_CONSTRUCTOR = "sah"
 
 #: Triangles per BVH leaf (at most); see benchmarks/README.md for the measurement.
 LEAF_SIZE = int(os.environ.get("RAYD_BVH_LEAF_SIZE", "1"))
+
+#: Node layout the closest/any-hit search walks (read when a scene is built):
+#: ``"pair"`` (rayd's child-pair nodes, ``pair_nodes.py``) or ``"warp"`` (Warp's own
+#: nodes, one box per node). ``RAYD_BVH_LAYOUT`` sets the default; :func:`set_bvh_layout`
+#: changes it for scenes built afterwards (both kinds may live in one process, for A/B).
+LAYOUTS = ("pair", "warp")
+_layout = os.environ.get("RAYD_BVH_LAYOUT", "pair").strip().lower()
+if _layout not in LAYOUTS:
+    raise ValueError(f"rayd.engine: RAYD_BVH_LAYOUT must be one of {LAYOUTS}, got {_layout!r}")
+
+
+def set_bvh_layout(name: str) -> None:
+    """Choose the node layout of triangle BVHs built from now on (``"pair"`` or ``"warp"``)."""
+    global _layout
+    if name not in LAYOUTS:
+        raise ValueError(f"rayd.engine.set_bvh_layout(): 'name' must be one of {LAYOUTS}, got {name!r}")
+    _layout = name
+
+
+def bvh_layout() -> str:
+    """The node layout scenes built now get."""
+    return _layout
+
 
 #: Boxes are padded by this fraction of the scene's magnitude (largest absolute
 #: coordinate plus extent), so that slab tests rounded in float32 never reject a ray
@@ -69,6 +93,8 @@ class TriangleScene:
             face_base + F - 1`` are covered.
         face_base: first face of ``indices`` that this BVH covers.
         bvh_constructor: ``"sah"``, ``"median"`` or ``"lbvh"`` (CUDA only).
+        layout: ``"pair"`` or ``"warp"`` (default: :func:`bvh_layout`); with ``"pair"``,
+            :attr:`pairs` holds the child-pair nodes the search walks.
 
     Raises:
         ValueError: if there are no triangles.
@@ -83,6 +109,7 @@ class TriangleScene:
         num_triangles: int | None = None,
         face_base: int = 0,
         bvh_constructor: str = DEFAULT_BVH_CONSTRUCTOR,
+        layout: str | None = None,
     ) -> None:
         if num_triangles is None:
             num_triangles = indices.size // 3
@@ -107,6 +134,8 @@ class TriangleScene:
                 # a median split is balanced (depth about log2 F).
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=LEAF_SIZE)
                 self.nodes = read_nodes(self.bvh, num_triangles)
+            layout = _layout if layout is None else layout
+            self.pairs = PairNodes(self.nodes, stream) if layout == "pair" and LEAF_SIZE <= MAX_LEAF else None
 
     @property
     def id(self) -> int:
@@ -133,6 +162,8 @@ class TriangleScene:
         with launch_stream(self.device, stream):
             self._bounds(stream)
             self.bvh.refit()
+            if self.pairs is not None:
+                self.pairs.refresh(stream)
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()

@@ -1,0 +1,39 @@
+"""Small native helpers for the traversal kernels (``wp.func_native``), guarded for the CPU.
+
+Warp's ``vec4`` has 4-byte alignment, so a plain load of one compiles to four 32-bit
+loads on CUDA; :func:`load4` / :func:`load4i` issue one 128-bit read-only load
+(``__ldg`` of a ``float4`` / ``int4``; the arrays are 16-byte aligned, as every Warp
+allocation is). On the CPU each is the plain operation.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+wp.set_module_options({"enable_backward": False})
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    const float4 q = __ldg(reinterpret_cast<const float4*>(wp::address(arr, i)));
+    return wp::vec4(q.x, q.y, q.z, q.w);
+#else
+    return wp::load(wp::address(arr, i));
+#endif
+""")
+def load4(arr: wp.array(dtype=wp.vec4), i: int) -> wp.vec4:
+    """``arr[i]`` in one 128-bit read-only load on CUDA."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    const int4 q = __ldg(reinterpret_cast<const int4*>(wp::address(arr, i)));
+    return wp::vec4i(q.x, q.y, q.z, q.w);
+#else
+    return wp::load(wp::address(arr, i));
+#endif
+""")
+def load4i(arr: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i:
+    """``arr[i]`` in one 128-bit read-only load on CUDA."""
+    ...

@@ -1,0 +1,129 @@
+"""Closest/any-hit walk of the flat BVH in rayd's child-pair layout (``pair_nodes.py``).
+
+One node fetch (four 128-bit loads) tests both children; the nearer child (by entry
+distance) is walked first and the farther one pushed on a stack of node refs (int32
+only: a popped node is not re-tested against the closest hit so far; its children
+are, in the same fetch that reads them). Boxes are padded and the triangle test is
+watertight, as in ``traversal.py``, whose conventions (``_approach``, ``tmin``
+handling, confirmation of candidates in float64) this walk shares.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.native import load4, load4i
+from rayd.engine.traversal import (
+    SceneView,
+    _approach,
+    _flat_face,
+    _start_at_tmin,
+    _walk_top_level,
+)
+from rayd.engine.watertight import INF, safe_direction
+
+wp.set_module_options({"enable_backward": False})
+
+
+@wp.func
+def _slab(o: wp.vec3, inv_d: wp.vec3, lx: float, ly: float, lz: float, hx: float, hy: float, hz: float,
+          reach: float) -> float:
+    """Entry distance into box [l, h] if the ray overlaps it on [0, reach), else +inf."""
+    t0x = (lx - o[0]) * inv_d[0]
+    t1x = (hx - o[0]) * inv_d[0]
+    t0y = (ly - o[1]) * inv_d[1]
+    t1y = (hy - o[1]) * inv_d[1]
+    t0z = (lz - o[2]) * inv_d[2]
+    t1z = (hz - o[2]) * inv_d[2]
+    enter = wp.max(wp.max(wp.min(t0x, t1x), wp.min(t0y, t1y)), wp.max(wp.min(t0z, t1z), 0.0))
+    leave = wp.min(wp.min(wp.max(t0x, t1x), wp.max(t0y, t1y)), wp.max(t0z, t1z))
+    if leave >= enter and enter < reach:
+        return enter
+    return INF
+
+
+@wp.func
+def _walk_flat_pairs(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                     any_hit: int) -> tuple[float, int]:
+    """Near-child-first walk of the flat pair nodes: (t, face) or (tmax, -1); ``s`` as in ``traversal.py``."""
+    o = o0 + s * d
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    best = tmax
+    face = int(-1)
+    stack = wp.vector(dtype=wp.int32, length=64)
+    count = int(0)
+    ref = view.flat_pair_root
+    while True:
+        if ref >= 0:
+            b0 = load4(view.flat_pair_boxes, 4 * ref)
+            b1 = load4(view.flat_pair_boxes, 4 * ref + 1)
+            b2 = load4(view.flat_pair_boxes, 4 * ref + 2)
+            reach = best - s
+            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
+            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            if t_left < INF or t_right < INF:
+                links = load4i(view.flat_pair_links, 4 * ref + 3)
+                if t_left < INF and t_right < INF:
+                    if t_right < t_left:
+                        stack[count] = links[0]
+                        ref = links[1]
+                    else:
+                        stack[count] = links[1]
+                        ref = links[0]
+                    count += 1
+                elif t_left < INF:
+                    ref = links[0]
+                else:
+                    ref = links[1]
+                continue
+        else:
+            code = -1 - ref
+            first = code >> 3
+            for slot in range(first, first + (code & 7) + 1):
+                f = view.flat_primitives[slot]
+                t = _flat_face(view, f, o, s, o0, d, tmin, best, ignore)
+                if t < best:
+                    best = t
+                    face = f
+            if face >= 0 and any_hit != 0:
+                return best, face
+        if count == 0:
+            break
+        count -= 1
+        ref = stack[count]
+    return best, face
+
+
+@wp.func
+def _flat_pair_search(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                      any_hit: int) -> tuple[float, int]:
+    """The flat BVH's closest (or any) hit: (t, global id) or (tmax, -1)."""
+    s = _approach(o, d, view.flat_magnitude[0])
+    if s >= 0.0:
+        t, face = _walk_flat_pairs(view, o, s, d, tmin, tmax, ignore, any_hit)
+        if face >= 0:
+            return t, view.flat_global[face]
+    return tmax, -1
+
+
+@wp.func
+def trace_flat_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                    any_hit: int) -> int:
+    """``traversal.trace_flat`` over the pair layout."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+    return winner
+
+
+@wp.func
+def trace_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
+    """``traversal.trace`` with the flat part over the pair layout (instances as before)."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+    if winner >= 0 and any_hit != 0:
+        return winner
+    if view.num_instances > 0:
+        t, found = _walk_top_level(view, o, d, tmin, best, ignore, any_hit)
+        if found >= 0:
+            winner = found
+    return winner
