@@ -166,3 +166,23 @@ def test_pair_encoding_single_leaf_and_counts():
     assert sorted((code >> 3).tolist()) == list(range(40)) and ((code & 7) == 0).all()
     inner = links[links >= 0]
     assert sorted(inner.tolist()) == list(range(1, 39))
+
+
+def test_leaf_tris_follow_points_after_refit():
+    """The leaf-ordered triangle copy holds the corners of ``primitives[slot]``, also after a refit."""
+    import warp as wp
+
+    v, f = _soup(12, 64)
+    pts = wp.array(v, dtype=wp.vec3, device="cpu")
+    tri = triangles.TriangleScene(pts, wp.array(f.ravel(), dtype=wp.int32, device="cpu"), layout="pair")
+
+    def check(points):
+        prim = tri.nodes.primitives.numpy()
+        tris = tri.pairs.tris.numpy().reshape(-1, 3, 4)[:, :, :3]
+        np.testing.assert_array_equal(tris, points[f[prim]])
+
+    check(v)
+    moved = (v * 2.0 - 0.5).astype(np.float32)
+    pts.assign(moved)
+    tri.refit()
+    check(moved)

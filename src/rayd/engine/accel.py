@@ -60,6 +60,7 @@ class SceneAccel:
         pairs = flat.pairs if flat.pairs is not None else dummy_pairs(device)
         self._pairs = pairs
         view.flat_pair_boxes, view.flat_pair_links, view.flat_pair_root = pairs.boxes, pairs.links, pairs.root
+        view.flat_tris = pairs.tris
         view.flat_global = flat_global
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled

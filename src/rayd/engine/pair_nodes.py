@@ -14,6 +14,10 @@ A ref ``r >= 0`` is inner node ``r``; a ref ``r < 0`` is a leaf with primitive s
 Inner nodes are numbered by an exclusive scan of Warp's node array (so the order of
 Warp's builder, depth-first for its SAH builder, is kept). The boxes are Warp's
 (padded, see ``triangles.py``) and are copied again after every refit.
+
+Leaf triangles in slot order (``tris[3 s + k]``, ``k`` = vertex, xyz; w unused) let the
+leaf test read a triangle's corners with three loads instead of slot -> face ->
+vertex index -> point.
 """
 
 from __future__ import annotations
@@ -77,21 +81,40 @@ def _fill_pairs_kernel(
                                 _ref(lower_index, upper_index, number, right), 0, 0)
 
 
+@wp.kernel
+def _leaf_tris_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    primitives: wp.array(dtype=wp.int32),
+    tris: wp.array(dtype=wp.vec4),
+):
+    slot = wp.tid()
+    row = 3 * (face_base + primitives[slot])
+    for k in range(3):
+        p = points[indices[row + k]]
+        tris[3 * slot + k] = wp.vec4(p[0], p[1], p[2], 0.0)
+
+
 class PairNodes:
     """Child-pair nodes of one BVH (see the module docstring).
 
     Args:
         nodes: the views of the ``wp.Bvh`` (:func:`rayd.engine.bvh_nodes.read_nodes`).
+        points, indices, face_base: the triangles (as in ``TriangleScene``), for :attr:`tris`.
         stream: the stream to build on (``None`` on the CPU).
 
     Attributes:
         boxes: ``wp.array(dtype=wp.vec4)`` (4 M,), M inner nodes (at least one entry).
         links: the same memory as ``wp.vec4i``.
         root: the root's ref (a leaf ref when the tree is a single leaf).
+        tris: ``wp.array(dtype=wp.vec4)`` (3 F,), the corners of the triangle in each slot.
     """
 
-    def __init__(self, nodes: BvhNodes, stream: wp.Stream | None = None) -> None:
+    def __init__(self, nodes: BvhNodes, points: wp.array, indices: wp.array, face_base: int,
+                 stream: wp.Stream | None = None) -> None:
         self.nodes = nodes
+        self.points, self.indices, self.face_base = points, indices, face_base
         device = nodes.lowers.device
         count = nodes.lowers.shape[0]
         flags = wp.empty(count, dtype=wp.int32, device=device)
@@ -111,18 +134,22 @@ class PairNodes:
             self.root = int(tail[2])
         self.boxes = wp.zeros(4 * max(1, inner), dtype=wp.vec4, device=device)
         self.links = wp.array(ptr=self.boxes.ptr, dtype=wp.vec4i, shape=self.boxes.shape, device=device)
+        self.tris = wp.empty(3 * nodes.primitives.shape[0], dtype=wp.vec4, device=device)
         self.refresh(stream)
 
     @property
     def nbytes(self) -> int:
-        """Bytes held by the node layout."""
-        return self.boxes.capacity
+        """Bytes held by the node layout and the leaf triangles."""
+        return self.boxes.capacity + self.tris.capacity
 
     def refresh(self, stream: wp.Stream | None = None) -> None:
-        """Copy the children's boxes again from the ``wp.Bvh`` (after a refit; topology unchanged)."""
+        """Copy the children's boxes and the triangles again (after a refit; topology unchanged)."""
         n = self.nodes
         wp.launch(_fill_pairs_kernel, n.lowers.shape[0],
                   [n.lowers, n.uppers, n.lower_index, n.upper_index, self.number], [self.boxes, self.links],
+                  device=n.lowers.device, stream=stream)
+        wp.launch(_leaf_tris_kernel, n.primitives.shape[0],
+                  [self.points, self.indices, self.face_base, n.primitives], [self.tris],
                   device=n.lowers.device, stream=stream)
 
 
@@ -132,4 +159,5 @@ def dummy_pairs(device) -> PairNodes:
     p.boxes = wp.zeros(4, dtype=wp.vec4, device=device)
     p.links = wp.array(ptr=p.boxes.ptr, dtype=wp.vec4i, shape=p.boxes.shape, device=device)
     p.root = 0
+    p.tris = wp.zeros(3, dtype=wp.vec4, device=device)
     return p

@@ -16,11 +16,10 @@ from rayd.engine.native import load4, load4i
 from rayd.engine.traversal import (
     SceneView,
     _approach,
-    _flat_face,
     _start_at_tmin,
     _walk_top_level,
 )
-from rayd.engine.watertight import INF, safe_direction
+from rayd.engine.watertight import INF, confirmed_t, safe_direction, watertight_t
 
 wp.set_module_options({"enable_backward": False})
 
@@ -40,6 +39,34 @@ def _slab(o: wp.vec3, inv_d: wp.vec3, lx: float, ly: float, lz: float, hx: float
     if leave >= enter and enter < reach:
         return enter
     return INF
+
+
+@wp.func
+def _slot_face(view: SceneView, slot: int, o: wp.vec3, s: float, o0: wp.vec3, d: wp.vec3, tmin: float, best: float,
+               ignore: int) -> tuple[float, int]:
+    """(t, face) of the triangle in leaf slot ``slot`` if it counts (as ``traversal._flat_face``), else (+inf, -1).
+
+    The corners come from the leaf-ordered copy (three loads); the face id, its shape
+    and ``global_prim_id`` are read only for a candidate.
+    """
+    a4 = load4(view.flat_tris, 3 * slot)
+    b4 = load4(view.flat_tris, 3 * slot + 1)
+    c4 = load4(view.flat_tris, 3 * slot + 2)
+    a = wp.vec3(a4[0], a4[1], a4[2])
+    b = wp.vec3(b4[0], b4[1], b4[2])
+    c = wp.vec3(c4[0], c4[1], c4[2])
+    t = watertight_t(o, d, a, b, c) + s
+    if t > tmin and t < best:
+        f = view.flat_primitives[slot]
+        if view.all_enabled == 0:
+            if view.shape_enabled[view.flat_shape[f]] == wp.uint8(0):
+                return INF, -1
+        if view.flat_global[f] == ignore:
+            return INF, -1
+        t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
+        if t > tmin and t < best:
+            return t, f
+    return INF, -1
 
 
 @wp.func
@@ -80,8 +107,7 @@ def _walk_flat_pairs(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: f
             code = -1 - ref
             first = code >> 3
             for slot in range(first, first + (code & 7) + 1):
-                f = view.flat_primitives[slot]
-                t = _flat_face(view, f, o, s, o0, d, tmin, best, ignore)
+                t, f = _slot_face(view, slot, o, s, o0, d, tmin, best, ignore)
                 if t < best:
                     best = t
                     face = f

@@ -36,6 +36,7 @@ class SceneView:
     flat_pair_boxes: wp.array(dtype=wp.vec4)  # child-pair nodes (see pair_nodes.py; one dummy with Warp's layout)
     flat_pair_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
     flat_pair_root: int  # ref of the root in the pair layout
+    flat_tris: wp.array(dtype=wp.vec4)  # corners of the triangle in each leaf slot (3 per slot, xyz)
     shape_enabled: wp.array(dtype=wp.uint8)  # per shape id
     all_enabled: int
     num_instances: int

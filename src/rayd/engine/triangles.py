@@ -135,7 +135,7 @@ class TriangleScene:
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=LEAF_SIZE)
                 self.nodes = read_nodes(self.bvh, num_triangles)
             layout = _layout if layout is None else layout
-            self.pairs = PairNodes(self.nodes, stream) if layout == "pair" and LEAF_SIZE <= MAX_LEAF else None
+            self.pairs = PairNodes(self.nodes, points, indices, face_base, stream) if layout == "pair" and LEAF_SIZE <= MAX_LEAF else None
 
     @property
     def id(self) -> int:
