@@ -3,7 +3,9 @@
 Warp's ``vec4`` has 4-byte alignment, so a plain load of one compiles to four 32-bit
 loads on CUDA; :func:`load4` / :func:`load4i` issue one 128-bit read-only load
 (``__ldg`` of a ``float4`` / ``int4``; the arrays are 16-byte aligned, as every Warp
-allocation is). On the CPU each is the plain operation.
+allocation is). :func:`mul_rn` is a float32 product the CUDA compiler never contracts
+into a fused multiply-add (``__fmul_rn``), so the difference of two of them is rounded
+exactly as written on every device. On the CPU each is the plain operation.
 """
 
 from __future__ import annotations
@@ -36,4 +38,16 @@ def load4(arr: wp.array(dtype=wp.vec4), i: int) -> wp.vec4:
 """)
 def load4i(arr: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i:
     """``arr[i]`` in one 128-bit read-only load on CUDA."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    return __fmul_rn(a, b);
+#else
+    return a * b;
+#endif
+""")
+def mul_rn(a: float, b: float) -> float:
+    """``a * b`` rounded to float32 on its own (never fused into an FMA)."""
     ...

@@ -19,7 +19,7 @@ from rayd.engine.traversal import (
     _start_at_tmin,
     _walk_top_level,
 )
-from rayd.engine.watertight import INF, confirmed_t, safe_direction, watertight_t
+from rayd.engine.watertight import INF, confirmed_t, ray_shear, safe_direction, sheared_t
 
 wp.set_module_options({"enable_backward": False})
 
@@ -42,12 +42,13 @@ def _slab(o: wp.vec3, inv_d: wp.vec3, lx: float, ly: float, lz: float, hx: float
 
 
 @wp.func
-def _slot_face(view: SceneView, slot: int, o: wp.vec3, s: float, o0: wp.vec3, d: wp.vec3, tmin: float, best: float,
-               ignore: int) -> tuple[float, int]:
+def _slot_face(view: SceneView, slot: int, o: wp.vec3, k: wp.vec3i, sh: wp.vec3, s: float, o0: wp.vec3, d: wp.vec3,
+               tmin: float, best: float, ignore: int) -> tuple[float, int]:
     """(t, face) of the triangle in leaf slot ``slot`` if it counts (as ``traversal._flat_face``), else (+inf, -1).
 
-    The corners come from the leaf-ordered copy (three loads); the face id, its shape
-    and ``global_prim_id`` are read only for a candidate.
+    The corners come from the leaf-ordered copy (three loads) and are tested with the
+    ray's precomputed shear (``watertight.sheared_t``); the face id, its shape and
+    ``global_prim_id`` are read only for a candidate.
     """
     a4 = load4(view.flat_tris, 3 * slot)
     b4 = load4(view.flat_tris, 3 * slot + 1)
@@ -55,7 +56,7 @@ def _slot_face(view: SceneView, slot: int, o: wp.vec3, s: float, o0: wp.vec3, d:
     a = wp.vec3(a4[0], a4[1], a4[2])
     b = wp.vec3(b4[0], b4[1], b4[2])
     c = wp.vec3(c4[0], c4[1], c4[2])
-    t = watertight_t(o, d, a, b, c) + s
+    t = sheared_t(o, k, sh, a, b, c) + s
     if t > tmin and t < best:
         f = view.flat_primitives[slot]
         if view.all_enabled == 0:
@@ -75,6 +76,7 @@ def _walk_flat_pairs(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: f
     """Near-child-first walk of the flat pair nodes: (t, face) or (tmax, -1); ``s`` as in ``traversal.py``."""
     o = o0 + s * d
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    k, sh = ray_shear(d)
     best = tmax
     face = int(-1)
     stack = wp.vector(dtype=wp.int32, length=64)
@@ -107,7 +109,7 @@ def _walk_flat_pairs(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: f
             code = -1 - ref
             first = code >> 3
             for slot in range(first, first + (code & 7) + 1):
-                t, f = _slot_face(view, slot, o, s, o0, d, tmin, best, ignore)
+                t, f = _slot_face(view, slot, o, k, sh, s, o0, d, tmin, best, ignore)
                 if t < best:
                     best = t
                     face = f
