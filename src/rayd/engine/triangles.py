@@ -8,6 +8,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
+from rayd.engine.refit import FusedRefit, magnitude
 from rayd.engine.runtime import launch_stream
 
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
@@ -38,6 +39,29 @@ def set_bvh_layout(name: str) -> None:
 def bvh_layout() -> str:
     """The node layout scenes built now get."""
     return _layout
+
+
+#: Refit of pair-layout BVHs: ``"fused"`` (``refit.py``: magnitude by a reduction, one
+#: bottom-up kernel that also refreshes the pair nodes and leaf triangles) or
+#: ``"warp"`` (per-vertex ``atomic_max``, Warp's refit, then a copy into the pair
+#: nodes: the path before issue 18). ``RAYD_REFIT`` sets the default.
+REFITS = ("fused", "warp")
+_refit = os.environ.get("RAYD_REFIT", "fused").strip().lower()
+if _refit not in REFITS:
+    raise ValueError(f"rayd.engine: RAYD_REFIT must be one of {REFITS}, got {_refit!r}")
+
+
+def set_refit(name: str) -> None:
+    """Choose the refit of triangle BVHs built from now on (``"fused"`` or ``"warp"``)."""
+    global _refit
+    if name not in REFITS:
+        raise ValueError(f"rayd.engine.set_refit(): 'name' must be one of {REFITS}, got {name!r}")
+    _refit = name
+
+
+def refit_kind() -> str:
+    """The refit scenes built now get."""
+    return _refit
 
 
 #: Boxes are padded by this fraction of the scene's magnitude (largest absolute
@@ -125,6 +149,9 @@ class TriangleScene:
         self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
+        self._partial = wp.empty(256, dtype=float, device=self.device)
+        layout = _layout if layout is None else layout
+        self._reduce = layout == "pair" and _refit == "fused"
         with launch_stream(self.device, stream):
             self._bounds(stream)
             self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=LEAF_SIZE)
@@ -134,8 +161,12 @@ class TriangleScene:
                 # a median split is balanced (depth about log2 F).
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=LEAF_SIZE)
                 self.nodes = read_nodes(self.bvh, num_triangles)
-            layout = _layout if layout is None else layout
-            self.pairs = PairNodes(self.nodes, points, indices, face_base, stream) if layout == "pair" and LEAF_SIZE <= MAX_LEAF else None
+            self.pairs = None
+            if layout == "pair" and LEAF_SIZE <= MAX_LEAF:
+                self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
+            self.fused = None
+            if self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
+                self.fused = FusedRefit(self.bvh, self.nodes, num_triangles)
 
     @property
     def id(self) -> int:
@@ -145,9 +176,7 @@ class TriangleScene:
     def _bounds(self, stream: wp.Stream | None) -> None:
         # The padding follows the current magnitude, measured on the device (no host
         # read), so a refit to a much larger or farther scene stays watertight.
-        self.magnitude.zero_()
-        wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
-                  device=self.device, stream=stream)
+        self._magnitude(stream)
         wp.launch(
             _padded_bounds_kernel,
             self.num_triangles,
@@ -157,13 +186,25 @@ class TriangleScene:
             stream=stream,
         )
 
+    def _magnitude(self, stream: wp.Stream | None) -> None:
+        if self._reduce:
+            magnitude(self.points, self.magnitude, self._partial, stream)
+        else:
+            self.magnitude.zero_()
+            wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
+                      device=self.device, stream=stream)
+
     def refit(self, stream: wp.Stream | None = None) -> None:
         """Refit the BVH (and its box padding) to the current contents of ``points`` (topology unchanged)."""
         with launch_stream(self.device, stream):
-            self._bounds(stream)
-            self.bvh.refit()
-            if self.pairs is not None:
-                self.pairs.refresh(stream)
+            if self.fused is not None:
+                self._magnitude(stream)
+                self.fused.run(self, stream)
+            else:
+                self._bounds(stream)
+                self.bvh.refit()
+                if self.pairs is not None:
+                    self.pairs.refresh(stream)
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()
