@@ -15,6 +15,32 @@ from rayd.engine.runtime import launch_stream
 #: Warp builds it on the host.
 DEFAULT_BVH_CONSTRUCTOR = "sah"
 
+#: Optional GPU builder (issue 18, route 5): ``RAYD_BVH_CONSTRUCTOR=cubql`` (or
+#: :func:`set_bvh_constructor`) builds CUDA triangle BVHs with Warp 1.19's cuBQL
+#: binned-SAH builder, ``CUBQL_LEAF_SIZE`` triangles per leaf; off by default
+#: (experimental in Warp). Scenes of fewer than ``CUBQL_MIN_TRIANGLES`` triangles, and
+#: every CPU scene, keep the host SAH builder: a single-leaf cuBQL tree once made an
+#: edge search hang on the H200.
+CONSTRUCTORS = ("sah", "cubql")
+CUBQL_LEAF_SIZE = 2
+CUBQL_MIN_TRIANGLES = 4096
+_constructor = os.environ.get("RAYD_BVH_CONSTRUCTOR", DEFAULT_BVH_CONSTRUCTOR).strip().lower()
+if _constructor not in CONSTRUCTORS:
+    raise ValueError(f"rayd.engine: RAYD_BVH_CONSTRUCTOR must be one of {CONSTRUCTORS}, got {_constructor!r}")
+
+
+def set_bvh_constructor(name: str) -> None:
+    """Choose the builder of triangle BVHs built from now on (``"sah"`` or ``"cubql"``, CUDA only)."""
+    global _constructor
+    if name not in CONSTRUCTORS:
+        raise ValueError(f"rayd.engine.set_bvh_constructor(): 'name' must be one of {CONSTRUCTORS}, got {name!r}")
+    _constructor = name
+
+
+def bvh_constructor() -> str:
+    """The builder scenes built now get (before the CPU and size guards)."""
+    return _constructor
+
 #: Triangles per BVH leaf (at most); see benchmarks/README.md for the measurement.
 LEAF_SIZE = int(os.environ.get("RAYD_BVH_LEAF_SIZE", "1"))
 
@@ -116,7 +142,8 @@ class TriangleScene:
         num_triangles: F (default: all of ``indices``); faces ``face_base ..
             face_base + F - 1`` are covered.
         face_base: first face of ``indices`` that this BVH covers.
-        bvh_constructor: ``"sah"``, ``"median"`` or ``"lbvh"`` (CUDA only).
+        bvh_constructor: ``"sah"``, ``"median"``, ``"lbvh"`` or ``"cubql"`` (the last two
+            CUDA only; default: :func:`bvh_constructor`, with its guards).
         layout: ``"pair"`` or ``"warp"`` (default: :func:`bvh_layout`); with ``"pair"``,
             :attr:`pairs` holds the child-pair nodes the search walks.
 
@@ -132,7 +159,7 @@ class TriangleScene:
         *,
         num_triangles: int | None = None,
         face_base: int = 0,
-        bvh_constructor: str = DEFAULT_BVH_CONSTRUCTOR,
+        bvh_constructor: str | None = None,
         layout: str | None = None,
     ) -> None:
         if num_triangles is None:
@@ -144,8 +171,16 @@ class TriangleScene:
         self.indices = indices
         self.num_triangles = num_triangles
         self.face_base = face_base
-        if self.device.is_cpu and bvh_constructor == "lbvh":
+        leaf_size = LEAF_SIZE
+        if bvh_constructor is None:
+            bvh_constructor = _constructor
+            if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
+                bvh_constructor = "sah"
+        if self.device.is_cpu and bvh_constructor in ("lbvh", "cubql"):
             bvh_constructor = "sah"
+        if bvh_constructor == "cubql":
+            leaf_size = max(LEAF_SIZE, CUBQL_LEAF_SIZE)
+        self.constructor = bvh_constructor
         self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
@@ -154,15 +189,15 @@ class TriangleScene:
         self._reduce = layout == "pair" and _refit == "fused"
         with launch_stream(self.device, stream):
             self._bounds(stream)
-            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=LEAF_SIZE)
+            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=leaf_size)
             self.nodes = read_nodes(self.bvh, num_triangles)
             if self.nodes.depth > MAX_DEPTH:
                 # Degenerate inputs can make SAH trees deeper than the traversal stack:
                 # a median split is balanced (depth about log2 F).
-                self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=LEAF_SIZE)
+                self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=leaf_size)
                 self.nodes = read_nodes(self.bvh, num_triangles)
             self.pairs = None
-            if layout == "pair" and LEAF_SIZE <= MAX_LEAF:
+            if layout == "pair" and leaf_size <= MAX_LEAF:
                 self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
             self.fused = None
             if self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
