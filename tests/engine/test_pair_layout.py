@@ -130,6 +130,23 @@ def test_instances_with_flat_part(device):
     out = _both([(v, f)], device, ray, instances=[(0, m), (0, m2)])
     _same(out)
     assert set(np.unique(out["pair"][1])) == {-1, 0, 1, 2}
+    assert out["pair"][4]._core.accel.search_walk == "both_pair"
+    # only the instances (the mesh itself disabled), then a refit of the shared mesh
+    res = {}
+    for name in ("warp", "pair"):
+        scene = out[name][4]
+        scene.set_shape_enabled(0, False)
+        scene.sync()
+        assert scene._core.accel.search_walk == ("instances_pair" if name == "pair" else "instances")
+        first = scene.intersect(ray, flags=rt.RayFlags.Minimal)
+        scene.update_mesh_vertices(0, torch.tensor(v * 1.2, device=device))
+        scene.sync()
+        second = scene.intersect(ray, flags=rt.RayFlags.Minimal)
+        res[name] = [x.cpu().numpy() for x in (first.prim_id, first.shape_id, first.t, second.prim_id, second.t,
+                                                scene.shadow_test(ray))]
+    for a, b in zip(res["warp"], res["pair"]):
+        np.testing.assert_array_equal(a, b)
+    assert (res["pair"][1] != 0).all() and (res["pair"][3] >= 0).sum() > 300
 
 
 def test_watertight_grid_straight_rays(device):

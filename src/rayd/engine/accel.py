@@ -65,6 +65,13 @@ class SceneAccel:
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled
         view.all_enabled = 1
+        if instances is not None and getattr(instances, "has_pairs", False):
+            view.blas_pair_boxes, view.blas_pair_links = instances.pair_boxes, instances.pair_links
+            view.blas_tris = instances.pair_tris
+            view.inst_pair_base, view.inst_pair_root = instances.inst_pair_base, instances.inst_pair_root
+        else:
+            view.blas_pair_boxes, view.blas_pair_links, view.blas_tris = pairs.boxes, pairs.links, pairs.tris
+            view.inst_pair_base = view.inst_pair_root = wp.zeros(1, dtype=wp.int32, device=device)
         if instances is None:
             dummy_mat = wp.zeros(1, dtype=wp.mat44d, device=device)
             dummy_int = wp.zeros(1, dtype=wp.int32, device=device)
@@ -110,7 +117,9 @@ class SceneAccel:
     @property
     def layout(self) -> str:
         """The flat BVH's node layout: ``"pair"`` (rayd's child-pair nodes) or ``"warp"``."""
-        return "warp" if self.flat.pairs is None else "pair"
+        if self.flat.pairs is None or (self.instances is not None and not self.instances.has_pairs):
+            return "warp"
+        return "pair"
 
     @property
     def walks(self) -> str:
@@ -121,9 +130,9 @@ class SceneAccel:
 
     @property
     def search_walk(self) -> str:
-        """:attr:`walks`, with ``"_pair"`` appended where the flat BVH is walked in the pair layout."""
+        """:attr:`walks`, with ``"_pair"`` appended where the BVHs are walked in the pair layout."""
         walk = self.walks
-        return walk + "_pair" if walk != "instances" and self.layout == "pair" else walk
+        return walk + "_pair" if self.layout == "pair" else walk
 
     def set_flat_enabled(self, flag: bool) -> None:
         """Tell the search whether any mesh of the flat BVH is enabled (if none, it walks only the instances)."""

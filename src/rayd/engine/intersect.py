@@ -11,7 +11,7 @@ import warp as wp
 
 from rayd.engine import cpu_embree
 from rayd.engine.accel import SceneAccel, flat_accel
-from rayd.engine.pair_walk import trace_flat_pair, trace_pair
+from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
@@ -60,7 +60,7 @@ def _search_kernel(trace_fn: wp.Function) -> wp.Kernel:
 #: instance walk needs more registers, which slowed the flat walk on the H200.
 _SEARCH_KERNELS = {"flat": _search_kernel(trace_flat), "instances": _search_kernel(trace_instances),
                    "both": _search_kernel(trace), "flat_pair": _search_kernel(trace_flat_pair),
-                   "both_pair": _search_kernel(trace_pair)}
+                   "both_pair": _search_kernel(trace_pair), "instances_pair": _search_kernel(trace_instances_pair)}
 
 
 def search(
