@@ -43,14 +43,17 @@ def _fence():
 
 @wp.func_native("""
 #if defined(__CUDA_ARCH__)
-    const float4 q = __ldcg(reinterpret_cast<const float4*>(wp::address(arr, i)));
-    return wp::vec4(q.x, q.y, q.z, q.w);
+    float x, y, z, w;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x), "=f"(y), "=f"(z), "=f"(w)
+                 : "l"(wp::address(arr, i)) : "memory");
+    return wp::vec4(x, y, z, w);
 #else
     return wp::load(wp::address(arr, i));
 #endif
 """)
 def _load_l2(arr: wp.array(dtype=wp.vec4), i: int) -> wp.vec4:
-    """``arr[i]`` read from L2 (not a possibly stale L1 line): another block may just have written it."""
+    """``arr[i]`` read from L2 (PTX ``ld.global.cg``, not a possibly stale L1 line): another block may just
+    have written it. (Warp's JIT runtime has no ``__ldcg``, so the PTX is written out.)"""
     ...
 
 
@@ -135,6 +138,7 @@ def _fused_refit_kernel(
         _fence()
         if wp.atomic_add(counters, parent, 1) == 0:
             return  # the sibling's thread finishes the parent
+        _fence()  # and reads what the sibling wrote before its own fence and increment
         left = lower_index[parent][3]
         right = upper_index[parent][3] & 0x7FFFFFFF
         la = _load_l2(lowers, left)
