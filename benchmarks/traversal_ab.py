@@ -269,14 +269,16 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--device", choices=("cpu", "cuda"), default=None)
     p.add_argument("--workloads", default=None, help="comma-separated names from benchmarks/workloads.py")
-    p.add_argument("--variants", default="warp,pair", help="comma-separated layout[:constructor]; the first is the baseline")
+    p.add_argument("--variants", default="warp,pair",
+                   help="comma-separated layout[:constructor][+warprefit]; the first is the baseline")
     p.add_argument("--engines", default="mitsuba,warp-sah,warp-cubql", help="other engines ('' for none)")
     p.add_argument("--metrics", default=",".join(METRICS), help=f"comma-separated subset of {','.join(METRICS)}")
     p.add_argument("--repeats", type=int, default=20)
     p.add_argument("--build-repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--output", default=None)
-    p.add_argument("--clock", choices=("wall", "cpu"), default=None, help="default: wall on CUDA, cpu (process time) on the CPU")
+    p.add_argument("--clock", choices=("wall", "cpu"), default=None,
+                   help="default: wall on CUDA, cpu (process time) on the CPU")
     args = p.parse_args(argv)
     import torch
 

@@ -5,7 +5,8 @@ loads on CUDA; :func:`load4` / :func:`load4i` issue one 128-bit load through the
 read-only data path (PTX ``ld.global.nc.v4``, what CUDA's ``__ldg`` of a ``float4``
 emits; Warp's JIT runtime, ``cuda_crt.h``, has neither ``int4`` nor a real ``__ldg``,
 so the PTX is written out). The arrays are 16-byte aligned (every Warp allocation is,
-and each entry is 16 bytes) and not written while a query runs. :func:`mul_rn` is a float32 product the CUDA compiler never contracts
+and each entry is 16 bytes) and not written while a query runs.
+:func:`mul_rn` is a float32 product the CUDA compiler never contracts
 into a fused multiply-add (``__fmul_rn``), so the difference of two of them is rounded
 exactly as written on every device. On the CPU each is the plain operation.
 """
