@@ -4,8 +4,9 @@ The engine (:func:`rayd.engine.trace_chain`) finds every slot's winner in one la
 Here all winners' world-space corners are gathered at once (``[N, B, 3, 3]``), their
 planes computed at once, then a short loop over the bounces solves ``o + t d`` against
 each slot's plane (the chain is sequential: segment ``b + 1`` starts at ``p_b``) with a
-handful of fused ops per bounce, in float64 (cast back to the output dtype at the end,
-differentiably), and the record is assembled once. For a fixed chain of faces the
+handful of fused ops per bounce, in float64 from values rounded to the output dtype at
+each bounce (so that the chain equals B ``intersect`` calls from the reported ``p``,
+``d_out``), and the record is assembled once. For a fixed chain of faces the
 ray-plane solve gives the same ``t`` (and derivatives) as the Moeller-Trumbore solve of
 ``intersect``; a slot counts iff its winner's plane is not degenerate, the segment is
 not parallel to it, and ``t`` lies in the segment's interval (``tmin < t < tmax`` for
@@ -59,6 +60,8 @@ def chain(scene, rays: engine.RayBatch, n: int, bounces: int, origin: torch.Tens
     sq = _dot(normal, normal)
     plane = sq > 0
     unit = normal * torch.rsqrt(torch.where(plane, sq, torch.ones_like(sq))).unsqueeze(-1)
+    if dtype != torch.float64:
+        unit = unit.to(dtype).double()  # the reported geo_n
     offset = _dot(v0, normal)  # plane: x . normal = offset
     ok = hit & plane
     o = origin.double()
@@ -83,6 +86,8 @@ def chain(scene, rays: engine.RayBatch, n: int, bounces: int, origin: torch.Tens
         p = torch.addcmul(o, t.unsqueeze(-1), d)
         d = torch.addcmul(d, _dot(d, gb).unsqueeze(-1), gb, value=-2.0)
         image = torch.addcmul(image, _dot(image - p, gb).unsqueeze(-1), gb, value=-2.0)
+        if dtype != torch.float64:  # the next segment starts from the values the record reports (as intersect)
+            p, d, image = (x.to(dtype).double() for x in (p, d, image))
         ts.append(t)
         vectors += [p, gb, d, image]
         oks.append(valid)
