@@ -3,8 +3,9 @@
 As ``rayd.torch._chain``: :func:`rayd.engine.trace_chain` finds every slot's winner in
 one launch; the winners' world corners are gathered once (width ``N B``, slot ``b`` of
 ray ``i`` at lane ``i B + b``), their planes computed once, then a loop over the bounces
-solves each segment against its slot's plane in float64 (Dr.Jit records the loop into
-its kernels; AD carries gradients through the chain). A slot counts iff its plane is not
+solves each segment against its slot's plane in float64 from the values the record
+reports (rounded to the output precision at each bounce), Dr.Jit recording the loop into
+its kernels and AD carrying gradients through the chain. A slot counts iff its plane is not
 degenerate, the segment is not parallel to it and ``t`` lies in the segment's interval
 (``tmin < t < tmax`` for segment 0, ``0 < t < inf`` after it) in the output precision;
 after a slot that does not count the chain is empty.
@@ -55,6 +56,8 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     plane = sq > 0
     # Not dr.rsqrt / a vector over a scalar: approximate on CUDA (see _intersect._normalize).
     unit = normal * (1 / dr.sqrt(dr.select(plane, sq, 1)))
+    if not double:
+        unit = Work(Array3(unit))  # the reported geo_n
     offset = dr.dot(v0, normal)
     ok = hit & plane
     first = dr.arange(UInt, n) * bounces
@@ -88,6 +91,8 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         p = o + t * d
         d = d - 2 * dr.dot(d, gb) * gb
         image = image - 2 * dr.dot(image - p, gb) * gb
+        if not double:  # the next segment starts from the values the record reports (as intersect)
+            p, d, image = Work(Array3(p)), Work(Array3(d)), Work(Array3(image))
         dr.scatter(out["t"], dr.select(valid, Float(t), math.inf), idx)
         for name, value in (("p", p), ("geo_n", gb), ("d_out", d), ("image_source", image)):
             dr.scatter(out[name], dr.select(valid, Array3(value), 0), idx)
