@@ -108,7 +108,7 @@ def test_chain_equals_sequential_intersects(device, dtype, seed):
     assert torch.equal(chain.global_prim_id, ids)
     valid = ids >= 0
     assert 0.3 < valid[:, 0].float().mean() < 1.0 and valid[:, -1].any()  # misses, hits and long chains
-    shape, prim = chain.shape_id[valid], chain.prim_id[valid]
+    shape = chain.shape_id[valid]
     assert (shape >= 0).all() and not ((shape == 4) | (shape == 5)).any()  # disabled shapes never hit
     assert set(shape.unique().tolist()) >= {0, 1, 2, 3, 6}  # the box, the soup, its instances, the placed mesh
     tol = 1e-6 if dtype == torch.float32 else 1e-12
