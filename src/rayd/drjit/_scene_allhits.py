@@ -96,7 +96,7 @@ class AllHitsQueries:
         call = "rayd.drjit.Scene.intersect_all()"
         k = _check_max_hits(call, max_hits)
         flags = check_flags(call, flags)
-        n, rays, keep = _trace.ray_batch(self, call, ray, active, ignore)
+        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
         double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
         double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
         ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
@@ -140,7 +140,7 @@ class AllHitsQueries:
             TypeError, ValueError, RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.drjit.Scene.count_intersections()"
-        n, rays, keep = _trace.ray_batch(self, call, ray, active, ignore)
+        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
         out = _convert.empty_int32(n, self._backend)
         if n == 0:
             return out

@@ -1,9 +1,8 @@
 """Reflection queries of :class:`rayd.drjit.Scene`: ``trace_reflections`` and ``specular_paths``.
 
-Each bounce is a closest-hit query (``Scene.intersect``) of the reflected rays, whose
-origins and directions are the previous bounce's differentiable ``p`` and ``d_out``:
-one engine search per bounce, and Dr.Jit's AD carries gradients through the chain.
-The slots are interleaved into fields of width ``N B`` (slot ``b`` of ray ``i`` at lane
+``trace_reflections`` finds every chain in one engine launch (``rayd.engine.trace_chain``)
+and evaluates all slots for their fixed winners with Dr.Jit ops (``_chain.chain``), so
+Dr.Jit's AD carries gradients through the chain. The slots are interleaved into fields of width ``N B`` (slot ``b`` of ray ``i`` at lane
 ``i B + b``), like the top-k records.
 
 ``specular_paths`` decides validity with :mod:`rayd.core.paths` on host float64 copies
@@ -21,12 +20,11 @@ import numpy as np
 
 from rayd.core import paths
 from rayd.core.paths import check_bounces
-from rayd.drjit import _check, _convert, _trace
+from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
 from rayd.drjit._live import LiveState
 from rayd.drjit.ray import Ray
 from rayd.drjit.reflections import ReflectionChain, SpecularPaths
-from rayd.flags import RayFlags
 
 def _dot(a, b):
     return a.x * b.x + a.y * b.y + a.z * b.z
@@ -55,49 +53,19 @@ class ReflectionQueries:
         """
         call = "rayd.drjit.Scene.trace_reflections()"
         bounces = check_bounces(call, max_bounces)
-        self._require_ready(call)
-        ray = _trace.check_ray(call, ray, self._device)
-        n, _ = _trace.check_active(call, ray, active, self._device)
-        n, _ = _trace.check_ignore(call, n, ignore, self._device)
-        hit = self.intersect(ray, active, RayFlags.Geometric, ignore=ignore)
-        Float = type(hit.t)
-        Vec = type(hit.p)
-        Int = type(hit.global_prim_id)
-        UInt = dr.uint32_array_t(Float)
-        d0 = Vec(ray.d)
-        if dr.width(d0) != n:
-            d0 = dr.gather(Vec, d0, dr.zeros(UInt, n))
-        image = Vec(ray.o)
-        direction = d0
-        total = n * bounces
-        out = {"t": dr.full(Float, float("inf"), total), "p": dr.zeros(Vec, total), "geo_n": dr.zeros(Vec, total),
-               "d_out": dr.zeros(Vec, total), "image_source": dr.zeros(Vec, total),
-               "prim_id": dr.full(Int, -1, total), "shape_id": dr.full(Int, -1, total),
-               "global_prim_id": dr.full(Int, -1, total)}
-        count = dr.zeros(Int, n)
-        length = dr.zeros(Float, n)
+        n, rays, keep, ray = _trace.prepare(self, call, ray, active, ignore)
+        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
+        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
+        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        m = _convert.module(self._backend, ad)
         if n == 0:
-            return ReflectionChain((0, bounces), **out, num_bounces=count, path_length=length)
-        lanes = dr.arange(UInt, n) * bounces
-        for b in range(bounces):
-            if b > 0:
-                hit = self.intersect(Ray(origin, direction), valid, RayFlags.Geometric, ignore=hit.global_prim_id)
-            valid = hit.global_prim_id >= 0
-            g, p = hit.geo_n, hit.p
-            d_out = dr.select(valid, direction - 2.0 * _dot(direction, g) * g, 0.0)
-            image = dr.select(valid, image - 2.0 * _dot(image - p, g) * g, 0.0)
-            values = {"t": hit.t, "p": p, "geo_n": g, "d_out": d_out, "image_source": image,
-                      "prim_id": hit.prim_id, "shape_id": hit.shape_id, "global_prim_id": hit.global_prim_id}
-            for name, value in values.items():
-                dr.scatter(out[name], value, lanes + b)
-            count += dr.select(valid, 1, 0)
-            length += dr.select(valid, hit.t, 0.0)
-            origin, direction = p, d_out
-        sq = _dot(d0, d0)
-        norm = dr.select(sq > 0, dr.sqrt(dr.select(sq > 0, sq, 1.0)), 0.0)
-        out["num_bounces"] = count
-        out["path_length"] = length * norm
-        return ReflectionChain((n, bounces), **out)
+            Float = m.Float64 if double else m.Float
+            Vec = m.Array3f64 if double else m.Array3f
+            out = {"t": Float(), "p": Vec(), "geo_n": Vec(), "d_out": Vec(), "image_source": Vec(),
+                   "prim_id": m.Int(), "shape_id": m.Int(), "global_prim_id": m.Int(), "num_bounces": m.Int(),
+                   "path_length": Float()}
+            return ReflectionChain((0, bounces), **out)
+        return ReflectionChain((n, bounces), **_chain.chain(self, m, double, rays, keep, n, bounces, ray))
 
     def specular_paths(self, source: dr.ArrayBase, target: dr.ArrayBase, prim_sequence: dr.ArrayBase,
                        active: dr.ArrayBase | None = None) -> SpecularPaths:

@@ -85,7 +85,7 @@ class AllHitsQueries:
         call = "rayd.torch.Scene.intersect_all()"
         k = check_max_hits(call, max_hits)
         flags = check_flags(call, flags)
-        batch, n, rays, ray = _trace.ray_batch(self, call, ray, active, ignore)
+        batch, n, rays, ray = _trace.prepare(self, call, ray, active, ignore)
         device = self._device
         gid = torch.full((n * k,), -1, dtype=torch.int32, device=device)
         if n:
@@ -120,7 +120,7 @@ class AllHitsQueries:
             TypeError, ValueError, RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.torch.Scene.count_intersections()"
-        batch, n, rays, _ = _trace.ray_batch(self, call, ray, active, ignore)
+        batch, n, rays, _ = _trace.prepare(self, call, ray, active, ignore)
         out = torch.zeros(n, dtype=torch.int32, device=self._device)
         if n:
             engine_all_hits.count_hits(self._core.accel, rays, _convert.scalar_view(out),

@@ -1,12 +1,12 @@
 """Reflection queries of :class:`rayd.torch.Scene`: specular chains and exact specular paths.
 
-``trace_reflections`` runs one engine search per bounce (the next rays are built on the
-device from the previous winners, no host synchronisation) and evaluates every bounce
-for its fixed winner with the differentiable torch ops of ``intersect``
-(``_geometry.gather`` + ``_intersect.evaluate``), so gradients flow through the whole
-chain. ``specular_paths`` is the image method (e.g. Borish 1984, "Extension of the
-image model to arbitrary polyhedra", JASA 75(6)) in float64 torch ops, with the
-visibility of each segment decided by engine searches.
+``trace_reflections`` finds every chain in one engine launch (``rayd.engine.trace_chain``:
+B closest-hit searches per ray, reflected in the kernel, no host work between bounces)
+and evaluates all slots for their fixed winners in one differentiable pass
+(``_chain.chain``), so gradients flow through the whole chain. ``specular_paths`` is
+the image method (e.g. Borish 1984, "Extension of the image model to arbitrary
+polyhedra", JASA 75(6)) in float64 torch ops, with the visibility of each segment
+decided by engine searches.
 """
 
 from __future__ import annotations
@@ -20,10 +20,8 @@ import numpy as np
 from rayd import engine
 from rayd.core import paths
 from rayd.core.paths import check_bounces
-from rayd.flags import RayFlags
-from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
-from rayd.torch._geometry import gather, ids
-from rayd.torch._intersect import evaluate
+from rayd.torch import _chain, _check, _convert, _trace
+from rayd.torch._geometry import gather
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
 
@@ -95,52 +93,14 @@ class ReflectionQueries:
         """
         call = "rayd.torch.Scene.trace_reflections()"
         bounces = check_bounces(call, max_bounces)
-        batch, n, winner, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
+        batch, n, rays, ray = _trace.prepare(self, call, ray, active, ignore)
         dtype = self._output_dtype(ray)
-        state = self._state
-        device = self._device
-        meshes = [sh.vertices for sh in self._core.table.meshes]
-        fused = (state.plain and not state.has_matrix()
-                 and _intersect_fused.usable([ray.o, ray.d, *meshes]))
-        if fused:  # the fused Warp evaluation of intersect (float32, no transforms, reverse mode)
-            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+        if n == 0:
+            out = _empty_chain(bounces, dtype, self._device)
         else:
-            live = state.live(dtype)
-        origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        length = _safe_norm(direction).squeeze(-1)
-        image = origin
-        zeros = torch.zeros(n, dtype=torch.float32, device=device)
-        inf = torch.full((n,), math.inf, dtype=torch.float32, device=device)
-        slots = []
-        for b in range(bounces):
-            if b > 0:
-                winner = search(self, origin, direction, zeros, inf, hit, slots[-1]["global_prim_id"], False)
-            if fused:
-                fields = _intersect_fused.evaluate_fused(origin, direction, torch.Size((n,)), winner, vertices,
-                                                         state.indices)
-                fields["shape_id"], fields["prim_id"] = ids(state.table, winner)
-                fields["global_prim_id"] = winner
-            else:
-                fields = evaluate(origin, direction, winner, gather(state.table, live, winner), RayFlags.Geometric)
-            if b == 0:
-                fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
-            else:
-                fields = _interval.enforce(fields, 0.0, math.inf, batch)
-            hit = fields["global_prim_id"] >= 0
-            hit3 = hit.unsqueeze(-1)
-            g = fields["geo_n"]
-            p = fields["p"]
-            d_out = torch.where(hit3, direction - 2.0 * _dot(direction, g) * g, 0.0)
-            image = torch.where(hit3, image - 2.0 * _dot(image - p, g) * g, 0.0)
-            slots.append({"t": fields["t"], "p": p, "geo_n": g, "d_out": d_out, "image_source": image,
-                          "prim_id": fields["prim_id"], "shape_id": fields["shape_id"],
-                          "global_prim_id": fields["global_prim_id"]})
-            origin, direction = p, d_out
-        out = {name: torch.stack([s[name] for s in slots], dim=1) for name in slots[0]}
-        valid = out["global_prim_id"] >= 0
-        out["num_bounces"] = valid.sum(-1).to(torch.int32)
-        out["path_length"] = torch.where(valid, out["t"], 0.0).sum(-1) * length
+            origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            out = _chain.chain(self, rays, n, bounces, origin, direction, ray.tmin, ray.tmax, batch, dtype)
         out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
         return ReflectionChain(**out)
 
@@ -287,3 +247,15 @@ def _image_method(src: torch.Tensor, dst: torch.Tensor, corners: torch.Tensor, u
     length = _safe_norm(chain[:, 1:] - chain[:, :-1]).squeeze(-1).sum(-1)
     pts = torch.stack(points, dim=1) if bounces else torch.zeros((n, 0, 3), dtype=src.dtype, device=src.device)
     return pts, length
+
+
+def _empty_chain(bounces: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    """The fields of a chain of zero rays."""
+    f = {name: torch.empty((0, bounces), dtype=dtype, device=device) for name in ("t",)}
+    f.update({name: torch.empty((0, bounces, 3), dtype=dtype, device=device)
+              for name in ("p", "geo_n", "d_out", "image_source")})
+    f.update({name: torch.empty((0, bounces), dtype=torch.int32, device=device)
+              for name in ("prim_id", "shape_id", "global_prim_id")})
+    f["num_bounces"] = torch.empty(0, dtype=torch.int32, device=device)
+    f["path_length"] = torch.empty(0, dtype=dtype, device=device)
+    return f

@@ -72,17 +72,22 @@ def bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device) 
 def trace(scene, call: str, ray: object, active: object, ignore: object,
           any_hit: bool) -> tuple[torch.Size, int, torch.Tensor, Ray]:
     """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners, the ray)."""
-    batch, n, rays, ray = ray_batch(scene, call, ray, active, ignore)
-    out = torch.empty(n, dtype=torch.int32, device=scene._device)
-    if n:
-        engine.search(scene._core.accel, rays, _convert.scalar_view(out), any_hit,
-                      _convert.current_stream(scene._device))
+    batch, n, rays, ray = prepare(scene, call, ray, active, ignore)
+    device = scene._device
+    out = torch.empty(n, dtype=torch.int32, device=device)
+    if n == 0:
+        return batch, n, out, ray
+    engine.search(scene._core.accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
     return batch, n, out, ray
 
 
-def ray_batch(scene, call: str, ray: object, active: object,
-              ignore: object) -> tuple[torch.Size, int, engine.RayBatch | None, Ray]:
-    """Validate a query's rays; returns (batch shape, N, the engine's RayBatch or None for N = 0, the ray)."""
+def prepare(scene, call: str, ray: object, active: object,
+            ignore: object) -> tuple[torch.Size, int, engine.RayBatch | None, Ray]:
+    """Validate a query's rays, mask and ignore ids; returns (batch shape, N, the engine's RayBatch, the ray).
+
+    The RayBatch (``None`` when N = 0) holds float32 search-frame views (origins minus the
+    scene's centre) of the rays, broadcast rows kept single (stride 0).
+    """
     scene._require_ready(call)
     device = scene._device
     ray = check_ray(call, ray, device)
