@@ -1,7 +1,7 @@
 """Specular reflection chains in one launch: B closest-hit searches per ray, chained in the kernel.
 
 :func:`trace_chain` runs, per ray, up to ``B`` closest-hit searches of the scene
-(:func:`rayd.engine.traversal.trace` and its variants, the walks of ``search``), each
+(:func:`rayd.engine.traversal.trace`, or :mod:`rayd.engine.pair_walk` in the pair layout: the walks of ``search``), each
 from the previous hit: after a hit at ``p_b`` on a face with unit geometric normal
 ``g_b`` (world space), the next segment starts at ``p_b`` with direction
 ``d_{b+1} = d_b - 2 (d_b . g_b) g_b``, ``tmin = 0``, ``tmax = inf``, skipping the face it
@@ -27,6 +27,7 @@ import warp as wp
 from rayd.engine.accel import SceneAccel
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
+from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
 from rayd.engine.watertight import INF, confirmed_t
 
@@ -171,7 +172,10 @@ def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
 
 
 _CHAIN_KERNELS = {"flat": _chain_kernel(trace_flat), "instances": _chain_kernel(trace_instances),
-                  "both": _chain_kernel(trace)}
+                  "both": _chain_kernel(trace),
+                  # the same walks as the closest-hit search in rayd's child-pair node layout
+                  "flat_pair": _chain_kernel(trace_flat_pair), "instances_pair": _chain_kernel(trace_instances_pair),
+                  "both_pair": _chain_kernel(trace_pair)}
 
 
 def trace_chain(
@@ -201,5 +205,5 @@ def trace_chain(
         raise ValueError(f"rayd.engine.trace_chain(): B must be in [1, {MAX_BOUNCES}], got {bounces}")
     if n == 0:
         return
-    launch_rows(_CHAIN_KERNELS[accel.walks], n, [accel.view, shapes, *rays.launch_args(n), bounces],
+    launch_rows(_CHAIN_KERNELS[accel.search_walk], n, [accel.view, shapes, *rays.launch_args(n), bounces],
                 [ids, t], accel.device, stream)
