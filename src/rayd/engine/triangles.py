@@ -93,6 +93,7 @@ class TriangleScene:
         self.indices = indices
         self.num_triangles = num_triangles
         self.face_base = face_base
+        self.version = 0  # counts refits (caches of per-node data compare it)
         if self.device.is_cpu and bvh_constructor == "lbvh":
             bvh_constructor = "sah"
         self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
@@ -133,6 +134,7 @@ class TriangleScene:
         with launch_stream(self.device, stream):
             self._bounds(stream)
             self.bvh.refit()
+        self.version += 1
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()
