@@ -244,3 +244,24 @@ def test_exact_keyword_checked(device):
     for name in ("winding_number", "contains", "signed_distance"):
         with pytest.raises(TypeError, match=rf"^rayd\.torch\.Scene\.{name}\(\): 'exact'"):
             getattr(scene, name)(torch.zeros(1, 3, device=device), exact=1)
+
+
+def test_contains_with_differentiable_vertices_uses_the_engine(device, monkeypatch):
+    """contains()/signed_distance() need no gradient of w: no O(N F) torch sum even if vertices require grad."""
+    from rayd.torch import _closest_point
+
+    sphere = trimesh.creation.icosphere(subdivisions=2)
+    v = torch.as_tensor(sphere.vertices, dtype=torch.float64, device=device).requires_grad_(True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.as_tensor(sphere.faces, device=device)))
+    scene.build()
+
+    def refuse(*args):
+        raise AssertionError("the torch solid-angle sum ran")
+
+    monkeypatch.setattr(_closest_point, "_solid_angle_sum", refuse)
+    pts = torch.tensor([[0.0, 0, 0], [2.0, 0, 0]], dtype=torch.float64, device=device)
+    assert scene.contains(pts).tolist() == [True, False]
+    sd = scene.signed_distance(pts)
+    sd.sum().backward()
+    assert sd[0].item() < 0 < sd[1].item() and torch.isfinite(v.grad).all()

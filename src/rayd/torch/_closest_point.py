@@ -215,7 +215,8 @@ def _placed_faces(scene, device) -> torch.Tensor:
 
 
 def winding_number(scene, points: object, active: object, exact: object = False,
-                   call: str = "rayd.torch.Scene.winding_number()", refine: float = 0.0) -> torch.Tensor:
+                   call: str = "rayd.torch.Scene.winding_number()", refine: float = 0.0,
+                   value_only: bool = False) -> torch.Tensor:
     """``Scene.winding_number``: see its docstring."""
     points, batch, flag = _prepare(scene, call, points, active)
     exact = _check_exact(call, exact)
@@ -224,7 +225,8 @@ def winding_number(scene, points: object, active: object, exact: object = False,
     n = batch.numel()
     dtype = _dtype(points, scene)
     shapes = core.table.shapes
-    if differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in shapes):
+    wanted = differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in shapes)
+    if wanted and not value_only:
         tri = _placed_faces(scene, device)  # (F, 3, 3)
         q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
         step = max(1, _CHUNK_ELEMENTS // max(1, tri.shape[0]))
@@ -261,7 +263,7 @@ def contains(scene, points: object, active: object, exact: object = False,
     exact = _check_exact(call, exact)
     with torch.no_grad():
         w = winding_number(scene, _convert.primal(points) if isinstance(points, torch.Tensor) else points, active,
-                           exact, call, refine=REFINE_MARGIN)
+                           exact, call, refine=REFINE_MARGIN, value_only=True)
     return w > 0.5
 
 
