@@ -150,22 +150,23 @@ def _walk(view: SceneView, data: WindingData, flat: int, inst: int, q: wp.vec3d,
     node = root
     while node >= 0:
         k = node_base + node
-        x_o = data.centre[k] - q_o
-        lx = lin * x_o
-        r = data.radius[k]
+        low = view.flat_lower_index[0]
+        high = int(0)
+        if flat != 0:
+            low = view.flat_lower_index[node]
+            high = view.flat_upper_index[node][3] & 0x7FFFFFFF
+        else:
+            low = view.blas_lower_index[k]
+            high = view.blas_upper_index[k][3] & 0x7FFFFFFF
         descend = True
-        if wp.dot(lx, lx) > beta2 * scale * r * r:
-            total += _far(data, k, x_o, lx, metric, det, order)
-            descend = False
+        if low[3] >= 0:  # leaves are summed exactly (a face's solid angle costs about one expansion)
+            x_o = data.centre[k] - q_o
+            lx = lin * x_o
+            r = data.radius[k]
+            if wp.dot(lx, lx) > beta2 * scale * r * r:
+                total += _far(data, k, x_o, lx, metric, det, order)
+                descend = False
         if descend:
-            low = view.flat_lower_index[0]
-            high = int(0)
-            if flat != 0:
-                low = view.flat_lower_index[node]
-                high = view.flat_upper_index[node][3] & 0x7FFFFFFF
-            else:
-                low = view.blas_lower_index[k]
-                high = view.blas_upper_index[k][3] & 0x7FFFFFFF
             if low[3] < 0:
                 for slot in range(low[3] & 0x7FFFFFFF, high):
                     if flat != 0:
