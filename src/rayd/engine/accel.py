@@ -43,6 +43,7 @@ class SceneAccel:
         self.device = device
         self.flat = flat
         self.flat_enabled = True
+        self.enabled_version = 0  # counts set_all_enabled() calls (the enable flags may have changed)
         self.instances = instances
         view = SceneView()
         view.has_flat = 0 if flat is None else 1
@@ -141,6 +142,7 @@ class SceneAccel:
     def set_all_enabled(self, flag: bool) -> None:
         """Tell kernels whether every shape is enabled (enables the ordered fast path)."""
         self.view.all_enabled = 1 if flag else 0
+        self.enabled_version += 1
 
 
 def flat_accel(tri: TriangleScene) -> SceneAccel:

@@ -172,6 +172,7 @@ class TriangleScene:
         self.num_triangles = num_triangles
         self.face_base = face_base
         leaf_size = LEAF_SIZE
+        self.version = 0  # counts refits (caches of per-node data compare it)
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
@@ -240,6 +241,7 @@ class TriangleScene:
                 self.bvh.refit()
                 if self.pairs is not None:
                     self.pairs.refresh(stream)
+        self.version += 1
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()

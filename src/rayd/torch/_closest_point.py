@@ -20,6 +20,7 @@ import math
 import torch
 
 from rayd.engine import closest_point as _engine
+from rayd.engine import winding as _winding
 from rayd.records import FieldRecord
 from rayd.torch import _convert
 from rayd.torch._geometry import gather
@@ -69,16 +70,8 @@ def _dtype(points: torch.Tensor, scene) -> torch.dtype:
     return dtype
 
 
-def _refuse_instances(call: str, scene) -> None:
-    if scene._core.accel.instances is not None:
-        raise RuntimeError(f"{call}: scenes with instances are not supported yet (the winding number sums "
-                           f"mesh faces only); add the instanced geometry as meshes instead")
-
-
-def _prepare(scene, call: str, points: object, active: object, instances: bool = False):
+def _prepare(scene, call: str, points: object, active: object):
     scene._require_ready(call)
-    if not instances:
-        _refuse_instances(call, scene)
     device = scene._device
     points = _check_points(call, points, device)
     batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
@@ -180,7 +173,7 @@ def _safe_norm(x: torch.Tensor) -> torch.Tensor:
 def closest_point(scene, points: object, active: object, max_distance: object,
                   call: str = "rayd.torch.Scene.closest_point()") -> ClosestPoint:
     """``Scene.closest_point``: see its docstring."""
-    points, batch, flag = _prepare(scene, call, points, active, instances=True)
+    points, batch, flag = _prepare(scene, call, points, active)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
     state = scene._state
@@ -223,27 +216,45 @@ def closest_point(scene, points: object, active: object, max_distance: object,
 #: Points per chunk of the differentiable (torch) winding-number sum.
 _CHUNK_ELEMENTS = 1 << 22
 
+#: contains()/signed_distance(): hierarchical values within this of 0.5 are recomputed exactly.
+REFINE_MARGIN = 0.05
 
-def winding_number(scene, points: object, active: object, call: str = "rayd.torch.Scene.winding_number()"
-                   ) -> torch.Tensor:
+
+def _check_exact(call: str, exact: object) -> bool:
+    if not isinstance(exact, bool):
+        raise TypeError(f"{call}: 'exact' must be a bool, got {type(exact).__name__}")
+    return exact
+
+
+def _placed_faces(scene, device) -> torch.Tensor:
+    """(F, 3, 3) float64 world corners of every enabled face (meshes and instances), differentiable."""
+    shapes = scene._core.table.shapes
+    vertices = placed_vertices(shapes, torch.float64)
+    parts, offset = [], 0
+    for shape in shapes:
+        if shape.enabled and shape.num_faces:
+            parts.append(shape.mesh.faces.to(device=device, dtype=torch.long) + offset)
+        offset += shape.num_vertices
+    faces = torch.cat(parts) if parts else torch.zeros((0, 3), dtype=torch.long, device=device)
+    return vertices[faces]
+
+
+def winding_number(scene, points: object, active: object, exact: object = False,
+                   call: str = "rayd.torch.Scene.winding_number()", refine: float = 0.0,
+                   value_only: bool = False) -> torch.Tensor:
     """``Scene.winding_number``: see its docstring."""
     points, batch, flag = _prepare(scene, call, points, active)
+    exact = _check_exact(call, exact)
     device = scene._device
     core = scene._core
     n = batch.numel()
     dtype = _dtype(points, scene)
-    num_faces = core.table.num_flat_faces
-    meshes = core.table.meshes
-    if differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in meshes):
-        vertices = placed_vertices(meshes, torch.float64)
-        faces = scene._state.table.faces
-        enabled = torch.as_tensor([s.enabled for s in meshes], device=device)
-        counts = torch.as_tensor([s.num_faces for s in meshes], device=device)
-        face_on = torch.repeat_interleave(enabled, counts)
-        faces = faces[face_on]
-        tri = vertices[faces]  # (F, 3, 3)
+    shapes = core.table.shapes
+    wanted = differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in shapes)
+    if wanted and not value_only:
+        tri = _placed_faces(scene, device)  # (F, 3, 3)
         q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
-        step = max(1, _CHUNK_ELEMENTS // max(1, faces.shape[0]))
+        step = max(1, _CHUNK_ELEMENTS // max(1, tri.shape[0]))
         parts = [_solid_angle_sum(q[i:i + step], tri) for i in range(0, n, step)]
         total = torch.cat(parts) if parts else q.new_zeros(0)
         result = total / (4.0 * math.pi)
@@ -252,9 +263,10 @@ def winding_number(scene, points: object, active: object, call: str = "rayd.torc
         return result.to(dtype).reshape(batch)
     out = torch.empty(n, dtype=torch.float64, device=device)
     if n:
-        _engine.winding_number_exact(
-            core.accel, num_faces, _convert.vec3_view(_search_rows(points, batch, scene._state.centre)),
+        _winding.winding_number(
+            core.accel, core.table.num_flat_faces, _convert.vec3_view(_search_rows(points, batch, scene._state.centre)),
             _convert.scalar_view(flag), _convert.scalar_view(out), _convert.current_stream(device),
+            exact=exact, refine=refine,
         )
     return out.to(dtype).reshape(batch)
 
@@ -270,21 +282,21 @@ def _solid_angle_sum(q: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
     return (2.0 * torch.atan2(num, den)).sum(-1)
 
 
-def contains(scene, points: object, active: object) -> torch.Tensor:
+def contains(scene, points: object, active: object, exact: object = False,
+             call: str = "rayd.torch.Scene.contains()") -> torch.Tensor:
     """``Scene.contains``: see its docstring."""
-    call = "rayd.torch.Scene.contains()"
+    exact = _check_exact(call, exact)
     with torch.no_grad():
         w = winding_number(scene, _convert.primal(points) if isinstance(points, torch.Tensor) else points, active,
-                           call)
+                           exact, call, refine=REFINE_MARGIN, value_only=True)
     return w > 0.5
 
 
-def signed_distance(scene, points: object, active: object) -> torch.Tensor:
+def signed_distance(scene, points: object, active: object, exact: object = False) -> torch.Tensor:
     """``Scene.signed_distance``: see its docstring."""
     call = "rayd.torch.Scene.signed_distance()"
     scene._require_ready(call)
-    _refuse_instances(call, scene)
     points = _check_points(call, points, scene._device)
-    inside = contains(scene, points, active)
+    inside = contains(scene, points, active, exact, call)
     near = closest_point(scene, points, active, math.inf, call)
     return torch.where(inside, -near.distance, near.distance)
