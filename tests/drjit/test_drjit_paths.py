@@ -94,7 +94,9 @@ def test_equals_torch_on_random_scenes(m, seed):
     dr.backward(loss)
     rtol = grad_rtol(m)
     for mine, theirs in ((s, ts), (d, td), (vd, tv)):
-        np.testing.assert_allclose(rows(dr.grad(mine)), theirs.grad.numpy(), rtol=rtol, atol=1e-9)
+        # CUDA's approximate rcp/rsqrt errors scale with the largest terms that cancel
+        atol = 1e-9 if ".llvm" in m.__name__ else rtol * float(np.abs(theirs.grad.numpy()).max())
+        np.testing.assert_allclose(rows(dr.grad(mine)), theirs.grad.numpy(), rtol=rtol, atol=atol)
 
 
 # The corner of test_drjit_reflections.py: paths off faces 0 then 1.
