@@ -158,6 +158,27 @@ def test_refit_keeps_the_embree_scene_in_sync(embree):
 
 
 @needs_embreex
+def test_after_a_refit_the_second_query_rebuilds_embree(embree):
+    # update + sync + one query per step stays on Warp's refit; a second query on the same
+    # geometry rebuilds the Embree scenes (and both answer the moved geometry).
+    v = torch.tensor([[-1, -1, 0], [3, -1, 0], [-1, 3, 0]], dtype=torch.float32)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]])), dynamic=True)
+    scene.build()
+    ray = rt.Ray(torch.tensor([[0.25, 0.25, 2.0], [5.25, 0.25, 2.0]]), torch.tensor([0.0, 0.0, -1.0]))
+    before = cpu_embree.stats["rays"]
+    assert scene.intersect(ray).prim_id.tolist() == [0, -1]
+    assert cpu_embree.stats["rays"] == before + 2  # never refit: Embree from the first query
+    scene.update_mesh_vertices(0, v + torch.tensor([5.0, 0.0, 0.5]))
+    scene.sync()
+    for expect in (before + 2, before + 4):
+        hit = scene.intersect(ray)
+        assert cpu_embree.stats["rays"] == expect
+        assert hit.prim_id.tolist() == [-1, 0]
+        assert hit.t[1].item() == pytest.approx(1.5, abs=1e-6)
+
+
+@needs_embreex
 def test_gradients_equal_on_both_paths():
     vertices, faces = reference.icosphere(2)
 
