@@ -120,14 +120,15 @@ class RaydTorch(Engine):
 
 class RaydTorchEmbree(RaydTorch):
     """rayd.torch with the Embree CPU accelerator on (``rayd.engine.cpu_embree``; the CPU
-    default where embreex imports). Its Embree scenes are built at the first query after a
-    build (and at the second after a refit): build_ms includes a one-ray query to count them."""
+    default where embreex imports). Its Embree scene is built at the second query on a
+    geometry (``cpu_embree.WARM_QUERIES``): build_ms includes two one-ray queries to count it."""
 
     _cpu_accel = True
 
     def build(self):
         super().build()
-        self.built.intersect(self.rt.Ray(self.ray.o[:1], self.ray.d[:1]))
+        for _ in range(2):
+            self.built.intersect(self.rt.Ray(self.ray.o[:1], self.ray.d[:1]))
 
     name = "rayd.torch (embree)"
 

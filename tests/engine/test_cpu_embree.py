@@ -23,26 +23,30 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture
 def embree():
     """Embree path on for the test (restored after)."""
-    was = cpu_embree.active()
+    was, warm = cpu_embree.active(), cpu_embree.WARM_QUERIES
     cpu_embree.set_enabled(True)
+    cpu_embree.WARM_QUERIES = 0  # Embree from the first query
     before = cpu_embree.stats["rays"]
     yield
     cpu_embree.set_enabled(was)
+    cpu_embree.WARM_QUERIES = warm
     assert cpu_embree.stats["rays"] > before, "the Embree path was not taken"
 
 
 def _both(scene_fn, query):
     """``query(scene)`` with Embree off, then on (same scene built twice)."""
-    was = cpu_embree.active()
+    was, warm = cpu_embree.active(), cpu_embree.WARM_QUERIES
     try:
         cpu_embree.set_enabled(False)
         warp = query(scene_fn())
         cpu_embree.set_enabled(True)
+        cpu_embree.WARM_QUERIES = 0
         before = cpu_embree.stats["rays"]
         emb = query(scene_fn())
         assert cpu_embree.stats["rays"] > before, "the Embree path was not taken"
     finally:
         cpu_embree.set_enabled(was)
+        cpu_embree.WARM_QUERIES = warm
     return warp, emb
 
 
@@ -158,24 +162,29 @@ def test_refit_keeps_the_embree_scene_in_sync(embree):
 
 
 @needs_embreex
-def test_after_a_refit_the_second_query_rebuilds_embree(embree):
-    # update + sync + one query per step stays on Warp's refit; a second query on the same
-    # geometry rebuilds the Embree scenes (and both answer the moved geometry).
+@pytest.mark.parametrize("refit", [False, True])
+def test_the_second_query_on_a_geometry_builds_embree(embree, refit):
+    # Default policy (WARM_QUERIES = 1): after build() or a refit, one query on Warp, then
+    # Embree (built then); a loop of update + sync + one query stays on Warp's refit.
+    cpu_embree.WARM_QUERIES = 1
     v = torch.tensor([[-1, -1, 0], [3, -1, 0], [-1, 3, 0]], dtype=torch.float32)
     scene = rt.Scene()
     scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]])), dynamic=True)
     scene.build()
     ray = rt.Ray(torch.tensor([[0.25, 0.25, 2.0], [5.25, 0.25, 2.0]]), torch.tensor([0.0, 0.0, -1.0]))
+    expect, t = [0, -1], 2.0
+    if refit:
+        scene.intersect(ray)
+        scene.intersect(ray)
+        scene.update_mesh_vertices(0, v + torch.tensor([5.0, 0.0, 0.5]))
+        scene.sync()
+        expect, t = [-1, 0], 1.5
     before = cpu_embree.stats["rays"]
-    assert scene.intersect(ray).prim_id.tolist() == [0, -1]
-    assert cpu_embree.stats["rays"] == before + 2  # never refit: Embree from the first query
-    scene.update_mesh_vertices(0, v + torch.tensor([5.0, 0.0, 0.5]))
-    scene.sync()
-    for expect in (before + 2, before + 4):
+    for embree_rays in (0, 2, 4):
         hit = scene.intersect(ray)
-        assert cpu_embree.stats["rays"] == expect
-        assert hit.prim_id.tolist() == [-1, 0]
-        assert hit.t[1].item() == pytest.approx(1.5, abs=1e-6)
+        assert cpu_embree.stats["rays"] == before + embree_rays
+        assert hit.prim_id.tolist() == expect
+        assert hit.t[expect.index(0)].item() == pytest.approx(t, abs=1e-6)
 
 
 @needs_embreex
@@ -259,9 +268,9 @@ def test_embree_alone_leaks_and_the_caps_flag_every_leak():
     inside = rng.uniform(-0.4, 0.4, v.shape).astype(np.float32)
     o = np.concatenate((np.zeros_like(v), inside, 3.0 * v))
     d = np.concatenate((v, v - inside, 0.5 * (v - 3.0 * v))).astype(np.float32)
-    tri = cpu_embree._commit(v, faces.astype(np.int32))
+    tri = cpu_embree._commit((v, faces.astype(np.int32)))
     prim = tri.run(o, d, dists=np.full(len(d), 10.0, np.float32), output=1)["primID"]
-    caps = cpu_embree._commit(*cpu_embree.vertex_caps(v.astype(np.float64), cpu_embree.CAP * np.abs(v).max()))
+    caps = cpu_embree._commit(cpu_embree.vertex_caps(v.astype(np.float64), cpu_embree.CAP * np.abs(v).max()))
     capped = caps.run(o, d, dists=np.full(len(d), 10.0, np.float32), query="OCCLUDED")
     leaked = prim < 0
     assert leaked.any(), "Embree no longer leaks here: the caps may be unnecessary (measure)"

@@ -9,10 +9,11 @@ the Warp path's up to ties (a ray through a shared edge or vertex may get either
 
 - watertightness: Embree 4.4's robust test leaks within about 1e-7 (relative) of a mesh
   vertex (a ray through a vertex of a closed icosphere misses every face around it; its
-  edges are consistent: grids pass). A second Embree scene of *vertex caps*
-  (:func:`vertex_caps`: three small triangles around each vertex, radius ``CAP * R``)
-  is queried for occlusion up to Embree's hit (or the ray's end): a ray passing that near
-  a vertex is re-searched by Warp (Woop et al. 2013, watertight), about 0.1-1 % of rays.
+  edges are consistent: grids pass). The Embree scene also holds *vertex caps*
+  (:func:`vertex_caps`: three small triangles around each vertex, radius ``CAP * R``,
+  their own geomID): a ray whose closest hit is a cap passes near a vertex before any
+  triangle (or misses them all) and is re-searched by Warp (Woop et al. 2013,
+  watertight): about 0-1 % of rays.
   So are rays whose shifted origin lies beyond ``FAR * R`` (their rounding outgrows the caps).
 - the open interval ``tmin < t < tmax``: embreex has no per-ray ``tnear``, so the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
@@ -34,8 +35,9 @@ the Warp path's up to ties (a ray through a shared edge or vertex may get either
 Embree sees centre-relative float32 coordinates (vertices and origins minus ``c``,
 subtracted in float64). The :class:`EmbreeMirror` attached to a
 :class:`~rayd.engine.triangles.TriangleScene` is marked stale by every refit (``sync()``)
-and rebuilt at the second query on the same geometry (embreex has no refit, and a
-rebuild costs several Warp refits): an update-sync-query loop stays on the Warp path.
+and rebuilt at the second query on the same geometry (``WARM_QUERIES``; embreex has no
+refit, and a rebuild costs about ten Warp refits): one-shot scenes and update-sync-query
+loops stay on the Warp path.
 """
 
 from __future__ import annotations
@@ -65,6 +67,11 @@ CAP = 2.0**-12
 #: Rays whose Embree origin lies farther than ``FAR * R`` from the centre are re-searched by
 #: Warp (their float32 rounding would outgrow the caps).
 FAR = 16.0
+
+#: Queries on a geometry (after ``build()`` or a refit) that Warp answers before the Embree
+#: scene is built: building it (embreex copies the arrays element by element) costs about
+#: ten Warp refits, so one-shot and update-every-query scenes never pay it.
+WARM_QUERIES = 1
 
 #: Rays per thread-pool chunk (at least); the batch is split in about 4 chunks per core.
 MIN_CHUNK = 4096
@@ -111,8 +118,9 @@ def describe() -> str:
 class EmbreeMirror:
     """Embree scenes over the triangles of a CPU :class:`TriangleScene`, centre-relative.
 
-    Two scenes: the triangles, and the *vertex caps* (:func:`vertex_caps`) that flag the
-    rays passing near a vertex, where Embree's robust test may leak.
+    One Embree scene of two meshes: the triangles (geomID 0) and the *vertex caps*
+    (:func:`vertex_caps`, geomID 1) that flag the rays passing near a vertex, where
+    Embree's robust test may leak.
 
     Args:
         tri: the triangle scene (its ``points`` and ``indices`` are read at each rebuild).
@@ -120,27 +128,25 @@ class EmbreeMirror:
 
     def __init__(self, tri) -> None:
         self.tri = tri
-        self.refits = 0  # refits of ``tri`` seen
         self.stale = True
-        self.waited = 0  # queries answered by Warp since the last refit
+        self.waited = 0  # queries answered by Warp on the current geometry
 
     def refresh(self) -> None:
-        """Mark the scenes out of date (called at every refit, i.e. at ``sync()``).
+        """Mark the scene out of date (called at every refit, i.e. at ``sync()``).
 
-        The rebuild happens at a later query (:meth:`ready`): embreex has no refit, and
-        rebuilding costs several Warp refits, so a loop of update, ``sync()`` and one query
+        The rebuild happens at a later query (:meth:`ready`): embreex has no refit, and a
+        rebuild costs several Warp refits, so a loop of update, ``sync()`` and one query
         per step stays on the Warp path.
         """
-        self.refits += 1
         self.stale = True
         self.waited = 0
 
     def ready(self) -> bool:
-        """Whether this query may use Embree (rebuilding first where due): always before the
-        first refit, else from the second query on the same geometry."""
+        """Whether this query may use Embree, rebuilding first where due: the first
+        ``WARM_QUERIES`` queries on a geometry (after ``build()`` or a refit) use Warp."""
         if not self.stale:
             return True
-        if self.refits and self.waited < 1:
+        if self.waited < WARM_QUERIES:
             self.waited += 1
             return False
         self.rebuild()
@@ -160,15 +166,19 @@ class EmbreeMirror:
         a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
         degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
         self.degenerate = wp.array(degenerate.astype(np.uint8), dtype=wp.uint8, device=tri.device)
-        self.scene = _commit(np.ascontiguousarray(rel, dtype=np.float32), faces)
-        self.caps = _commit(*vertex_caps(used - self.centre, CAP * self.radius))
+        # One Embree scene: the triangles (geomID 0) and the vertex caps (geomID 1); a ray whose
+        # closest hit is a cap passes near a vertex before any triangle (or misses them all).
+        self.scene = _commit((np.ascontiguousarray(rel, dtype=np.float32), faces),
+                             vertex_caps(used - self.centre, CAP * self.radius))
         self.stale = False
 
 
-def _commit(vertices: np.ndarray, faces: np.ndarray):
-    """A committed robust-mode ``EmbreeScene`` of float32 ``vertices`` (V, 3) and int32 ``faces`` (F, 3)."""
+def _commit(*meshes: tuple[np.ndarray, np.ndarray]):
+    """A committed robust-mode ``EmbreeScene`` of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)``
+    (geomID = position in ``meshes``)."""
     scene = _rtcore_scene.EmbreeScene(robust=True)
-    _mesh_construction.TriangleMesh(scene, vertices, faces)
+    for vertices, faces in meshes:
+        _mesh_construction.TriangleMesh(scene, vertices, faces)
     # embreex commits (builds the BVH) at the first query: commit now.
     scene.run(np.zeros((1, 3), np.float32), np.ones((1, 3), np.float32))
     return scene
@@ -275,7 +285,7 @@ def _finish_kernel(
     redo[i] = wp.uint8(0)
     if tfar[i] < 0.0:  # inactive or malformed: a miss, not searched
         return
-    if capped[i] >= 0 or wp.length(origin[i]) > far_origin:
+    if capped[i] > 0 or wp.length(origin[i]) > far_origin:
         redo[i] = wp.uint8(1)
         return
     f = prim[i]
@@ -316,11 +326,11 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
 
 
 def _embree_run(m: EmbreeMirror, buf: dict) -> None:
-    """Embree's closest hit of every row (``far`` becomes ``tfar``), then the vertex caps up to
-    it, on chunks of rays in a thread pool (``EmbreeScene.run`` releases the GIL)."""
+    """Embree's closest hit (triangle or vertex cap) of every row (``far`` becomes ``tfar``), on
+    chunks of rays in a thread pool (``EmbreeScene.run`` releases the GIL)."""
     global _pool
     org, dirs = buf["origin"].numpy(), buf["direction"].numpy()
-    far, delta, prim, capped = (buf[k].numpy() for k in ("far", "delta", "prim", "capped"))
+    far, prim, capped = (buf[k].numpy() for k in ("far", "prim", "capped"))
     n = org.shape[0]
     workers = os.cpu_count() or 1
     parts = max(1, min(4 * workers, n // MIN_CHUNK))
@@ -331,9 +341,8 @@ def _embree_run(m: EmbreeMirror, buf: dict) -> None:
         o, d, f = org[lo:hi], dirs[lo:hi], far[lo:hi]
         res = m.scene.run(o, d, dists=f, output=1)
         prim[lo:hi] = res["primID"]
+        capped[lo:hi] = res["geomID"]  # 1: a vertex cap
         f[:] = res["tfar"]  # (embreex writes it into ``dists`` itself: then a no-op)
-        # Caps up to the hit (or the ray's end) plus the band; -1 (not searched) stays -1.
-        capped[lo:hi] = m.caps.run(o, d, dists=np.where(f >= 0.0, f + delta[lo:hi], f), query="OCCLUDED")
 
     if parts == 1:
         run(0)
