@@ -188,6 +188,22 @@ def test_the_second_query_on_a_geometry_builds_embree(embree, refit):
 
 
 @needs_embreex
+def test_concurrent_queries_on_one_scene(embree):
+    # Queries from several threads at once (scratch buffers are per query): the sequential answers.
+    import concurrent.futures
+
+    v, f = _random_scene(3, n=1000, degenerate=0)
+    scene = _scene(v, f)
+    rays = [rt.Ray(*map(torch.tensor, _rays(s, 20000, v))) for s in range(4)]
+    expect = [scene.intersect(r).prim_id for r in rays]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for _ in range(3):
+            got = list(pool.map(lambda r: scene.intersect(r).prim_id, rays))
+            for g, e in zip(got, expect):
+                assert torch.equal(g, e)
+
+
+@needs_embreex
 def test_gradients_equal_on_both_paths():
     vertices, faces = reference.icosphere(2)
 

@@ -313,15 +313,15 @@ def _rows(array, n: int) -> np.ndarray:
 
 
 def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
-    """Per-batch scratch arrays, kept on the mirror and reused while ``n`` repeats."""
-    cache = getattr(m, "_scratch", None)
+    """Per-batch scratch arrays, reused while ``n`` repeats: taken off the mirror for the
+    query (a concurrent query on another thread allocates its own) and put back by :func:`search`."""
+    cache = m.__dict__.pop("_scratch", None)  # atomic under the GIL
     if cache is None or cache["n"] != n:
         cache = {"n": n, "origin": wp.empty(n, dtype=wp.vec3, device=dev),
                  "direction": wp.empty(n, dtype=wp.vec3, device=dev),
                  **{k: wp.empty(n, dtype=float, device=dev) for k in ("far", "start", "delta")},
                  **{k: wp.empty(n, dtype=wp.int32, device=dev) for k in ("prim", "capped")},
                  "redo": wp.empty(n, dtype=wp.uint8, device=dev)}
-        m._scratch = cache
     return cache
 
 
@@ -353,7 +353,7 @@ def _embree_run(m: EmbreeMirror, buf: dict) -> None:
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
-    """Closest (or any) hit per ray on the CPU: Embree's hit bounds rayd's Warp search.
+    """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
 
     Args:
         accel: a :class:`SceneAccel` for which :func:`usable` holds.
@@ -377,6 +377,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
                 [global_prim_id, buf["redo"]], dev, None)
     out_np = global_prim_id.numpy()
     redo = np.flatnonzero(buf["redo"].numpy())
+    m._scratch = buf
     stats["rays"] += n
     stats["redone"] += int(redo.size)
     if redo.size == 0:
