@@ -15,6 +15,10 @@ the Warp path's up to ties (a ray through a shared edge or vertex may get either
   triangle (or misses them all) and is re-searched by Warp (Woop et al. 2013,
   watertight): about 0-1 % of rays.
   So are rays whose shifted origin lies beyond ``FAR * R`` (their rounding outgrows the caps).
+- slivers (smallest altitude below ``8 CAP R``): every point of one lies within rounding of
+  its edges, where the two tests may disagree away from any vertex; each gets a cap
+  rectangle over it (:func:`sliver_caps`), and a ray whose Embree winner is a sliver or a
+  sliver cap is re-searched by Warp.
 - the open interval ``tmin < t < tmax``: embreex has no per-ray ``tnear``, so the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
   ``tmax + delta``; a winner with ``t`` within ``delta`` of ``tmin`` or ``tmax`` (the
@@ -164,12 +168,20 @@ class EmbreeMirror:
         rel = points - self.centre
         self.radius = float(np.abs(used - self.centre).max()) if used.size else 0.0
         a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
+        r = CAP * self.radius
         degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
-        self.degenerate = wp.array(degenerate.astype(np.uint8), dtype=wp.uint8, device=tri.device)
-        # One Embree scene: the triangles (geomID 0) and the vertex caps (geomID 1); a ray whose
-        # closest hit is a cap passes near a vertex before any triangle (or misses them all).
-        self.scene = _commit((np.ascontiguousarray(rel, dtype=np.float32), faces),
-                             vertex_caps(used - self.centre, CAP * self.radius))
+        slivers = sliver_caps(a, b, c, r, ~degenerate)
+        # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
+        # a ray whose Embree winner is either is re-searched by Warp.
+        flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
+        self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
+        # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
+        # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
+        # sliver before any other triangle (or misses them all).
+        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+        if slivers[0].any():
+            meshes.append(slivers[1:])
+        self.scene = _commit(*meshes)
         self.stale = False
 
 
@@ -209,6 +221,49 @@ def vertex_caps(vertices: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]
             corners.append(vertices + offset)
     points = np.stack(corners, 1).reshape(-1, 3).astype(np.float32)
     return points, np.arange(points.shape[0], dtype=np.int32).reshape(-1, 3)
+
+
+def sliver_caps(a: np.ndarray, b: np.ndarray, c: np.ndarray, r: float,
+                keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Caps over the slivers: faces (of ``keep``) whose smallest altitude is below ``8 r``.
+
+    Every point of a sliver lies within float32 rounding of its edges, where Embree's and
+    rayd's tests may disagree away from any vertex. Each sliver gets a rectangle in its
+    plane, along its longest edge, covering it with a margin of ``4 r``: a ray through
+    the sliver crosses the rectangle well inside it.
+
+    Args:
+        a, b, c: (F, 3) float64 corners.
+        r: the vertex-cap radius.
+        keep: (F,) bool, the faces that may be slivers (not degenerate).
+
+    Returns:
+        ``(sliver (F,) bool, points (4 S, 3) float32, faces (2 S, 3) int32)``.
+    """
+    cross = np.cross(b - a, c - a)
+    area2 = np.linalg.norm(cross, axis=1)
+    edges = np.stack([b - a, c - b, a - c], 1)  # edge k runs from corner k to corner k + 1
+    lengths = np.linalg.norm(edges, axis=2)
+    k = lengths.argmax(1)
+    longest = lengths[np.arange(len(k)), k]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        height = area2 / longest
+    sliver = keep & (height < 8.0 * r)
+    corners = np.stack([a, b, c], 1)[sliver]
+    k, longest, height = k[sliver], longest[sliver], height[sliver]
+    idx = np.arange(len(k))
+    p, q, other = corners[idx, k], corners[idx, (k + 1) % 3], corners[idx, (k + 2) % 3]
+    u = (q - p) / longest[:, None]
+    w = other - p - np.sum((other - p) * u, 1)[:, None] * u  # towards the third corner, in-plane
+    norm = np.linalg.norm(w, axis=1)[:, None]
+    n = cross[sliver] / area2[sliver][:, None]
+    w = np.where(norm > 0, w / np.where(norm > 0, norm, 1.0), np.cross(n, u))
+    m = 4.0 * r
+    rect = np.stack([p - m * u - m * w, q + m * u - m * w, q + m * u + (height[:, None] + m) * w,
+                     p - m * u + (height[:, None] + m) * w], 1)
+    base = 4 * idx[:, None]
+    tris = np.concatenate([base + [0, 1, 2], base + [0, 2, 3]], 1).reshape(-1, 3)
+    return sliver, rect.reshape(-1, 3).astype(np.float32), tris.astype(np.int32)
 
 
 def mirror(tri) -> EmbreeMirror:
