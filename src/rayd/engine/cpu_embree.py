@@ -64,13 +64,19 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 BAND = 1.0e-5
 
 #: Vertex-cap radius, in units of the scene's centre-relative radius ``R``: rays passing within
-#: ``CAP * R`` of a vertex before their Embree hit are re-searched by Warp (Embree's leaks,
-#: measured, lie within about 1e-7 R).
-CAP = 2.0**-12
+#: ``CAP * R`` (1.5e-5 R) of a vertex before their Embree hit are re-searched by Warp (Embree's
+#: leaks, measured, lie within about 1e-7 R of a vertex; float32 rounding at ``|origin| <= 4 R``
+#: is about 5e-7 R). Small beside the edges of dense scans (1e-3 R for 871 k triangles).
+CAP = 2.0**-16
 
 #: Rays whose Embree origin lies farther than ``FAR * R`` from the centre are re-searched by
-#: Warp (their float32 rounding would outgrow the caps).
-FAR = 16.0
+#: Warp (their float32 rounding would outgrow the caps); origins are moved to the sphere of
+#: radius ``1.8 R`` around the centre first, so this is a guard.
+FAR = 4.0
+
+#: Flat scenes of more triangles stay on the Warp path: embreex copies the triangles and the
+#: caps element by element (about 46 s for 871 k triangles on the 2-core VM).
+MAX_TRIANGLES = 300_000
 
 #: Queries on a geometry (after ``build()`` or a refit) that Warp answers before the Embree
 #: scene is built: building it (embreex copies the arrays element by element) costs about
@@ -279,6 +285,8 @@ def usable(accel) -> bool:
     """Whether :func:`search` can serve ``accel`` (CPU, flat triangles only, Embree active)."""
     if not (active() and accel.device.is_cpu and accel.instances is None and accel.flat is not None):
         return False
+    if accel.flat.num_triangles > MAX_TRIANGLES:
+        return False
     return mirror(accel.flat).ready()
 
 
@@ -299,7 +307,8 @@ def _prepare_kernel(
     origin: wp.array(dtype=wp.vec3), direction: wp.array(dtype=wp.vec3), far: wp.array(dtype=float),
     start: wp.array(dtype=float), delta: wp.array(dtype=float),
 ):
-    """Embree's ray per row: origin ``o + (tmin - delta) d - c`` (float64), ``tfar`` (-1: skip)."""
+    """Embree's ray per row: origin ``o + (max(tmin, sphere entry) - delta) d - c`` (float64),
+    ``tfar`` up to ``min(tmax, sphere exit) + delta`` (-1: a miss without a search)."""
     i = wp.tid()
     oi = o[i * o_stride]
     di = d[i * d_stride]
@@ -314,13 +323,24 @@ def _prepare_kernel(
         od = wp.vec3d(wp.float64(oi[0]), wp.float64(oi[1]), wp.float64(oi[2])) - centre
         dd = wp.vec3d(wp.float64(di[0]), wp.float64(di[1]), wp.float64(di[2]))
         dl = wp.float64(band) * (wp.length(od) + wp.float64(radius)) / wp.length(dd)
-        s0 = wp.float64(t0) - dl
-        p = od + s0 * dd
-        origin[i] = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
-        direction[i] = di
-        far[i] = float(wp.float64(t1) - s0 + dl)
-        start[i] = float(s0)
-        delta[i] = float(dl)
+        # Clip to the sphere of radius 1.8 R around the centre (it holds every vertex): Embree's
+        # origin then lies within it (small rounding), and a ray that misses it is a miss.
+        rs = wp.float64(1.8) * wp.float64(radius)
+        dd2 = wp.dot(dd, dd)
+        b = wp.dot(od, dd)
+        disc = b * b - dd2 * (wp.dot(od, od) - rs * rs)
+        if disc >= wp.float64(0.0):
+            sq = wp.sqrt(disc)
+            lo = wp.max(wp.float64(t0), (-b - sq) / dd2)
+            hi = wp.min(wp.float64(t1), (-b + sq) / dd2)
+            if hi > lo:
+                s0 = lo - dl
+                p = od + s0 * dd
+                origin[i] = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
+                direction[i] = di
+                far[i] = float(hi - s0 + dl)
+                start[i] = float(s0)
+                delta[i] = float(dl)
 
 
 @wp.kernel(enable_backward=False)
