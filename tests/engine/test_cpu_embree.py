@@ -281,14 +281,15 @@ def test_watertight_grids_with_embree(embree, name):
 @needs_embreex
 def test_watertight_closed_icosphere_with_embree(embree):
     # Embree 4.4's robust test alone leaks here (4-6 of 48,642 rays near vertices miss every
-    # face): the vertex caps send the rays near vertices to Warp, and the test passes.
+    # face): the vertex caps and the edge check send those rays to Warp, and the test passes.
     sys.path.insert(0, str(ROOT / "tests" / "torch"))
     import test_watertight
 
     rays, redone = cpu_embree.stats["rays"], cpu_embree.stats["redone"]
     test_watertight.test_closed_icosphere_from_inside_and_outside("cpu", 4)
-    share = (cpu_embree.stats["redone"] - redone) / (cpu_embree.stats["rays"] - rays)
-    assert 0 < share < 0.2, share  # the rays near vertices only, not all of them
+    # Every ray there aims at a vertex or an edge point: all are ties or near vertices, so
+    # Warp answers them (the caps alone are tested below).
+    assert cpu_embree.stats["redone"] - redone == cpu_embree.stats["rays"] - rays
 
 
 @needs_embreex

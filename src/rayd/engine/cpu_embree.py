@@ -5,7 +5,7 @@ On the CPU, :func:`rayd.engine.intersect.search` hands flat scenes (no instances
 or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust mode) on
 chunks of rays in a thread pool over all cores (``EmbreeScene.run`` releases the GIL);
 rayd's Warp search answers every ray Embree cannot answer exactly, so the winners are
-the Warp path's up to ties (a ray through a shared edge or vertex may get either face):
+the Warp path's:
 
 - watertightness: Embree 4.4's robust test leaks within about 1e-7 (relative) of a mesh
   vertex (a ray through a vertex of a closed icosphere misses every face around it; its
@@ -28,6 +28,8 @@ the Warp path's up to ties (a ray through a shared edge or vertex may get either
 - ``ignore`` and disabled meshes: when Embree's winner is the ignored face or lies
   on a disabled mesh, the closest *allowed* face may lie behind it: Warp re-searches
   that ray. Any other winner is also the closest allowed one.
+- ties: a hit within ``EDGE`` (barycentric) of its face's edges is re-searched by Warp,
+  so a ray through a shared edge gets the Warp path's face.
 - degenerate triangles (zero cross product in float64) are misses in rayd: a ray
   whose Embree winner is one is re-searched by Warp.
 - a miss of a ray with a zero direction component: Embree culls such a ray lying
@@ -73,6 +75,11 @@ CAP = 2.0**-16
 #: Warp (their float32 rounding would outgrow the caps); origins are moved to the sphere of
 #: radius ``1.8 R`` around the centre first, so this is a guard.
 FAR = 4.0
+
+#: A hit with a barycentric weight below ``EDGE`` lies on (or within rounding of) an edge,
+#: where two faces tie or a boundary edge decides: re-searched by Warp, so that ties resolve
+#: as on the Warp path (the same face from both paths, query after query).
+EDGE = 2.0**-16
 
 #: Flat scenes of more triangles stay on the Warp path: embreex copies the triangles and the
 #: caps element by element (about 46 s for 871 k triangles on the 2-core VM).
@@ -352,6 +359,7 @@ def _finish_kernel(
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), far_origin: float,
     origin: wp.array(dtype=wp.vec3), tfar: wp.array(dtype=float), start: wp.array(dtype=float),
     delta: wp.array(dtype=float), prim: wp.array(dtype=wp.int32), capped: wp.array(dtype=wp.int32),
+    u: wp.array(dtype=float), v: wp.array(dtype=float), edge: float,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
 ):
     """The winner's ``global_prim_id``, or -1 and ``redo = 1`` where Warp must decide."""
@@ -373,7 +381,8 @@ def _finish_kernel(
     dl = wp.float64(delta[i])
     bad = t <= wp.float64(tmin[i * tmin_stride]) + dl or t >= wp.float64(tmax[i * tmax_stride]) - dl
     g = flat_global[f]
-    if bad or not wp.isfinite(t) or degenerate[f] != wp.uint8(0) or g == ignore[i * ignore_stride] or shape_enabled[flat_shape[f]] == wp.uint8(0):
+    near_edge = wp.min(wp.min(u[i], v[i]), 1.0 - u[i] - v[i]) < edge  # a tie: Warp's pick
+    if bad or near_edge or not wp.isfinite(t) or degenerate[f] != wp.uint8(0) or g == ignore[i * ignore_stride] or shape_enabled[flat_shape[f]] == wp.uint8(0):
         redo[i] = wp.uint8(1)
         return
     out[i] = g
@@ -394,7 +403,7 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
     if cache is None or cache["n"] != n:
         cache = {"n": n, "origin": wp.empty(n, dtype=wp.vec3, device=dev),
                  "direction": wp.empty(n, dtype=wp.vec3, device=dev),
-                 **{k: wp.empty(n, dtype=float, device=dev) for k in ("far", "start", "delta")},
+                 **{k: wp.empty(n, dtype=float, device=dev) for k in ("far", "start", "delta", "u", "v")},
                  **{k: wp.empty(n, dtype=wp.int32, device=dev) for k in ("prim", "capped")},
                  "redo": wp.empty(n, dtype=wp.uint8, device=dev)}
     return cache
@@ -405,7 +414,7 @@ def _embree_run(m: EmbreeMirror, buf: dict) -> None:
     chunks of rays in a thread pool (``EmbreeScene.run`` releases the GIL)."""
     global _pool
     org, dirs = buf["origin"].numpy(), buf["direction"].numpy()
-    far, prim, capped = (buf[k].numpy() for k in ("far", "prim", "capped"))
+    far, prim, capped, bu, bv = (buf[k].numpy() for k in ("far", "prim", "capped", "u", "v"))
     n = org.shape[0]
     workers = os.cpu_count() or 1
     parts = max(1, min(4 * workers, n // MIN_CHUNK))
@@ -416,7 +425,9 @@ def _embree_run(m: EmbreeMirror, buf: dict) -> None:
         o, d, f = org[lo:hi], dirs[lo:hi], far[lo:hi]
         res = m.scene.run(o, d, dists=f, output=1)
         prim[lo:hi] = res["primID"]
-        capped[lo:hi] = res["geomID"]  # 1: a vertex cap
+        capped[lo:hi] = res["geomID"]  # 1: a vertex cap, 2: a sliver cap
+        bu[lo:hi] = res["u"]
+        bv[lo:hi] = res["v"]
         f[:] = res["tfar"]  # (embreex writes it into ``dists`` itself: then a no-op)
 
     if parts == 1:
@@ -448,7 +459,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     _embree_run(m, buf)
     launch_rows(_finish_kernel, n,
                 [*args[2:8], *args[10:12], view.flat_global, view.flat_shape, view.shape_enabled, m.degenerate, FAR * m.radius,
-                 *(PerRow(buf[k]) for k in ("origin", "far", "start", "delta", "prim", "capped"))],
+                 *(PerRow(buf[k]) for k in ("origin", "far", "start", "delta", "prim", "capped")),
+                 PerRow(buf["u"]), PerRow(buf["v"]), EDGE],
                 [global_prim_id, buf["redo"]], dev, None)
     out_np = global_prim_id.numpy()
     redo = np.flatnonzero(buf["redo"].numpy())
