@@ -114,6 +114,8 @@ class Camera:
             samples = Array2(samples)
         (fx, fy, cx, cy), placed = self._parts(m, double)
         Array3 = m.Array3f64 if double else m.Array3f
+        if dr.width(samples) == 0:  # Dr.Jit does not broadcast width 0 against width 1
+            return Ray(placed[1] if placed is not None else Array3(0.0, 0.0, 0.0), Array3())
         local = Array3((samples.x - cx) / fx, (samples.y - cy) / fy, 1.0)
         if placed is None:
             d, o = local, Array3(0.0, 0.0, 0.0)
@@ -127,6 +129,8 @@ class Camera:
         call = "rayd.drjit.Camera.project()"
         points = _check.float_array(call, "points", points, 3)
         m, double = self._namespace(points)
+        if dr.width(points) == 0:  # Dr.Jit does not broadcast width 0 against width 1
+            return (m.Array2f64 if double else m.Array2f)(), (m.Float64 if double else m.Float)()
         p = self.world_to_camera(m, double, points)
         return self.camera_to_pixels(m, double, p), p.z
 
