@@ -35,3 +35,24 @@ def test_camera_zero_width_samples_and_points(m, pose):
     # The same camera still works on real inputs: the centre ray of pixel (4, 3) points down +z.
     ray = camera.generate_rays(m.Array2f(4.0, 3.0))
     assert np.allclose(rows(ray.d), [[0.0, 0.0, 1.0]])
+
+
+# ----------------------------------------------------------------- sample_edges with nothing to sample
+def test_sample_edges_with_nothing_on_screen(m):
+    """N = 0, geometry behind the camera, all edges masked: empty samples (they raised Dr.Jit size errors)."""
+    camera = rd.Camera(16, 16, fov_y=60.0)
+    front, behind = _scene(m), _scene(m, TRI * np.array([1.0, 1.0, -1.0]))
+    masked = _scene(m)
+    masked.set_edge_mask(m.Bool([False, False, False]))
+    masked.sync()
+    cases = [(front, 0), (behind, 100), (masked, 100)]
+    for scene, n in cases:
+        samples = camera.sample_edges(scene, n, generator=np.random.default_rng(0))
+        assert len(samples) == 0
+        assert dr.width(samples.xy) == 0 and dr.width(samples.weight) == 0 and dr.width(samples.motion) == 0
+        assert dr.width(samples.global_edge_id) == 0 and dr.width(samples.ray_inside.d) == 0
+        image = samples.boundary_term(m.Float(), m.Float())
+        assert dr.width(image) == 256 and float(dr.sum(dr.abs(image))[0]) == 0.0
+    # The front scene does have edges on screen: a positive total length, as in rayd.torch.
+    samples = camera.sample_edges(front, 100, generator=np.random.default_rng(0))
+    assert len(samples) == 100 and float(dr.sum(samples.weight)[0]) > 1.0

@@ -229,6 +229,8 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
         sil = np.array(scene.silhouette_edges(plain.Array3f64(*centre)), dtype=bool)
         applied = np.array(edges._applied, dtype=np.uint8).astype(bool)
         ids = np.flatnonzero(sil & applied).astype(np.int32)
+        if ids.size == 0:  # no edge to sample (Dr.Jit does not broadcast width 0 against width 1)
+            return _empty_samples(camera, m, double)
         geometry = scene._live_geometry(m, double)
         _, a, b = _winner_segments(m, double, m.Int(ids), edges, geometry)
         rows = np.array(edges.rows).T.astype(np.int64)  # (E, 2)
@@ -241,6 +243,8 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     lengths = np.linalg.norm(xy1 - xy0, axis=-1)
     total = float(lengths.sum())
     n = num_samples if total > 0 else 0
+    if n == 0:
+        return _empty_samples(camera, m, double)
     rng = generator if generator is not None else np.random.default_rng()
     pick, s = _core.stratified_positions(lengths, rng.random(n))
     if n:
@@ -277,6 +281,18 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
         ray_outside=camera.generate_rays(Array2(xy + off * nrm)) if n else None,
         global_edge_id=m.Int(gid), edge_t=t, visible=visible, motion=motion,
         width=camera.width, height=camera.height, m=m, count=n,
+    )
+
+
+def _empty_samples(camera, m, double) -> EdgeSamples:
+    """``EdgeSamples`` with no samples (N = 0 or no edge on screen): width-0 fields."""
+    Float = m.Float64 if double else m.Float
+    Array2 = m.Array2f64 if double else m.Array2f
+    empty = camera.generate_rays(Array2())
+    return EdgeSamples(
+        xy=Array2(), normal=Array2(), weight=Float(), ray_inside=empty, ray_outside=empty,
+        global_edge_id=m.Int(), edge_t=Float(), visible=m.Bool(), motion=Float(),
+        width=camera.width, height=camera.height, m=m, count=0,
     )
 
 
