@@ -56,3 +56,22 @@ def test_sample_edges_with_nothing_on_screen(m):
     # The front scene does have edges on screen: a positive total length, as in rayd.torch.
     samples = camera.sample_edges(front, 100, generator=np.random.default_rng(0))
     assert len(samples) == 100 and float(dr.sum(samples.weight)[0]) > 1.0
+
+
+# ----------------------------------------------------------------- camera parameter values
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [("fx", 0.0, "'fx' must be positive, got 0.0"), ("fx", -2.0, "'fx' must be positive, got -2.0"),
+     ("fy", float("nan"), "'fy' must be finite, got nan"), ("cy", float("inf"), "'cy' must be finite, got inf")],
+)
+def test_camera_rejects_bad_array_intrinsics(m, name, value, message):
+    """Width-1 Float intrinsics are checked like numbers (they were taken as given)."""
+    kwargs = {"fx": 10.0, name: m.Float(value)}
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): ") as info:
+        rd.Camera(16, 16, **kwargs)
+    assert message in str(info.value)
+    camera = rd.Camera(16, 16, fx=m.Float(10.0))
+    camera.fx = m.Float(value) if name == "fx" else camera.fx
+    if name == "fx":
+        with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\.sample_edges\(\): 'fx' must be positive"):
+            camera.sample_edges(_scene(m), 10)

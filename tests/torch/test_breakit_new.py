@@ -55,3 +55,41 @@ def test_sample_edges_motion_forward_mode_matches_reverse(device):
     want = torch.stack([g_fx * tangent_fx + (g_pose * tangent_pose).sum() for g_fx, g_pose in rows])
     assert want.abs().max() > 1e-3
     torch.testing.assert_close(jvp, want, rtol=1e-10, atol=1e-12)
+
+
+# ----------------------------------------------------------------- camera parameter values
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (dict(fx=torch.tensor(0.0)), "'fx' must be positive, got 0.0"),
+        (dict(fx=torch.tensor(-3.0)), "'fx' must be positive, got -3.0"),
+        (dict(fx=10.0, fy=torch.tensor(float("nan"))), "'fy' must be finite, got nan"),
+        (dict(fx=10.0, cx=torch.tensor(float("inf"))), "'cx' must be finite, got inf"),
+        (dict(fov_y=torch.tensor(200.0)), "'fov_y' must be in (0, 180) degrees, got 200.0"),
+        (dict(fov_y=torch.tensor(0.0)), "'fov_y' must be in (0, 180) degrees, got 0.0"),
+        (dict(fx=10.0, to_world=torch.zeros(4, 4)), "'to_world' is singular"),
+        (dict(fx=10.0, to_world=torch.full((4, 4), float("nan"))), "'to_world' holds non-finite values"),
+    ],
+)
+def test_camera_rejects_bad_tensor_values(kwargs, message):
+    """Tensor intrinsics and to_world are checked like numbers and mesh transforms (they were not)."""
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): ") as info:
+        rt.Camera(16, 16, **kwargs)
+    assert message in str(info.value)
+
+
+def test_sample_edges_rechecks_parameters_changed_in_place():
+    """A focal length or pose edited in place to an invalid value is refused by sample_edges
+    (it returned samples with NaN positions, or raised torch's LinAlgError)."""
+    scene = _scene(torch.tensor(TRI))
+    fx = torch.tensor(20.0)
+    pose = torch.eye(4)
+    camera = rt.Camera(16, 16, fx=fx, to_world=pose)
+    assert len(camera.sample_edges(scene, 10)) == 10
+    fx.zero_()
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.sample_edges\(\): 'fx' must be positive"):
+        camera.sample_edges(scene, 10)
+    fx.fill_(20.0)
+    pose[2, 2] = 0.0
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.sample_edges\(\): 'to_world' is singular"):
+        camera.sample_edges(scene, 10)

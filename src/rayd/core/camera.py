@@ -33,6 +33,23 @@ NEAR_RELATIVE = 1e-6
 EDGE_OFFSET = 0.005
 
 
+def check_intrinsics(call: str, fx: float, fy: float, cx: float, cy: float, fov_y: float | None = None) -> None:
+    """``ValueError`` naming ``call`` unless the focal lengths are positive and every value finite.
+
+    The frontends call it on the host values of their intrinsics (numbers, or the values
+    of tensors / width-1 arrays) at ``Camera()`` and again in ``sample_edges``, which
+    reads them anyway (a tensor may have changed in place since).
+    """
+    if fov_y is not None and not 0.0 < fov_y < 180.0:
+        raise ValueError(f"{call}: 'fov_y' must be in (0, 180) degrees, got {fov_y}")
+    for name, value in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)):
+        if not math.isfinite(value):
+            raise ValueError(f"{call}: '{name}' must be finite, got {value}")
+    for name, value in (("fx", fx), ("fy", fy)):
+        if not value > 0:
+            raise ValueError(f"{call}: '{name}' must be positive, got {value}")
+
+
 def fov_to_focal(fov_y_degrees: float, height: int) -> float:
     """``fy = (height / 2) / tan(fov_y / 2)`` for a vertical field of view in degrees."""
     return 0.5 * height / math.tan(math.radians(fov_y_degrees) / 2.0)

@@ -68,6 +68,7 @@ class Camera:
                 like = to_world if isinstance(to_world, dr.ArrayBase) and dr.is_jit_v(to_world) else dr.llvm.Float(0)
             to_world = check_transform(_CALL, "to_world", to_world, like)
         self.to_world = to_world
+        _core.check_intrinsics(_CALL, *self.intrinsics())  # the values of width-1 arrays (one read)
 
     def _arrays(self) -> list:
         return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]
@@ -223,6 +224,7 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     m, double = _kind(scene, *camera._arrays())
     plain = _convert.module(scene._backend, False)
     intrinsics = camera.intrinsics()
+    _core.check_intrinsics(call, *intrinsics)  # width-1 arrays may have been replaced since Camera()
     top = edges.topology
     centre = _host_centre(camera)
     with dr.suspend_grad():

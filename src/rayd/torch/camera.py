@@ -7,7 +7,8 @@ import math
 import torch
 
 from rayd.core import camera as _core
-from rayd.torch import _check
+from rayd.core.transforms import check_matrices
+from rayd.torch import _check, _convert
 from rayd.torch.ray import Ray
 
 _CALL = "rayd.torch.Camera()"
@@ -43,9 +44,11 @@ class Camera:
         TypeError: ``width``/``height`` not ints; an intrinsic neither a number nor a
             float tensor; ``to_world`` not a float tensor.
         ValueError: non-positive size, ``fov_y`` together with ``fx``/``fy``, neither
-            given, ``fov_y`` outside ``(0, 180)``, a non-positive focal length, a tensor
-            intrinsic that is not 0-dim, ``to_world`` not (4, 4), or tensors on
-            different devices.
+            given, ``fov_y`` outside ``(0, 180)``, a non-positive focal length, a
+            non-finite intrinsic, a tensor intrinsic that is not 0-dim, ``to_world`` not
+            (4, 4), non-finite or singular (3x3 part of determinant 0), or tensors on
+            different devices. Tensor values are checked here (one host read) and again
+            by :meth:`sample_edges`.
     """
 
     def __init__(
@@ -90,6 +93,16 @@ class Camera:
         tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
         for name, value in tensors[1:]:
             _check.same_device(_CALL, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
+        self._check_values(_CALL)
+
+    def _check_values(self, call: str) -> None:
+        """``ValueError`` for non-positive/non-finite intrinsics or a non-finite/singular ``to_world``
+        (reads tensor values on the host: a synchronisation, at ``Camera()`` and ``sample_edges``)."""
+        fov_y = self.fov_y
+        fov_y = float(_convert.primal(fov_y)) if isinstance(fov_y, torch.Tensor) else fov_y
+        _core.check_intrinsics(call, *self.intrinsics(), fov_y=fov_y)
+        if self.to_world is not None:
+            check_matrices(call, "to_world", _convert.host_matrices(self.to_world))
 
     # ------------------------------------------------------------------ properties
     def _parameters(self) -> list[tuple[str, object]]:
@@ -115,7 +128,7 @@ class Camera:
 
     def intrinsics(self) -> tuple[float, float, float, float]:
         """``(fx, fy, cx, cy)`` as Python floats (detached; synchronises for tensors)."""
-        return tuple(float(v.detach()) if isinstance(v, torch.Tensor) else float(v)
+        return tuple(float(_convert.primal(v)) if isinstance(v, torch.Tensor) else float(v)
                      for v in (self.fx, self.fy, self.cx, self.cy))
 
     def _matrix(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
