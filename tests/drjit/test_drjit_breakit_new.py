@@ -75,3 +75,18 @@ def test_camera_rejects_bad_array_intrinsics(m, name, value, message):
     if name == "fx":
         with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\.sample_edges\(\): 'fx' must be positive"):
             camera.sample_edges(_scene(m), 10)
+
+
+# ----------------------------------------------------------------- NumPy integers and scalars
+def test_numpy_integers_accepted_like_ints(m):
+    """Camera sizes and fov_y, num_samples, max_hits take NumPy numbers (they raised TypeError)."""
+    scene = _scene(m)
+    camera = rd.Camera(np.int64(16), np.int32(16), fov_y=np.float32(60.0))
+    assert (camera.width, camera.height) == (16, 16) and type(camera.width) is int
+    assert np.isclose(camera.intrinsics()[0], 8.0 / np.tan(np.radians(30.0)))
+    assert len(camera.sample_edges(scene, np.int64(5), generator=np.random.default_rng(0))) == 5
+    ray = rd.Ray(m.Array3f(0.0, 0.0, 0.0), m.Array3f(0.0, 0.0, 1.0))
+    hits = scene.intersect_all(ray, np.int64(2))
+    assert hits.shape == (1, 2) and np.allclose(np.array(hits.t), [3.0, np.inf], atol=0.1)
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Scene\.intersect_all\(\): 'max_hits' must be an int"):
+        scene.intersect_all(ray, np.bool_(True))

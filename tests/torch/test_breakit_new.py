@@ -93,3 +93,26 @@ def test_sample_edges_rechecks_parameters_changed_in_place():
     pose[2, 2] = 0.0
     with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.sample_edges\(\): 'to_world' is singular"):
         camera.sample_edges(scene, 10)
+
+
+# ----------------------------------------------------------------- NumPy integers and scalars
+def test_numpy_integers_accepted_like_ints():
+    """Camera sizes, num_samples, max_hits, k take NumPy integers as max_bounces does (they raised TypeError)."""
+    scene = rt.Scene()
+    for z in (1.0, 2.0):
+        v = torch.tensor([[-1.0, -1, z], [1, -1, z], [1, 1, z], [-1, 1, z]])
+        scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2], [0, 2, 3]])))
+    scene.build()
+    camera = rt.Camera(np.int64(16), np.int32(12), fx=np.int64(10), cx=np.float32(7.5))
+    assert (camera.width, camera.height) == (16, 12) and type(camera.width) is int
+    assert camera.intrinsics() == (10.0, 10.0, 7.5, 6.0)
+    ray = rt.Ray(torch.tensor([0.3, 0.1, 0.0]), torch.tensor([[0.0, 0.0, 1.0]]))
+    hits = scene.intersect_all(ray, np.int64(3))
+    assert hits.t.tolist() == [[1.0, 2.0, math.inf]]
+    assert len(camera.sample_edges(scene, np.int64(7))) == 7
+    assert scene.nearest_edges(torch.zeros(1, 3), np.int32(2)).distance.shape == (1, 2)
+    for bad in (True, np.bool_(True)):
+        with pytest.raises(TypeError, match=r"^rayd\.torch\.Scene\.intersect_all\(\): 'max_hits' must be an int"):
+            scene.intersect_all(ray, bad)
+        with pytest.raises(TypeError, match=r"^rayd\.torch\.Camera\(\): 'width' must be an int"):
+            rt.Camera(bad, 12, fx=10.0)

@@ -14,6 +14,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import camera as _core
+from rayd.core.checks import integer, real
 from rayd.drjit import _check, _convert
 from rayd.drjit._nearest_edge import _setup, _winner_segments
 from rayd.drjit.mesh import check_transform
@@ -44,8 +45,9 @@ class Camera:
         self.height = _size("height", height)
         fx, fy, cx, cy = (_scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
         if fov_y is not None:
-            if isinstance(fov_y, bool) or not isinstance(fov_y, (int, float)):
+            if real(fov_y) is None:
                 raise TypeError(f"{_CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
+            fov_y = real(fov_y)
             if fx is not None or fy is not None:
                 raise ValueError(f"{_CALL}: give either 'fov_y' or 'fx'/'fy', not both")
             if not 0.0 < fov_y < 180.0:
@@ -212,8 +214,9 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
 
     if not isinstance(scene, Scene):
         raise TypeError(f"{call}: 'scene' must be a rayd.drjit.Scene, got {type(scene).__name__}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+    if integer(num_samples) is None:
         raise TypeError(f"{call}: 'num_samples' must be an int, got {type(num_samples).__name__}")
+    num_samples = integer(num_samples)
     if num_samples < 0:
         raise ValueError(f"{call}: 'num_samples' must be >= 0, got {num_samples}")
     if generator is not None and not isinstance(generator, np.random.Generator):
@@ -326,8 +329,9 @@ def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
 
 
 def _size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
         raise TypeError(f"{_CALL}: '{name}' must be an int, got {type(value).__name__}")
+    value = integer(value)
     if value <= 0:
         raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
     return value
@@ -336,12 +340,13 @@ def _size(name: str, value: object) -> int:
 def _scalar(name: str, value: object):
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{_CALL}: '{name}' must be a float or a width-1 Float array, got bool")
-    if isinstance(value, (int, float)):
+    if real(value) is not None:
+        value = real(value)
         if not math.isfinite(value):
             raise ValueError(f"{_CALL}: '{name}' must be finite, got {value}")
-        return float(value)
+        return value
     if isinstance(value, dr.ArrayBase) and dr.is_jit_v(value) and dr.depth_v(value) == 1 \
             and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64):
         if dr.width(value) != 1:

@@ -33,6 +33,7 @@ import numpy as np
 import torch
 
 from rayd.core import camera as _core
+from rayd.core.checks import integer
 from rayd.torch import _check, _convert
 from rayd.torch._nearest_edge import _dtype, _ready_edges
 from rayd.torch.edges import placed_vertices
@@ -143,8 +144,9 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
 
     if not isinstance(scene, Scene):
         raise TypeError(f"{_CALL}: 'scene' must be a rayd.torch.Scene, got {type(scene).__name__}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+    if integer(num_samples) is None:
         raise TypeError(f"{_CALL}: 'num_samples' must be an int, got {type(num_samples).__name__}")
+    num_samples = integer(num_samples)
     if num_samples < 0:
         raise ValueError(f"{_CALL}: 'num_samples' must be >= 0, got {num_samples}")
     if generator is not None and not isinstance(generator, torch.Generator):

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from rayd.core import camera as _core
+from rayd.core.checks import integer, real
 from rayd.core.transforms import check_matrices
 from rayd.torch import _check, _convert
 from rayd.torch.ray import Ray
@@ -290,8 +292,9 @@ class Camera:
 
 
 def _size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
         raise TypeError(f"{_CALL}: '{name}' must be an int, got {type(value).__name__}")
+    value = integer(value)
     if value <= 0:
         raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
     return value
@@ -300,12 +303,13 @@ def _size(name: str, value: object) -> int:
 def _scalar(name: str, value: object) -> float | torch.Tensor | None:
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{_CALL}: '{name}' must be a float or a 0-dim float tensor, got bool")
-    if isinstance(value, (int, float)):
+    if real(value) is not None:
+        value = real(value)
         if not math.isfinite(value):
             raise ValueError(f"{_CALL}: '{name}' must be finite, got {value}")
-        return float(value)
+        return value
     if isinstance(value, torch.Tensor):
         value = _check.float_tensor(_CALL, name, value)
         if value.dim() != 0:
