@@ -116,3 +116,41 @@ def test_numpy_integers_accepted_like_ints():
             scene.intersect_all(ray, bad)
         with pytest.raises(TypeError, match=r"^rayd\.torch\.Camera\(\): 'width' must be an int"):
             rt.Camera(bad, 12, fx=10.0)
+
+
+# ----------------------------------------------------------------- forward mode through find_specular_paths
+def _room(device="cpu") -> rt.Scene:
+    """A floor (z = 0) and a wall (x = 3): first-order reflections off either, second order off both."""
+    v = torch.tensor([[-5, -5, 0], [5, -5, 0], [5, 5, 0], [-5, 5, 0],
+                      [3, -5, -1], [3, 5, -1], [3, 5, 6], [3, -5, 6]], dtype=torch.float64, device=device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2], [0, 2, 3], [4, 5, 6], [4, 6, 7]], device=device)))
+    scene.build()
+    return scene
+
+
+def test_find_specular_paths_forward_mode_matches_reverse(device):
+    """torch.func.jvp through find_specular_paths (its host reads of wrapper tensors failed)."""
+    scene = _room(device)
+    sources = torch.tensor([[0.0, 0, 1], [1, 1, 2]], dtype=torch.float64, device=device)
+    targets = torch.tensor([[-1.0, 0.5, 1.5], [2, 0, 0.5]], dtype=torch.float64, device=device)
+
+    def lengths(s):
+        return rt.find_specular_paths(scene, s, targets, 2, num_rays=500).length
+
+    tangent = torch.linspace(-1, 1, 6, dtype=torch.float64, device=device).reshape(2, 3)
+    value, jvp = torch.func.jvp(lengths, (sources,), (tangent,))
+    finite = value.isfinite()
+    assert finite.sum() >= 8  # line of sight, floor, wall, floor+wall ... for every pair
+    x = sources.clone().requires_grad_(True)
+    out = lengths(x)
+    assert torch.equal(out.detach().isfinite(), finite)
+    flat = torch.where(finite, out, 0).reshape(-1)
+    want = torch.stack([(torch.autograd.grad(flat[i], x, retain_graph=True)[0] * tangent).sum()
+                        for i in range(flat.shape[0])]).reshape(value.shape)
+    torch.testing.assert_close(torch.where(finite, jvp, 0), want, rtol=1e-10, atol=1e-12)
+    # The line of sight (slot of the all -1 sequence) moves by the unit direction . tangent.
+    los = rt.find_specular_paths(scene, sources, targets, 2, num_rays=500)
+    k = (los.prim_sequence[0, 0] < 0).all(-1).nonzero()[0, 0]
+    direction = (sources[0] - targets[0]) / (sources[0] - targets[0]).norm()
+    torch.testing.assert_close(jvp[0, 0, k], (direction * tangent[0]).sum())

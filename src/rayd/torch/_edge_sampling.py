@@ -171,14 +171,14 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         offset = (edges.edge_v[ids, 0] - top.v[ids, 0]).long()
         opp = top.opposite[ids, 0].long() + offset
         cam = _camera_points(camera, world)
-        a, b, o = (_host(cam[i]) for i in (edge_v[:, 0], edge_v[:, 1], opp))
+        a, b, o = (_convert.host_array(cam[i]) for i in (edge_v[:, 0], edge_v[:, 1], opp))
     t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, camera.width, camera.height)
     lengths = np.linalg.norm(xy1 - xy0, axis=-1)
     total = float(lengths.sum())
     n = num_samples if total > 0 else 0
     jitter = torch.rand(n, generator=generator, dtype=torch.float64,
                         device=generator.device if generator is not None else "cpu")
-    pick, s = _core.stratified_positions(lengths, _host(jitter))
+    pick, s = _core.stratified_positions(lengths, _convert.host_array(jitter))
     if n:
         pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
         pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])
@@ -220,13 +220,6 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         width=camera.width,
         height=camera.height,
     )
-
-
-def _host(x: torch.Tensor) -> np.ndarray:
-    """``x`` as a NumPy array, also inside ``torch.func`` transforms (whose ops, even on plain
-    tensors, return wrappers without storage: unwrap, then copy with the transforms off)."""
-    with _convert.outside_transforms():
-        return _convert.primal(x).cpu().numpy()
 
 
 def _centre(camera, device: torch.device) -> torch.Tensor:
