@@ -90,3 +90,24 @@ def test_numpy_integers_accepted_like_ints(m):
     assert hits.shape == (1, 2) and np.allclose(np.array(hits.t), [3.0, np.inf], atol=0.1)
     with pytest.raises(TypeError, match=r"^rayd\.drjit\.Scene\.intersect_all\(\): 'max_hits' must be an int"):
         scene.intersect_all(ray, np.bool_(True))
+
+
+# ----------------------------------------------------------------- find_specular_paths arguments
+def _room(m):
+    v = np.array([[-5, -5, 0], [5, -5, 0], [5, 5, 0], [-5, 5, 0], [3, -5, -1], [3, 5, -1], [3, 5, 6], [3, -5, 6]], float)
+    f = np.array([[0, 1, 2], [0, 2, 3], [4, 5, 6], [4, 6, 7]])
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f64, v), vec(m.Array3u, f)))
+    scene.build()
+    return scene
+
+
+def test_find_specular_paths_empty_sources_or_targets(m):
+    """S = 0 or T = 0 gives an empty set (it raised a width mismatch from specular_paths)."""
+    scene = _room(m)
+    points = vec(m.Array3f64, [[0.0, 0, 1], [1, 1, 2]])
+    for sources, targets, shape in ((m.Array3f64(), points, (0, 2, 0, 2)), (points, m.Array3f64(), (2, 0, 0, 2))):
+        found = rd.find_specular_paths(scene, sources, targets, 2, num_rays=50)
+        assert found.shape == shape
+        assert dr.width(found.length) == 0 and dr.width(found.points) == 0 and dr.width(found.valid) == 0
+
