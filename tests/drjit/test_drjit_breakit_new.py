@@ -111,3 +111,15 @@ def test_find_specular_paths_empty_sources_or_targets(m):
         assert found.shape == shape
         assert dr.width(found.length) == 0 and dr.width(found.points) == 0 and dr.width(found.valid) == 0
 
+
+def test_find_specular_paths_line_of_sight_must_be_bool(m):
+    """A non-bool line_of_sight is a TypeError (the string "no" switched it on)."""
+    scene = _room(m)
+    points = vec(m.Array3f64, [[0.0, 0, 1]])
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.find_specular_paths\(\): 'line_of_sight' must be a bool"):
+        rd.find_specular_paths(scene, points, points, 1, num_rays=10, line_of_sight="no")
+    found = rd.find_specular_paths(scene, points, vec(m.Array3f64, [[-1.0, 0.5, 1.5]]), 1, num_rays=200,
+                                   line_of_sight=np.bool_(False))
+    seq = np.array(found.prim_sequence).reshape(found.shape)
+    valid = np.array(found.valid).reshape(found.shape[:3])
+    assert valid.any() and (seq[valid] >= 0).any(-1).all()  # no all -1 (line of sight) path

@@ -154,3 +154,14 @@ def test_find_specular_paths_forward_mode_matches_reverse(device):
     k = (los.prim_sequence[0, 0] < 0).all(-1).nonzero()[0, 0]
     direction = (sources[0] - targets[0]) / (sources[0] - targets[0]).norm()
     torch.testing.assert_close(jvp[0, 0, k], (direction * tangent[0]).sum())
+
+
+def test_find_specular_paths_line_of_sight_must_be_bool():
+    """A non-bool line_of_sight is a TypeError (the string "no" switched it on)."""
+    scene = _room()
+    points = torch.tensor([[0.0, 0, 1]], dtype=torch.float64)
+    with pytest.raises(TypeError, match=r"^rayd\.torch\.find_specular_paths\(\): 'line_of_sight' must be a bool"):
+        rt.find_specular_paths(scene, points, points, 1, num_rays=10, line_of_sight="no")
+    found = rt.find_specular_paths(scene, points, torch.tensor([[-1.0, 0.5, 1.5]], dtype=torch.float64), 1,
+                                   num_rays=200, line_of_sight=np.bool_(False))
+    assert found.valid.any() and (found.prim_sequence[found.valid] >= 0).any(-1).all()

@@ -57,6 +57,7 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
         _check.same_backend(call, name, value, scene.device, "the scene")
     bounces = core_paths.check_bounces(call, max_bounces)
     num_rays = core_paths.check_num_rays(call, num_rays)
+    line_of_sight = core_paths.check_line_of_sight(call, line_of_sight)
     plain = _convert.module(scene.backend, False)
     num_s, num_t = dr.width(sources), dr.width(targets)
     double = any(_convert.is_double(x) for x in (sources, targets))

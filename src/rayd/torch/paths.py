@@ -88,6 +88,7 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
         _check.same_device(call, name, value, scene.device, "the scene")
     bounces = core_paths.check_bounces(call, max_bounces)
     num_rays = core_paths.check_num_rays(call, num_rays)
+    line_of_sight = core_paths.check_line_of_sight(call, line_of_sight)
     device = scene.device
     dtype = scene._output_dtype_points(sources, targets)
 
