@@ -123,3 +123,16 @@ def test_find_specular_paths_line_of_sight_must_be_bool(m):
     seq = np.array(found.prim_sequence).reshape(found.shape)
     valid = np.array(found.valid).reshape(found.shape[:3])
     assert valid.any() and (seq[valid] >= 0).any(-1).all()  # no all -1 (line of sight) path
+
+
+def test_ignore_takes_numpy_integers(m):
+    """``ignore`` takes a NumPy integer as rayd.torch does (it raised TypeError)."""
+    scene = rd.Scene()
+    for z in (1.0, 2.0):
+        scene.add_mesh(rd.Mesh(vec(m.Array3f, [[-1, -1, z], [1, -1, z], [1, 1, z], [-1, 1, z]]), vec(m.Array3u, [[0, 1, 2], [0, 2, 3]])))
+    scene.build()
+    ray = rd.Ray(m.Array3f(0.3, 0.1, 0.0), m.Array3f(0.0, 0.0, 1.0))
+    assert np.array(scene.intersect_all(ray, 3, ignore=np.int64(0)).global_prim_id).tolist() == [2, -1, -1]
+    assert np.array(scene.intersect(ray, ignore=np.int32(0)).global_prim_id).tolist() == [2]
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Scene\.intersect\(\): 'ignore' must be an int"):
+        scene.intersect(ray, ignore=np.bool_(True))
