@@ -136,3 +136,14 @@ def test_ignore_takes_numpy_integers(m):
     assert np.array(scene.intersect(ray, ignore=np.int32(0)).global_prim_id).tolist() == [2]
     with pytest.raises(TypeError, match=r"^rayd\.drjit\.Scene\.intersect\(\): 'ignore' must be an int"):
         scene.intersect(ray, ignore=np.bool_(True))
+
+
+def test_boundary_term_filter_type(m):
+    """A non-str filter is a TypeError as in rayd.torch (it was a ValueError)."""
+    samples = rd.Camera(16, 16, fov_y=60.0).sample_edges(_scene(m), 4, generator=np.random.default_rng(0))
+    f = m.Float([1.0] * 4)
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.EdgeSamples\.boundary_term\(\): 'filter' must be a str"):
+        samples.boundary_term(f, f, filter=3)
+    with pytest.raises(ValueError, match=r"'filter' must be 'box' in rayd.drjit, got 'tent'"):
+        samples.boundary_term(f, f, filter="tent")
+    assert dr.width(samples.boundary_term(f, f)) == 256

@@ -189,6 +189,8 @@ class EdgeSamples:
         filter (``filter="box"`` only in rayd.drjit); ``f_*`` flat float arrays of width N.
         """
         call = "rayd.drjit.EdgeSamples.boundary_term()"
+        if not isinstance(filter, str):
+            raise TypeError(f"{call}: 'filter' must be a str, got {type(filter).__name__}")
         if filter != "box":
             raise ValueError(f"{call}: 'filter' must be 'box' in rayd.drjit, got {filter!r}")
         f_in = _check.float_array(call, "f_inside", f_inside, 1)
