@@ -100,11 +100,24 @@ class Camera:
         return k, (rows, Array3(M[0][3], M[1][3], M[2][3]))
 
     def generate_rays(self, samples=None) -> Ray:
-        """Camera rays through pixel positions (``Array2f``/``Array2f64`` of width N).
+        """Camera rays through pixel positions.
 
-        Default: every pixel centre, lane ``j * width + i`` for pixel ``(i, j)``.
-        Returns a :class:`Ray` with unit ``d`` and ``o`` the camera centre (width 1);
-        differentiable as in rayd.torch.
+        Args:
+            samples: ``Array2f``/``Array2f64`` of width N (N may be 0), pixel coordinates
+                ``(x, y)`` on the camera's backend; default: every pixel centre, lane
+                ``j * width + i`` for pixel ``(i, j)``.
+
+        Returns:
+            :class:`Ray` with ``o`` the camera centre (width 1) and unit ``d`` (width N),
+            ``d = normalize(A ((x - cx) / fx, (y - cy) / fy, 1))`` (``A`` the linear part of
+            ``to_world``); float64 if the samples or any camera parameter are.
+
+        Gradients:
+            ``o``, ``d`` with respect to ``samples``, the intrinsics and ``to_world`` (Dr.Jit AD).
+
+        Raises:
+            TypeError: ``samples`` not a float Dr.Jit array.
+            ValueError: ``samples`` not a 2-vector array.
         """
         call = "rayd.drjit.Camera.generate_rays()"
         m, double = self._namespace(samples)
@@ -128,7 +141,23 @@ class Camera:
         return Ray(o, d / dr.norm(d))
 
     def project(self, points):
-        """``(xy, depth)`` (``Array2f``, ``Float`` of width N) of world points ``Array3f`` (as rayd.torch)."""
+        """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
+
+        Args:
+            points: ``Array3f``/``Array3f64`` of width N (N may be 0), world positions.
+
+        Returns:
+            ``(xy, depth)``: ``Array2`` and ``Float`` of width N, ``P = A^-1 (p - t)``,
+            ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z`` (test
+            ``depth > 0``: points behind the camera get the mirrored projection).
+
+        Gradients:
+            With respect to ``points``, the intrinsics and ``to_world`` (Dr.Jit AD).
+
+        Raises:
+            TypeError: ``points`` not a float Dr.Jit array.
+            ValueError: ``points`` not a 3-vector array.
+        """
         call = "rayd.drjit.Camera.project()"
         points = _check.float_array(call, "points", points, 3)
         m, double = self._namespace(points)
@@ -161,10 +190,30 @@ class Camera:
     def sample_edges(self, scene, num_samples: int, *, generator: np.random.Generator | None = None):
         """Samples on the images of the scene's silhouette and boundary edges (as rayd.torch).
 
-        ``generator`` is a ``numpy.random.Generator`` (default: a fresh unseeded one).
-        Returns :class:`EdgeSamples` with fields of width N: ``xy``, ``normal``
-        (``Array2``), ``weight``, ``edge_t``, ``motion`` (``Float``), ``global_edge_id``
-        (``Int``), ``visible`` (``Bool``), ``ray_inside``, ``ray_outside`` (:class:`Ray`).
+        The same edges, clipping, stratified positions and normals as
+        :meth:`rayd.torch.Camera.sample_edges` (:mod:`rayd.core.camera`).
+
+        Args:
+            scene: a built, synced :class:`rayd.drjit.Scene`.
+            num_samples: N >= 0, an int.
+            generator: a ``numpy.random.Generator`` for the N jitter numbers (default: a
+                fresh unseeded one).
+
+        Returns:
+            :class:`EdgeSamples` with fields of width N (width 0 when N = 0 or no edge is
+            on screen): ``xy``, ``normal`` (``Array2``), ``weight`` (``L / N``), ``edge_t``,
+            ``motion`` (``Float``), ``global_edge_id`` (``Int``), ``visible`` (``Bool``),
+            ``ray_inside``, ``ray_outside`` (:class:`Ray`).
+
+        Gradients:
+            ``motion`` (value 0): ``d(xy(θ) · normal)/dθ`` at fixed ``edge_t`` with respect
+            to vertices, transforms and camera parameters (Dr.Jit AD, both modes).
+
+        Raises:
+            TypeError: ``scene`` not a :class:`rayd.drjit.Scene`, ``num_samples`` not an
+                int, ``generator`` not a ``numpy.random.Generator``.
+            ValueError: negative ``num_samples``; intrinsics no longer valid.
+            RuntimeError: the scene is not built or has pending changes.
         """
         return _sample_edges(self, scene, num_samples, generator)
 
@@ -186,7 +235,20 @@ class EdgeSamples:
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.
 
         ``Σ h_k(xy) (f_inside − f_outside) · motion · weight · visible`` with the box
-        filter (``filter="box"`` only in rayd.drjit); ``f_*`` flat float arrays of width N.
+        filter (``filter="box"`` only in rayd.drjit).
+
+        Args:
+            f_inside, f_outside: flat float arrays of width N, the shading seen along
+                ``ray_inside`` and ``ray_outside``.
+            filter: ``"box"``.
+
+        Returns:
+            ``Float`` of width ``height * width``, zero in value; its gradient is the
+            boundary part of ``dI_k/dθ`` (Li et al. 2018).
+
+        Raises:
+            TypeError: non-float ``f_*``, a non-str ``filter``.
+            ValueError: ``f_*`` not of width N, ``filter`` other than ``"box"``.
         """
         call = "rayd.drjit.EdgeSamples.boundary_term()"
         if not isinstance(filter, str):
