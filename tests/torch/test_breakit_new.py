@@ -165,3 +165,12 @@ def test_find_specular_paths_line_of_sight_must_be_bool():
     found = rt.find_specular_paths(scene, points, torch.tensor([[-1.0, 0.5, 1.5]], dtype=torch.float64), 1,
                                    num_rays=200, line_of_sight=np.bool_(False))
     assert found.valid.any() and (found.prim_sequence[found.valid] >= 0).any(-1).all()
+
+
+def test_unrequested_field_message_names_intersect_all():
+    """Reading an unrequested field of an intersect_all record names that call too (it named only intersect())."""
+    scene = _scene(torch.tensor(TRI))
+    hits = scene.intersect_all(rt.Ray(torch.zeros(3), torch.tensor([[0.0, 0.0, 1.0]])), 2, flags=rt.RayFlags.Minimal)
+    assert hits.t.shape == (1, 2) and torch.isfinite(hits.t[0, 0])
+    with pytest.raises(AttributeError, match=r"pass flags=RayFlags\.Geometric .*Scene\.intersect_all\(\)"):
+        hits.p
