@@ -174,3 +174,19 @@ def test_unrequested_field_message_names_intersect_all():
     assert hits.t.shape == (1, 2) and torch.isfinite(hits.t[0, 0])
     with pytest.raises(AttributeError, match=r"pass flags=RayFlags\.Geometric .*Scene\.intersect_all\(\)"):
         hits.p
+
+
+def test_camera_value_checks_keep_vmap_over_intrinsics_working():
+    """The value checks read every element of a torch.func.vmap batch (a scalar read broke vmap)."""
+    samples = torch.tensor([[1.0, 2.0], [3.5, 0.5]])
+
+    def directions(fx):
+        return rt.Camera(4, 4, fx=fx, fy=3.0).generate_rays(samples).d
+
+    fxs = torch.tensor([5.0, 6.0, 7.0])
+    batched = torch.func.vmap(directions)(fxs)
+    assert batched.shape == (3, 2, 3)
+    for i, fx in enumerate(fxs):
+        torch.testing.assert_close(batched[i], directions(fx))
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'fx' must be positive, got 0\.0"):
+        torch.func.vmap(directions)(torch.tensor([5.0, 0.0, 7.0]))

@@ -100,9 +100,9 @@ class Camera:
     def _check_values(self, call: str) -> None:
         """``ValueError`` for non-positive/non-finite intrinsics or a non-finite/singular ``to_world``
         (reads tensor values on the host: a synchronisation, at ``Camera()`` and ``sample_edges``)."""
-        fov_y = self.fov_y
-        fov_y = float(_convert.primal(fov_y)) if isinstance(fov_y, torch.Tensor) else fov_y
-        _core.check_intrinsics(call, *self.intrinsics(), fov_y=fov_y)
+        host = [_convert.host_array(v, torch.float64) if isinstance(v, torch.Tensor) else v
+                for v in (self.fx, self.fy, self.cx, self.cy, self.fov_y)]  # all of a vmap batch
+        _core.check_intrinsics(call, *host[:4], fov_y=host[4])
         if self.to_world is not None:
             check_matrices(call, "to_world", _convert.host_matrices(self.to_world))
 
