@@ -190,3 +190,30 @@ def test_camera_value_checks_keep_vmap_over_intrinsics_working():
         torch.testing.assert_close(batched[i], directions(fx))
     with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'fx' must be positive, got 0\.0"):
         torch.func.vmap(directions)(torch.tensor([5.0, 0.0, 7.0]))
+
+
+# ----------------------------------------------------------------- no host synchronisation in project
+def test_project_does_not_synchronise(device, monkeypatch):
+    """project() inverts to_world without torch.linalg.inv's error check, which synchronises CUDA
+    with the host on every call (as the scene's transforms already do, through inv_ex)."""
+    pose = _pose(torch.float32).to(device)
+    camera = rt.Camera(16, 16, fx=20.0, to_world=pose)
+    points = torch.tensor([[0.1, -0.2, 3.0], [0.5, 0.4, 2.0]], device=device)
+    want_cam = (points.double().cpu() - _pose()[:3, 3]) @ _pose()[:3, :3]  # rotation: inverse = transpose
+    want = 20.0 * want_cam[:, :2] / want_cam[:, 2:] + 8.0
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("torch.linalg.inv synchronises with the host")
+
+    monkeypatch.setattr(torch.linalg, "inv", refuse)
+    if torch.device(device).type == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
+    try:
+        xy, depth = camera.project(points)
+        cam = camera.world_to_camera(points)
+    finally:
+        if torch.device(device).type == "cuda":
+            torch.cuda.set_sync_debug_mode("default")
+    torch.testing.assert_close(xy.double().cpu(), want, rtol=1e-5, atol=1e-4)
+    torch.testing.assert_close(depth.double().cpu(), want_cam[:, 2], rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(cam.double().cpu(), want_cam, rtol=1e-6, atol=1e-6)

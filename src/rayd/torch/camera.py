@@ -222,7 +222,7 @@ class Camera:
         placed = self._matrix(dtype, p.device)
         if placed is not None:
             a, t = placed
-            p = (p - t) @ torch.linalg.inv(a).transpose(0, 1)
+            p = (p - t) @ _inverse(a).transpose(0, 1)
         return self.camera_to_pixels(p), p[..., 2]
 
     def sample_edges(self, scene, num_samples: int, *, generator: torch.Generator | None = None):
@@ -283,12 +283,18 @@ class Camera:
         if placed is None:
             return points.to(torch.promote_types(points.dtype, self.dtype))
         a, t = placed
-        return (points.to(a.dtype) - t) @ torch.linalg.inv(a).transpose(0, 1)
+        return (points.to(a.dtype) - t) @ _inverse(a).transpose(0, 1)
 
     def __repr__(self) -> str:
         fx, fy, cx, cy = self.intrinsics()
         return (f"rayd.torch.Camera(width={self.width}, height={self.height}, fx={fx:g}, fy={fy:g}, "
                 f"cx={cx:g}, cy={cy:g}, to_world={'set' if self.to_world is not None else 'identity'})")
+
+
+def _inverse(a: torch.Tensor) -> torch.Tensor:
+    """``a^-1`` without the error check of ``torch.linalg.inv`` (which synchronises CUDA with
+    the host); ``Camera()`` and ``sample_edges`` refuse singular matrices themselves."""
+    return torch.linalg.inv_ex(a).inverse
 
 
 def _size(name: str, value: object) -> int:
