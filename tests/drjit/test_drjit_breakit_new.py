@@ -147,3 +147,14 @@ def test_boundary_term_filter_type(m):
     with pytest.raises(ValueError, match=r"'filter' must be 'box' in rayd.drjit, got 'tent'"):
         samples.boundary_term(f, f, filter="tent")
     assert dr.width(samples.boundary_term(f, f)) == 256
+
+
+def test_sample_edges_rechecks_to_world_changed_in_place(m):
+    """A to_world whose entries were assigned since Camera() is checked again (numpy's LinAlgError escaped)."""
+    pose = m.Matrix4f64(np.eye(4))
+    camera = rd.Camera(16, 16, fov_y=60.0, to_world=pose)
+    scene = _scene(m)
+    assert len(camera.sample_edges(scene, 8, generator=np.random.default_rng(0))) == 8
+    camera.to_world[2][2] = 0.0
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\.sample_edges\(\): 'to_world' is singular"):
+        camera.sample_edges(scene, 8)

@@ -15,6 +15,7 @@ import numpy as np
 
 from rayd.core import camera as _core
 from rayd.core.checks import integer, real
+from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
 from rayd.drjit._nearest_edge import _setup, _winner_segments
 from rayd.drjit.mesh import check_transform
@@ -292,6 +293,8 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     plain = _convert.module(scene._backend, False)
     intrinsics = camera.intrinsics()
     _core.check_intrinsics(call, *intrinsics)  # width-1 arrays may have been replaced since Camera()
+    if camera.to_world is not None:  # its entries may have been assigned since Camera()
+        check_matrices(call, "to_world", np.array(dr.detach(camera.to_world), dtype=np.float64).reshape(1, 4, 4))
     top = edges.topology
     centre = _host_centre(camera)
     with dr.suspend_grad():
