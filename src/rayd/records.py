@@ -121,7 +121,8 @@ class HitRecord(FieldRecord):
         flag = FIELD_FLAGS.get(name)
         if flag is None:
             return None
-        return f"not computed; pass flags=RayFlags.{flag.name} (or RayFlags.All) to Scene.intersect()"
+        return (f"not computed; pass flags=RayFlags.{flag.name} (or RayFlags.All) to the query that made "
+                f"this record (Scene.intersect() or Scene.intersect_all())")
 
     def is_valid(self) -> Any:
         """True where the ray hit something (``prim_id >= 0``), in the frontend's bool type."""

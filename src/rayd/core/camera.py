@@ -33,6 +33,33 @@ NEAR_RELATIVE = 1e-6
 EDGE_OFFSET = 0.005
 
 
+def check_intrinsics(call: str, fx, fy, cx, cy, fov_y=None) -> None:
+    """``ValueError`` naming ``call`` unless the focal lengths are positive and every value finite.
+
+    The frontends call it on the host values of their intrinsics (numbers, or NumPy
+    copies of tensors / width-1 arrays; a ``torch.func.vmap`` batch of them is checked
+    element by element) at ``Camera()`` and again in ``sample_edges``, which reads them
+    anyway (a tensor may have changed in place since).
+    """
+    def first(value, bad) -> object:
+        values = np.asarray(value, dtype=np.float64).reshape(-1)
+        found = values[bad(values)]
+        return found[0] if found.size else None
+
+    if fov_y is not None:
+        value = first(fov_y, lambda v: ~((v > 0.0) & (v < 180.0)))
+        if value is not None:
+            raise ValueError(f"{call}: 'fov_y' must be in (0, 180) degrees, got {value}")
+    for name, value in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)):
+        value = first(value, lambda v: ~np.isfinite(v))
+        if value is not None:
+            raise ValueError(f"{call}: '{name}' must be finite, got {value}")
+    for name, value in (("fx", fx), ("fy", fy)):
+        value = first(value, lambda v: ~(v > 0))
+        if value is not None:
+            raise ValueError(f"{call}: '{name}' must be positive, got {value}")
+
+
 def fov_to_focal(fov_y_degrees: float, height: int) -> float:
     """``fy = (height / 2) / tan(fov_y / 2)`` for a vertical field of view in degrees."""
     return 0.5 * height / math.tan(math.radians(fov_y_degrees) / 2.0)

@@ -8,7 +8,27 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from rayd.flags import RayFlags
+
+
+def integer(value: object) -> int | None:
+    """``value`` as a Python int if it is an integer (``int`` or a NumPy integer, never a bool), else ``None``."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    return None
+
+
+def real(value: object) -> float | None:
+    """``value`` as a Python float if it is a real number (Python or NumPy, never a bool), else ``None``."""
+    if isinstance(value, (bool, np.bool_)):
+        return None
+    if isinstance(value, (int, float, np.integer, np.floating)):
+        return float(value)
+    return None
 
 
 def lifecycle(call: str, message: str) -> RuntimeError:
@@ -28,8 +48,9 @@ def max_distance(call: str, value: object) -> float:
 
 def top_k(call: str, k: object, largest: int) -> int:
     """``k`` as an int in ``[1, largest]``, else ``TypeError``/``ValueError``."""
-    if isinstance(k, bool) or not isinstance(k, int):
+    if integer(k) is None:
         raise TypeError(f"{call}: 'k' must be an int, got {type(k).__name__}")
+    k = integer(k)
     if not 1 <= k <= largest:
         raise ValueError(f"{call}: 'k' must be in [1, {largest}], got {k}")
     return k

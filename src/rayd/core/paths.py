@@ -62,6 +62,13 @@ def check_num_rays(call: str, value: object) -> int:
     return value
 
 
+def check_line_of_sight(call: str, value: object) -> bool:
+    """``line_of_sight`` as a bool (a NumPy bool too): ``TypeError`` otherwise (a string is not a flag)."""
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{call}: 'line_of_sight' must be a bool, got {type(value).__name__}")
+    return bool(value)
+
+
 def check_length(call: str, bounces: int) -> None:
     """``ValueError`` if a sequence is longer than 16 faces."""
     if bounces > MAX_BOUNCES:

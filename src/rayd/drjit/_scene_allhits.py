@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import drjit as dr
 
+from rayd.core.checks import integer
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import LiveState
@@ -49,8 +50,9 @@ class Intersections(Intersection):
 
 
 def _check_max_hits(call: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
         raise TypeError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {type(value).__name__}")
+    value = integer(value)
     if not 1 <= value <= MAX_HITS:
         raise ValueError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {value}")
     return int(value)

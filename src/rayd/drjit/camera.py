@@ -14,6 +14,8 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import camera as _core
+from rayd.core.checks import integer, real
+from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
 from rayd.drjit._nearest_edge import _setup, _winner_segments
 from rayd.drjit.mesh import check_transform
@@ -44,8 +46,9 @@ class Camera:
         self.height = _size("height", height)
         fx, fy, cx, cy = (_scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
         if fov_y is not None:
-            if isinstance(fov_y, bool) or not isinstance(fov_y, (int, float)):
+            if real(fov_y) is None:
                 raise TypeError(f"{_CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
+            fov_y = real(fov_y)
             if fx is not None or fy is not None:
                 raise ValueError(f"{_CALL}: give either 'fov_y' or 'fx'/'fy', not both")
             if not 0.0 < fov_y < 180.0:
@@ -68,6 +71,7 @@ class Camera:
                 like = to_world if isinstance(to_world, dr.ArrayBase) and dr.is_jit_v(to_world) else dr.llvm.Float(0)
             to_world = check_transform(_CALL, "to_world", to_world, like)
         self.to_world = to_world
+        _core.check_intrinsics(_CALL, *self.intrinsics())  # the values of width-1 arrays (one read)
 
     def _arrays(self) -> list:
         return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]
@@ -97,11 +101,24 @@ class Camera:
         return k, (rows, Array3(M[0][3], M[1][3], M[2][3]))
 
     def generate_rays(self, samples=None) -> Ray:
-        """Camera rays through pixel positions (``Array2f``/``Array2f64`` of width N).
+        """Camera rays through pixel positions.
 
-        Default: every pixel centre, lane ``j * width + i`` for pixel ``(i, j)``.
-        Returns a :class:`Ray` with unit ``d`` and ``o`` the camera centre (width 1);
-        differentiable as in rayd.torch.
+        Args:
+            samples: ``Array2f``/``Array2f64`` of width N (N may be 0), pixel coordinates
+                ``(x, y)`` on the camera's backend; default: every pixel centre, lane
+                ``j * width + i`` for pixel ``(i, j)``.
+
+        Returns:
+            :class:`Ray` with ``o`` the camera centre (width 1) and unit ``d`` (width N),
+            ``d = normalize(A ((x - cx) / fx, (y - cy) / fy, 1))`` (``A`` the linear part of
+            ``to_world``); float64 if the samples or any camera parameter are.
+
+        Gradients:
+            ``o``, ``d`` with respect to ``samples``, the intrinsics and ``to_world`` (Dr.Jit AD).
+
+        Raises:
+            TypeError: ``samples`` not a float Dr.Jit array.
+            ValueError: ``samples`` not a 2-vector array.
         """
         call = "rayd.drjit.Camera.generate_rays()"
         m, double = self._namespace(samples)
@@ -114,6 +131,8 @@ class Camera:
             samples = Array2(samples)
         (fx, fy, cx, cy), placed = self._parts(m, double)
         Array3 = m.Array3f64 if double else m.Array3f
+        if dr.width(samples) == 0:  # Dr.Jit does not broadcast width 0 against width 1
+            return Ray(placed[1] if placed is not None else Array3(0.0, 0.0, 0.0), Array3())
         local = Array3((samples.x - cx) / fx, (samples.y - cy) / fy, 1.0)
         if placed is None:
             d, o = local, Array3(0.0, 0.0, 0.0)
@@ -123,10 +142,28 @@ class Camera:
         return Ray(o, _div3(Array3, d, dr.norm(d)))
 
     def project(self, points):
-        """``(xy, depth)`` (``Array2f``, ``Float`` of width N) of world points ``Array3f`` (as rayd.torch)."""
+        """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
+
+        Args:
+            points: ``Array3f``/``Array3f64`` of width N (N may be 0), world positions.
+
+        Returns:
+            ``(xy, depth)``: ``Array2`` and ``Float`` of width N, ``P = A^-1 (p - t)``,
+            ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z`` (test
+            ``depth > 0``: points behind the camera get the mirrored projection).
+
+        Gradients:
+            With respect to ``points``, the intrinsics and ``to_world`` (Dr.Jit AD).
+
+        Raises:
+            TypeError: ``points`` not a float Dr.Jit array.
+            ValueError: ``points`` not a 3-vector array.
+        """
         call = "rayd.drjit.Camera.project()"
         points = _check.float_array(call, "points", points, 3)
         m, double = self._namespace(points)
+        if dr.width(points) == 0:  # Dr.Jit does not broadcast width 0 against width 1
+            return (m.Array2f64 if double else m.Array2f)(), (m.Float64 if double else m.Float)()
         p = self.world_to_camera(m, double, points)
         return self.camera_to_pixels(m, double, p), p.z
 
@@ -154,10 +191,30 @@ class Camera:
     def sample_edges(self, scene, num_samples: int, *, generator: np.random.Generator | None = None):
         """Samples on the images of the scene's silhouette and boundary edges (as rayd.torch).
 
-        ``generator`` is a ``numpy.random.Generator`` (default: a fresh unseeded one).
-        Returns :class:`EdgeSamples` with fields of width N: ``xy``, ``normal``
-        (``Array2``), ``weight``, ``edge_t``, ``motion`` (``Float``), ``global_edge_id``
-        (``Int``), ``visible`` (``Bool``), ``ray_inside``, ``ray_outside`` (:class:`Ray`).
+        The same edges, clipping, stratified positions and normals as
+        :meth:`rayd.torch.Camera.sample_edges` (:mod:`rayd.core.camera`).
+
+        Args:
+            scene: a built, synced :class:`rayd.drjit.Scene`.
+            num_samples: N >= 0, an int.
+            generator: a ``numpy.random.Generator`` for the N jitter numbers (default: a
+                fresh unseeded one).
+
+        Returns:
+            :class:`EdgeSamples` with fields of width N (width 0 when N = 0 or no edge is
+            on screen): ``xy``, ``normal`` (``Array2``), ``weight`` (``L / N``), ``edge_t``,
+            ``motion`` (``Float``), ``global_edge_id`` (``Int``), ``visible`` (``Bool``),
+            ``ray_inside``, ``ray_outside`` (:class:`Ray`).
+
+        Gradients:
+            ``motion`` (value 0): ``d(xy(θ) · normal)/dθ`` at fixed ``edge_t`` with respect
+            to vertices, transforms and camera parameters (Dr.Jit AD, both modes).
+
+        Raises:
+            TypeError: ``scene`` not a :class:`rayd.drjit.Scene`, ``num_samples`` not an
+                int, ``generator`` not a ``numpy.random.Generator``.
+            ValueError: negative ``num_samples``; intrinsics no longer valid.
+            RuntimeError: the scene is not built or has pending changes.
         """
         return _sample_edges(self, scene, num_samples, generator)
 
@@ -179,9 +236,24 @@ class EdgeSamples:
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.
 
         ``Σ h_k(xy) (f_inside − f_outside) · motion · weight · visible`` with the box
-        filter (``filter="box"`` only in rayd.drjit); ``f_*`` flat float arrays of width N.
+        filter (``filter="box"`` only in rayd.drjit).
+
+        Args:
+            f_inside, f_outside: flat float arrays of width N, the shading seen along
+                ``ray_inside`` and ``ray_outside``.
+            filter: ``"box"``.
+
+        Returns:
+            ``Float`` of width ``height * width``, zero in value; its gradient is the
+            boundary part of ``dI_k/dθ`` (Li et al. 2018).
+
+        Raises:
+            TypeError: non-float ``f_*``, a non-str ``filter``.
+            ValueError: ``f_*`` not of width N, ``filter`` other than ``"box"``.
         """
         call = "rayd.drjit.EdgeSamples.boundary_term()"
+        if not isinstance(filter, str):
+            raise TypeError(f"{call}: 'filter' must be a str, got {type(filter).__name__}")
         if filter != "box":
             raise ValueError(f"{call}: 'filter' must be 'box' in rayd.drjit, got {filter!r}")
         f_in = _check.float_array(call, "f_inside", f_inside, 1)
@@ -207,8 +279,9 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
 
     if not isinstance(scene, Scene):
         raise TypeError(f"{call}: 'scene' must be a rayd.drjit.Scene, got {type(scene).__name__}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+    if integer(num_samples) is None:
         raise TypeError(f"{call}: 'num_samples' must be an int, got {type(num_samples).__name__}")
+    num_samples = integer(num_samples)
     if num_samples < 0:
         raise ValueError(f"{call}: 'num_samples' must be >= 0, got {num_samples}")
     if generator is not None and not isinstance(generator, np.random.Generator):
@@ -219,12 +292,17 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     m, double = _kind(scene, *camera._arrays())
     plain = _convert.module(scene._backend, False)
     intrinsics = camera.intrinsics()
+    _core.check_intrinsics(call, *intrinsics)  # width-1 arrays may have been replaced since Camera()
+    if camera.to_world is not None:  # its entries may have been assigned since Camera()
+        check_matrices(call, "to_world", np.array(dr.detach(camera.to_world), dtype=np.float64).reshape(1, 4, 4))
     top = edges.topology
     centre = _host_centre(camera)
     with dr.suspend_grad():
         sil = np.array(scene.silhouette_edges(plain.Array3f64(*centre)), dtype=bool)
         applied = np.array(edges._applied, dtype=np.uint8).astype(bool)
         ids = np.flatnonzero(sil & applied).astype(np.int32)
+        if ids.size == 0:  # no edge to sample (Dr.Jit does not broadcast width 0 against width 1)
+            return _empty_samples(camera, m, double)
         geometry = scene._live_geometry(m, double)
         _, a, b = _winner_segments(m, double, m.Int(ids), edges, geometry)
         rows = np.array(edges.rows).T.astype(np.int64)  # (E, 2)
@@ -239,6 +317,8 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     lengths = np.linalg.norm(xy1 - xy0, axis=-1)
     total = float(lengths.sum())
     n = num_samples if total > 0 else 0
+    if n == 0:
+        return _empty_samples(camera, m, double)
     rng = generator if generator is not None else np.random.default_rng()
     pick, s = _core.stratified_positions(lengths, rng.random(n))
     if n:
@@ -278,6 +358,18 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     )
 
 
+def _empty_samples(camera, m, double) -> EdgeSamples:
+    """``EdgeSamples`` with no samples (N = 0 or no edge on screen): width-0 fields."""
+    Float = m.Float64 if double else m.Float
+    Array2 = m.Array2f64 if double else m.Array2f
+    empty = camera.generate_rays(Array2())
+    return EdgeSamples(
+        xy=Array2(), normal=Array2(), weight=Float(), ray_inside=empty, ray_outside=empty,
+        global_edge_id=m.Int(), edge_t=Float(), visible=m.Bool(), motion=Float(),
+        width=camera.width, height=camera.height, m=m, count=0,
+    )
+
+
 def _host_centre(camera) -> tuple[float, float, float]:
     if camera.to_world is None:
         return (0.0, 0.0, 0.0)
@@ -306,8 +398,9 @@ def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
 
 
 def _size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
         raise TypeError(f"{_CALL}: '{name}' must be an int, got {type(value).__name__}")
+    value = integer(value)
     if value <= 0:
         raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
     return value
@@ -316,12 +409,13 @@ def _size(name: str, value: object) -> int:
 def _scalar(name: str, value: object):
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{_CALL}: '{name}' must be a float or a width-1 Float array, got bool")
-    if isinstance(value, (int, float)):
+    if real(value) is not None:
+        value = real(value)
         if not math.isfinite(value):
             raise ValueError(f"{_CALL}: '{name}' must be finite, got {value}")
-        return float(value)
+        return value
     if isinstance(value, dr.ArrayBase) and dr.is_jit_v(value) and dr.depth_v(value) == 1 \
             and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64):
         if dr.width(value) != 1:

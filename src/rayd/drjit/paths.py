@@ -57,6 +57,7 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
         _check.same_backend(call, name, value, scene.device, "the scene")
     bounces = core_paths.check_bounces(call, max_bounces)
     num_rays = core_paths.check_num_rays(call, num_rays)
+    line_of_sight = core_paths.check_line_of_sight(call, line_of_sight)
     plain = _convert.module(scene.backend, False)
     num_s, num_t = dr.width(sources), dr.width(targets)
     double = any(_convert.is_double(x) for x in (sources, targets))
@@ -79,7 +80,8 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
     shape = (num_s, num_t, count, bounces)
     items = num_s * num_t * count
     if items == 0:
-        paths = scene.specular_paths(sources, targets, plain.TensorXi(np.zeros((0, bounces), dtype=np.int32)))
+        # Width-0 stand-ins: S or T may be 0 while the other is not (no common width).
+        paths = scene.specular_paths(type(sources)(), type(targets)(), plain.TensorXi(np.zeros((0, bounces), dtype=np.int32)))
         return SpecularPathSet(shape, prim_sequence=plain.Int(), points=paths.points, num_bounces=plain.Int(),
                                length=paths.length, valid=paths.valid)
     UInt = dr.uint32_array_t(dr.leaf_t(type(sources)))

@@ -162,6 +162,15 @@ class TorchArrays:
         return None
 
 
+def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):
+    """``value`` as a NumPy array on the host (detached; ``dtype`` if given), also inside
+    ``torch.func`` transforms, whose ops (even on plain tensors) return wrappers without
+    storage: unwrapped, then converted and copied with the transforms off."""
+    with outside_transforms():
+        plain = primal(value).detach()
+        return (plain if dtype is None else plain.to(dtype)).cpu().numpy()
+
+
 def host_matrices(value: torch.Tensor):
     """(..., 4, 4) matrices as a (K, 4, 4) float64 NumPy array on the host (one copy)."""
     import numpy as np  # noqa: PLC0415

@@ -33,7 +33,8 @@ import numpy as np
 import torch
 
 from rayd.core import camera as _core
-from rayd.torch import _check
+from rayd.core.checks import integer
+from rayd.torch import _check, _convert
 from rayd.torch._nearest_edge import _dtype, _ready_edges
 from rayd.torch.edges import placed_vertices
 
@@ -143,8 +144,9 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
 
     if not isinstance(scene, Scene):
         raise TypeError(f"{_CALL}: 'scene' must be a rayd.torch.Scene, got {type(scene).__name__}")
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int):
+    if integer(num_samples) is None:
         raise TypeError(f"{_CALL}: 'num_samples' must be an int, got {type(num_samples).__name__}")
+    num_samples = integer(num_samples)
     if num_samples < 0:
         raise ValueError(f"{_CALL}: 'num_samples' must be >= 0, got {num_samples}")
     if generator is not None and not isinstance(generator, torch.Generator):
@@ -156,6 +158,7 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         _check.same_device(_CALL, "camera", torch.empty(0, device=camera.device), device, "the scene")
     dtype = _dtype(camera.dtype, scene._shapes)
     top = edges.topology
+    camera._check_values(_CALL)  # tensors may have changed in place since Camera()
     intrinsics = camera.intrinsics()
 
     # --- discrete choices, float64 on the host (rayd.core.camera)
@@ -168,10 +171,8 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         offset = (edges.edge_v[ids, 0] - top.v[ids, 0]).long()
         opp = top.opposite[ids, 0].long() + offset
         cam = _camera_points(camera, world)
-        a = cam[edge_v[:, 0]].cpu().numpy()
-        b = cam[edge_v[:, 1]].cpu().numpy()
-        o = cam[opp].cpu().numpy()
-        seams = _core.merge_seams(a, b, o, top.is_boundary[ids].cpu().numpy())
+        a, b, o = (_convert.host_array(cam[i]) for i in (edge_v[:, 0], edge_v[:, 1], opp))
+        seams = _core.merge_seams(a, b, o, _convert.host_array(top.is_boundary[ids]))
         if not seams.all():
             ids, a, b, o = ids[torch.as_tensor(seams, device=ids.device)], a[seams], b[seams], o[seams]
     t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, camera.width, camera.height)
@@ -180,7 +181,7 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
     n = num_samples if total > 0 else 0
     jitter = torch.rand(n, generator=generator, dtype=torch.float64,
                         device=generator.device if generator is not None else "cpu")
-    pick, s = _core.stratified_positions(lengths, jitter.cpu().numpy())
+    pick, s = _core.stratified_positions(lengths, _convert.host_array(jitter))
     if n:
         pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
         pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.checks import integer
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags, check_flags, unrequested
 from rayd.torch import _convert, _interval, _intersect_fused, _trace
@@ -24,8 +25,9 @@ MAX_HITS = engine_all_hits.MAX_HITS
 
 def check_max_hits(call: str, value: object) -> int:
     """``max_hits`` as an int in ``[1, MAX_HITS]``: ``TypeError`` / ``ValueError`` otherwise."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
         raise TypeError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {type(value).__name__}")
+    value = integer(value)
     if not 1 <= value <= MAX_HITS:
         raise ValueError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {value}")
     return int(value)

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from rayd.core import camera as _core
-from rayd.torch import _check
+from rayd.core.checks import integer, real
+from rayd.core.transforms import check_matrices
+from rayd.torch import _check, _convert
 from rayd.torch.ray import Ray
 
 _CALL = "rayd.torch.Camera()"
@@ -43,9 +46,11 @@ class Camera:
         TypeError: ``width``/``height`` not ints; an intrinsic neither a number nor a
             float tensor; ``to_world`` not a float tensor.
         ValueError: non-positive size, ``fov_y`` together with ``fx``/``fy``, neither
-            given, ``fov_y`` outside ``(0, 180)``, a non-positive focal length, a tensor
-            intrinsic that is not 0-dim, ``to_world`` not (4, 4), or tensors on
-            different devices.
+            given, ``fov_y`` outside ``(0, 180)``, a non-positive focal length, a
+            non-finite intrinsic, a tensor intrinsic that is not 0-dim, ``to_world`` not
+            (4, 4), non-finite or singular (3x3 part of determinant 0), or tensors on
+            different devices. Tensor values are checked here (one host read) and again
+            by :meth:`sample_edges`.
     """
 
     def __init__(
@@ -90,6 +95,16 @@ class Camera:
         tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
         for name, value in tensors[1:]:
             _check.same_device(_CALL, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
+        self._check_values(_CALL)
+
+    def _check_values(self, call: str) -> None:
+        """``ValueError`` for non-positive/non-finite intrinsics or a non-finite/singular ``to_world``
+        (reads tensor values on the host: a synchronisation, at ``Camera()`` and ``sample_edges``)."""
+        host = [_convert.host_array(v, torch.float64) if isinstance(v, torch.Tensor) else v
+                for v in (self.fx, self.fy, self.cx, self.cy, self.fov_y)]  # all of a vmap batch
+        _core.check_intrinsics(call, *host[:4], fov_y=host[4])
+        if self.to_world is not None:
+            check_matrices(call, "to_world", _convert.host_matrices(self.to_world))
 
     # ------------------------------------------------------------------ properties
     def _parameters(self) -> list[tuple[str, object]]:
@@ -115,7 +130,7 @@ class Camera:
 
     def intrinsics(self) -> tuple[float, float, float, float]:
         """``(fx, fy, cx, cy)`` as Python floats (detached; synchronises for tensors)."""
-        return tuple(float(v.detach()) if isinstance(v, torch.Tensor) else float(v)
+        return tuple(float(_convert.primal(v)) if isinstance(v, torch.Tensor) else float(v)
                      for v in (self.fx, self.fy, self.cx, self.cy))
 
     def _matrix(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
@@ -207,7 +222,7 @@ class Camera:
         placed = self._matrix(dtype, p.device)
         if placed is not None:
             a, t = placed
-            p = (p - t) @ torch.linalg.inv(a).transpose(0, 1)
+            p = (p - t) @ _inverse(a).transpose(0, 1)
         return self.camera_to_pixels(p), p[..., 2]
 
     def sample_edges(self, scene, num_samples: int, *, generator: torch.Generator | None = None):
@@ -268,7 +283,7 @@ class Camera:
         if placed is None:
             return points.to(torch.promote_types(points.dtype, self.dtype))
         a, t = placed
-        return (points.to(a.dtype) - t) @ torch.linalg.inv(a).transpose(0, 1)
+        return (points.to(a.dtype) - t) @ _inverse(a).transpose(0, 1)
 
     def __repr__(self) -> str:
         fx, fy, cx, cy = self.intrinsics()
@@ -276,9 +291,16 @@ class Camera:
                 f"cx={cx:g}, cy={cy:g}, to_world={'set' if self.to_world is not None else 'identity'})")
 
 
+def _inverse(a: torch.Tensor) -> torch.Tensor:
+    """``a^-1`` without the error check of ``torch.linalg.inv`` (which synchronises CUDA with
+    the host); ``Camera()`` and ``sample_edges`` refuse singular matrices themselves."""
+    return torch.linalg.inv_ex(a).inverse
+
+
 def _size(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
+    if integer(value) is None:
         raise TypeError(f"{_CALL}: '{name}' must be an int, got {type(value).__name__}")
+    value = integer(value)
     if value <= 0:
         raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
     return value
@@ -287,12 +309,13 @@ def _size(name: str, value: object) -> int:
 def _scalar(name: str, value: object) -> float | torch.Tensor | None:
     if value is None:
         return None
-    if isinstance(value, bool):
+    if isinstance(value, (bool, np.bool_)):
         raise TypeError(f"{_CALL}: '{name}' must be a float or a 0-dim float tensor, got bool")
-    if isinstance(value, (int, float)):
+    if real(value) is not None:
+        value = real(value)
         if not math.isfinite(value):
             raise ValueError(f"{_CALL}: '{name}' must be finite, got {value}")
-        return float(value)
+        return value
     if isinstance(value, torch.Tensor):
         value = _check.float_tensor(_CALL, name, value)
         if value.dim() != 0:

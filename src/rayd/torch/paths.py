@@ -88,6 +88,7 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
         _check.same_device(call, name, value, scene.device, "the scene")
     bounces = core_paths.check_bounces(call, max_bounces)
     num_rays = core_paths.check_num_rays(call, num_rays)
+    line_of_sight = core_paths.check_line_of_sight(call, line_of_sight)
     device = scene.device
     dtype = scene._output_dtype_points(sources, targets)
 
@@ -95,18 +96,18 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
         o = torch.from_numpy(origin).to(device)
         with torch.no_grad():
             chain = scene.trace_reflections(Ray(o, torch.from_numpy(directions).to(device)), b)
-        return chain.global_prim_id.cpu().numpy(), chain.num_bounces.cpu().numpy()
+        return _convert.host_array(chain.global_prim_id), _convert.host_array(chain.num_bounces)
 
     def check(src, dst, seq):
         ok, _, _, length = scene._host_validity(src, dst, seq, None, dtype)
         return ok, length
 
-    host = [_convert.primal(x).detach().double().cpu().numpy() for x in (sources, targets)]
+    host = [_convert.host_array(x, torch.float64) for x in (sources, targets)]
     seqs, used = core_paths.find_sequences(*host, bounces, num_rays, line_of_sight, trace, check)
     seqs = torch.from_numpy(seqs).to(device)
     used = torch.from_numpy(used).to(device)
     paths = scene.specular_paths(sources[:, None, None, :], targets[None, :, None, :], seqs, active=used)
-    order = torch.from_numpy(core_paths.by_length(_convert.primal(paths.length).cpu().numpy())).to(device)
+    order = torch.from_numpy(core_paths.by_length(_convert.host_array(paths.length))).to(device)
 
     def sort(x):
         index = order.reshape(order.shape + (1,) * (x.dim() - 3)).expand(x.shape)
