@@ -8,13 +8,12 @@ module evaluates the differentiable parts with Dr.Jit ops (see
 
 from __future__ import annotations
 
-import math
-
 import drjit as dr
 import numpy as np
 
 from rayd.core import camera as _core
-from rayd.core.checks import integer, real
+from rayd.core.camera_frontend import CameraBase, EdgeSamplesBase, check_sample_args, plan_samples, to_camera
+from rayd.core.checks import real
 from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
 from rayd.drjit._nearest_edge import _setup, _winner_segments
@@ -24,7 +23,7 @@ from rayd.drjit.ray import Ray
 _CALL = "rayd.drjit.Camera()"
 
 
-class Camera:
+class Camera(CameraBase):
     """A pinhole camera in the OpenCV convention (x right, y down, z forward; pixel centres at +0.5).
 
     Args:
@@ -40,31 +39,18 @@ class Camera:
             ``rayd.drjit.Camera()``).
     """
 
+    _CALL = _CALL
+    _SCALAR = "a float or a width-1 Float array"
+
     def __init__(self, width: int, height: int, *, fov_y=None, fx=None, fy=None, cx=None, cy=None,
                  to_world=None) -> None:
-        self.width = _size("width", width)
-        self.height = _size("height", height)
-        fx, fy, cx, cy = (_scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
+        self._set_size(width, height)
+        fx, fy, cx, cy = (self._scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
         if fov_y is not None:
             if real(fov_y) is None:
                 raise TypeError(f"{_CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
             fov_y = real(fov_y)
-            if fx is not None or fy is not None:
-                raise ValueError(f"{_CALL}: give either 'fov_y' or 'fx'/'fy', not both")
-            if not 0.0 < fov_y < 180.0:
-                raise ValueError(f"{_CALL}: 'fov_y' must be in (0, 180) degrees, got {fov_y}")
-            fx = fy = _core.fov_to_focal(float(fov_y), self.height)
-        if fx is None and fy is None:
-            raise ValueError(f"{_CALL}: one of 'fov_y', 'fx' or 'fy' is required")
-        fx = fy if fx is None else fx
-        fy = fx if fy is None else fy
-        for name, value in (("fx", fx), ("fy", fy)):
-            if isinstance(value, float) and not value > 0:
-                raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
-        self.fov_y = fov_y
-        self.fx, self.fy = fx, fy
-        self.cx = 0.5 * self.width if cx is None else cx
-        self.cy = 0.5 * self.height if cy is None else cy
+        self._set_intrinsics(fov_y, fx, fy, cx, cy)
         if to_world is not None:
             like = next((v for v in (fx, fy, cx, cy) if isinstance(v, dr.ArrayBase)), None)
             if like is None:
@@ -76,10 +62,20 @@ class Camera:
     def _arrays(self) -> list:
         return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]
 
-    def intrinsics(self) -> tuple[float, float, float, float]:
-        """``(fx, fy, cx, cy)`` as Python floats (detached)."""
-        return tuple(float(dr.detach(v)[0]) if isinstance(v, dr.ArrayBase) else float(v)
-                     for v in (self.fx, self.fy, self.cx, self.cy))
+    # ------------------------------------------------------------------ CameraBase hooks
+    def _array_scalar(self, name: str, value: object):
+        if not (isinstance(value, dr.ArrayBase) and dr.is_jit_v(value) and dr.depth_v(value) == 1
+                and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64)):
+            return None
+        if dr.width(value) != 1:
+            raise ValueError(f"{_CALL}: '{name}' must have width 1, got width {dr.width(value)}")
+        return value
+
+    def _is_array(self, value: object) -> bool:
+        return isinstance(value, dr.ArrayBase)
+
+    def _host_scalar(self, value) -> float:
+        return float(dr.detach(value)[0])
 
     def _namespace(self, *arrays):
         """``(m, double)``: the output namespace (``.ad`` if anything is) and precision."""
@@ -218,16 +214,10 @@ class Camera:
         """
         return _sample_edges(self, scene, num_samples, generator)
 
-    def __repr__(self) -> str:
-        fx, fy, cx, cy = self.intrinsics()
-        return f"rayd.drjit.Camera(width={self.width}, height={self.height}, fx={fx:g}, fy={fy:g}, cx={cx:g}, cy={cy:g})"
-
-
-class EdgeSamples:
+class EdgeSamples(EdgeSamplesBase):
     """rayd.drjit's edge samples (fields as :class:`rayd.torch.EdgeSamples`, flat Dr.Jit arrays)."""
 
-    def __init__(self, **fields) -> None:
-        self.__dict__.update(fields)
+    _NAME = "rayd.drjit.EdgeSamples"
 
     def __len__(self) -> int:
         return dr.width(self.weight) if self.count else 0
@@ -252,10 +242,7 @@ class EdgeSamples:
             ValueError: ``f_*`` not of width N, ``filter`` other than ``"box"``.
         """
         call = "rayd.drjit.EdgeSamples.boundary_term()"
-        if not isinstance(filter, str):
-            raise TypeError(f"{call}: 'filter' must be a str, got {type(filter).__name__}")
-        if filter != "box":
-            raise ValueError(f"{call}: 'filter' must be 'box' in rayd.drjit, got {filter!r}")
+        self._check_filter(call, filter, ("box",), "'box' in rayd.drjit")
         f_in = _check.float_array(call, "f_inside", f_inside, 1)
         f_out = _check.float_array(call, "f_outside", f_outside, 1)
         m, Float = self.m, type(self.motion)
@@ -277,15 +264,8 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     call = "rayd.drjit.Camera.sample_edges()"
     from rayd.drjit.scene import Scene
 
-    if not isinstance(scene, Scene):
-        raise TypeError(f"{call}: 'scene' must be a rayd.drjit.Scene, got {type(scene).__name__}")
-    if integer(num_samples) is None:
-        raise TypeError(f"{call}: 'num_samples' must be an int, got {type(num_samples).__name__}")
-    num_samples = integer(num_samples)
-    if num_samples < 0:
-        raise ValueError(f"{call}: 'num_samples' must be >= 0, got {num_samples}")
-    if generator is not None and not isinstance(generator, np.random.Generator):
-        raise TypeError(f"{call}: 'generator' must be a numpy.random.Generator, got {type(generator).__name__}")
+    num_samples = check_sample_args(call, scene, Scene, num_samples, generator, np.random.Generator,
+                                    "numpy.random.Generator")
     edges = _setup(scene, call)
     from rayd.drjit._nearest_edge import _kind
 
@@ -309,50 +289,37 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
         local_v = np.array(top.v).T.astype(np.int64)
         opp = (rows[ids, 0] - local_v[ids, 0] + np.array(top.opposite).T[ids, 0]).astype(np.int64)
         o = _world_rows(m, double, edges, geometry, ids, opp)
-        a, b = (_to_camera(camera, np.array(x).T.reshape(-1, 3)) for x in (a, b))
-        o = _to_camera(camera, o)
-        seams = _core.merge_seams(a, b, o, np.array(top.is_boundary, dtype=bool)[ids])
-        ids, a, b, o = ids[seams], a[seams], b[seams], o[seams]
-    t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, camera.width, camera.height)
-    lengths = np.linalg.norm(xy1 - xy0, axis=-1)
-    total = float(lengths.sum())
-    n = num_samples if total > 0 else 0
+        to_world = _host_matrix(camera)
+        a, b = (to_camera(np.array(x).T.reshape(-1, 3), to_world) for x in (a, b))
+        o = to_camera(o, to_world)
+        is_boundary = np.array(top.is_boundary, dtype=bool)[ids]
+    rng = generator if generator is not None else np.random.default_rng()
+    plan = plan_samples(a, b, o, is_boundary, intrinsics, camera.width, camera.height, num_samples, rng.random)
+    n = plan.count
     if n == 0:
         return _empty_samples(camera, m, double)
-    rng = generator if generator is not None else np.random.default_rng()
-    pick, s = _core.stratified_positions(lengths, rng.random(n))
-    if n:
-        pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
-        pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])
-        edge_t = t0[pick] + _core.image_to_edge_param(s, pa[:, 2], pb[:, 2]) * (t1[pick] - t0[pick])
-        normal = _core.edge_normals(a[pick], b[pick], o[pick], intrinsics)
-    else:
-        edge_t, normal = np.zeros(0), np.zeros((0, 2))
     Float = m.Float64 if double else m.Float
     Array2 = m.Array2f64 if double else m.Array2f
     Array3 = m.Array3f64 if double else m.Array3f
-    gid = ids[pick] if n else np.zeros(0, dtype=np.int32)
-    t = Float(edge_t)
-    nrm = Array2(normal[:, 0].copy(), normal[:, 1].copy())
+    gid = ids[plan.edge]
+    t = Float(plan.edge_t)
+    nrm = Array2(plan.normal[:, 0].copy(), plan.normal[:, 1].copy())
     _, a_live, b_live = _winner_segments(m, double, m.Int(gid), edges, scene._live_geometry(m, double))
     point = Array3(a_live * (1 - m.Float64(t)) + b_live * m.Float64(t))
     xy = camera.camera_to_pixels(m, double, camera.world_to_camera(m, double, point))
     mm = dr.dot(xy, nrm)
     motion = mm - dr.detach(mm)
     xy = dr.detach(xy)
-    faces0 = np.array(top.faces).T[gid, 0] if n else np.zeros(0, dtype=np.int64)
-    shape = np.array(top.shape_id)[gid] if n else np.zeros(0, dtype=np.int64)
+    faces0 = np.array(top.faces).T[gid, 0]
+    shape = np.array(top.shape_id)[gid]
     offsets = scene._core.table.tables()["global_offset"]
     face = plain.Int((offsets[shape] + faces0).astype(np.int32))
-    if n:
-        visible = scene.visible(Array3(*centre), dr.detach(point), ignore=face)
-    else:
-        visible = dr.zeros(m.Bool, 0)
+    visible = scene.visible(Array3(*centre), dr.detach(point), ignore=face)
     off = _core.EDGE_OFFSET
     return EdgeSamples(
-        xy=xy, normal=nrm, weight=dr.full(Float, total / max(n, 1), n),
-        ray_inside=camera.generate_rays(Array2(xy - off * nrm)) if n else None,
-        ray_outside=camera.generate_rays(Array2(xy + off * nrm)) if n else None,
+        xy=xy, normal=nrm, weight=dr.full(Float, plan.weight, n),
+        ray_inside=camera.generate_rays(Array2(xy - off * nrm)),
+        ray_outside=camera.generate_rays(Array2(xy + off * nrm)),
         global_edge_id=m.Int(gid), edge_t=t, visible=visible, motion=motion,
         width=camera.width, height=camera.height, m=m, count=n,
     )
@@ -370,18 +337,16 @@ def _empty_samples(camera, m, double) -> EdgeSamples:
     )
 
 
+def _host_matrix(camera) -> np.ndarray | None:
+    """``to_world`` as a (4, 4) float64 host matrix (detached), ``None`` for the identity."""
+    if camera.to_world is None:
+        return None
+    return np.array(dr.detach(camera.to_world), dtype=np.float64).reshape(4, 4)
+
+
 def _host_centre(camera) -> tuple[float, float, float]:
-    if camera.to_world is None:
-        return (0.0, 0.0, 0.0)
-    m = np.array(dr.detach(camera.to_world)).reshape(4, 4)
-    return tuple(float(x) for x in m[:3, 3])
-
-
-def _to_camera(camera, world: np.ndarray) -> np.ndarray:
-    if camera.to_world is None:
-        return world
-    m = np.array(dr.detach(camera.to_world)).reshape(4, 4)
-    return (world - m[:3, 3]) @ np.linalg.inv(m[:3, :3]).T
+    m = _host_matrix(camera)
+    return (0.0, 0.0, 0.0) if m is None else tuple(float(x) for x in m[:3, 3])
 
 
 def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
@@ -395,33 +360,6 @@ def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
         cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
         p = apply(cols, p)
     return np.array(m.Array3f64(p)).T.reshape(-1, 3).astype(np.float64)
-
-
-def _size(name: str, value: object) -> int:
-    if integer(value) is None:
-        raise TypeError(f"{_CALL}: '{name}' must be an int, got {type(value).__name__}")
-    value = integer(value)
-    if value <= 0:
-        raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
-    return value
-
-
-def _scalar(name: str, value: object):
-    if value is None:
-        return None
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{_CALL}: '{name}' must be a float or a width-1 Float array, got bool")
-    if real(value) is not None:
-        value = real(value)
-        if not math.isfinite(value):
-            raise ValueError(f"{_CALL}: '{name}' must be finite, got {value}")
-        return value
-    if isinstance(value, dr.ArrayBase) and dr.is_jit_v(value) and dr.depth_v(value) == 1 \
-            and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64):
-        if dr.width(value) != 1:
-            raise ValueError(f"{_CALL}: '{name}' must have width 1, got width {dr.width(value)}")
-        return value
-    raise TypeError(f"{_CALL}: '{name}' must be a float or a width-1 Float array, got {type(value).__name__}")
 
 
 def _div3(Array3, v, s):

@@ -29,11 +29,10 @@ References:
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from rayd.core import camera as _core
-from rayd.core.checks import integer
+from rayd.core.camera_frontend import EdgeSamplesBase, check_sample_args, plan_samples, to_camera
 from rayd.torch import _check, _convert
 from rayd.torch._nearest_edge import _dtype, _ready_edges
 from rayd.torch.edges import placed_vertices
@@ -42,7 +41,7 @@ _CALL = "rayd.torch.Camera.sample_edges()"
 _FILTERS = ("box", "tent")
 
 
-class EdgeSamples:
+class EdgeSamples(EdgeSamplesBase):
     """Samples on the visible-discontinuity curves of an image, from :meth:`Camera.sample_edges`.
 
     Attributes (N samples):
@@ -67,14 +66,10 @@ class EdgeSamples:
         Pixels for ``xy``, ``weight`` (length) and ``motion``.
     """
 
-    def __init__(self, **fields) -> None:
-        self.__dict__.update(fields)
+    _NAME = "rayd.torch.EdgeSamples"
 
     def __len__(self) -> int:
         return int(self.weight.shape[0])
-
-    def __repr__(self) -> str:
-        return f"rayd.torch.EdgeSamples(num_samples={len(self)}, width={self.width}, height={self.height})"
 
     def boundary_term(self, f_inside: torch.Tensor, f_outside: torch.Tensor, *, filter: str = "box") -> torch.Tensor:
         """The visibility-boundary part of an image's derivative, as an image of value zero.
@@ -109,10 +104,7 @@ class EdgeSamples:
                 raise ValueError(f"{call}: '{name}' must have shape ({n},) or ({n}, C), got {tuple(f.shape)}")
         if f_in.shape != f_out.shape:
             raise ValueError(f"{call}: 'f_inside' {tuple(f_in.shape)} and 'f_outside' {tuple(f_out.shape)} differ")
-        if not isinstance(filter, str):
-            raise TypeError(f"{call}: 'filter' must be a str, got {type(filter).__name__}")
-        if filter not in _FILTERS:
-            raise ValueError(f"{call}: 'filter' must be one of {_FILTERS}, got {filter!r}")
+        self._check_filter(call, filter, _FILTERS, f"one of {_FILTERS}")
         scale = self.motion * self.weight.to(self.motion.dtype) * self.visible.to(self.motion.dtype)
         delta = f_in - f_out
         channels = delta.shape[1:]
@@ -142,15 +134,7 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
     """``Camera.sample_edges``: see its docstring."""
     from rayd.torch.scene import Scene
 
-    if not isinstance(scene, Scene):
-        raise TypeError(f"{_CALL}: 'scene' must be a rayd.torch.Scene, got {type(scene).__name__}")
-    if integer(num_samples) is None:
-        raise TypeError(f"{_CALL}: 'num_samples' must be an int, got {type(num_samples).__name__}")
-    num_samples = integer(num_samples)
-    if num_samples < 0:
-        raise ValueError(f"{_CALL}: 'num_samples' must be >= 0, got {num_samples}")
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"{_CALL}: 'generator' must be a torch.Generator, got {type(generator).__name__}")
+    num_samples = check_sample_args(_CALL, scene, Scene, num_samples, generator, torch.Generator, "torch.Generator")
     scene._require_ready(_CALL)
     edges = _ready_edges(_CALL, scene)
     device = scene._device
@@ -170,34 +154,23 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         edge_v = edges.edge_v[ids].long()
         offset = (edges.edge_v[ids, 0] - top.v[ids, 0]).long()
         opp = top.opposite[ids, 0].long() + offset
-        cam = _camera_points(camera, world)
-        a, b, o = (_convert.host_array(cam[i]) for i in (edge_v[:, 0], edge_v[:, 1], opp))
-        seams = _core.merge_seams(a, b, o, _convert.host_array(top.is_boundary[ids]))
-        if not seams.all():
-            ids, a, b, o = ids[torch.as_tensor(seams, device=ids.device)], a[seams], b[seams], o[seams]
-    t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, camera.width, camera.height)
-    lengths = np.linalg.norm(xy1 - xy0, axis=-1)
-    total = float(lengths.sum())
-    n = num_samples if total > 0 else 0
-    jitter = torch.rand(n, generator=generator, dtype=torch.float64,
-                        device=generator.device if generator is not None else "cpu")
-    pick, s = _core.stratified_positions(lengths, _convert.host_array(jitter))
-    if n:
-        pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
-        pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])
-        u = _core.image_to_edge_param(s, pa[:, 2], pb[:, 2])
-        edge_t = t0[pick] + u * (t1[pick] - t0[pick])
-        normal = _core.edge_normals(a[pick], b[pick], o[pick], intrinsics)
-    else:
-        edge_t = np.zeros(0)
-        normal = np.zeros((0, 2))
+        a, b, o = (_convert.host_array(world[i]) for i in (edge_v[:, 0], edge_v[:, 1], opp))
+    to_world = None if camera.to_world is None else _convert.host_matrices(camera.to_world)[0]
+    a, b, o = (to_camera(x, to_world) for x in (a, b, o))
+
+    def jitter(n: int):
+        return _convert.host_array(torch.rand(n, generator=generator, dtype=torch.float64,
+                                              device=generator.device if generator is not None else "cpu"))
+
+    plan = plan_samples(a, b, o, _convert.host_array(top.is_boundary[ids]), intrinsics, camera.width,
+                        camera.height, num_samples, jitter)
+    n = plan.count
 
     # --- differentiable evaluation at the fixed edge parameter
-    pick_t = torch.as_tensor(pick, device=device)
-    gid = ids[pick_t]
+    gid = ids[torch.as_tensor(plan.edge, device=device)]
     ends = edges.edge_v[gid].long()
-    t = torch.as_tensor(edge_t, dtype=dtype).to(device)
-    normal_t = torch.as_tensor(normal, dtype=dtype).to(device)
+    t = torch.as_tensor(plan.edge_t, dtype=dtype).to(device)
+    normal_t = torch.as_tensor(plan.normal, dtype=dtype).to(device)
     vertices = placed_vertices(scene._shapes, dtype)
     point = vertices[ends[:, 0]] * (1 - t)[:, None] + vertices[ends[:, 1]] * t[:, None]
     xy = camera.camera_to_pixels(camera.world_to_camera(point))
@@ -213,7 +186,7 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
     return EdgeSamples(
         xy=xy,
         normal=normal_t,
-        weight=torch.full((n,), total / max(n, 1), dtype=dtype, device=device),
+        weight=torch.full((n,), plan.weight, dtype=dtype, device=device),
         ray_inside=camera.generate_rays(xy - offset_xy),
         ray_outside=camera.generate_rays(xy + offset_xy),
         global_edge_id=gid.to(torch.int32),
@@ -230,11 +203,3 @@ def _centre(camera, device: torch.device) -> torch.Tensor:
     if camera.to_world is None:
         return torch.zeros(3, dtype=torch.float64, device=device)
     return camera.to_world.detach()[:3, 3].to(device=device, dtype=torch.float64)
-
-
-def _camera_points(camera, world: torch.Tensor) -> torch.Tensor:
-    """(V, 3) float64 camera-space positions of ``world`` (detached)."""
-    if camera.to_world is None:
-        return world
-    m = camera.to_world.detach().to(device=world.device, dtype=torch.float64)
-    return (world - m[:3, 3]) @ torch.linalg.inv(m[:3, :3]).transpose(0, 1)

@@ -2,13 +2,10 @@
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 
 from rayd.core import camera as _core
-from rayd.core.checks import integer, real
+from rayd.core.camera_frontend import CameraBase
 from rayd.core.transforms import check_matrices
 from rayd.torch import _check, _convert
 from rayd.torch.ray import Ray
@@ -16,7 +13,7 @@ from rayd.torch.ray import Ray
 _CALL = "rayd.torch.Camera()"
 
 
-class Camera:
+class Camera(CameraBase):
     """A pinhole camera in the OpenCV convention.
 
     Camera space: x right, y down, z forward (the camera looks along +z). Pixel
@@ -53,6 +50,9 @@ class Camera:
             by :meth:`sample_edges`.
     """
 
+    _CALL = _CALL
+    _SCALAR = "a float or a 0-dim float tensor"
+
     def __init__(
         self,
         width: int,
@@ -65,28 +65,9 @@ class Camera:
         cy: float | torch.Tensor | None = None,
         to_world: torch.Tensor | None = None,
     ) -> None:
-        self.width = _size("width", width)
-        self.height = _size("height", height)
-        fov_y, fx, fy, cx, cy = (_scalar(n, v) for n, v in
-                                 (("fov_y", fov_y), ("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
-        if fov_y is not None and (fx is not None or fy is not None):
-            raise ValueError(f"{_CALL}: give either 'fov_y' or 'fx'/'fy', not both")
-        if fov_y is None and fx is None and fy is None:
-            raise ValueError(f"{_CALL}: one of 'fov_y', 'fx' or 'fy' is required")
-        if fov_y is not None:
-            if not isinstance(fov_y, torch.Tensor) and not 0.0 < fov_y < 180.0:
-                raise ValueError(f"{_CALL}: 'fov_y' must be in (0, 180) degrees, got {fov_y}")
-            fx = fy = (0.5 * self.height) / torch.tan(torch.deg2rad(fov_y) / 2) if isinstance(fov_y, torch.Tensor) \
-                else _core.fov_to_focal(fov_y, self.height)
-        fx = fy if fx is None else fx
-        fy = fx if fy is None else fy
-        for name, value in (("fx", fx), ("fy", fy)):
-            if not isinstance(value, torch.Tensor) and not value > 0:
-                raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
-        self.fov_y = fov_y
-        self.fx, self.fy = fx, fy
-        self.cx = 0.5 * self.width if cx is None else cx
-        self.cy = 0.5 * self.height if cy is None else cy
+        self._set_size(width, height)
+        self._set_intrinsics(*(self._scalar(n, v) for n, v in
+                               (("fov_y", fov_y), ("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy))))
         if to_world is not None:
             to_world = _check.float_tensor(_CALL, "to_world", to_world)
             if tuple(to_world.shape) != (4, 4):
@@ -127,11 +108,6 @@ class Camera:
             if isinstance(value, torch.Tensor):
                 dtype = torch.promote_types(dtype, value.dtype)
         return dtype
-
-    def intrinsics(self) -> tuple[float, float, float, float]:
-        """``(fx, fy, cx, cy)`` as Python floats (detached; synchronises for tensors)."""
-        return tuple(float(_convert.primal(v)) if isinstance(v, torch.Tensor) else float(v)
-                     for v in (self.fx, self.fy, self.cx, self.cy))
 
     def _matrix(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
         """``(A, t)``: the linear part (3, 3) and translation (3,) of ``to_world``, or ``None``."""
@@ -285,40 +261,29 @@ class Camera:
         a, t = placed
         return (points.to(a.dtype) - t) @ _inverse(a).transpose(0, 1)
 
-    def __repr__(self) -> str:
-        fx, fy, cx, cy = self.intrinsics()
-        return (f"rayd.torch.Camera(width={self.width}, height={self.height}, fx={fx:g}, fy={fy:g}, "
-                f"cx={cx:g}, cy={cy:g}, to_world={'set' if self.to_world is not None else 'identity'})")
+    # ------------------------------------------------------------------ CameraBase hooks
+    def _array_scalar(self, name: str, value: object) -> torch.Tensor | None:
+        if not isinstance(value, torch.Tensor):
+            return None
+        value = _check.float_tensor(_CALL, name, value)
+        if value.dim() != 0:
+            raise ValueError(f"{_CALL}: '{name}' must be a 0-dim tensor, got shape {tuple(value.shape)}")
+        return value
+
+    def _is_array(self, value: object) -> bool:
+        return isinstance(value, torch.Tensor)
+
+    def _array_focal(self, fov_y: torch.Tensor) -> torch.Tensor:
+        return (0.5 * self.height) / torch.tan(torch.deg2rad(fov_y) / 2)
+
+    def _host_scalar(self, value: torch.Tensor) -> float:
+        return float(_convert.primal(value))
+
+    def _repr_tail(self) -> str:
+        return f", to_world={'set' if self.to_world is not None else 'identity'}"
 
 
 def _inverse(a: torch.Tensor) -> torch.Tensor:
     """``a^-1`` without the error check of ``torch.linalg.inv`` (which synchronises CUDA with
     the host); ``Camera()`` and ``sample_edges`` refuse singular matrices themselves."""
     return torch.linalg.inv_ex(a).inverse
-
-
-def _size(name: str, value: object) -> int:
-    if integer(value) is None:
-        raise TypeError(f"{_CALL}: '{name}' must be an int, got {type(value).__name__}")
-    value = integer(value)
-    if value <= 0:
-        raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
-    return value
-
-
-def _scalar(name: str, value: object) -> float | torch.Tensor | None:
-    if value is None:
-        return None
-    if isinstance(value, (bool, np.bool_)):
-        raise TypeError(f"{_CALL}: '{name}' must be a float or a 0-dim float tensor, got bool")
-    if real(value) is not None:
-        value = real(value)
-        if not math.isfinite(value):
-            raise ValueError(f"{_CALL}: '{name}' must be finite, got {value}")
-        return value
-    if isinstance(value, torch.Tensor):
-        value = _check.float_tensor(_CALL, name, value)
-        if value.dim() != 0:
-            raise ValueError(f"{_CALL}: '{name}' must be a 0-dim tensor, got shape {tuple(value.shape)}")
-        return value
-    raise TypeError(f"{_CALL}: '{name}' must be a float or a 0-dim float tensor, got {type(value).__name__}")

@@ -1,0 +1,232 @@
+"""The part of a frontend's ``Camera`` / ``EdgeSamples`` that is the same for every array library.
+
+:class:`CameraBase` holds the argument checks and the intrinsics bookkeeping of
+``Camera()`` (sizes, ``fov_y`` versus ``fx``/``fy``, defaults of the principal point);
+:func:`check_sample_args` and :func:`plan_samples` the argument checks and the
+host-side orchestration of ``Camera.sample_edges`` (seams, clipping, stratified
+positions, edge parameters and normals, from :mod:`rayd.core.camera`);
+:class:`EdgeSamplesBase` the record's bookkeeping. The frontends supply the array
+hooks (which values are arrays, how to read them) and the differentiable evaluation.
+
+Hooks a :class:`CameraBase` subclass defines:
+
+- ``_CALL`` (``"rayd.torch.Camera()"``), ``_SCALAR`` (how messages name an accepted
+  intrinsic, e.g. ``"a float or a 0-dim float tensor"``);
+- ``_array_scalar(name, value)``: the checked array intrinsic, or ``None`` if ``value``
+  is not an array of the frontend;
+- ``_is_array(value)``: whether a checked intrinsic is an array (not a Python float);
+- ``_array_focal(fov_y)``: the focal length of an array ``fov_y`` (differentiable);
+- ``_host_scalar(value)``: the Python float of an array intrinsic (detached);
+- ``_repr_tail()``: extra text for ``repr`` (default none).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rayd.core import camera as _core
+from rayd.core.checks import integer, real
+
+
+def check_size(call: str, name: str, value: object) -> int:
+    """A positive image size (``width``/``height``) as an int, else ``TypeError``/``ValueError``."""
+    if integer(value) is None:
+        raise TypeError(f"{call}: '{name}' must be an int, got {type(value).__name__}")
+    value = integer(value)
+    if value <= 0:
+        raise ValueError(f"{call}: '{name}' must be positive, got {value}")
+    return value
+
+
+class CameraBase:
+    """Argument checks and intrinsics of ``Camera`` (see the module docstring for the hooks)."""
+
+    _CALL = "rayd.Camera()"
+    _SCALAR = "a float"
+
+    # ------------------------------------------------------------------ hooks (frontends)
+    def _array_scalar(self, name: str, value: object):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _is_array(self, value: object) -> bool:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _array_focal(self, fov_y: object):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _host_scalar(self, value: object) -> float:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _repr_tail(self) -> str:
+        return ""
+
+    # ------------------------------------------------------------------ shared
+    def _scalar(self, name: str, value: object):
+        """``None``, a finite Python float, or a checked array intrinsic, else raise."""
+        if value is None:
+            return None
+        if isinstance(value, (bool, np.bool_)):
+            raise TypeError(f"{self._CALL}: '{name}' must be {self._SCALAR}, got bool")
+        if real(value) is not None:
+            value = real(value)
+            if not math.isfinite(value):
+                raise ValueError(f"{self._CALL}: '{name}' must be finite, got {value}")
+            return value
+        checked = self._array_scalar(name, value)
+        if checked is None:
+            raise TypeError(f"{self._CALL}: '{name}' must be {self._SCALAR}, got {type(value).__name__}")
+        return checked
+
+    def _set_size(self, width: object, height: object) -> None:
+        self.width = check_size(self._CALL, "width", width)
+        self.height = check_size(self._CALL, "height", height)
+
+    def _set_intrinsics(self, fov_y, fx, fy, cx, cy) -> None:
+        """Sets ``fov_y, fx, fy, cx, cy`` from checked intrinsics (``_scalar``'s results)."""
+        call = self._CALL
+        if fov_y is not None and (fx is not None or fy is not None):
+            raise ValueError(f"{call}: give either 'fov_y' or 'fx'/'fy', not both")
+        if fov_y is None and fx is None and fy is None:
+            raise ValueError(f"{call}: one of 'fov_y', 'fx' or 'fy' is required")
+        if fov_y is not None:
+            if self._is_array(fov_y):
+                fx = fy = self._array_focal(fov_y)
+            elif not 0.0 < fov_y < 180.0:
+                raise ValueError(f"{call}: 'fov_y' must be in (0, 180) degrees, got {fov_y}")
+            else:
+                fx = fy = _core.fov_to_focal(float(fov_y), self.height)
+        fx = fy if fx is None else fx
+        fy = fx if fy is None else fy
+        for name, value in (("fx", fx), ("fy", fy)):
+            if not self._is_array(value) and not value > 0:
+                raise ValueError(f"{call}: '{name}' must be positive, got {value}")
+        self.fov_y = fov_y
+        self.fx, self.fy = fx, fy
+        self.cx = 0.5 * self.width if cx is None else cx
+        self.cy = 0.5 * self.height if cy is None else cy
+
+    def intrinsics(self) -> tuple[float, float, float, float]:
+        """``(fx, fy, cx, cy)`` as Python floats (detached; a host read for arrays)."""
+        return tuple(self._host_scalar(v) if self._is_array(v) else float(v)
+                     for v in (self.fx, self.fy, self.cx, self.cy))
+
+    def __repr__(self) -> str:
+        fx, fy, cx, cy = self.intrinsics()
+        return (f"{self._CALL[:-2]}(width={self.width}, height={self.height}, fx={fx:g}, fy={fy:g}, "
+                f"cx={cx:g}, cy={cy:g}{self._repr_tail()})")
+
+
+def check_sample_args(call: str, scene: object, scene_type: type, num_samples: object,
+                      generator: object, generator_type: type, generator_name: str) -> int:
+    """The checks of ``Camera.sample_edges``' arguments; returns ``num_samples`` as an int.
+
+    ``scene_type`` is the frontend's ``Scene``; ``generator_name`` names
+    ``generator_type`` in messages (``"torch.Generator"``).
+    """
+    if not isinstance(scene, scene_type):
+        raise TypeError(f"{call}: 'scene' must be a {scene_type.__module__.rsplit('.', 1)[0]}.Scene, "
+                        f"got {type(scene).__name__}")
+    if integer(num_samples) is None:
+        raise TypeError(f"{call}: 'num_samples' must be an int, got {type(num_samples).__name__}")
+    num_samples = integer(num_samples)
+    if num_samples < 0:
+        raise ValueError(f"{call}: 'num_samples' must be >= 0, got {num_samples}")
+    if generator is not None and not isinstance(generator, generator_type):
+        raise TypeError(f"{call}: 'generator' must be a {generator_name}, got {type(generator).__name__}")
+    return num_samples
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """The discrete choices of ``sample_edges`` (host, float64; see :func:`plan_samples`).
+
+    Attributes:
+        edge: (N,) int64 index of each sample's edge into the candidate list.
+        edge_t: (N,) float64 parameter of the sample along its edge (0 at ``a``, 1 at ``b``).
+        normal: (N, 2) float64 unit image-space normal, away from the edge's first face.
+        total: the total clipped image length ``L`` of the candidate edges (pixels).
+    """
+
+    edge: np.ndarray
+    edge_t: np.ndarray
+    normal: np.ndarray
+    total: float
+
+    @property
+    def count(self) -> int:
+        """N, the number of samples."""
+        return int(self.edge.shape[0])
+
+    @property
+    def weight(self) -> float:
+        """``L / N``, every sample's ``1 / (N pdf)``."""
+        return self.total / max(self.count, 1)
+
+
+def plan_samples(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.ndarray,
+                 intrinsics: tuple[float, float, float, float], width: int, height: int,
+                 num_samples: int, jitter) -> SamplePlan:
+    """Where ``sample_edges`` puts its samples, given the candidate edges in camera space.
+
+    Args:
+        a, b: (E, 3) float64 camera-space end points of the candidate edges.
+        o: (E, 3) float64 camera-space opposite vertex of each edge's first face.
+        is_boundary: (E,) bool, boundary edges.
+        intrinsics: ``(fx, fy, cx, cy)``.
+        width, height: the image size.
+        num_samples: N >= 0.
+        jitter: ``jitter(n)`` -> (n,) float64 uniform numbers in ``[0, 1)`` (called once,
+            only when ``n > 0``: no edge on screen draws nothing).
+
+    Returns:
+        :class:`SamplePlan`: seams merged (:func:`rayd.core.camera.merge_seams`), edges
+        clipped to the near plane and the image, N stratified samples in image length.
+    """
+    kept = np.flatnonzero(_core.merge_seams(a, b, o, is_boundary))
+    a, b, o = a[kept], b[kept], o[kept]
+    t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, width, height)
+    lengths = np.linalg.norm(xy1 - xy0, axis=-1)
+    total = float(lengths.sum())
+    n = num_samples if total > 0 else 0
+    if n == 0:
+        return SamplePlan(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 2)), total)
+    pick, s = _core.stratified_positions(lengths, np.asarray(jitter(n), dtype=np.float64))
+    pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
+    pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])
+    u = _core.image_to_edge_param(s, pa[:, 2], pb[:, 2])
+    edge_t = t0[pick] + u * (t1[pick] - t0[pick])
+    normal = _core.edge_normals(a[pick], b[pick], o[pick], intrinsics)
+    return SamplePlan(kept[pick].astype(np.int64), edge_t, normal, total)
+
+
+def to_camera(world: np.ndarray, to_world: np.ndarray | None) -> np.ndarray:
+    """(K, 3) float64 camera-space positions of world points, ``to_world`` a (4, 4) host matrix or ``None``."""
+    if to_world is None:
+        return world
+    return (world - to_world[:3, 3]) @ np.linalg.inv(to_world[:3, :3]).T
+
+
+class EdgeSamplesBase:
+    """Bookkeeping of ``EdgeSamples``: fields as attributes, ``len``, ``repr``.
+
+    A subclass sets ``_NAME`` (``"rayd.torch.EdgeSamples"``) and ``__len__``.
+    """
+
+    _NAME = "rayd.EdgeSamples"
+
+    def __init__(self, **fields) -> None:
+        self.__dict__.update(fields)
+
+    def __repr__(self) -> str:
+        return f"{self._NAME}(num_samples={len(self)}, width={self.width}, height={self.height})"
+
+    @staticmethod
+    def _check_filter(call: str, filter: object, allowed: tuple[str, ...], message: str) -> None:
+        """``TypeError`` unless ``filter`` is a str, ``ValueError`` (``message``) unless in ``allowed``."""
+        if not isinstance(filter, str):
+            raise TypeError(f"{call}: 'filter' must be a str, got {type(filter).__name__}")
+        if filter not in allowed:
+            raise ValueError(f"{call}: 'filter' must be {message}, got {filter!r}")
