@@ -56,6 +56,16 @@ def top_k(call: str, k: object, largest: int) -> int:
     return k
 
 
+def int_in_range(call: str, name: str, value: object, largest: int) -> int:
+    """``value`` as an int in ``[1, largest]`` (e.g. ``max_hits``), else ``TypeError``/``ValueError``."""
+    if integer(value) is None:
+        raise TypeError(f"{call}: '{name}' must be an int in [1, {largest}], got {type(value).__name__}")
+    value = integer(value)
+    if not 1 <= value <= largest:
+        raise ValueError(f"{call}: '{name}' must be an int in [1, {largest}], got {value}")
+    return value
+
+
 def non_finite(call: str, name: str, row: int) -> ValueError:
     """The ``ValueError`` for NaN/inf in ``name`` (``row`` of the first bad row, or -1 if unknown)."""
     where = f" (first at row {row})" if row >= 0 else ""

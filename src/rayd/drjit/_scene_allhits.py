@@ -11,17 +11,16 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.core.checks import integer
+from rayd.core.checks import int_in_range
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import LiveState
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.ray import Ray
 from rayd.engine import all_hits as engine_all_hits
+from rayd.engine.all_hits import MAX_HITS  # largest ``max_hits`` of ``intersect_all``
 from rayd.flags import RayFlags, check_flags
 
-#: Largest ``max_hits`` of ``intersect_all``.
-MAX_HITS = engine_all_hits.MAX_HITS
 
 
 class Intersections(Intersection):
@@ -47,15 +46,6 @@ class Intersections(Intersection):
 
     def _resize(self, count: int) -> None:
         self._shape = (count, self._shape[1])
-
-
-def _check_max_hits(call: str, value: object) -> int:
-    if integer(value) is None:
-        raise TypeError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {type(value).__name__}")
-    value = integer(value)
-    if not 1 <= value <= MAX_HITS:
-        raise ValueError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {value}")
-    return int(value)
 
 
 def _spread(value: object, UInt: type, ray_of_lane: dr.ArrayBase) -> object:
@@ -96,7 +86,7 @@ class AllHitsQueries:
             RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.drjit.Scene.intersect_all()"
-        k = _check_max_hits(call, max_hits)
+        k = int_in_range(call, "max_hits", max_hits, MAX_HITS)
         flags = check_flags(call, flags)
         n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
         double = _convert.is_double(ray.o) or _convert.is_double(ray.d)

@@ -11,26 +11,15 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core.checks import integer
+from rayd.core.checks import int_in_range
 from rayd.engine import all_hits as engine_all_hits
+from rayd.engine.all_hits import MAX_HITS  # largest ``max_hits`` of ``intersect_all``
 from rayd.flags import RayFlags, check_flags, unrequested
 from rayd.torch import _convert, _interval, _intersect_fused, _trace
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch.intersection import Intersection
 
-#: Largest ``max_hits`` of ``intersect_all``.
-MAX_HITS = engine_all_hits.MAX_HITS
-
-
-def check_max_hits(call: str, value: object) -> int:
-    """``max_hits`` as an int in ``[1, MAX_HITS]``: ``TypeError`` / ``ValueError`` otherwise."""
-    if integer(value) is None:
-        raise TypeError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {type(value).__name__}")
-    value = integer(value)
-    if not 1 <= value <= MAX_HITS:
-        raise ValueError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {value}")
-    return int(value)
 
 
 def _bound_rows(bound: float | torch.Tensor) -> float | torch.Tensor:
@@ -85,7 +74,7 @@ class AllHitsQueries:
             RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.torch.Scene.intersect_all()"
-        k = check_max_hits(call, max_hits)
+        k = int_in_range(call, "max_hits", max_hits, MAX_HITS)
         flags = check_flags(call, flags)
         batch, n, rays, ray = _trace.prepare(self, call, ray, active, ignore)
         device = self._device
