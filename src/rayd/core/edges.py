@@ -20,6 +20,7 @@ import types
 from typing import Any
 
 from rayd.core.checks import lifecycle
+from rayd.core.frontend import PublicName
 from rayd.engine import edge_topology
 
 
@@ -32,7 +33,7 @@ def check_total(owner: str, total: int) -> None:
         )
 
 
-class TopologyBase:
+class TopologyBase(PublicName):
     """``len()`` and ``repr()`` of an ``EdgeTopology`` (a frontend's dataclass provides ``num_edges``)."""
 
     _name = "rayd.EdgeTopology"

@@ -37,6 +37,19 @@ def type_name(value: object) -> str:
     return f"{module}.{cls.__qualname__}"
 
 
+class PublicName:
+    """Mixin: each subclass defined in ``rayd.torch`` / ``rayd.drjit`` gets ``_name``, its public
+    name for messages and ``repr`` (``rayd.torch.NearestEdge``), unless it sets one itself."""
+
+    __slots__ = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        parts = cls.__module__.split(".")
+        if "_name" not in cls.__dict__ and parts[:2] in (["rayd", "torch"], ["rayd", "drjit"]):
+            cls._name = f"rayd.{parts[1]}.{cls.__name__}"
+
+
 class SceneBase:
     """Shared lifecycle of ``rayd.torch.Scene`` and ``rayd.drjit.Scene`` (see the module docstring)."""
 

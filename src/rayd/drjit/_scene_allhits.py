@@ -33,7 +33,6 @@ class Intersections(Intersection):
     """
 
     __slots__ = ("_shape",)
-    _name = "rayd.drjit.Intersections"
 
     def __init__(self, shape: tuple[int, int], flags: RayFlags, **fields: dr.ArrayBase) -> None:
         super().__init__(flags, **fields)

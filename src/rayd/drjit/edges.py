@@ -64,7 +64,6 @@ class EdgeTopology(TopologyBase):
         """E, the number of edge records."""
         return dr.width(self.global_edge_id)
 
-    _name = "rayd.drjit.EdgeTopology"
 
     def _where(self) -> str:
         return f"type={_convert.type_name(self.v)}"
@@ -103,7 +102,6 @@ class NearestEdge(DrjitRecord, EdgeRecord):
     """
 
     __slots__ = ("_shape",)
-    _name = "rayd.drjit.NearestEdge"
     _width_field = "distance"
 
     def __init__(self, shape: tuple[int, ...], **fields: dr.ArrayBase) -> None:

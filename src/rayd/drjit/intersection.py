@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import drjit as dr
 
+from rayd.core.frontend import PublicName
 from rayd.records import HitRecord
 
 
-class DrjitRecord:
+class DrjitRecord(PublicName):
     """The Dr.Jit parts of a record: ``detach()`` and selecting queries (``record[mask]``).
 
     Mixed into :class:`Intersection` and :class:`~rayd.drjit.NearestEdge` ahead of their
@@ -96,7 +97,6 @@ class Intersection(DrjitRecord, HitRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.drjit.Intersection"
     _width_field = "t"
 
     def is_valid(self) -> dr.ArrayBase:

@@ -64,7 +64,6 @@ class ReflectionChain(_SlotRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.drjit.ReflectionChain"
     _width_field = "t"
     _PER_ITEM = ("num_bounces", "path_length")
 
@@ -85,7 +84,6 @@ class SpecularPaths(_SlotRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.drjit.SpecularPaths"
     _PER_ITEM = ("num_bounces", "length", "valid")
 
     def is_valid(self) -> dr.ArrayBase:
@@ -104,7 +102,6 @@ class SpecularPathSet(_SlotRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.drjit.SpecularPathSet"
     _PER_ITEM = ("num_bounces", "length", "valid")
 
     def is_valid(self) -> dr.ArrayBase:

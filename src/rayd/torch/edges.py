@@ -70,7 +70,6 @@ class EdgeTopology(TopologyBase):
         """E, the number of edge records."""
         return self.v.shape[0]
 
-    _name = "rayd.torch.EdgeTopology"
 
     def _where(self) -> str:
         return f"device={self.v.device}"
@@ -109,7 +108,6 @@ class NearestEdge(TorchRecord, EdgeRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.torch.NearestEdge"
 
     def is_valid(self) -> torch.Tensor:
         """(...) bool: True where an edge was found."""

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.frontend import PublicName
 from rayd.records import HitRecord
 
 
-class TorchRecord:
+class TorchRecord(PublicName):
     """The torch parts of a record: ``detach()``, ``to()``, ``cpu()`` and indexing.
 
     Mixed into :class:`Intersection` and :class:`~rayd.torch.NearestEdge` ahead of their
@@ -99,7 +100,6 @@ class Intersection(TorchRecord, HitRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.torch.Intersection"
 
     def is_valid(self) -> torch.Tensor:
         """(...) bool: True where the ray hit something."""

@@ -29,7 +29,6 @@ class SpecularPathSet(TorchRecord, FieldRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.torch.SpecularPathSet"
 
     def is_valid(self) -> torch.Tensor:
         """(S, T, P) bool, the ``valid`` field."""

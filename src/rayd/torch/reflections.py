@@ -33,7 +33,6 @@ class ReflectionChain(TorchRecord, FieldRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.torch.ReflectionChain"
 
     def is_valid(self) -> torch.Tensor:
         """(..., B) bool: True in the slots that hold a hit."""
@@ -66,7 +65,6 @@ class SpecularPaths(TorchRecord, FieldRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.torch.SpecularPaths"
 
     def is_valid(self) -> torch.Tensor:
         """(...) bool, the ``valid`` field."""
