@@ -69,6 +69,20 @@ def check_line_of_sight(call: str, value: object) -> bool:
     return bool(value)
 
 
+def check_options(call: str, max_bounces: object, num_rays: object, line_of_sight: object) -> tuple[int, int, bool]:
+    """``find_specular_paths``' options checked: ``(bounces, num_rays, line_of_sight)``."""
+    return check_bounces(call, max_bounces), check_num_rays(call, num_rays), check_line_of_sight(call, line_of_sight)
+
+
+def length_check(validity, precision: object):
+    """The ``check(src, dst, seq) -> (ok, length)`` of :func:`find_sequences` from a frontend's
+    ``Scene._host_validity(src, dst, seq, active, precision)``."""
+    def check(src, dst, seq):
+        ok, _, _, length = validity(src, dst, seq, None, precision)
+        return ok, length
+    return check
+
+
 def check_length(call: str, bounces: int) -> None:
     """``ValueError`` if a sequence is longer than 16 faces."""
     if bounces > MAX_BOUNCES:

@@ -55,9 +55,7 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
     targets = _check.float_array(call, "targets", targets, 3)
     for name, value in (("sources", sources), ("targets", targets)):
         _check.same_backend(call, name, value, scene.device, "the scene")
-    bounces = core_paths.check_bounces(call, max_bounces)
-    num_rays = core_paths.check_num_rays(call, num_rays)
-    line_of_sight = core_paths.check_line_of_sight(call, line_of_sight)
+    bounces, num_rays, line_of_sight = core_paths.check_options(call, max_bounces, num_rays, line_of_sight)
     plain = _convert.module(scene.backend, False)
     num_s, num_t = dr.width(sources), dr.width(targets)
     double = any(_convert.is_double(x) for x in (sources, targets))
@@ -70,12 +68,9 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
             gid = np.array(chain.global_prim_id, dtype=np.int64).reshape(-1, b)
             return gid, np.array(chain.num_bounces)
 
-    def check(src, dst, seq):
-        ok, _, _, length = scene._host_validity(src, dst, seq, None, double)
-        return ok, length
-
     host_s, host_t = _rows(sources, num_s), _rows(targets, num_t)
-    seqs, used = core_paths.find_sequences(host_s, host_t, bounces, num_rays, line_of_sight, trace, check)
+    seqs, used = core_paths.find_sequences(host_s, host_t, bounces, num_rays, line_of_sight, trace,
+                                            core_paths.length_check(scene._host_validity, double))
     count = seqs.shape[2]
     shape = (num_s, num_t, count, bounces)
     items = num_s * num_t * count

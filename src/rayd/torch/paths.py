@@ -85,9 +85,7 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
     targets = _check.float_tensor(call, "targets", targets, last=3, ndim=2)
     for name, value in (("sources", sources), ("targets", targets)):
         _check.same_device(call, name, value, scene.device, "the scene")
-    bounces = core_paths.check_bounces(call, max_bounces)
-    num_rays = core_paths.check_num_rays(call, num_rays)
-    line_of_sight = core_paths.check_line_of_sight(call, line_of_sight)
+    bounces, num_rays, line_of_sight = core_paths.check_options(call, max_bounces, num_rays, line_of_sight)
     device = scene.device
     dtype = scene._output_dtype_points(sources, targets)
 
@@ -97,12 +95,9 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
             chain = scene.trace_reflections(Ray(o, torch.from_numpy(directions).to(device)), b)
         return _convert.host_array(chain.global_prim_id), _convert.host_array(chain.num_bounces)
 
-    def check(src, dst, seq):
-        ok, _, _, length = scene._host_validity(src, dst, seq, None, dtype)
-        return ok, length
-
     host = [_convert.host_array(x, torch.float64) for x in (sources, targets)]
-    seqs, used = core_paths.find_sequences(*host, bounces, num_rays, line_of_sight, trace, check)
+    seqs, used = core_paths.find_sequences(*host, bounces, num_rays, line_of_sight, trace,
+                                            core_paths.length_check(scene._host_validity, dtype))
     seqs = torch.from_numpy(seqs).to(device)
     used = torch.from_numpy(used).to(device)
     paths = scene.specular_paths(sources[:, None, None, :], targets[None, :, None, :], seqs, active=used)
