@@ -84,7 +84,11 @@ def test_equals_torch(m):
     dr.backward(dr.sum(hits.t * m.Float64(w.ravel()) + hits.p.x))
     (torch.where(ref.is_valid(), ref.t, 0.0) * torch.tensor(w, device=dev)).sum().backward(retain_graph=True)
     ref.p[..., 0].sum().backward()
-    np.testing.assert_allclose(rows(dr.grad(v)), tv.grad.cpu().numpy(), rtol=grad_rtol(m), atol=1e-9)
+    # CUDA's approximate rcp/rsqrt errors scale with the largest terms that cancel (H200: 6e-4
+    # relative on components 30x smaller than the largest)
+    want = tv.grad.cpu().numpy()
+    atol = 1e-9 if ".llvm" in m.__name__ else grad_rtol(m) * float(np.abs(want).max())
+    np.testing.assert_allclose(rows(dr.grad(v)), want, rtol=grad_rtol(m), atol=atol)
 
 
 def test_exact_counts_through_vertices(m):
