@@ -19,9 +19,8 @@ import math
 
 import torch
 
-from rayd.engine import closest_point as _engine
 from rayd.records import FieldRecord
-from rayd.torch import _convert
+from rayd.torch import _convert, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
 from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance
@@ -160,16 +159,7 @@ def closest_point(scene, points: object, active: object, max_distance: object,
     device = scene._device
     state = scene._state
     n = batch.numel()
-    winner = torch.empty(n, dtype=torch.int32, device=device)
-    if n:
-        _engine.closest_point_search(
-            scene._core.accel,
-            _convert.vec3_view(_search_rows(points, batch, state.centre)),
-            _convert.scalar_view(flag),
-            max_distance,
-            _convert.scalar_view(winner),
-            _convert.current_stream(device),
-        )
+    winner = _ops.closest_point_search(scene, call, _search_rows(points, batch, state.centre), flag, max_distance, n)
     dtype = _dtype(points, scene)
     geometry = gather(state.table, state.live(dtype), winner)
     corners = geometry.corners.to(torch.float64)
@@ -199,9 +189,9 @@ def closest_point(scene, points: object, active: object, max_distance: object,
 _CHUNK_ELEMENTS = 1 << 22
 
 
-def winding_number(scene, points: object, active: object, call: str = "rayd.torch.Scene.winding_number()"
-                   ) -> torch.Tensor:
-    """``Scene.winding_number``: see its docstring."""
+def winding_number(scene, points: object, active: object, call: str = "rayd.torch.Scene.winding_number()",
+                   grad: bool = True) -> torch.Tensor:
+    """``Scene.winding_number``: see its docstring (``grad=False``: the engine kernel whatever needs gradients)."""
     points, batch, flag = _prepare(scene, call, points, active)
     device = scene._device
     core = scene._core
@@ -209,13 +199,15 @@ def winding_number(scene, points: object, active: object, call: str = "rayd.torc
     dtype = _dtype(points, scene)
     num_faces = core.table.num_flat_faces
     meshes = core.table.meshes
-    if differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in meshes):
+    if grad and (differentiable(points)
+                 or any(differentiable(s.vertices) or differentiable(s.to_world) for s in meshes)):
         vertices = placed_vertices(meshes, torch.float64)
         faces = scene._state.table.faces
-        enabled = torch.as_tensor([s.enabled for s in meshes], device=device)
-        counts = torch.as_tensor([s.num_faces for s in meshes], device=device)
-        face_on = torch.repeat_interleave(enabled, counts)
-        faces = faces[face_on]
+        if not all(s.enabled for s in meshes):  # (all enabled: no data-dependent shape, as torch.compile wants)
+            enabled = torch.as_tensor([s.enabled for s in meshes], device=device)
+            counts = torch.as_tensor([s.num_faces for s in meshes], device=device)
+            face_on = torch.repeat_interleave(enabled, counts)
+            faces = faces[face_on]
         tri = vertices[faces]  # (F, 3, 3)
         q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
         step = max(1, _CHUNK_ELEMENTS // max(1, faces.shape[0]))
@@ -225,12 +217,7 @@ def winding_number(scene, points: object, active: object, call: str = "rayd.torc
         on = flag.bool().expand(n) if flag.numel() == 1 else flag.bool()
         result = torch.where(on & torch.isfinite(q).all(-1), result, torch.zeros_like(result))
         return result.to(dtype).reshape(batch)
-    out = torch.empty(n, dtype=torch.float64, device=device)
-    if n:
-        _engine.winding_number_exact(
-            core.accel, num_faces, _convert.vec3_view(_search_rows(points, batch, scene._state.centre)),
-            _convert.scalar_view(flag), _convert.scalar_view(out), _convert.current_stream(device),
-        )
+    out = _ops.winding_number(scene, call, _search_rows(points, batch, scene._state.centre), flag, n)
     return out.to(dtype).reshape(batch)
 
 
@@ -250,7 +237,7 @@ def contains(scene, points: object, active: object) -> torch.Tensor:
     call = "rayd.torch.Scene.contains()"
     with torch.no_grad():
         w = winding_number(scene, _convert.primal(points) if isinstance(points, torch.Tensor) else points, active,
-                           call)
+                           call, grad=False)
     return w > 0.5
 
 

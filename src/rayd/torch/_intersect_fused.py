@@ -24,7 +24,9 @@ from rayd.torch._geometry import HitGeometry
 
 
 def usable(tensors: list[torch.Tensor]) -> bool:
-    """True if the fused path may run for these differentiable inputs."""
+    """True if the fused path may run for these differentiable inputs (never under ``torch.compile``)."""
+    if torch.compiler.is_compiling():  # the op-by-op formulas trace into the graph instead
+        return False
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
         return False
     if _convert.transforms_active():

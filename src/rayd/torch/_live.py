@@ -97,7 +97,14 @@ class LiveState:
 
     # ------------------------------------------------------------------ transforms
     def _refresh(self) -> None:
-        """Device copies of the host table, once per refresh of the table."""
+        """Device copies of the host table, once per refresh of the table.
+
+        Under ``torch.compile`` nothing is compared: the scene refreshed at its last
+        ``build()``/``sync()`` (:meth:`prepare`), and a guard on the generation counter
+        would recompile the graph at every ``sync()``.
+        """
+        if torch.compiler.is_compiling():
+            return
         transforms = self.core.transforms
         if self._generation != transforms.generation:
             self._generation = transforms.generation
@@ -106,6 +113,11 @@ class LiveState:
             self._normal = None
             self.any_matrix = transforms.has_any(self.core.table)
 
+    def prepare(self) -> None:
+        """Refresh the device tables now (after ``build()``/``sync()``), so that traced queries only read them."""
+        self._refresh()
+        self._groups()
+
     def has_matrix(self) -> bool:
         """True if any shape has a transform (as of the last build/sync)."""
         self._refresh()
@@ -113,7 +125,7 @@ class LiveState:
 
     def _groups(self) -> tuple[list, list]:
         """The registered matrices, grouped once per refresh: batches ``(src, rows, index)`` and single ``(row, m)``."""
-        if self._groups_generation != self._generation:
+        if self._groups_generation != self._generation and not torch.compiler.is_compiling():
             batches: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
             singles: list[tuple[int, torch.Tensor]] = []
             for shape_id, shape in enumerate(self.core.table.shapes):

@@ -23,7 +23,9 @@ from rayd.torch._edge_formulas import point_fields
 
 
 def usable(shapes: list, points: torch.Tensor) -> bool:
-    """True if the fused path may run for these points and scene shapes."""
+    """True if the fused path may run for these points and scene shapes (never under ``torch.compile``)."""
+    if torch.compiler.is_compiling():
+        return False
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
         return False
     if _convert.transforms_active():

@@ -15,9 +15,8 @@ import math
 
 import torch
 
-from rayd import engine
 from rayd.flags import RayFlags
-from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
+from rayd.torch import _check, _convert, _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
@@ -28,6 +27,7 @@ MAX_BOUNCES = 16
 SEGMENT_EPSILON = 1e-4
 #: Closed-triangle test of a reflection point: barycentric weights ``>= -TOLERANCE`` (float64).
 TOLERANCE = 1e-9
+_PATHS = "rayd.torch.Scene.specular_paths()"
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -42,26 +42,21 @@ def _safe_norm(x: torch.Tensor) -> torch.Tensor:
 
 
 def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: torch.Tensor,
-           flag: torch.Tensor, skip: torch.Tensor, any_hit: bool) -> torch.Tensor:
+           flag: torch.Tensor, skip: torch.Tensor, any_hit: bool,
+           call: str = "rayd.torch.Scene.trace_reflections()") -> torch.Tensor:
     """Engine search for flat rays: ``o, d`` (N, 3), ``tmin, tmax`` (N,) float, ``flag`` (N,) bool,
     ``skip`` (N,) int ids; returns (N,) int32 winners (-1 none). Launched on the current stream."""
-    device = scene._device
     n = o.shape[0]
-    out = torch.empty(n, dtype=torch.int32, device=device)
     if n == 0:
-        return out
+        return torch.empty(n, dtype=torch.int32, device=scene._device)
     o = _convert.primal(o)
     centre = scene._state.centre
     if centre is not None:
         o = o.to(torch.float64) - centre
     f32 = [_convert.primal(x).to(torch.float32).contiguous() for x in (o, d, tmin, tmax)]
-    rays = engine.RayBatch(
-        _convert.vec3_view(f32[0]), _convert.vec3_view(f32[1]), _convert.scalar_view(f32[2]),
-        _convert.scalar_view(f32[3]), _convert.scalar_view(_convert.primal(flag).to(torch.uint8).contiguous()),
-        _convert.scalar_view(_convert.primal(skip).to(torch.int32).contiguous()),
-    )
-    engine.search(scene._core.accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
-    return out
+    return _ops.ray_search(scene, call, *f32,
+                           _convert.primal(flag).to(torch.uint8).contiguous(),
+                           _convert.primal(skip).to(torch.int32).contiguous(), n, any_hit)
 
 
 class ReflectionQueries:
@@ -198,7 +193,6 @@ class ReflectionQueries:
         shapes = [("source", source.shape[:-1]), ("target", target.shape[:-1]), ("prim_sequence", seq.shape[:-1])]
         for name, value in (("source", source), ("target", target), ("prim_sequence", seq)):
             _check.same_device(call, name, value, device, "the scene")
-        _trace.refuse_vmap(call, source, target, seq)
         if active is not None:
             active = _check.tensor(call, "active", active)
             if active.dtype != torch.bool:
@@ -289,8 +283,8 @@ class ReflectionQueries:
         m = a.shape[0]
         tmin = torch.full((m,), SEGMENT_EPSILON, dtype=torch.float32, device=a.device)
         tmax = torch.full((m,), 1.0 - SEGMENT_EPSILON, dtype=torch.float32, device=a.device)
-        forward = search(self, a, b - a, tmin, tmax, act, fa, False)
-        backward = search(self, b, a - b, tmin, tmax, act, fb, False)
+        forward = search(self, a, b - a, tmin, tmax, act, fa, False, _PATHS)
+        backward = search(self, b, a - b, tmin, tmax, act, fb, False, _PATHS)
         blocked = ((forward >= 0) & (forward != fb)) | ((backward >= 0) & (backward != fa))
         return (blocked & act).reshape(shape)
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from rayd import engine
-from rayd.torch import _check, _convert
+from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
 
 
@@ -20,15 +19,7 @@ def check_ray(call: str, ray: object, device: torch.device) -> Ray:
     if not isinstance(ray, Ray):
         raise TypeError(f"{call}: 'ray' must be a rayd.torch.Ray, got {type_name(ray)}")
     _check.same_device(call, "ray.o", ray.o, device, "the scene")
-    refuse_vmap(call, ray.o, ray.d)
     return ray
-
-
-def refuse_vmap(call: str, *tensors: object) -> None:
-    """``RuntimeError`` for inputs batched by ``torch.func.vmap`` (not supported yet): never a raw torch error."""
-    if _convert.transforms_active() and any(isinstance(t, torch.Tensor) and _convert.is_batched(t) for t in tensors):
-        raise RuntimeError(f"{call}: torch.func.vmap over rayd queries is not supported yet; pass the batch as a "
-                           f"leading dimension instead (queries broadcast over any leading shape)")
 
 
 def check_active(call: str, ray: Ray, active: object, device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
@@ -78,9 +69,8 @@ def trace(scene, call: str, ray: object, active: object, ignore: object,
     batch, active = check_active(call, ray, active, device)
     batch, ignore = check_ignore(call, batch, ignore, device)
     n = batch.numel()
-    out = torch.empty(n, dtype=torch.int32, device=device)
     if n == 0:
-        return batch, n, out, ray
+        return batch, n, torch.empty(n, dtype=torch.int32, device=device), ray
     if active is None:
         flag = torch.ones(1, dtype=torch.uint8, device=device)
     else:
@@ -96,15 +86,8 @@ def trace(scene, call: str, ray: object, active: object, ignore: object,
     centre = scene._state.centre
     if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
         o = _convert.primal(o).to(torch.float64) - centre
-    rays = engine.RayBatch(
-        _convert.vec3_view(_convert.flat_float32(o, batch, 3)),
-        _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
-        _convert.scalar_view(bound(ray.tmin, batch, device)),
-        _convert.scalar_view(bound(ray.tmax, batch, device)),
-        _convert.scalar_view(flag),
-        _convert.scalar_view(skip),
-    )
-    engine.search(scene._core.accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
+    out = _ops.ray_search(scene, call, _convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
+                          bound(ray.tmin, batch, device), bound(ray.tmax, batch, device), flag, skip, n, any_hit)
     return batch, n, out, ray
 
 

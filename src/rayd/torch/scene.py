@@ -12,9 +12,9 @@ import torch
 
 from rayd.core.frontend import SceneBase
 from rayd.flags import FIELD_FLAGS, RayFlags
-from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
+from rayd.torch import _check, _convert, _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
-from rayd.torch._intersect import evaluate
+from rayd.torch._intersect import _stand_in as stand_in, evaluate
 from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch._scene_surface import SurfaceQueries
@@ -107,9 +107,26 @@ class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
     def _after_build(self) -> None:
         self._state = LiveState(self._core, self._device)
         self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces, self._state.centre)
+        _ops.register(self)  # the key by which compiled graphs and vmap reach this scene
+        self._state.prepare()  # device tables of the transforms made now, not in a traced query
+        for dtype in (torch.float32, torch.float64):  # cached constants: the same graph before and after
+            stand_in(dtype, self._device)
 
     def _after_sync(self, todo: set[int]) -> None:
         self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
+        self._state.prepare()
+
+    def _require_ready(self, call: str) -> None:
+        """The lifecycle check of a query (SceneBase's), deferred to run time under ``torch.compile``.
+
+        Reading version counters would break a compiled graph: while tracing only the
+        structural check runs, and the search op repeats the full check each time the
+        graph runs (:mod:`rayd.torch._ops`), raising the same ``RuntimeError``.
+        """
+        if torch.compiler.is_compiling():
+            self._table.require_built(call)
+            return
+        super()._require_ready(call)
 
     # ------------------------------------------------------------------ queries
     def intersect(
