@@ -12,7 +12,7 @@ import torch
 
 from rayd.core.frontend import SceneBase
 from rayd.flags import FIELD_FLAGS, RayFlags
-from rayd.torch import _check, _convert, _interval, _intersect_fused, _ops, _trace
+from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import _stand_in as stand_in, evaluate
 from rayd.torch._live import LiveState
@@ -256,6 +256,30 @@ class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
         if active is not None:
             result = result & _convert.primal(active).expand(batch)
         return result
+
+    # ------------------------------------------------------------------ copies
+    def __deepcopy__(self, memo: dict) -> "Scene":
+        """``copy.deepcopy(scene)``: an independent scene with deep copies of the registered tensors.
+
+        The shapes are added again in order (same ids, ``dynamic`` flags, instances,
+        transforms — a batch given to ``set_mesh_transform`` stays one batch — enable
+        flags and the edge mask), each from a deep copy of the tensors the original
+        holds now: the vertex tensor last registered, faces, normals, uv, matrices.
+        Tensors copied in the same ``deepcopy`` call are shared (``copy.deepcopy((scene,
+        v))`` gives a scene whose mesh holds the copied ``v``); a non-leaf tensor is
+        copied as its detached value. A built original gives a built, synced copy
+        (new BVHs, so updates pending in the original are applied in the copy); an
+        unbuilt one gives an unbuilt copy. Gradients never flow between the two.
+        """
+        return _copy.deepcopy_scene(self, memo)
+
+    def __copy__(self):
+        raise TypeError("copy.copy(rayd.torch.Scene): a shallow copy would share the BVHs and the change "
+                        "tracking of the original; use copy.deepcopy(scene) for an independent scene")
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("pickle.dumps(rayd.torch.Scene): a scene holds device acceleration structures and cannot "
+                        "be pickled; save the meshes' tensors and rebuild (copy.deepcopy(scene) copies in-process)")
 
     # ------------------------------------------------------------------ internals
     def _output_dtype(self, ray: Ray) -> torch.dtype:
