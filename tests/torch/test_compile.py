@@ -222,3 +222,45 @@ def test_registry_is_weak_and_reports_a_dropped_scene(device):
     gc.collect()
     with pytest.raises(RuntimeError, match=r"f\(\): the scene this query was compiled against no longer exists"):
         _ops.scene_of(key, "f()")
+
+
+def test_transforms_instances_normals_compile_once(device):
+    """Differentiable transforms (mesh and instance), vertex normals: one graph across transform updates."""
+    v, f = uv_sphere(dtype=F64, device=device)
+    v = v.clone().requires_grad_()
+    normals = torch.nn.functional.normalize(v.detach(), dim=-1).requires_grad_()
+    m = torch.eye(4, dtype=F64, device=device)
+    m[0, 3] = 0.3
+    m.requires_grad_()
+    mi = torch.eye(4, dtype=F64, device=device)
+    mi[1, 3] = 2.5
+    mi.requires_grad_()
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f, normals=normals, to_world=m), dynamic=True)
+    scene.add_instance(0, mi)
+    scene.build()
+    scene.edge_topology()
+    gen = torch.Generator().manual_seed(4)
+    o = torch.tensor([0.0, 0.0, -3.0], dtype=F64, device=device)
+    d = (torch.randn(16, 3, generator=gen, dtype=F64) * 0.3 + torch.tensor([0, 0.5, 1.0], dtype=F64)).to(device)
+    pts = (torch.randn(16, 3, generator=gen, dtype=F64) + torch.tensor([0, 1.0, 0], dtype=F64)).to(device)
+
+    def fn():
+        hit = scene.intersect(rt.Ray(o, d))
+        return (_finite(hit.t).sum() + hit.n.sum() + scene.nearest_edge(pts).distance.sum()
+                + scene.closest_point(pts).distance.sum())
+
+    cfn, counter = compiled(fn)
+    for _ in range(3):
+        got, want = cfn(), fn()
+        assert torch.allclose(got, want, rtol=1e-12)
+        for g, w in zip(_grads(got, [v, m, mi, normals]), _grads(want, [v, m, mi, normals])):
+            assert torch.allclose(g, w, rtol=1e-10, atol=1e-12)
+        with torch.no_grad():
+            m[0, 3] += 0.01  # in place: picked up at sync()
+            v.mul_(1.001)
+        mi = (mi.detach() + 0.0).requires_grad_()  # a new instance matrix tensor
+        scene.set_mesh_transform(1, mi)
+        scene.sync()
+    assert (scene.intersect(rt.Ray(o, d)).shape_id == 1).any()
+    assert counter.frame_count == 1

@@ -125,7 +125,7 @@ class LiveState:
 
     def _groups(self) -> tuple[list, list]:
         """The registered matrices, grouped once per refresh: batches ``(src, rows, index)`` and single ``(row, m)``."""
-        if self._groups_generation != self._generation and not torch.compiler.is_compiling():
+        if not torch.compiler.is_compiling() and self._groups_generation != self._generation:
             batches: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
             singles: list[tuple[int, torch.Tensor]] = []
             for shape_id, shape in enumerate(self.core.table.shapes):
@@ -158,7 +158,9 @@ class LiveState:
         batches, singles = self._groups()
         batches = [g for g in batches if differentiable(g[0])]
         if singles:
-            if _convert.transforms_active() or forward_ad._current_level >= 0:
+            if torch.compiler.is_compiling():  # (attrgetter is not traceable)
+                singles = [(i, m) for i, m in singles if m.requires_grad]
+            elif _convert.transforms_active() or forward_ad._current_level >= 0:
                 singles = [(i, m) for i, m in singles if differentiable(m)]
             elif any(map(_REQUIRES_GRAD, self._single_tensors)):  # one pass in C
                 singles = [(i, m) for i, m in singles if m.requires_grad]
@@ -178,6 +180,8 @@ class LiveState:
 
     def _rows(self, rows: list[int]) -> torch.Tensor:
         """A device tensor of shape ids, cached: no host-to-device copy in a query once seen."""
+        if torch.compiler.is_compiling():  # a constant of the graph; no guard on the cache
+            return torch.as_tensor(rows, device=self.device)
         key = tuple(rows)
         found = self._row_cache.get(key)
         if found is None:
