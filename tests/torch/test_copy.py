@@ -58,7 +58,7 @@ def test_deepcopy_answers_like_the_original_and_is_independent(device):
     for a, b in zip(_answers(scene, device), _answers(twin, device)):
         assert torch.equal(a, b)
     pts = torch.tensor([[2.5, 0.0, 0.0], [2.5, 2.5, 0.0], [2.5, -2.5, 0.0]], dtype=F64, device=device)
-    assert twin.closest_point(pts).shape_id.tolist() == [1, 2, 1]  # instance 3 (at y = -2.5) is disabled in the copy too
+    assert twin.closest_point(pts).shape_id.tolist() == [1, 2, 1]  # instance 3 (y = -2.5) is disabled there too
     assert torch.equal(twin.edge_mask(), mask)
     # independent: moving the original's dynamic mesh leaves the copy as it was
     before = _answers(twin, device)

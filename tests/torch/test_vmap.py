@@ -83,6 +83,8 @@ def test_vmap_composes_with_grad_jvp_jacrev(device):
         assert torch.allclose(torch.func.vmap(torch.func.grad(fn))(xs), per, rtol=1e-12, atol=1e-14)
         jac = torch.func.jacrev(fn)(xs)  # jacrev vmaps over the output's cotangents
         assert torch.allclose(torch.einsum("iij->ij", jac), per, rtol=1e-12, atol=1e-14)
+        jac_fwd = torch.func.jacfwd(fn)(xs)
+        assert torch.allclose(torch.einsum("iij->ij", jac_fwd), per, rtol=1e-12, atol=1e-14)
         tangent = torch.ones_like(xs)
         _, jvp = torch.func.jvp(torch.func.vmap(fn), (xs,), (tangent,))
         assert torch.allclose(jvp, (per * tangent).sum(-1), rtol=1e-12, atol=1e-14)

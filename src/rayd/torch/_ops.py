@@ -136,7 +136,8 @@ def edge_ray_impl(scene, call, o, d, tmin, tmax, flag, max_distance: float, n: i
         return out
     stream = _convert.current_stream(scene._device)
     _edge_engine.nearest_edge_ray(
-        edges.bvh(stream), _convert.vec3_view(_prepare(o, torch.float32)), _convert.vec3_view(_prepare(d, torch.float32)),
+        edges.bvh(stream), _convert.vec3_view(_prepare(o, torch.float32)),
+        _convert.vec3_view(_prepare(d, torch.float32)),
         _convert.scalar_view(_prepare(tmin, torch.float32)), _convert.scalar_view(_prepare(tmax, torch.float32)),
         _convert.scalar_view(_prepare(flag, torch.uint8)), max_distance, _convert.scalar_view(out), stream,
     )
