@@ -264,3 +264,18 @@ def test_transforms_instances_normals_compile_once(device):
         scene.sync()
     assert (scene.intersect(rt.Ray(o, d)).shape_id == 1).any()
     assert counter.frame_count == 1
+
+
+def test_edge_queries_need_the_edge_state_before_tracing(device):
+    v, f = uv_sphere(device=device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.build()
+    pts = torch.zeros(4, 3, device=device)
+    cfn, _ = compiled(lambda: scene.nearest_edge(pts).distance)
+    with pytest.raises(Exception, match=r"rayd.torch.Scene.nearest_edge\(\): under torch.compile the scene's edge "
+                                        r"topology must exist before tracing; call scene.edge_topology\(\)"):
+        cfn()
+    scene.edge_topology()
+    cfn, counter = compiled(lambda: scene.nearest_edge(pts).distance)
+    assert torch.equal(cfn(), scene.nearest_edge(pts).distance) and counter.frame_count == 1
