@@ -122,7 +122,7 @@ def test_trace_reflections_hessian_matches_finite_differences(device, dtype, how
 @pytest.mark.parametrize("how", list(HESSIANS))
 @pytest.mark.parametrize("wrt", ["source", "target", "vertices"])
 def test_specular_paths_hessian_matches_finite_differences(device, how, wrt):
-    seq = torch.tensor([[0, 1], [1, 0]], device=device)
+    seq = torch.tensor([[0, 1], [0, 1]], device=device)  # wall A then wall B (the chains of CORNER_O, CORNER_D)
     w = _weights(2 * 2 * 3, device)
 
     def loss(scene, source, target):
@@ -132,7 +132,8 @@ def test_specular_paths_hessian_matches_finite_differences(device, how, wrt):
 
     def make(dt):
         v = _t(CORNER_V, dt, device)
-        source, target = _t(CORNER_O, dt, device), _t([[2.0, 4.0, 0.5], [4.0, 2.5, -0.2]], dt, device)
+        # targets half a unit along each chain's second reflected ray
+        source, target = _t(CORNER_O, dt, device), _t([[2.494, 0.1989, 0.4768], [2.6931, 0.2489, 0.3519]], dt, device)
         if wrt == "vertices":
             return v, lambda x: loss(_scene(x), source, target)
         scene = _scene(v)

@@ -27,6 +27,7 @@ from rayd.engine import nearest_edge as _search
 from rayd.torch import _check, _convert, _ops
 from rayd.torch import _nearest_edge_fused as _fused
 from rayd.torch._edge_formulas import _ids, evaluate_points, evaluate_rays
+from rayd.torch._ops import ready_edges as _ready_edges
 from rayd.torch.edges import NearestEdge, placed_vertices
 from rayd.torch.ray import Ray
 
@@ -163,26 +164,6 @@ def silhouette_edges(scene, viewpoint: object) -> torch.Tensor:
     with _convert.outside_transforms():
         scene._edges.topology  # noqa: B018 - lazily built state, kept beyond this call
     return scene._edges.silhouette(vertices, _convert.primal(viewpoint).to(dtype))
-
-
-def _ready_edges(call: str, scene):
-    """The scene's edges with their lazily built state (topology, BVH) made now.
-
-    That state is made outside ``torch.func`` transforms: a first query inside one
-    would otherwise keep wrapped tensors that break every later transform.
-    """
-    edges = scene._edges
-    if edges.pending:
-        raise _check.lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
-    if torch.compiler.is_compiling():  # the op builds/refits the edge BVH when it runs (rayd.torch._ops)
-        if edges._topology is None:
-            raise _check.lifecycle(call, "under torch.compile the scene's edge topology must exist before tracing; "
-                                   "call scene.edge_topology() (or any edge query) once outside the compiled region")
-        return edges
-    with _convert.outside_transforms():
-        edges.topology  # noqa: B018 - computes the topology, the edge rows and masks
-        edges.bvh(_convert.current_stream(scene._device))
-    return edges
 
 
 def _interval(value: float | torch.Tensor, batch: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

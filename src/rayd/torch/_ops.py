@@ -37,7 +37,7 @@ import torch
 from rayd import engine
 from rayd.engine import closest_point as _closest_engine
 from rayd.engine import nearest_edge as _edge_engine
-from rayd.torch import _convert
+from rayd.torch import _check, _convert
 
 _SCENES: weakref.WeakValueDictionary = weakref.WeakValueDictionary()
 _KEYS = itertools.count(1)
@@ -111,11 +111,31 @@ def ray_search(scene, call: str, o, d, tmin, tmax, flag, skip, n: int, any_hit: 
 
 
 # ---------------------------------------------------------------------- nearest edge(s)
+def ready_edges(call: str, scene):
+    """The scene's edges with their lazily built state (topology, BVH) made now.
+
+    That state is made outside ``torch.func`` transforms: a first query inside one
+    would otherwise keep wrapped tensors that break every later transform. While
+    ``torch.compile`` traces, the topology must exist already (it is read by the traced
+    evaluation); the BVH is built or refitted by the op when the graph runs.
+    """
+    edges = scene._edges
+    if edges.pending:
+        raise _check.lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
+    if torch.compiler.is_compiling():
+        if edges._topology is None:
+            raise _check.lifecycle(call, "under torch.compile the scene's edge topology must exist before tracing; "
+                                   "call scene.edge_topology() (or any edge query) once outside the compiled region")
+        return edges
+    with _convert.outside_transforms():
+        edges.topology  # noqa: B018 - computes the topology, the edge rows and masks
+        edges.bvh(_convert.current_stream(scene._device))
+    return edges
+
+
 def edge_point_impl(scene, call, points, flag, max_distance: float, n: int, k: int) -> torch.Tensor:
     """(n,) (``k = 0``) or (n, k) int32 nearest ``global_edge_id`` per search-frame point row."""
-    from rayd.torch._nearest_edge import _ready_edges  # noqa: PLC0415 - import cycle
-
-    edges = _ready_edges(call, scene)
+    edges = ready_edges(call, scene)
     out = torch.empty((n,) if k == 0 else (n, k), dtype=torch.int32, device=scene._device)
     if n == 0:
         return out
@@ -128,9 +148,7 @@ def edge_point_impl(scene, call, points, flag, max_distance: float, n: int, k: i
 
 def edge_ray_impl(scene, call, o, d, tmin, tmax, flag, max_distance: float, n: int) -> torch.Tensor:
     """(n,) int32 ``global_edge_id`` nearest to each ray segment."""
-    from rayd.torch._nearest_edge import _ready_edges  # noqa: PLC0415
-
-    edges = _ready_edges(call, scene)
+    edges = ready_edges(call, scene)
     out = torch.empty(n, dtype=torch.int32, device=scene._device)
     if n == 0:
         return out
