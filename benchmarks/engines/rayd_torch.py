@@ -32,10 +32,17 @@ class RaydTorch(Engine):
 
         return {"rayd": rayd.__version__, "torch": torch.__version__, "warp": wp.config.version}
 
+    #: On the CPU, ``rayd`` times the Warp path (``RAYD_CPU_ACCEL=warp``), ``rayd-embree`` the Embree one.
+    _cpu_accel = False
+
     def load(self, workload):
         import torch
 
         import rayd.torch as rt
+        from rayd.engine import cpu_embree
+
+        self._was = cpu_embree._enabled
+        cpu_embree.set_enabled(self._cpu_accel)
 
         self.torch, self.rt = torch, rt
         dev = torch.device(self.device)
@@ -101,6 +108,9 @@ class RaydTorch(Engine):
         return int(peak)
 
     def close(self):
+        from rayd.engine import cpu_embree
+
+        cpu_embree.set_enabled(self._was)
         self.scene = self.grad_scene = self.built = None
         self.vertex_sets = self.faces = self.ray = self.grad_vertices = None
         if self.device == "cuda":
@@ -109,7 +119,16 @@ class RaydTorch(Engine):
 
 
 class RaydTorchEmbree(RaydTorch):
-    """rayd.torch with the opt-in Embree CPU accelerator on (``rayd.engine.cpu_embree``)."""
+    """rayd.torch with the Embree CPU accelerator on (``rayd.engine.cpu_embree``; the CPU
+    default where embreex imports). Its Embree scene is built at the second query on a
+    geometry (``cpu_embree.WARM_QUERIES``): build_ms includes two one-ray queries to count it."""
+
+    _cpu_accel = True
+
+    def build(self):
+        super().build()
+        for _ in range(2):
+            self.built.intersect(self.rt.Ray(self.ray.o[:1], self.ray.d[:1]))
 
     name = "rayd.torch (embree)"
 
@@ -125,15 +144,3 @@ class RaydTorchEmbree(RaydTorch):
             return "embreex not installed; pip install embreex"
         return super().missing(device)
 
-    def load(self, workload):
-        from rayd.engine import cpu_embree
-
-        self._was = cpu_embree.active()
-        cpu_embree.set_enabled(True)
-        super().load(workload)
-
-    def close(self):
-        from rayd.engine import cpu_embree
-
-        super().close()
-        cpu_embree.set_enabled(self._was)

@@ -11,7 +11,7 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader > 
 case "$what" in
   tests)
     # -k cuda: the CPU half is CI's; -v to a file: a hang shows the test it sits in.
-    timeout 400 python3 -m pytest -v -p no:cacheprovider -k cuda tests/torch tests/drjit tests/engine \
+    timeout 480 python3 -m pytest -v -p no:cacheprovider -k cuda tests/torch tests/drjit tests/engine \
       > "$OUT/tests_cuda.txt" 2>&1; echo "rc=$?" >> "$OUT/tests_cuda.txt"
     grep -c PASSED "$OUT/tests_cuda.txt"; grep -E "FAILED|ERROR" "$OUT/tests_cuda.txt" | head -30; tail -3 "$OUT/tests_cuda.txt" ;;
   fences)
@@ -27,6 +27,13 @@ case "$what" in
   edges)
     timeout 280 python3 benchmarks/edges.py --device cuda --size full --brute-budget 3 --json "$OUT/edges_h200.jsonl" \
       > "$OUT/edges_h200.txt" 2>&1; tail -30 "$OUT/edges_h200.txt" ;;
+  ab)
+    timeout 420 python3 benchmarks/traversal_ab.py --device cuda --variants warp,pair+warprefit,pair,pair:cubql \
+      --engines mitsuba,warp-sah,warp-cubql --output "$OUT/traversal_ab_h200.json" > "$OUT/traversal_ab_h200.txt" 2>&1
+    tail -30 "$OUT/traversal_ab_h200.txt" ;;
+  instances_ab)
+    for L in warp pair; do RAYD_BVH_LAYOUT=$L timeout 150 python3 benchmarks/instances.py --device cuda --mitsuba \
+      --json "$OUT/instances_h200_$L.jsonl" > "$OUT/instances_h200_$L.txt" 2>&1; tail -2 "$OUT/instances_h200_$L.txt"; done ;;
   instances)
     timeout 200 python3 benchmarks/instances.py --device cuda --mitsuba --json "$OUT/instances_h200.jsonl" \
       > "$OUT/instances_h200.txt" 2>&1; tail -20 "$OUT/instances_h200.txt" ;;

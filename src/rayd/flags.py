@@ -34,3 +34,17 @@ FIELD_FLAGS: dict[str, RayFlags] = {
     "n": RayFlags.ShadingN,
     "uv": RayFlags.UV,
 }
+
+
+def check_flags(call: str, flags: object) -> RayFlags:
+    """``flags`` as a :class:`RayFlags`: ``TypeError`` for a non-int, ``ValueError`` for unknown bits."""
+    if isinstance(flags, bool) or not isinstance(flags, int):
+        raise TypeError(f"{call}: 'flags' must be a rayd.RayFlags, got {type(flags).__name__}")
+    if flags & ~int(RayFlags.All):
+        raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
+    return RayFlags(flags)
+
+
+def unrequested(flags: RayFlags) -> set[str]:
+    """Names of the optional fields that ``flags`` does not ask for."""
+    return {name for name, flag in FIELD_FLAGS.items() if not flags & flag}

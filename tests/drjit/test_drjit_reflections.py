@@ -92,7 +92,10 @@ def test_gradients_equal_torch_and_forward_equals_reverse(m):
     dr.backward(total)
     rtol = grad_rtol(m)
     for mine, theirs in ((v, tv), (o, to), (d, td)):
-        np.testing.assert_allclose(rows(dr.grad(mine)), theirs.grad.numpy(), rtol=rtol, atol=1e-9)
+        # CUDA's approximate rcp/rsqrt errors scale with the largest terms that cancel, not
+        # with each component (H200: 1e-6 absolute on 3e-4 components of a 1.0 gradient)
+        atol = 1e-9 if ".llvm" in m.__name__ else rtol * float(np.abs(theirs.grad.numpy()).max())
+        np.testing.assert_allclose(rows(dr.grad(mine)), theirs.grad.numpy(), rtol=rtol, atol=atol)
     # Forward mode: the directional derivative along a tangent of o equals grad . tangent.
     scene, v, o, d = _drjit(m)
     tangent = np.random.default_rng(5).normal(size=(3, 3))

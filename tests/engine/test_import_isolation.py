@@ -81,6 +81,8 @@ def test_core_imports_with_torch_and_drjit_blocked():
         "import rayd.core as c\n"
         "assert c.SceneCore and c.ShapeTable and c.TransformTable\n"
         "import rayd.core.frontend\n"
+        "import rayd.core.paths\n"
+        "import rayd.core.camera\n"
         "print('ok')\n"
     )
     result = _run(code)

@@ -67,6 +67,15 @@ QUERIES = {
     "trace_reflections": lambda s, o, d, q: s.trace_reflections(rt.Ray(0.1 * q, d), 3).path_length.sum(),
     "specular_paths": lambda s, o, d, q: _finite(
         s.specular_paths(0.2 * q, 0.2 * q.flip(0), torch.full((12, 1), 7, device=q.device)).length).sum(),
+    "specular_paths_active": lambda s, o, d, q: _finite(
+        s.specular_paths(0.2 * q, 0.2 * q.flip(0), torch.full((12, 2), 7, device=q.device),
+                         active=q[:, 0] > -0.5).length).sum(),
+    "intersect_all": lambda s, o, d, q: _finite(s.intersect_all(rt.Ray(o, d), 3).t).sum()
+    + s.intersect_all(rt.Ray(o, d), 3).p.sum(),
+    "count_intersections": lambda s, o, d, q: s.count_intersections(rt.Ray(o, d), active=d[:, 0] > -0.1).double().sum()
+    + 10.0 * s.count_intersections(rt.Ray(o, d), ignore=3)[0],
+    "winding_number_fast": lambda s, o, d, q: s.winding_number(q.detach(), exact=False).sum()
+    + s.contains(q, exact=True).double().sum(),
 }
 
 
@@ -193,7 +202,12 @@ def _op_cases(scene, device):
         "edge_search_point": (key, call, pts, flag, math.inf, n, 0),
         "edge_search_ray": (key, call, o, d, t0, t1, flag, math.inf, n),
         "closest_point_search": (key, call, pts, flag, math.inf, n),
-        "winding_number": (key, call, pts, flag, n),
+        "winding_number": (key, call, pts, flag, n, False, 0.0),
+        "trace_chain": (key, call, o, d, t0, t1, flag, skip, n, 3),
+        "all_hits": (key, call, o, d, t0, t1, flag, skip, n, 4),
+        "count_hits": (key, call, o, d, t0, t1, flag, skip, n),
+        "path_validity": (key, call, pts.double(), pts.flip(0).double(), torch.full((n, 2), 5, device=device),
+                          torch.ones(1, dtype=torch.bool, device=device), n, torch.float32),
     }
 
 
@@ -208,6 +222,23 @@ def test_opcheck(device, name):
     torch.library.opcheck(op, grad_args)
     if name == "edge_search_point":
         torch.library.opcheck(op, args[:-1] + (4,))  # top-k form
+    if name == "winding_number":
+        torch.library.opcheck(op, args[:-2] + (True, 0.0))  # exact form
+
+
+def test_new_ops_give_the_eager_winners(device):
+    """The chain, all-hits and count ops return what the eager queries' engine launches give."""
+    scene, _ = make_scene(device)
+    args = _op_cases(scene, device)
+    chain = torch.ops.rayd.trace_chain(*args["trace_chain"])
+    o, d = args["trace_chain"][2], args["trace_chain"][3]
+    ray = rt.Ray(o.expand(d.shape), d)
+    assert torch.equal(chain[..., 0], scene.trace_reflections(ray, 3).global_prim_id)
+    hits = torch.ops.rayd.all_hits(*args["all_hits"])
+    assert torch.equal(hits, scene.intersect_all(ray, 4).global_prim_id)
+    counts = torch.ops.rayd.count_hits(*args["count_hits"])
+    assert torch.equal(counts, scene.count_intersections(ray))
+    assert counts.tolist() == [2] * 6  # every ray crosses the sphere twice (in, out)
 
 
 def test_registry_is_weak_and_reports_a_dropped_scene(device):

@@ -46,6 +46,12 @@ QUERIES = {
     "trace_reflections": (lambda s, o, x: s.trace_reflections(rt.Ray(0 * o, x), 2).image_source, "d"),
     "specular_paths": (lambda s, o, x: s.specular_paths(0.3 * x, 0.2 * o, torch.tensor([5], device=x.device)).points,
                        "p"),
+    "specular_paths_valid": (lambda s, o, x: s.specular_paths(0.3 * x, 0.2 * o, torch.tensor([5, 9], device=x.device),
+                                                              active=x[0] > -0.5).length, "p"),
+    "intersect_all": (lambda s, o, x: s.intersect_all(rt.Ray(o, x), 3).t, "d"),
+    "intersect_all_ids": (lambda s, o, x: s.intersect_all(rt.Ray(o, x), 2, ignore=7).global_prim_id, "d"),
+    "count_intersections": (lambda s, o, x: s.count_intersections(rt.Ray(o + 2.5 * x, x)), "d"),
+    "winding_number_fast": (lambda s, o, x: s.winding_number(x, exact=False), "p"),
 }
 
 

@@ -56,3 +56,16 @@ class ArrayProtocol(Protocol):
 
     def fence(self, device: str) -> None:
         """Wait for queued frontend work where the frontend requires it."""
+
+
+_streams: dict[tuple[str, int], Any] = {}
+
+
+def cached_stream(device: str, handle: int, make: Any) -> wp.Stream:
+    """The Warp stream wrapping the frontend's CUDA stream ``handle`` on ``device``, made once by ``make()``."""
+    key = (device, handle)
+    cached = _streams.get(key)
+    if cached is None:
+        cached = _streams[key] = make()
+    return cached
+

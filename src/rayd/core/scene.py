@@ -29,6 +29,7 @@ from rayd.engine.accel import SceneAccel
 from rayd.engine.assemble import bounds, face_range, first_nonfinite_vertex, place_faces, place_points
 from rayd.engine.frame import search_centre
 from rayd.engine.instances import InstanceLevel
+from rayd.engine.reflect import shape_lookup
 from rayd.engine.runtime import launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
 
@@ -52,6 +53,7 @@ class SceneCore:
         self.blas: dict[int, tuple[int, TriangleScene]] = {}
         self.generation = 0  # counts builds (frontends key their per-build tables on it)
         self.centre: np.ndarray | None = None  # the search centre (engine/frame.py), chosen at build()
+        self.shape_lookup = None  # engine.reflect.ShapeLookup, made at build()
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Any, vertices: Any, to_world: Any | None, dynamic: bool, device: str) -> int:
@@ -102,6 +104,7 @@ class SceneCore:
             self._build_instances(device, stream)
             self.accel = SceneAccel(device, self.flat, self.flat_global, self.flat_shape, self.shape_enabled,
                                     self.level, self.inst_shape, self.inst_global)
+            self.shape_lookup = self._shape_lookup(device)
         self._apply_enabled(stream)
         self.arrays.fence(self.device)
         table.finish_build()
@@ -246,6 +249,15 @@ class SceneCore:
                                     dtype=wp.int32, device=device)
         self.level = InstanceLevel(blas, [slots[table[i].base] for i in self.instance_ids], self.instance_to_world,
                                    stream)
+
+    def _shape_lookup(self, device: wp.context.Device):
+        """Per shape: first ``global_prim_id``, first flat face row (meshes), instance index (instances)."""
+        table = self.table
+        slot = {shape_id: k for k, shape_id in enumerate(self.instance_ids)}
+        first = [s.face_offset for s in table]
+        row = [-1 if s.is_instance else s.face_row for s in table]
+        inst = [slot.get(i, -1) if s.is_instance else -1 for i, s in enumerate(table)]
+        return shape_lookup(device, np.array(first), np.array(row), np.array(inst))
 
     def _search_centre(self, stream: wp.Stream | None) -> np.ndarray | None:
         """The search centre of the world boxes of the shapes enabled at ``build()`` (all if none).

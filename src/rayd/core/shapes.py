@@ -26,7 +26,7 @@ queries and ``sync()`` raise until ``build()``.
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -367,3 +367,38 @@ class ShapeTable:
         self.enabled_dirty = False
         self.structure_changed = False
         self.built = True
+
+
+def matrix_groups(shapes: list[Shape], keep: Callable[[Any], bool] | None = None) -> tuple[dict, dict]:
+    """The shapes' registered matrices, grouped by the array they are read from.
+
+    Args:
+        shapes: the scene's shape records, in shape order.
+        keep: optional filter on a registered array (asked once per distinct array),
+            e.g. "requires gradients".
+
+    Returns:
+        ``(batches, singles)``: ``batches`` maps ``id(src)`` of a batch given to
+        ``set_mesh_transform`` to ``(src, shape_ids, batch_rows)``; ``singles`` maps
+        ``id(src)`` of a single matrix to ``(src, shape_ids)``. Shape ids ascend.
+    """
+    batches: dict[int, tuple[Any, list[int], list[int]]] = {}
+    singles: dict[int, tuple[Any, list[int]]] = {}
+    kept: dict[int, bool] = {}
+    for shape_id, shape in enumerate(shapes):
+        src = shape.matrix
+        if src is None:
+            continue
+        key = id(src)
+        if keep is not None:
+            if key not in kept:
+                kept[key] = keep(src)
+            if not kept[key]:
+                continue
+        if shape.source is not None:
+            group = batches.setdefault(key, (src, [], []))
+            group[1].append(shape_id)
+            group[2].append(shape.source_index)
+        else:
+            singles.setdefault(key, (src, []))[1].append(shape_id)
+    return batches, singles

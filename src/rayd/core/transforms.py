@@ -62,12 +62,17 @@ def transform_problem(m: np.ndarray) -> tuple[int, str] | None:
     return None
 
 
-def check_matrices(call: str, name: str, m: np.ndarray) -> None:
-    """Raise ``ValueError`` naming ``call`` and ``name`` if a matrix of the (K, 4, 4) batch ``m`` is bad."""
+def check_matrices(call: str, name: str, m: np.ndarray, batch: bool | None = None) -> None:
+    """Raise ``ValueError`` naming ``call`` and ``name`` if a matrix of the (K, 4, 4) batch ``m`` is bad.
+
+    The message names the matrix as ``'name[k]'`` for a batch, ``'name'`` for a single
+    matrix; ``batch=None`` takes a batch of one as a single matrix.
+    """
     found = transform_problem(m)
     if found is not None:
         k, problem = found
-        where = f"'{name}'" if m.shape[0] == 1 else f"'{name}[{k}]'"
+        indexed = m.shape[0] != 1 if batch is None else batch
+        where = f"'{name}[{k}]'" if indexed else f"'{name}'"
         raise ValueError(f"{call}: {where} {problem}")
 
 

@@ -25,12 +25,19 @@ except ImportError as error:  # pragma: no cover - exercised only without drjit
     raise ImportError("rayd.drjit needs Dr.Jit: pip install 'rayd-geom[drjit]' (drjit==1.5.0)") from error
 
 from rayd.drjit._closest_point import ClosestPoint
+from rayd.drjit.camera import Camera, EdgeSamples
 from rayd.drjit.edges import EdgeTopology, NearestEdge
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh
-from rayd.drjit._scene_reflect import ReflectionChain
+from rayd.drjit.paths import find_specular_paths
+from rayd.drjit.reflections import ReflectionChain, SpecularPathSet, SpecularPaths
 from rayd.drjit.ray import Ray
 from rayd.drjit.scene import Scene
 from rayd.flags import RayFlags
 
-__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene"]
+__all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags",
+           "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]
+
+from rayd.drjit._scene_allhits import Intersections  # noqa: E402 - the record of Scene.intersect_all
+
+__all__ += ["Intersections"]

@@ -11,11 +11,13 @@ Shapes in Dr.Jit terms: a ``(N, 3)`` input is a 3-vector array (``Array3f``) of 
 
 from __future__ import annotations
 
-import math
 
 import drjit as dr
 
+from rayd.core.checks import face_range as _face_range, lifecycle, max_distance, non_finite, top_k
 from rayd.drjit import _convert
+
+__all__ = ["lifecycle", "max_distance", "top_k"]  # re-exported for rayd.drjit's modules
 
 _FLOAT = (dr.VarType.Float32, dr.VarType.Float64)
 _INDEX = (dr.VarType.Int32, dr.VarType.UInt32, dr.VarType.Int64, dr.VarType.UInt64)
@@ -132,8 +134,7 @@ def finite(call: str, name: str, value: dr.ArrayBase) -> None:
         row_ok = ok
     if not dr.all(row_ok, axis=None).item():
         bad = dr.compress(~row_ok)
-        where = f" (first at row {bad[0]})" if dr.width(bad) else ""
-        raise ValueError(f"{call}: '{name}' holds non-finite values{where}")
+        raise non_finite(call, name, int(bad[0]) if dr.width(bad) else -1)
 
 
 def common_width(call: str, name: str, value: dr.ArrayBase) -> int:
@@ -153,31 +154,5 @@ def face_range(call: str, name: str, faces: dr.ArrayBase, num_vertices: int) -> 
     flat = dr.detach(faces)
     low = int(dr.min(flat, axis=None).item())
     high = int(dr.max(flat, axis=None).item())
-    if low < 0 or high >= num_vertices:
-        raise ValueError(
-            f"{call}: '{name}' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]"
-        )
+    _face_range(call, name, low, high, num_vertices)
 
-
-def lifecycle(call: str, message: str) -> RuntimeError:
-    """A ``RuntimeError`` for a scene-lifecycle fault, prefixed by the call."""
-    return RuntimeError(f"{call}: {message}")
-
-
-def max_distance(call: str, value: object) -> float:
-    """``max_distance`` as a float ``>= 0`` (``inf`` allowed)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{call}: 'max_distance' must be a float, got {type(value).__name__}")
-    value = float(value)
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"{call}: 'max_distance' must be >= 0 (inf for no limit), got {value}")
-    return value
-
-
-def top_k(call: str, k: object, largest: int) -> int:
-    """``k`` as an int in ``[1, largest]``."""
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"{call}: 'k' must be an int, got {type(k).__name__}")
-    if not 1 <= k <= largest:
-        raise ValueError(f"{call}: 'k' must be in [1, {largest}], got {k}")
-    return k

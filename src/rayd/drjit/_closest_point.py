@@ -8,8 +8,9 @@ with Dr.Jit ops, in float64 inside (Ericson 2004, "Real-Time Collision Detection
 formula is differentiated). Queries without a winner are evaluated on a stand-in
 and masked with ``dr.select``: zero gradient, never NaN.
 
-The winding number is the engine's exact ``O(F)`` sum of signed solid angles (not
-differentiable in this frontend yet).
+The winding number is the engine's (:mod:`rayd.engine.winding`): hierarchical by
+default (Barill et al. 2018), the exact ``O(F)`` sum with ``exact=True``; not
+differentiable in this frontend yet.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from rayd.drjit._geometry import apply
 from rayd.drjit._nearest_edge import _check_points, _kind, _norm, _relative, _safe_div
 from rayd.drjit.intersection import DrjitRecord
 from rayd.engine import closest_point as _engine
+from rayd.engine import winding as _winding
 from rayd.records import FieldRecord
 
 
@@ -55,16 +57,18 @@ class ClosestPoint(DrjitRecord, FieldRecord):
         return (dr.width(self._fields["distance"]),)
 
 
-def _refuse_instances(call: str, scene) -> None:
-    if scene._core.accel.instances is not None:
-        raise RuntimeError(f"{call}: scenes with instances are not supported yet (the winding number sums "
-                           f"mesh faces only); add the instanced geometry as meshes instead")
+#: contains()/signed_distance(): hierarchical values within this of 0.5 are recomputed exactly.
+REFINE_MARGIN = 0.05
 
 
-def _prepare(scene, call: str, points: object, active: object, instances: bool = False):
+def _check_exact(call: str, exact: object) -> bool:
+    if not isinstance(exact, bool):
+        raise TypeError(f"{call}: 'exact' must be a bool, got {type(exact).__name__}")
+    return exact
+
+
+def _prepare(scene, call: str, points: object, active: object):
     scene._require_ready(call)
-    if not instances:
-        _refuse_instances(call, scene)
     return _check_points(scene, call, points, active)
 
 
@@ -99,7 +103,27 @@ def closest_on_triangles(m: ModuleType, p, a, b, c):
     weights = dr.select(r_ab, Work(1 - t_ab, t_ab, 0), weights)
     weights = dr.select(r_b, Work(0, 1, 0), weights)
     weights = dr.select(r_a, Work(1, 0, 0), weights)
-    return weights
+    n = dr.detach(dr.cross(ab, ac))
+    sliver = dr.dot(n, n) <= _engine.SLIVER * dr.detach(dr.dot(ab, ab) * dr.dot(ac, ac))
+    return dr.select(sliver, _on_sides(m, p, a, b, c), weights)
+
+
+def _on_sides(m: ModuleType, p, a, b, c):
+    """Weights of the closest point on the sides ab, ac, bc (the engine's rule for degenerate faces)."""
+    Work = m.Array3f64
+    best_w, best_gap = None, None
+    for x, y, side in ((a, b, 0), (a, c, 1), (b, c, 2)):
+        xy = y - x
+        t = _safe_pos_div(dr.dot(p - x, xy), dr.dot(xy, xy))
+        t = dr.select(t < 0, 0, dr.select(t > 1, 1, t))  # not dr.clip: LLVM 15 cannot lower fminimum
+        w = (Work(1 - t, t, 0), Work(1 - t, 0, t), Work(0, 1 - t, t))[side]
+        gap = dr.detach(dr.squared_norm(x + t * xy - p))
+        if best_w is None:
+            best_w, best_gap = w, gap
+        else:
+            better = gap < best_gap  # first on ties, as the engine
+            best_w, best_gap = dr.select(better, w, best_w), dr.select(better, gap, best_gap)
+    return best_w
 
 
 def _safe_pos_div(num, den):
@@ -144,7 +168,7 @@ def _empty(m: ModuleType, double: bool) -> dict:
 def closest_point(scene, points: object, active: object, max_distance: object,
                   call: str = "rayd.drjit.Scene.closest_point()") -> ClosestPoint:
     """``Scene.closest_point``: see its docstring."""
-    points, n, active = _prepare(scene, call, points, active, instances=True)
+    points, n, active = _prepare(scene, call, points, active)
     max_distance = _check.max_distance(call, max_distance)
     m, double = _kind(scene, points)
     if n == 0:
@@ -185,9 +209,11 @@ def closest_point(scene, points: object, active: object, max_distance: object,
     return ClosestPoint(**fields)
 
 
-def winding_number(scene, points: object, active: object, call: str = "rayd.drjit.Scene.winding_number()"):
+def winding_number(scene, points: object, active: object, exact: object = False,
+                   call: str = "rayd.drjit.Scene.winding_number()", refine: float = 0.0):
     """``Scene.winding_number``: see its docstring."""
     points, n, active = _prepare(scene, call, points, active)
+    exact = _check_exact(call, exact)
     m, double = _kind(scene, points)
     plain = _convert.module(scene._backend, False)
     Float = plain.Float64 if double else plain.Float
@@ -200,25 +226,26 @@ def winding_number(scene, points: object, active: object, call: str = "rayd.drji
     flag = _convert.uint8(active, backend)
     p_view, p_buffer = _convert.vec3_view(_relative(scene, points), device)
     _convert.query_fence(device, after=False)
-    _engine.winding_number_exact(scene._core.accel, scene._core.table.num_flat_faces, p_view,
-                                 _convert.scalar_view(flag, device), _convert.scalar_view(out, device), stream)
+    _winding.winding_number(scene._core.accel, scene._core.table.num_flat_faces, p_view,
+                            _convert.scalar_view(flag, device), _convert.scalar_view(out, device), stream,
+                            exact=exact, refine=refine)
     _convert.query_fence(device, after=True)
     del p_buffer
     return Float(out)
 
 
-def contains(scene, points: object, active: object):
+def contains(scene, points: object, active: object, exact: object = False, call: str = "rayd.drjit.Scene.contains()"):
     """``Scene.contains``: see its docstring."""
-    w = winding_number(scene, points, active, "rayd.drjit.Scene.contains()")
+    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN)
     if dr.width(w) == 0:
         return dr.mask_t(w)()  # Dr.Jit cannot compare width 0 with a literal
     return w > 0.5
 
 
-def signed_distance(scene, points: object, active: object):
+def signed_distance(scene, points: object, active: object, exact: object = False):
     """``Scene.signed_distance``: see its docstring."""
     call = "rayd.drjit.Scene.signed_distance()"
-    w = winding_number(scene, points, active, call)
+    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN)
     near = closest_point(scene, points, active, math.inf, call)
     distance = near.distance
     if dr.width(w) == 0:

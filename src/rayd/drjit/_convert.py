@@ -25,6 +25,7 @@ import drjit as dr
 import numpy as np
 import warp as wp
 
+from rayd.core.protocol import cached_stream
 from rayd.engine import warp_device
 
 _BACKENDS = {dr.JitBackend.LLVM: "llvm", dr.JitBackend.CUDA: "cuda"}
@@ -115,7 +116,6 @@ def track(value: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
 
 # ---------------------------------------------------------------------------- streams
 _core: ctypes.CDLL | None = None
-_streams: dict[tuple[str, int], wp.Stream] = {}
 
 
 def _jit_cuda_stream() -> int:
@@ -138,12 +138,7 @@ def current_stream(device: str) -> wp.Stream | None:
         return None
     dr.flush_thread()
     handle = _jit_cuda_stream()
-    key = (device, handle)
-    cached = _streams.get(key)
-    if cached is None:
-        cached = wp.Stream(to_warp_device(device), cuda_stream=handle)
-        _streams[key] = cached
-    return cached
+    return cached_stream(device, handle, lambda: wp.Stream(to_warp_device(device), cuda_stream=handle))
 
 
 def fence(device: str) -> None:

@@ -72,6 +72,40 @@ def _interpolate(kind: type, values: dr.ArrayBase, tri: dr.ArrayBase, w: dr.Arra
     return w.x * a0 + w.y * a1 + w.z * a2
 
 
+def locate(m: ModuleType, Array3: type, global_prim_id: dr.ArrayBase, geometry: LiveGeometry) -> tuple:
+    """Where the faces of (N,) ``Int`` ``global_prim_id`` (-1 = none) are, and their world corners.
+
+    Returns ``(gid, hit, shape, prim, winner, tri, (v0, v1, v2), cols)``: ``hit`` where
+    ``gid >= 0``, the shape, the face within its mesh, its row in the face table, its
+    vertex ids, its world-space corners as ``Array3`` (face 0's where not ``hit``) and the
+    shape's transform columns (``None`` when every shape is in world space).
+    Differentiable in the corners (gathers of the live arrays).
+    """
+    Int, UInt = m.Int, m.UInt
+    gid = Int(global_prim_id)
+    hit = gid >= 0
+    g = dr.select(hit, gid, 0)
+    offsets = Int(geometry.global_offset)
+    num_shapes = dr.width(offsets)
+    if num_shapes == 1:
+        shape = dr.zeros(UInt, dr.width(g))
+    else:
+        # The last shape whose first global_prim_id is <= g (empty shapes are skipped).
+        index = dr.binary_search(0, num_shapes - 1, lambda i: dr.gather(Int, offsets, i) <= g)
+        shape = UInt(index - dr.select(dr.gather(Int, offsets, index) > g, 1, 0))
+    prim = g - dr.gather(Int, offsets, shape)
+    winner = UInt(dr.gather(Int, Int(geometry.face_row), shape) + prim)  # row in the face table
+    tri = dr.gather(m.Array3u, m.Array3u(geometry.faces), winner)
+    v0 = dr.gather(Array3, geometry.vertices, tri.x)
+    v1 = dr.gather(Array3, geometry.vertices, tri.y)
+    v2 = dr.gather(Array3, geometry.vertices, tri.z)
+    cols = None
+    if geometry.transform is not None:
+        cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
+        v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
+    return gid, hit, shape, prim, winner, tri, (v0, v1, v2), cols
+
+
 def evaluate(
     m: ModuleType,
     double: bool,
@@ -92,31 +126,11 @@ def evaluate(
     Array3 = m.Array3f64 if double else m.Array3f
     Array2 = m.Array2f64 if double else m.Array2f
     Int = m.Int
-    UInt = m.UInt
 
-    gid = Int(global_prim_id)
-    hit = gid >= 0
-    g = dr.select(hit, gid, 0)
-    offsets = Int(geometry.global_offset)
-    num_shapes = dr.width(offsets)
-    if num_shapes == 1:
-        shape = dr.zeros(UInt, dr.width(g))
-    else:
-        # The last shape whose first global_prim_id is <= g (empty shapes are skipped).
-        index = dr.binary_search(0, num_shapes - 1, lambda i: dr.gather(Int, offsets, i) <= g)
-        shape = UInt(index - dr.select(dr.gather(Int, offsets, index) > g, 1, 0))
-    prim = g - dr.gather(Int, offsets, shape)
-    winner = UInt(dr.gather(Int, Int(geometry.face_row), shape) + prim)  # row in the face table
-    tri = dr.gather(m.Array3u, m.Array3u(geometry.faces), winner)
-    v0 = dr.gather(Array3, geometry.vertices, tri.x)
-    v1 = dr.gather(Array3, geometry.vertices, tri.y)
-    v2 = dr.gather(Array3, geometry.vertices, tri.z)
-    cols = normal_cols = None
-    if geometry.transform is not None:
-        cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
-        v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
-        if geometry.normal_transform is not None:
-            normal_cols = tuple(dr.gather(Array3, c, shape) for c in geometry.normal_transform)
+    gid, hit, shape, prim, winner, tri, (v0, v1, v2), cols = locate(m, Array3, global_prim_id, geometry)
+    normal_cols = None
+    if cols is not None and geometry.normal_transform is not None:
+        normal_cols = tuple(dr.gather(Array3, c, shape) for c in geometry.normal_transform)
     # Stand-in for misses: a triangle and a ray that hits it head-on at t = 1.
     v0 = dr.select(hit, v0, Array3(0, 0, 0))
     v1 = dr.select(hit, v1, Array3(1, 0, 0))

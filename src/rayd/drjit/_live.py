@@ -17,6 +17,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import SceneCore
+from rayd.core.shapes import matrix_groups
 from rayd.drjit import _convert
 from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns
 from rayd.drjit._intersect import LiveGeometry
@@ -91,24 +92,7 @@ class LiveState:
         in one vectorised step. The traced expression does not grow with the number
         of shapes.
         """
-        batches: dict[int, tuple[dr.ArrayBase, list[int], list[int]]] = {}
-        singles: dict[int, tuple[dr.ArrayBase, list[int]]] = {}
-        grad: dict[int, bool] = {}
-        for shape_id, shape in enumerate(self.core.table.shapes):
-            src = shape.matrix
-            if src is None:
-                continue
-            key = id(src)
-            if key not in grad:
-                grad[key] = _convert.is_ad(src) and dr.grad_enabled(src)
-            if not grad[key]:
-                continue
-            if shape.source is not None:
-                group = batches.setdefault(key, (src, [], []))
-                group[1].append(shape_id)
-                group[2].append(shape.source_index)
-            else:
-                singles.setdefault(key, (src, []))[1].append(shape_id)
+        batches, singles = matrix_groups(self.core.table.shapes, _requires_grad)
         if not batches and not singles:
             transform = self.world_columns(Array3)
             if not with_normals:
@@ -195,3 +179,7 @@ def gather_matrix(source: dr.ArrayBase, k: int, backend: str) -> dr.ArrayBase:
     """
     index = dr.opaque(_convert.module(backend, False).UInt32, k)
     return dr.gather(type(source), source, index)
+
+
+def _requires_grad(array: dr.ArrayBase) -> bool:
+    return _convert.is_ad(array) and dr.grad_enabled(array)

@@ -163,8 +163,7 @@ def _empty(m: ModuleType, double: bool, ray: bool) -> dict[str, dr.ArrayBase]:
 def _setup(scene, call: str) -> SceneEdges:
     scene._require_ready(call)
     edges = scene._edges
-    if edges.pending:
-        raise _check.lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
+    edges.require_synced(call)
     return edges
 
 

@@ -1,82 +1,37 @@
-"""Reflection chains of :class:`rayd.drjit.Scene` (``trace_reflections``) and their record.
+"""Reflection queries of :class:`rayd.drjit.Scene`: ``trace_reflections`` and ``specular_paths``.
 
-Each bounce is a closest-hit query (``Scene.intersect``) of the reflected rays, whose
-origins and directions are the previous bounce's differentiable ``p`` and ``d_out``:
-one engine search per bounce, and Dr.Jit's AD carries gradients through the chain.
-The slots are interleaved into fields of width ``N B`` (slot ``b`` of ray ``i`` at lane
+``trace_reflections`` finds every chain in one engine launch (``rayd.engine.trace_chain``)
+and evaluates all slots for their fixed winners with Dr.Jit ops (``_chain.chain``), so
+Dr.Jit's AD carries gradients through the chain. The slots are interleaved into fields of width ``N B`` (slot ``b`` of ray ``i`` at lane
 ``i B + b``), like the top-k records.
+
+``specular_paths`` decides validity with :mod:`rayd.core.paths` on host float64 copies
+(shared with rayd.torch) and evaluates the image method (Borish 1984, "Extension of the
+image model to arbitrary polyhedra", JASA 75(6)) with Dr.Jit ops in float64, so AD
+carries gradients to sources, targets, vertices and transforms.
 """
 
 from __future__ import annotations
 
+import math
+
 import drjit as dr
+import numpy as np
 
-from rayd.drjit import _trace
-from rayd.drjit.intersection import DrjitRecord
+from rayd.core import paths
+from rayd.core.paths import check_bounces
+from rayd.drjit import _chain, _check, _convert, _trace
+from rayd.drjit._intersect import locate
+from rayd.drjit._live import LiveState
 from rayd.drjit.ray import Ray
-from rayd.flags import RayFlags
-from rayd.records import FieldRecord
-
-#: Largest ``max_bounces``.
-MAX_BOUNCES = 16
-_PER_RAY = ("num_bounces", "path_length")
-
-
-class ReflectionChain(DrjitRecord, FieldRecord):
-    """The specular chain of each ray (see ``rayd.torch.ReflectionChain``), shape ``(N, B)``.
-
-    Slot fields (width ``N B``, slot ``b`` of ray ``i`` at lane ``i B + b``): ``t``
-    (``inf`` empty), ``p``, ``geo_n``, ``d_out``, ``image_source`` (0 empty), ``prim_id``,
-    ``shape_id``, ``global_prim_id`` (-1 empty). Per-ray fields (width ``N``):
-    ``num_bounces`` (``Int``), ``path_length`` (world units, 0 with no hit).
-    Float fields are differentiable (Dr.Jit AD, reverse and forward) for the fixed chain.
-    Selecting rays (``chain[mask]``, mask of width N) keeps every slot of each.
-    """
-
-    __slots__ = ("_shape",)
-    _name = "rayd.drjit.ReflectionChain"
-    _width_field = "t"
-
-    def __init__(self, shape: tuple[int, int], **fields: dr.ArrayBase) -> None:
-        super().__init__(**fields)
-        self._shape = shape
-
-    def is_valid(self) -> dr.ArrayBase:
-        """``Bool`` of width ``N B``: True in the slots that hold a hit."""
-        return self._fields["global_prim_id"] >= 0
-
-    @property
-    def shape(self) -> tuple[int, int]:
-        """``(N, B)``."""
-        return self._shape
-
-    def __getitem__(self, index: object):
-        lanes, count = self._query_lanes(index)
-        k = int(self._shape[1])
-        rays = dr.gather(type(lanes), lanes, dr.arange(type(lanes), count) * k) // k if count else lanes
-
-        def pick(name, value):
-            return dr.gather(type(value), value, rays if name in _PER_RAY else lanes)
-
-        new = self._map(pick)
-        new._shape = (count, k)
-        return new
-
-
-def _bounces(call: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{call}: 'max_bounces' must be an int in [1, {MAX_BOUNCES}], got {type(value).__name__}")
-    if not 1 <= value <= MAX_BOUNCES:
-        raise ValueError(f"{call}: 'max_bounces' must be an int in [1, {MAX_BOUNCES}], got {value}")
-    return value
-
+from rayd.drjit.reflections import ReflectionChain, SpecularPaths
 
 def _dot(a, b):
     return a.x * b.x + a.y * b.y + a.z * b.z
 
 
 class ReflectionQueries:
-    """Mixin of :class:`rayd.drjit.Scene`: ``trace_reflections``."""
+    """Mixin of :class:`rayd.drjit.Scene`: ``trace_reflections`` and ``specular_paths``."""
 
     def trace_reflections(self, ray: Ray, max_bounces: int, active: dr.ArrayBase | None = None, *,
                           ignore: dr.ArrayBase | int | None = None) -> ReflectionChain:
@@ -97,47 +52,200 @@ class ReflectionQueries:
             RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.drjit.Scene.trace_reflections()"
-        bounces = _bounces(call, max_bounces)
-        self._require_ready(call)
-        ray = _trace.check_ray(call, ray, self._device)
-        n, _ = _trace.check_active(call, ray, active, self._device)
-        n, _ = _trace.check_ignore(call, n, ignore, self._device)
-        hit = self.intersect(ray, active, RayFlags.Geometric, ignore=ignore)
-        Float = type(hit.t)
-        Vec = type(hit.p)
-        Int = type(hit.global_prim_id)
-        UInt = dr.uint32_array_t(Float)
-        d0 = Vec(ray.d)
-        if dr.width(d0) != n:
-            d0 = dr.gather(Vec, d0, dr.zeros(UInt, n))
-        image = Vec(ray.o)
-        direction = d0
-        total = n * bounces
-        out = {"t": dr.full(Float, float("inf"), total), "p": dr.zeros(Vec, total), "geo_n": dr.zeros(Vec, total),
-               "d_out": dr.zeros(Vec, total), "image_source": dr.zeros(Vec, total),
-               "prim_id": dr.full(Int, -1, total), "shape_id": dr.full(Int, -1, total),
-               "global_prim_id": dr.full(Int, -1, total)}
-        count = dr.zeros(Int, n)
-        length = dr.zeros(Float, n)
+        bounces = check_bounces(call, max_bounces)
+        n, rays, keep, ray = _trace.prepare(self, call, ray, active, ignore)
+        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
+        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
+        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        m = _convert.module(self._backend, ad)
         if n == 0:
-            return ReflectionChain((0, bounces), **out, num_bounces=count, path_length=length)
-        lanes = dr.arange(UInt, n) * bounces
-        for b in range(bounces):
-            if b > 0:
-                hit = self.intersect(Ray(origin, direction), valid, RayFlags.Geometric, ignore=hit.global_prim_id)
-            valid = hit.global_prim_id >= 0
-            g, p = hit.geo_n, hit.p
-            d_out = dr.select(valid, direction - 2.0 * _dot(direction, g) * g, 0.0)
-            image = dr.select(valid, image - 2.0 * _dot(image - p, g) * g, 0.0)
-            values = {"t": hit.t, "p": p, "geo_n": g, "d_out": d_out, "image_source": image,
-                      "prim_id": hit.prim_id, "shape_id": hit.shape_id, "global_prim_id": hit.global_prim_id}
-            for name, value in values.items():
-                dr.scatter(out[name], value, lanes + b)
-            count += dr.select(valid, 1, 0)
-            length += dr.select(valid, hit.t, 0.0)
-            origin, direction = p, d_out
-        sq = _dot(d0, d0)
-        norm = dr.select(sq > 0, dr.sqrt(dr.select(sq > 0, sq, 1.0)), 0.0)
-        out["num_bounces"] = count
-        out["path_length"] = length * norm
-        return ReflectionChain((n, bounces), **out)
+            Float = m.Float64 if double else m.Float
+            Vec = m.Array3f64 if double else m.Array3f
+            out = {"t": Float(), "p": Vec(), "geo_n": Vec(), "d_out": Vec(), "image_source": Vec(),
+                   "prim_id": m.Int(), "shape_id": m.Int(), "global_prim_id": m.Int(), "num_bounces": m.Int(),
+                   "path_length": Float()}
+            return ReflectionChain((0, bounces), **out)
+        return ReflectionChain((n, bounces), **_chain.chain(self, m, double, rays, keep, n, bounces, ray))
+
+    def specular_paths(self, source: dr.ArrayBase, target: dr.ArrayBase, prim_sequence: dr.ArrayBase,
+                       active: dr.ArrayBase | None = None) -> SpecularPaths:
+        """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
+
+        The same paths, validity rules and values as :meth:`rayd.torch.Scene.specular_paths`
+        (image method; valid iff every reflection point lies in its closed triangle, every
+        reflection is real and every segment is unblocked; decided by
+        :func:`rayd.core.paths.validate` on host float64 copies: one read back).
+
+        Args:
+            source: (N, 3) ``Array3f``/``Array3f64`` of width N or 1 on the scene's backend.
+            target: (N, 3) the same, width N or 1.
+            prim_sequence: a Dr.Jit integer tensor (``TensorXi``, ``TensorXu``, ``TensorXi64``,
+                ...) of shape ``(N, B)`` (or ``(1, B)`` / ``(B,)`` for one sequence for every
+                path), ``0 <= B <= 16``, of ``global_prim_id`` s, ``-1`` padding at the end;
+                ``B = 0`` or all ``-1`` is the line of sight. From a chain:
+                ``TensorXi(chain.global_prim_id, shape=chain.shape)``.
+            active: optional ``Bool`` of width N or 1; inactive paths are invalid.
+
+        Returns:
+            :class:`SpecularPaths` of shape ``(N, B)``: ``points`` (width ``N B``),
+            ``num_bounces``, ``length`` (``inf`` invalid), ``valid`` (width N). Float64
+            when any of source, target or the vertices is, else float32.
+
+        Gradients:
+            ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
+            transforms (Dr.Jit AD, reverse and forward mode), for the fixed sequence.
+
+        Raises:
+            TypeError: non-float points, a non-integer or non-tensor ``prim_sequence``,
+                non-``Bool`` ``active``.
+            ValueError: wrong shapes or widths, ``B > 16``, inputs on another backend.
+            RuntimeError: the scene is not built or has pending changes.
+        """
+        call = "rayd.drjit.Scene.specular_paths()"
+        self._require_ready(call)
+        device = self._device
+        source = _check.float_array(call, "source", source, 3)
+        target = _check.float_array(call, "target", target, 3)
+        seq = _sequences(call, prim_sequence)
+        bounces = seq.shape[1]
+        paths.check_length(call, bounces)
+        widths = [("source", dr.width(source)), ("target", dr.width(target)), ("prim_sequence", seq.shape[0])]
+        for name, value in (("source", source), ("target", target), ("prim_sequence", prim_sequence)):
+            _check.same_backend(call, name, value, device, "the scene")
+        if active is not None:
+            active = _check.bool_array(call, "active", active)
+            _check.same_backend(call, "active", active, device, "the scene")
+            widths.append(("active", dr.width(active)))
+        n = _check.broadcast(call, widths)
+        double = any(_convert.is_double(x) for x in (source, target))
+        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
+        ad = _convert.is_ad(source) or _convert.is_ad(target) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        m = _convert.module(self._backend, ad)
+        Float, Array3 = (m.Float64, m.Array3f64) if double else (m.Float, m.Array3f)
+        src_host, dst_host = (_rows(x, n) for x in (source, target))
+        seq = np.broadcast_to(seq, (n, bounces))
+        prior = None if active is None else np.broadcast_to(np.array(dr.detach(active), dtype=bool), (n,))
+        ok, used, ids, _ = self._host_validity(src_host, dst_host, seq, prior, double)
+        if n == 0:
+            return SpecularPaths((0, bounces), points=Array3(), num_bounces=m.Int(), length=Float(), valid=m.Bool())
+        corners = self._slot_corners(m, ids)
+        points, length = _image_method(m, m.Array3f64(source), m.Array3f64(target), corners, used)
+        valid = m.Bool(ok)
+        out = dr.zeros(Array3, n * bounces)
+        keep = m.Bool((used & ok[:, None]).reshape(-1))
+        if bounces:
+            lanes = dr.arange(m.UInt, n) * bounces
+            for k, p in enumerate(points):
+                dr.scatter(out, Array3(p), lanes + k)
+            out = dr.select(keep, out, 0)
+        return SpecularPaths((n, bounces), points=out, num_bounces=m.Int(used.sum(-1).astype(np.int32)),
+                             length=dr.select(valid, Float(length), math.inf), valid=valid)
+
+    # ------------------------------------------------------------------ internals
+    def _slot_corners(self, m, ids: np.ndarray) -> list[tuple]:
+        """Per slot ``k``, the float64 world corners ``(v0, v1, v2)`` (width n) of the faces ``ids[:, k]``."""
+        n, bounces = ids.shape
+        if not bounces:
+            return []
+        geometry = self._state.live_geometry(m, True)
+        _, _, _, _, _, _, (v0, v1, v2), _ = locate(m, m.Array3f64, m.Int(ids.reshape(-1)), geometry)
+        lanes = dr.arange(m.UInt, n) * bounces
+        return [tuple(dr.gather(m.Array3f64, v, lanes + k) for v in (v0, v1, v2)) for k in range(bounces)]
+
+    def _host_validity(self, src, dst, seq, prior, double: bool):
+        """Validity of paths given as host arrays (rayd.core.paths): ``(ok, used, ids, length)``, NumPy.
+
+        ``src, dst`` (n, 3) float64 (rounded to float32 unless ``double``), ``seq`` (n, B)
+        int, ``prior`` (n,) bool or ``None``.
+        """
+        if not double:
+            src, dst = (x.astype(np.float32).astype(np.float64) for x in (src, dst))
+        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces)
+        if prior is not None:
+            ok &= prior
+        n, bounces = ids.shape
+        corners = np.zeros((n, bounces, 3, 3))
+        if n and bounces:
+            m = _convert.module(self._backend, True)
+            with dr.suspend_grad():
+                flat = self._slot_corners_flat(m, ids, double)
+            corners = np.stack(flat, axis=-2).reshape(n, bounces, 3, 3)
+        ok, length = paths.validate(src, dst, corners, seq, ok, used, self._host_search)
+        return ok, used, ids, length
+
+    def _slot_corners_flat(self, m, ids: np.ndarray, double: bool) -> list[np.ndarray]:
+        Array3 = m.Array3f64 if double else m.Array3f
+        geometry = self._state.live_geometry(m, double)
+        _, _, _, _, _, _, corners, _ = locate(m, Array3, m.Int(ids.reshape(-1)), geometry)
+        return [np.array(m.Array3f64(dr.detach(v)), dtype=np.float64).T for v in corners]
+
+    def _host_search(self, o, d, tmin, tmax, flag, skip):
+        """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
+        plain = _convert.module(self._backend, False)
+        ray = Ray(plain.Array3f64(np.ascontiguousarray(o.T)), plain.Array3f64(np.ascontiguousarray(d.T)),
+                  plain.Float(tmax), tmin=plain.Float(tmin))
+        _, winner = _trace.trace(self, "rayd.drjit.Scene.specular_paths()", ray, plain.Bool(flag),
+                                 plain.Int(skip), any_hit=False)
+        return np.array(winner, dtype=np.int32)
+
+
+def _sequences(call: str, value: object) -> np.ndarray:
+    """``prim_sequence`` as host int64 rows (R, B), R the tensor's first extent (1 for a 1-d tensor)."""
+    value = _check.jit_array(call, "prim_sequence", value)
+    if not dr.is_tensor_v(value) or dr.type_v(value) not in _check._INDEX:
+        raise TypeError(f"{call}: 'prim_sequence' must be a Dr.Jit integer tensor (e.g. TensorXi) of shape (N, B), "
+                        f"got {_convert.type_name(value)}")
+    shape = tuple(value.shape)
+    if len(shape) == 1:
+        shape = (1,) + shape
+    if len(shape) != 2:
+        raise ValueError(f"{call}: 'prim_sequence' must have shape (N, B) or (B,), got {tuple(value.shape)}")
+    host = np.array(dr.detach(value.array), dtype=np.int64)
+    if dr.type_v(value) in (dr.VarType.UInt32,):
+        host = np.where(host == 2**32 - 1, -1, host)
+    return host.reshape(shape)
+
+
+def _rows(value: dr.ArrayBase, n: int) -> np.ndarray:
+    """(n, 3) float64 host rows of a width-n or width-1 3-vector array."""
+    host = np.array(dr.detach(value), dtype=np.float64).reshape(3, -1).T
+    return np.broadcast_to(host, (n, 3)) if host.shape[0] == 1 else host
+
+
+def _safe_norm(x):
+    sq = _dot(x, x)
+    ok = sq > 0
+    return dr.select(ok, dr.sqrt(dr.select(ok, sq, 1.0)), 0.0)
+
+
+def _image_method(m, src, dst, corners: list[tuple], used: np.ndarray):
+    """Reflection points (one ``Array3f64`` of width n per slot) and the total length (``Float64``).
+
+    As rayd.torch's: ``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k`` (``I_{-1} = src``),
+    then back from ``dst`` through ``I_{B-1} ... I_0``; unused slots hold the target.
+    """
+    bounces = len(corners)
+    use = [m.Bool(np.ascontiguousarray(used[:, k])) for k in range(bounces)]
+    planes = []
+    for v0, v1, v2 in corners:
+        normal = dr.cross(v1 - v0, v2 - v0)
+        area = _safe_norm(normal)
+        planes.append((v0, normal * (1 / dr.select(area > 0, area, 1.0))))
+    images, image = [], src
+    for k, (v0, normal) in enumerate(planes):
+        image = dr.select(use[k], image - 2.0 * _dot(image - v0, normal) * normal, image)
+        images.append(image)
+    points, x = [None] * bounces, dst
+    for k in reversed(range(bounces)):
+        v0, normal = planes[k]
+        ray = images[k] - x
+        denom = _dot(ray, normal)
+        nonzero = denom != 0
+        s = _dot(v0 - x, normal) * (1 / dr.select(nonzero, denom, 1.0))
+        x = dr.select(use[k] & nonzero, x + s * ray, x)
+        points[k] = x
+    chain = [src] + points + [dst]
+    length = m.Float64(0.0)
+    for a, b in zip(chain[:-1], chain[1:]):
+        length = length + _safe_norm(b - a)
+    return points, length

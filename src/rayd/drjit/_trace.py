@@ -54,15 +54,35 @@ def check_ignore(call: str, n: int, ignore: object, device: str) -> tuple[int, d
 
 def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit: bool) -> tuple[int, dr.ArrayBase]:
     """Validate, then run the engine search; returns (N, width-N ``Int`` winners, -1 = none)."""
+    n, rays, keep, _ = prepare(scene, call, ray, active, ignore)
+    backend, device = scene._backend, scene._device
+    out = _convert.empty_int32(n, backend)
+    if n == 0:
+        return n, out
+    stream = _convert.current_stream(device)
+    out_view = _convert.scalar_view(out, device)
+    _convert.query_fence(device, after=False)
+    search(scene._core.accel, rays, out_view, any_hit, stream)
+    _convert.query_fence(device, after=True)
+    # The buffers behind ``rays`` stay referenced until here; on CUDA, Dr.Jit frees and
+    # reuses memory in stream order, after the engine's launch.
+    del keep, rays
+    return n, out
+
+
+def prepare(scene, call: str, ray: object, active: object, ignore: object) -> tuple[int, RayBatch | None, tuple, Ray]:
+    """Validate a query's rays, mask and ignore ids; returns (N, the engine's RayBatch, buffers to keep, the ray).
+
+    The RayBatch (``None`` when N = 0) views float32 search-frame copies (origins minus
+    the scene's centre); keep the returned buffers alive until the launch has run.
+    """
     scene._require_ready(call)
     backend, device = scene._backend, scene._device
     ray = check_ray(call, ray, device)
     n, active = check_active(call, ray, active, device)
     n, ignore = check_ignore(call, n, ignore, device)
-    out = _convert.empty_int32(n, backend)
     if n == 0:
-        return n, out
-    stream = _convert.current_stream(device)
+        return n, None, (), ray
     o = ray.o
     centre = scene._core.centre
     if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
@@ -82,11 +102,4 @@ def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit
         _convert.scalar_view(flag, device),
         _convert.scalar_view(skip, device),
     )
-    out_view = _convert.scalar_view(out, device)
-    _convert.query_fence(device, after=False)
-    search(scene._core.accel, rays, out_view, any_hit, stream)
-    _convert.query_fence(device, after=True)
-    # The buffers above stay referenced until here; on CUDA, Dr.Jit frees and
-    # reuses memory in stream order, after the engine's launch.
-    del o_buffer, d_buffer, rays
-    return n, out
+    return n, rays, (o_buffer, d_buffer, tmin, tmax, flag, skip), ray

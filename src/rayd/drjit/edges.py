@@ -15,6 +15,7 @@ import drjit as dr
 import numpy as np
 import warp as wp
 
+from rayd.core.edges import EdgeState, TopologyBase, check_total
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply, concat
 from rayd.engine import edge_topology
@@ -25,8 +26,8 @@ from rayd.drjit.intersection import DrjitRecord
 from rayd.engine.runtime import launch_stream
 
 
-@dataclass(frozen=True)
-class EdgeTopology:
+@dataclass(frozen=True, repr=False)
+class EdgeTopology(TopologyBase):
     """Scene-wide edge records, in shape order (lane = ``global_edge_id``), plain Dr.Jit arrays.
 
     Attributes (E edges; an ``(E, 2)`` field is an ``Array2i`` of width E):
@@ -63,11 +64,10 @@ class EdgeTopology:
         """E, the number of edge records."""
         return dr.width(self.global_edge_id)
 
-    def __len__(self) -> int:
-        return self.num_edges
+    _name = "rayd.drjit.EdgeTopology"
 
-    def __repr__(self) -> str:
-        return f"rayd.drjit.EdgeTopology(num_edges={self.num_edges}, type={_convert.type_name(self.v)})"
+    def _where(self) -> str:
+        return f"type={_convert.type_name(self.v)}"
 
 
 class NearestEdge(DrjitRecord, EdgeRecord):
@@ -123,39 +123,21 @@ class NearestEdge(DrjitRecord, EdgeRecord):
         self._shape = (count,) + tuple(self._shape[1:])
 
 
-class SceneEdges:
-    """A built scene's edges: topology, the edge mask, and the engine's edge BVH.
-
-    Created by ``Scene.build()`` (cheaply: the topology and the BVH are computed on
-    first use), refreshed by ``Scene.sync()``. Keeps its own float32 world-space copy
-    of every shape's vertices (instances included, placed by ``M_instance @ M_mesh``)
-    for the engine; edges of disabled shapes are hidden like masked edges.
+class SceneEdges(EdgeState):
+    """rayd.drjit's :class:`~rayd.core.edges.EdgeState`: topology and masks as Dr.Jit arrays.
 
     Args:
         scene: the :class:`rayd.drjit.Scene` (its shapes, backend and device are read live).
     """
 
     def __init__(self, scene) -> None:
+        super().__init__(scene._shapes)
         self._scene = scene
         self._backend = scene._backend
         self._device = scene._device
-        self._world_offsets = []
-        total = 0
-        for shape in scene._shapes:
-            self._world_offsets.append(total)
-            total += shape.mesh.num_vertices
-        self._num_world_vertices = total
-        self._topology: EdgeTopology | None = None
-        self._bvh: EdgeBvh | None = None
-        self._enabled: list[bool] = []
-        self.pending = False
 
-    @property
-    def topology(self) -> EdgeTopology:
-        """The :class:`EdgeTopology`, computed on first use."""
-        if self._topology is None:
-            self._compute_topology()
-        return self._topology
+    def _live_shapes(self) -> list:
+        return self._scene._shapes
 
     @property
     def rows(self) -> dr.ArrayBase:
@@ -205,12 +187,7 @@ class SceneEdges:
         present = np.array([i for i, s in enumerate(shapes) if s.mesh.num_faces], dtype=np.int64)
         bases = np.array([shapes[i].base for i in present], dtype=np.int64)
         counts = np.array([dr.width(per_mesh[b][0]) for b in bases], dtype=np.int64)
-        if int(counts.sum()) > edge_topology.MAX_RECORDS:  # before the host index arrays are made
-            raise ValueError(
-                f"rayd.drjit.Scene edge queries: the scene has {int(counts.sum())} edge records (instances repeat "
-                f"their mesh's), more than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer "
-                f"instances or smaller meshes"
-            )
+        check_total("rayd.drjit.Scene", int(counts.sum()))  # before the host index arrays are made
         starts = np.cumsum(counts) - counts
         local = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
         source = plain.UInt((np.repeat([first[b] for b in bases], counts) + local).astype(np.uint32))
@@ -236,16 +213,14 @@ class SceneEdges:
         self._applied = dr.full(plain.UInt8, 1, num_edges)
         dr.make_opaque(self._mask, self._applied)
         self._applied_view = _convert.scalar_view(self._applied, self._device)
-        self._apply_mask(stream)
+        self._update_mask(stream)
 
-    def _apply_mask(self, stream) -> None:
+    def _write_applied(self, stream, enabled: list[bool] | None) -> None:
         """``applied = mask & enabled[shape_id]`` (what the BVH sees), written in place."""
         plain = _convert.module(self._backend, False)
-        self._enabled = [s.enabled for s in self._scene._shapes]
         applied = self._mask
-        if not all(self._enabled):
-            enabled = plain.Bool(self._enabled)
-            applied = applied & dr.gather(plain.Bool, enabled, plain.UInt(self._topology.shape_id))
+        if enabled is not None:
+            applied = applied & dr.gather(plain.Bool, plain.Bool(enabled), plain.UInt(self._topology.shape_id))
         flags = plain.UInt8(dr.select(applied, 1, 0))
         dr.eval(flags)
         _convert.fence(self._device)
@@ -282,27 +257,26 @@ class SceneEdges:
         _convert.fence(self._device)
         del buffer
 
-    def bvh(self, stream) -> EdgeBvh:
-        """The engine's edge BVH over the current (synced) vertices, built on first use."""
-        if self._bvh is None:
-            self.topology  # noqa: B018 - computes the topology, world edge ids and the masks
-            self._refresh_points(stream)
-            _convert.fence(self._device)
-            device = _convert.to_warp_device(self._device)
-            with launch_stream(device, stream):
-                self._bvh = EdgeBvh(self._points_view, self._world_v_view, self._applied_view, stream)
-            _convert.fence(self._device)
-        return self._bvh
+    def _build_bvh(self, stream) -> EdgeBvh:
+        _convert.fence(self._device)
+        device = _convert.to_warp_device(self._device)
+        with launch_stream(device, stream):
+            bvh = EdgeBvh(self._points_view, self._world_v_view, self._applied_view, stream)
+        _convert.fence(self._device)
+        return bvh
 
-    def mask(self) -> dr.ArrayBase:
-        """(E,) ``Bool``: the mask last given to ``set_mask`` (all True by default); a copy."""
-        self.topology  # noqa: B018
+    def _refit(self, stream) -> None:
+        _convert.fence(self._device)
+        self._bvh.refit(stream)
+        _convert.fence(self._device)
+
+    def _copy_mask(self) -> dr.ArrayBase:
         mask = dr.copy(self._mask)
         dr.eval(mask)
         return mask
 
-    def set_mask(self, call: str, mask: object) -> None:
-        """Record a new edge mask; it takes effect at the next ``sync()``.
+    def _checked_mask(self, call: str, mask: object) -> dr.ArrayBase:
+        """The user's mask, checked: a ``Bool`` of width E on the scene's backend and device (copied).
 
         Raises:
             TypeError: ``mask`` is not a Dr.Jit ``Bool`` array.
@@ -314,26 +288,9 @@ class SceneEdges:
         if dr.width(mask) != e:
             raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got width {dr.width(mask)}")
         plain = _convert.module(self._backend, False)
-        self._mask = plain.Bool(dr.detach(mask))
-        dr.make_opaque(self._mask)
-        self.pending = True
-
-    def sync(self, stream, moved: bool) -> None:
-        """Apply a pending mask and enable flags; refit the BVH if anything ``moved`` or changed."""
-        if self._topology is None:
-            self.pending = False
-            return
-        enabled = [s.enabled for s in self._scene._shapes]
-        changed = self.pending or enabled != self._enabled
-        if changed:
-            self._apply_mask(stream)
-            self.pending = False
-        if self._bvh is not None and (moved or changed):
-            if moved:
-                self._refresh_points(stream)
-            _convert.fence(self._device)
-            self._bvh.refit(stream)
-            _convert.fence(self._device)
+        checked = plain.Bool(dr.detach(mask))
+        dr.make_opaque(checked)
+        return checked
 
     def silhouette(self, m, geometry, viewpoint: dr.ArrayBase) -> dr.ArrayBase:
         """(E,) ``Bool``: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.

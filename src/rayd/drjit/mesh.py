@@ -8,13 +8,11 @@ import numpy as np
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._convert import host_matrices
-from rayd.core.transforms import transform_problem
+from rayd.core.transforms import check_matrices
 from rayd.core.meshio import trimesh_arrays
+from rayd.core.mesh import MeshBase
 
-_CALL = "rayd.drjit.Mesh()"
-
-
-class Mesh:
+class Mesh(MeshBase):
     """A triangle mesh: vertex positions, faces and optional per-vertex attributes.
 
     The mesh holds references to the arrays (no copy). A :class:`Scene` snapshots
@@ -49,36 +47,30 @@ class Mesh:
             ``faces`` may be written in place in between).
     """
 
-    def __init__(
-        self,
-        vertices: dr.ArrayBase,
-        faces: dr.ArrayBase,
-        *,
-        normals: dr.ArrayBase | None = None,
-        uv: dr.ArrayBase | None = None,
-        to_world: dr.ArrayBase | None = None,
-    ) -> None:
-        vertices = _check.float_array(_CALL, "vertices", vertices, 3)
-        faces = _check.index_array(_CALL, "faces", faces)
-        device = _convert.device_name(vertices)
-        _check.same_backend(_CALL, "faces", faces, device, "'vertices'")
-        num_vertices = _check.common_width(_CALL, "vertices", vertices)
-        if normals is not None:
-            normals = _check.float_array(_CALL, "normals", normals, 3)
-            _check.same_backend(_CALL, "normals", normals, device, "'vertices'")
-            _check.width(_CALL, "normals", normals, num_vertices, "'vertices'")
-        if uv is not None:
-            uv = _check.float_array(_CALL, "uv", uv, 2)
-            _check.same_backend(_CALL, "uv", uv, device, "'vertices'")
-            _check.width(_CALL, "uv", uv, num_vertices, "'vertices'")
-        if to_world is not None:
-            to_world = check_transform(_CALL, "to_world", to_world, vertices)
-        _check.face_range(_CALL, "faces", faces, num_vertices)
-        self.vertices = vertices
-        self.faces = faces
-        self.normals = normals
-        self.uv = uv
-        self.to_world = to_world
+    _PREFIX = "rayd.drjit.Mesh"
+
+    # ------------------------------------------------------------------ MeshBase hooks
+    _check_float = staticmethod(_check.float_array)
+    _check_faces = staticmethod(_check.index_array)
+    _same_device = staticmethod(_check.same_backend)
+    _rows = staticmethod(_check.common_width)
+    _count = staticmethod(dr.width)
+    _check_face_range = staticmethod(_check.face_range)
+
+    @staticmethod
+    def _device_of(call: str, name: str, value: dr.ArrayBase) -> str:
+        return _convert.device_name(value)
+
+    @staticmethod
+    def _check_rows(call: str, name: str, value: dr.ArrayBase, count: int) -> None:
+        _check.width(call, name, value, count, "'vertices'")
+
+    @staticmethod
+    def _check_transform(call: str, name: str, value: object, vertices: dr.ArrayBase) -> dr.ArrayBase:
+        return check_transform(call, name, value, vertices)
+
+    def _where(self) -> str:
+        return f"type={_convert.type_name(self.vertices)}"
 
     @classmethod
     def from_trimesh(
@@ -145,24 +137,6 @@ class Mesh:
         """``'llvm'`` or ``'cuda'``."""
         return _convert.backend_name(self.vertices)
 
-    @property
-    def num_vertices(self) -> int:
-        """V."""
-        return dr.width(self.vertices)
-
-    @property
-    def num_faces(self) -> int:
-        """F."""
-        return dr.width(self.faces)
-
-    def __repr__(self) -> str:
-        extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
-        more = f", with {', '.join(extras)}" if extras else ""
-        return (
-            f"rayd.drjit.Mesh(V={self.num_vertices}, F={self.num_faces}, "
-            f"type={_convert.type_name(self.vertices)}{more})"
-        )
-
 
 def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> dr.ArrayBase:
     """A finite, invertible 4x4 float matrix of ``like``'s backend (width 1); scalar matrices are converted.
@@ -209,17 +183,12 @@ def check_transforms(call: str, name: str, value: object, count: int, device: st
         raise ValueError(f"{call}: '{name}' must hold {count} matrices (one per shape id), got width {dr.width(value)}")
     if count == 0:
         return value
-    m = host_matrices(value)
-    found = transform_problem(m)
-    if found is not None:
-        raise ValueError(f"{call}: '{name}[{found[0]}]' {found[1]}")
+    check_matrices(call, name, host_matrices(value), batch=True)
     return value
 
 
 def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:
     """Non-finite, beyond-float32 entries or a singular 3x3 linear part are the contract's ``ValueError``."""
-    found = transform_problem(host_matrices(value))
-    if found is not None:
-        raise ValueError(f"{call}: '{name}' {found[1]}")
+    check_matrices(call, name, host_matrices(value), batch=False)
 
 

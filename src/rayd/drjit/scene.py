@@ -17,10 +17,12 @@ from rayd.drjit._live import LiveState, gather_matrix
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit._scene_surface import SurfaceQueries
 from rayd.drjit._scene_reflect import ReflectionQueries
+from rayd.drjit._scene_allhits import AllHitsQueries
 from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform, check_transforms
 from rayd.drjit.ray import Ray
+from rayd.core.checks import ray_flags as _check_flags
 from rayd.flags import RayFlags
 
 #: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
@@ -28,7 +30,7 @@ from rayd.flags import RayFlags
 VISIBILITY_EPSILON = 1e-4
 
 
-class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
+class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
@@ -260,12 +262,3 @@ class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
     @property
     def _face_row(self):
         return self._state._face_row
-
-
-
-def _check_flags(call: str, flags: object) -> RayFlags:
-    if isinstance(flags, bool) or not isinstance(flags, int):
-        raise TypeError(f"{call}: 'flags' must be a rayd.RayFlags, got {type(flags).__name__}")
-    if flags & ~int(RayFlags.All):
-        raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
-    return RayFlags(flags)

@@ -7,6 +7,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import dummy_nodes
 from rayd.engine.instances import InstanceLevel
+from rayd.engine.pair_nodes import dummy_pairs
 from rayd.engine.traversal import SceneView
 from rayd.engine.triangles import TriangleScene
 
@@ -42,6 +43,7 @@ class SceneAccel:
         self.device = device
         self.flat = flat
         self.flat_enabled = True
+        self.enabled_version = 0  # counts set_all_enabled() calls (the enable flags may have changed)
         self.instances = instances
         view = SceneView()
         view.has_flat = 0 if flat is None else 1
@@ -56,10 +58,21 @@ class SceneAccel:
         view.flat_upper_index = nodes.upper_index
         view.flat_primitives = nodes.primitives
         view.flat_root = nodes.root
+        pairs = flat.pairs if flat.pairs is not None else dummy_pairs(device)
+        self._pairs = pairs
+        view.flat_pair_boxes, view.flat_pair_links, view.flat_pair_root = pairs.boxes, pairs.links, pairs.root
+        view.flat_tris = pairs.tris
         view.flat_global = flat_global
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled
         view.all_enabled = 1
+        if instances is not None and getattr(instances, "has_pairs", False):
+            view.blas_pair_boxes, view.blas_pair_links = instances.pair_boxes, instances.pair_links
+            view.blas_tris = instances.pair_tris
+            view.inst_pair_base, view.inst_pair_root = instances.inst_pair_base, instances.inst_pair_root
+        else:
+            view.blas_pair_boxes, view.blas_pair_links, view.blas_tris = pairs.boxes, pairs.links, pairs.tris
+            view.inst_pair_base = view.inst_pair_root = wp.zeros(1, dtype=wp.int32, device=device)
         if instances is None:
             dummy_mat = wp.zeros(1, dtype=wp.mat44d, device=device)
             dummy_int = wp.zeros(1, dtype=wp.int32, device=device)
@@ -103,11 +116,24 @@ class SceneAccel:
         self.view = view
 
     @property
+    def layout(self) -> str:
+        """The flat BVH's node layout: ``"pair"`` (rayd's child-pair nodes) or ``"warp"``."""
+        if self.flat.pairs is None or (self.instances is not None and not self.instances.has_pairs):
+            return "warp"
+        return "pair"
+
+    @property
     def walks(self) -> str:
         """Which parts a query must walk: ``"flat"``, ``"instances"`` or ``"both"`` (picks the search kernel)."""
         if self.instances is None:
             return "flat"
         return "both" if self.flat_enabled else "instances"
+
+    @property
+    def search_walk(self) -> str:
+        """:attr:`walks`, with ``"_pair"`` appended where the BVHs are walked in the pair layout."""
+        walk = self.walks
+        return walk + "_pair" if self.layout == "pair" else walk
 
     def set_flat_enabled(self, flag: bool) -> None:
         """Tell the search whether any mesh of the flat BVH is enabled (if none, it walks only the instances)."""
@@ -116,6 +142,7 @@ class SceneAccel:
     def set_all_enabled(self, flag: bool) -> None:
         """Tell kernels whether every shape is enabled (enables the ordered fast path)."""
         self.view.all_enabled = 1 if flag else 0
+        self.enabled_version += 1
 
 
 def flat_accel(tri: TriangleScene) -> SceneAccel:

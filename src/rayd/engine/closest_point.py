@@ -1,4 +1,4 @@
-"""Surface queries: the closest triangle to each point, and the exact winding number (no derivatives).
+"""Surface queries: the closest triangle to each point (no derivatives; winding numbers: :mod:`rayd.engine.winding`).
 
 The frontends recompute the continuous outputs (closest point, distance) from the
 winner's live geometry; :func:`closest_point_search` only picks the winner per
@@ -10,22 +10,13 @@ skipped. Query points are given relative to the search centre, like ray origins
 (:mod:`rayd.engine.frame`). Distances in the search are float32; ties (within
 float32 rounding) go to the smaller ``global_prim_id``.
 
-:func:`winding_number_exact` sums the signed solid angles of every enabled flat
-triangle per point (float64 arithmetic on the float32 search-frame vertices):
-exact up to rounding, ``O(F)`` per point (no hierarchy yet).
-
 Instances: the closest-point search walks the top level over instance boxes and
 each instance's object-space BVH (the two levels of :mod:`rayd.engine.traversal`),
-measuring faces in world space; the winding number does not support instances yet
-(``RuntimeError``).
+measuring faces in world space.
 
 References:
     Ericson 2004, "Real-Time Collision Detection", Morgan Kaufmann, sec. 5.1.5
     (closest point on a triangle to a point).
-    Van Oosterom, Strackee 1983, "The Solid Angle of a Plane Triangle", IEEE Trans.
-    Biomed. Eng. 30(2) (the solid angle formula).
-    Jacobson, Kavan, Sorkine-Hornung 2013, "Robust Inside-Outside Segmentation
-    using Generalized Winding Numbers", ACM TOG 32(4).
 """
 
 from __future__ import annotations
@@ -48,11 +39,53 @@ _OPEN = wp.constant(1.0 + 1.0 / 1024.0)
 _STACK = 64
 
 
+#: A triangle is degenerate (a segment or a point) when ``|ab x ac|^2 <= SLIVER |ab|^2 |ac|^2``
+#: (the sine of its angle at ``a`` below 1e-6): its closest point is then taken on its three
+#: sides, because the face region's barycentric solve divides by rounding noise there
+#: (with FMA contraction on CUDA it put the point anywhere on the supporting line).
+SLIVER = 1.0e-12
+_SLIVER = wp.constant(SLIVER)
+
+
+@wp.func
+def _on_segment(p: wp.vec3, a: wp.vec3, b: wp.vec3) -> wp.vec3:
+    """The point of segment ``ab`` closest to ``p`` (clamped projection; ``a`` if ``a == b``)."""
+    ab = b - a
+    den = wp.dot(ab, ab)
+    if den > 0.0:
+        return a + wp.clamp(wp.dot(p - a, ab) / den, 0.0, 1.0) * ab
+    return a
+
+
+@wp.func
+def _on_sides(p: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> wp.vec3:
+    """The closest point to ``p`` on the sides ab, ac, bc of a degenerate triangle (first on ties)."""
+    best = _on_segment(p, a, b)
+    q = best - p
+    best_dsq = wp.dot(q, q)
+    x = _on_segment(p, a, c)
+    q = x - p
+    if wp.dot(q, q) < best_dsq:
+        best = x
+        best_dsq = wp.dot(q, q)
+    x = _on_segment(p, b, c)
+    q = x - p
+    if wp.dot(q, q) < best_dsq:
+        best = x
+    return best
+
+
 @wp.func
 def closest_on_triangle(p: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> wp.vec3:
-    """The point of triangle ``abc`` closest to ``p`` (Ericson 2004, 5.1.5, by Voronoi regions)."""
+    """The point of triangle ``abc`` closest to ``p`` (Ericson 2004, 5.1.5, by Voronoi regions).
+
+    Degenerate triangles (see :data:`SLIVER`) are measured on their three sides.
+    """
     ab = b - a
     ac = c - a
+    n = wp.cross(ab, ac)
+    if wp.dot(n, n) <= _SLIVER * wp.dot(ab, ab) * wp.dot(ac, ac):
+        return _on_sides(p, a, b, c)
     ap = p - a
     d1 = wp.dot(ab, ap)
     d2 = wp.dot(ac, ap)
@@ -348,53 +381,6 @@ _CLOSEST_KERNELS = {"flat": _make_closest_point_kernel(True, False),
                     "both": _make_closest_point_kernel(True, True)}
 
 
-@wp.func
-def solid_angle(p: wp.vec3d, a: wp.vec3d, b: wp.vec3d, c: wp.vec3d) -> wp.float64:
-    """Signed solid angle of triangle ``abc`` seen from ``p`` (Van Oosterom, Strackee 1983), in [-2 pi, 2 pi]."""
-    x = a - p
-    y = b - p
-    z = c - p
-    lx = wp.length(x)
-    ly = wp.length(y)
-    lz = wp.length(z)
-    num = wp.dot(x, wp.cross(y, z))
-    den = lx * ly * lz + wp.dot(x, y) * lz + wp.dot(y, z) * lx + wp.dot(z, x) * ly
-    return wp.float64(2.0) * wp.atan2(num, den)
-
-
-@wp.kernel(enable_backward=False, module="unique")
-def _winding_kernel(
-    scene: SceneView,
-    num_faces: int,
-    points: wp.array(dtype=wp.vec3),
-    points_stride: int,
-    active: wp.array(dtype=wp.uint8),
-    active_stride: int,
-    out: wp.array(dtype=wp.float64),
-):
-    i = wp.tid()
-    total = wp.float64(0.0)
-    p32 = points[i * points_stride]
-    p = wp.vec3d(p32)
-    if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p32):
-        for f in range(num_faces):
-            enabled = True
-            if scene.all_enabled == 0:
-                enabled = scene.shape_enabled[scene.flat_shape[f]] != wp.uint8(0)
-            if enabled:
-                a = wp.vec3d(scene.flat_points[scene.flat_indices[3 * f]])
-                b = wp.vec3d(scene.flat_points[scene.flat_indices[3 * f + 1]])
-                c = wp.vec3d(scene.flat_points[scene.flat_indices[3 * f + 2]])
-                total += solid_angle(p, a, b, c)
-        total = total / wp.float64(4.0 * math.pi)
-    out[i] = total
-
-
-def _require_flat(accel: SceneAccel, name: str) -> None:
-    if accel.instances is not None:
-        raise RuntimeError(f"{name}() does not support instances yet; query a scene of meshes only")
-
-
 def closest_point_search(
     accel: SceneAccel,
     points: wp.array,
@@ -433,45 +419,3 @@ def closest_point_search(
         [accel.view, *per_row(points, n), *per_row(active, n), bound],
         [global_prim_id], accel.device, stream,
     )
-
-
-def winding_number_exact(
-    accel: SceneAccel,
-    num_faces: int,
-    points: wp.array,
-    active: wp.array,
-    out: wp.array,
-    stream: wp.Stream | None = None,
-) -> None:
-    """Write the generalised winding number of the enabled triangles around each point.
-
-    Args:
-        accel: the scene's acceleration structures (meshes only, no instances).
-        num_faces: the number of flat faces.
-        points: ``wp.array(dtype=wp.vec3)`` (N,) or (1,), relative to the search centre.
-        active: uint8 (N,) or (1,); 0 marks an inactive query (0 out).
-        out: float64 output (N,).
-        stream: the CUDA stream to launch on (``None`` on the CPU).
-
-    Concretely ``w(p) = sum_f Omega_f(p) / (4 pi)`` with ``Omega_f`` the signed solid
-    angle of face ``f`` (Van Oosterom, Strackee 1983), in float64 from the float32
-    search-frame vertices and points: exact up to rounding (``O(F)`` work per point). 1 inside a
-    closed outward-oriented mesh, 0 outside (Jacobson et al. 2013).
-
-    Raises:
-        RuntimeError: the scene has instances.
-    """
-    _require_flat(accel, "winding_number")
-    n = out.shape[0]
-    if n == 0:
-        return
-    if not accel.flat_enabled:
-        with launch_stream(accel.device, stream):
-            out.zero_()
-        return
-    launch_rows(
-        _winding_kernel, n,
-        [accel.view, int(num_faces), *per_row(points, n), *per_row(active, n)],
-        [out], accel.device, stream,
-    )
-

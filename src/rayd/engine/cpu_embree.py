@@ -1,41 +1,49 @@
 """Optional CPU accelerator: Intel Embree 4 through ``embreex`` for the triangle search.
 
 On the CPU, :func:`rayd.engine.intersect.search` hands flat scenes (no instances) to
-:func:`search` here when ``embreex`` is importable. Embree picks the closest triangle
-(robust mode) on chunks of rays in a thread pool over all cores (``EmbreeScene.run``
-releases the GIL); rayd's Warp search answers every ray Embree cannot answer exactly,
-so the result is the Warp path's answer up to Embree's own float32 rounding:
+:func:`search` here when ``embreex`` is importable (the default; ``RAYD_CPU_ACCEL=warp``
+or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust mode) on
+chunks of rays in a thread pool over all cores (``EmbreeScene.run`` releases the GIL);
+rayd's Warp search answers every ray Embree cannot answer exactly, so the winners are
+the Warp path's:
 
+- watertightness: Embree 4.4's robust test leaks within about 1e-7 (relative) of a mesh
+  vertex (a ray through a vertex of a closed icosphere misses every face around it; its
+  edges are consistent: grids pass). The Embree scene also holds *vertex caps*
+  (:func:`vertex_caps`: three small triangles around each vertex, radius ``CAP * R``,
+  their own geomID): a ray whose closest hit is a cap passes near a vertex before any
+  triangle (or misses them all) and is re-searched by Warp (Woop et al. 2013,
+  watertight): about 0-1 % of rays.
+  So are rays whose shifted origin lies beyond ``FAR * R`` (their rounding outgrows the caps).
+- slivers (smallest altitude below ``8 CAP R``): every point of one lies within rounding of
+  its edges, where the two tests may disagree away from any vertex; each gets a cap
+  rectangle over it (:func:`sliver_caps`), and a ray whose Embree winner is a sliver or a
+  sliver cap is re-searched by Warp.
 - the open interval ``tmin < t < tmax``: embreex has no per-ray ``tnear``, so the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
   ``tmax + delta``; a winner with ``t`` within ``delta`` of ``tmin`` or ``tmax`` (the
   rounding band, where the two engines may disagree) is re-searched by Warp.
   ``delta = BAND * (|o - c| + R) / |d|`` with ``c`` the float64 bounding-box centre
-  of the vertices and ``R`` the largest centre-relative coordinate, so it covers a
-  float32 rounding of the hit point many times over.
+  of the vertices and ``R`` the largest centre-relative coordinate.
 - ``ignore`` and disabled meshes: when Embree's winner is the ignored face or lies
   on a disabled mesh, the closest *allowed* face may lie behind it: Warp re-searches
   that ray. Any other winner is also the closest allowed one.
+- ties: a hit within ``EDGE`` (barycentric) of its face's edges is re-searched by Warp,
+  so a ray through a shared edge gets the Warp path's face.
 - degenerate triangles (zero cross product in float64) are misses in rayd: a ray
   whose Embree winner is one is re-searched by Warp.
 - a miss of a ray with a zero direction component: Embree culls such a ray lying
-  exactly in a box's upper face (its slab test takes ``1/0`` as ``+huge``), which
-  leaks through boundary edges on the scene's upper side: Warp re-searches it.
+  exactly in a box's upper face (its slab test takes ``1/0`` as ``+huge``): Warp
+  re-searches it.
 - inactive and malformed rays (NaN/inf, zero direction, ``tmax <= tmin``) are misses
   without a search; any hit takes the closest hit (a valid blocker).
 
 Embree sees centre-relative float32 coordinates (vertices and origins minus ``c``,
-subtracted in float64). A :class:`EmbreeMirror` is attached to its
-:class:`~rayd.engine.triangles.TriangleScene` and rebuilt (committed) at every refit,
-i.e. at the frontends' ``sync()``: Embree has no refit through embreex.
-
-Not watertight, hence opt-in (``RAYD_CPU_ACCEL=embree`` in the environment, or
-:func:`set_enabled`): rays passing within about 1e-7 (relative) of a mesh vertex leak
-through Embree 4.4's robust-mode triangles in 1-12 % of cases (closed icosphere,
-every one of the vertex's faces missed singly too, while the float64 reference hits
-one with barycentric weights of 1e-7; tests/torch/test_watertight.py fails with it),
-and a leak that lands on a farther face cannot be detected from the result. rayd's
-Warp search (Woop et al. 2013, padded boxes) does not leak, so it stays the default.
+subtracted in float64). The :class:`EmbreeMirror` attached to a
+:class:`~rayd.engine.triangles.TriangleScene` is marked stale by every refit (``sync()``)
+and rebuilt at the second query on the same geometry (``WARM_QUERIES``; embreex has no
+refit, and a rebuild costs about ten Warp refits): one-shot scenes and update-sync-query
+loops stay on the Warp path.
 """
 
 from __future__ import annotations
@@ -57,12 +65,36 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 #: Half-width of the rounding band, in units of the centre-relative magnitude along the ray.
 BAND = 1.0e-5
 
+#: Vertex-cap radius, in units of the scene's centre-relative radius ``R``: rays passing within
+#: ``CAP * R`` (1.5e-5 R) of a vertex before their Embree hit are re-searched by Warp (Embree's
+#: leaks, measured, lie within about 1e-7 R of a vertex; float32 rounding at ``|origin| <= 4 R``
+#: is about 5e-7 R). Small beside the edges of dense scans (1e-3 R for 871 k triangles).
+CAP = 2.0**-16
+
+#: Rays whose Embree origin lies farther than ``FAR * R`` from the centre are re-searched by
+#: Warp (their float32 rounding would outgrow the caps); origins are moved to the sphere of
+#: radius ``1.8 R`` around the centre first, so this is a guard.
+FAR = 4.0
+
+#: A hit with a barycentric weight below ``EDGE`` lies on (or within rounding of) an edge,
+#: where two faces tie or a boundary edge decides: re-searched by Warp, so that ties resolve
+#: as on the Warp path (the same face from both paths, query after query).
+EDGE = 2.0**-16
+
+#: Flat scenes of more triangles stay on the Warp path: embreex copies the triangles and the
+#: caps element by element (about 46 s for 871 k triangles on the 2-core VM).
+MAX_TRIANGLES = 300_000
+
+#: Queries on a geometry (after ``build()`` or a refit) that Warp answers before the Embree
+#: scene is built: building it (embreex copies the arrays element by element) costs about
+#: ten Warp refits, so one-shot and update-every-query scenes never pay it.
+WARM_QUERIES = 1
+
 #: Rays per thread-pool chunk (at least); the batch is split in about 4 chunks per core.
 MIN_CHUNK = 4096
 
-#: Off by default: Embree's robust mode leaks through vertices (see the module docstring);
-#: ``RAYD_CPU_ACCEL=embree`` or :func:`set_enabled` turns it on.
-_enabled = os.environ.get("RAYD_CPU_ACCEL", "warp").strip().lower() == "embree"
+#: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
+_enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
 _pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 #: Rays searched by Embree and rays re-searched by Warp since import (for tests and benchmarks).
@@ -94,45 +126,161 @@ def describe() -> str:
             ver = version("embreex")
         except Exception:  # noqa: BLE001 - not installed as a distribution
             ver = "?"
-        return f"embree (embreex {ver}, Embree 4 robust, {os.cpu_count() or 1} threads)"
+        return f"embree (embreex {ver}, Embree 4 robust + vertex caps, Warp re-search; {os.cpu_count() or 1} threads)"
     if not available():
         return f"warp (embreex not importable: {_IMPORT_ERROR}; pip install rayd-geom[cpu])"
-    return "warp (embreex installed but off: not watertight; RAYD_CPU_ACCEL=embree turns it on)"
+    return "warp (embreex installed but off: RAYD_CPU_ACCEL=warp or set_enabled(False))"
 
 
 class EmbreeMirror:
-    """An Embree scene over the triangles of a CPU :class:`TriangleScene`, centre-relative.
+    """Embree scenes over the triangles of a CPU :class:`TriangleScene`, centre-relative.
+
+    One Embree scene of two meshes: the triangles (geomID 0) and the *vertex caps*
+    (:func:`vertex_caps`, geomID 1) that flag the rays passing near a vertex, where
+    Embree's robust test may leak.
 
     Args:
-        tri: the triangle scene (its ``points`` and ``indices`` are read at each refresh).
+        tri: the triangle scene (its ``points`` and ``indices`` are read at each rebuild).
     """
 
     def __init__(self, tri) -> None:
         self.tri = tri
-        self.refresh()
+        self.stale = True
+        self.waited = 0  # queries answered by Warp on the current geometry
 
     def refresh(self) -> None:
-        """Rebuild and commit the Embree scene from the current ``points`` (after a refit)."""
+        """Mark the scene out of date (called at every refit, i.e. at ``sync()``).
+
+        The rebuild happens at a later query (:meth:`ready`): embreex has no refit, and a
+        rebuild costs several Warp refits, so a loop of update, ``sync()`` and one query
+        per step stays on the Warp path.
+        """
+        self.stale = True
+        self.waited = 0
+
+    def ready(self) -> bool:
+        """Whether this query may use Embree, rebuilding first where due: the first
+        ``WARM_QUERIES`` queries on a geometry (after ``build()`` or a refit) use Warp."""
+        if not self.stale:
+            return True
+        if self.waited < WARM_QUERIES:
+            self.waited += 1
+            return False
+        self.rebuild()
+        return True
+
+    def rebuild(self) -> None:
+        """Build and commit both Embree scenes from the current ``points``."""
         tri = self.tri
         points = np.asarray(tri.points.numpy(), dtype=np.float64).reshape(-1, 3)
         faces = tri.indices.numpy().reshape(-1, 3)[tri.face_base : tri.face_base + tri.num_triangles]
         faces = np.ascontiguousarray(faces, dtype=np.int32)
-        lo, hi = points.min(0), points.max(0)
+        used = points[np.unique(faces)] if faces.size else points[:0]
+        lo, hi = (used.min(0), used.max(0)) if used.size else (np.zeros(3), np.zeros(3))
         self.centre = 0.5 * (lo + hi)
         rel = points - self.centre
-        self.radius = float(np.abs(rel).max()) if rel.size else 0.0
+        self.radius = float(np.abs(used - self.centre).max()) if used.size else 0.0
         a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
-        self.degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
-        self.degenerate_wp = wp.array(self.degenerate.astype(np.uint8), dtype=wp.uint8, device=tri.device)
-        scene = _rtcore_scene.EmbreeScene(robust=True)
-        _mesh_construction.TriangleMesh(scene, np.ascontiguousarray(rel, dtype=np.float32), faces)
-        # embreex commits (builds the BVH) at the first query: commit now, at sync().
-        scene.run(np.zeros((1, 3), np.float32), np.ones((1, 3), np.float32))
-        self.scene = scene
+        r = CAP * self.radius
+        degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
+        slivers = sliver_caps(a, b, c, r, ~degenerate)
+        # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
+        # a ray whose Embree winner is either is re-searched by Warp.
+        flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
+        self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
+        # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
+        # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
+        # sliver before any other triangle (or misses them all).
+        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+        if slivers[0].any():
+            meshes.append(slivers[1:])
+        self.scene = _commit(*meshes)
+        self.stale = False
+
+
+def _commit(*meshes: tuple[np.ndarray, np.ndarray]):
+    """A committed robust-mode ``EmbreeScene`` of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)``
+    (geomID = position in ``meshes``)."""
+    scene = _rtcore_scene.EmbreeScene(robust=True)
+    for vertices, faces in meshes:
+        _mesh_construction.TriangleMesh(scene, vertices, faces)
+    # embreex commits (builds the BVH) at the first query: commit now.
+    scene.run(np.zeros((1, 3), np.float32), np.ones((1, 3), np.float32))
+    return scene
+
+
+def vertex_caps(vertices: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
+    """Three small triangles around each vertex ``V``, one in each axis plane through ``V``.
+
+    Each is equilateral with its incentre at ``V`` and inradius ``4 r``. A line passing
+    within ``r`` of ``V`` crosses the plane normal to its dominant axis (``|d_k| >= |d|/sqrt 3``)
+    within ``2 r`` of ``V`` (the crossing lies at most ``r sqrt 3`` along the line from the
+    closest point), so at least ``2 r`` inside that triangle: far from the cap's own edges
+    in float32 units, where Embree's test is reliable.
+
+    Args:
+        vertices: (V, 3) float64 centre-relative vertices.
+        r: the radius around each vertex that must be caught.
+
+    Returns:
+        float32 points (9 V, 3) and int32 faces (3 V, 3).
+    """
+    corners = []
+    for axis in range(3):
+        a1, a2 = [k for k in range(3) if k != axis]
+        for angle in (0.5 * np.pi, 7.0 / 6.0 * np.pi, 11.0 / 6.0 * np.pi):
+            offset = np.zeros(3)
+            offset[a1], offset[a2] = 8.0 * r * np.cos(angle), 8.0 * r * np.sin(angle)
+            corners.append(vertices + offset)
+    points = np.stack(corners, 1).reshape(-1, 3).astype(np.float32)
+    return points, np.arange(points.shape[0], dtype=np.int32).reshape(-1, 3)
+
+
+def sliver_caps(a: np.ndarray, b: np.ndarray, c: np.ndarray, r: float,
+                keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Caps over the slivers: faces (of ``keep``) whose smallest altitude is below ``8 r``.
+
+    Every point of a sliver lies within float32 rounding of its edges, where Embree's and
+    rayd's tests may disagree away from any vertex. Each sliver gets a rectangle in its
+    plane, along its longest edge, covering it with a margin of ``4 r``: a ray through
+    the sliver crosses the rectangle well inside it.
+
+    Args:
+        a, b, c: (F, 3) float64 corners.
+        r: the vertex-cap radius.
+        keep: (F,) bool, the faces that may be slivers (not degenerate).
+
+    Returns:
+        ``(sliver (F,) bool, points (4 S, 3) float32, faces (2 S, 3) int32)``.
+    """
+    cross = np.cross(b - a, c - a)
+    area2 = np.linalg.norm(cross, axis=1)
+    edges = np.stack([b - a, c - b, a - c], 1)  # edge k runs from corner k to corner k + 1
+    lengths = np.linalg.norm(edges, axis=2)
+    k = lengths.argmax(1)
+    longest = lengths[np.arange(len(k)), k]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        height = area2 / longest
+    sliver = keep & (height < 8.0 * r)
+    corners = np.stack([a, b, c], 1)[sliver]
+    k, longest, height = k[sliver], longest[sliver], height[sliver]
+    idx = np.arange(len(k))
+    p, q, other = corners[idx, k], corners[idx, (k + 1) % 3], corners[idx, (k + 2) % 3]
+    u = (q - p) / longest[:, None]
+    w = other - p - np.sum((other - p) * u, 1)[:, None] * u  # towards the third corner, in-plane
+    norm = np.linalg.norm(w, axis=1)[:, None]
+    n = cross[sliver] / area2[sliver][:, None]
+    w = np.where(norm > 0, w / np.where(norm > 0, norm, 1.0), np.cross(n, u))
+    m = 4.0 * r
+    rect = np.stack([p - m * u - m * w, q + m * u - m * w, q + m * u + (height[:, None] + m) * w,
+                     p - m * u + (height[:, None] + m) * w], 1)
+    base = 4 * idx[:, None]
+    tris = np.concatenate([base + [0, 1, 2], base + [0, 2, 3]], 1).reshape(-1, 3)
+    return sliver, rect.reshape(-1, 3).astype(np.float32), tris.astype(np.int32)
 
 
 def mirror(tri) -> EmbreeMirror:
-    """The :class:`EmbreeMirror` of ``tri`` (built on first use, then kept in sync by refits)."""
+    """The :class:`EmbreeMirror` of ``tri`` (made on first use, marked stale by refits)."""
     m = getattr(tri, "cpu_mirror", None)
     if m is None:
         m = EmbreeMirror(tri)
@@ -142,7 +290,11 @@ def mirror(tri) -> EmbreeMirror:
 
 def usable(accel) -> bool:
     """Whether :func:`search` can serve ``accel`` (CPU, flat triangles only, Embree active)."""
-    return active() and accel.device.is_cpu and accel.instances is None and accel.flat is not None
+    if not (active() and accel.device.is_cpu and accel.instances is None and accel.flat is not None):
+        return False
+    if accel.flat.num_triangles > MAX_TRIANGLES:
+        return False
+    return mirror(accel.flat).ready()
 
 
 import warp as wp  # noqa: E402
@@ -162,7 +314,8 @@ def _prepare_kernel(
     origin: wp.array(dtype=wp.vec3), direction: wp.array(dtype=wp.vec3), far: wp.array(dtype=float),
     start: wp.array(dtype=float), delta: wp.array(dtype=float),
 ):
-    """Embree's ray per row: origin ``o + (tmin - delta) d - c`` (float64), ``tfar`` (-1: skip)."""
+    """Embree's ray per row: origin ``o + (max(tmin, sphere entry) - delta) d - c`` (float64),
+    ``tfar`` up to ``min(tmax, sphere exit) + delta`` (-1: a miss without a search)."""
     i = wp.tid()
     oi = o[i * o_stride]
     di = d[i * d_stride]
@@ -177,13 +330,24 @@ def _prepare_kernel(
         od = wp.vec3d(wp.float64(oi[0]), wp.float64(oi[1]), wp.float64(oi[2])) - centre
         dd = wp.vec3d(wp.float64(di[0]), wp.float64(di[1]), wp.float64(di[2]))
         dl = wp.float64(band) * (wp.length(od) + wp.float64(radius)) / wp.length(dd)
-        s0 = wp.float64(t0) - dl
-        p = od + s0 * dd
-        origin[i] = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
-        direction[i] = di
-        far[i] = float(wp.float64(t1) - s0 + dl)
-        start[i] = float(s0)
-        delta[i] = float(dl)
+        # Clip to the sphere of radius 1.8 R around the centre (it holds every vertex): Embree's
+        # origin then lies within it (small rounding), and a ray that misses it is a miss.
+        rs = wp.float64(1.8) * wp.float64(radius)
+        dd2 = wp.dot(dd, dd)
+        b = wp.dot(od, dd)
+        disc = b * b - dd2 * (wp.dot(od, od) - rs * rs)
+        if disc >= wp.float64(0.0):
+            sq = wp.sqrt(disc)
+            lo = wp.max(wp.float64(t0), (-b - sq) / dd2)
+            hi = wp.min(wp.float64(t1), (-b + sq) / dd2)
+            if hi > lo:
+                s0 = lo - dl
+                p = od + s0 * dd
+                origin[i] = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
+                direction[i] = di
+                far[i] = float(hi - s0 + dl)
+                start[i] = float(s0)
+                delta[i] = float(dl)
 
 
 @wp.kernel(enable_backward=False)
@@ -192,16 +356,20 @@ def _finish_kernel(
     tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
     ignore: wp.array(dtype=wp.int32), ignore_stride: int,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
-    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8),
-    far: wp.array(dtype=float), start: wp.array(dtype=float), delta: wp.array(dtype=float),
-    prim: wp.array(dtype=wp.int32), tfar: wp.array(dtype=float),
+    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), far_origin: float,
+    origin: wp.array(dtype=wp.vec3), tfar: wp.array(dtype=float), start: wp.array(dtype=float),
+    delta: wp.array(dtype=float), prim: wp.array(dtype=wp.int32), capped: wp.array(dtype=wp.int32),
+    u: wp.array(dtype=float), v: wp.array(dtype=float), edge: float,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
 ):
     """The winner's ``global_prim_id``, or -1 and ``redo = 1`` where Warp must decide."""
     i = wp.tid()
     out[i] = -1
     redo[i] = wp.uint8(0)
-    if far[i] < 0.0:
+    if tfar[i] < 0.0:  # inactive or malformed: a miss, not searched
+        return
+    if capped[i] > 0 or wp.length(origin[i]) > far_origin:
+        redo[i] = wp.uint8(1)
         return
     f = prim[i]
     if f < 0:
@@ -213,10 +381,8 @@ def _finish_kernel(
     dl = wp.float64(delta[i])
     bad = t <= wp.float64(tmin[i * tmin_stride]) + dl or t >= wp.float64(tmax[i * tmax_stride]) - dl
     g = flat_global[f]
-    if bad or degenerate[f] != wp.uint8(0) or g == ignore[i * ignore_stride] or shape_enabled[flat_shape[f]] == wp.uint8(0):
-        redo[i] = wp.uint8(1)
-        return
-    if not wp.isfinite(t):
+    near_edge = wp.min(wp.min(u[i], v[i]), 1.0 - u[i] - v[i]) < edge  # a tie: Warp's pick
+    if bad or near_edge or not wp.isfinite(t) or degenerate[f] != wp.uint8(0) or g == ignore[i * ignore_stride] or shape_enabled[flat_shape[f]] == wp.uint8(0):
         redo[i] = wp.uint8(1)
         return
     out[i] = g
@@ -230,6 +396,48 @@ def _rows(array, n: int) -> np.ndarray:
     return a
 
 
+def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
+    """Per-batch scratch arrays, reused while ``n`` repeats: taken off the mirror for the
+    query (a concurrent query on another thread allocates its own) and put back by :func:`search`."""
+    cache = m.__dict__.pop("_scratch", None)  # atomic under the GIL
+    if cache is None or cache["n"] != n:
+        cache = {"n": n, "origin": wp.empty(n, dtype=wp.vec3, device=dev),
+                 "direction": wp.empty(n, dtype=wp.vec3, device=dev),
+                 **{k: wp.empty(n, dtype=float, device=dev) for k in ("far", "start", "delta", "u", "v")},
+                 **{k: wp.empty(n, dtype=wp.int32, device=dev) for k in ("prim", "capped")},
+                 "redo": wp.empty(n, dtype=wp.uint8, device=dev)}
+    return cache
+
+
+def _embree_run(m: EmbreeMirror, buf: dict) -> None:
+    """Embree's closest hit (triangle or vertex cap) of every row (``far`` becomes ``tfar``), on
+    chunks of rays in a thread pool (``EmbreeScene.run`` releases the GIL)."""
+    global _pool
+    org, dirs = buf["origin"].numpy(), buf["direction"].numpy()
+    far, prim, capped, bu, bv = (buf[k].numpy() for k in ("far", "prim", "capped", "u", "v"))
+    n = org.shape[0]
+    workers = os.cpu_count() or 1
+    parts = max(1, min(4 * workers, n // MIN_CHUNK))
+    bounds = [n * k // parts for k in range(parts + 1)]
+
+    def run(k: int) -> None:
+        lo, hi = bounds[k], bounds[k + 1]
+        o, d, f = org[lo:hi], dirs[lo:hi], far[lo:hi]
+        res = m.scene.run(o, d, dists=f, output=1)
+        prim[lo:hi] = res["primID"]
+        capped[lo:hi] = res["geomID"]  # 1: a vertex cap, 2: a sliver cap
+        bu[lo:hi] = res["u"]
+        bv[lo:hi] = res["v"]
+        f[:] = res["tfar"]  # (embreex writes it into ``dists`` itself: then a no-op)
+
+    if parts == 1:
+        run(0)
+        return
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayd-embree")
+    list(_pool.map(run, range(parts)))
+
+
 def search(accel, rays, global_prim_id, warp_search) -> None:
     """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
 
@@ -237,53 +445,35 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         accel: a :class:`SceneAccel` for which :func:`usable` holds.
         rays: the :class:`RayBatch` (length N or 1 per array).
         global_prim_id: int32 (N,) output.
-        warp_search: ``warp_search(accel, rays, out)`` runs rayd's Warp search on a ray
-            batch (used for the rays Embree cannot answer exactly).
+        warp_search: ``warp_search(accel, rays, out)`` runs rayd's Warp search (closest or
+            any hit) on a ray batch.
     """
-    global _pool
     n = global_prim_id.shape[0]
     m = mirror(accel.flat)
     view = accel.view
     dev = accel.device
-    origin = wp.empty(n, dtype=wp.vec3, device=dev)
-    direction = wp.empty(n, dtype=wp.vec3, device=dev)
-    far, start, delta, tfar = (wp.empty(n, dtype=float, device=dev) for _ in range(4))
-    prim = wp.empty(n, dtype=wp.int32, device=dev)
-    redo_flag = wp.empty(n, dtype=wp.uint8, device=dev)
+    buf = _buffers(m, n, dev)
     args = rays.launch_args(n)
     launch_rows(_prepare_kernel, n, [*args, wp.vec3d(*m.centre), m.radius, BAND],
-                [origin, direction, far, start, delta], dev, None)
-    org_np, dir_np, far_np = origin.numpy(), direction.numpy(), far.numpy()
-    prim_np, tfar_np = prim.numpy(), tfar.numpy()
-    workers = os.cpu_count() or 1
-    parts = max(1, min(4 * workers, n // MIN_CHUNK))
-    bounds = [n * k // parts for k in range(parts + 1)]
-
-    def run(k: int) -> None:
-        lo, hi = bounds[k], bounds[k + 1]
-        res = m.scene.run(org_np[lo:hi], dir_np[lo:hi], dists=far_np[lo:hi].copy(), output=1)
-        prim_np[lo:hi] = res["primID"]
-        tfar_np[lo:hi] = res["tfar"]
-
-    if parts == 1:
-        run(0)
-    else:
-        if _pool is None:
-            _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayd-embree")
-        list(_pool.map(run, range(parts)))
+                [buf["origin"], buf["direction"], buf["far"], buf["start"], buf["delta"]], dev, None)
+    _embree_run(m, buf)
     launch_rows(_finish_kernel, n,
-                [*args[2:8], *args[10:12], view.flat_global, view.flat_shape, view.shape_enabled, m.degenerate_wp,
-                 *(PerRow(a) for a in (far, start, delta, prim, tfar))], [global_prim_id, redo_flag], dev, None)
-    redo = np.flatnonzero(redo_flag.numpy())
+                [*args[2:8], *args[10:12], view.flat_global, view.flat_shape, view.shape_enabled, m.degenerate, FAR * m.radius,
+                 *(PerRow(buf[k]) for k in ("origin", "far", "start", "delta", "prim", "capped")),
+                 PerRow(buf["u"]), PerRow(buf["v"]), EDGE],
+                [global_prim_id, buf["redo"]], dev, None)
+    out_np = global_prim_id.numpy()
+    redo = np.flatnonzero(buf["redo"].numpy())
+    m._scratch = buf
     stats["rays"] += n
     stats["redone"] += int(redo.size)
     if redo.size == 0:
         return
-    # The rays Embree could not answer exactly: rayd's Warp search on a compact batch.
+    # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.
     cols = [_rows(a, n) for a in (rays.o, rays.d, rays.tmin, rays.tmax, rays.active, rays.ignore)]
     sub = [np.ascontiguousarray(c[redo]) for c in cols]
     vec = [wp.array(sub[i], dtype=wp.vec3, device=dev) for i in (0, 1)]
     scal = [wp.array(sub[i], dtype=dt, device=dev) for i, dt in ((2, float), (3, float), (4, wp.uint8), (5, wp.int32))]
     sub_out = wp.empty(redo.size, dtype=wp.int32, device=dev)
     warp_search(accel, type(rays)(vec[0], vec[1], *scal), sub_out)
-    global_prim_id.numpy()[redo] = sub_out.numpy()
+    out_np[redo] = sub_out.numpy()

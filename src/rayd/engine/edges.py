@@ -47,8 +47,12 @@ from rayd.engine.runtime import launch_stream
 
 _INF = wp.constant(float("inf"))
 
-#: Builder used when ``EdgeBvh(builder=None)``.
-DEFAULT_BUILDER = "sah"
+#: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
+#: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges) searches as fast as the SAH
+#: trees on an H200 (terrain 2 M tris, 1 M points: 41.0 vs 40.8 ms; sphere 54.1 vs 52.9 ms;
+#: ``benchmarks/results/h200-session4/edges_h200.txt``), while Warp's SAH builder runs on the
+#: host (1.5-1.7 s). On the CPU the SAH tree is kept (fewer nodes visited per query).
+DEFAULT_BUILDER = {"cpu": "sah", "cuda": "lbvh"}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
 #: ``wp.Bvh`` constructor of the ``"sah"`` builder on CUDA (``RAYD_EDGE_BVH_CONSTRUCTOR``:
@@ -277,7 +281,8 @@ class EdgeBvh:
         n = edge_v.shape[0]
         if n == 0:
             raise ValueError("rayd.engine.EdgeBvh(): 'edge_v' must hold at least one edge")
-        builder = DEFAULT_BUILDER if builder is None else builder
+        if builder is None:
+            builder = DEFAULT_BUILDER["cpu" if points.device.is_cpu else "cuda"]
         leaf_size = DEFAULT_LEAF_SIZE if leaf_size is None else int(leaf_size)
         if builder not in ("sah", "lbvh"):
             raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' must be 'sah' or 'lbvh', got {builder!r}")

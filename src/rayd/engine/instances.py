@@ -94,6 +94,19 @@ class InstanceLevel:
         self.inst_node_base = wp.array([self.node_base[k] for k in blas_slot], dtype=wp.int32, device=self.device)
         self.inst_prim_base = wp.array([self.prim_base[k] for k in blas_slot], dtype=wp.int32, device=self.device)
         self.inst_root = wp.array([blas[k].nodes.root for k in blas_slot], dtype=wp.int32, device=self.device)
+        # The pair layout of every BLAS (pair_nodes.py), one after another, when all have one:
+        # refs stay local (offset per instance by inst_pair_base, slots by inst_prim_base).
+        self.has_pairs = all(getattr(b, "pairs", None) is not None for b in blas)
+        if self.has_pairs:
+            pair_counts = [b.pairs.boxes.shape[0] for b in blas]
+            self.pair_base = [sum(pair_counts[:k]) for k in range(len(blas))]
+            self.pair_boxes = wp.empty(sum(pair_counts), dtype=wp.vec4, device=self.device)
+            self.pair_links = wp.array(ptr=self.pair_boxes.ptr, dtype=wp.vec4i, shape=self.pair_boxes.shape,
+                                       device=self.device)
+            self.pair_tris = wp.empty(3 * max(1, sum(b.num_triangles for b in blas)), dtype=wp.vec4, device=self.device)
+            self.inst_pair_base = wp.array([self.pair_base[k] // 4 for k in blas_slot], dtype=wp.int32,
+                                           device=self.device)
+            self.inst_pair_root = wp.array([blas[k].pairs.root for k in blas_slot], dtype=wp.int32, device=self.device)
         with launch_stream(self.device, stream):
             self._copy_nodes(stream, primitives=True)
             self._bounds(stream)
@@ -112,6 +125,9 @@ class InstanceLevel:
             if primitives:
                 wp.copy(self.blas_primitives, tri.nodes.primitives, self.prim_base[k], 0, tri.num_triangles,
                         stream=stream)
+            if self.has_pairs:
+                wp.copy(self.pair_boxes, tri.pairs.boxes, self.pair_base[k], 0, tri.pairs.boxes.shape[0], stream=stream)
+                wp.copy(self.pair_tris, tri.pairs.tris, 3 * self.prim_base[k], 0, 3 * tri.num_triangles, stream=stream)
 
     def _bounds(self, stream: wp.Stream | None) -> None:
         self.object_lowers.fill_(wp.vec3(1.0e30, 1.0e30, 1.0e30))

@@ -11,6 +11,7 @@ import warp as wp
 
 from rayd.engine import cpu_embree
 from rayd.engine.accel import SceneAccel, flat_accel
+from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
@@ -58,7 +59,8 @@ def _search_kernel(trace_fn: wp.Function) -> wp.Kernel:
 #: One search kernel per combination of parts a scene has; a kernel that also holds the
 #: instance walk needs more registers, which slowed the flat walk on the H200.
 _SEARCH_KERNELS = {"flat": _search_kernel(trace_flat), "instances": _search_kernel(trace_instances),
-                   "both": _search_kernel(trace)}
+                   "both": _search_kernel(trace), "flat_pair": _search_kernel(trace_flat_pair),
+                   "both_pair": _search_kernel(trace_pair), "instances_pair": _search_kernel(trace_instances_pair)}
 
 
 def search(
@@ -99,7 +101,7 @@ def _warp_search(accel: SceneAccel, rays: RayBatch, global_prim_id: wp.array, an
     """rayd's Warp search kernel over all rays (CPU launches split across cores)."""
     n = global_prim_id.shape[0]
     launch_rows(
-        _SEARCH_KERNELS[accel.walks],
+        _SEARCH_KERNELS[accel.search_walk],
         n,
         [accel.view, *rays.launch_args(n), 1 if any_hit else 0],
         [global_prim_id],

@@ -33,6 +33,10 @@ class SceneView:
     flat_upper_index: wp.array(dtype=wp.vec4i)
     flat_primitives: wp.array(dtype=wp.int32)
     flat_root: int
+    flat_pair_boxes: wp.array(dtype=wp.vec4)  # child-pair nodes (see pair_nodes.py; one dummy with Warp's layout)
+    flat_pair_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
+    flat_pair_root: int  # ref of the root in the pair layout
+    flat_tris: wp.array(dtype=wp.vec4)  # corners of the triangle in each leaf slot (3 per slot, xyz)
     shape_enabled: wp.array(dtype=wp.uint8)  # per shape id
     all_enabled: int
     num_instances: int
@@ -57,6 +61,11 @@ class SceneView:
     inst_to_object: wp.array(dtype=wp.mat44d)  # world -> object per instance (float64)
     inst_shape: wp.array(dtype=wp.int32)  # shape id per instance
     inst_global: wp.array(dtype=wp.int32)  # first global_prim_id per instance
+    blas_pair_boxes: wp.array(dtype=wp.vec4)  # pair nodes of every BLAS, one after another (pair layout only)
+    blas_pair_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
+    blas_tris: wp.array(dtype=wp.vec4)  # leaf-ordered corners of every BLAS (3 per slot)
+    inst_pair_base: wp.array(dtype=wp.int32)  # first pair node of its BLAS per instance
+    inst_pair_root: wp.array(dtype=wp.int32)  # root ref (local) of its BLAS per instance
 
 
 @wp.func

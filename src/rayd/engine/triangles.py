@@ -7,14 +7,88 @@ import os
 import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
+from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
+from rayd.engine.refit import FusedRefit, magnitude
 from rayd.engine.runtime import launch_stream
 
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
 #: Warp builds it on the host.
 DEFAULT_BVH_CONSTRUCTOR = "sah"
 
+#: Optional GPU builder (issue 18, route 5): ``RAYD_BVH_CONSTRUCTOR=cubql`` (or
+#: :func:`set_bvh_constructor`) builds CUDA triangle BVHs with Warp 1.19's cuBQL
+#: binned-SAH builder, ``CUBQL_LEAF_SIZE`` triangles per leaf; off by default
+#: (experimental in Warp). Scenes of fewer than ``CUBQL_MIN_TRIANGLES`` triangles, and
+#: every CPU scene, keep the host SAH builder: a single-leaf cuBQL tree once made an
+#: edge search hang on the H200.
+CONSTRUCTORS = ("sah", "cubql")
+CUBQL_LEAF_SIZE = 2
+CUBQL_MIN_TRIANGLES = 4096
+_constructor = os.environ.get("RAYD_BVH_CONSTRUCTOR", DEFAULT_BVH_CONSTRUCTOR).strip().lower()
+if _constructor not in CONSTRUCTORS:
+    raise ValueError(f"rayd.engine: RAYD_BVH_CONSTRUCTOR must be one of {CONSTRUCTORS}, got {_constructor!r}")
+
+
+def set_bvh_constructor(name: str) -> None:
+    """Choose the builder of triangle BVHs built from now on (``"sah"`` or ``"cubql"``, CUDA only)."""
+    global _constructor
+    if name not in CONSTRUCTORS:
+        raise ValueError(f"rayd.engine.set_bvh_constructor(): 'name' must be one of {CONSTRUCTORS}, got {name!r}")
+    _constructor = name
+
+
+def bvh_constructor() -> str:
+    """The builder scenes built now get (before the CPU and size guards)."""
+    return _constructor
+
 #: Triangles per BVH leaf (at most); see benchmarks/README.md for the measurement.
 LEAF_SIZE = int(os.environ.get("RAYD_BVH_LEAF_SIZE", "1"))
+
+#: Node layout the closest/any-hit search walks (read when a scene is built):
+#: ``"pair"`` (rayd's child-pair nodes, ``pair_nodes.py``) or ``"warp"`` (Warp's own
+#: nodes, one box per node). ``RAYD_BVH_LAYOUT`` sets the default; :func:`set_bvh_layout`
+#: changes it for scenes built afterwards (both kinds may live in one process, for A/B).
+LAYOUTS = ("pair", "warp")
+_layout = os.environ.get("RAYD_BVH_LAYOUT", "pair").strip().lower()
+if _layout not in LAYOUTS:
+    raise ValueError(f"rayd.engine: RAYD_BVH_LAYOUT must be one of {LAYOUTS}, got {_layout!r}")
+
+
+def set_bvh_layout(name: str) -> None:
+    """Choose the node layout of triangle BVHs built from now on (``"pair"`` or ``"warp"``)."""
+    global _layout
+    if name not in LAYOUTS:
+        raise ValueError(f"rayd.engine.set_bvh_layout(): 'name' must be one of {LAYOUTS}, got {name!r}")
+    _layout = name
+
+
+def bvh_layout() -> str:
+    """The node layout scenes built now get."""
+    return _layout
+
+
+#: Refit of pair-layout BVHs: ``"fused"`` (``refit.py``: magnitude by a reduction, one
+#: bottom-up kernel that also refreshes the pair nodes and leaf triangles) or
+#: ``"warp"`` (per-vertex ``atomic_max``, Warp's refit, then a copy into the pair
+#: nodes: the path before issue 18). ``RAYD_REFIT`` sets the default.
+REFITS = ("fused", "warp")
+_refit = os.environ.get("RAYD_REFIT", "fused").strip().lower()
+if _refit not in REFITS:
+    raise ValueError(f"rayd.engine: RAYD_REFIT must be one of {REFITS}, got {_refit!r}")
+
+
+def set_refit(name: str) -> None:
+    """Choose the refit of triangle BVHs built from now on (``"fused"`` or ``"warp"``)."""
+    global _refit
+    if name not in REFITS:
+        raise ValueError(f"rayd.engine.set_refit(): 'name' must be one of {REFITS}, got {name!r}")
+    _refit = name
+
+
+def refit_kind() -> str:
+    """The refit scenes built now get."""
+    return _refit
+
 
 #: Boxes are padded by this fraction of the scene's magnitude (largest absolute
 #: coordinate plus extent), so that slab tests rounded in float32 never reject a ray
@@ -68,7 +142,10 @@ class TriangleScene:
         num_triangles: F (default: all of ``indices``); faces ``face_base ..
             face_base + F - 1`` are covered.
         face_base: first face of ``indices`` that this BVH covers.
-        bvh_constructor: ``"sah"``, ``"median"`` or ``"lbvh"`` (CUDA only).
+        bvh_constructor: ``"sah"``, ``"median"``, ``"lbvh"`` or ``"cubql"`` (the last two
+            CUDA only; default: :func:`bvh_constructor`, with its guards).
+        layout: ``"pair"`` or ``"warp"`` (default: :func:`bvh_layout`); with ``"pair"``,
+            :attr:`pairs` holds the child-pair nodes the search walks.
 
     Raises:
         ValueError: if there are no triangles.
@@ -82,7 +159,8 @@ class TriangleScene:
         *,
         num_triangles: int | None = None,
         face_base: int = 0,
-        bvh_constructor: str = DEFAULT_BVH_CONSTRUCTOR,
+        bvh_constructor: str | None = None,
+        layout: str | None = None,
     ) -> None:
         if num_triangles is None:
             num_triangles = indices.size // 3
@@ -93,20 +171,38 @@ class TriangleScene:
         self.indices = indices
         self.num_triangles = num_triangles
         self.face_base = face_base
-        if self.device.is_cpu and bvh_constructor == "lbvh":
+        leaf_size = LEAF_SIZE
+        self.version = 0  # counts refits (caches of per-node data compare it)
+        if bvh_constructor is None:
+            bvh_constructor = _constructor
+            if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
+                bvh_constructor = "sah"
+        if self.device.is_cpu and bvh_constructor in ("lbvh", "cubql"):
             bvh_constructor = "sah"
+        if bvh_constructor == "cubql":
+            leaf_size = max(LEAF_SIZE, CUBQL_LEAF_SIZE)
+        self.constructor = bvh_constructor
         self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
+        self._partial = wp.empty(256, dtype=float, device=self.device)
+        layout = _layout if layout is None else layout
+        self._reduce = layout == "pair" and _refit == "fused"
         with launch_stream(self.device, stream):
             self._bounds(stream)
-            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=LEAF_SIZE)
+            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=leaf_size)
             self.nodes = read_nodes(self.bvh, num_triangles)
             if self.nodes.depth > MAX_DEPTH:
                 # Degenerate inputs can make SAH trees deeper than the traversal stack:
                 # a median split is balanced (depth about log2 F).
-                self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=LEAF_SIZE)
+                self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=leaf_size)
                 self.nodes = read_nodes(self.bvh, num_triangles)
+            self.pairs = None
+            if layout == "pair" and leaf_size <= MAX_LEAF:
+                self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
+            self.fused = None
+            if self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
+                self.fused = FusedRefit(self.bvh, self.nodes, num_triangles)
 
     @property
     def id(self) -> int:
@@ -116,9 +212,7 @@ class TriangleScene:
     def _bounds(self, stream: wp.Stream | None) -> None:
         # The padding follows the current magnitude, measured on the device (no host
         # read), so a refit to a much larger or farther scene stays watertight.
-        self.magnitude.zero_()
-        wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
-                  device=self.device, stream=stream)
+        self._magnitude(stream)
         wp.launch(
             _padded_bounds_kernel,
             self.num_triangles,
@@ -128,11 +222,26 @@ class TriangleScene:
             stream=stream,
         )
 
+    def _magnitude(self, stream: wp.Stream | None) -> None:
+        if self._reduce:
+            magnitude(self.points, self.magnitude, self._partial, stream)
+        else:
+            self.magnitude.zero_()
+            wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
+                      device=self.device, stream=stream)
+
     def refit(self, stream: wp.Stream | None = None) -> None:
         """Refit the BVH (and its box padding) to the current contents of ``points`` (topology unchanged)."""
         with launch_stream(self.device, stream):
-            self._bounds(stream)
-            self.bvh.refit()
+            if self.fused is not None:
+                self._magnitude(stream)
+                self.fused.run(self, stream)
+            else:
+                self._bounds(stream)
+                self.bvh.refit()
+                if self.pairs is not None:
+                    self.pairs.refresh(stream)
+        self.version += 1
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.native import mul_rn
+
 INF = wp.constant(float("inf"))
 
 
@@ -95,3 +97,72 @@ def safe_direction(d: wp.vec3) -> wp.vec3:
         if out[k] == 0.0:
             out[k] = 1.0e-30
     return out
+
+
+@wp.func
+def ray_shear(d: wp.vec3) -> tuple[wp.vec3i, wp.vec3]:
+    """The per-ray part of :func:`sheared_t`: axis permutation ``(kx, ky, kz)`` and shear ``(sx, sy, sz)``.
+
+    ``kz`` is the dominant axis of ``d``; ``kx``, ``ky`` follow it cyclically, swapped
+    when ``d[kz] < 0`` to keep the winding (Woop, Benthin, Wald 2013, sec. 3).
+    """
+    kz = int(0)
+    if wp.abs(d[1]) > wp.abs(d[kz]):
+        kz = 1
+    if wp.abs(d[2]) > wp.abs(d[kz]):
+        kz = 2
+    kx = (kz + 1) % 3
+    ky = (kx + 1) % 3
+    if d[kz] < 0.0:
+        swap = kx
+        kx = ky
+        ky = swap
+    return wp.vec3i(kx, ky, kz), wp.vec3(d[kx] / d[kz], d[ky] / d[kz], 1.0 / d[kz])
+
+
+@wp.func
+def _sheared(p: wp.vec3, k: wp.vec3i, sh: wp.vec3) -> wp.vec2:
+    """``p`` (relative to the origin) projected along the ray: the same rounding for every vertex."""
+    return wp.vec2(p[k[0]] - mul_rn(sh[0], p[k[2]]), p[k[1]] - mul_rn(sh[1], p[k[2]]))
+
+
+@wp.func
+def sheared_t(o: wp.vec3, k: wp.vec3i, sh: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
+    """:func:`watertight_t` with the ray's permutation and shear precomputed (:func:`ray_shear`).
+
+    The edge functions are evaluated in float32 from products that are never fused
+    into an FMA (:func:`rayd.engine.native.mul_rn`), so a shared edge gets exactly
+    opposite values in its two triangles; where one is exactly zero, all three are
+    evaluated again in float64 (exact products), as Woop et al. (2013, sec. 4) do: a
+    nonzero float32 value has the sign of the exact one, so the two precisions agree
+    on every sign and a ray through a shared edge or vertex hits at least one of the
+    adjacent triangles (no leaks). ``t`` (a candidate, confirmed by the caller with
+    :func:`confirmed_t`) is computed in float64 for triangles that pass.
+    """
+    pa = a - o
+    pb = b - o
+    pc = c - o
+    qa = _sheared(pa, k, sh)
+    qb = _sheared(pb, k, sh)
+    qc = _sheared(pc, k, sh)
+    u32 = mul_rn(qc[0], qb[1]) - mul_rn(qc[1], qb[0])
+    v32 = mul_rn(qa[0], qc[1]) - mul_rn(qa[1], qc[0])
+    w32 = mul_rn(qb[0], qa[1]) - mul_rn(qb[1], qa[0])
+    if (u32 < 0.0 or v32 < 0.0 or w32 < 0.0) and (u32 > 0.0 or v32 > 0.0 or w32 > 0.0):
+        return INF
+    u = wp.float64(u32)
+    v = wp.float64(v32)
+    w = wp.float64(w32)
+    zero = wp.float64(0.0)
+    if u32 == 0.0 or v32 == 0.0 or w32 == 0.0:
+        u = wp.float64(qc[0]) * wp.float64(qb[1]) - wp.float64(qc[1]) * wp.float64(qb[0])
+        v = wp.float64(qa[0]) * wp.float64(qc[1]) - wp.float64(qa[1]) * wp.float64(qc[0])
+        w = wp.float64(qb[0]) * wp.float64(qa[1]) - wp.float64(qb[1]) * wp.float64(qa[0])
+        if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
+            return INF
+    det = u + v + w
+    if det == zero:
+        return INF
+    sz = sh[2]
+    big_t = u * wp.float64(sz * pa[k[2]]) + v * wp.float64(sz * pb[k[2]]) + w * wp.float64(sz * pc[k[2]])
+    return float(big_t / det)

@@ -14,6 +14,8 @@ Quick start::
 
 from rayd.flags import RayFlags
 from rayd.torch._closest_point import ClosestPoint
+from rayd.torch._edge_sampling import EdgeSamples
+from rayd.torch.camera import Camera
 from rayd.torch.edges import EdgeTopology, NearestEdge
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh
@@ -22,4 +24,4 @@ from rayd.torch.ray import Ray
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 from rayd.torch.scene import Scene
 
-__all__ = ["ClosestPoint", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]
+__all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]

@@ -9,6 +9,10 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.checks import face_range, lifecycle, non_finite
+
+__all__ = ["lifecycle"]  # re-exported: rayd.torch modules raise lifecycle faults through _check
+
 FLOAT_DTYPES = (torch.float32, torch.float64)
 INDEX_DTYPES = (torch.int32, torch.int64)
 
@@ -79,18 +83,14 @@ def finite(call: str, name: str, value: torch.Tensor) -> None:
     """``ValueError`` if ``value`` holds NaN or inf (synchronises with the device)."""
     if value.numel() and not bool(torch.isfinite(value).all()):
         bad = int((~torch.isfinite(value)).any(dim=-1).nonzero()[0, 0]) if value.dim() > 1 else -1
-        where = f" (first at row {bad})" if bad >= 0 else ""
-        raise ValueError(f"{call}: '{name}' holds non-finite values{where}")
+        raise non_finite(call, name, bad)
 
 
 def face_indices(call: str, name: str, faces: torch.Tensor, num_vertices: int) -> None:
     """``ValueError`` unless every entry of ``faces`` lies in ``[0, num_vertices)`` (synchronises)."""
     if faces.numel():
         low, high = (int(x) for x in torch.aminmax(faces))
-        if low < 0 or high >= num_vertices:
-            raise ValueError(
-                f"{call}: '{name}' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]"
-            )
+        face_range(call, name, low, high, num_vertices)
 
 
 def broadcast(call: str, names_and_shapes: list[tuple[str, torch.Size]]) -> torch.Size:
@@ -101,7 +101,3 @@ def broadcast(call: str, names_and_shapes: list[tuple[str, torch.Size]]) -> torc
         described = ", ".join(f"'{n}' {tuple(s)}" for n, s in names_and_shapes)
         raise ValueError(f"{call}: batch shapes do not broadcast: {described}") from None
 
-
-def lifecycle(call: str, message: str) -> RuntimeError:
-    """A ``RuntimeError`` for a scene-lifecycle fault, prefixed by the call."""
-    return RuntimeError(f"{call}: {message}")

@@ -19,6 +19,7 @@ import math
 
 import torch
 
+from rayd.engine import closest_point as _engine
 from rayd.records import FieldRecord
 from rayd.torch import _convert, _ops
 from rayd.torch._geometry import gather
@@ -68,16 +69,8 @@ def _dtype(points: torch.Tensor, scene) -> torch.dtype:
     return dtype
 
 
-def _refuse_instances(call: str, scene) -> None:
-    if scene._core.accel.instances is not None:
-        raise RuntimeError(f"{call}: scenes with instances are not supported yet (the winding number sums "
-                           f"mesh faces only); add the instanced geometry as meshes instead")
-
-
-def _prepare(scene, call: str, points: object, active: object, instances: bool = False):
+def _prepare(scene, call: str, points: object, active: object):
     scene._require_ready(call)
-    if not instances:
-        _refuse_instances(call, scene)
     device = scene._device
     points = _check_points(call, points, device)
     batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
@@ -141,7 +134,32 @@ def closest_on_triangles(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: t
     w2 = torch.where(face_degenerate, zero, w2)
     for mask, (x0, x1, x2) in reversed(options):
         w0, w1, w2 = torch.where(mask, x0, w0), torch.where(mask, x1, w1), torch.where(mask, x2, w2)
-    return torch.stack((w0, w1, w2), -1)
+    weights = torch.stack((w0, w1, w2), -1)
+    with torch.no_grad():
+        n = torch.linalg.cross(ab, ac)
+        degenerate = dot(n, n) <= _engine.SLIVER * dot(ab, ab) * dot(ac, ac)
+    return torch.where(degenerate[..., None], _on_sides(p, a, b, c), weights)
+
+
+def _on_sides(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """(N, 3) weights of the closest point on the sides ab, ac, bc (the engine's rule for degenerate faces)."""
+    dot = lambda x, y: (x * y).sum(-1)  # noqa: E731
+    zero = torch.zeros_like(p[..., 0])
+    options = []
+    for (x, y), place in (((a, b), (0, 1)), ((a, c), (0, 2)), ((b, c), (1, 2))):
+        xy = y - x
+        t = _safe_div(dot(p - x, xy), dot(xy, xy)).clamp(0, 1)
+        w = [zero, zero, zero]
+        w[place[0]], w[place[1]] = 1 - t, t
+        options.append(torch.stack(w, -1))
+    with torch.no_grad():
+        gaps = torch.stack([dot(a * w[..., :1] + b * w[..., 1:2] + c * w[..., 2:] - p,
+                                a * w[..., :1] + b * w[..., 1:2] + c * w[..., 2:] - p) for w in options], -1)
+        pick = torch.argmin(gaps, -1)  # first on ties, as the engine
+    out = options[0]
+    for k in (1, 2):
+        out = torch.where((pick == k)[..., None], options[k], out)
+    return out
 
 
 def _safe_norm(x: torch.Tensor) -> torch.Tensor:
@@ -154,7 +172,7 @@ def _safe_norm(x: torch.Tensor) -> torch.Tensor:
 def closest_point(scene, points: object, active: object, max_distance: object,
                   call: str = "rayd.torch.Scene.closest_point()") -> ClosestPoint:
     """``Scene.closest_point``: see its docstring."""
-    points, batch, flag = _prepare(scene, call, points, active, instances=True)
+    points, batch, flag = _prepare(scene, call, points, active)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
     state = scene._state
@@ -188,36 +206,53 @@ def closest_point(scene, points: object, active: object, max_distance: object,
 #: Points per chunk of the differentiable (torch) winding-number sum.
 _CHUNK_ELEMENTS = 1 << 22
 
+#: contains()/signed_distance(): hierarchical values within this of 0.5 are recomputed exactly.
+REFINE_MARGIN = 0.05
 
-def winding_number(scene, points: object, active: object, call: str = "rayd.torch.Scene.winding_number()",
-                   grad: bool = True) -> torch.Tensor:
-    """``Scene.winding_number``: see its docstring (``grad=False``: the engine kernel whatever needs gradients)."""
+
+def _check_exact(call: str, exact: object) -> bool:
+    if not isinstance(exact, bool):
+        raise TypeError(f"{call}: 'exact' must be a bool, got {type(exact).__name__}")
+    return exact
+
+
+def _placed_faces(scene, device) -> torch.Tensor:
+    """(F, 3, 3) float64 world corners of every enabled face (meshes and instances), differentiable."""
+    shapes = scene._core.table.shapes
+    vertices = placed_vertices(shapes, torch.float64)
+    parts, offset = [], 0
+    for shape in shapes:
+        if shape.enabled and shape.num_faces:
+            parts.append(shape.mesh.faces.to(device=device, dtype=torch.long) + offset)
+        offset += shape.num_vertices
+    faces = torch.cat(parts) if parts else torch.zeros((0, 3), dtype=torch.long, device=device)
+    return vertices[faces]
+
+
+def winding_number(scene, points: object, active: object, exact: object = False,
+                   call: str = "rayd.torch.Scene.winding_number()", refine: float = 0.0,
+                   value_only: bool = False) -> torch.Tensor:
+    """``Scene.winding_number``: see its docstring (``value_only``: the engine kernel whatever needs gradients)."""
     points, batch, flag = _prepare(scene, call, points, active)
+    exact = _check_exact(call, exact)
     device = scene._device
     core = scene._core
     n = batch.numel()
     dtype = _dtype(points, scene)
-    num_faces = core.table.num_flat_faces
-    meshes = core.table.meshes
-    if grad and (differentiable(points)
-                 or any(differentiable(s.vertices) or differentiable(s.to_world) for s in meshes)):
-        vertices = placed_vertices(meshes, torch.float64)
-        faces = scene._state.table.faces
-        if not all(s.enabled for s in meshes):  # (all enabled: no data-dependent shape, as torch.compile wants)
-            enabled = torch.as_tensor([s.enabled for s in meshes], device=device)
-            counts = torch.as_tensor([s.num_faces for s in meshes], device=device)
-            face_on = torch.repeat_interleave(enabled, counts)
-            faces = faces[face_on]
-        tri = vertices[faces]  # (F, 3, 3)
+    shapes = core.table.shapes
+    wanted = differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in shapes)
+    if wanted and not value_only:
+        tri = _placed_faces(scene, device)  # (F, 3, 3)
         q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
-        step = max(1, _CHUNK_ELEMENTS // max(1, faces.shape[0]))
+        step = max(1, _CHUNK_ELEMENTS // max(1, tri.shape[0]))
         parts = [_solid_angle_sum(q[i:i + step], tri) for i in range(0, n, step)]
         total = torch.cat(parts) if parts else q.new_zeros(0)
         result = total / (4.0 * math.pi)
         on = flag.bool().expand(n) if flag.numel() == 1 else flag.bool()
         result = torch.where(on & torch.isfinite(q).all(-1), result, torch.zeros_like(result))
         return result.to(dtype).reshape(batch)
-    out = _ops.winding_number(scene, call, _search_rows(points, batch, scene._state.centre), flag, n)
+    out = _ops.winding_number(scene, call, _search_rows(points, batch, scene._state.centre), flag, n, exact,
+                              refine)
     return out.to(dtype).reshape(batch)
 
 
@@ -232,21 +267,21 @@ def _solid_angle_sum(q: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
     return (2.0 * torch.atan2(num, den)).sum(-1)
 
 
-def contains(scene, points: object, active: object) -> torch.Tensor:
+def contains(scene, points: object, active: object, exact: object = False,
+             call: str = "rayd.torch.Scene.contains()") -> torch.Tensor:
     """``Scene.contains``: see its docstring."""
-    call = "rayd.torch.Scene.contains()"
+    exact = _check_exact(call, exact)
     with torch.no_grad():
         w = winding_number(scene, _convert.primal(points) if isinstance(points, torch.Tensor) else points, active,
-                           call, grad=False)
+                           exact, call, refine=REFINE_MARGIN, value_only=True)
     return w > 0.5
 
 
-def signed_distance(scene, points: object, active: object) -> torch.Tensor:
+def signed_distance(scene, points: object, active: object, exact: object = False) -> torch.Tensor:
     """``Scene.signed_distance``: see its docstring."""
     call = "rayd.torch.Scene.signed_distance()"
     scene._require_ready(call)
-    _refuse_instances(call, scene)
     points = _check_points(call, points, scene._device)
-    inside = contains(scene, points, active)
+    inside = contains(scene, points, active, exact, call)
     near = closest_point(scene, points, active, math.inf, call)
     return torch.where(inside, -near.distance, near.distance)

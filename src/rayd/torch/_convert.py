@@ -7,6 +7,7 @@ import contextlib
 import torch
 import warp as wp
 
+from rayd.core.protocol import cached_stream
 from rayd.engine import warp_device
 
 try:  # functorch transforms (torch.func.jvp, grad, ...) wrap tensors without storage
@@ -74,9 +75,6 @@ def to_warp_device(device: torch.device) -> wp.context.Device:
     return warp_device(device_name(device))
 
 
-_streams: dict[tuple[str, int], wp.Stream] = {}
-
-
 def current_stream(device: torch.device) -> wp.Stream | None:
     """Warp view of torch's current stream on ``device`` (``None`` on the CPU).
 
@@ -86,12 +84,7 @@ def current_stream(device: torch.device) -> wp.Stream | None:
     if device.type != "cuda":
         return None
     stream = torch.cuda.current_stream(device)
-    key = (device_name(device), stream.cuda_stream)
-    cached = _streams.get(key)
-    if cached is None:
-        cached = wp.stream_from_torch(stream)
-        _streams[key] = cached
-    return cached
+    return cached_stream(device_name(device), stream.cuda_stream, lambda: wp.stream_from_torch(stream))
 
 
 def vec3_view(tensor: torch.Tensor) -> wp.array:

@@ -70,6 +70,9 @@ class HitGeometry:
 def ids(table: ShapeTable, global_prim_id: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(shape_id, prim_id), int32 (N,), of (N,) int32 ``global_prim_id``; -1 on a miss."""
     hit = global_prim_id >= 0
+    if table.global_offset.numel() == 1:  # one shape: prim_id is global_prim_id (two ops, not eight)
+        zero = torch.zeros((), dtype=torch.int32, device=global_prim_id.device)
+        return torch.where(hit, zero, -1), global_prim_id.clone()
     g = torch.where(hit, global_prim_id, 0).long()
     shape = torch.searchsorted(table.global_offset, g, right=True) - 1
     prim = g - table.global_offset[shape]

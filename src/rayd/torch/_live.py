@@ -21,6 +21,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 from rayd.core import SceneCore
+from rayd.core.shapes import matrix_groups
 from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
 
@@ -126,18 +127,8 @@ class LiveState:
     def _groups(self) -> tuple[list, list]:
         """The registered matrices, grouped once per refresh: batches ``(src, rows, index)`` and single ``(row, m)``."""
         if not torch.compiler.is_compiling() and self._groups_generation != self._generation:
-            batches: dict[int, tuple[torch.Tensor, list[int], list[int]]] = {}
-            singles: list[tuple[int, torch.Tensor]] = []
-            for shape_id, shape in enumerate(self.core.table.shapes):
-                src = shape.matrix
-                if src is None:
-                    continue
-                if shape.source is not None:
-                    group = batches.setdefault(id(src), (src, [], []))
-                    group[1].append(shape_id)
-                    group[2].append(shape.source_index)
-                else:
-                    singles.append((shape_id, shape.to_world))
+            batches, by_matrix = matrix_groups(self.core.table.shapes)
+            singles = sorted(((i, src) for src, ids in by_matrix.values() for i in ids), key=lambda e: e[0])
             dev = self.device
             self._batch_groups = [(src, torch.as_tensor(rows, device=dev), torch.as_tensor(index, device=dev))
                                   for src, rows, index in batches.values()]

@@ -19,10 +19,9 @@ and masked out: zero gradient, never NaN.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from rayd.core.checks import max_distance as check_max_distance, top_k
 from rayd.engine import nearest_edge as _search
 from rayd.torch import _check, _convert, _ops
 from rayd.torch import _nearest_edge_fused as _fused
@@ -30,25 +29,6 @@ from rayd.torch._edge_formulas import _ids, evaluate_points, evaluate_rays
 from rayd.torch._ops import ready_edges as _ready_edges
 from rayd.torch.edges import NearestEdge, placed_vertices
 from rayd.torch.ray import Ray
-
-
-def check_max_distance(call: str, max_distance: object) -> float:
-    """``max_distance`` as a float ``>= 0`` (``inf`` allowed)."""
-    if isinstance(max_distance, bool) or not isinstance(max_distance, (int, float)):
-        raise TypeError(f"{call}: 'max_distance' must be a float, got {type(max_distance).__name__}")
-    value = float(max_distance)
-    if math.isnan(value) or value < 0:
-        raise ValueError(f"{call}: 'max_distance' must be >= 0 (inf for no limit), got {value}")
-    return value
-
-
-def check_k(call: str, k: object) -> int:
-    """``k`` as an int in ``[1, MAX_K]``."""
-    if isinstance(k, bool) or not isinstance(k, int):
-        raise TypeError(f"{call}: 'k' must be an int, got {type(k).__name__}")
-    if not 1 <= k <= _search.MAX_K:
-        raise ValueError(f"{call}: 'k' must be in [1, {_search.MAX_K}], got {k}")
-    return k
 
 
 def _check_points(call: str, points: object, device: torch.device) -> torch.Tensor:
@@ -129,7 +109,7 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
     call = "rayd.torch.Scene.nearest_edges()"
     scene._require_ready(call)
     edges = _ready_edges(call, scene)
-    k = check_k(call, k)
+    k = top_k(call, k, _search.MAX_K)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
     points = _check_points(call, points, device)

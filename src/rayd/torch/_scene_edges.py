@@ -1,158 +1,136 @@
-"""Edge queries of :class:`rayd.torch.Scene` (a mixin; the work is in ``_nearest_edge.py``)."""
+"""Edge queries of :class:`rayd.torch.Scene`: the docstrings of :class:`rayd.core.edges.EdgeQueries`'s methods.
+
+The methods themselves are written once in ``rayd.core.edges``; the work is in ``_nearest_edge.py``.
+"""
 
 from __future__ import annotations
 
-import math
-
-import torch
-
+from rayd.core import edges as _core_edges
 from rayd.torch import _nearest_edge
-from rayd.torch.edges import EdgeTopology, NearestEdge
-from rayd.torch.ray import Ray
 
 
-class EdgeQueries:
+class EdgeQueries(_core_edges.EdgeQueries):
     """``edge_topology``, ``set_edge_mask``, ``edge_mask``, ``nearest_edge(s)``, ``silhouette_edges``.
 
     Mixed into :class:`rayd.torch.Scene`, whose lifecycle checks and edge bookkeeping
     (``_require_current``, ``_edges``) they use.
     """
 
-    def edge_topology(self) -> EdgeTopology:
-        """The scene's edges: unique undirected edges per mesh, in shape order.
+    _EDGE_QUERIES = _nearest_edge
 
-        Returns:
-            :class:`EdgeTopology` with ``v [E, 2]``, ``faces [E, 2]``, ``opposite [E, 2]``,
-            ``is_boundary [E]``, ``shape_id [E]``, ``edge_id [E]``, ``global_edge_id [E]``.
-            Concretely, per mesh the edges are keyed by their sorted vertex pair, in
-            ascending key order; an edge with one face gives a boundary record, an edge
-            with ``2 <= k <= 8`` faces ``k (k - 1) / 2`` records (one per unordered face
-            pair, lexicographic), an edge with ``k > 8`` faces the ``k`` consecutive
-            pairs ``(f_0, f_1), ..., (f_{k-1}, f_0)`` of its faces in ascending order
-            (so at most ``10.5 F`` records for ``F`` faces; ``rayd.engine.edge_topology``
-            explains the rule); triangle ``(0, 1, 2)`` gives edges
-            ``(0, 1), (0, 2), (1, 2)``. Computed on the scene's device at first use
-            after ``build()``.
 
-        Raises:
-            ValueError: the records would overflow int32 edge ids (a mesh of more than
-                about 204 million faces, or instances repeating more than ``2**31 - 1``
-                records in all); raised before anything that large is allocated.
-            RuntimeError: the scene is not built (or meshes were added since).
-        """
-        self._require_current("rayd.torch.Scene.edge_topology()")
-        return self._edges.topology
+_core_edges.document(EdgeQueries, {
+    "edge_topology": """The scene's edges: unique undirected edges per mesh, in shape order.
 
-    def set_edge_mask(self, mask: torch.Tensor) -> None:
-        """Hide edges from the edge queries; takes effect at ``sync()``.
+    Returns:
+        :class:`EdgeTopology` with ``v [E, 2]``, ``faces [E, 2]``, ``opposite [E, 2]``,
+        ``is_boundary [E]``, ``shape_id [E]``, ``edge_id [E]``, ``global_edge_id [E]``.
+        Concretely, per mesh the edges are keyed by their sorted vertex pair, in
+        ascending key order; an edge with one face gives a boundary record, an edge
+        with ``2 <= k <= 8`` faces ``k (k - 1) / 2`` records (one per unordered face
+        pair, lexicographic), an edge with ``k > 8`` faces the ``k`` consecutive
+        pairs ``(f_0, f_1), ..., (f_{k-1}, f_0)`` of its faces in ascending order
+        (so at most ``10.5 F`` records for ``F`` faces; ``rayd.engine.edge_topology``
+        explains the rule); triangle ``(0, 1, 2)`` gives edges
+        ``(0, 1), (0, 2), (1, 2)``. Computed on the scene's device at first use
+        after ``build()``.
 
-        Args:
-            mask: (E,) bool on the scene's device; False hides edge ``global_edge_id``.
+    Raises:
+        ValueError: the records would overflow int32 edge ids (a mesh of more than
+            about 204 million faces, or instances repeating more than ``2**31 - 1``
+            records in all); raised before anything that large is allocated.
+        RuntimeError: the scene is not built (or meshes were added since).
+    """,
+    "set_edge_mask": """Hide edges from the edge queries; takes effect at ``sync()``.
 
-        Raises:
-            TypeError: ``mask`` is not a bool tensor.
-            ValueError: wrong shape or device.
-            RuntimeError: the scene is not built.
-        """
-        call = "rayd.torch.Scene.set_edge_mask()"
-        self._require_current(call)
-        self._edges.set_mask(call, mask)
+    Args:
+        mask: (E,) bool on the scene's device; False hides edge ``global_edge_id``.
 
-    def edge_mask(self) -> torch.Tensor:
-        """(E,) bool: the edge mask last set (all True after ``build()``); a copy.
+    Raises:
+        TypeError: ``mask`` is not a bool tensor.
+        ValueError: wrong shape or device.
+        RuntimeError: the scene is not built.
+    """,
+    "edge_mask": """(E,) bool: the edge mask last set (all True after ``build()``); a copy.
 
-        Raises:
-            RuntimeError: the scene is not built.
-        """
-        self._require_current("rayd.torch.Scene.edge_mask()")
-        return self._edges.mask()
+    Raises:
+        RuntimeError: the scene is not built.
+    """,
+    "nearest_edge": """The edge nearest to each point, or to each ray segment, differentiable for the fixed winner.
 
-    def nearest_edge(
-        self, points_or_ray: torch.Tensor | Ray, active: torch.Tensor | None = None, *, max_distance: float = math.inf
-    ) -> NearestEdge:
-        """The edge nearest to each point, or to each ray segment, differentiable for the fixed winner.
+    Args:
+        points_or_ray: (..., 3) float32/float64 points, or a :class:`Ray` whose
+            segment ``o + s d, s in [tmin, tmax]`` is queried (a half-line if
+            ``tmax = inf``); on the scene's device.
+        active: optional bool tensor broadcastable to ``...``; inactive queries miss.
+        max_distance: only edges within this distance count (default ``inf``).
 
-        Args:
-            points_or_ray: (..., 3) float32/float64 points, or a :class:`Ray` whose
-                segment ``o + s d, s in [tmin, tmax]`` is queried (a half-line if
-                ``tmax = inf``); on the scene's device.
-            active: optional bool tensor broadcastable to ``...``; inactive queries miss.
-            max_distance: only edges within this distance count (default ``inf``).
+    Returns:
+        :class:`NearestEdge` with fields of shape ``...`` (``ray_t``, ``ray_point``
+        for rays). Concretely, over the unmasked edges ``[a, b]`` it minimises
+        ``distance = |q - edge_point|`` with ``edge_point = a + edge_t (b - a)``,
+        ``edge_t in [0, 1]``, and ``q = p`` (points) or ``q = ray_point = o + ray_t d``,
+        ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
+        No edge within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
 
-        Returns:
-            :class:`NearestEdge` with fields of shape ``...`` (``ray_t``, ``ray_point``
-            for rays). Concretely, over the unmasked edges ``[a, b]`` it minimises
-            ``distance = |q - edge_point|`` with ``edge_point = a + edge_t (b - a)``,
-            ``edge_t in [0, 1]``, and ``q = p`` (points) or ``q = ray_point = o + ray_t d``,
-            ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
-            No edge within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
+    Units:
+        ``distance``, points in world units; ``ray_t`` in multiples of ``|d|``.
 
-        Units:
-            ``distance``, points in world units; ``ray_t`` in multiples of ``|d|``.
+    Gradients:
+        ``distance, edge_t, edge_point, ray_t, ray_point`` are differentiable
+        (reverse and forward mode) with respect to the meshes' vertex tensors and
+        transforms and to ``points`` / ``ray.o``, ``ray.d``, ``ray.tmin``, ``ray.tmax``;
+        the winning edge is held fixed; misses get zero gradient. The gradient of
+        ``distance`` is taken as 0 where it is exactly 0.
 
-        Gradients:
-            ``distance, edge_t, edge_point, ray_t, ray_point`` are differentiable
-            (reverse and forward mode) with respect to the meshes' vertex tensors and
-            transforms and to ``points`` / ``ray.o``, ``ray.d``, ``ray.tmin``, ``ray.tmax``;
-            the winning edge is held fixed; misses get zero gradient. The gradient of
-            ``distance`` is taken as 0 where it is exactly 0.
+    Raises:
+        TypeError: ``points`` not a float tensor, ``active`` not bool, ``max_distance``
+            not a number.
+        ValueError: wrong shapes or device, negative/NaN ``max_distance``.
+        RuntimeError: the scene is not built, or has pending changes (an edge mask
+            set since the last ``sync()`` included).
 
-        Raises:
-            TypeError: ``points`` not a float tensor, ``active`` not bool, ``max_distance``
-                not a number.
-            ValueError: wrong shapes or device, negative/NaN ``max_distance``.
-            RuntimeError: the scene is not built, or has pending changes (an edge mask
-                set since the last ``sync()`` included).
+    References:
+        Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
+    """,
+    "nearest_edges": """The ``k`` edges nearest to each point, sorted by distance (ties by ``global_edge_id``).
 
-        References:
-            Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
-        """
-        return _nearest_edge.nearest_edge(self, points_or_ray, active, max_distance)
+    Args:
+        points: (..., 3) float32/float64 on the scene's device.
+        k: number of edges, ``1 <= k <= 16``.
+        active: optional bool tensor broadcastable to ``...``.
+        max_distance: only edges within this distance count.
 
-    def nearest_edges(
-        self, points: torch.Tensor, k: int, active: torch.Tensor | None = None, *, max_distance: float = math.inf
-    ) -> NearestEdge:
-        """The ``k`` edges nearest to each point, sorted by distance (ties by ``global_edge_id``).
+    Returns:
+        :class:`NearestEdge` with fields of shape ``[..., k]`` (``edge_point``
+        ``[..., k, 3]``). Concretely, slot ``j`` holds the ``(j+1)``-th smallest
+        ``(distance, global_edge_id)`` over the unmasked edges, fields as in
+        :meth:`nearest_edge`; unfilled slots are invalid (``inf``, ids -1, zeros).
 
-        Args:
-            points: (..., 3) float32/float64 on the scene's device.
-            k: number of edges, ``1 <= k <= 16``.
-            active: optional bool tensor broadcastable to ``...``.
-            max_distance: only edges within this distance count.
+    Units:
+        World units.
 
-        Returns:
-            :class:`NearestEdge` with fields of shape ``[..., k]`` (``edge_point``
-            ``[..., k, 3]``). Concretely, slot ``j`` holds the ``(j+1)``-th smallest
-            ``(distance, global_edge_id)`` over the unmasked edges, fields as in
-            :meth:`nearest_edge`; unfilled slots are invalid (``inf``, ids -1, zeros).
+    Gradients:
+        As :meth:`nearest_edge`, for each slot's fixed edge.
 
-        Units:
-            World units.
+    Raises:
+        TypeError: wrong types (``k`` not an int included).
+        ValueError: ``k`` outside ``[1, 16]``, wrong shapes or device.
+        RuntimeError: the scene is not built or has pending changes.
+    """,
+    "silhouette_edges": """Silhouette edges as seen from ``viewpoint`` (not differentiable).
 
-        Gradients:
-            As :meth:`nearest_edge`, for each slot's fixed edge.
+    Args:
+        viewpoint: (3,) float32/float64 world position on the scene's device.
 
-        Raises:
-            TypeError: wrong types (``k`` not an int included).
-            ValueError: ``k`` outside ``[1, 16]``, wrong shapes or device.
-            RuntimeError: the scene is not built or has pending changes.
-        """
-        return _nearest_edge.nearest_edges(self, points, k, active, max_distance)
+    Returns:
+        (E,) bool. Concretely, True for boundary edges and for edges whose two
+        faces lie on opposite sides, where face ``(v0, v1, v2)`` faces ``c`` iff
+        ``dot((v1 - v0) x (v2 - v0), c - v0) > 0`` (current vertex positions).
 
-    def silhouette_edges(self, viewpoint: torch.Tensor) -> torch.Tensor:
-        """Silhouette edges as seen from ``viewpoint`` (not differentiable).
-
-        Args:
-            viewpoint: (3,) float32/float64 world position on the scene's device.
-
-        Returns:
-            (E,) bool. Concretely, True for boundary edges and for edges whose two
-            faces lie on opposite sides, where face ``(v0, v1, v2)`` faces ``c`` iff
-            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0`` (current vertex positions).
-
-        Raises:
-            TypeError, ValueError: ``viewpoint`` not a float tensor of shape (3,) on
-                the scene's device.
-            RuntimeError: the scene is not built or has pending changes.
-        """
-        return _nearest_edge.silhouette_edges(self, viewpoint)
+    Raises:
+        TypeError, ValueError: ``viewpoint`` not a float tensor of shape (3,) on
+            the scene's device.
+        RuntimeError: the scene is not built or has pending changes.
+    """,
+})

@@ -1,12 +1,12 @@
 """Reflection queries of :class:`rayd.torch.Scene`: specular chains and exact specular paths.
 
-``trace_reflections`` runs one engine search per bounce (the next rays are built on the
-device from the previous winners, no host synchronisation) and evaluates every bounce
-for its fixed winner with the differentiable torch ops of ``intersect``
-(``_geometry.gather`` + ``_intersect.evaluate``), so gradients flow through the whole
-chain. ``specular_paths`` is the image method (e.g. Borish 1984, "Extension of the
-image model to arbitrary polyhedra", JASA 75(6)) in float64 torch ops, with the
-visibility of each segment decided by engine searches.
+``trace_reflections`` finds every chain in one engine launch (``rayd.engine.trace_chain``:
+B closest-hit searches per ray, reflected in the kernel, no host work between bounces)
+and evaluates all slots for their fixed winners in one differentiable pass
+(``_chain.chain``), so gradients flow through the whole chain. ``specular_paths`` is
+the image method (e.g. Borish 1984, "Extension of the image model to arbitrary
+polyhedra", JASA 75(6)) in float64 torch ops, with the visibility of each segment
+decided by engine searches.
 """
 
 from __future__ import annotations
@@ -15,18 +15,14 @@ import math
 
 import torch
 
-from rayd.flags import RayFlags
-from rayd.torch import _check, _convert, _interval, _intersect_fused, _ops, _trace
-from rayd.torch._geometry import gather, ids
-from rayd.torch._intersect import evaluate
+import numpy as np
+
+from rayd.core import paths
+from rayd.core.paths import check_bounces
+from rayd.torch import _chain, _check, _convert, _ops, _trace
+from rayd.torch._geometry import gather
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
-#: Largest ``max_bounces`` / sequence length.
-MAX_BOUNCES = 16
-#: Segments of a specular path are tested on ``s in (EPSILON, 1 - EPSILON)`` of their length.
-SEGMENT_EPSILON = 1e-4
-#: Closed-triangle test of a reflection point: barycentric weights ``>= -TOLERANCE`` (float64).
-TOLERANCE = 1e-9
 _PATHS = "rayd.torch.Scene.specular_paths()"
 
 
@@ -92,53 +88,15 @@ class ReflectionQueries:
             RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.torch.Scene.trace_reflections()"
-        bounces = _bounces(call, max_bounces)
-        batch, n, winner, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
+        bounces = check_bounces(call, max_bounces)
+        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
         dtype = self._output_dtype(ray)
-        state = self._state
-        device = self._device
-        meshes = [sh.vertices for sh in self._core.table.meshes]
-        fused = (state.plain and not state.has_matrix()
-                 and _intersect_fused.usable([ray.o, ray.d, *meshes]))
-        if fused:  # the fused Warp evaluation of intersect (float32, no transforms, reverse mode)
-            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+        if n == 0:
+            out = _empty_chain(bounces, dtype, self._device)
         else:
-            live = state.live(dtype)
-        origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        length = _safe_norm(direction).squeeze(-1)
-        image = origin
-        zeros = torch.zeros(n, dtype=torch.float32, device=device)
-        inf = torch.full((n,), math.inf, dtype=torch.float32, device=device)
-        slots = []
-        for b in range(bounces):
-            if b > 0:
-                winner = search(self, origin, direction, zeros, inf, hit, slots[-1]["global_prim_id"], False)
-            if fused:
-                fields = _intersect_fused.evaluate_fused(origin, direction, torch.Size((n,)), winner, vertices,
-                                                         state.indices)
-                fields["shape_id"], fields["prim_id"] = ids(state.table, winner)
-                fields["global_prim_id"] = winner
-            else:
-                fields = evaluate(origin, direction, winner, gather(state.table, live, winner), RayFlags.Geometric)
-            if b == 0:
-                fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
-            else:
-                fields = _interval.enforce(fields, 0.0, math.inf, batch)
-            hit = fields["global_prim_id"] >= 0
-            hit3 = hit.unsqueeze(-1)
-            g = fields["geo_n"]
-            p = fields["p"]
-            d_out = torch.where(hit3, direction - 2.0 * _dot(direction, g) * g, 0.0)
-            image = torch.where(hit3, image - 2.0 * _dot(image - p, g) * g, 0.0)
-            slots.append({"t": fields["t"], "p": p, "geo_n": g, "d_out": d_out, "image_source": image,
-                          "prim_id": fields["prim_id"], "shape_id": fields["shape_id"],
-                          "global_prim_id": fields["global_prim_id"]})
-            origin, direction = p, d_out
-        out = {name: torch.stack([s[name] for s in slots], dim=1) for name in slots[0]}
-        valid = out["global_prim_id"] >= 0
-        out["num_bounces"] = valid.sum(-1).to(torch.int32)
-        out["path_length"] = torch.where(valid, out["t"], 0.0).sum(-1) * length
+            origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            out = _chain.chain(self, call, rows, n, bounces, origin, direction, ray.tmin, ray.tmax, batch, dtype)
         out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
         return ReflectionChain(**out)
 
@@ -157,7 +115,9 @@ class ReflectionQueries:
         every segment is unblocked (no face other than the faces at its ends crosses
         ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
         skip the end's own face), the sequence is well formed (ids in range, ``-1``
-        padding only at the end) and source and target are finite.
+        padding only at the end) and source and target are finite. These rules are
+        :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
+        copies of the inputs: the call reads them back once (a synchronisation on CUDA).
 
         Args:
             source: (..., 3) float32/float64 points on the scene's device.
@@ -188,8 +148,7 @@ class ReflectionQueries:
         if seq.dim() < 1:
             raise ValueError(f"{call}: 'prim_sequence' must have shape (..., B), got a 0-d tensor")
         bounces = seq.shape[-1]
-        if bounces > MAX_BOUNCES:
-            raise ValueError(f"{call}: 'prim_sequence' must have at most {MAX_BOUNCES} faces per path, got {bounces}")
+        paths.check_length(call, bounces)
         shapes = [("source", source.shape[:-1]), ("target", target.shape[:-1]), ("prim_sequence", seq.shape[:-1])]
         for name, value in (("source", source), ("target", target), ("prim_sequence", seq)):
             _check.same_device(call, name, value, device, "the scene")
@@ -204,62 +163,19 @@ class ReflectionQueries:
         dtype = self._output_dtype_points(source, target)
         src = source.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
         dst = target.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
-        seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces).long()
-        ok = torch.isfinite(src).all(-1) & torch.isfinite(dst).all(-1)
-        if active is not None:
-            ok = ok & _convert.primal(active).expand(batch).reshape(n)
-        used = seq >= 0
-        ok = ok & ((seq >= -1) & (seq < self._core.table.num_global_faces)).all(-1)
-        if bounces > 1:
-            ok = ok & (used[:, 1:] <= used[:, :-1]).all(-1)
-        ids = torch.where(used & (seq < self._core.table.num_global_faces), seq, -1).to(torch.int32)
-        geometry = gather(self._state.table, self._state.live(dtype), ids.reshape(-1))
-        corners = geometry.corners.double().reshape(n, bounces, 3, 3)
-        v0, e1, e2 = corners[:, :, 0], corners[:, :, 1] - corners[:, :, 0], corners[:, :, 2] - corners[:, :, 0]
-        normal = torch.linalg.cross(e1, e2)
-        area = _safe_norm(normal)
-        ok = ok & ((area.squeeze(-1) > 0) | ~used).all(-1)
-        normal = normal / torch.where(area > 0, area, torch.ones_like(area))
-        images, image = [], src
-        for k in range(bounces):
-            u3 = used[:, k:k + 1]
-            image = torch.where(u3, image - 2.0 * _dot(image - v0[:, k], normal[:, k]) * normal[:, k], image)
-            images.append(image)
-        points, x = [None] * bounces, dst
-        for k in reversed(range(bounces)):
-            u = used[:, k]
-            ray = images[k] - x
-            denom = _dot(ray, normal[:, k])
-            nonzero = denom != 0
-            s = _dot(v0[:, k] - x, normal[:, k]) / torch.where(nonzero, denom, torch.ones_like(denom))
-            s1 = s.squeeze(-1)
-            ok = ok & (~u | (nonzero.squeeze(-1) & (s1 > 0) & (s1 < 1)))
-            x = torch.where(u.unsqueeze(-1), x + s * ray, x)
-            points[k] = x
-        chain = [src] + points + [dst]  # unused slots hold the target: zero-length segments
-        for k in range(bounces):
-            u = used[:, k]
-            before = _dot(chain[k] - v0[:, k], normal[:, k]).squeeze(-1)
-            after = _dot(chain[k + 2] - v0[:, k], normal[:, k]).squeeze(-1)
-            inside = _inside(chain[k + 1], v0[:, k], e1[:, k], e2[:, k])
-            ok = ok & (~u | ((before * after > 0) & inside))
-        starts = torch.stack(chain[:-1], dim=1)  # (n, B + 1, 3)
-        ends = torch.stack(chain[1:], dim=1)
-        minus = torch.full((n, 1), -1, dtype=torch.long, device=device)
-        start_face = torch.cat([minus, seq.clamp(min=-1)], dim=1)
-        end_face = torch.cat([seq.clamp(min=-1), minus], dim=1)
-        num = used.sum(-1)
-        real = torch.arange(bounces + 1, device=device).unsqueeze(0) <= num.unsqueeze(-1)
-        ok = ok & ~self._blocked(starts, ends, start_face, end_face, real & ok.unsqueeze(-1)).any(-1)
-        segment = _safe_norm(ends - starts).squeeze(-1)
-        length = torch.where(ok, segment.sum(-1), math.inf).to(dtype)
-        if bounces:
-            pts = torch.stack(points, dim=1)
-            pts = torch.where((used & ok.unsqueeze(-1)).unsqueeze(-1), pts, 0.0).to(dtype)
+        seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces).to(torch.int64)
+        if active is None:
+            prior = torch.ones(1, dtype=torch.bool, device=device)
         else:
-            pts = torch.zeros((n, 0, 3), dtype=dtype, device=device)
+            prior = _convert.primal(active).expand(batch).reshape(n)
+        # one read back: the validity is decided on the host (rayd.core.paths), in the rayd::path_validity op
+        ok, used, ids = _ops.path_validity(self, call, src, dst, seq, prior, n, dtype)
+        corners = self._corners(ids, dtype)
+        points, length = _image_method(src, dst, corners, used)
+        length = torch.where(ok, length, math.inf).to(dtype)
+        pts = torch.where((used & ok.unsqueeze(-1)).unsqueeze(-1), points, 0.0).to(dtype)
         return SpecularPaths(points=pts.reshape(tuple(batch) + (bounces, 3)),
-                             num_bounces=num.to(torch.int32).reshape(batch), length=length.reshape(batch),
+                             num_bounces=used.sum(-1).to(torch.int32).reshape(batch), length=length.reshape(batch),
                              valid=ok.reshape(batch))
 
     # ------------------------------------------------------------------ internals
@@ -269,49 +185,72 @@ class ReflectionQueries:
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         return dtype
 
-    def _blocked(self, starts, ends, start_face, end_face, active) -> torch.Tensor:
-        """(n, m) bool: is a face other than the end faces crossing the segment's interior?
+    def _corners(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """(n, B, 3, 3) float64 world-space corners of the faces ``ids`` (n, B) (differentiable)."""
+        n, bounces = ids.shape
+        geometry = gather(self._state.table, self._state.live(dtype), ids.reshape(-1))
+        return geometry.corners.double().reshape(n, bounces, 3, 3)
 
-        A closest-hit search from each end that skips that end's face: the segment is
-        blocked if either finds a face that is not the other end's.
+    def _host_validity(self, src, dst, seq, prior, dtype):
+        """Validity of paths given as host arrays (rayd.core.paths): ``(ok, used, ids, length)``, NumPy.
+
+        ``src, dst`` (n, 3) float64, ``seq`` (n, B) int, ``prior`` (n,) bool or ``None``.
         """
-        shape = active.shape
-        a = _convert.primal(starts).reshape(-1, 3)
-        b = _convert.primal(ends).reshape(-1, 3)
-        fa, fb, act = start_face.reshape(-1), end_face.reshape(-1), active.reshape(-1)
-        act = act & (a != b).any(-1)
-        m = a.shape[0]
-        tmin = torch.full((m,), SEGMENT_EPSILON, dtype=torch.float32, device=a.device)
-        tmax = torch.full((m,), 1.0 - SEGMENT_EPSILON, dtype=torch.float32, device=a.device)
-        forward = search(self, a, b - a, tmin, tmax, act, fa, False, _PATHS)
-        backward = search(self, b, a - b, tmin, tmax, act, fb, False, _PATHS)
-        blocked = ((forward >= 0) & (forward != fb)) | ((backward >= 0) & (backward != fa))
-        return (blocked & act).reshape(shape)
+        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces)
+        if prior is not None:
+            ok &= prior
+        with _convert.outside_transforms(), torch.no_grad():
+            corners = self._corners(torch.from_numpy(ids).to(self._device), dtype)
+            corners = _convert.primal(corners).cpu().numpy()
+        ok, length = paths.validate(src, dst, corners, seq, ok, used, self._host_search)
+        return ok, used, ids, length
+
+    def _host_search(self, o, d, tmin, tmax, flag, skip):
+        """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
+        device = self._device
+        with _convert.outside_transforms():
+            t = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (o, d, tmin, tmax, flag, skip)]
+            return search(self, *t, False, _PATHS).cpu().numpy()
 
 
-def _inside(p, v0, e1, e2) -> torch.Tensor:
-    """(n,) bool: ``p`` (on the plane) in the closed triangle ``v0, v0 + e1, v0 + e2`` (float64)."""
-    w = p - v0
-    d00, d01, d11 = _dot(e1, e1), _dot(e1, e2), _dot(e2, e2)
-    d20, d21 = _dot(w, e1), _dot(w, e2)
-    den = d00 * d11 - d01 * d01
-    den = torch.where(den != 0, den, torch.ones_like(den))
-    u = (d11 * d20 - d01 * d21) / den
-    v = (d00 * d21 - d01 * d20) / den
-    u, v = u.squeeze(-1), v.squeeze(-1)
-    return (u >= -TOLERANCE) & (v >= -TOLERANCE) & (1.0 - u - v >= -TOLERANCE)
+def _image_method(src: torch.Tensor, dst: torch.Tensor, corners: torch.Tensor, used: torch.Tensor):
+    """Reflection points (n, B, 3) and total length (n,) by the image method, in float64 torch ops.
+
+    Concretely ``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k`` (``I_{-1} = src``), then
+    back from ``dst`` through ``I_{B-1}, ..., I_0``; unused slots hold the target (zero-length
+    segments). Degenerate cases give finite values (validity is decided by rayd.core.paths).
+    """
+    n, bounces = used.shape
+    v0, e1, e2 = corners[:, :, 0], corners[:, :, 1] - corners[:, :, 0], corners[:, :, 2] - corners[:, :, 0]
+    normal = torch.linalg.cross(e1, e2)
+    area = _safe_norm(normal)
+    normal = normal / torch.where(area > 0, area, torch.ones_like(area))
+    images, image = [], src
+    for k in range(bounces):
+        u3 = used[:, k:k + 1]
+        image = torch.where(u3, image - 2.0 * _dot(image - v0[:, k], normal[:, k]) * normal[:, k], image)
+        images.append(image)
+    points, x = [None] * bounces, dst
+    for k in reversed(range(bounces)):
+        ray = images[k] - x
+        denom = _dot(ray, normal[:, k])
+        nonzero = denom != 0
+        s = _dot(v0[:, k] - x, normal[:, k]) / torch.where(nonzero, denom, torch.ones_like(denom))
+        x = torch.where(used[:, k].unsqueeze(-1) & nonzero, x + s * ray, x)
+        points[k] = x
+    chain = torch.stack([src] + points + [dst], dim=1)
+    length = _safe_norm(chain[:, 1:] - chain[:, :-1]).squeeze(-1).sum(-1)
+    pts = torch.stack(points, dim=1) if bounces else torch.zeros((n, 0, 3), dtype=src.dtype, device=src.device)
+    return pts, length
 
 
-def _bounces(call: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        try:
-            import numpy as np
-            if isinstance(value, np.integer):
-                value = int(value)
-        except ImportError:  # pragma: no cover
-            pass
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{call}: 'max_bounces' must be an int in [1, {MAX_BOUNCES}], got {type(value).__name__}")
-    if not 1 <= value <= MAX_BOUNCES:
-        raise ValueError(f"{call}: 'max_bounces' must be an int in [1, {MAX_BOUNCES}], got {value}")
-    return value
+def _empty_chain(bounces: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
+    """The fields of a chain of zero rays."""
+    f = {name: torch.empty((0, bounces), dtype=dtype, device=device) for name in ("t",)}
+    f.update({name: torch.empty((0, bounces, 3), dtype=dtype, device=device)
+              for name in ("p", "geo_n", "d_out", "image_source")})
+    f.update({name: torch.empty((0, bounces), dtype=torch.int32, device=device)
+              for name in ("prim_id", "shape_id", "global_prim_id")})
+    f["num_bounces"] = torch.empty(0, dtype=torch.int32, device=device)
+    f["path_length"] = torch.empty(0, dtype=dtype, device=device)
+    return f

@@ -1,4 +1,4 @@
-"""Ray hand-over for rayd.torch: check a query's rays, masks and ignore ids, run the engine search."""
+"""Ray hand-over for rayd.torch: check a query's rays, masks and ignore ids, run the engine search (``_ops``)."""
 
 from __future__ import annotations
 
@@ -63,6 +63,21 @@ def bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device) 
 def trace(scene, call: str, ray: object, active: object, ignore: object,
           any_hit: bool) -> tuple[torch.Size, int, torch.Tensor, Ray]:
     """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners, the ray)."""
+    batch, n, rows, ray = prepare(scene, call, ray, active, ignore)
+    if n == 0:
+        return batch, n, torch.empty(n, dtype=torch.int32, device=scene._device), ray
+    return batch, n, _ops.ray_search(scene, call, *rows, n, any_hit), ray
+
+
+def prepare(scene, call: str, ray: object, active: object,
+            ignore: object) -> tuple[torch.Size, int, tuple[torch.Tensor, ...] | None, Ray]:
+    """Validate a query's rays, mask and ignore ids; returns (batch shape, N, the ray rows, the ray).
+
+    The rows (``None`` when N = 0) are ``(o, d, tmin, tmax, flag, skip)`` as the searches of
+    :mod:`rayd.torch._ops` take them: float32 search-frame origins (minus the scene's
+    centre), directions and bounds, uint8 active flags, int32 ignore ids; each (N, ...) or
+    a single row for all rays (a stride-0 broadcast in the engine).
+    """
     scene._require_ready(call)
     device = scene._device
     ray = check_ray(call, ray, device)
@@ -70,7 +85,7 @@ def trace(scene, call: str, ray: object, active: object, ignore: object,
     batch, ignore = check_ignore(call, batch, ignore, device)
     n = batch.numel()
     if n == 0:
-        return batch, n, torch.empty(n, dtype=torch.int32, device=device), ray
+        return batch, n, None, ray
     if active is None:
         flag = torch.ones(1, dtype=torch.uint8, device=device)
     else:
@@ -86,9 +101,9 @@ def trace(scene, call: str, ray: object, active: object, ignore: object,
     centre = scene._state.centre
     if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
         o = _convert.primal(o).to(torch.float64) - centre
-    out = _ops.ray_search(scene, call, _convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
-                          bound(ray.tmin, batch, device), bound(ray.tmax, batch, device), flag, skip, n, any_hit)
-    return batch, n, out, ray
+    rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
+            bound(ray.tmin, batch, device), bound(ray.tmax, batch, device), flag, skip)
+    return batch, n, rows, ray
 
 
 def wellformed(ray: Ray, batch: torch.Size) -> torch.Tensor:

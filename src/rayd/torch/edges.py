@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import torch
 import warp as wp
 
+from rayd.core.edges import EdgeState, TopologyBase, check_total
 from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
 from rayd.engine.edges import EdgeBvh
@@ -31,8 +32,8 @@ from rayd.engine.runtime import launch_stream
 from rayd.torch import _check, _convert
 
 
-@dataclass(frozen=True)
-class EdgeTopology:
+@dataclass(frozen=True, repr=False)
+class EdgeTopology(TopologyBase):
     """Scene-wide edge records, in shape order (row index = ``global_edge_id``).
 
     Attributes (E edges):
@@ -69,11 +70,10 @@ class EdgeTopology:
         """E, the number of edge records."""
         return self.v.shape[0]
 
-    def __len__(self) -> int:
-        return self.num_edges
+    _name = "rayd.torch.EdgeTopology"
 
-    def __repr__(self) -> str:
-        return f"rayd.torch.EdgeTopology(num_edges={self.num_edges}, device={self.v.device})"
+    def _where(self) -> str:
+        return f"device={self.v.device}"
 
 
 class NearestEdge(TorchRecord, EdgeRecord):
@@ -158,15 +158,6 @@ def _mesh_records(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor,
     return out
 
 
-def _check_total(owner: str, total: int) -> None:
-    """Refuse a scene whose edge records (instances repeat their mesh's) overflow int32 ids."""
-    if total > edge_topology.MAX_RECORDS:
-        raise ValueError(
-            f"{owner} edge queries: the scene has {total} edge records (instances repeat their mesh's), more "
-            f"than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer instances or smaller meshes"
-        )
-
-
 def placed_vertices(shapes, dtype: torch.dtype, *, detach: bool = False) -> torch.Tensor:
     """(V, 3) world positions of every shape's vertices, concatenated in shape order.
 
@@ -193,13 +184,8 @@ def placed_vertices(shapes, dtype: torch.dtype, *, detach: bool = False) -> torc
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-class SceneEdges:
-    """A built scene's edges: topology, the edge mask, and the engine's edge BVH.
-
-    Created by ``Scene.build()`` (cheaply: the topology and the BVH are computed on
-    first use), refreshed by ``Scene.sync()``. Keeps its own float32 world-space copy
-    of every shape's vertices (instances included, placed by ``M_instance @ M_mesh``)
-    for the engine; edges of disabled shapes are hidden like masked edges.
+class SceneEdges(EdgeState):
+    """rayd.torch's :class:`~rayd.core.edges.EdgeState`: topology, masks and points as torch tensors.
 
     The faces are those ``build()`` snapshotted (the ones the triangle BVH was built
     from), never the meshes' live face tensors: a face tensor edited in place after
@@ -211,19 +197,15 @@ class SceneEdges:
         device: the scene's device.
         faces: (F_meshes, 3) int64, the build-time face table: every mesh's faces (not
             instances') in shape order, offset by the mesh's ``vertex_offset``.
+        centre: the scene's search centre (engine/frame.py): the engine's copy is relative to it.
     """
 
     def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor,
                  centre: torch.Tensor | None = None) -> None:
+        super().__init__(shapes)
         self._shapes = shapes
         self._device = device
-        self.centre = centre  # the scene's search centre (engine/frame.py): the engine's copy is relative to it
-        self._vertex_offsets = []
-        total = 0
-        for shape in shapes:
-            self._vertex_offsets.append(total)
-            total += shape.mesh.num_vertices
-        self._num_vertices = total
+        self.centre = centre
         # Mesh-local build-time faces of every shape (an instance shares its mesh's).
         local: dict[int, torch.Tensor] = {}
         row = 0
@@ -234,19 +216,10 @@ class SceneEdges:
                 row += n
         self._faces = [local[getattr(s, "base", i)] for i, s in enumerate(shapes)]
         self._points: torch.Tensor | None = None
-        self._topology: EdgeTopology | None = None
-        self._mask: torch.Tensor | None = None  # as set by the user
         self._applied: torch.Tensor | None = None  # uint8, what the BVH sees (since sync)
-        self._enabled: list[bool] = []
-        self._bvh: EdgeBvh | None = None
-        self.pending = False
 
-    @property
-    def topology(self) -> EdgeTopology:
-        """The :class:`EdgeTopology`, computed on first use."""
-        if self._topology is None:
-            self._compute_topology()
-        return self._topology
+    def _live_shapes(self) -> list:
+        return self._shapes
 
     @property
     def edge_v(self) -> torch.Tensor:
@@ -269,40 +242,38 @@ class SceneEdges:
                 per_mesh[key] = _mesh_records(faces, shape.mesh.num_vertices)
             parts.append(per_mesh[key])
         sizes = [p[0].shape[0] for p in parts]
-        _check_total("rayd.torch.Scene", sum(sizes))
+        check_total("rayd.torch.Scene", sum(sizes))
         i32 = torch.int32
         v = torch.cat([p[0] for p in parts])
-        if any(self._vertex_offsets):
+        if any(self._world_offsets):
             shift = torch.cat(
-                [torch.full((n,), off, dtype=i32, device=device) for n, off in zip(sizes, self._vertex_offsets)]
+                [torch.full((n,), off, dtype=i32, device=device) for n, off in zip(sizes, self._world_offsets)]
             )
             self._edge_v = (v + shift[:, None]).contiguous()
         else:
             self._edge_v = v.clone()  # never the user's `edge_topology().v` itself
-        faces = torch.cat([p[1] for p in parts])
+        edge_faces = torch.cat([p[1] for p in parts])
         self._topology = EdgeTopology(
             v=v,
-            faces=faces,
+            faces=edge_faces,
             opposite=torch.cat([p[2] for p in parts]),
-            is_boundary=faces[:, 1] < 0,
+            is_boundary=edge_faces[:, 1] < 0,
             shape_id=torch.cat([torch.full((n,), s, dtype=i32, device=device) for s, n in enumerate(sizes)]),
             edge_id=torch.cat([torch.arange(n, dtype=i32, device=device) for n in sizes]),
             global_edge_id=torch.arange(sum(sizes), dtype=i32, device=device),
         )
         self._mask = torch.ones(sum(sizes), dtype=torch.bool, device=device)
         self._applied = torch.ones(sum(sizes), dtype=torch.uint8, device=device)
-        self._apply_mask()
+        self._update_mask(None)
 
-    def _apply_mask(self) -> None:
-        """``applied = mask & enabled[shape_id]`` (what the BVH sees)."""
-        self._enabled = [getattr(s, "enabled", True) for s in self._shapes]
+    def _write_applied(self, stream, enabled: list[bool] | None) -> None:
         applied = self._mask
-        if not all(self._enabled):
-            enabled = torch.tensor(self._enabled, dtype=torch.bool, device=self._device)
-            applied = applied & enabled[self.topology.shape_id.long()]
+        if enabled is not None:
+            flags = torch.tensor(enabled, dtype=torch.bool, device=self._device)
+            applied = applied & flags[self.topology.shape_id.long()]
         self._applied.copy_(applied)
 
-    def _refresh_points(self) -> None:
+    def _refresh_points(self, stream) -> None:
         if self.centre is None:
             world = placed_vertices(self._shapes, torch.float32, detach=True)
         else:  # x - c in float64, then rounded (as the triangle search's copy)
@@ -314,26 +285,19 @@ class SceneEdges:
         else:
             self._points.copy_(world)
 
-    def bvh(self, stream) -> EdgeBvh:
-        """The engine's edge BVH over the current (synced) vertices, built on first use."""
-        if self._bvh is None:
-            self.topology  # noqa: B018 - computes the topology, _edge_v and the masks
-            self._refresh_points()
-            self._bvh = EdgeBvh(
-                _convert.vec3_view(self._points),
-                _convert.vec2i_view(self._edge_v),
-                _convert.scalar_view(self._applied),
-                stream,
-            )
-        return self._bvh
+    def _build_bvh(self, stream) -> EdgeBvh:
+        return EdgeBvh(
+            _convert.vec3_view(self._points),
+            _convert.vec2i_view(self._edge_v),
+            _convert.scalar_view(self._applied),
+            stream,
+        )
 
-    def mask(self) -> torch.Tensor:
-        """(E,) bool, the mask last given to ``set_mask`` (all True by default); a copy."""
-        self.topology  # noqa: B018
+    def _copy_mask(self) -> torch.Tensor:
         return self._mask.clone()
 
-    def set_mask(self, call: str, mask: object) -> None:
-        """Record a new edge mask; it takes effect at the next ``sync()``.
+    def _checked_mask(self, call: str, mask: object) -> torch.Tensor:
+        """The user's mask, checked: a (E,) bool tensor on the scene's device (copied).
 
         Raises:
             TypeError: ``mask`` is not a bool tensor.
@@ -346,23 +310,7 @@ class SceneEdges:
         if tuple(mask.shape) != (e,):
             raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got {tuple(mask.shape)}")
         _check.same_device(call, "mask", mask, self._device, "the scene")
-        self._mask = _convert.primal(mask).clone()
-        self.pending = True
-
-    def sync(self, stream, moved: bool) -> None:
-        """Apply a pending mask and enable flags; refit the BVH if anything ``moved`` or changed."""
-        if self._topology is None:
-            self.pending = False
-            return
-        enabled = [getattr(s, "enabled", True) for s in self._shapes]
-        changed = self.pending or enabled != self._enabled
-        if changed:
-            self._apply_mask()
-            self.pending = False
-        if self._bvh is not None and (moved or changed):
-            if moved:
-                self._refresh_points()
-            self._bvh.refit(stream)
+        return _convert.primal(mask).clone()
 
     def silhouette(self, world_vertices: torch.Tensor, viewpoint: torch.Tensor) -> torch.Tensor:
         """(E,) bool: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.
@@ -378,7 +326,7 @@ class SceneEdges:
         """
         top = self.topology
         mesh_faces = self._faces  # build-time faces, as the topology
-        faces = torch.cat([f + off for f, off in zip(mesh_faces, self._vertex_offsets)])
+        faces = torch.cat([f + off for f, off in zip(mesh_faces, self._world_offsets)])
         counts = torch.tensor([0] + [f.shape[0] for f in mesh_faces[:-1]], device=faces.device)
         offset = counts.cumsum(0)[top.shape_id.long()]
         tri = world_vertices[faces]  # (F, 3, 3)

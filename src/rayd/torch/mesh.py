@@ -7,13 +7,11 @@ import numpy as np
 import torch
 
 from rayd.torch import _check, _convert
-from rayd.core.transforms import transform_problem
+from rayd.core.transforms import check_matrices
 from rayd.core.meshio import trimesh_arrays
+from rayd.core.mesh import MeshBase
 
-_CALL = "rayd.torch.Mesh()"
-
-
-class Mesh:
+class Mesh(MeshBase):
     """A triangle mesh: vertex positions, faces and optional per-vertex attributes.
 
     The mesh holds references to the tensors (no copy). A :class:`Scene` snapshots
@@ -46,42 +44,49 @@ class Mesh:
             place since), and queries refuse faces changed in place after ``build()``.
     """
 
-    def __init__(
-        self,
-        vertices: torch.Tensor,
-        faces: torch.Tensor,
-        *,
-        normals: torch.Tensor | None = None,
-        uv: torch.Tensor | None = None,
-        to_world: torch.Tensor | None = None,
-    ) -> None:
-        vertices = _check.float_tensor(_CALL, "vertices", vertices, last=3, ndim=2)
-        faces = _check.index_tensor(_CALL, "faces", faces, last=3, ndim=2)
-        _check.supported_device(_CALL, "vertices", vertices)
-        _check.same_device(_CALL, "faces", faces, vertices.device, "'vertices'")
-        if normals is not None:
-            normals = _check.float_tensor(_CALL, "normals", normals, last=3, ndim=2)
-            _check.same_device(_CALL, "normals", normals, vertices.device, "'vertices'")
-            if normals.shape[0] != vertices.shape[0]:
-                raise ValueError(
-                    f"{_CALL}: 'normals' must have shape ({vertices.shape[0]}, 3) like 'vertices', "
-                    f"got {tuple(normals.shape)}"
-                )
-        if uv is not None:
-            uv = _check.float_tensor(_CALL, "uv", uv, last=2, ndim=2)
-            _check.same_device(_CALL, "uv", uv, vertices.device, "'vertices'")
-            if uv.shape[0] != vertices.shape[0]:
-                raise ValueError(
-                    f"{_CALL}: 'uv' must have shape ({vertices.shape[0]}, 2) like 'vertices', got {tuple(uv.shape)}"
-                )
-        if to_world is not None:
-            to_world = check_transform(_CALL, "to_world", to_world, vertices.device)
-        _check.face_indices(_CALL, "faces", _convert.primal(faces), vertices.shape[0])
-        self.vertices = vertices
-        self.faces = faces
-        self.normals = normals
-        self.uv = uv
-        self.to_world = to_world
+    _PREFIX = "rayd.torch.Mesh"
+
+    # ------------------------------------------------------------------ MeshBase hooks
+    @staticmethod
+    def _check_float(call: str, name: str, value: object, components: int) -> torch.Tensor:
+        return _check.float_tensor(call, name, value, last=components, ndim=2)
+
+    @staticmethod
+    def _check_faces(call: str, name: str, value: object) -> torch.Tensor:
+        return _check.index_tensor(call, name, value, last=3, ndim=2)
+
+    @staticmethod
+    def _device_of(call: str, name: str, value: torch.Tensor) -> torch.device:
+        _check.supported_device(call, name, value)
+        return value.device
+
+    _same_device = staticmethod(_check.same_device)
+
+    @staticmethod
+    def _rows(call: str, name: str, value: torch.Tensor) -> int:
+        return int(value.shape[0])
+
+    @staticmethod
+    def _count(value: torch.Tensor) -> int:
+        return int(value.shape[0])
+
+    @staticmethod
+    def _check_rows(call: str, name: str, value: torch.Tensor, count: int) -> None:
+        if value.shape[0] != count:
+            raise ValueError(
+                f"{call}: '{name}' must have shape ({count}, {value.shape[1]}) like 'vertices', got {tuple(value.shape)}"
+            )
+
+    @staticmethod
+    def _check_transform(call: str, name: str, value: object, vertices: torch.Tensor) -> torch.Tensor:
+        return check_transform(call, name, value, vertices.device)
+
+    @staticmethod
+    def _check_face_range(call: str, name: str, faces: torch.Tensor, num_vertices: int) -> None:
+        _check.face_indices(call, name, _convert.primal(faces), num_vertices)
+
+    def _where(self) -> str:
+        return f"device={self.device}"
 
     @classmethod
     def from_trimesh(
@@ -134,21 +139,6 @@ class Mesh:
         """The device all of the mesh's tensors live on."""
         return self.vertices.device
 
-    @property
-    def num_vertices(self) -> int:
-        """V."""
-        return int(self.vertices.shape[0])
-
-    @property
-    def num_faces(self) -> int:
-        """F."""
-        return int(self.faces.shape[0])
-
-    def __repr__(self) -> str:
-        extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
-        more = f", with {', '.join(extras)}" if extras else ""
-        return f"rayd.torch.Mesh(V={self.num_vertices}, F={self.num_faces}, device={self.device}{more})"
-
 
 _host = _convert.host_matrices
 
@@ -167,9 +157,7 @@ def check_transforms(call: str, name: str, value: object, count: int, device: to
         _check.same_device(call, name, value, device, "the mesh")
     if count == 0:
         return value
-    found = transform_problem(_host(value))
-    if found is not None:
-        raise ValueError(f"{call}: '{name}[{found[0]}]' {found[1]}")
+    check_matrices(call, name, _host(value), batch=True)
     return value
 
 
@@ -183,7 +171,5 @@ def check_transform(call: str, name: str, value: object, device: torch.device) -
     if tuple(value.shape) != (4, 4):
         raise ValueError(f"{call}: '{name}' must have shape (4, 4), got {tuple(value.shape)}")
     _check.same_device(call, name, value, device, "the mesh")
-    found = transform_problem(_host(value))
-    if found is not None:
-        raise ValueError(f"{call}: '{name}' {found[1]}")
+    check_matrices(call, name, _host(value), batch=False)
     return value

@@ -3,18 +3,14 @@ candidates refined with the image method (the approach of Sionna RT and RayD's E
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from rayd.core import paths as core_paths
+from rayd.core.paths import NUM_RAYS
 from rayd.records import FieldRecord
-from rayd.torch import _check
-from rayd.torch._scene_reflect import MAX_BOUNCES
+from rayd.torch import _check, _convert
 from rayd.torch.intersection import TorchRecord
 from rayd.torch.ray import Ray
-
-#: Default number of rays launched per source.
-NUM_RAYS = 100_000
 
 
 class SpecularPathSet(TorchRecord, FieldRecord):
@@ -45,15 +41,6 @@ class SpecularPathSet(TorchRecord, FieldRecord):
         return self._fields["valid"].shape
 
 
-def sphere_directions(count: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """(count, 3) unit directions on a Fibonacci sphere (nearly uniform, deterministic)."""
-    i = torch.arange(count, dtype=torch.float64) + 0.5
-    z = 1.0 - 2.0 * i / count
-    r = torch.sqrt(torch.clamp(1.0 - z * z, min=0.0))
-    phi = i * (math.pi * (3.0 - math.sqrt(5.0)))
-    return torch.stack((r * torch.cos(phi), r * torch.sin(phi), z), dim=-1).to(dtype=dtype, device=device)
-
-
 def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max_bounces: int, *,
                         num_rays: int = NUM_RAYS, line_of_sight: bool = True) -> SpecularPathSet:
     """Every specular path of order ``0..max_bounces`` from each source to each target that rays find.
@@ -61,9 +48,11 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
     Candidates: ``num_rays`` rays per source on a Fibonacci sphere are traced with
     :meth:`~rayd.torch.Scene.trace_reflections`; every distinct prefix of their face
     chains (orders ``1..max_bounces``) is a candidate sequence, plus the line of sight.
-    Each candidate is refined against every target with
-    :meth:`~rayd.torch.Scene.specular_paths`, which decides validity exactly; the valid
-    ones are kept, sorted by length and padded to the largest count of any pair.
+    Each candidate is refined against every target with the image method, whose
+    validity rules (those of :meth:`~rayd.torch.Scene.specular_paths`) decide exactly;
+    the valid ones are kept, sorted by length and padded to the largest count of any
+    pair, then evaluated differentiably by :meth:`~rayd.torch.Scene.specular_paths`.
+    The candidate logic is :func:`rayd.core.paths.find_sequences`, shared with rayd.drjit.
 
     A path is found if at least one launched ray follows its face sequence, so recall
     grows with ``num_rays`` (faces subtending small solid angles need more rays).
@@ -78,55 +67,52 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
         line_of_sight: include the order-0 path when it is unblocked.
 
     Returns:
-        :class:`SpecularPathSet` with fields ``[S, T, P, ...]``.
+        :class:`SpecularPathSet` with fields ``[S, T, P, ...]``. Concretely, slot ``p`` of
+        pair ``(s, t)`` holds the ``p``-th shortest valid path found.
+
+    Gradients:
+        ``points`` and ``length`` with respect to ``sources``, ``targets``, vertices and
+        transforms (reverse and forward mode), for the fixed face sequences.
 
     Raises:
         TypeError, ValueError: bad arguments (as the queries); RuntimeError: the scene is not ready.
+
+    References:
+        Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
     """
     call = "rayd.torch.find_specular_paths()"
     scene._require_ready(call)
     sources = _check.float_tensor(call, "sources", sources, last=3, ndim=2)
     targets = _check.float_tensor(call, "targets", targets, last=3, ndim=2)
-    if isinstance(max_bounces, bool) or not isinstance(max_bounces, int) or not 1 <= max_bounces <= MAX_BOUNCES:
-        raise ValueError(f"{call}: 'max_bounces' must be an int in [1, {MAX_BOUNCES}], got {max_bounces!r}")
-    if isinstance(num_rays, bool) or not isinstance(num_rays, int) or num_rays < 1:
-        raise ValueError(f"{call}: 'num_rays' must be a positive int, got {num_rays!r}")
+    for name, value in (("sources", sources), ("targets", targets)):
+        _check.same_device(call, name, value, scene.device, "the scene")
+    bounces = core_paths.check_bounces(call, max_bounces)
+    num_rays = core_paths.check_num_rays(call, num_rays)
     device = scene.device
-    bounces = max_bounces
-    num_s, num_t = sources.shape[0], targets.shape[0]
-    directions = sphere_directions(num_rays, torch.float64, device)
-    per_pair: list[list[list[torch.Tensor]]] = [[[] for _ in range(num_t)] for _ in range(num_s)]
-    with torch.no_grad():
-        for s in range(num_s):
-            origin = sources[s].detach()
-            chain = scene.trace_reflections(Ray(origin.to(torch.float64), directions), bounces)
-            seq = chain.global_prim_id.long()
-            cands = [torch.full((1, bounces), -1, dtype=torch.long, device=device)] if line_of_sight else []
-            for k in range(1, bounces + 1):
-                rows = seq[chain.num_bounces >= k, :k]
-                if rows.shape[0]:
-                    rows = torch.unique(rows, dim=0)
-                    pad = torch.full((rows.shape[0], bounces - k), -1, dtype=torch.long, device=device)
-                    cands.append(torch.cat([rows, pad], dim=1))
-            if not cands:
-                continue
-            cand = torch.cat(cands)
-            paths = scene.specular_paths(origin, targets.detach()[:, None, :], cand[None])
-            for t in range(num_t):
-                keep = paths.valid[t]
-                order = torch.argsort(paths.length[t][keep])
-                per_pair[s][t] = cand[keep][order]
-    count = max([len(x) for row in per_pair for x in row] + [0])
-    seqs = torch.full((num_s, num_t, count, bounces), -1, dtype=torch.long, device=device)
-    used = torch.zeros((num_s, num_t, count), dtype=torch.bool, device=device)
-    for s in range(num_s):
-        for t in range(num_t):
-            found = per_pair[s][t]
-            if len(found):
-                seqs[s, t, : len(found)] = found
-                used[s, t, : len(found)] = True
+    dtype = scene._output_dtype_points(sources, targets)
+
+    def trace(origin, directions, b):
+        o = torch.from_numpy(origin).to(device)
+        with torch.no_grad():
+            chain = scene.trace_reflections(Ray(o, torch.from_numpy(directions).to(device)), b)
+        return chain.global_prim_id.cpu().numpy(), chain.num_bounces.cpu().numpy()
+
+    def check(src, dst, seq):
+        ok, _, _, length = scene._host_validity(src, dst, seq, None, dtype)
+        return ok, length
+
+    host = [_convert.primal(x).detach().double().cpu().numpy() for x in (sources, targets)]
+    seqs, used = core_paths.find_sequences(*host, bounces, num_rays, line_of_sight, trace, check)
+    seqs = torch.from_numpy(seqs).to(device)
+    used = torch.from_numpy(used).to(device)
     paths = scene.specular_paths(sources[:, None, None, :], targets[None, :, None, :], seqs, active=used)
-    valid = paths.valid
-    num = torch.where(valid, paths.num_bounces, 0)
-    return SpecularPathSet(prim_sequence=torch.where(valid[..., None], seqs, -1), points=paths.points,
-                           num_bounces=num, length=paths.length, valid=valid)
+    order = torch.from_numpy(core_paths.by_length(_convert.primal(paths.length).cpu().numpy())).to(device)
+
+    def sort(x):
+        index = order.reshape(order.shape + (1,) * (x.dim() - 3)).expand(x.shape)
+        return torch.gather(x, 2, index)
+
+    valid = sort(paths.valid)
+    return SpecularPathSet(prim_sequence=torch.where(valid[..., None], sort(seqs), -1), points=sort(paths.points),
+                           num_bounces=torch.where(valid, sort(paths.num_bounces), 0), length=sort(paths.length),
+                           valid=valid)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.frontend import SceneBase
+from rayd.core.checks import ray_flags as _check_flags
 from rayd.flags import FIELD_FLAGS, RayFlags
 from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
@@ -19,6 +20,7 @@ from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch._scene_surface import SurfaceQueries
 from rayd.torch._scene_reflect import ReflectionQueries
+from rayd.torch._scene_allhits import AllHitsQueries
 from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh, check_transform, check_transforms
@@ -29,7 +31,7 @@ from rayd.torch.ray import Ray
 VISIBILITY_EPSILON = 1e-4
 
 
-class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
+class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
@@ -296,11 +298,3 @@ class Scene(ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
 def _unrequested(flags: RayFlags) -> set[str]:
     """Names of the optional fields that ``flags`` does not ask for."""
     return {name for name, flag in FIELD_FLAGS.items() if not flags & flag}
-
-
-def _check_flags(call: str, flags: object) -> RayFlags:
-    if isinstance(flags, bool) or not isinstance(flags, int):
-        raise TypeError(f"{call}: 'flags' must be a rayd.RayFlags, got {type(flags).__name__}")
-    if flags & ~int(RayFlags.All):
-        raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
-    return RayFlags(flags)

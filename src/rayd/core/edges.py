@@ -1,0 +1,225 @@
+"""Edge bookkeeping shared by both frontends: state, lifecycle and the public edge methods.
+
+- :class:`EdgeState`: a built scene's edges: the lazily computed topology, the edge
+  mask and the enable flags the edge BVH sees, the world-space vertex copy and the
+  engine's edge BVH, refreshed by ``sync()``. A frontend subclasses it and provides
+  the parts written in its array library (hooks listed on the class).
+- :class:`TopologyBase`: ``len()`` and ``repr()`` of a frontend's ``EdgeTopology``.
+- :class:`EdgeQueries`: the scene's edge methods (``edge_topology``, ``set_edge_mask``,
+  ``edge_mask``, ``nearest_edge``, ``nearest_edges``, ``silhouette_edges``); each frontend
+  mixes it into its ``Scene`` and gives the methods their own docstrings with
+  :func:`document`.
+
+The topology rule itself is the engine's (:mod:`rayd.engine.edge_topology`).
+"""
+
+from __future__ import annotations
+
+import math
+import types
+from typing import Any
+
+from rayd.core.checks import lifecycle
+from rayd.engine import edge_topology
+
+
+def check_total(owner: str, total: int) -> None:
+    """Refuse a scene whose edge records (instances repeat their mesh's) overflow int32 ids."""
+    if total > edge_topology.MAX_RECORDS:
+        raise ValueError(
+            f"{owner} edge queries: the scene has {total} edge records (instances repeat their mesh's), more "
+            f"than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer instances or smaller meshes"
+        )
+
+
+class TopologyBase:
+    """``len()`` and ``repr()`` of an ``EdgeTopology`` (a frontend's dataclass provides ``num_edges``)."""
+
+    _name = "rayd.EdgeTopology"
+    num_edges: int
+
+    def _where(self) -> str:  # pragma: no cover - frontends override
+        return ""
+
+    def __len__(self) -> int:
+        return self.num_edges
+
+    def __repr__(self) -> str:
+        return f"{self._name}(num_edges={self.num_edges}, {self._where()})"
+
+
+class EdgeState:
+    """A built scene's edges: topology, the edge mask, and the engine's edge BVH.
+
+    Created by ``Scene.build()`` (cheaply: the topology and the BVH are computed on
+    first use), refreshed by ``Scene.sync()``. Keeps its own float32 world-space copy
+    of every shape's vertices (instances included, placed by ``M_instance @ M_mesh``)
+    for the engine; edges of disabled shapes are hidden like masked edges.
+
+    Hooks a frontend subclass defines:
+
+    - ``_live_shapes()``: the scene's shape records, in shape order (read live);
+    - ``_compute_topology()``: set ``_topology`` (and its own index arrays), the user
+      mask ``_mask`` (all True) and the buffer the BVH reads, then call ``_update_mask``;
+    - ``_write_applied(stream, enabled)``: write ``mask & enabled[shape_id]`` into the
+      BVH's flag buffer (``enabled`` is ``None`` when every shape is enabled);
+    - ``_refresh_points(stream)``: write the world-space vertices into the BVH's buffer;
+    - ``_build_bvh(stream)``: the engine's ``EdgeBvh`` over those buffers;
+    - ``_checked_mask(call, mask)``: the frontend's own copy of a valid user mask, else raise;
+    - ``_copy_mask()``: a copy of ``_mask`` for the user;
+    - ``_refit(stream)`` (optional): refit the BVH (default ``_bvh.refit(stream)``).
+
+    Args:
+        shapes: the scene's shape records at ``build()``, in shape order.
+    """
+
+    def __init__(self, shapes: list) -> None:
+        self._world_offsets: list[int] = []  # first row of each shape in the world-space vertex copy
+        total = 0
+        for shape in shapes:
+            self._world_offsets.append(total)
+            total += shape.mesh.num_vertices
+        self._num_world_vertices = total
+        self._topology: Any = None
+        self._mask: Any = None  # as set by the user
+        self._bvh: Any = None
+        self._enabled: list[bool] = []  # the enable flags the BVH's mask was made with
+        self.pending = False
+
+    # ------------------------------------------------------------------ hooks
+    def _live_shapes(self) -> list:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _compute_topology(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _write_applied(self, stream, enabled: list[bool] | None) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _refresh_points(self, stream) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _build_bvh(self, stream) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _checked_mask(self, call: str, mask: object) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _copy_mask(self) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _refit(self, stream) -> None:
+        self._bvh.refit(stream)
+
+    # ------------------------------------------------------------------ state
+    def _enabled_now(self) -> list[bool]:
+        return [getattr(s, "enabled", True) for s in self._live_shapes()]
+
+    def _update_mask(self, stream) -> None:
+        """``applied = mask & enabled[shape_id]`` (what the BVH sees), from the current enable flags."""
+        self._enabled = self._enabled_now()
+        self._write_applied(stream, None if all(self._enabled) else self._enabled)
+
+    @property
+    def topology(self) -> Any:
+        """The frontend's ``EdgeTopology``, computed on first use."""
+        if self._topology is None:
+            self._compute_topology()
+        return self._topology
+
+    def bvh(self, stream) -> Any:
+        """The engine's edge BVH over the current (synced) vertices, built on first use."""
+        if self._bvh is None:
+            self.topology  # noqa: B018 - computes the topology, the edge rows and the masks
+            self._refresh_points(stream)
+            self._bvh = self._build_bvh(stream)
+        return self._bvh
+
+    def mask(self) -> Any:
+        """(E,) bool: the mask last given to ``set_mask`` (all True by default); a copy."""
+        self.topology  # noqa: B018
+        return self._copy_mask()
+
+    def set_mask(self, call: str, mask: object) -> None:
+        """Record a new edge mask (checked by the frontend); it takes effect at the next ``sync()``."""
+        self._mask = self._checked_mask(call, mask)
+        self.pending = True
+
+    def require_synced(self, call: str) -> None:
+        """``RuntimeError`` if an edge mask was set since the last ``sync()``."""
+        if self.pending:
+            raise lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
+
+    def sync(self, stream, moved: bool) -> None:
+        """Apply a pending mask and enable flags; refit the BVH if anything ``moved`` or changed."""
+        if self._topology is None:
+            self.pending = False
+            return
+        changed = self.pending or self._enabled_now() != self._enabled
+        if changed:
+            self._update_mask(stream)
+            self.pending = False
+        if self._bvh is not None and (moved or changed):
+            if moved:
+                self._refresh_points(stream)
+            self._refit(stream)
+
+
+class EdgeQueries:
+    """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
+
+    Hooks: ``_PREFIX`` (``"rayd.torch.Scene"``) and ``_EDGE_QUERIES``, the frontend's
+    module with ``nearest_edge``, ``nearest_edges`` and ``silhouette_edges``
+    (``(scene, ...)`` functions doing the checks, the engine search and the evaluation).
+    """
+
+    _PREFIX = "rayd.Scene"
+    _EDGE_QUERIES: Any = None
+
+    def edge_topology(self):
+        self._require_current(f"{self._PREFIX}.edge_topology()")
+        return self._edges.topology
+
+    def set_edge_mask(self, mask) -> None:
+        call = f"{self._PREFIX}.set_edge_mask()"
+        self._require_current(call)
+        self._edges.set_mask(call, mask)
+
+    def edge_mask(self):
+        self._require_current(f"{self._PREFIX}.edge_mask()")
+        return self._edges.mask()
+
+    def nearest_edge(self, points_or_ray, active=None, *, max_distance: float = math.inf):
+        return self._EDGE_QUERIES.nearest_edge(self, points_or_ray, active, max_distance)
+
+    def nearest_edges(self, points, k: int, active=None, *, max_distance: float = math.inf):
+        return self._EDGE_QUERIES.nearest_edges(self, points, k, active, max_distance)
+
+    def silhouette_edges(self, viewpoint):
+        return self._EDGE_QUERIES.silhouette_edges(self, viewpoint)
+
+
+def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, Any]] | None = None) -> type:
+    """Give ``cls`` its own copies of inherited methods, with the frontend's docstrings.
+
+    Each copy runs the very code of the inherited method (no wrapper call), so the
+    frontend documents its types and words while the logic stays in one place.
+
+    Args:
+        cls: the frontend's mixin (a subclass of a core mixin such as :class:`EdgeQueries`).
+        docs: method name -> docstring.
+        annotations: method name -> annotations to show (the frontend's types).
+
+    Returns:
+        ``cls``, to allow use as a decorator's helper.
+    """
+    for name, doc in docs.items():
+        base = getattr(cls, name)
+        method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
+        method.__kwdefaults__ = base.__kwdefaults__
+        method.__annotations__ = {**base.__annotations__, **((annotations or {}).get(name, {}))}
+        method.__doc__ = doc
+        method.__module__ = cls.__module__
+        method.__qualname__ = f"{cls.__qualname__}.{name}"
+        setattr(cls, name, method)
+    return cls

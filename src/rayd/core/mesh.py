@@ -1,0 +1,71 @@
+"""`MeshBase`: the argument sequence and accessors of both frontends' ``Mesh``.
+
+``Mesh(vertices, faces, *, normals=None, uv=None, to_world=None)`` checks its
+arguments in one order for every array library: vertices, faces, the device of the
+vertices, the faces' device, then each optional per-vertex attribute (type, device,
+row count), the transform, and last the face index range (one read of the faces). A
+frontend's ``Mesh`` subclasses this and provides the checks in its own array library.
+
+Hooks a subclass defines:
+
+- ``_PREFIX`` (``"rayd.torch.Mesh"``);
+- ``_check_float(call, name, value, components)``: a float (n, components) array, else raise;
+- ``_check_faces(call, name, value)``: an integer (F, 3) array, else raise;
+- ``_device_of(call, name, value)``: the device of a checked array (refusing ones rayd cannot run on);
+- ``_same_device(call, name, value, device, owner)``: raise ``ValueError`` unless on ``device``;
+- ``_rows(call, name, value)``: the row count n of a checked array (raising if malformed);
+- ``_count(value)``: the row count of a stored array (no checks);
+- ``_check_rows(call, name, value, count)``: raise ``ValueError`` unless it has ``count`` rows like 'vertices';
+- ``_check_transform(call, name, value, vertices)``: the checked (4, 4) matrix;
+- ``_check_face_range(call, name, faces, num_vertices)``: raise unless every index is in ``[0, V)``;
+- ``_where()``: the repr's placement part (``device=cpu``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class MeshBase:
+    """Shared construction and accessors of ``rayd.torch.Mesh`` and ``rayd.drjit.Mesh`` (module docstring)."""
+
+    _PREFIX = "rayd.Mesh"
+
+    def __init__(self, vertices: Any, faces: Any, *, normals: Any = None, uv: Any = None,
+                 to_world: Any = None) -> None:
+        call = f"{self._PREFIX}()"
+        vertices = self._check_float(call, "vertices", vertices, 3)
+        faces = self._check_faces(call, "faces", faces)
+        device = self._device_of(call, "vertices", vertices)
+        self._same_device(call, "faces", faces, device, "'vertices'")
+        num_vertices = self._rows(call, "vertices", vertices)
+        attributes = {}
+        for name, value, components in (("normals", normals, 3), ("uv", uv, 2)):
+            if value is not None:
+                value = self._check_float(call, name, value, components)
+                self._same_device(call, name, value, device, "'vertices'")
+                self._check_rows(call, name, value, num_vertices)
+            attributes[name] = value
+        if to_world is not None:
+            to_world = self._check_transform(call, "to_world", to_world, vertices)
+        self._check_face_range(call, "faces", faces, num_vertices)
+        self.vertices = vertices
+        self.faces = faces
+        self.normals = attributes["normals"]
+        self.uv = attributes["uv"]
+        self.to_world = to_world
+
+    @property
+    def num_vertices(self) -> int:
+        """V."""
+        return self._count(self.vertices)
+
+    @property
+    def num_faces(self) -> int:
+        """F."""
+        return self._count(self.faces)
+
+    def __repr__(self) -> str:
+        extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
+        more = f", with {', '.join(extras)}" if extras else ""
+        return f"{self._PREFIX}(V={self.num_vertices}, F={self.num_faces}, {self._where()}{more})"

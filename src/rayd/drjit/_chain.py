@@ -1,0 +1,108 @@
+"""``trace_reflections`` of rayd.drjit: one engine launch per chain, then one differentiable pass.
+
+As ``rayd.torch._chain``: :func:`rayd.engine.trace_chain` finds every slot's winner in
+one launch; the winners' world corners are gathered once (width ``N B``, slot ``b`` of
+ray ``i`` at lane ``i B + b``), their planes computed once, then a loop over the bounces
+solves each segment against its slot's plane in float64 from the values the record
+reports (rounded to the output precision at each bounce), Dr.Jit recording the loop into
+its kernels and AD carrying gradients through the chain. A slot counts iff its plane is not
+degenerate, the segment is not parallel to it and ``t`` lies in the segment's interval
+(``tmin < t < tmax`` for segment 0, ``0 < t < inf`` after it) in the output precision;
+after a slot that does not count the chain is empty.
+"""
+
+from __future__ import annotations
+
+import math
+
+import drjit as dr
+import warp as wp
+
+from rayd import engine
+from rayd.drjit import _convert
+from rayd.drjit._intersect import _bound, locate
+
+
+def _dot(a, b):
+    return a.x * b.x + a.y * b.y + a.z * b.z
+
+
+def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) -> dict:
+    """The fields of a ReflectionChain of ``n`` rays (slot fields of width ``n B``)."""
+    backend, device = scene._backend, scene._device
+    plain = _convert.module(backend, False)
+    ids = plain.TensorXi(dr.empty(plain.Int, n * bounces * 3), shape=(n, bounces, 3))
+    t_search = plain.TensorXf(dr.empty(plain.Float, n * bounces), shape=(n, bounces))
+    dr.make_opaque(ids, t_search)
+    _convert.query_fence(device, after=False)
+    engine.trace_chain(scene._core.accel, scene._core.shape_lookup, rays,
+                       wp.from_dlpack(_convert._capsule(ids, device)),
+                       wp.from_dlpack(_convert._capsule(t_search, device)), _convert.current_stream(device))
+    _convert.query_fence(device, after=True)
+    del keep, rays, t_search
+    Float = m.Float64 if double else m.Float
+    Array3 = m.Array3f64 if double else m.Array3f
+    Int, UInt, Work, F64 = m.Int, m.UInt, m.Array3f64, m.Float64
+    flat = m.Int(ids.array)
+    total = n * bounces
+    lane = dr.arange(UInt, total)
+    gid = dr.gather(Int, flat, 3 * lane)
+    shape = dr.gather(Int, flat, 3 * lane + 1)
+    prim = dr.gather(Int, flat, 3 * lane + 2)
+    _, hit, _, _, _, _, (v0, v1, v2), _ = locate(m, Array3, gid, scene._state.live_geometry(m, double))
+    v0 = Work(v0)
+    normal = dr.cross(Work(v1) - v0, Work(v2) - v0)
+    sq = dr.squared_norm(normal)
+    plane = sq > 0
+    # Not dr.rsqrt / a vector over a scalar: approximate on CUDA (see _intersect._normalize).
+    unit = normal * (1 / dr.sqrt(dr.select(plane, sq, 1)))
+    if not double:
+        unit = Work(Array3(unit))  # the reported geo_n
+    offset = dr.dot(v0, normal)
+    ok = hit & plane
+    first = dr.arange(UInt, n) * bounces
+    o = Work(ray.o)
+    d = Work(ray.d)
+    if dr.width(o) != n:
+        o = dr.gather(Work, o, dr.zeros(UInt, n))
+    if dr.width(d) != n:
+        d = dr.gather(Work, d, dr.zeros(UInt, n))
+    sqd = dr.squared_norm(d)
+    length = dr.select(sqd > 0, dr.sqrt(dr.select(sqd > 0, sqd, 1)), 0)
+    image = o
+    out = {"t": dr.full(Float, math.inf, total), "p": dr.zeros(Array3, total), "geo_n": dr.zeros(Array3, total),
+           "d_out": dr.zeros(Array3, total), "image_source": dr.zeros(Array3, total)}
+    valid_all = dr.zeros(m.Bool, total)
+    count = dr.zeros(Int, n)
+    path = dr.zeros(F64, n)
+    valid = None
+    for b in range(bounces):
+        idx = first + b
+        nb = dr.gather(Work, normal, idx)
+        gb = dr.gather(Work, unit, idx)
+        den = dr.dot(d, nb)
+        facing = den != 0
+        t = (dr.gather(F64, offset, idx) - dr.dot(o, nb)) / dr.select(facing, den, 1)
+        td = F64(Float(dr.detach(t)))  # compared in the output precision, as intersect does
+        lo, hi = (_bound(F64, ray.tmin), _bound(F64, ray.tmax)) if b == 0 else (0.0, math.inf)
+        inside = dr.gather(m.Bool, ok, idx) & facing & (td > lo) & (td < hi)
+        valid = inside if valid is None else valid & inside
+        t = dr.select(valid, t, 0)
+        p = o + t * d
+        d = d - 2 * dr.dot(d, gb) * gb
+        image = image - 2 * dr.dot(image - p, gb) * gb
+        if not double:  # the next segment starts from the values the record reports (as intersect)
+            p, d, image = Work(Array3(p)), Work(Array3(d)), Work(Array3(image))
+        dr.scatter(out["t"], dr.select(valid, Float(t), math.inf), idx)
+        for name, value in (("p", p), ("geo_n", gb), ("d_out", d), ("image_source", image)):
+            dr.scatter(out[name], dr.select(valid, Array3(value), 0), idx)
+        dr.scatter(valid_all, valid, idx)
+        count += dr.select(valid, 1, 0)
+        path += t
+        o = p
+    out["prim_id"] = dr.select(valid_all, prim, -1)
+    out["shape_id"] = dr.select(valid_all, shape, -1)
+    out["global_prim_id"] = dr.select(valid_all, gid, -1)
+    out["num_bounces"] = count
+    out["path_length"] = Float(path * length)
+    return out

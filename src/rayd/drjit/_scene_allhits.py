@@ -1,0 +1,175 @@
+"""All hits along a ray for :class:`rayd.drjit.Scene`: ``intersect_all`` and ``count_intersections``.
+
+The engine (:mod:`rayd.engine.all_hits`) lists each ray's first ``K`` crossings, sorted,
+with hits of a shared edge or vertex merged into one; each listed hit is then evaluated
+for its fixed face by ``intersect``'s own evaluation (``_intersect.evaluate``) on the
+``N K`` lanes (slot ``k`` of ray ``i`` at lane ``i K + k``, like the top-k records), so
+the fields and their gradients are those of ``intersect``.
+"""
+
+from __future__ import annotations
+
+import drjit as dr
+
+from rayd.drjit import _convert, _trace
+from rayd.drjit._intersect import empty, enforce, evaluate
+from rayd.drjit._live import LiveState
+from rayd.drjit.intersection import Intersection
+from rayd.drjit.ray import Ray
+from rayd.engine import all_hits as engine_all_hits
+from rayd.flags import RayFlags, check_flags
+
+#: Largest ``max_hits`` of ``intersect_all``.
+MAX_HITS = engine_all_hits.MAX_HITS
+
+
+class Intersections(Intersection):
+    """The hits of ``Scene.intersect_all``: an :class:`Intersection` of shape ``(N, K)``.
+
+    Fields as :class:`Intersection`'s, of width ``N K``: slot ``k`` of ray ``i`` at lane
+    ``i K + k``, the ``k``-th crossing in increasing ``t``; unused slots (last) hold
+    misses. ``is_valid()`` is a ``Bool`` of width ``N K``. Selecting rays
+    (``hits[mask]``, a mask of width N) keeps every slot of each.
+    """
+
+    __slots__ = ("_shape",)
+    _name = "rayd.drjit.Intersections"
+
+    def __init__(self, shape: tuple[int, int], flags: RayFlags, **fields: dr.ArrayBase) -> None:
+        super().__init__(flags, **fields)
+        self._shape = shape
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(N, K)``."""
+        return self._shape
+
+    def _resize(self, count: int) -> None:
+        self._shape = (count, self._shape[1])
+
+
+def _check_max_hits(call: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {type(value).__name__}")
+    if not 1 <= value <= MAX_HITS:
+        raise ValueError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {value}")
+    return int(value)
+
+
+def _spread(value: object, UInt: type, ray_of_lane: dr.ArrayBase) -> object:
+    """A per-ray value (a number, or an array of width N or 1) at the ``N K`` lanes."""
+    if isinstance(value, (int, float)) or dr.width(value) == 1:
+        return value
+    return dr.gather(type(value), value, ray_of_lane)
+
+
+class AllHitsQueries:
+    """Mixin of :class:`rayd.drjit.Scene`: ``intersect_all`` and ``count_intersections``."""
+
+    def intersect_all(self, ray: Ray, max_hits: int, active: dr.ArrayBase | None = None,
+                      flags: RayFlags = RayFlags.All, *, ignore: dr.ArrayBase | int | None = None) -> Intersections:
+        """The first ``max_hits`` hits of each ray in increasing ``t``, as :meth:`rayd.torch.Scene.intersect_all`.
+
+        Hits of a shared edge or vertex (faces of one shape sharing a vertex index, ``t``
+        equal to ``rayd.engine.all_hits.MERGE_TOLERANCE`` relative) are one crossing,
+        reported on the face with the smaller ``global_prim_id``.
+
+        Args:
+            ray: :class:`rayd.drjit.Ray` of width N; hits count for ``tmin < t < tmax``.
+            max_hits: ``K``, an int in ``[1, 64]``.
+            active: optional ``Bool`` of width N or 1; inactive rays have no hits.
+            flags: :class:`rayd.RayFlags` selecting the fields (as ``intersect``).
+            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+        Returns:
+            :class:`Intersections` of shape ``(N, K)`` (fields of width ``N K``, slot ``k``
+            of ray ``i`` at lane ``i K + k``; unused slots last, as misses).
+
+        Gradients:
+            As :meth:`intersect`, per slot, for the fixed faces (Dr.Jit AD, both modes).
+
+        Raises:
+            TypeError: ``max_hits`` is not an int; and as :meth:`intersect`.
+            ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
+            RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.drjit.Scene.intersect_all()"
+        k = _check_max_hits(call, max_hits)
+        flags = check_flags(call, flags)
+        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
+        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
+        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
+        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        m = _convert.module(self._backend, ad)
+        if n == 0:
+            return Intersections((0, k), flags, **empty(m, double, flags))
+        plain = _convert.module(self._backend, False)
+        device = self._device
+        gid = _convert.empty_int32(n * k, self._backend)
+        t32 = dr.empty(plain.Float, n * k)
+        dr.make_opaque(t32)
+        views = (_convert.scalar_view(t32, device), _convert.scalar_view(gid, device))
+        _convert.query_fence(device, after=False)
+        engine_all_hits.all_hits(self._core.accel, rays, k, *views, _convert.current_stream(device))
+        _convert.query_fence(device, after=True)
+        del keep, rays, views
+        UInt = m.UInt
+        lane = dr.arange(UInt, n * k)
+        ray_of_lane = lane // k
+        o = _spread(ray.o, UInt, ray_of_lane)
+        d = _spread(ray.d, UInt, ray_of_lane)
+        fields = evaluate(m, double, o, d, gid, self._state.live_geometry(m, double), flags)
+        fields = enforce(m, fields, _spread(ray.tmin, UInt, ray_of_lane), _spread(ray.tmax, UInt, ray_of_lane))
+        order = _valid_first(m, fields["global_prim_id"] >= 0, n, k)
+        fields = {name: dr.gather(type(v), v, order) for name, v in fields.items()}
+        return Intersections((n, k), flags, **fields)
+
+    def count_intersections(self, ray: Ray, active: dr.ArrayBase | None = None, *,
+                            ignore: dr.ArrayBase | int | None = None) -> dr.ArrayBase:
+        """The number of crossings of each ray, exact (no cap), as :meth:`rayd.torch.Scene.count_intersections`.
+
+        Args:
+            ray: :class:`rayd.drjit.Ray` of width N.
+            active: optional ``Bool`` of width N or 1; inactive rays count 0.
+            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+        Returns:
+            ``Int`` (int32) of width N. Not differentiable.
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.drjit.Scene.count_intersections()"
+        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
+        out = _convert.empty_int32(n, self._backend)
+        if n == 0:
+            return out
+        device = self._device
+        view = _convert.scalar_view(out, device)
+        _convert.query_fence(device, after=False)
+        engine_all_hits.count_hits(self._core.accel, rays, view, _convert.current_stream(device))
+        _convert.query_fence(device, after=True)
+        del keep, rays, view
+        return out
+
+
+def _valid_first(m, valid: dr.ArrayBase, n: int, k: int) -> dr.ArrayBase:
+    """The lane order (``UInt``, width ``N K``) that puts each ray's valid slots first, in their order.
+
+    A hit the evaluation put outside ``(tmin, tmax)`` became a miss: it moves behind the hits.
+    """
+    UInt = m.UInt
+    lane = dr.arange(UInt, n * k)
+    if k == 1:
+        return lane
+    slot = lane % k
+    first = lane - slot
+    flag = dr.select(valid, UInt(1), UInt(0))
+    before = dr.prefix_sum(flag)  # exclusive, over all lanes
+    rank = before - dr.gather(UInt, before, first)  # valid slots before this one, in this ray
+    last = first + (k - 1)
+    hits = dr.gather(UInt, before, last) + dr.gather(UInt, flag, last) - dr.gather(UInt, before, first)
+    target = first + dr.select(valid, rank, hits + (slot - rank))
+    order = dr.zeros(UInt, n * k)
+    dr.scatter(order, lane, target)
+    return order

@@ -1,0 +1,125 @@
+"""The per-ray sorted hit list of the all-hits queries, and the rule that merges shared-edge hits.
+
+See :mod:`rayd.engine.all_hits` for the queries and the rule (two hits on faces of one
+shape that share a vertex index, with ``t`` equal to :data:`MERGE_TOLERANCE` relative,
+are one crossing, kept on the smaller ``global_prim_id``).
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.traversal import SceneView
+
+wp.set_module_options({"enable_backward": False})
+
+#: Relative ``t`` tolerance under which two hits on faces that share a vertex are one crossing.
+MERGE_TOLERANCE = 1.0e-5
+
+_TOL = wp.constant(MERGE_TOLERANCE)
+
+
+@wp.struct
+class HitList:
+    """Per-ray sorted hit list: columns ``[0, cap)`` the list, ``[cap, cap + carry)`` merged-into entries."""
+
+    t: wp.array2d(dtype=float)
+    gid: wp.array2d(dtype=wp.int32)
+    key: wp.array2d(dtype=wp.int32)  # flat face index, or the instance's local face index
+    inst: wp.array2d(dtype=wp.int32)  # -1 for a flat face, else the instance index
+    cap: int
+
+
+@wp.func
+def _corner(view: SceneView, key: int, inst: int, j: int) -> int:
+    if inst < 0:
+        return view.flat_indices[3 * key + j]
+    return view.blas_indices[3 * (view.inst_face_base[inst] + key) + j]
+
+
+@wp.func
+def _share_vertex(view: SceneView, key_a: int, inst_a: int, key_b: int, inst_b: int) -> bool:
+    """True if the two faces belong to the same shape and share a vertex index."""
+    if inst_a != inst_b:
+        return False
+    for ja in range(3):
+        a = _corner(view, key_a, inst_a, ja)
+        for jb in range(3):
+            if _corner(view, key_b, inst_b, jb) == a:
+                return True
+    return False
+
+
+@wp.func
+def _close(t_a: float, t_b: float, scale: float) -> bool:
+    return wp.abs(t_a - t_b) <= _TOL * (wp.max(wp.abs(t_a), wp.abs(t_b)) + scale)
+
+
+@wp.func
+def search_end(hits: HitList, i: int, count: int, tmax: float, scale: float) -> float:
+    """The end of the interval still searched: ``tmax``, or the last entry (+ tolerance) of a full list."""
+    if count < hits.cap:
+        return tmax
+    last = hits.t[i, hits.cap - 1]
+    return wp.min(tmax, last + _TOL * (wp.abs(last) + scale) * 1.0001)
+
+
+@wp.func
+def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: float, gid_in: int,
+           key_in: int, inst_in: int, scale: float) -> int:
+    """Insert a hit into row ``i``'s sorted list (merging shared-edge duplicates); returns the new count."""
+    cap = hits.cap
+    for j in range(carry):  # one crossing with an entry of the previous round: already counted
+        c = cap + j
+        if _close(hits.t[i, c], t_in, scale):
+            if _share_vertex(view, hits.key[i, c], hits.inst[i, c], key_in, inst_in):
+                return count
+    t = t_in
+    gid = gid_in
+    key = key_in
+    inst = inst_in
+    merging = int(1)
+    while merging != 0:
+        found = int(-1)
+        for j in range(count):
+            if found < 0 and _close(hits.t[i, j], t, scale):
+                if _share_vertex(view, hits.key[i, j], hits.inst[i, j], key, inst):
+                    found = j
+        if found < 0:
+            merging = 0
+        else:
+            if hits.gid[i, found] < gid:  # the crossing keeps the smaller global_prim_id
+                t = hits.t[i, found]
+                gid = hits.gid[i, found]
+                key = hits.key[i, found]
+                inst = hits.inst[i, found]
+            for j in range(found, count - 1):
+                hits.t[i, j] = hits.t[i, j + 1]
+                hits.gid[i, j] = hits.gid[i, j + 1]
+                hits.key[i, j] = hits.key[i, j + 1]
+                hits.inst[i, j] = hits.inst[i, j + 1]
+            count -= 1
+    pos = count
+    while pos > 0 and (hits.t[i, pos - 1] > t or (hits.t[i, pos - 1] == t and hits.gid[i, pos - 1] > gid)):
+        pos -= 1
+    if pos >= cap:
+        return count
+    last = wp.min(count, cap - 1)
+    j = last
+    while j > pos:
+        hits.t[i, j] = hits.t[i, j - 1]
+        hits.gid[i, j] = hits.gid[i, j - 1]
+        hits.key[i, j] = hits.key[i, j - 1]
+        hits.inst[i, j] = hits.inst[i, j - 1]
+        j -= 1
+    hits.t[i, pos] = t
+    hits.gid[i, pos] = wp.int32(gid)
+    hits.key[i, pos] = wp.int32(key)
+    hits.inst[i, pos] = wp.int32(inst)
+    return wp.min(count + 1, cap)
+
+
+@wp.func
+def after(t: float, gid: int, lo_t: float, lo_gid: int) -> bool:
+    """``(t, gid) > (lo_t, lo_gid)`` in lexicographic order (the start of a counting round)."""
+    return t > lo_t or (t == lo_t and gid > lo_gid)

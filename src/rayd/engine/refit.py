@@ -1,0 +1,238 @@
+"""Refit without Warp's separate passes: the scene magnitude by a reduction, then one fused
+bottom-up kernel (issue 18, "Refit").
+
+:func:`magnitude` computes the largest absolute coordinate of the points in two short
+passes (each thread folds a strided run of points, then 256 partial maxima are folded
+into one), not by an ``atomic_max`` of every point on one address.
+
+:class:`FusedRefit` refits a ``TriangleScene`` whose ``wp.Bvh`` came from Warp's host
+builder with one triangle per leaf (``2 F - 1`` nodes, parents recorded by Warp):
+one thread per leaf computes its padded triangle box (and the
+triangle's box in ``lowers``/``uppers``, and the leaf-ordered corners of
+``pair_nodes.PairNodes.tris``), then climbs with one atomic counter per node; the
+second child to arrive writes the parent's box into Warp's node arrays (which other
+queries read) and both children's boxes into the parent's pair node (Karras 2012,
+sec. 4's bottom-up pass; Warp's own refit does the same on Warp's nodes alone).
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.bvh_nodes import BvhNodes
+
+wp.set_module_options({"enable_backward": False})
+
+#: Threads of the first magnitude pass (at most) and partial maxima of the second.
+_MAG_THREADS = 65536
+_MAG_PARTIALS = wp.constant(256)
+
+#: Box padding as in ``triangles.BOX_PADDING`` (a fraction of the magnitude).
+BOX_PADDING = wp.constant(1.0e-5)
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    __threadfence();
+#endif
+""")
+def _fence():
+    """Make this thread's writes visible to the whole device before the counter it then bumps."""
+    ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    float x, y, z, w;
+    asm volatile("ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%4];" : "=f"(x), "=f"(y), "=f"(z), "=f"(w)
+                 : "l"(wp::address(arr, i)) : "memory");
+    return wp::vec4(x, y, z, w);
+#else
+    return wp::load(wp::address(arr, i));
+#endif
+""")
+def _load_l2(arr: wp.array(dtype=wp.vec4), i: int) -> wp.vec4:
+    """``arr[i]`` read from L2 (PTX ``ld.global.cg``, not a possibly stale L1 line): another block may just
+    have written it. (Warp's JIT runtime has no ``__ldcg``, so the PTX is written out.)"""
+    ...
+
+
+@wp.kernel
+def _magnitude_partial_kernel(points: wp.array(dtype=wp.vec3), threads: int, partial: wp.array(dtype=float)):
+    i = wp.tid()
+    m = float(0.0)
+    for k in range(i, points.shape[0], threads):
+        p = points[k]
+        m = wp.max(m, wp.max(wp.max(wp.abs(p[0]), wp.abs(p[1])), wp.abs(p[2])))
+    wp.atomic_max(partial, i % _MAG_PARTIALS, m)
+
+
+@wp.kernel
+def _magnitude_final_kernel(partial: wp.array(dtype=float), out: wp.array(dtype=float)):
+    wp.atomic_max(out, 0, partial[wp.tid()])
+
+
+def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None) -> None:
+    """``out[0] = max |coordinate|`` over ``points`` (``partial``: float32 scratch of 256)."""
+    device = points.device
+    threads = max(1, min(_MAG_THREADS, points.shape[0]))
+    partial.zero_()
+    out.zero_()
+    wp.launch(_magnitude_partial_kernel, threads, [points, threads], [partial], device=device, stream=stream)
+    wp.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial], [out], device=device, stream=stream)
+
+
+@wp.func
+def _write_box(node_f: wp.array(dtype=float), n: int, lo: wp.vec3, hi: wp.vec3, half: int):
+    """Store ``lo`` (half 0: Warp's lower half) or ``hi`` into node ``n``'s xyz, keeping its index word."""
+    base = 4 * n
+    v = wp.where(half == 0, lo, hi)
+    node_f[base] = v[0]
+    node_f[base + 1] = v[1]
+    node_f[base + 2] = v[2]
+
+
+@wp.kernel
+def _fused_refit_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    lowers: wp.array(dtype=wp.vec4),
+    uppers: wp.array(dtype=wp.vec4),
+    lower_f: wp.array(dtype=float),
+    upper_f: wp.array(dtype=float),
+    lower_index: wp.array(dtype=wp.vec4i),
+    upper_index: wp.array(dtype=wp.vec4i),
+    parents: wp.array(dtype=wp.int32),
+    leaf_nodes: wp.array(dtype=wp.int32),
+    primitives: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    number: wp.array(dtype=wp.int32),
+    item_lowers: wp.array(dtype=wp.vec3),
+    item_uppers: wp.array(dtype=wp.vec3),
+    tris: wp.array(dtype=wp.vec4),
+    boxes: wp.array(dtype=wp.vec4),
+):
+    n = leaf_nodes[wp.tid()]  # one triangle per leaf (Warp's host builder, leaf size 1)
+    slot = lower_index[n][3] & 0x7FFFFFFF
+    f = primitives[slot]
+    row = 3 * (face_base + f)
+    a = points[indices[row]]
+    b = points[indices[row + 1]]
+    c = points[indices[row + 2]]
+    tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
+    tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
+    tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    grow = wp.vec3(pad, pad, pad)
+    lo = wp.min(wp.min(a, b), c) - grow
+    hi = wp.max(wp.max(a, b), c) + grow
+    item_lowers[f] = lo
+    item_uppers[f] = hi
+    _write_box(lower_f, n, lo, hi, 0)
+    _write_box(upper_f, n, lo, hi, 1)
+    node = n
+    parent = parents[n]
+    while parent >= 0:
+        _fence()
+        if wp.atomic_add(counters, parent, 1) == 0:
+            return  # the sibling's thread finishes the parent
+        _fence()  # and reads what the sibling wrote before its own fence and increment
+        left = lower_index[parent][3]
+        right = upper_index[parent][3] & 0x7FFFFFFF
+        la = _load_l2(lowers, left)
+        lb = _load_l2(uppers, left)
+        ra = _load_l2(lowers, right)
+        rb = _load_l2(uppers, right)
+        k = number[parent]
+        boxes[4 * k] = wp.vec4(la[0], la[1], la[2], lb[0])
+        boxes[4 * k + 1] = wp.vec4(lb[1], lb[2], ra[0], ra[1])
+        boxes[4 * k + 2] = wp.vec4(ra[2], rb[0], rb[1], rb[2])
+        plo = wp.min(wp.vec3(la[0], la[1], la[2]), wp.vec3(ra[0], ra[1], ra[2]))
+        phi = wp.max(wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(rb[0], rb[1], rb[2]))
+        _write_box(lower_f, parent, plo, phi, 0)
+        _write_box(upper_f, parent, plo, phi, 1)
+        node = parent
+        parent = parents[node]
+
+
+@wp.kernel
+def _layout_check_kernel(lower_index: wp.array(dtype=wp.vec4i), upper_index: wp.array(dtype=wp.vec4i), f: int,
+                         bad: wp.array(dtype=wp.int32)):
+    n = wp.tid()
+    low = lower_index[n][3]
+    ok = True
+    if low < 0:
+        ok = (upper_index[n][3] & 0x7FFFFFFF) - (low & 0x7FFFFFFF) == 1
+        wp.atomic_add(bad, 1, 1)
+    else:
+        ok = low < lower_index.shape[0] and (upper_index[n][3] & 0x7FFFFFFF) < lower_index.shape[0]
+    if not ok:
+        wp.atomic_add(bad, 0, 1)
+
+
+@wp.kernel
+def _leaf_flags_kernel(lower_index: wp.array(dtype=wp.vec4i), flags: wp.array(dtype=wp.int32)):
+    n = wp.tid()
+    flags[n] = wp.where(lower_index[n][3] < 0, 1, 0)
+
+
+@wp.kernel
+def _leaf_list_kernel(lower_index: wp.array(dtype=wp.vec4i), position: wp.array(dtype=wp.int32),
+                      leaf_nodes: wp.array(dtype=wp.int32)):
+    n = wp.tid()
+    if lower_index[n][3] < 0:
+        leaf_nodes[position[n]] = n
+
+
+class FusedRefit:
+    """The fused refit of one ``TriangleScene`` with pair nodes (see the module docstring).
+
+    Use :meth:`applies` first: it needs Warp's host-built layout with one triangle per leaf.
+    """
+
+    def __init__(self, bvh: wp.Bvh, nodes: BvhNodes, num_triangles: int) -> None:
+        device = nodes.lowers.device
+        count = nodes.lowers.shape[0]
+        words = wp.array(ptr=bvh.id, dtype=wp.uint64, shape=(6,), device=device).numpy()
+        self.parents = wp.array(ptr=int(words[2]), dtype=wp.int32, shape=(count,), device=device)
+        self.lower_f = wp.array(ptr=nodes.lowers.ptr, dtype=float, shape=(4 * count,), device=device)
+        self.upper_f = wp.array(ptr=nodes.uppers.ptr, dtype=float, shape=(4 * count,), device=device)
+        self.counters = wp.zeros(count, dtype=wp.int32, device=device)
+        self.num_triangles = num_triangles
+        flags = wp.empty(count, dtype=wp.int32, device=device)
+        position = wp.empty(count, dtype=wp.int32, device=device)
+        wp.launch(_leaf_flags_kernel, count, [nodes.lower_index], [flags], device=device)
+        wp.utils.array_scan(flags, position, inclusive=False)
+        self.leaf_nodes = wp.empty(num_triangles, dtype=wp.int32, device=device)
+        wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
+
+    @staticmethod
+    def applies(bvh: wp.Bvh, nodes: BvhNodes, num_triangles: int) -> bool:
+        """True for a tree of ``2 F - 1`` nodes (no unused slots), ``F`` leaves of one slot each
+        (checked on the device; one small read)."""
+        device = nodes.lowers.device
+        counts = wp.array(ptr=bvh.id + 40, dtype=wp.int32, shape=(4,), device=device).numpy()
+        max_nodes, num_nodes = int(counts[1]), int(counts[2])
+        f = num_triangles
+        if not (max_nodes == num_nodes == 2 * f - 1 and nodes.lowers.shape[0] == max_nodes):
+            return False
+        bad = wp.zeros(2, dtype=wp.int32, device=device)
+        wp.launch(_layout_check_kernel, max_nodes, [nodes.lower_index, nodes.upper_index, f], [bad], device=device)
+        bad = bad.numpy()
+        return int(bad[0]) == 0 and int(bad[1]) == f
+
+    def run(self, tri, stream: wp.Stream | None) -> None:
+        """Refit ``tri`` (its magnitude already measured) in one launch over its leaves."""
+        n, p = tri.nodes, tri.pairs
+        self.counters.zero_()
+        wp.launch(
+            _fused_refit_kernel,
+            self.num_triangles,
+            [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, self.lower_f, self.upper_f,
+             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, p.number],
+            [tri.lowers, tri.uppers, p.tris, p.boxes],
+            device=tri.device,
+            stream=stream,
+        )

@@ -1,0 +1,209 @@
+"""Specular reflection chains in one launch: B closest-hit searches per ray, chained in the kernel.
+
+:func:`trace_chain` runs, per ray, up to ``B`` closest-hit searches of the scene
+(:func:`rayd.engine.traversal.trace`, or :mod:`rayd.engine.pair_walk` in the pair layout: the walks of ``search``), each
+from the previous hit: after a hit at ``p_b`` on a face with unit geometric normal
+``g_b`` (world space), the next segment starts at ``p_b`` with direction
+``d_{b+1} = d_b - 2 (d_b . g_b) g_b``, ``tmin = 0``, ``tmax = inf``, skipping the face it
+leaves; the first segment is the ray as given (its ``tmin``, ``tmax``, ``ignore``).
+The chain stops at the first miss. No host work between bounces, one launch per
+chain (DESIGN.md, "Reflections and specular paths").
+
+The kernel computes each hit's ``t`` with :func:`~rayd.engine.watertight.confirmed_t`
+from the same float32 ray and corners as the search ranked it by (so ``t > tmin``
+holds for the value it reports), the hit point and the reflected direction in float64
+from the float32 snapshot of the geometry (instances: the face's object-space normal
+taken to world space by the inverse-transpose of the placement, in float64). The next
+segment's origin and direction are those float64 values rounded to float32, as a
+frontend would hand over its own ``p`` and ``d_out``. The frontends re-evaluate every
+slot differentiably for the fixed winners.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import warp as wp
+
+from rayd.engine.accel import SceneAccel
+from rayd.engine.rays import RayBatch
+from rayd.engine.runtime import launch_rows
+from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
+from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
+from rayd.engine.watertight import INF, confirmed_t
+
+wp.set_module_options({"enable_backward": False})
+
+#: The largest chain length a launch accepts (DESIGN.md: ``1 <= max_bounces <= 16``).
+MAX_BOUNCES = 16
+
+
+@wp.struct
+class ShapeLookup:
+    """Where each shape's faces live: the face of a ``global_prim_id``, by binary search over shapes."""
+
+    count: int
+    first_global: wp.array(dtype=wp.int32)  # first global_prim_id per shape (ascending)
+    flat_row: wp.array(dtype=wp.int32)  # flat face index of the shape's first face; -1 for an instance
+    instance: wp.array(dtype=wp.int32)  # instance index (SceneView.inst_*); -1 for a mesh
+
+
+def shape_lookup(device: wp.context.Device, first_global: np.ndarray, flat_row: np.ndarray,
+                 instance: np.ndarray) -> ShapeLookup:
+    """A :class:`ShapeLookup` from per-shape host arrays (built once per ``build()``).
+
+    Args:
+        device: the scene's Warp device.
+        first_global: (S,) first ``global_prim_id`` of each shape, ascending.
+        flat_row: (S,) row of the shape's first face among the flat BVH's faces (-1: instance).
+        instance: (S,) index of the shape among the instances of the top level (-1: mesh).
+    """
+    out = ShapeLookup()
+    out.count = int(len(first_global))
+    out.first_global = wp.array(np.asarray(first_global, dtype=np.int32), dtype=wp.int32, device=device)
+    out.flat_row = wp.array(np.asarray(flat_row, dtype=np.int32), dtype=wp.int32, device=device)
+    out.instance = wp.array(np.asarray(instance, dtype=np.int32), dtype=wp.int32, device=device)
+    return out
+
+
+@wp.func
+def _shape_of(shapes: ShapeLookup, g: int) -> int:
+    """The last shape whose first ``global_prim_id`` is ``<= g`` (empty shapes are skipped)."""
+    lo = int(0)
+    hi = shapes.count - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if shapes.first_global[mid] <= g:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+@wp.func
+def _d64(v: wp.vec3) -> wp.vec3d:
+    return wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
+
+
+def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
+    """The chain kernel over ``trace_fn`` (one variant per combination of scene parts, as ``search``)."""
+
+    @wp.kernel(enable_backward=False, module="unique")
+    def _reflect_chain_kernel(
+        scene: SceneView,
+        shapes: ShapeLookup,
+        o: wp.array(dtype=wp.vec3),
+        o_stride: int,
+        d: wp.array(dtype=wp.vec3),
+        d_stride: int,
+        tmin: wp.array(dtype=float),
+        tmin_stride: int,
+        tmax: wp.array(dtype=float),
+        tmax_stride: int,
+        active: wp.array(dtype=wp.uint8),
+        active_stride: int,
+        ignore: wp.array(dtype=wp.int32),
+        ignore_stride: int,
+        bounces: int,
+        ids: wp.array3d(dtype=wp.int32),
+        t_out: wp.array2d(dtype=float),
+    ):
+        i = wp.tid()
+        for b in range(bounces):
+            ids[i, b, 0] = -1
+            ids[i, b, 1] = -1
+            ids[i, b, 2] = -1
+            t_out[i, b] = INF
+        if active[i * active_stride] == wp.uint8(0):
+            return
+        oi = o[i * o_stride]
+        di = d[i * d_stride]
+        t0 = tmin[i * tmin_stride]
+        t1 = tmax[i * tmax_stride]
+        if not ray_is_wellformed(oi, di, t0, t1):
+            return
+        skip = ignore[i * ignore_stride]
+        direction = _d64(di)  # the chain's direction in float64 (rounded for each search)
+        zero = wp.float64(0.0)
+        for b in range(bounces):
+            g = trace_fn(scene, oi, di, t0, t1, skip, 0)
+            if g < 0:
+                break
+            s = _shape_of(shapes, g)
+            local = g - shapes.first_global[s]
+            inst = shapes.instance[s]
+            o64 = _d64(oi)
+            d64 = _d64(di)
+            t = float(INF)
+            normal = wp.vec3d(zero, zero, zero)
+            if inst < 0:
+                f = shapes.flat_row[s] + local
+                a = scene.flat_points[scene.flat_indices[3 * f]]
+                bb = scene.flat_points[scene.flat_indices[3 * f + 1]]
+                c = scene.flat_points[scene.flat_indices[3 * f + 2]]
+                t = confirmed_t(o64, d64, a, bb, c)
+                normal = wp.cross(_d64(bb) - _d64(a), _d64(c) - _d64(a))
+                ids[i, b, 1] = scene.flat_shape[f]
+            else:
+                m = scene.inst_to_object[inst]
+                row = 3 * (scene.inst_face_base[inst] + local)
+                a = scene.blas_points[scene.blas_indices[row]]
+                bb = scene.blas_points[scene.blas_indices[row + 1]]
+                c = scene.blas_points[scene.blas_indices[row + 2]]
+                t = confirmed_t(wp.transform_point(m, o64), wp.transform_vector(m, d64), a, bb, c)
+                # Normals go to world space by the inverse transpose of the placement.
+                normal = wp.transform_vector(wp.transpose(m), wp.cross(_d64(bb) - _d64(a), _d64(c) - _d64(a)))
+                ids[i, b, 1] = scene.inst_shape[inst]
+            ids[i, b, 0] = g
+            ids[i, b, 2] = local
+            t_out[i, b] = t
+            length = wp.length(normal)
+            if not (length > zero) or not wp.isfinite(t):  # never for a winner of the search
+                break
+            normal = normal / length
+            p = o64 + wp.float64(t) * d64
+            direction = direction - wp.float64(2.0) * wp.dot(direction, normal) * normal
+            oi = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
+            di = wp.vec3(float(direction[0]), float(direction[1]), float(direction[2]))
+            t0 = 0.0
+            t1 = INF
+            skip = g
+
+    return _reflect_chain_kernel
+
+
+_CHAIN_KERNELS = {"flat": _chain_kernel(trace_flat), "instances": _chain_kernel(trace_instances),
+                  "both": _chain_kernel(trace),
+                  # the same walks as the closest-hit search in rayd's child-pair node layout
+                  "flat_pair": _chain_kernel(trace_flat_pair), "instances_pair": _chain_kernel(trace_instances_pair),
+                  "both_pair": _chain_kernel(trace_pair)}
+
+
+def trace_chain(
+    accel: SceneAccel,
+    shapes: ShapeLookup,
+    rays: RayBatch,
+    ids: wp.array,
+    t: wp.array,
+    stream: wp.Stream | None = None,
+) -> None:
+    """The specular chain of every ray in one launch (see the module docstring).
+
+    Args:
+        accel: the scene's acceleration structures (search frame: centre-relative).
+        shapes: the scene's :class:`ShapeLookup`.
+        rays: the ray batch of segment 0 (arrays of length N, or 1 to broadcast).
+        ids: int32 ``wp.array3d`` (N, B, 3) output: per slot ``global_prim_id``,
+            ``shape_id``, ``prim_id`` (-1 in empty slots); ``B = max_bounces`` in ``[1, 16]``.
+        t: float32 ``wp.array2d`` (N, B), the ray parameter of each segment's hit
+            (``+inf`` empty), in units of that segment's direction.
+        stream: the CUDA stream to launch on (``None`` on the CPU).
+
+    Inactive or malformed rays (NaN/inf, zero direction, ``tmax <= tmin``) get empty chains.
+    """
+    n, bounces = t.shape
+    if not 1 <= bounces <= MAX_BOUNCES:
+        raise ValueError(f"rayd.engine.trace_chain(): B must be in [1, {MAX_BOUNCES}], got {bounces}")
+    if n == 0:
+        return
+    launch_rows(_CHAIN_KERNELS[accel.search_walk], n, [accel.view, shapes, *rays.launch_args(n), bounces],
+                [ids, t], accel.device, stream)

@@ -1,0 +1,157 @@
+"""All hits along a ray for :class:`rayd.torch.Scene`: ``intersect_all`` and ``count_intersections``.
+
+The engine (:mod:`rayd.engine.all_hits`) lists each ray's first ``K`` crossings, sorted,
+with hits of a shared edge or vertex merged into one; every listed hit is then evaluated
+for its fixed face exactly as ``intersect`` evaluates its winner (the fused Warp kernel or
+``_geometry.gather`` + ``_intersect.evaluate`` on the flattened ``N K`` hits), so the fields
+and their gradients are those of ``intersect``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rayd.engine import all_hits as engine_all_hits
+from rayd.flags import RayFlags, check_flags, unrequested
+from rayd.torch import _interval, _intersect_fused, _ops, _trace
+from rayd.torch._geometry import gather, ids
+from rayd.torch._intersect import evaluate
+from rayd.torch.intersection import Intersection
+
+#: Largest ``max_hits`` of ``intersect_all``.
+MAX_HITS = engine_all_hits.MAX_HITS
+
+
+def check_max_hits(call: str, value: object) -> int:
+    """``max_hits`` as an int in ``[1, MAX_HITS]``: ``TypeError`` / ``ValueError`` otherwise."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {type(value).__name__}")
+    if not 1 <= value <= MAX_HITS:
+        raise ValueError(f"{call}: 'max_hits' must be an int in [1, {MAX_HITS}], got {value}")
+    return int(value)
+
+
+def _bound_rows(bound: float | torch.Tensor) -> float | torch.Tensor:
+    """A per-ray bound made to broadcast against ``[..., K]`` (a trailing axis of 1)."""
+    if isinstance(bound, torch.Tensor) and bound.numel() != 1:
+        return bound.unsqueeze(-1)
+    return bound
+
+
+class AllHitsQueries:
+    """Mixin of :class:`rayd.torch.Scene`: ``intersect_all`` and ``count_intersections``."""
+
+    def intersect_all(self, ray, max_hits: int, active: torch.Tensor | None = None, flags: RayFlags = RayFlags.All,
+                      *, ignore: torch.Tensor | int | None = None) -> Intersection:
+        """The first ``max_hits`` hits of each ray in increasing ``t``, differentiable for the fixed faces.
+
+        A ray through a shared edge or vertex of a mesh hits every face around it at the
+        same ``t``; those hits are one crossing, reported once (on the face with the
+        smaller ``global_prim_id``). Concretely, two hits are one crossing when their
+        faces belong to the same shape and share a vertex index, and
+        ``|t_a - t_b| <= 1e-5 (|t| + M / |d|)`` with ``M`` the scene's largest absolute
+        coordinate (``rayd.engine.all_hits.MERGE_TOLERANCE``). A ray grazing a silhouette
+        edge (touching its two faces) is one crossing by the same rule. Faces that share
+        no vertex index (an unwelded soup, separate meshes, coincident duplicates) count
+        separately.
+
+        Args:
+            ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3), float32 or float64,
+                on the scene's device; hits count for ``tmin < t < tmax``.
+            max_hits: ``K``, an int in ``[1, 64]``.
+            active: optional bool tensor broadcastable to ``...``; inactive rays have no hits.
+            flags: :class:`rayd.RayFlags` selecting the fields to compute (as ``intersect``).
+            ignore: optional ``global_prim_id`` per ray (int tensor broadcastable to ``...``,
+                or an int; -1 for none) whose face the ray skips.
+
+        Returns:
+            :class:`rayd.torch.Intersection` whose fields have shape ``(..., K)``
+            (``(..., K, 3)`` / ``(..., K, 2)``): slot ``k`` holds the ``k``-th crossing in
+            increasing ``t`` (ties by ``global_prim_id``), with the fields and meaning of
+            ``intersect``'s. Unused slots come last and hold misses (``t = inf``, ids -1,
+            zeros). ``is_valid()`` is ``(..., K)``.
+
+        Units:
+            ``t`` in multiples of ``|d|``; ``p`` in world units.
+
+        Gradients:
+            As :meth:`intersect`, per slot, for the fixed faces.
+
+        Raises:
+            TypeError: ``max_hits`` is not an int; and as :meth:`intersect`.
+            ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
+            RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.torch.Scene.intersect_all()"
+        k = check_max_hits(call, max_hits)
+        flags = check_flags(call, flags)
+        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
+        if n:
+            gid = _ops.all_hits(self, call, rows, n, k).reshape(n * k)
+        else:
+            gid = torch.full((0,), -1, dtype=torch.int32, device=self._device)
+        shape = torch.Size(tuple(batch) + (k,))
+        fields = self._evaluate_hits(ray, shape, gid, flags)
+        fields = _interval.enforce(fields, _bound_rows(ray.tmin), _bound_rows(ray.tmax), shape)
+        fields = _compact(fields, n, k)
+        fields = {name: v.reshape(tuple(shape) + v.shape[2:]) for name, v in fields.items()}
+        return Intersection(flags, **fields)
+
+    def count_intersections(self, ray, active: torch.Tensor | None = None, *,
+                            ignore: torch.Tensor | int | None = None) -> torch.Tensor:
+        """The number of crossings of each ray with ``tmin < t < tmax``, exact (no cap).
+
+        Hits of a shared edge or vertex count once, by the rule of :meth:`intersect_all`,
+        so a ray through a closed mesh crosses it an even number of times, wherever it
+        passes. Equals ``intersect_all(ray, K).is_valid().sum(-1)`` for any ``K`` at least
+        the count (the count itself is not capped).
+
+        Args:
+            ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.
+            active: optional bool tensor broadcastable to ``...``; inactive rays count 0.
+            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+        Returns:
+            (...) int32 tensor. Not differentiable.
+
+        Raises:
+            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+        """
+        call = "rayd.torch.Scene.count_intersections()"
+        batch, n, rows, _ = _trace.prepare(self, call, ray, active, ignore)
+        if n == 0:
+            return torch.zeros(batch, dtype=torch.int32, device=self._device)
+        return _ops.count_hits(self, call, rows, n).reshape(batch)
+
+    def _evaluate_hits(self, ray, shape: torch.Size, gid: torch.Tensor, flags: RayFlags) -> dict[str, torch.Tensor]:
+        """``intersect``'s evaluation of the fixed faces ``gid`` (N K,) for rays broadcast to ``shape`` (..., K)."""
+        state = self._state
+        rows = shape.numel()
+        meshes = [s.vertices for s in self._core.table.meshes]
+        o = ray.o.unsqueeze(-2) if ray.o.dim() > 1 else ray.o
+        d = ray.d.unsqueeze(-2) if ray.d.dim() > 1 else ray.d
+        if state.plain and not state.has_matrix() and _intersect_fused.usable([ray.o, ray.d, *meshes]):
+            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+            fields = _intersect_fused.evaluate_fused(o, d, shape, gid, vertices, state.indices)
+            fields["shape_id"], fields["prim_id"] = ids(state.table, gid)
+            fields["global_prim_id"] = gid
+            return {name: v for name, v in fields.items() if name not in unrequested(flags)}
+        dtype = self._output_dtype(ray)
+        o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
+        d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
+        return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags)
+
+
+def _compact(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch.Tensor]:
+    """Fields as (N, K, ...) with each ray's valid slots first, in their order (a hit the
+    evaluation put outside ``(tmin, tmax)`` became a miss and moves behind the hits)."""
+    out = {name: v.reshape((n, k) + v.shape[1:]) for name, v in fields.items()}
+    if n == 0 or k == 1:
+        return out
+    invalid = (out["global_prim_id"] < 0).to(torch.int8)
+    order = torch.sort(invalid, dim=1, stable=True).indices
+    result = {}
+    for name, v in out.items():
+        index = order.reshape((n, k) + (1,) * (v.dim() - 2)).expand(v.shape)
+        result[name] = torch.gather(v, 1, index)
+    return result

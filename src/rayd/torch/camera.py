@@ -1,0 +1,301 @@
+"""`Camera`: a pinhole camera that makes rays, projects points and samples visibility edges."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from rayd.core import camera as _core
+from rayd.torch import _check
+from rayd.torch.ray import Ray
+
+_CALL = "rayd.torch.Camera()"
+
+
+class Camera:
+    """A pinhole camera in the OpenCV convention.
+
+    Camera space: x right, y down, z forward (the camera looks along +z). Pixel
+    coordinates ``(x, y)`` cover ``[0, width) x [0, height)``; pixel ``(i, j)`` (column
+    ``i``, row ``j``) is the square ``[i, i+1) x [j, j+1)`` with its centre at
+    ``(i + 0.5, j + 0.5)``. A camera-space point ``(X, Y, Z)``, ``Z > 0``, lands on
+    ``(fx X / Z + cx, fy Y / Z + cy)``.
+
+    Args:
+        width, height: image size in pixels, positive ints.
+        fov_y: vertical field of view in degrees, in ``(0, 180)`` (float or 0-dim float
+            tensor); sets ``fx = fy = (height / 2) / tan(fov_y / 2)``. Give either
+            ``fov_y`` or ``fx`` / ``fy``, not both.
+        fx, fy: focal lengths in pixels (positive floats or 0-dim float tensors); one of
+            them alone sets both.
+        cx, cy: principal point in pixels (default ``width / 2``, ``height / 2``).
+        to_world: optional (4, 4) float32/float64 camera-to-world matrix acting on column
+            vectors, ``p_world = M @ [p_cam, 1]`` (as for meshes; only its top three rows
+            are read). Default: the identity (camera at the origin looking along +z).
+
+    Any of ``fov_y, fx, fy, cx, cy, to_world`` may be a tensor that requires grad;
+    :meth:`generate_rays`, :meth:`project` and the ``motion`` of :meth:`sample_edges`
+    are differentiable with respect to them. Tensors are read live at each call (they
+    are not copied).
+
+    Raises:
+        TypeError: ``width``/``height`` not ints; an intrinsic neither a number nor a
+            float tensor; ``to_world`` not a float tensor.
+        ValueError: non-positive size, ``fov_y`` together with ``fx``/``fy``, neither
+            given, ``fov_y`` outside ``(0, 180)``, a non-positive focal length, a tensor
+            intrinsic that is not 0-dim, ``to_world`` not (4, 4), or tensors on
+            different devices.
+    """
+
+    def __init__(
+        self,
+        width: int,
+        height: int,
+        *,
+        fov_y: float | torch.Tensor | None = None,
+        fx: float | torch.Tensor | None = None,
+        fy: float | torch.Tensor | None = None,
+        cx: float | torch.Tensor | None = None,
+        cy: float | torch.Tensor | None = None,
+        to_world: torch.Tensor | None = None,
+    ) -> None:
+        self.width = _size("width", width)
+        self.height = _size("height", height)
+        fov_y, fx, fy, cx, cy = (_scalar(n, v) for n, v in
+                                 (("fov_y", fov_y), ("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
+        if fov_y is not None and (fx is not None or fy is not None):
+            raise ValueError(f"{_CALL}: give either 'fov_y' or 'fx'/'fy', not both")
+        if fov_y is None and fx is None and fy is None:
+            raise ValueError(f"{_CALL}: one of 'fov_y', 'fx' or 'fy' is required")
+        if fov_y is not None:
+            if not isinstance(fov_y, torch.Tensor) and not 0.0 < fov_y < 180.0:
+                raise ValueError(f"{_CALL}: 'fov_y' must be in (0, 180) degrees, got {fov_y}")
+            fx = fy = (0.5 * self.height) / torch.tan(torch.deg2rad(fov_y) / 2) if isinstance(fov_y, torch.Tensor) \
+                else _core.fov_to_focal(fov_y, self.height)
+        fx = fy if fx is None else fx
+        fy = fx if fy is None else fy
+        for name, value in (("fx", fx), ("fy", fy)):
+            if not isinstance(value, torch.Tensor) and not value > 0:
+                raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
+        self.fov_y = fov_y
+        self.fx, self.fy = fx, fy
+        self.cx = 0.5 * self.width if cx is None else cx
+        self.cy = 0.5 * self.height if cy is None else cy
+        if to_world is not None:
+            to_world = _check.float_tensor(_CALL, "to_world", to_world)
+            if tuple(to_world.shape) != (4, 4):
+                raise ValueError(f"{_CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
+        self.to_world = to_world
+        tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
+        for name, value in tensors[1:]:
+            _check.same_device(_CALL, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
+
+    # ------------------------------------------------------------------ properties
+    def _parameters(self) -> list[tuple[str, object]]:
+        return [("fov_y", self.fov_y), ("fx", self.fx), ("fy", self.fy), ("cx", self.cx), ("cy", self.cy),
+                ("to_world", self.to_world)]
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the camera's tensors, ``None`` if all its parameters are numbers."""
+        for _, value in self._parameters():
+            if isinstance(value, torch.Tensor):
+                return value.device
+        return None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The promoted dtype of the camera's tensors (float32 if it has none)."""
+        dtype = torch.float32
+        for _, value in self._parameters():
+            if isinstance(value, torch.Tensor):
+                dtype = torch.promote_types(dtype, value.dtype)
+        return dtype
+
+    def intrinsics(self) -> tuple[float, float, float, float]:
+        """``(fx, fy, cx, cy)`` as Python floats (detached; synchronises for tensors)."""
+        return tuple(float(v.detach()) if isinstance(v, torch.Tensor) else float(v)
+                     for v in (self.fx, self.fy, self.cx, self.cy))
+
+    def _matrix(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """``(A, t)``: the linear part (3, 3) and translation (3,) of ``to_world``, or ``None``."""
+        if self.to_world is None:
+            return None
+        m = self.to_world.to(dtype)
+        return m[:3, :3], m[:3, 3]
+
+    def _check_device(self, call: str, name: str, value: torch.Tensor) -> None:
+        device = self.device
+        if device is not None:
+            _check.same_device(call, name, value, device, "the camera")
+
+    # ------------------------------------------------------------------ queries
+    def generate_rays(self, samples: torch.Tensor | None = None) -> Ray:
+        """Camera rays through pixel positions.
+
+        Args:
+            samples: (..., 2) float32/float64 pixel coordinates ``(x, y)``; default: every
+                pixel centre, shape ``(height, width, 2)`` with ``samples[j, i] = (i + 0.5,
+                j + 0.5)``, in the camera's dtype and on its device (the CPU if it has no
+                tensors).
+
+        Returns:
+            :class:`Ray` with ``o`` (..., 3) the camera centre (``to_world``'s
+            translation, expanded) and ``d`` (..., 3) unit directions, ``tmin = 0``,
+            ``tmax = inf``: ``t`` is a distance in world units. Concretely,
+            ``d = normalize(A @ ((x - cx) / fx, (y - cy) / fy, 1))`` with ``A`` the
+            linear part of ``to_world``.
+
+        Gradients:
+            ``o`` and ``d`` are differentiable with respect to ``samples``, the
+            intrinsics and ``to_world`` (promoted dtype of them all).
+
+        Raises:
+            TypeError: ``samples`` not a float tensor.
+            ValueError: its last dimension is not 2, or it is on another device than
+                the camera's tensors.
+        """
+        call = "rayd.torch.Camera.generate_rays()"
+        if samples is None:
+            device = self.device or torch.device("cpu")
+            ys = torch.arange(self.height, dtype=self.dtype, device=device) + 0.5
+            xs = torch.arange(self.width, dtype=self.dtype, device=device) + 0.5
+            gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+            samples = torch.stack((gx, gy), dim=-1)
+        else:
+            samples = _check.float_tensor(call, "samples", samples, last=2)
+            self._check_device(call, "samples", samples)
+        dtype = torch.promote_types(samples.dtype, self.dtype)
+        samples = samples.to(dtype)
+        x, y = samples.unbind(-1)
+        local = torch.stack(((x - self.cx) / self.fx, (y - self.cy) / self.fy, torch.ones_like(x)), dim=-1)
+        placed = self._matrix(dtype, samples.device)
+        if placed is None:
+            d, o = local, torch.zeros(3, dtype=dtype, device=samples.device)
+        else:
+            a, o = placed
+            d = local @ a.transpose(0, 1)
+        d = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
+        return Ray(o.expand(d.shape), d)
+
+    def project(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
+
+        Args:
+            points: (..., 3) float32/float64 world positions.
+
+        Returns:
+            ``(xy, depth)``: (..., 2) pixel coordinates and (...) camera-space ``z``.
+            Concretely, ``P = A^-1 (p - t)`` (``to_world = [A t]``) and
+            ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z``. Points behind
+            the camera (``depth < 0``) get the mirrored projection, points with
+            ``depth = 0`` non-finite ``xy``: test ``depth > 0`` where it matters.
+
+        Gradients:
+            Differentiable with respect to ``points``, the intrinsics and ``to_world``.
+
+        Raises:
+            TypeError: ``points`` not a float tensor.
+            ValueError: its last dimension is not 3, or it is on another device.
+        """
+        call = "rayd.torch.Camera.project()"
+        points = _check.float_tensor(call, "points", points, last=3)
+        self._check_device(call, "points", points)
+        dtype = torch.promote_types(points.dtype, self.dtype)
+        p = points.to(dtype)
+        placed = self._matrix(dtype, p.device)
+        if placed is not None:
+            a, t = placed
+            p = (p - t) @ torch.linalg.inv(a).transpose(0, 1)
+        return self.camera_to_pixels(p), p[..., 2]
+
+    def sample_edges(self, scene, num_samples: int, *, generator: torch.Generator | None = None):
+        """Sample the images of the scene's silhouette and boundary edges, uniformly in image length.
+
+        Args:
+            scene: a built, synced :class:`Scene` on the camera's device.
+            num_samples: N >= 0, the number of samples.
+            generator: optional ``torch.Generator`` for the N uniform numbers (drawn on
+                its device, then copied to the host).
+
+        Returns:
+            :class:`EdgeSamples` with fields of shape (N,) / (N, 2) (see there).
+            Concretely: the edges are ``scene.silhouette_edges(c)`` for the camera centre
+            ``c`` (boundary edges and edges between a face facing ``c`` and one facing
+            away), without masked edges or edges of disabled shapes; each is clipped to
+            the near plane (depth above ``1e-6`` times its far end's depth) and its image
+            to ``[0, width] x [0, height]``; the pieces are laid end to end and sample
+            ``i`` sits at length ``(i + ξ_i) L / N`` (stratified, so uniform in
+            image-space length overall: ``pdf = 1 / L``, ``weight = L / N``, ``L`` the
+            total clipped image length). ``normal`` points away from the edge's first
+            face (``EdgeTopology.faces[:, 0]``; for a silhouette edge both faces lie on
+            that side). ``visible`` is ``scene.visible(c, edge point)`` skipping that
+            face. With no edge on screen (or N = 0), empty fields.
+
+        Gradients:
+            Only ``motion`` (and ``ray_inside``, ``ray_outside`` through the camera
+            parameters) carry gradients: ``motion``'s is ``d(xy(θ) · normal)/dθ`` with
+            ``xy(θ)`` the projection of ``(1 − edge_t) a(θ) + edge_t b(θ)`` from the live
+            vertex tensors, transforms and camera parameters.
+
+        Raises:
+            TypeError: ``scene`` not a :class:`Scene`, ``num_samples`` not an int,
+                ``generator`` not a ``torch.Generator``.
+            ValueError: negative ``num_samples``, camera tensors on another device.
+            RuntimeError: the scene is not built, or has pending changes.
+
+        Host synchronisation: the discrete choices are made in float64 NumPy
+        (:mod:`rayd.core.camera`), one copy of the camera-space vertices per call.
+
+        References:
+            Li et al. 2018, "Differentiable Monte Carlo Ray Tracing through Edge
+            Sampling"; Zhang et al. 2020, "Path-Space Differentiable Rendering"
+            (:mod:`rayd.torch._edge_sampling` derives the estimator).
+        """
+        from rayd.torch._edge_sampling import sample_edges
+
+        return sample_edges(self, scene, num_samples, generator)
+
+    def camera_to_pixels(self, p: torch.Tensor) -> torch.Tensor:
+        """(..., 2) pixel coordinates of (..., 3) camera-space points (differentiable)."""
+        z = p[..., 2]
+        return torch.stack((self.fx * p[..., 0] / z + self.cx, self.fy * p[..., 1] / z + self.cy), dim=-1)
+
+    def world_to_camera(self, points: torch.Tensor) -> torch.Tensor:
+        """(..., 3) camera-space positions of world ``points`` (differentiable; no checks)."""
+        placed = self._matrix(torch.promote_types(points.dtype, self.dtype), points.device)
+        if placed is None:
+            return points.to(torch.promote_types(points.dtype, self.dtype))
+        a, t = placed
+        return (points.to(a.dtype) - t) @ torch.linalg.inv(a).transpose(0, 1)
+
+    def __repr__(self) -> str:
+        fx, fy, cx, cy = self.intrinsics()
+        return (f"rayd.torch.Camera(width={self.width}, height={self.height}, fx={fx:g}, fy={fy:g}, "
+                f"cx={cx:g}, cy={cy:g}, to_world={'set' if self.to_world is not None else 'identity'})")
+
+
+def _size(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{_CALL}: '{name}' must be an int, got {type(value).__name__}")
+    if value <= 0:
+        raise ValueError(f"{_CALL}: '{name}' must be positive, got {value}")
+    return value
+
+
+def _scalar(name: str, value: object) -> float | torch.Tensor | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise TypeError(f"{_CALL}: '{name}' must be a float or a 0-dim float tensor, got bool")
+    if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise ValueError(f"{_CALL}: '{name}' must be finite, got {value}")
+        return float(value)
+    if isinstance(value, torch.Tensor):
+        value = _check.float_tensor(_CALL, name, value)
+        if value.dim() != 0:
+            raise ValueError(f"{_CALL}: '{name}' must be a 0-dim tensor, got shape {tuple(value.shape)}")
+        return value
+    raise TypeError(f"{_CALL}: '{name}' must be a float or a 0-dim float tensor, got {type(value).__name__}")

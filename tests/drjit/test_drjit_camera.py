@@ -1,0 +1,153 @@
+"""rayd.drjit.Camera parity with rayd.torch.Camera: rays, projection, gradients, edge samples."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+dr = pytest.importorskip("drjit")
+torch = pytest.importorskip("torch")
+rd = pytest.importorskip("rayd.drjit")
+rt = pytest.importorskip("rayd.torch")
+
+from drjit_testutil import grad_rtol, rows, vec  # noqa: E402
+
+TRI = np.array([[-0.5, -0.4, 3.0], [0.6, -0.3, 3.2], [0.05, 0.5, 2.8]])
+
+
+def _pose():
+    a = np.array([0.3, -0.5, 0.8]) / np.linalg.norm([0.3, -0.5, 0.8])
+    k = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+    m = np.eye(4)
+    m[:3, :3] = np.eye(3) + math.sin(0.2) * k + (1 - math.cos(0.2)) * k @ k
+    m[:3, 3] = [0.1, -0.05, -0.2]
+    return m
+
+
+def _cameras(m, pose=True):
+    kw = dict(fx=20.0, fy=18.0, cx=7.5, cy=8.5)
+    M = _pose()
+    d = rd.Camera(16, 16, **kw, to_world=m.Matrix4f64(M) if pose else None)
+    t = rt.Camera(16, 16, **kw, to_world=torch.tensor(M) if pose else None)
+    return d, t
+
+
+def test_rays_and_projection_match_torch(m):
+    d, t = _cameras(m)
+    rng = np.random.default_rng(0)
+    xy = rng.uniform(0, 16, size=(50, 2))
+    dr_ray = d.generate_rays(vec(m.Array2f64, xy))
+    t_ray = t.generate_rays(torch.tensor(xy))
+    np.testing.assert_allclose(rows(dr_ray.d), t_ray.d.numpy(), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(rows(dr_ray.o).reshape(-1, 3)[0], t_ray.o[0].numpy(), atol=1e-12)
+    # Default: every pixel centre, lane j * width + i = torch's [j, i].
+    np.testing.assert_allclose(rows(d.generate_rays().d), t.generate_rays().d.reshape(-1, 3).numpy(), atol=1e-6)
+    p = rng.normal(size=(40, 3)) + [0, 0, 4]
+    xy_d, z_d = d.project(vec(m.Array3f64, p))
+    xy_t, z_t = t.project(torch.tensor(p))
+    np.testing.assert_allclose(rows(xy_d), xy_t.numpy(), atol=1e-10)
+    np.testing.assert_allclose(rows(z_d), z_t.numpy(), atol=1e-12)
+
+
+def test_gradients_match_torch(m):
+    M = _pose()
+    fx_d = m.Float64(20.0)
+    mat = m.Matrix4f64(M)
+    dr.enable_grad(fx_d, mat)
+    p = np.array([[0.2, -0.1, 3.0], [0.5, 0.4, 4.0]])
+    pd = vec(m.Array3f64, p)
+    dr.enable_grad(pd)
+    xy, z = rd.Camera(16, 16, fx=fx_d, to_world=mat).project(pd)
+    dr.backward(dr.sum(xy.x * 1.3 + xy.y * 0.7 + z))
+    fx_t = torch.tensor(20.0, dtype=torch.float64, requires_grad=True)
+    mt = torch.tensor(M, requires_grad=True)
+    pt = torch.tensor(p, requires_grad=True)
+    xy_t, z_t = rt.Camera(16, 16, fx=fx_t, to_world=mt).project(pt)
+    (xy_t[:, 0] * 1.3 + xy_t[:, 1] * 0.7 + z_t).sum().backward()
+    tol = grad_rtol(m)
+    np.testing.assert_allclose(rows(dr.grad(pd)), pt.grad.numpy(), rtol=tol, atol=tol)
+    np.testing.assert_allclose(float(dr.grad(fx_d)[0]), float(fx_t.grad), rtol=tol)
+    np.testing.assert_allclose(np.array(dr.grad(mat)).reshape(4, 4)[:3], mt.grad.numpy()[:3], rtol=tol, atol=tol)
+
+
+def test_edge_samples_match_torch(m):
+    v = vec(m.Array3f64, TRI)
+    dr.enable_grad(v)
+    ds = rd.Scene()
+    ds.add_mesh(rd.Mesh(v, m.Array3u(0, 1, 2)))
+    ds.build()
+    tv = torch.tensor(TRI, requires_grad=True)
+    ts = rt.Scene()
+    ts.add_mesh(rt.Mesh(tv, torch.tensor([[0, 1, 2]])))
+    ts.build()
+    dc, tc = _cameras(m, pose=False)
+    s_d = dc.sample_edges(ds, 8000, generator=np.random.default_rng(0))
+    s_t = tc.sample_edges(ts, 8000, generator=torch.Generator().manual_seed(0))
+    assert len(s_d) == 8000
+    assert float(dr.sum(s_d.weight)[0]) == pytest.approx(float(s_t.weight.sum()), rel=1e-12)
+    assert np.array(s_d.visible).all()
+    # Same edges and normals per edge (the sample positions differ: separate generators).
+    gd = np.array(s_d.global_edge_id)
+    nd = rows(s_d.normal)
+    for e in range(3):
+        want = s_t.normal[s_t.global_edge_id == e][0].numpy()
+        np.testing.assert_allclose(nd[gd == e], np.broadcast_to(want, nd[gd == e].shape), atol=1e-12)
+    assert np.array(s_d.motion).max() == 0 and np.array(s_d.motion).min() == 0
+    w = np.random.default_rng(1).random(256)
+    fi = m.Float64(dr.select(ds.intersect(s_d.ray_inside).is_valid(), 1.0, 0.0))
+    fo = m.Float64(dr.select(ds.intersect(s_d.ray_outside).is_valid(), 1.0, 0.0))
+    dr.backward(dr.sum(s_d.boundary_term(fi, fo) * m.Float64(w)))
+    term = s_t.boundary_term(ts.intersect(s_t.ray_inside).is_valid().double(),
+                             ts.intersect(s_t.ray_outside).is_valid().double())
+    (term * torch.tensor(w).reshape(16, 16)).sum().backward()
+    g_d, g_t = rows(dr.grad(v)), tv.grad.numpy()
+    assert np.abs(g_d - g_t).max() < 0.01 * np.abs(g_t).max()
+
+
+def test_split_vertex_seams_sampled_once_like_torch(m):
+    # a folded strip of two triangles whose shared edge is split (two coincident boundary
+    # edges): the seam is one interior edge, sampled once where it is a silhouette (here:
+    # both faces lie above the edge in the image)
+    v = np.array([[-0.5, -0.5, 3.0], [0.5, -0.5, 3.0], [0.0, 0.5, 3.0],
+                  [-0.5, -0.5, 3.0], [0.5, -0.5, 3.0], [0.0, 0.2, 2.0]])
+    f = np.array([[0, 1, 2], [4, 3, 5]])
+    ds = rd.Scene()
+    ds.add_mesh(rd.Mesh(vec(m.Array3f64, v), vec(m.Array3u, f)))
+    ds.build()
+    ts = rt.Scene()
+    ts.add_mesh(rt.Mesh(torch.tensor(v), torch.tensor(f)))
+    ts.build()
+    welded = rt.Scene()
+    welded.add_mesh(rt.Mesh(torch.tensor(v[[0, 1, 2, 5]]), torch.tensor([[0, 1, 2], [1, 0, 3]])))
+    welded.build()
+    dc, tc = _cameras(m, pose=False)
+    s_d = dc.sample_edges(ds, 500, generator=np.random.default_rng(0))
+    s_t = tc.sample_edges(ts, 500, generator=torch.Generator().manual_seed(0))
+    s_w = tc.sample_edges(welded, 500, generator=torch.Generator().manual_seed(0))
+    total = float(s_w.weight.sum())
+    assert float(s_t.weight.sum()) == pytest.approx(total, rel=1e-12)
+    assert float(dr.sum(s_d.weight)[0]) == pytest.approx(total, rel=1e-12)
+    ids = np.unique(np.array(s_d.global_edge_id)).tolist()
+    assert 0 in ids and 3 not in ids  # the seam is sampled once (its first copy is edge 0)
+    assert assert_no_seam_in(s_t)
+
+
+def assert_no_seam_in(samples) -> bool:
+    ids = samples.global_edge_id.unique().tolist()
+    return 0 in ids and 3 not in ids
+
+
+def test_errors(m):
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): give either 'fov_y' or 'fx'/'fy'"):
+        rd.Camera(4, 4, fov_y=30.0, fx=2.0)
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Camera\(\): 'width' must be an int"):
+        rd.Camera(4.0, 4, fx=2.0)
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): 'fx' must have width 1"):
+        rd.Camera(4, 4, fx=m.Float(1.0, 2.0))
+    cam = rd.Camera(4, 4, fx=2.0)
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\.project\(\): 'points'"):
+        cam.project(m.Array2f(1.0, 2.0))
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Camera\.sample_edges\(\): 'scene' must be a rayd.drjit.Scene"):
+        cam.sample_edges(rt.Scene(), 10)

@@ -1,0 +1,176 @@
+"""rayd.torch.Camera: pinhole rays and projection (values, round trips, gradients, errors)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+import rayd.torch as rt
+
+
+def _pose(dtype=torch.float64, device="cpu"):
+    """A camera-to-world matrix: rotation about an oblique axis, a translation."""
+    axis = torch.tensor([0.3, -0.5, 0.8], dtype=torch.float64)
+    axis = axis / axis.norm()
+    angle = 0.7
+    k = torch.tensor([[0, -axis[2], axis[1]], [axis[2], 0, -axis[0]], [-axis[1], axis[0], 0]], dtype=torch.float64)
+    r = torch.eye(3, dtype=torch.float64) + math.sin(angle) * k + (1 - math.cos(angle)) * (k @ k)
+    m = torch.eye(4, dtype=torch.float64)
+    m[:3, :3] = r
+    m[:3, 3] = torch.tensor([0.4, -1.2, 2.0])
+    return m.to(dtype=dtype, device=device)
+
+
+def test_fov_sets_focal_and_centre():
+    cam = rt.Camera(64, 48, fov_y=60.0)
+    fx, fy, cx, cy = cam.intrinsics()
+    assert fx == pytest.approx(24.0 / math.tan(math.radians(30.0)))
+    assert fy == fx and cx == 32.0 and cy == 24.0
+
+
+def test_default_rays_hand_values(device):
+    # fx = fy = 10, cx = 2, cy = 1.5; pixel (0, 0) centre (0.5, 0.5) -> dir (-0.15, -0.1, 1).
+    cam = rt.Camera(4, 3, fx=10.0, cx=2.0, cy=1.5, to_world=torch.eye(4, device=device))
+    ray = cam.generate_rays()
+    assert ray.d.shape == (3, 4, 3) and ray.o.shape == (3, 4, 3)
+    want = torch.tensor([-0.15, -0.1, 1.0])
+    torch.testing.assert_close(ray.d[0, 0].cpu(), want / want.norm())
+    # centre pixel column 2 row 1 -> (2.5, 1.5): dir (0.05, 0, 1)
+    want = torch.tensor([0.05, 0.0, 1.0])
+    torch.testing.assert_close(ray.d[1, 2].cpu(), want / want.norm())
+    torch.testing.assert_close(ray.d.norm(dim=-1).cpu(), torch.ones(3, 4))
+    assert ray.o.abs().max() == 0
+
+
+def test_opencv_axes():
+    # Identity pose: +x world is right of the centre, +y world is below it.
+    cam = rt.Camera(10, 10, fx=5.0)
+    xy, depth = cam.project(torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 2.0], [0.0, 0.0, 3.0]]))
+    torch.testing.assert_close(xy, torch.tensor([[7.5, 5.0], [5.0, 7.5], [5.0, 5.0]]))
+    torch.testing.assert_close(depth, torch.tensor([2.0, 2.0, 3.0]))
+
+
+def test_round_trip(device):
+    m = _pose(device=device)
+    cam = rt.Camera(40, 30, fx=35.0, fy=31.0, cx=19.0, cy=16.5, to_world=m)
+    gen = torch.Generator().manual_seed(0)
+    xy = (torch.rand(200, 2, generator=gen, dtype=torch.float64) * torch.tensor([40.0, 30.0])).to(device)
+    ray = cam.generate_rays(xy)
+    t = torch.rand(200, generator=gen, dtype=torch.float64).to(device) * 5 + 0.5
+    points = ray(t)
+    back, depth = cam.project(points)
+    torch.testing.assert_close(back, xy, atol=1e-10, rtol=0)
+    # Unit directions: t is a distance, so depth = t * d_cam.z
+    torch.testing.assert_close((points - m[:3, 3]).norm(dim=-1), t)
+    d_cam = ray.d @ m[:3, :3]
+    torch.testing.assert_close(depth, t * d_cam[:, 2])
+
+
+def test_project_hits_scene_point():
+    # A ray from generate_rays hits the plane z = 4 at the point that projects back to its pixel.
+    v = torch.tensor([[-10.0, -10, 4], [10, -10, 4], [0, 10, 4]], dtype=torch.float64)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]])))
+    scene.build()
+    cam = rt.Camera(16, 16, fov_y=40.0)
+    ray = cam.generate_rays()
+    hit = scene.intersect(ray)
+    xy, depth = cam.project(hit.p)
+    torch.testing.assert_close(xy, _centres(16, 16), atol=1e-5, rtol=0)
+    torch.testing.assert_close(depth, torch.full((16, 16), 4.0, dtype=torch.float64))
+
+
+def _centres(w, h):
+    gy, gx = torch.meshgrid(torch.arange(h) + 0.5, torch.arange(w) + 0.5, indexing="ij")
+    return torch.stack((gx, gy), -1).double()
+
+
+def test_gradcheck_generate_rays():
+    gen = torch.Generator().manual_seed(1)
+    xy = (torch.rand(5, 2, generator=gen, dtype=torch.float64) * 20).requires_grad_()
+    fx = torch.tensor(22.0, dtype=torch.float64, requires_grad=True)
+    fy = torch.tensor(18.0, dtype=torch.float64, requires_grad=True)
+    cx = torch.tensor(9.5, dtype=torch.float64, requires_grad=True)
+    cy = torch.tensor(10.5, dtype=torch.float64, requires_grad=True)
+    m = _pose().requires_grad_()
+
+    def f(xy, fx, fy, cx, cy, m):
+        ray = rt.Camera(20, 20, fx=fx, fy=fy, cx=cx, cy=cy, to_world=m).generate_rays(xy)
+        return ray.o, ray.d
+
+    assert torch.autograd.gradcheck(f, (xy, fx, fy, cx, cy, m))
+
+
+def test_gradcheck_project():
+    gen = torch.Generator().manual_seed(2)
+    p = (torch.rand(6, 3, generator=gen, dtype=torch.float64) + torch.tensor([0.0, -1.0, 4.0])).requires_grad_()
+    fx = torch.tensor(22.0, dtype=torch.float64, requires_grad=True)
+    cy = torch.tensor(10.5, dtype=torch.float64, requires_grad=True)
+    m = _pose().requires_grad_()
+
+    def f(p, fx, cy, m):
+        return rt.Camera(20, 20, fx=fx, cy=cy, to_world=m).project(p)
+
+    assert torch.autograd.gradcheck(f, (p, fx, cy, m))
+
+
+def test_gradcheck_fov():
+    fov = torch.tensor(50.0, dtype=torch.float64, requires_grad=True)
+    xy = torch.tensor([[1.0, 3.0], [7.0, 2.0]], dtype=torch.float64)
+    assert torch.autograd.gradcheck(lambda f: rt.Camera(8, 8, fov_y=f).generate_rays(xy).d, (fov,))
+    # d fx / d fov = -(h/2) / (2 sin^2(fov/2)) * pi/180
+    cam = rt.Camera(8, 8, fov_y=fov)
+    (g,) = torch.autograd.grad(cam.fx, fov)
+    half = math.radians(25.0)
+    assert float(g) == pytest.approx(-4.0 / (2 * math.sin(half) ** 2) * math.pi / 180)
+
+
+def test_dtype_promotion():
+    cam = rt.Camera(4, 4, fx=3.0)
+    assert cam.generate_rays().d.dtype == torch.float32
+    assert cam.generate_rays(torch.zeros(2, 2, dtype=torch.float64)).d.dtype == torch.float64
+    cam = rt.Camera(4, 4, fx=3.0, to_world=torch.eye(4, dtype=torch.float64))
+    assert cam.generate_rays().d.dtype == torch.float64
+    assert cam.project(torch.ones(3))[0].dtype == torch.float64
+
+
+@pytest.mark.parametrize("kwargs, exc, text", [
+    (dict(width=4.0, height=4, fx=1.0), TypeError, "'width' must be an int"),
+    (dict(width=4, height=0, fx=1.0), ValueError, "'height' must be positive"),
+    (dict(width=4, height=4), ValueError, "one of 'fov_y', 'fx' or 'fy' is required"),
+    (dict(width=4, height=4, fov_y=40.0, fx=2.0), ValueError, "give either 'fov_y' or 'fx'/'fy'"),
+    (dict(width=4, height=4, fov_y=180.0), ValueError, "'fov_y' must be in (0, 180)"),
+    (dict(width=4, height=4, fx=-1.0), ValueError, "'fx' must be positive"),
+    (dict(width=4, height=4, fx="1"), TypeError, "'fx' must be a float"),
+    (dict(width=4, height=4, fx=1.0, cx=torch.ones(2)), ValueError, "'cx' must be a 0-dim tensor"),
+    (dict(width=4, height=4, fx=torch.tensor(1)), TypeError, "'fx' must have dtype float32 or float64"),
+    (dict(width=4, height=4, fx=1.0, to_world=torch.eye(3)), ValueError, "'to_world' must have shape (4, 4)"),
+    (dict(width=4, height=4, fx=1.0, to_world=[[1.0]]), TypeError, "'to_world' must be a torch.Tensor"),
+    (dict(width=4, height=4, fx=float("nan")), ValueError, "'fx' must be finite"),
+])
+def test_constructor_errors(kwargs, exc, text):
+    with pytest.raises(exc, match=r"^rayd\.torch\.Camera\(\): ") as info:
+        rt.Camera(**kwargs)
+    assert text in str(info.value)
+
+
+def test_call_errors():
+    cam = rt.Camera(4, 4, fx=1.0)
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.generate_rays\(\): 'samples' must have shape \(\.\.\., 2\)"):
+        cam.generate_rays(torch.zeros(3, 3))
+    with pytest.raises(TypeError, match=r"^rayd\.torch\.Camera\.generate_rays\(\): 'samples'"):
+        cam.generate_rays(torch.zeros(3, 2, dtype=torch.int64))
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.project\(\): 'points' must have shape \(\.\.\., 3\)"):
+        cam.project(torch.zeros(3, 2))
+    with pytest.raises(TypeError, match=r"^rayd\.torch\.Camera\.project\(\): 'points' must be a torch.Tensor"):
+        cam.project([1.0, 2.0, 3.0])
+
+
+def test_device_mismatch(cuda_device):
+    cam = rt.Camera(4, 4, fx=1.0, to_world=torch.eye(4, device=cuda_device))
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.project\(\): 'points' is on cpu"):
+        cam.project(torch.zeros(3))
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'to_world' is on"):
+        rt.Camera(4, 4, fx=torch.tensor(1.0), to_world=torch.eye(4, device=cuda_device))
