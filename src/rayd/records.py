@@ -28,7 +28,9 @@ class FieldRecord:
         return None
 
     def __getattr__(self, name: str) -> Any:
-        fields = object.__getattribute__(self, "_fields")
+        if name == "_fields":  # not set yet (copy, unpickling): no recursion
+            raise AttributeError(name)
+        fields = self._fields  # a plain slot read (traceable by torch.compile)
         if name in fields:
             return fields[name]
         why = self._missing(name)

@@ -117,16 +117,15 @@ def test_is_ready_waits_for_a_pending_edge_mask(device):
     assert scene.nearest_edge(torch.tensor([0.5, -1.0, 0.0], dtype=F64, device=device)).is_valid().item()
 
 
-def test_vmap_is_a_clear_error(device):
+def test_vmap_equals_the_batch(device):
+    """torch.func.vmap over rays/points (once a clear error, now supported: tests/torch/test_vmap.py)."""
     scene, _ = _matrix_scene(device)
     d = torch.tensor([0.0, 0, -1], dtype=F64, device=device)
     o = torch.rand(4, 3, dtype=F64, device=device) * 0.3 + torch.tensor([0, 0, 1.0], dtype=F64, device=device)
     for fn in (lambda x: scene.intersect(rt.Ray(x, d)).t, lambda x: scene.shadow_test(rt.Ray(x, d)),
                lambda x: scene.nearest_edge(x).distance):
-        with pytest.raises(RuntimeError, match=r"rayd.torch.Scene.\w+\(\): torch.func.vmap over rayd queries is not "
-                                               r"supported yet"):
-            torch.func.vmap(fn)(o)
-    # the batch as a leading dimension gives what vmap would
+        assert torch.equal(torch.func.vmap(fn)(o), fn(o))
+    # the batch as a leading dimension gives what vmap gives
     assert torch.allclose(scene.intersect(rt.Ray(o, d)).t, o[:, 2])
 
 

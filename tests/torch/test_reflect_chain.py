@@ -145,9 +145,10 @@ def test_engine_chain_matches_frontend(device):
     assert (chain.num_bounces == 4).all()  # closed room: every chain is full
     ids = torch.empty((500, 4, 3), dtype=torch.int32, device=device)
     t = torch.empty((500, 4), dtype=torch.float32, device=device)
-    from rayd.torch import _convert, _trace
+    from rayd.torch import _convert, _ops, _trace
 
-    _, _, rays, _ = _trace.prepare(scene, "test", rt.Ray(o, d), None, None)
+    _, _, rows, _ = _trace.prepare(scene, "test", rt.Ray(o, d), None, None)
+    rays = _ops.ray_batch(*rows)  # the engine's view of the search rows
     engine.trace_chain(scene._core.accel, scene._core.shape_lookup, rays, _convert.scalar_view(ids),
                        _convert.scalar_view(t), _convert.current_stream(o.device))
     assert torch.equal(ids[..., 0], chain.global_prim_id)

@@ -1,6 +1,7 @@
 """``trace_reflections`` of rayd.torch: one engine launch per chain, then one differentiable pass.
 
-The engine (:func:`rayd.engine.trace_chain`) finds every slot's winner in one launch.
+The engine (:func:`rayd.engine.trace_chain`, through the ``rayd::trace_chain`` custom op)
+finds every slot's winner in one launch.
 Here all winners' world-space corners are gathered at once (``[N, B, 3, 3]``), their
 planes computed at once, then a short loop over the bounces solves ``o + t d`` against
 each slot's plane (the chain is sequential: segment ``b + 1`` starts at ``p_b``) with a
@@ -20,8 +21,7 @@ import math
 
 import torch
 
-from rayd import engine
-from rayd.torch import _convert, _interval
+from rayd.torch import _interval, _ops
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -30,20 +30,18 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * b) @ torch.ones(3, dtype=a.dtype, device=a.device)
 
 
-def chain(scene, rays: engine.RayBatch, n: int, bounces: int, origin: torch.Tensor, direction: torch.Tensor,
-          tmin, tmax, batch: torch.Size, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int, origin: torch.Tensor,
+          direction: torch.Tensor, tmin, tmax, batch: torch.Size, dtype: torch.dtype) -> dict[str, torch.Tensor]:
     """The fields of a ReflectionChain ((n, B, ...) tensors) for ``n`` flat rays.
 
     ``origin``, ``direction`` (n, 3) in ``dtype`` (differentiable); ``tmin``, ``tmax`` the
-    ray's bounds (floats or tensors broadcastable to ``batch``); ``rays`` their engine view.
+    ray's bounds (floats or tensors broadcastable to ``batch``); ``rows`` their search rows
+    (:func:`rayd.torch._trace.prepare`). The search is the ``rayd::trace_chain`` op
+    (:mod:`rayd.torch._ops`) under ``torch.compile`` and ``vmap``.
     """
     device = scene._device
     state = scene._state
-    ids = torch.empty((n, bounces, 3), dtype=torch.int32, device=device)  # global, shape, prim
-    t_search = torch.empty((n, bounces), dtype=torch.float32, device=device)
-    engine.trace_chain(scene._core.accel, scene._core.shape_lookup, rays, _convert.scalar_view(ids),
-                       _convert.scalar_view(t_search), _convert.current_stream(device))
-    del t_search
+    ids = _ops.trace_chain(scene, call, rows, n, bounces)  # (n, B, 3): global, shape, prim
     gid = ids[..., 0]
     hit = gid >= 0
     table = state.table

@@ -20,9 +20,8 @@ import math
 import torch
 
 from rayd.engine import closest_point as _engine
-from rayd.engine import winding as _winding
 from rayd.records import FieldRecord
-from rayd.torch import _convert
+from rayd.torch import _convert, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
 from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance
@@ -178,16 +177,7 @@ def closest_point(scene, points: object, active: object, max_distance: object,
     device = scene._device
     state = scene._state
     n = batch.numel()
-    winner = torch.empty(n, dtype=torch.int32, device=device)
-    if n:
-        _engine.closest_point_search(
-            scene._core.accel,
-            _convert.vec3_view(_search_rows(points, batch, state.centre)),
-            _convert.scalar_view(flag),
-            max_distance,
-            _convert.scalar_view(winner),
-            _convert.current_stream(device),
-        )
+    winner = _ops.closest_point_search(scene, call, _search_rows(points, batch, state.centre), flag, max_distance, n)
     dtype = _dtype(points, scene)
     geometry = gather(state.table, state.live(dtype), winner)
     corners = geometry.corners.to(torch.float64)
@@ -242,7 +232,7 @@ def _placed_faces(scene, device) -> torch.Tensor:
 def winding_number(scene, points: object, active: object, exact: object = False,
                    call: str = "rayd.torch.Scene.winding_number()", refine: float = 0.0,
                    value_only: bool = False) -> torch.Tensor:
-    """``Scene.winding_number``: see its docstring."""
+    """``Scene.winding_number``: see its docstring (``value_only``: the engine kernel whatever needs gradients)."""
     points, batch, flag = _prepare(scene, call, points, active)
     exact = _check_exact(call, exact)
     device = scene._device
@@ -261,13 +251,8 @@ def winding_number(scene, points: object, active: object, exact: object = False,
         on = flag.bool().expand(n) if flag.numel() == 1 else flag.bool()
         result = torch.where(on & torch.isfinite(q).all(-1), result, torch.zeros_like(result))
         return result.to(dtype).reshape(batch)
-    out = torch.empty(n, dtype=torch.float64, device=device)
-    if n:
-        _winding.winding_number(
-            core.accel, core.table.num_flat_faces, _convert.vec3_view(_search_rows(points, batch, scene._state.centre)),
-            _convert.scalar_view(flag), _convert.scalar_view(out), _convert.current_stream(device),
-            exact=exact, refine=refine,
-        )
+    out = _ops.winding_number(scene, call, _search_rows(points, batch, scene._state.centre), flag, n, exact,
+                              refine)
     return out.to(dtype).reshape(batch)
 
 

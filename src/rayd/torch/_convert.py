@@ -22,9 +22,15 @@ def primal(tensor: torch.Tensor) -> torch.Tensor:
     """The plain value of ``tensor``: functorch wrappers removed, detached from autograd.
 
     Used for the non-differentiable search, which needs real storage even when the
-    caller runs under ``torch.func.jvp`` / ``torch.func.grad``.
+    caller runs under ``torch.func.jvp`` / ``torch.func.grad``. Under ``torch.compile``
+    and for ``torch.func.vmap``-batched tensors it is ``tensor.detach()``: there the
+    search is a custom op (:mod:`rayd.torch._ops`) that receives the tensor as it is.
     """
-    if _is_wrapped is not None:
+    if torch.compiler.is_compiling():
+        return tensor.detach()
+    if _is_wrapped is not None and _is_wrapped(tensor):
+        if is_batched(tensor):
+            return tensor.detach()
         while _is_wrapped(tensor):
             tensor = _get_unwrapped(tensor)
     if tensor.is_leaf and not tensor.requires_grad:
@@ -34,6 +40,8 @@ def primal(tensor: torch.Tensor) -> torch.Tensor:
 
 def is_wrapped(tensor: torch.Tensor) -> bool:
     """True for functorch wrapper tensors (inside ``torch.func`` transforms)."""
+    if torch.compiler.is_compiling():
+        return False
     return _is_wrapped is not None and bool(_is_wrapped(tensor))
 
 
@@ -203,7 +211,9 @@ def is_batched(tensor: torch.Tensor) -> bool:
 
 
 def transforms_active() -> bool:
-    """True inside a ``torch.func`` transform (grad, jvp, vmap, jacrev, hessian, ...)."""
+    """True inside a ``torch.func`` transform (grad, jvp, vmap, jacrev, hessian, ...); False while compiling."""
+    if torch.compiler.is_compiling():
+        return False
     active = getattr(torch._C, "_are_functorch_transforms_active", None)
     return bool(active()) if active is not None else False
 
@@ -216,5 +226,7 @@ def outside_transforms():
     lazily built state) must be made here, or later transforms fail with
     ``INTERNAL ASSERT FAILED``.
     """
+    if torch.compiler.is_compiling():
+        return contextlib.nullcontext()
     disable = getattr(torch._C, "_DisableFuncTorch", None)
     return disable() if disable is not None else contextlib.nullcontext()

@@ -23,6 +23,8 @@ from rayd.torch import _convert
 from rayd.torch._geometry import HitGeometry
 
 
+_STAND_IN_VALUES = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.25, 0.25, 1.0], [0.0, 0.0, -1.0],
+                    [0.0, 0.0, 1.0]]
 _STAND_IN: dict[tuple[torch.dtype, torch.device], tuple[torch.Tensor, ...]] = {}
 
 
@@ -34,13 +36,12 @@ def _stand_in(dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, .
     later transform can use; a wrapped one would outlive its transform).
     """
     key = (dtype, device)
+    if key not in _STAND_IN and torch.compiler.is_compiling():  # constants of the graph, not cached
+        values = torch.tensor(_STAND_IN_VALUES, dtype=dtype, device=device)
+        return tuple(values.unbind(0))
     if key not in _STAND_IN:
         with _convert.outside_transforms():
-            values = torch.tensor(
-                [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.25, 0.25, 1.0], [0.0, 0.0, -1.0],
-                 [0.0, 0.0, 1.0]],
-                dtype=dtype,
-            ).to(device)
+            values = torch.tensor(_STAND_IN_VALUES, dtype=dtype).to(device)
             stand_in = tuple(values.unbind(0))
         if any(_convert.is_wrapped(x) for x in stand_in):  # pragma: no cover - torch without _DisableFuncTorch
             return stand_in

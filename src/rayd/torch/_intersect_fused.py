@@ -24,7 +24,9 @@ from rayd.torch._geometry import HitGeometry
 
 
 def usable(tensors: list[torch.Tensor]) -> bool:
-    """True if the fused path may run for these differentiable inputs."""
+    """True if the fused path may run for these differentiable inputs (never under ``torch.compile``)."""
+    if torch.compiler.is_compiling():  # the op-by-op formulas trace into the graph instead
+        return False
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
         return False
     if _convert.transforms_active():
@@ -79,6 +81,10 @@ def _differentiable_backward(needs, inputs, global_prim_id, indices, grad_output
     """Vector-Jacobian products of the op-by-op evaluation, recorded for further differentiation."""
     from rayd.torch._intersect import evaluate  # noqa: PLC0415 - keeps this module light to import
 
+    # Aliases: the partial derivatives of this evaluation alone. Without them, an input
+    # that itself depends on another (a reflection's origin is the previous hit point,
+    # a function of the vertices) would also carry that path, counted again upstream.
+    inputs = tuple(x.view_as(x) for x in inputs)
     o_rows, d_rows, vertices = inputs
     n = global_prim_id.shape[0]
     hit = global_prim_id >= 0

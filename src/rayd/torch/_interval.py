@@ -13,6 +13,8 @@ import math
 
 import torch
 
+from rayd.torch import _convert
+
 _IDS = ("prim_id", "shape_id", "global_prim_id")
 
 
@@ -21,9 +23,10 @@ def enforce(fields: dict[str, torch.Tensor], tmin: float | torch.Tensor, tmax: f
     """``fields`` ((N, ...) tensors of an Intersection) with hits outside ``(tmin, tmax)`` turned into misses."""
     t = fields["t"]
     ok = (t > _rows(tmin, batch, t)) & (t < _rows(tmax, batch, t))
-    if t.device.type == "cpu" and "global_prim_id" in fields:
+    if t.device.type == "cpu" and "global_prim_id" in fields and not _traced(t):
         # Every hit inside and every miss already a miss (t = inf): nothing to mask (on the CPU
-        # this host check costs two reductions; the masks cost one full pass per field).
+        # this host check costs two reductions; the masks cost one full pass per field). Not
+        # under torch.compile or vmap (a data-dependent branch): the masks are exact anyway.
         hit = fields["global_prim_id"] >= 0
         if torch.equal(ok, hit) and bool(torch.all(hit | (t == math.inf))):
             return fields
@@ -36,6 +39,11 @@ def enforce(fields: dict[str, torch.Tensor], tmin: float | torch.Tensor, tmax: f
         else:
             out[name] = torch.where(ok.reshape(ok.shape + (1,) * (value.dim() - 1)), value, 0)
     return out
+
+
+def _traced(t: torch.Tensor) -> bool:
+    """True under ``torch.compile`` or for a ``torch.func``-wrapped ``t`` (no host branch on its values)."""
+    return torch.compiler.is_compiling() or (_convert.transforms_active() and _convert.is_wrapped(t))
 
 
 def _rows(bound: float | torch.Tensor, batch: torch.Size, t: torch.Tensor) -> torch.Tensor | float:

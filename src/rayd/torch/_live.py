@@ -98,7 +98,14 @@ class LiveState:
 
     # ------------------------------------------------------------------ transforms
     def _refresh(self) -> None:
-        """Device copies of the host table, once per refresh of the table."""
+        """Device copies of the host table, once per refresh of the table.
+
+        Under ``torch.compile`` nothing is compared: the scene refreshed at its last
+        ``build()``/``sync()`` (:meth:`prepare`), and a guard on the generation counter
+        would recompile the graph at every ``sync()``.
+        """
+        if torch.compiler.is_compiling():
+            return
         transforms = self.core.transforms
         if self._generation != transforms.generation:
             self._generation = transforms.generation
@@ -107,6 +114,11 @@ class LiveState:
             self._normal = None
             self.any_matrix = transforms.has_any(self.core.table)
 
+    def prepare(self) -> None:
+        """Refresh the device tables now (after ``build()``/``sync()``), so that traced queries only read them."""
+        self._refresh()
+        self._groups()
+
     def has_matrix(self) -> bool:
         """True if any shape has a transform (as of the last build/sync)."""
         self._refresh()
@@ -114,7 +126,7 @@ class LiveState:
 
     def _groups(self) -> tuple[list, list]:
         """The registered matrices, grouped once per refresh: batches ``(src, rows, index)`` and single ``(row, m)``."""
-        if self._groups_generation != self._generation:
+        if not torch.compiler.is_compiling() and self._groups_generation != self._generation:
             batches, by_matrix = matrix_groups(self.core.table.shapes)
             singles = sorted(((i, src) for src, ids in by_matrix.values() for i in ids), key=lambda e: e[0])
             dev = self.device
@@ -137,7 +149,9 @@ class LiveState:
         batches, singles = self._groups()
         batches = [g for g in batches if differentiable(g[0])]
         if singles:
-            if _convert.transforms_active() or forward_ad._current_level >= 0:
+            if torch.compiler.is_compiling():  # (attrgetter is not traceable)
+                singles = [(i, m) for i, m in singles if m.requires_grad]
+            elif _convert.transforms_active() or forward_ad._current_level >= 0:
                 singles = [(i, m) for i, m in singles if differentiable(m)]
             elif any(map(_REQUIRES_GRAD, self._single_tensors)):  # one pass in C
                 singles = [(i, m) for i, m in singles if m.requires_grad]
@@ -157,6 +171,8 @@ class LiveState:
 
     def _rows(self, rows: list[int]) -> torch.Tensor:
         """A device tensor of shape ids, cached: no host-to-device copy in a query once seen."""
+        if torch.compiler.is_compiling():  # a constant of the graph; no guard on the cache
+            return torch.as_tensor(rows, device=self.device)
         key = tuple(rows)
         found = self._row_cache.get(key)
         if found is None:

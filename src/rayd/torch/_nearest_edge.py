@@ -23,18 +23,17 @@ import torch
 
 from rayd.core.checks import max_distance as check_max_distance, top_k
 from rayd.engine import nearest_edge as _search
-from rayd.torch import _check, _convert
+from rayd.torch import _check, _convert, _ops
 from rayd.torch import _nearest_edge_fused as _fused
 from rayd.torch._edge_formulas import _ids, evaluate_points, evaluate_rays
+from rayd.torch._ops import ready_edges as _ready_edges
 from rayd.torch.edges import NearestEdge, placed_vertices
-from rayd.torch._trace import refuse_vmap
 from rayd.torch.ray import Ray
 
 
 def _check_points(call: str, points: object, device: torch.device) -> torch.Tensor:
     points = _check.float_tensor(call, "points", points, last=3)
     _check.same_device(call, "points", points, device, "the scene")
-    refuse_vmap(call, points)
     return points
 
 
@@ -82,24 +81,13 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
     edges = _ready_edges(call, scene)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
-    stream = _convert.current_stream(device)
     if isinstance(query, Ray):
         ray = scene._check_ray(call, query)
         batch, flag = _check_active(call, ray.shape, "ray", active, device)
         n = batch.numel()
-        winner = torch.empty(n, dtype=torch.int32, device=device)
-        if n:
-            _search.nearest_edge_ray(
-                edges.bvh(stream),
-                _convert.vec3_view(_search_rows(ray.o, batch, edges.centre)),
-                _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
-                _convert.scalar_view(_bound(ray.tmin, batch, device)),
-                _convert.scalar_view(_bound(ray.tmax, batch, device)),
-                _convert.scalar_view(flag),
-                max_distance,
-                _convert.scalar_view(winner),
-                stream,
-            )
+        winner = _ops.edge_ray_search(scene, call, _search_rows(ray.o, batch, edges.centre),
+                                      _convert.flat_float32(ray.d, batch, 3), _bound(ray.tmin, batch, device),
+                                      _bound(ray.tmax, batch, device), flag, max_distance, n)
         dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene._shapes)
         vertices = placed_vertices(scene._shapes, dtype)
         o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
@@ -111,16 +99,7 @@ def nearest_edge(scene, query: object, active: object, max_distance: object) -> 
         points = _check_points(call, query, device)
         batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
         n = batch.numel()
-        winner = torch.empty(n, dtype=torch.int32, device=device)
-        if n:
-            _search.nearest_edge_point(
-                edges.bvh(stream),
-                _convert.vec3_view(_search_rows(points, batch, edges.centre)),
-                _convert.scalar_view(flag),
-                max_distance,
-                _convert.scalar_view(winner),
-                stream,
-            )
+        winner = _ops.edge_point_search(scene, call, _search_rows(points, batch, edges.centre), flag, max_distance, n)
         fields = _evaluate_points(scene, edges, points, batch, 1, winner)
     return NearestEdge(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
 
@@ -133,20 +112,10 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
     k = top_k(call, k, _search.MAX_K)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
-    stream = _convert.current_stream(device)
     points = _check_points(call, points, device)
     batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
     n = batch.numel()
-    winner = torch.empty((n, k), dtype=torch.int32, device=device)
-    if n:
-        _search.nearest_edges_point(
-            edges.bvh(stream),
-            _convert.vec3_view(_search_rows(points, batch, edges.centre)),
-            _convert.scalar_view(flag),
-            max_distance,
-            _convert.scalar_view(winner),
-            stream,
-        )
+    winner = _ops.edge_point_search(scene, call, _search_rows(points, batch, edges.centre), flag, max_distance, n, k)
     fields = _evaluate_points(scene, edges, points, batch, k, winner.reshape(-1))
     return NearestEdge(**{name: v.reshape(tuple(batch) + (k,) + v.shape[1:]) for name, v in fields.items()})
 
@@ -175,20 +144,6 @@ def silhouette_edges(scene, viewpoint: object) -> torch.Tensor:
     with _convert.outside_transforms():
         scene._edges.topology  # noqa: B018 - lazily built state, kept beyond this call
     return scene._edges.silhouette(vertices, _convert.primal(viewpoint).to(dtype))
-
-
-def _ready_edges(call: str, scene):
-    """The scene's edges with their lazily built state (topology, BVH) made now.
-
-    That state is made outside ``torch.func`` transforms: a first query inside one
-    would otherwise keep wrapped tensors that break every later transform.
-    """
-    edges = scene._edges
-    edges.require_synced(call)
-    with _convert.outside_transforms():
-        edges.topology  # noqa: B018 - computes the topology, the edge rows and masks
-        edges.bvh(_convert.current_stream(scene._device))
-    return edges
 
 
 def _interval(value: float | torch.Tensor, batch: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

@@ -23,7 +23,9 @@ from rayd.torch._edge_formulas import point_fields
 
 
 def usable(shapes: list, points: torch.Tensor) -> bool:
-    """True if the fused path may run for these points and scene shapes."""
+    """True if the fused path may run for these points and scene shapes (never under ``torch.compile``)."""
+    if torch.compiler.is_compiling():
+        return False
     if torch.are_deterministic_algorithms_enabled() or forward_ad._current_level >= 0:
         return False
     if _convert.transforms_active():
@@ -82,6 +84,7 @@ class _FusedEdgeEvaluate(torch.autograd.Function):
 
 def _differentiable_backward(needs, point_rows, vertices, repeat, global_edge_id, edge_v, grad_outputs) -> tuple:
     """Vector-Jacobian products of the op-by-op evaluation, recorded for further differentiation."""
+    point_rows, vertices = point_rows.view_as(point_rows), vertices.view_as(vertices)  # partials only (see intersect)
     n = global_edge_id.shape[0]
     if point_rows.shape[0] == 1:
         p = point_rows.expand(n, 3)

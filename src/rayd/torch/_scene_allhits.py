@@ -15,7 +15,7 @@ from rayd.core.checks import int_in_range
 from rayd.engine import all_hits as engine_all_hits
 from rayd.engine.all_hits import MAX_HITS  # largest ``max_hits`` of ``intersect_all``
 from rayd.flags import RayFlags, check_flags, unrequested
-from rayd.torch import _convert, _interval, _intersect_fused, _trace
+from rayd.torch import _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch.intersection import Intersection
@@ -76,13 +76,11 @@ class AllHitsQueries:
         call = "rayd.torch.Scene.intersect_all()"
         k = int_in_range(call, "max_hits", max_hits, MAX_HITS)
         flags = check_flags(call, flags)
-        batch, n, rays, ray = _trace.prepare(self, call, ray, active, ignore)
-        device = self._device
-        gid = torch.full((n * k,), -1, dtype=torch.int32, device=device)
+        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
         if n:
-            t32 = torch.empty(n * k, dtype=torch.float32, device=device)
-            engine_all_hits.all_hits(self._core.accel, rays, k, _convert.scalar_view(t32), _convert.scalar_view(gid),
-                                     _convert.current_stream(device))
+            gid = _ops.all_hits(self, call, rows, n, k).reshape(n * k)
+        else:
+            gid = torch.full((0,), -1, dtype=torch.int32, device=self._device)
         shape = torch.Size(tuple(batch) + (k,))
         fields = self._evaluate_hits(ray, shape, gid, flags)
         fields = _interval.enforce(fields, _bound_rows(ray.tmin), _bound_rows(ray.tmax), shape)
@@ -111,12 +109,10 @@ class AllHitsQueries:
             TypeError, ValueError, RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.torch.Scene.count_intersections()"
-        batch, n, rays, _ = _trace.prepare(self, call, ray, active, ignore)
-        out = torch.zeros(n, dtype=torch.int32, device=self._device)
-        if n:
-            engine_all_hits.count_hits(self._core.accel, rays, _convert.scalar_view(out),
-                                       _convert.current_stream(self._device))
-        return out.reshape(batch)
+        batch, n, rows, _ = _trace.prepare(self, call, ray, active, ignore)
+        if n == 0:
+            return torch.zeros(batch, dtype=torch.int32, device=self._device)
+        return _ops.count_hits(self, call, rows, n).reshape(batch)
 
     def _evaluate_hits(self, ray, shape: torch.Size, gid: torch.Tensor, flags: RayFlags) -> dict[str, torch.Tensor]:
         """``intersect``'s evaluation of the fixed faces ``gid`` (N K,) for rays broadcast to ``shape`` (..., K)."""

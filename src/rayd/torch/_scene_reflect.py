@@ -17,12 +17,13 @@ import torch
 
 import numpy as np
 
-from rayd import engine
 from rayd.core import paths
 from rayd.core.paths import check_bounces
-from rayd.torch import _chain, _check, _convert, _trace
+from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
+
+_PATHS = "rayd.torch.Scene.specular_paths()"
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -37,26 +38,21 @@ def _safe_norm(x: torch.Tensor) -> torch.Tensor:
 
 
 def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: torch.Tensor,
-           flag: torch.Tensor, skip: torch.Tensor, any_hit: bool) -> torch.Tensor:
+           flag: torch.Tensor, skip: torch.Tensor, any_hit: bool,
+           call: str = "rayd.torch.Scene.trace_reflections()") -> torch.Tensor:
     """Engine search for flat rays: ``o, d`` (N, 3), ``tmin, tmax`` (N,) float, ``flag`` (N,) bool,
     ``skip`` (N,) int ids; returns (N,) int32 winners (-1 none). Launched on the current stream."""
-    device = scene._device
     n = o.shape[0]
-    out = torch.empty(n, dtype=torch.int32, device=device)
     if n == 0:
-        return out
+        return torch.empty(n, dtype=torch.int32, device=scene._device)
     o = _convert.primal(o)
     centre = scene._state.centre
     if centre is not None:
         o = o.to(torch.float64) - centre
     f32 = [_convert.primal(x).to(torch.float32).contiguous() for x in (o, d, tmin, tmax)]
-    rays = engine.RayBatch(
-        _convert.vec3_view(f32[0]), _convert.vec3_view(f32[1]), _convert.scalar_view(f32[2]),
-        _convert.scalar_view(f32[3]), _convert.scalar_view(_convert.primal(flag).to(torch.uint8).contiguous()),
-        _convert.scalar_view(_convert.primal(skip).to(torch.int32).contiguous()),
-    )
-    engine.search(scene._core.accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
-    return out
+    return _ops.ray_search(scene, call, *f32,
+                           _convert.primal(flag).to(torch.uint8).contiguous(),
+                           _convert.primal(skip).to(torch.int32).contiguous(), n, any_hit)
 
 
 class ReflectionQueries:
@@ -93,14 +89,14 @@ class ReflectionQueries:
         """
         call = "rayd.torch.Scene.trace_reflections()"
         bounces = check_bounces(call, max_bounces)
-        batch, n, rays, ray = _trace.prepare(self, call, ray, active, ignore)
+        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
         dtype = self._output_dtype(ray)
         if n == 0:
             out = _empty_chain(bounces, dtype, self._device)
         else:
             origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-            out = _chain.chain(self, rays, n, bounces, origin, direction, ray.tmin, ray.tmax, batch, dtype)
+            out = _chain.chain(self, call, rows, n, bounces, origin, direction, ray.tmin, ray.tmax, batch, dtype)
         out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
         return ReflectionChain(**out)
 
@@ -156,7 +152,6 @@ class ReflectionQueries:
         shapes = [("source", source.shape[:-1]), ("target", target.shape[:-1]), ("prim_sequence", seq.shape[:-1])]
         for name, value in (("source", source), ("target", target), ("prim_sequence", seq)):
             _check.same_device(call, name, value, device, "the scene")
-        _trace.refuse_vmap(call, source, target, seq)
         if active is not None:
             active = _check.tensor(call, "active", active)
             if active.dtype != torch.bool:
@@ -168,14 +163,14 @@ class ReflectionQueries:
         dtype = self._output_dtype_points(source, target)
         src = source.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
         dst = target.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
-        seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces)
-        with _convert.outside_transforms(), torch.no_grad():  # one read back (the validity is decided on the host)
-            host = [None if x is None else _convert.primal(x).cpu().numpy() for x in (src, dst, seq, active)]
-        if active is not None:
-            host[3] = np.broadcast_to(host[3], batch).reshape(n)
-        ok, used, ids, _ = self._host_validity(*host, dtype)
-        ok, used = torch.from_numpy(ok).to(device), torch.from_numpy(used).to(device)
-        corners = self._corners(torch.from_numpy(ids).to(device), dtype)
+        seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces).to(torch.int64)
+        if active is None:
+            prior = torch.ones(1, dtype=torch.bool, device=device)
+        else:
+            prior = _convert.primal(active).expand(batch).reshape(n)
+        # one read back: the validity is decided on the host (rayd.core.paths), in the rayd::path_validity op
+        ok, used, ids = _ops.path_validity(self, call, src, dst, seq, prior, n, dtype)
+        corners = self._corners(ids, dtype)
         points, length = _image_method(src, dst, corners, used)
         length = torch.where(ok, length, math.inf).to(dtype)
         pts = torch.where((used & ok.unsqueeze(-1)).unsqueeze(-1), points, 0.0).to(dtype)
@@ -215,7 +210,7 @@ class ReflectionQueries:
         device = self._device
         with _convert.outside_transforms():
             t = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (o, d, tmin, tmax, flag, skip)]
-            return search(self, *t, False).cpu().numpy()
+            return search(self, *t, False, _PATHS).cpu().numpy()
 
 
 def _image_method(src: torch.Tensor, dst: torch.Tensor, corners: torch.Tensor, used: torch.Tensor):

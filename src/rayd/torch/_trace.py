@@ -1,12 +1,11 @@
-"""Ray hand-over for rayd.torch: check a query's rays, masks and ignore ids, run the engine search."""
+"""Ray hand-over for rayd.torch: check a query's rays, masks and ignore ids, run the engine search (``_ops``)."""
 
 from __future__ import annotations
 
 import numpy as np
 import torch
 
-from rayd import engine
-from rayd.torch import _check, _convert
+from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
 
 
@@ -20,15 +19,7 @@ def check_ray(call: str, ray: object, device: torch.device) -> Ray:
     if not isinstance(ray, Ray):
         raise TypeError(f"{call}: 'ray' must be a rayd.torch.Ray, got {type_name(ray)}")
     _check.same_device(call, "ray.o", ray.o, device, "the scene")
-    refuse_vmap(call, ray.o, ray.d)
     return ray
-
-
-def refuse_vmap(call: str, *tensors: object) -> None:
-    """``RuntimeError`` for inputs batched by ``torch.func.vmap`` (not supported yet): never a raw torch error."""
-    if _convert.transforms_active() and any(isinstance(t, torch.Tensor) and _convert.is_batched(t) for t in tensors):
-        raise RuntimeError(f"{call}: torch.func.vmap over rayd queries is not supported yet; pass the batch as a "
-                           f"leading dimension instead (queries broadcast over any leading shape)")
 
 
 def check_active(call: str, ray: Ray, active: object, device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
@@ -72,21 +63,20 @@ def bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device) 
 def trace(scene, call: str, ray: object, active: object, ignore: object,
           any_hit: bool) -> tuple[torch.Size, int, torch.Tensor, Ray]:
     """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners, the ray)."""
-    batch, n, rays, ray = prepare(scene, call, ray, active, ignore)
-    device = scene._device
-    out = torch.empty(n, dtype=torch.int32, device=device)
+    batch, n, rows, ray = prepare(scene, call, ray, active, ignore)
     if n == 0:
-        return batch, n, out, ray
-    engine.search(scene._core.accel, rays, _convert.scalar_view(out), any_hit, _convert.current_stream(device))
-    return batch, n, out, ray
+        return batch, n, torch.empty(n, dtype=torch.int32, device=scene._device), ray
+    return batch, n, _ops.ray_search(scene, call, *rows, n, any_hit), ray
 
 
 def prepare(scene, call: str, ray: object, active: object,
-            ignore: object) -> tuple[torch.Size, int, engine.RayBatch | None, Ray]:
-    """Validate a query's rays, mask and ignore ids; returns (batch shape, N, the engine's RayBatch, the ray).
+            ignore: object) -> tuple[torch.Size, int, tuple[torch.Tensor, ...] | None, Ray]:
+    """Validate a query's rays, mask and ignore ids; returns (batch shape, N, the ray rows, the ray).
 
-    The RayBatch (``None`` when N = 0) holds float32 search-frame views (origins minus the
-    scene's centre) of the rays, broadcast rows kept single (stride 0).
+    The rows (``None`` when N = 0) are ``(o, d, tmin, tmax, flag, skip)`` as the searches of
+    :mod:`rayd.torch._ops` take them: float32 search-frame origins (minus the scene's
+    centre), directions and bounds, uint8 active flags, int32 ignore ids; each (N, ...) or
+    a single row for all rays (a stride-0 broadcast in the engine).
     """
     scene._require_ready(call)
     device = scene._device
@@ -111,15 +101,9 @@ def prepare(scene, call: str, ray: object, active: object,
     centre = scene._state.centre
     if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
         o = _convert.primal(o).to(torch.float64) - centre
-    rays = engine.RayBatch(
-        _convert.vec3_view(_convert.flat_float32(o, batch, 3)),
-        _convert.vec3_view(_convert.flat_float32(ray.d, batch, 3)),
-        _convert.scalar_view(bound(ray.tmin, batch, device)),
-        _convert.scalar_view(bound(ray.tmax, batch, device)),
-        _convert.scalar_view(flag),
-        _convert.scalar_view(skip),
-    )
-    return batch, n, rays, ray
+    rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
+            bound(ray.tmin, batch, device), bound(ray.tmax, batch, device), flag, skip)
+    return batch, n, rows, ray
 
 
 def wellformed(ray: Ray, batch: torch.Size) -> torch.Tensor:

@@ -13,9 +13,9 @@ import torch
 from rayd.core.frontend import SceneBase
 from rayd.core.checks import ray_flags as _check_flags
 from rayd.flags import FIELD_FLAGS, RayFlags
-from rayd.torch import _check, _convert, _interval, _intersect_fused, _trace
+from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
-from rayd.torch._intersect import evaluate
+from rayd.torch._intersect import _stand_in as stand_in, evaluate
 from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch._scene_surface import SurfaceQueries
@@ -109,9 +109,26 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
     def _after_build(self) -> None:
         self._state = LiveState(self._core, self._device)
         self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces, self._state.centre)
+        _ops.register(self)  # the key by which compiled graphs and vmap reach this scene
+        self._state.prepare()  # device tables of the transforms made now, not in a traced query
+        for dtype in (torch.float32, torch.float64):  # cached constants: the same graph before and after
+            stand_in(dtype, self._device)
 
     def _after_sync(self, todo: set[int]) -> None:
         self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
+        self._state.prepare()
+
+    def _require_ready(self, call: str) -> None:
+        """The lifecycle check of a query (SceneBase's), deferred to run time under ``torch.compile``.
+
+        Reading version counters would break a compiled graph: while tracing only the
+        structural check runs, and the search op repeats the full check each time the
+        graph runs (:mod:`rayd.torch._ops`), raising the same ``RuntimeError``.
+        """
+        if torch.compiler.is_compiling():
+            self._table.require_built(call)
+            return
+        super()._require_ready(call)
 
     # ------------------------------------------------------------------ queries
     def intersect(
@@ -241,6 +258,30 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
         if active is not None:
             result = result & _convert.primal(active).expand(batch)
         return result
+
+    # ------------------------------------------------------------------ copies
+    def __deepcopy__(self, memo: dict) -> "Scene":
+        """``copy.deepcopy(scene)``: an independent scene with deep copies of the registered tensors.
+
+        The shapes are added again in order (same ids, ``dynamic`` flags, instances,
+        transforms — a batch given to ``set_mesh_transform`` stays one batch — enable
+        flags and the edge mask), each from a deep copy of the tensors the original
+        holds now: the vertex tensor last registered, faces, normals, uv, matrices.
+        Tensors copied in the same ``deepcopy`` call are shared (``copy.deepcopy((scene,
+        v))`` gives a scene whose mesh holds the copied ``v``); a non-leaf tensor is
+        copied as its detached value. A built original gives a built, synced copy
+        (new BVHs, so updates pending in the original are applied in the copy); an
+        unbuilt one gives an unbuilt copy. Gradients never flow between the two.
+        """
+        return _copy.deepcopy_scene(self, memo)
+
+    def __copy__(self):
+        raise TypeError("copy.copy(rayd.torch.Scene): a shallow copy would share the BVHs and the change "
+                        "tracking of the original; use copy.deepcopy(scene) for an independent scene")
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError("pickle.dumps(rayd.torch.Scene): a scene holds device acceleration structures and cannot "
+                        "be pickled; save the meshes' tensors and rebuild (copy.deepcopy(scene) copies in-process)")
 
     # ------------------------------------------------------------------ internals
     def _output_dtype(self, ray: Ray) -> torch.dtype:
