@@ -42,7 +42,8 @@ def check_flags(call: str, flags: object) -> RayFlags:
         raise TypeError(f"{call}: 'flags' must be a rayd.RayFlags, got {type(flags).__name__}")
     if flags & ~int(RayFlags.All):
         raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
-    return RayFlags(flags)
+    # no new RayFlags when it already is one: TorchDynamo 2.11 cannot trace an IntFlag's construction
+    return flags if isinstance(flags, RayFlags) else RayFlags(flags)
 
 
 def unrequested(flags: RayFlags) -> set[str]:

@@ -309,4 +309,7 @@ def test_edge_queries_need_the_edge_state_before_tracing(device):
         cfn()
     scene.edge_topology()
     cfn, counter = compiled(lambda: scene.nearest_edge(pts).distance)
-    assert torch.equal(cfn(), scene.nearest_edge(pts).distance) and counter.frame_count == 1
+    # compiled graphs use the op-by-op formulas, eager the fused kernel: equal to float32
+    # rounding (bitwise on the CPU; on CUDA the two contract FMAs differently)
+    torch.testing.assert_close(cfn(), scene.nearest_edge(pts).distance, rtol=2e-6, atol=1e-7)
+    assert counter.frame_count == 1

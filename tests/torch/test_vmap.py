@@ -64,7 +64,11 @@ def test_vmap_equals_a_loop(device, name):
     got = torch.func.vmap(lambda x: fn(scene, o, x))(xs)
     want = torch.stack([fn(scene, o, x) for x in xs])
     assert got.shape == want.shape
-    assert torch.equal(got, want)
+    if got.device.type == "cpu":
+        assert torch.equal(got, want)
+    else:  # CUDA's batched kernels (matmul-based dots) may round the last bit differently
+        tol = 1e-12 if got.dtype == torch.float64 else 2e-6
+        torch.testing.assert_close(got, want, rtol=tol, atol=tol)
 
 
 def test_vmap_of_a_batch_and_nested_vmap(device):

@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 
-from rayd.flags import RayFlags
+from rayd.flags import RayFlags, check_flags
 
 
 def integer(value: object) -> int | None:
@@ -80,8 +80,4 @@ def face_range(call: str, name: str, low: int, high: int, num_vertices: int) -> 
 
 def ray_flags(call: str, flags: object) -> RayFlags:
     """``flags`` as a :class:`rayd.RayFlags` (an int of known bits), else ``TypeError``/``ValueError``."""
-    if isinstance(flags, bool) or not isinstance(flags, int):
-        raise TypeError(f"{call}: 'flags' must be a rayd.RayFlags, got {type(flags).__name__}")
-    if flags & ~int(RayFlags.All):
-        raise ValueError(f"{call}: 'flags' has unknown bits {int(flags) & ~int(RayFlags.All):#x}")
-    return RayFlags(flags)
+    return check_flags(call, flags)

@@ -175,7 +175,10 @@ def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):
     ``torch.func`` transforms, whose ops (even on plain tensors) return wrappers without
     storage: unwrapped, then converted and copied with the transforms off."""
     with outside_transforms():
-        plain = primal(value).detach()
+        plain = value
+        while _is_wrapped is not None and _is_wrapped(plain):  # vmap-batched too: every element
+            plain = _get_unwrapped(plain)
+        plain = plain.detach()
         return (plain if dtype is None else plain.to(dtype)).cpu().numpy()
 
 
