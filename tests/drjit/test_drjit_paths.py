@@ -272,3 +272,15 @@ def test_find_specular_paths_equals_torch(m):
     np.testing.assert_allclose(rows(dr.grad(s)), ts.grad.numpy(), rtol=grad_rtol(m), atol=1e-9)
     first = got[0]
     assert first.shape == (1, num_t, count, b) and dr.width(first.length) == num_t * count
+
+
+def test_a_reflection_on_a_shared_diagonal_is_one_path(m):
+    # two coplanar floor triangles; the reflection point (0, 0, 0) lies on their shared diagonal
+    v = np.array([[-1.0, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]])
+    f = np.array([[0, 1, 2], [0, 2, 3]])
+    scene, _ = _drjit_scene(m, v, f)
+    got = rd.find_specular_paths(scene, vec(m.Array3f64, [[-0.5, -0.5, 1.0]]), vec(m.Array3f64, [[0.5, 0.5, 1.0]]),
+                                 1, num_rays=20000)
+    valid = np.array(got.valid)
+    assert int(valid.sum()) == 2  # line of sight + one floor reflection, not one per triangle
+    np.testing.assert_allclose(np.sort(np.array(got.length)[valid]), [2 ** 0.5, 6 ** 0.5], rtol=1e-12)

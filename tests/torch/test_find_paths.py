@@ -38,6 +38,17 @@ def _brute_force(scene, faces, src, tgt):
     return found
 
 
+def _physical_paths(scene, src, tgt, truth):
+    """The brute-force paths told apart by their reflection points (rounded to 1e-9)."""
+    keys = set()
+    for s, t, seq in truth:
+        seq_t = torch.tensor([seq], device=src.device)
+        path = scene.specular_paths(src[s:s + 1], tgt[t:t + 1], seq_t)
+        pts = path.points[0, : int(path.num_bounces[0])].cpu().double().numpy()
+        keys.add((s, t, tuple(round(float(x), 9) for x in pts.reshape(-1))))
+    return keys
+
+
 def test_find_specular_paths_matches_brute_force(device):
     scene, faces = _room(device)
     src = torch.tensor([[1.0, 1.0, 1.5], [8.0, 6.5, 3.0]], dtype=F64, device=device, requires_grad=True)
@@ -72,4 +83,29 @@ def test_find_specular_paths_recall_grows_with_rays(device):
     few = rt.find_specular_paths(scene, src, tgt, 2, num_rays=50)
     many = rt.find_specular_paths(scene, src, tgt, 2, num_rays=20000)
     count = [int(r.valid.sum()) for r in (few, many)]
-    assert count[0] < count[1] == len(truth)
+    # a path through the shared diagonal of two coplanar faces is valid for both faces but is
+    # one physical path (same reflection points): find_specular_paths returns it once
+    assert count[0] < count[1] == len(_physical_paths(scene, src, tgt, truth)) < len(truth)
+
+
+def test_a_reflection_on_a_shared_diagonal_is_one_path(device):
+    # a floor of two coplanar triangles; source and target above the diagonal x = y, so the
+    # reflection point (0, 0, 0) lies in both closed triangles: one physical path, not two
+    v = torch.tensor([[-1.0, -1, 0], [1, -1, 0], [1, 1, 0], [-1, 1, 0]], dtype=torch.float64, device=device)
+    f = torch.tensor([[0, 1, 2], [0, 2, 3]], device=device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.build()
+    src = torch.tensor([[-0.5, -0.5, 1.0]], dtype=torch.float64, device=device)
+    tgt = torch.tensor([[0.5, 0.5, 1.0]], dtype=torch.float64, device=device)
+    found = rt.find_specular_paths(scene, src, tgt, 1, num_rays=20000)
+    valid = found.valid[0, 0]
+    assert int(valid.sum()) == 2  # line of sight + one floor reflection
+    lengths = found.length[0, 0][valid].cpu()
+    torch.testing.assert_close(lengths, torch.tensor([2 ** 0.5, (2 + 4) ** 0.5], dtype=torch.float64))
+    seqs = found.prim_sequence[0, 0][valid].cpu()
+    assert seqs[1, 0].item() == 0  # the first face of the tie is kept
+    # each face alone still gives the path through specular_paths
+    for face in (0, 1):
+        one = scene.specular_paths(src, tgt, torch.tensor([[face]], device=device))
+        assert bool(one.valid[0])

@@ -78,8 +78,8 @@ def length_check(validity, precision: object):
     """The ``check(src, dst, seq) -> (ok, length)`` of :func:`find_sequences` from a frontend's
     ``Scene._host_validity(src, dst, seq, active, precision)``."""
     def check(src, dst, seq):
-        ok, _, _, length = validity(src, dst, seq, None, precision)
-        return ok, length
+        ok, _, _, length, points = validity(src, dst, seq, None, precision, with_points=True)
+        return ok, length, points
     return check
 
 
@@ -190,7 +190,7 @@ def blocked(starts: np.ndarray, ends: np.ndarray, start_face: np.ndarray, end_fa
 
 
 def validate(src: np.ndarray, dst: np.ndarray, corners: np.ndarray, seq: np.ndarray, ok: np.ndarray,
-             used: np.ndarray, search: Search) -> tuple[np.ndarray, np.ndarray]:
+             used: np.ndarray, search: Search, with_points: bool = False) -> tuple[np.ndarray, ...]:
     """Which specular paths are valid, and their lengths (float64, no derivatives).
 
     Args:
@@ -203,7 +203,8 @@ def validate(src: np.ndarray, dst: np.ndarray, corners: np.ndarray, seq: np.ndar
         search: the frontend's closest-hit search (see the module docstring).
 
     Returns:
-        ``(valid (n,) bool, length (n,) float64)``, ``length = inf`` where invalid.
+        ``(valid (n,) bool, length (n,) float64)``, ``length = inf`` where invalid; with
+        ``with_points`` also the reflection points ``(n, B, 3)`` (the target in unused slots).
         Concretely, valid iff ``ok``, source and target are finite, :func:`image_points`
         accepts the path and no segment is :func:`blocked`.
     """
@@ -226,6 +227,8 @@ def validate(src: np.ndarray, dst: np.ndarray, corners: np.ndarray, seq: np.ndar
                   active.reshape(-1), search)
     ok = ok & ~hit.reshape(n, bounces + 1).any(-1)
     segment = np.sqrt(_dot(ends - starts, ends - starts)).sum(-1)
+    if with_points:
+        return ok, np.where(ok, segment, math.inf), points
     return ok, np.where(ok, segment, math.inf)
 
 
@@ -288,9 +291,10 @@ def find_sequences(sources: np.ndarray, targets: np.ndarray, max_bounces: int, n
             c = cand.shape[0]
             src = np.broadcast_to(sources[s], (num_t * c, 3))
             dst = np.repeat(targets, c, axis=0)
-            valid, length = check(src, dst, np.tile(cand, (num_t, 1)))
+            valid, length, points = check(src, dst, np.tile(cand, (num_t, 1)))
             valid, length = valid.reshape(num_t, c), length.reshape(num_t, c)
-            row = [cand[valid[t]][np.argsort(length[t][valid[t]], kind="stable")] for t in range(num_t)]
+            points = points.reshape(num_t, c, max_bounces, 3)
+            row = [_distinct(cand[valid[t]], length[t][valid[t]], points[t][valid[t]]) for t in range(num_t)]
         found.append(row)
     count = max([len(x) for row in found for x in row] + [0])
     sequences = np.full((num_s, num_t, count, max_bounces), -1, dtype=np.int64)
@@ -301,6 +305,33 @@ def find_sequences(sources: np.ndarray, targets: np.ndarray, max_bounces: int, n
             sequences[s, t, :k] = found[s][t]
             used[s, t, :k] = True
     return sequences, used
+
+
+def _distinct(seq: np.ndarray, length: np.ndarray, points: np.ndarray) -> np.ndarray:
+    """One pair's valid sequences sorted by length, each physical path once.
+
+    A reflection point exactly on the edge shared by two coplanar faces (a floor or a wall
+    made of two triangles) lies in both closed triangles, so the same path is valid once per
+    face (found beside Sionna RT, which reports it once). Sequences with the same number of
+    bounces, equal lengths and equal reflection points (both within ``1e-9`` relative) are
+    one path; the first in (length, sequence) order is kept.
+    """
+    order = np.lexsort(tuple(seq[:, k] for k in reversed(range(seq.shape[1]))) + (length,))
+    seq, length, points = seq[order], length[order], points[order]
+    bounces = (seq >= 0).sum(-1)
+    keep = np.ones(len(seq), bool)
+    for i in range(len(seq)):
+        if not keep[i]:
+            continue
+        j = i + 1
+        while j < len(seq) and length[j] - length[i] <= 1e-9 * max(length[i], 1.0):
+            if keep[j] and bounces[j] == bounces[i]:
+                b = bounces[i]
+                gap = np.abs(points[j, :b] - points[i, :b]).max() if b else 0.0
+                if gap <= 1e-9 * max(length[i], 1.0):
+                    keep[j] = False
+            j += 1
+    return seq[keep]
 
 
 def by_length(length: np.ndarray) -> np.ndarray:

@@ -152,7 +152,7 @@ class ReflectionQueries:
         lanes = dr.arange(m.UInt, n) * bounces
         return [tuple(dr.gather(m.Array3f64, v, lanes + k) for v in (v0, v1, v2)) for k in range(bounces)]
 
-    def _host_validity(self, src, dst, seq, prior, double: bool):
+    def _host_validity(self, src, dst, seq, prior, double: bool, with_points: bool = False):
         """Validity of paths given as host arrays (rayd.core.paths): ``(ok, used, ids, length)``, NumPy.
 
         ``src, dst`` (n, 3) float64 (rounded to float32 unless ``double``), ``seq`` (n, B)
@@ -170,8 +170,8 @@ class ReflectionQueries:
             with dr.suspend_grad():
                 flat = self._slot_corners_flat(m, ids, double)
             corners = np.stack(flat, axis=-2).reshape(n, bounces, 3, 3)
-        ok, length = paths.validate(src, dst, corners, seq, ok, used, self._host_search)
-        return ok, used, ids, length
+        out = paths.validate(src, dst, corners, seq, ok, used, self._host_search, with_points)
+        return (out[0], used, ids) + tuple(out[1:])  # (ok, used, ids, length[, points])
 
     def _slot_corners_flat(self, m, ids: np.ndarray, double: bool) -> list[np.ndarray]:
         Array3 = m.Array3f64 if double else m.Array3f

@@ -191,7 +191,7 @@ class ReflectionQueries:
         geometry = gather(self._state.table, self._state.live(dtype), ids.reshape(-1))
         return geometry.corners.double().reshape(n, bounces, 3, 3)
 
-    def _host_validity(self, src, dst, seq, prior, dtype):
+    def _host_validity(self, src, dst, seq, prior, dtype, with_points: bool = False):
         """Validity of paths given as host arrays (rayd.core.paths): ``(ok, used, ids, length)``, NumPy.
 
         ``src, dst`` (n, 3) float64, ``seq`` (n, B) int, ``prior`` (n,) bool or ``None``.
@@ -202,8 +202,8 @@ class ReflectionQueries:
         with _convert.outside_transforms(), torch.no_grad():
             corners = self._corners(torch.from_numpy(ids).to(self._device), dtype)
             corners = _convert.primal(corners).cpu().numpy()
-        ok, length = paths.validate(src, dst, corners, seq, ok, used, self._host_search)
-        return ok, used, ids, length
+        out = paths.validate(src, dst, corners, seq, ok, used, self._host_search, with_points)
+        return (out[0], used, ids) + tuple(out[1:])  # (ok, used, ids, length[, points])
 
     def _host_search(self, o, d, tmin, tmax, flag, skip):
         """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
