@@ -20,8 +20,9 @@ run on a subset of the points when the full product would take too long, then sc
 to the full count (``brute_extrapolated``). Prints a table and one JSON line per
 workload (``--json FILE`` appends them to a file).
 
-Then, per workload and per edge BVH of ``--trees`` (``builder:leaf_size``; ``legacy:1`` is
-the frozen code of commit b3e33b4, ``benchmarks/legacy_edges.py``): the BVH build alone
+Then, per workload and per edge BVH of ``--trees`` (``builder:leaf_size``; the b3e33b4 tree,
+``legacy:1``, was compared on the H200 in ``results/h200-session4/edges_h200.txt`` and its
+frozen copy then removed): the BVH build alone
 (median of 3 after a warm-up), refit, sorted and unsorted engine search, and the largest
 relative error of the chosen edges' float64 distances against the float64 brute force.
 
@@ -53,7 +54,6 @@ from rayd.engine import nearest_edge as engine_search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 from rayd.torch import _convert  # noqa: E402
 
-from benchmarks import legacy_edges  # noqa: E402
 from benchmarks.workloads import bumpy_sphere_mesh as sphere_mesh  # noqa: E402
 from benchmarks.workloads import terrain_mesh  # noqa: E402
 
@@ -180,12 +180,8 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float, tree
 
     tree_rows = []
     for builder, leaf in trees:
-        if builder == "legacy":
-            make = lambda: legacy_edges.LegacyEdgeBvh(bvh.points, bvh.edge_v, bvh.mask, stream)  # noqa: E731
-            fn = legacy_edges.nearest_edge_point if k == 1 else legacy_edges.nearest_edges_point
-        else:
-            make = lambda: EdgeBvh(bvh.points, bvh.edge_v, bvh.mask, stream, builder=builder, leaf_size=leaf)  # noqa: E731
-            fn = search_fn
+        make = lambda: EdgeBvh(bvh.points, bvh.edge_v, bvh.mask, stream, builder=builder, leaf_size=leaf)  # noqa: E731
+        fn = search_fn
         tree = make()
         _sync(device)
         builds = []
@@ -241,8 +237,8 @@ def main() -> None:
     parser.add_argument("--brute-budget", type=float, default=20.0, help="seconds of brute force per workload")
     parser.add_argument("--only", nargs="*", help="workload names to run")
     parser.add_argument("--json", type=Path, help="append JSON lines to this file")
-    parser.add_argument("--trees", nargs="*", default=["legacy:1", "lbvh:1", "sah:2", "sah:4", "sah:8"],
-                        help="edge BVHs to compare (builder:leaf_size; 'legacy:1' = the b3e33b4 code)")
+    parser.add_argument("--trees", nargs="*", default=["lbvh:1", "sah:2", "sah:4", "sah:8"],
+                        help="edge BVHs to compare (builder:leaf_size)")
     args = parser.parse_args()
     device = args.device if args.device != "cuda" else "cuda:0"
     size = args.size or ("full" if device.startswith("cuda") else "cpu")
