@@ -10,7 +10,6 @@ import math
 
 import numpy as np
 
-from rayd.flags import RayFlags, check_flags
 
 
 def integer(value: object) -> int | None:
@@ -78,6 +77,3 @@ def face_range(call: str, name: str, low: int, high: int, num_vertices: int) -> 
         raise ValueError(f"{call}: '{name}' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]")
 
 
-def ray_flags(call: str, flags: object) -> RayFlags:
-    """``flags`` as a :class:`rayd.RayFlags` (an int of known bits), else ``TypeError``/``ValueError``."""
-    return check_flags(call, flags)

@@ -22,7 +22,7 @@ from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform, check_transforms
 from rayd.drjit.ray import Ray
-from rayd.core.checks import ray_flags as _check_flags
+from rayd.flags import check_flags as _check_flags
 from rayd.flags import RayFlags
 
 #: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with

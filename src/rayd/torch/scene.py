@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.frontend import SceneBase
-from rayd.core.checks import ray_flags as _check_flags
+from rayd.flags import check_flags as _check_flags
 from rayd.flags import FIELD_FLAGS, RayFlags
 from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
