@@ -117,7 +117,9 @@ class HitRecord(FieldRecord):
 
     def __init__(self, flags: RayFlags, **fields: Any) -> None:
         super().__init__(**fields)
-        self.flags = RayFlags(flags)
+        # Not re-constructed when already a RayFlags: TorchDynamo 2.11 cannot trace the
+        # enum call (a graph break under torch.compile(fullgraph=True), seen on the H200).
+        self.flags = flags if isinstance(flags, RayFlags) else RayFlags(flags)
 
     def _missing(self, name: str) -> str | None:
         flag = FIELD_FLAGS.get(name)
