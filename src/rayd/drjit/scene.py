@@ -192,7 +192,9 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
             TypeError, ValueError, RuntimeError: as :meth:`intersect`.
         """
         call = "rayd.drjit.Scene.shadow_test()"
-        _, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
+        n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
+        if n == 0:
+            return _convert.module(self._backend, False).Bool()
         return blocker >= 0
 
     def visible(
