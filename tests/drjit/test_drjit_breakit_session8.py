@@ -25,3 +25,24 @@ def test_shadow_test_of_zero_rays(m):
     # The same scene still answers a real ray: straight down onto the quad is blocked.
     assert np.array_equal(np.asarray(scene.shadow_test(rd.Ray(m.Array3f(0.25, 0.25, 1.0), m.Array3f(0, 0, -1)))),
                           [True])
+
+
+def test_specular_path_off_a_disabled_shape_is_invalid(m):
+    """A face of a disabled shape reflects nothing (specular_paths called it valid)."""
+    scene = rd.Scene()
+    mesh = scene.add_mesh(rd.Mesh(m.Array3f([0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]),
+                                  m.Array3u([0, 0, 0, 1], [2, 1, 3, 2], [1, 3, 2, 3])))
+    shift = np.eye(4)
+    shift[0, 3] = 5.0
+    scene.add_instance(mesh, m.Matrix4f(shift))
+    scene.build()
+    src = m.Array3f([0.2, 5.2], [0.2, 0.2], [-1.0, -1.0])
+    dst = m.Array3f([0.3, 5.3], [0.2, 0.2], [-1.0, -1.0])
+    seq = m.TensorXi(np.array([[0], [4]], dtype=np.int32))
+    assert np.asarray(scene.specular_paths(src, dst, seq).valid).tolist() == [True, True]
+    scene.set_shape_enabled(mesh, False)
+    scene.sync()
+    after = scene.specular_paths(src, dst, seq)
+    assert np.asarray(after.valid).tolist() == [False, True]
+    length = np.asarray(after.length)
+    assert length[0] == np.inf and length[1] == pytest.approx((0.01 + 4.0) ** 0.5, abs=1e-6)

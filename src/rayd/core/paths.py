@@ -90,13 +90,15 @@ def check_length(call: str, bounces: int) -> None:
 
 
 # ---------------------------------------------------------------------- validity
-def check_sequences(seq: np.ndarray, num_faces: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def check_sequences(seq: np.ndarray, num_faces: int, shapes=None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which rows of ``seq`` (n, B) are well formed, which slots are used, and the ids to gather.
 
     Returns ``(ok (n,) bool, used (n, B) bool, ids (n, B) int32)``: a row is well formed
     when every entry is ``-1`` or a ``global_prim_id`` below ``num_faces`` and the ``-1``
     padding comes only at the end; ``used`` marks the non-negative entries, ``ids`` holds
     them where they are in range and ``-1`` elsewhere (the slots the frontend gathers).
+    With ``shapes`` (the scene's shapes, numbered), a face of a disabled shape makes its
+    row invalid too: a disabled shape is not in the scene, so nothing reflects off it.
     """
     seq = np.asarray(seq, dtype=np.int64)
     used = seq >= 0
@@ -104,6 +106,11 @@ def check_sequences(seq: np.ndarray, num_faces: int) -> tuple[np.ndarray, np.nda
     if seq.shape[-1] > 1:
         ok &= (used[:, 1:] <= used[:, :-1]).all(-1)
     ids = np.where(used & (seq < num_faces), seq, -1).astype(np.int32)
+    if shapes is not None and not all(shape.enabled for shape in shapes):
+        offsets = np.array([shape.face_offset for shape in shapes], dtype=np.int64)
+        enabled = np.array([shape.enabled for shape in shapes], dtype=bool)
+        owner = np.searchsorted(offsets, ids, side="right") - 1
+        ok &= ~((ids >= 0) & ~enabled[np.maximum(owner, 0)]).any(-1)
     return ok, used, ids
 
 

@@ -160,7 +160,7 @@ class ReflectionQueries:
         """
         if not double:
             src, dst = (x.astype(np.float32).astype(np.float64) for x in (src, dst))
-        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces)
+        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces, self._core.table.shapes)
         if prior is not None:
             ok &= prior
         n, bounces = ids.shape

@@ -114,7 +114,7 @@ class ReflectionQueries:
         and each back-traced point lies strictly between its start and its image),
         every segment is unblocked (no face other than the faces at its ends crosses
         ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
-        skip the end's own face), the sequence is well formed (ids in range, ``-1``
+        skip the end's own face), the sequence is well formed (ids in range and of enabled shapes, ``-1``
         padding only at the end) and source and target are finite. These rules are
         :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
         copies of the inputs: the call reads them back once (a synchronisation on CUDA).
@@ -196,7 +196,7 @@ class ReflectionQueries:
 
         ``src, dst`` (n, 3) float64, ``seq`` (n, B) int, ``prior`` (n,) bool or ``None``.
         """
-        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces)
+        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces, self._core.table.shapes)
         if prior is not None:
             ok &= prior
         with _convert.outside_transforms(), torch.no_grad():

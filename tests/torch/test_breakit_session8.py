@@ -1,0 +1,45 @@
+"""rayd.torch regressions found in the session-8 fresh-user pass (bad and edge-case input)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import rayd.torch as rt
+
+# A tetrahedron (mesh 0, faces 0-3) and an instance of it shifted by +5 in x (shape 1, faces 4-7).
+TETRA_V = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]]
+TETRA_F = [[0, 2, 1], [0, 1, 3], [0, 3, 2], [1, 2, 3]]
+
+
+def _tetra_and_instance(device):
+    scene = rt.Scene()
+    mesh = scene.add_mesh(rt.Mesh(torch.tensor(TETRA_V, device=device), torch.tensor(TETRA_F, device=device)))
+    shift = torch.eye(4, device=device)
+    shift[0, 3] = 5.0
+    instance = scene.add_instance(mesh, shift)
+    scene.build()
+    return scene, mesh, instance
+
+
+# ----------------------------------------------------------------- specular paths off disabled shapes
+def test_specular_path_off_a_disabled_shape_is_invalid(device):
+    """A face of a disabled shape reflects nothing (specular_paths called it valid)."""
+    scene, mesh, instance = _tetra_and_instance(device)
+    # Below the bottom face z = 0 (face 0 of the mesh, face 4 of the instance): a real mirror path each.
+    src = torch.tensor([[0.2, 0.2, -1.0], [5.2, 0.2, -1.0]], device=device)
+    dst = torch.tensor([[0.3, 0.2, -1.0], [5.3, 0.2, -1.0]], device=device)
+    seq = torch.tensor([[0], [4]], device=device)
+    before = scene.specular_paths(src, dst, seq)
+    assert before.valid.tolist() == [True, True]
+    # Hand-derived: mirror of (0.2, 0.2, -1) is (0.2, 0.2, 1); to (0.3, 0.2, -1): sqrt(0.1^2 + 2^2).
+    assert torch.allclose(before.length.cpu(), torch.full((2,), (0.01 + 4.0) ** 0.5), atol=1e-6)
+    scene.set_shape_enabled(mesh, False)
+    scene.sync()
+    after = scene.specular_paths(src, dst, seq)
+    assert after.valid.tolist() == [False, True]
+    assert after.length[0].item() == float("inf") and after.length[1].item() == pytest.approx(before.length[1].item())
+    assert after.points[0].abs().sum().item() == 0.0
+    # find_specular_paths agrees: from the disabled mesh's side only the line of sight is left.
+    found = rt.find_specular_paths(scene, src[:1], dst[:1], 1, num_rays=2000)
+    assert found.prim_sequence[found.valid].tolist() == [[-1]]
