@@ -46,3 +46,25 @@ def test_specular_path_off_a_disabled_shape_is_invalid(m):
     assert np.asarray(after.valid).tolist() == [False, True]
     length = np.asarray(after.length)
     assert length[0] == np.inf and length[1] == pytest.approx((0.01 + 4.0) ** 0.5, abs=1e-6)
+
+
+def test_set_mesh_transform_and_enable_take_numpy_ids_and_flags(m):
+    """set_mesh_transform refused np.int64 ids and NumPy id arrays; set_shape_enabled np.bool_ flags."""
+    scene = rd.Scene()
+    mesh = scene.add_mesh(rd.Mesh(m.Array3f([0, 1, 0], [0, 0, 1], [0, 0, 0]), m.Array3u(0, 1, 2)))
+    shift = np.eye(4)
+    shift[0, 3] = 5.0
+    instance = scene.add_instance(mesh, m.Matrix4f(shift))
+    scene.build()
+    up = np.eye(4)
+    up[2, 3] = 1.0
+    ray = rd.Ray(m.Array3f([0.2, 5.2], [0.2, 0.2], [-1.0, -1.0]), m.Array3f(0, 0, 1))
+    scene.set_mesh_transform(np.int64(mesh), m.Matrix4f(up))
+    scene.sync()
+    assert np.allclose(np.asarray(scene.intersect(ray).t), [2.0, 2.0])
+    scene.set_mesh_transform(np.array([instance]), m.Matrix4f(up @ shift))
+    scene.sync()
+    assert np.allclose(np.asarray(scene.intersect(ray).t), [2.0, 3.0])
+    scene.set_shape_enabled(np.int64(instance), np.bool_(False))
+    scene.sync()
+    assert np.asarray(scene.intersect(ray).shape_id).tolist() == [mesh, -1]

@@ -43,3 +43,31 @@ def test_specular_path_off_a_disabled_shape_is_invalid(device):
     # find_specular_paths agrees: from the disabled mesh's side only the line of sight is left.
     found = rt.find_specular_paths(scene, src[:1], dst[:1], 1, num_rays=2000)
     assert found.prim_sequence[found.valid].tolist() == [[-1]]
+
+
+# ----------------------------------------------------------------- NumPy ids and flags
+def test_set_mesh_transform_and_enable_take_numpy_ids_and_flags(device):
+    """set_mesh_transform refused np.int64 ids and 1-D NumPy id arrays; set_shape_enabled np.bool_ flags
+    ("'flag' must be a bool, got bool"), while add_instance / update_mesh_vertices took NumPy ints."""
+    import numpy as np
+
+    scene, mesh, instance = _tetra_and_instance(device)
+    up = torch.eye(4, device=device)
+    up[2, 3] = 1.0
+    ray = rt.Ray(torch.tensor([[0.2, 0.2, -1.0], [5.2, 0.2, -1.0]], device=device), torch.tensor([0.0, 0.0, 1.0],
+                                                                                                    device=device))
+    scene.set_mesh_transform(np.int64(mesh), up)
+    scene.sync()
+    assert scene.intersect(ray).t.tolist() == pytest.approx([2.0, 2.0])  # the instance follows its mesh
+    shift = torch.eye(4, device=device)
+    shift[0, 3] = 5.0
+    scene.set_mesh_transform(np.array([instance]), (up @ shift)[None])
+    scene.sync()
+    assert scene.intersect(ray).t.tolist() == pytest.approx([2.0, 3.0])  # instance: (up @ shift) @ up
+    scene.set_shape_enabled(np.int64(instance), np.bool_(False))
+    scene.sync()
+    assert scene.intersect(ray).shape_id.tolist() == [mesh, -1]
+    with pytest.raises(TypeError, match=r"'shape_id' must be an int or a sequence of ints, got ndarray"):
+        scene.set_mesh_transform(np.array([0.0]), up[None])
+    with pytest.raises(TypeError, match=r"'flag' must be a bool, got int"):
+        scene.set_shape_enabled(0, 1)

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from rayd.core.scene import SceneCore
 from rayd.core.shapes import Shape, ShapeTable
 
@@ -199,7 +201,8 @@ class SceneBase:
                 device; non-finite, beyond-float32 or singular matrices.
         """
         call = f"{self._PREFIX}.set_mesh_transform()"
-        if isinstance(shape_id, int) and not isinstance(shape_id, bool):
+        if isinstance(shape_id, (int, np.integer)) and not isinstance(shape_id, bool):
+            shape_id = int(shape_id)
             shape = self._table.get(call, "shape_id", shape_id)
             self._core.set_transform(shape_id, self._check_transform(call, "to_world", to_world, shape))
             return
@@ -216,9 +219,9 @@ class SceneBase:
         """
         call = f"{self._PREFIX}.set_shape_enabled()"
         shape = self._table.get(call, "shape_id", shape_id)
-        if not isinstance(flag, bool):
+        if not isinstance(flag, (bool, np.bool_)):
             raise TypeError(f"{call}: 'flag' must be a bool, got {type(flag).__name__}")
-        self._table.set_enabled(shape, flag)
+        self._table.set_enabled(shape, bool(flag))
 
     def has_pending_updates(self) -> bool:
         """True if updates (vertices, transforms, enable flags, edge masks, in-place changes) await ``sync()``."""

@@ -143,6 +143,8 @@ class ShapeTable:
 
     def id_list(self, call: str, name: str, values: Iterable[object]) -> list[int]:
         """Distinct, valid shape ids (a list or tuple of ints; an empty one is allowed)."""
+        if isinstance(values, np.ndarray) and values.ndim == 1 and (values.dtype.kind in "iu" or values.size == 0):
+            values = values.tolist()
         if not isinstance(values, (list, tuple)):
             raise TypeError(f"{call}: '{name}' must be an int or a sequence of ints, got {type(values).__name__}")
         for one in values:
