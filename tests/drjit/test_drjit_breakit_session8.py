@@ -68,3 +68,14 @@ def test_set_mesh_transform_and_enable_take_numpy_ids_and_flags(m):
     scene.set_shape_enabled(np.int64(instance), np.bool_(False))
     scene.sync()
     assert np.asarray(scene.intersect(ray).shape_id).tolist() == [mesh, -1]
+
+
+def test_sample_edges_type_errors_name_the_package(m):
+    """'must be a rayd.drjit.Scene, got Scene' for a rayd.torch scene; 'got Generator' for a torch one."""
+    torch = pytest.importorskip("torch")
+    rt = pytest.importorskip("rayd.torch")
+    camera = rd.Camera(8, 8, fov_y=40.0)
+    with pytest.raises(TypeError, match=r"'scene' must be a rayd\.drjit\.Scene, got rayd\.torch\.Scene$"):
+        camera.sample_edges(rt.Scene(), 4)
+    with pytest.raises(TypeError, match=r"'generator' must be a numpy\.random\.Generator, got torch\.Generator$"):
+        camera.sample_edges(_quad(m), 4, generator=torch.Generator())

@@ -103,3 +103,18 @@ def test_walking_through_a_surface_without_ignore(dtype, device):
     behind = scene.intersect(rt.Ray(o, d, tmin=first.t))
     assert behind.prim_id.eq(1).all()
     assert not scene.shadow_test(rt.Ray(o, d, first.t)).any()
+
+
+# ----------------------------------------------------------------- messages that name both types alike
+def test_sample_edges_type_errors_name_the_package():
+    """'must be a torch.Generator, got Generator' named a numpy Generator by its bare class name."""
+    import numpy as np
+
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor(TETRA_V), torch.tensor(TETRA_F)))
+    scene.build()
+    camera = rt.Camera(8, 8, fov_y=40.0)
+    with pytest.raises(TypeError, match=r"'generator' must be a torch\.Generator, got numpy\.random\.Generator$"):
+        camera.sample_edges(scene, 4, generator=np.random.default_rng(0))
+    with pytest.raises(TypeError, match=r"'scene' must be a rayd\.torch\.Scene, got NoneType$"):
+        camera.sample_edges(None, 4)

@@ -128,15 +128,26 @@ def check_sample_args(call: str, scene: object, scene_type: type, num_samples: o
     """
     if not isinstance(scene, scene_type):
         raise TypeError(f"{call}: 'scene' must be a {scene_type.__module__.rsplit('.', 1)[0]}.Scene, "
-                        f"got {type(scene).__name__}")
+                        f"got {_qualified(scene)}")
     if integer(num_samples) is None:
         raise TypeError(f"{call}: 'num_samples' must be an int, got {type(num_samples).__name__}")
     num_samples = integer(num_samples)
     if num_samples < 0:
         raise ValueError(f"{call}: 'num_samples' must be >= 0, got {num_samples}")
     if generator is not None and not isinstance(generator, generator_type):
-        raise TypeError(f"{call}: 'generator' must be a {generator_name}, got {type(generator).__name__}")
+        raise TypeError(f"{call}: 'generator' must be a {generator_name}, got {_qualified(generator)}")
     return num_samples
+
+
+def _qualified(value: object) -> str:
+    """``type(value)``'s public dotted name (``torch.Generator``, ``numpy.random.Generator``, ``rayd.torch.Scene``)."""
+    kind = type(value)
+    parts = [p for p in kind.__module__.split(".") if not p.startswith("_")]
+    if parts[:1] == ["builtins"]:
+        return kind.__name__
+    if parts[:1] == ["rayd"]:
+        parts = parts[:2]
+    return ".".join(parts + [kind.__name__])
 
 
 @dataclass(frozen=True)
