@@ -79,3 +79,14 @@ def test_sample_edges_type_errors_name_the_package(m):
         camera.sample_edges(rt.Scene(), 4)
     with pytest.raises(TypeError, match=r"'generator' must be a numpy\.random\.Generator, got torch\.Generator$"):
         camera.sample_edges(_quad(m), 4, generator=torch.Generator())
+
+
+def test_numpy_float32_interval_bounds_and_max_distance(m):
+    """tmin/tmax/max_distance refused np.float32 ("must be a float, got float32"); np.float64 passed."""
+    scene = _quad(m)
+    o, d = m.Array3f(0.25, 0.25, 1.0), m.Array3f(0, 0, -1)
+    assert np.asarray(scene.intersect(rd.Ray(o, d, np.float32(2.0))).t).tolist() == [1.0]
+    assert np.asarray(scene.intersect(rd.Ray(o, d, np.float32(0.5))).t).tolist() == [np.inf]
+    assert np.asarray(scene.intersect(rd.Ray(o, d, tmin=np.float32(1.0))).t).tolist() == [np.inf]
+    assert np.asarray(scene.closest_point(o, max_distance=np.float32(0.5)).distance).tolist() == [np.inf]
+    assert np.allclose(np.asarray(scene.nearest_edge(o, max_distance=np.float32(2.0)).distance), [(0.25**2 + 1) ** 0.5])

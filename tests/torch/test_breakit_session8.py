@@ -118,3 +118,22 @@ def test_sample_edges_type_errors_name_the_package():
         camera.sample_edges(scene, 4, generator=np.random.default_rng(0))
     with pytest.raises(TypeError, match=r"'scene' must be a rayd\.torch\.Scene, got NoneType$"):
         camera.sample_edges(None, 4)
+
+
+# ----------------------------------------------------------------- NumPy float scalars
+def test_numpy_float32_interval_bounds_and_max_distance(device):
+    """tmin/tmax/max_distance refused np.float32 ("must be a float, got float32"); np.float64 passed."""
+    import numpy as np
+
+    scene, _, _ = _tetra_and_instance(device)
+    o = torch.tensor([0.2, 0.2, -1.0], device=device)
+    d = torch.tensor([0.0, 0.0, 1.0], device=device)
+    assert scene.intersect(rt.Ray(o, d, np.float32(2.0))).t.item() == pytest.approx(1.0)
+    assert scene.intersect(rt.Ray(o, d, np.float32(0.5))).t.item() == float("inf")
+    assert scene.intersect(rt.Ray(o, d, tmin=np.float32(1.5))).t.item() == pytest.approx(1.6)  # the slanted face x + y + z = 1
+    point = torch.tensor([0.2, 0.2, -1.0], device=device)
+    assert scene.closest_point(point, max_distance=np.float32(1.5)).distance.item() == pytest.approx(1.0)
+    assert scene.closest_point(point, max_distance=np.float32(0.5)).distance.item() == float("inf")
+    assert scene.nearest_edge(point, max_distance=np.float32(0.5)).distance.item() == float("inf")
+    with pytest.raises(TypeError, match=r"'max_distance' must be a float, got bool"):
+        scene.nearest_edge(point, max_distance=True)

@@ -7,6 +7,7 @@ argument, as DESIGN.md's "Errors" asks; the frontends pass their own call names.
 from __future__ import annotations
 
 import math
+import numbers
 
 import numpy as np
 
@@ -37,7 +38,7 @@ def lifecycle(call: str, message: str) -> RuntimeError:
 
 def max_distance(call: str, value: object) -> float:
     """``max_distance`` as a float ``>= 0`` (``inf`` allowed), else ``TypeError``/``ValueError``."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):  # NumPy scalars too
         raise TypeError(f"{call}: 'max_distance' must be a float, got {type(value).__name__}")
     value = float(value)
     if math.isnan(value) or value < 0:

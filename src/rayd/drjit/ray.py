@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import drjit as dr
 
@@ -81,7 +82,7 @@ class Ray:
 def _interval_bound(name: str, value: object, device: str) -> float | dr.ArrayBase:
     if isinstance(value, bool):
         raise TypeError(f"{_CALL}: '{name}' must be a float or a Dr.Jit Float array, got bool")
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real):  # NumPy scalars too
         return float(value)
     if _convert.is_jit_array(value):
         value = _check.float_array(_CALL, name, value, 1)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -75,7 +76,7 @@ class Ray:
 def _interval_bound(name: str, value: object, device: torch.device) -> float | torch.Tensor:
     if isinstance(value, bool):
         raise TypeError(f"{_CALL}: '{name}' must be a float or a float tensor, got bool")
-    if isinstance(value, (int, float)):
+    if isinstance(value, numbers.Real):  # NumPy scalars too
         return float(value)
     if isinstance(value, torch.Tensor):
         value = _check.float_tensor(_CALL, name, value)
