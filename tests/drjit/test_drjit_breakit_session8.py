@@ -90,3 +90,12 @@ def test_numpy_float32_interval_bounds_and_max_distance(m):
     assert np.asarray(scene.intersect(rd.Ray(o, d, tmin=np.float32(1.0))).t).tolist() == [np.inf]
     assert np.asarray(scene.closest_point(o, max_distance=np.float32(0.5)).distance).tolist() == [np.inf]
     assert np.allclose(np.asarray(scene.nearest_edge(o, max_distance=np.float32(2.0)).distance), [(0.25**2 + 1) ** 0.5])
+
+
+def test_find_specular_paths_checks_the_scene_type(m):
+    """find_specular_paths(<a rayd.torch.Scene>, ...) raised AttributeError instead of naming the argument."""
+    rt = pytest.importorskip("rayd.torch")
+    points = m.Array3f(0, 0, 0)
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.find_specular_paths\(\): 'scene' must be a rayd\.drjit\.Scene, "
+                                        r"got rayd\.torch\.Scene$"):
+        rd.find_specular_paths(rt.Scene(), points, points, 1)

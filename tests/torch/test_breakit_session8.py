@@ -137,3 +137,11 @@ def test_numpy_float32_interval_bounds_and_max_distance(device):
     assert scene.nearest_edge(point, max_distance=np.float32(0.5)).distance.item() == float("inf")
     with pytest.raises(TypeError, match=r"'max_distance' must be a float, got bool"):
         scene.nearest_edge(point, max_distance=True)
+
+
+def test_find_specular_paths_checks_the_scene_type():
+    """find_specular_paths(None, ...) raised AttributeError ('NoneType' object has no attribute '_require_ready')."""
+    points = torch.zeros(1, 3)
+    with pytest.raises(TypeError, match=r"^rayd\.torch\.find_specular_paths\(\): 'scene' must be a rayd\.torch\.Scene, "
+                                        r"got NoneType$"):
+        rt.find_specular_paths(None, points, points, 1)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rayd.core import camera as _core
-from rayd.core.checks import integer, real
+from rayd.core.checks import integer, real, type_name
 
 
 def check_size(call: str, name: str, value: object) -> int:
@@ -128,26 +128,16 @@ def check_sample_args(call: str, scene: object, scene_type: type, num_samples: o
     """
     if not isinstance(scene, scene_type):
         raise TypeError(f"{call}: 'scene' must be a {scene_type.__module__.rsplit('.', 1)[0]}.Scene, "
-                        f"got {_qualified(scene)}")
+                        f"got {type_name(scene)}")
     if integer(num_samples) is None:
         raise TypeError(f"{call}: 'num_samples' must be an int, got {type(num_samples).__name__}")
     num_samples = integer(num_samples)
     if num_samples < 0:
         raise ValueError(f"{call}: 'num_samples' must be >= 0, got {num_samples}")
     if generator is not None and not isinstance(generator, generator_type):
-        raise TypeError(f"{call}: 'generator' must be a {generator_name}, got {_qualified(generator)}")
+        raise TypeError(f"{call}: 'generator' must be a {generator_name}, got {type_name(generator)}")
     return num_samples
 
-
-def _qualified(value: object) -> str:
-    """``type(value)``'s public dotted name (``torch.Generator``, ``numpy.random.Generator``, ``rayd.torch.Scene``)."""
-    kind = type(value)
-    parts = [p for p in kind.__module__.split(".") if not p.startswith("_")]
-    if parts[:1] == ["builtins"]:
-        return kind.__name__
-    if parts[:1] == ["rayd"]:
-        parts = parts[:2]
-    return ".".join(parts + [kind.__name__])
 
 
 @dataclass(frozen=True)

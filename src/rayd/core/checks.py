@@ -78,3 +78,12 @@ def face_range(call: str, name: str, low: int, high: int, num_vertices: int) -> 
         raise ValueError(f"{call}: '{name}' must index vertices in [0, {num_vertices}), got values in [{low}, {high}]")
 
 
+def type_name(value: object) -> str:
+    """``type(value)``'s public dotted name (``torch.Generator``, ``numpy.random.Generator``, ``rayd.torch.Scene``)."""
+    kind = type(value)
+    parts = [p for p in kind.__module__.split(".") if not p.startswith("_")]
+    if parts[:1] == ["builtins"]:
+        return kind.__name__
+    if parts[:1] == ["rayd"]:
+        parts = parts[:2]
+    return ".".join(parts + [kind.__name__])

@@ -8,6 +8,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import paths as core_paths
+from rayd.core.checks import type_name
 from rayd.core.paths import NUM_RAYS
 from rayd.drjit import _check, _convert
 from rayd.drjit._scene_reflect import _rows
@@ -50,6 +51,10 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
         Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
     """
     call = "rayd.drjit.find_specular_paths()"
+    from rayd.drjit.scene import Scene  # noqa: PLC0415 - a local import: the scene module is the heavier one
+
+    if not isinstance(scene, Scene):
+        raise TypeError(f"{call}: 'scene' must be a rayd.drjit.Scene, got {type_name(scene)}")
     scene._require_ready(call)
     sources = _check.float_array(call, "sources", sources, 3)
     targets = _check.float_array(call, "targets", targets, 3)
