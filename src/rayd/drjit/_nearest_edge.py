@@ -11,7 +11,6 @@ gradient, never NaN.
 
 from __future__ import annotations
 
-import math
 from types import ModuleType
 
 import drjit as dr

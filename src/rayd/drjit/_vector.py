@@ -11,6 +11,8 @@ Counterpart: :mod:`rayd.torch._vector`; the protocol is described in
 
 from __future__ import annotations
 
+import sys
+
 import drjit as dr
 
 
@@ -50,3 +52,20 @@ def sqrt(x: dr.ArrayBase) -> dr.ArrayBase:
 def clamp(x: dr.ArrayBase, lo: object, hi: object) -> dr.ArrayBase:
     """``min(max(x, lo), hi)`` by selects (see the module docstring)."""
     return dr.select(x < lo, lo, dr.select(x > hi, hi, x))
+
+
+def all_zero(v: dr.ArrayBase) -> dr.ArrayBase:
+    """Lane-wise: every component of ``v`` is 0."""
+    return dr.all(v == 0)
+
+
+def rsqrt(x: dr.ArrayBase) -> dr.ArrayBase:
+    """``1 / sqrt(x)`` as a true division (``dr.rsqrt`` is approximate on CUDA, in float64 too)."""
+    return 1 / dr.sqrt(x)
+
+
+def stack(*xs: dr.ArrayBase) -> dr.ArrayBase:
+    """The vector ``(x0, x1, ...)`` of scalar arrays (``Float`` -> ``Array2f``/``Array3f``, likewise ``Float64``)."""
+    kind = type(xs[0])
+    suffix = "f64" if kind.__name__.endswith("64") else "f"
+    return getattr(sys.modules[kind.__module__], f"Array{len(xs)}{suffix}")(*xs)

@@ -20,14 +20,15 @@ def constant(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.T
 
     The cached tensors are made outside any ``torch.func`` transform (plain tensors,
     which every later transform can use; a wrapped one would outlive its transform).
-    Under ``torch.compile`` they are constants of the graph, not cached.
+    Under ``torch.compile`` they are always constants of the graph, never the cache's
+    (so a graph is the same whether or not an eager call filled the cache first).
     """
+    if torch.compiler.is_compiling():
+        return torch.tensor(values, dtype=dtype, device=device)
     key = (values, dtype, device)
     cached = _CONSTANTS.get(key)
     if cached is not None:
         return cached
-    if torch.compiler.is_compiling():
-        return torch.tensor(values, dtype=dtype, device=device)
     with _convert.outside_transforms():
         value = torch.tensor(values, dtype=dtype).to(device)
     if _convert.is_wrapped(value):  # pragma: no cover - torch without _DisableFuncTorch
@@ -76,3 +77,18 @@ def clamp(x: torch.Tensor, lo: object, hi: object) -> torch.Tensor:
     if isinstance(lo, torch.Tensor) or isinstance(hi, torch.Tensor):
         return torch.minimum(torch.maximum(x, lo), hi)
     return x.clamp(lo, hi)
+
+
+def all_zero(v: torch.Tensor) -> torch.Tensor:
+    """Row-wise: every component of ``v`` is 0."""
+    return (v == 0).all(-1)
+
+
+def rsqrt(x: torch.Tensor) -> torch.Tensor:
+    """Elementwise ``1 / sqrt(x)``."""
+    return torch.rsqrt(x)
+
+
+def stack(*xs: torch.Tensor) -> torch.Tensor:
+    """The per-row vector ``(x0, x1, ...)`` of per-row scalars."""
+    return torch.stack(xs, dim=-1)
