@@ -19,6 +19,9 @@ from rayd.torch import _vector
 from rayd.torch._geometry import HitGeometry
 
 
+_STAND_IN = _vector._CONSTANTS  # the cache behind the stand-in's constants (rayd.torch._vector.constant)
+
+
 def _stand_in(dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, ...]:
     """``(v0, v1, v2, o, d, up)``: the constants of :func:`rayd.core.hits.evaluate`, made (cached) now.
 
