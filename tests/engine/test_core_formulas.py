@@ -112,3 +112,14 @@ def test_minimal_flags_and_interpolated_attributes():
                uv=lambda w: (np.tile(np.float32([[9, 8]]), (3, 1)), np.array([False, True, True])))
     np.testing.assert_allclose(out["n"][0], [0, 0, -1])  # normalised, never flipped back
     np.testing.assert_allclose(out["uv"][0], [0.25, 0.125])  # face without uv: (w1, w2)
+
+
+def test_new_core_modules_import_without_torch_and_drjit():
+    import subprocess
+    import sys
+
+    code = ("import sys\nsys.modules['torch'] = None\nsys.modules['drjit'] = None\n"
+            "import rayd.core.hits, rayd.core.segments, rayd.core.rays, rayd.core.topology\nprint('ok')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "ok"
