@@ -10,8 +10,9 @@ hooks (which values are arrays, how to read them) and the differentiable evaluat
 
 Hooks a :class:`CameraBase` subclass defines:
 
-- ``_CALL`` (``"rayd.torch.Camera()"``), ``_SCALAR`` (how messages name an accepted
-  intrinsic, e.g. ``"a float or a 0-dim float tensor"``);
+- ``_SCALAR`` (how messages name an accepted intrinsic, e.g. ``"a float or a 0-dim
+  float tensor"``); ``_CALL`` (``"rayd.torch.Camera()"``) follows from its public name
+  (:class:`~rayd.core.frontend.PublicName`);
 - ``_array_scalar(name, value)``: the checked array intrinsic, or ``None`` if ``value``
   is not an array of the frontend;
 - ``_is_array(value)``: whether a checked intrinsic is an array (not a Python float);
@@ -29,6 +30,7 @@ import numpy as np
 
 from rayd.core import camera as _core
 from rayd.core.checks import integer, real, type_name
+from rayd.core.frontend import PublicName
 
 
 def check_size(call: str, name: str, value: object) -> int:
@@ -41,11 +43,16 @@ def check_size(call: str, name: str, value: object) -> int:
     return value
 
 
-class CameraBase:
+class CameraBase(PublicName):
     """Argument checks and intrinsics of ``Camera`` (see the module docstring for the hooks)."""
 
-    _CALL = "rayd.Camera()"
+    _name = "rayd.Camera"
     _SCALAR = "a float"
+
+    @property
+    def _CALL(self) -> str:
+        """The call that messages of ``Camera()`` start with (``"rayd.torch.Camera()"``)."""
+        return f"{self._name}()"
 
     # ------------------------------------------------------------------ hooks (frontends)
     def _array_scalar(self, name: str, value: object):  # pragma: no cover - abstract
@@ -210,19 +217,20 @@ def to_camera(world: np.ndarray, to_world: np.ndarray | None) -> np.ndarray:
     return (world - to_world[:3, 3]) @ np.linalg.inv(to_world[:3, :3]).T
 
 
-class EdgeSamplesBase:
+class EdgeSamplesBase(PublicName):
     """Bookkeeping of ``EdgeSamples``: fields as attributes, ``len``, ``repr``.
 
-    A subclass sets ``_NAME`` (``"rayd.torch.EdgeSamples"``) and ``__len__``.
+    A subclass sets ``__len__``; its ``_name`` (``"rayd.torch.EdgeSamples"``) comes from
+    :class:`~rayd.core.frontend.PublicName`.
     """
 
-    _NAME = "rayd.EdgeSamples"
+    _name = "rayd.EdgeSamples"
 
     def __init__(self, **fields) -> None:
         self.__dict__.update(fields)
 
     def __repr__(self) -> str:
-        return f"{self._NAME}(num_samples={len(self)}, width={self.width}, height={self.height})"
+        return f"{self._name}(num_samples={len(self)}, width={self.width}, height={self.height})"
 
     @staticmethod
     def _check_filter(call: str, filter: object, allowed: tuple[str, ...], message: str) -> None:

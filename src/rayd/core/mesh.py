@@ -8,7 +8,7 @@ frontend's ``Mesh`` subclasses this and provides the checks in its own array lib
 
 Hooks a subclass defines:
 
-- ``_PREFIX`` (``"rayd.torch.Mesh"``);
+- nothing for its name: ``_name`` (``"rayd.torch.Mesh"``) comes from :class:`~rayd.core.frontend.PublicName`;
 - ``_check_float(call, name, value, components)``: a float (n, components) array, else raise;
 - ``_check_faces(call, name, value)``: an integer (F, 3) array, else raise;
 - ``_device_of(call, name, value)``: the device of a checked array (refusing ones rayd cannot run on);
@@ -25,15 +25,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from rayd.core.frontend import PublicName
 
-class MeshBase:
+
+class MeshBase(PublicName):
     """Shared construction and accessors of ``rayd.torch.Mesh`` and ``rayd.drjit.Mesh`` (module docstring)."""
 
-    _PREFIX = "rayd.Mesh"
+    _name = "rayd.Mesh"
 
     def __init__(self, vertices: Any, faces: Any, *, normals: Any = None, uv: Any = None,
                  to_world: Any = None) -> None:
-        call = f"{self._PREFIX}()"
+        call = f"{self._name}()"
         vertices = self._check_float(call, "vertices", vertices, 3)
         faces = self._check_faces(call, "faces", faces)
         device = self._device_of(call, "vertices", vertices)
@@ -68,4 +70,4 @@ class MeshBase:
     def __repr__(self) -> str:
         extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
         more = f", with {', '.join(extras)}" if extras else ""
-        return f"{self._PREFIX}(V={self.num_vertices}, F={self.num_faces}, {self._where()}{more})"
+        return f"{self._name}(V={self.num_vertices}, F={self.num_faces}, {self._where()}{more})"

@@ -1,17 +1,13 @@
 """Differentiable evaluation of closest hits for a fixed winner (Dr.Jit ops).
 
-The engine's search kernel picks the winning triangle per ray; this module recomputes
-``t, u, v`` for that triangle from the live (differentiable) geometry by solving
-
-    o + t d = (1 - u - v) v0 + u v1 + v v2
-
-with Cramer's rule in the form of Moeller & Trumbore (1997, "Fast, Minimum Storage
-Ray/Triangle Intersection", JGT 2(1)), then derives ``p, geo_n, n, barycentric, uv``.
-Vertices are read with ``dr.gather`` from the live arrays, so Dr.Jit's AD carries
-gradients back to them (reverse mode, ``dr.backward``) or forward from them
-(``dr.forward``). Rays that missed are evaluated against a fixed, well-conditioned
-stand-in triangle and masked out with ``dr.select``, so misses carry exactly zero
-gradient and never NaN.
+The engine's search kernel picks the winning triangle per ray; this module gathers
+the winners' live (differentiable) geometry with ``dr.gather`` and hands it to
+:func:`rayd.core.hits.evaluate`, which recomputes ``t, u, v`` by Moeller & Trumbore
+(1997, "Fast, Minimum Storage Ray/Triangle Intersection", JGT 2(1)) and derives
+``p, geo_n, n, barycentric, uv`` with the Dr.Jit ops of :mod:`rayd.drjit._vector`
+(one formula for both frontends). Dr.Jit's AD carries gradients back to the vertices
+(``dr.backward``) or forward from them (``dr.forward``); misses are evaluated on a
+stand-in triangle and masked out with ``dr.select``: zero gradient, never NaN.
 """
 
 from __future__ import annotations
@@ -22,6 +18,8 @@ from types import ModuleType
 
 import drjit as dr
 
+from rayd.core import hits
+from rayd.drjit import _vector
 from rayd.drjit._geometry import apply, linear
 from rayd.flags import RayFlags
 
@@ -53,17 +51,6 @@ class LiveGeometry:
     face_row: dr.ArrayBase
     transform: tuple | None
     normal_transform: tuple | None
-
-
-def _normalize(x: dr.ArrayBase, fallback: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
-    """``x / |x|`` with ``fallback`` where ``|x| = 0``; returns (result, ok-mask)."""
-    sq = dr.squared_norm(x)
-    ok = sq > 0
-    safe = dr.select(ok, x, fallback)
-    # Not dr.rsqrt, nor a vector divided by a scalar (Dr.Jit turns that into dr.rcp):
-    # on CUDA both are approximate instructions (~5e-7 relative, in float64 too).
-    # A scalar 1 / x is an IEEE division on every backend (measured on an H200).
-    return safe * (1 / dr.sqrt(dr.select(ok, sq, 1))), ok
 
 
 def _interpolate(kind: type, values: dr.ArrayBase, tri: dr.ArrayBase, w: dr.ArrayBase) -> dr.ArrayBase:
@@ -122,80 +109,32 @@ def evaluate(
     Returns a dict of width-N arrays named as the fields of
     :class:`rayd.drjit.Intersection`.
     """
-    Float = m.Float64 if double else m.Float
     Array3 = m.Array3f64 if double else m.Array3f
     Array2 = m.Array2f64 if double else m.Array2f
-    Int = m.Int
-
-    gid, hit, shape, prim, winner, tri, (v0, v1, v2), cols = locate(m, Array3, global_prim_id, geometry)
+    gid, hit, shape, prim, winner, tri, corners, cols = locate(m, Array3, global_prim_id, geometry)
     normal_cols = None
     if cols is not None and geometry.normal_transform is not None:
         normal_cols = tuple(dr.gather(Array3, c, shape) for c in geometry.normal_transform)
-    # Stand-in for misses: a triangle and a ray that hits it head-on at t = 1.
-    v0 = dr.select(hit, v0, Array3(0, 0, 0))
-    v1 = dr.select(hit, v1, Array3(1, 0, 0))
-    v2 = dr.select(hit, v2, Array3(0, 1, 0))
-    o = dr.select(hit, Array3(o), Array3(0.25, 0.25, 1))
-    d = dr.select(hit, Array3(d), Array3(0, 0, -1))
-    # The solve runs in float64 even for float32 inputs (differentiably cast back
-    # below): grazing hits are ill-conditioned, and float32 rounding (with or without
-    # FMA contraction) would otherwise make CPU, CUDA and rayd.torch disagree.
+    # The solve runs in float64 even for float32 inputs (differentiably cast back):
+    # grazing hits are ill-conditioned, and float32 rounding (with or without FMA
+    # contraction) would otherwise make CPU, CUDA and rayd.torch disagree.
     Work = m.Array3f64
-    o, d, v0, v1, v2 = (Work(x) for x in (o, d, v0, v1, v2))
+    ids = {"prim_id": prim, "shape_id": m.Int(shape), "global_prim_id": gid}
 
-    e1 = v1 - v0
-    e2 = v2 - v0
-    pvec = dr.cross(d, e2)
-    det = dr.dot(e1, pvec)
-    # A winner found in float32 can be degenerate or singular when re-evaluated (no
-    # interior, or no unique t): a miss, as the search decides (watertight.confirmed_t).
-    singular = (det == 0) | dr.all(dr.cross(e1, e2) == 0)
-    hit = hit & ~singular
-    det = dr.select(singular, 1, det)
-    inv_det = 1 / det  # true division: dr.rcp is approximate on CUDA
-    s = o - v0
-    qvec = dr.cross(s, e1)
-    t = dr.dot(e2, qvec) * inv_det
+    def normals(w: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
+        interpolated = _interpolate(Array3, geometry.normals, tri, w)
+        if normal_cols is not None:
+            interpolated = linear(normal_cols, interpolated)
+        return interpolated, dr.gather(m.Bool, m.Bool(geometry.face_has_normals), winner)
 
-    out = {
-        "t": dr.select(hit, Float(t), Float(math.inf)),
-        "prim_id": dr.select(hit, prim, -1),
-        "shape_id": dr.select(hit, Int(shape), -1),
-        "global_prim_id": dr.select(hit, gid, -1),
-    }
-    if not flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV):
-        return out
+    def uv(w: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
+        return _interpolate(Array2, geometry.uv, tri, w), dr.gather(m.Bool, m.Bool(geometry.face_has_uv), winner)
 
-    u64 = dr.dot(s, pvec) * inv_det
-    v64 = dr.dot(d, qvec) * inv_det
-    u, v = Float(u64), Float(v64)
-    w = Array3(Work(1 - u64 - v64, u64, v64))
-    up = Array3(0, 0, 1)
-    geo_n, _ = _normalize(dr.cross(e1, e2), Work(0, 0, 1))
-    geo_n = dr.select(hit, Array3(geo_n), 0)
-    if flags & RayFlags.Geometric:
-        out["p"] = dr.select(hit, Array3(o + t * d), 0)
-        out["geo_n"] = geo_n
-        out["barycentric"] = dr.select(hit, w, 0)
-    if flags & RayFlags.ShadingN:
-        if geometry.normals is None:
-            out["n"] = geo_n
-        else:
-            interpolated = _interpolate(Array3, geometry.normals, tri, w)
-            if normal_cols is not None:
-                interpolated = linear(normal_cols, interpolated)
-            shading, ok = _normalize(interpolated, up)
-            use = ok & dr.gather(m.Bool, m.Bool(geometry.face_has_normals), winner) & hit
-            out["n"] = dr.select(use, shading, geo_n)
-    if flags & RayFlags.UV:
-        fallback = Array2(u, v)
-        if geometry.uv is None:
-            uv = fallback
-        else:
-            has_uv = dr.gather(m.Bool, m.Bool(geometry.face_has_uv), winner)
-            uv = dr.select(has_uv, _interpolate(Array2, geometry.uv, tri, w), fallback)
-        out["uv"] = dr.select(hit, uv, 0)
-    return out
+    def cast(x: dr.ArrayBase) -> dr.ArrayBase:
+        return x if double else dr.float32_array_t(type(x))(x)
+
+    return hits.evaluate(_vector, flags, hit, Work(o), Work(d), tuple(Work(v) for v in corners), ids, cast,
+                         None if geometry.normals is None else normals, None if geometry.uv is None else uv)
 
 
 def empty(m: ModuleType, double: bool, flags: RayFlags) -> dict[str, dr.ArrayBase]:

@@ -2,29 +2,21 @@
 
 The engine's search kernels pick the winning edge per query (float32, BVH); this
 module recomputes the continuous outputs for that edge from the live
-(differentiable) vertex and transform arrays with Dr.Jit ops, in float64 inside
-(cast back to the output type), as rayd.torch does:
-
-- point ``p`` and segment ``[a, b]``:
-  ``edge_t = clamp(dot(p - a, b - a) / |b - a|^2, 0, 1)``,
-  ``edge_point = a + edge_t (b - a)``, ``distance = |p - edge_point|``;
-- ray segment ``o + s d, s in [tmin, tmax]`` and segment ``a + t e, t in [0, 1]``:
-  the minimiser of ``|o + s d - a - t e|^2`` over the box, by clamping the
-  unconstrained solution and re-solving on the clamped side (Ericson 2004,
-  "Real-Time Collision Detection", sec. 5.1.9), with the engine's branch logic.
-
-Queries without an edge are evaluated on a fixed stand-in edge and masked out with
-``dr.select``: zero gradient, never NaN.
+(differentiable) vertex and transform arrays, in float64 inside (cast back to the
+output type), with the point/ray-to-segment formulas of :mod:`rayd.core.segments`
+(written once for both frontends) over :mod:`rayd.drjit._vector`. Queries without an
+edge are evaluated on a fixed stand-in edge and masked out with ``dr.select``: zero
+gradient, never NaN.
 """
 
 from __future__ import annotations
 
-import math
 from types import ModuleType
 
 import drjit as dr
 
-from rayd.drjit import _check, _convert
+from rayd.core import segments
+from rayd.drjit import _check, _convert, _vector
 from rayd.drjit._geometry import apply
 from rayd.drjit.edges import NearestEdge, SceneEdges
 from rayd.drjit.ray import Ray
@@ -33,52 +25,13 @@ from rayd.engine import nearest_edge as _search
 
 # ---------------------------------------------------------------------- formulas
 def _safe_div(num: dr.ArrayBase, den: dr.ArrayBase) -> dr.ArrayBase:
-    ok = den != 0
-    return dr.select(ok, num / dr.select(ok, den, 1), 0)
-
-
-def _clamp(x: dr.ArrayBase, lo, hi) -> dr.ArrayBase:
-    """``min(max(x, lo), hi)`` by selects (LLVM's float64 min/max intrinsics fail to compile on some CPUs)."""
-    return dr.select(x < lo, lo, dr.select(x > hi, hi, x))
+    """:func:`rayd.core.segments.safe_div` in Dr.Jit (also used by ``_closest_point``)."""
+    return segments.safe_div(_vector, num, den)
 
 
 def _norm(x: dr.ArrayBase) -> dr.ArrayBase:
-    """``|x|`` with gradient 0 (not NaN) at ``x = 0``."""
-    sq = dr.squared_norm(x)
-    ok = sq > 0
-    return dr.select(ok, dr.sqrt(dr.select(ok, sq, 1)), 0)
-
-
-def point_segment(p: dr.ArrayBase, a: dr.ArrayBase, b: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
-    """``(edge_t, edge_point)`` of the point of ``[a, b]`` closest to ``p``."""
-    ab = b - a
-    t = _clamp(_safe_div(dr.dot(p - a, ab), dr.dot(ab, ab)), 0, 1)
-    return t, a + t * ab
-
-
-def ray_segment(o, d, s0, s1, a, b) -> tuple[dr.ArrayBase, dr.ArrayBase]:
-    """``(s, t)`` minimising ``|o + s d - a - t (b - a)|`` for ``s in [s0, s1]``, ``t in [0, 1]``.
-
-    ``d`` must be non-zero; ``s1`` may be ``inf``. Same branch logic as the engine.
-    """
-    e = b - a
-    r = o - a
-    dd = dr.dot(d, d)
-    ee = dr.dot(e, e)
-    de = dr.dot(d, e)
-    c = dr.dot(d, r)
-    f = dr.dot(e, r)
-    den = dd * ee - de * de
-    free = den > 1.0e-12 * dd * ee
-    s_line = _safe_div(de * f - c * ee, den)
-    s_proj = _clamp(_safe_div(-c, dd), s0, s1)  # closest s to the edge start a
-    s = dr.select(free, _clamp(s_line, s0, s1), s_proj)
-    t = _safe_div(de * s + f, ee)
-    below = t < 0
-    above = t > 1
-    s = dr.select(below, s_proj, dr.select(above, _clamp(_safe_div(de - c, dd), s0, s1), s))
-    t = dr.select(ee > 0, _clamp(t, 0, 1), 0)
-    return s, t
+    """:func:`rayd.core.segments.norm` in Dr.Jit (also used by ``_closest_point``)."""
+    return segments.norm(_vector, x)
 
 
 def _winner_segments(m: ModuleType, double: bool, gid: dr.ArrayBase, edges: SceneEdges, geometry):
@@ -93,9 +46,7 @@ def _winner_segments(m: ModuleType, double: bool, gid: dr.ArrayBase, edges: Scen
         shape = m.UInt(dr.gather(m.Int, m.Int(edges.topology.shape_id), g))
         cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
         a, b = apply(cols, a), apply(cols, b)
-    Work = m.Array3f64
-    a = dr.select(found, Work(a), Work(0, 0, 0))
-    b = dr.select(found, Work(b), Work(1, 0, 0))
+    a, b = segments.stand_in_edge(_vector, found, m.Array3f64(a), m.Array3f64(b))
     return found, a, b
 
 
@@ -108,42 +59,27 @@ def _ids(m: ModuleType, fields: dict, gid: dr.ArrayBase, edges: SceneEdges) -> N
     fields["global_edge_id"] = m.Int(gid)
 
 
+def _cast(m: ModuleType, double: bool, fields: dict[str, dr.ArrayBase]) -> dict[str, dr.ArrayBase]:
+    """The float64 working fields in the output type (``Float``/``Array3f`` unless ``double``)."""
+    if double:
+        return fields
+    return {k: (m.Array3f if k.endswith("_point") else m.Float)(v) for k, v in fields.items()}
+
+
 def evaluate_points(m: ModuleType, double: bool, p, gid, edges: SceneEdges, geometry) -> dict[str, dr.ArrayBase]:
     """Fields of :class:`NearestEdge` for points and their winners ``gid`` (``Int``, -1 = none)."""
-    Float = m.Float64 if double else m.Float
-    Array3 = m.Array3f64 if double else m.Array3f
     found, a, b = _winner_segments(m, double, gid, edges, geometry)
-    p = dr.select(found, m.Array3f64(p), m.Array3f64(0.5, 1, 0))  # off the stand-in edge
-    t, q = point_segment(p, a, b)
-    fields = {
-        "distance": dr.select(found, Float(_norm(p - q)), math.inf),
-        "edge_t": dr.select(found, Float(t), 0),
-        "edge_point": dr.select(found, Array3(q), 0),
-    }
+    fields = _cast(m, double, segments.point_fields(_vector, found, m.Array3f64(p), a, b))
     _ids(m, fields, gid, edges)
     return fields
 
 
 def evaluate_rays(m: ModuleType, double: bool, ray: Ray, gid, edges: SceneEdges, geometry) -> dict[str, dr.ArrayBase]:
     """Fields of :class:`NearestEdge` (with ``ray_t``, ``ray_point``) for rays and winners ``gid``."""
-    Float = m.Float64 if double else m.Float
-    Array3 = m.Array3f64 if double else m.Array3f
-    Work, Work1 = m.Array3f64, m.Float64
     found, a, b = _winner_segments(m, double, gid, edges, geometry)
-    o = dr.select(found, Work(ray.o), Work(0.5, 1, -1))
-    d = dr.select(found, Work(ray.d), Work(0, 0, 1))
-    s0 = dr.select(found, Work1(ray.tmin), 0)
-    s1 = dr.select(found, Work1(ray.tmax), math.inf)
-    s, t = ray_segment(o, d, s0, s1, a, b)
-    ray_point = o + s * d
-    edge_point = a + t * (b - a)
-    fields = {
-        "distance": dr.select(found, Float(_norm(ray_point - edge_point)), math.inf),
-        "edge_t": dr.select(found, Float(t), 0),
-        "edge_point": dr.select(found, Array3(edge_point), 0),
-        "ray_t": dr.select(found, Float(s), 0),
-        "ray_point": dr.select(found, Array3(ray_point), 0),
-    }
+    Work, Work1 = m.Array3f64, m.Float64
+    fields = segments.ray_fields(_vector, found, Work(ray.o), Work(ray.d), Work1(ray.tmin), Work1(ray.tmax), a, b)
+    fields = _cast(m, double, fields)
     _ids(m, fields, gid, edges)
     return fields
 

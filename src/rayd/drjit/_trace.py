@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import drjit as dr
-import numpy as np
 
+from rayd.core.rays import scalar_ignore
 from rayd.drjit import _check, _convert
 from rayd.drjit.ray import Ray
 from rayd.engine.intersect import search
@@ -35,14 +35,9 @@ def check_active(call: str, ray: Ray, active: object, device: str) -> tuple[int,
 def check_ignore(call: str, n: int, ignore: object, device: str) -> tuple[int, dr.ArrayBase | int | None]:
     if ignore is None:
         return n, None
-    if isinstance(ignore, (bool, np.bool_)):
-        raise TypeError(f"{call}: 'ignore' must be an int or a Dr.Jit Int/UInt array, got bool")
-    if isinstance(ignore, np.integer):  # as rayd.torch
-        ignore = int(ignore)
-    if isinstance(ignore, int):
-        if not -(2**31) <= ignore < 2**31:
-            raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")
-        return n, ignore
+    one = scalar_ignore(call, ignore, "a Dr.Jit Int/UInt array")
+    if one is not None:
+        return n, one
     ignore = _check.index_flat(call, "ignore", ignore)
     _check.same_backend(call, "ignore", ignore, device, "the scene")
     n = _check.broadcast(call, [("ray", n), ("ignore", dr.width(ignore))])

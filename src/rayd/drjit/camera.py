@@ -20,8 +20,6 @@ from rayd.drjit._nearest_edge import _setup, _winner_segments
 from rayd.drjit.mesh import check_transform
 from rayd.drjit.ray import Ray
 
-_CALL = "rayd.drjit.Camera()"
-
 
 class Camera(CameraBase):
     """A pinhole camera in the OpenCV convention (x right, y down, z forward; pixel centres at +0.5).
@@ -39,7 +37,6 @@ class Camera(CameraBase):
             ``rayd.drjit.Camera()``).
     """
 
-    _CALL = _CALL
     _SCALAR = "a float or a width-1 Float array"
 
     def __init__(self, width: int, height: int, *, fov_y=None, fx=None, fy=None, cx=None, cy=None,
@@ -48,16 +45,16 @@ class Camera(CameraBase):
         fx, fy, cx, cy = (self._scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
         if fov_y is not None:
             if real(fov_y) is None:
-                raise TypeError(f"{_CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
+                raise TypeError(f"{self._CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
             fov_y = real(fov_y)
         self._set_intrinsics(fov_y, fx, fy, cx, cy)
         if to_world is not None:
             like = next((v for v in (fx, fy, cx, cy) if isinstance(v, dr.ArrayBase)), None)
             if like is None:
                 like = to_world if isinstance(to_world, dr.ArrayBase) and dr.is_jit_v(to_world) else dr.llvm.Float(0)
-            to_world = check_transform(_CALL, "to_world", to_world, like)
+            to_world = check_transform(self._CALL, "to_world", to_world, like)
         self.to_world = to_world
-        _core.check_intrinsics(_CALL, *self.intrinsics())  # the values of width-1 arrays (one read)
+        _core.check_intrinsics(self._CALL, *self.intrinsics())  # the values of width-1 arrays (one read)
 
     def _arrays(self) -> list:
         return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]
@@ -68,7 +65,7 @@ class Camera(CameraBase):
                 and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64)):
             return None
         if dr.width(value) != 1:
-            raise ValueError(f"{_CALL}: '{name}' must have width 1, got width {dr.width(value)}")
+            raise ValueError(f"{self._CALL}: '{name}' must have width 1, got width {dr.width(value)}")
         return value
 
     def _is_array(self, value: object) -> bool:
@@ -216,8 +213,6 @@ class Camera(CameraBase):
 
 class EdgeSamples(EdgeSamplesBase):
     """rayd.drjit's edge samples (fields as :class:`rayd.torch.EdgeSamples`, flat Dr.Jit arrays)."""
-
-    _NAME = "rayd.drjit.EdgeSamples"
 
     def __len__(self) -> int:
         return dr.width(self.weight) if self.count else 0

@@ -15,10 +15,10 @@ import drjit as dr
 import numpy as np
 import warp as wp
 
-from rayd.core.edges import EdgeState, TopologyBase, check_total
+from rayd.core.edges import EdgeState, TopologyBase
+from rayd.core.topology import assemble, mesh_passes
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply, concat
-from rayd.engine import edge_topology
 from rayd.engine.edge_topology import mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.records import EdgeRecord
@@ -170,42 +170,28 @@ class SceneEdges(EdgeState):
         stream = _convert.current_stream(self._device)
         shapes = self._scene._shapes
         # One engine pass per mesh; every shape (instances included) then gathers its
-        # mesh's records by index arrays built on the host, so the traced expression
-        # does not grow with the number of shapes.
-        per_mesh: dict[int, tuple[dr.ArrayBase, ...]] = {}
-        first: dict[int, int] = {}
-        total = 0
-        for shape in shapes:
-            if shape.mesh.num_faces and shape.base not in per_mesh:
-                edge_topology.check_size("rayd.drjit.Scene edge queries", shape.mesh.num_faces)
-                per_mesh[shape.base] = self._mesh_records(shapes[shape.base], stream)
-                first[shape.base] = total
-                total += dr.width(per_mesh[shape.base][0])
+        # mesh's records by index arrays built on the host (rayd.core.topology), so the
+        # traced expression does not grow with the number of shapes.
+        owner = "rayd.drjit.Scene"
+        per_mesh = {b: self._mesh_records(shapes[b], stream) for b in mesh_passes(owner, shapes)}
+        plan = assemble(owner, shapes, self._world_offsets, {b: dr.width(r[0]) for b, r in per_mesh.items()})
         records = [concat([r[k] for r in per_mesh.values()]) for k in range(3)]
-        present = np.array([i for i, s in enumerate(shapes) if s.mesh.num_faces], dtype=np.int64)
-        bases = np.array([shapes[i].base for i in present], dtype=np.int64)
-        counts = np.array([dr.width(per_mesh[b][0]) for b in bases], dtype=np.int64)
-        check_total("rayd.drjit.Scene", int(counts.sum()))  # before the host index arrays are made
-        starts = np.cumsum(counts) - counts
-        local = np.arange(int(counts.sum()), dtype=np.int64) - np.repeat(starts, counts)
-        source = plain.UInt((np.repeat([first[b] for b in bases], counts) + local).astype(np.uint32))
+        source = plain.UInt(plan.source.astype(np.uint32))
         v, faces, opposite = (dr.gather(plain.Array2i, r, source) for r in records)
-        world_offsets = np.asarray(self._world_offsets, dtype=np.int64)[present]
-        vertex_offsets = np.array([shapes[b].vertex_offset for b in bases], dtype=np.int64)
         num_edges = dr.width(faces)
         self._topology = EdgeTopology(
             v=v,
             faces=faces,
             opposite=opposite,
             is_boundary=faces.y < 0,
-            shape_id=plain.Int(np.repeat(present, counts).astype(np.int32)),
-            edge_id=plain.Int(local.astype(np.int32)),
+            shape_id=plain.Int(plan.shape_id),
+            edge_id=plain.Int(plan.edge_id),
             global_edge_id=dr.arange(plain.Int, num_edges),
         )
-        self._rows = plain.Array2u(v + plain.Int(np.repeat(vertex_offsets, counts).astype(np.int32)))
+        self._rows = plain.Array2u(v + plain.Int(plan.vertex_shift))
         dr.make_opaque(self._topology.v, self._topology.faces, self._topology.opposite, self._topology.is_boundary,
                        self._topology.shape_id, self._topology.edge_id, self._topology.global_edge_id, self._rows)
-        world_v = v + plain.Int(np.repeat(world_offsets, counts).astype(np.int32))
+        world_v = v + plain.Int(plan.world_shift)
         self._world_v_view, self._world_v = _convert.vec2i_view(world_v, self._device)
         self._mask = dr.full(plain.Bool, True, num_edges)
         self._applied = dr.full(plain.UInt8, 1, num_edges)

@@ -47,8 +47,6 @@ class Mesh(MeshBase):
             ``faces`` may be written in place in between).
     """
 
-    _PREFIX = "rayd.drjit.Mesh"
-
     # ------------------------------------------------------------------ MeshBase hooks
     _check_float = staticmethod(_check.float_array)
     _check_faces = staticmethod(_check.index_array)
@@ -106,7 +104,7 @@ class Mesh(MeshBase):
             ValueError: an unknown ``backend``; ``uv=True`` for a mesh without texture
                 coordinates; and what :class:`Mesh` raises.
         """
-        call = "rayd.drjit.Mesh.from_trimesh()"
+        call = f"{cls._name}.from_trimesh()"
         if backend not in ("llvm", "cuda"):
             raise ValueError(f"{call}: 'backend' must be 'llvm' or 'cuda', got {backend!r}")
         if dtype not in ("float32", "float64"):

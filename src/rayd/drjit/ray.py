@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import drjit as dr
 
+from rayd.core.rays import interval_bound
 from rayd.drjit import _check, _convert
 
 _CALL = "rayd.drjit.Ray()"
@@ -80,12 +80,9 @@ class Ray:
 
 
 def _interval_bound(name: str, value: object, device: str) -> float | dr.ArrayBase:
-    if isinstance(value, bool):
-        raise TypeError(f"{_CALL}: '{name}' must be a float or a Dr.Jit Float array, got bool")
-    if isinstance(value, numbers.Real):  # NumPy scalars too
-        return float(value)
-    if _convert.is_jit_array(value):
+    def check(name: str, value: dr.ArrayBase) -> dr.ArrayBase:
         value = _check.float_array(_CALL, name, value, 1)
         _check.same_backend(_CALL, name, value, device, "'o'")
         return value
-    raise TypeError(f"{_CALL}: '{name}' must be a float or a Dr.Jit Float array, got {_convert.type_name(value)}")
+
+    return interval_bound(_CALL, name, value, "a Dr.Jit Float array", _convert.is_jit_array, check, _convert.type_name)

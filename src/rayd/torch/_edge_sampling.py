@@ -66,8 +66,6 @@ class EdgeSamples(EdgeSamplesBase):
         Pixels for ``xy``, ``weight`` (length) and ``motion``.
     """
 
-    _NAME = "rayd.torch.EdgeSamples"
-
     def __len__(self) -> int:
         return int(self.weight.shape[0])
 

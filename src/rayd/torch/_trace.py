@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import numpy as np
 import torch
 
+from rayd.core.rays import scalar_ignore
 from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
 
@@ -37,14 +37,9 @@ def check_ignore(call: str, batch: torch.Size, ignore: object,
                  device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
     if ignore is None:
         return batch, None
-    if isinstance(ignore, bool):
-        raise TypeError(f"{call}: 'ignore' must be an int or an integer tensor, got bool")
-    if isinstance(ignore, np.integer):
-        ignore = int(ignore)
-    if isinstance(ignore, int):
-        if not -(2**31) <= ignore < 2**31:
-            raise ValueError(f"{call}: 'ignore' must be a global_prim_id (or -1), got {ignore}")
-        return batch, torch.full((1,), ignore, dtype=torch.int32, device=device)
+    one = scalar_ignore(call, ignore, "an integer tensor")
+    if one is not None:
+        return batch, torch.full((1,), one, dtype=torch.int32, device=device)
     ignore = _check.index_tensor(call, "ignore", ignore)
     _check.same_device(call, "ignore", ignore, device, "the scene")
     batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])

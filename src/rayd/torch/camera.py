@@ -10,8 +10,6 @@ from rayd.core.transforms import check_matrices
 from rayd.torch import _check, _convert
 from rayd.torch.ray import Ray
 
-_CALL = "rayd.torch.Camera()"
-
 
 class Camera(CameraBase):
     """A pinhole camera in the OpenCV convention.
@@ -50,7 +48,6 @@ class Camera(CameraBase):
             by :meth:`sample_edges`.
     """
 
-    _CALL = _CALL
     _SCALAR = "a float or a 0-dim float tensor"
 
     def __init__(
@@ -69,14 +66,14 @@ class Camera(CameraBase):
         self._set_intrinsics(*(self._scalar(n, v) for n, v in
                                (("fov_y", fov_y), ("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy))))
         if to_world is not None:
-            to_world = _check.float_tensor(_CALL, "to_world", to_world)
+            to_world = _check.float_tensor(self._CALL, "to_world", to_world)
             if tuple(to_world.shape) != (4, 4):
-                raise ValueError(f"{_CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
+                raise ValueError(f"{self._CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
         self.to_world = to_world
         tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
         for name, value in tensors[1:]:
-            _check.same_device(_CALL, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
-        self._check_values(_CALL)
+            _check.same_device(self._CALL, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
+        self._check_values(self._CALL)
 
     def _check_values(self, call: str) -> None:
         """``ValueError`` for non-positive/non-finite intrinsics or a non-finite/singular ``to_world``
@@ -265,9 +262,9 @@ class Camera(CameraBase):
     def _array_scalar(self, name: str, value: object) -> torch.Tensor | None:
         if not isinstance(value, torch.Tensor):
             return None
-        value = _check.float_tensor(_CALL, name, value)
+        value = _check.float_tensor(self._CALL, name, value)
         if value.dim() != 0:
-            raise ValueError(f"{_CALL}: '{name}' must be a 0-dim tensor, got shape {tuple(value.shape)}")
+            raise ValueError(f"{self._CALL}: '{name}' must be a 0-dim tensor, got shape {tuple(value.shape)}")
         return value
 
     def _is_array(self, value: object) -> bool:

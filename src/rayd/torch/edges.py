@@ -22,8 +22,8 @@ from dataclasses import dataclass
 import torch
 import warp as wp
 
-from rayd.core.edges import EdgeState, TopologyBase, check_total
-from rayd.engine import edge_topology
+from rayd.core.edges import EdgeState, TopologyBase
+from rayd.core.topology import assemble, mesh_passes
 from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.records import EdgeRecord
@@ -231,37 +231,34 @@ class SceneEdges(EdgeState):
 
     def _compute_topology(self) -> None:
         device = self._device
-        per_mesh: dict[int, tuple[torch.Tensor, ...]] = {}
-        parts = []
-        for shape, faces in zip(self._shapes, self._faces):
-            key = id(faces)
-            if key not in per_mesh:
-                edge_topology.check_size("rayd.torch.Scene edge queries", shape.mesh.num_faces)
-                per_mesh[key] = _mesh_records(faces, shape.mesh.num_vertices)
-            parts.append(per_mesh[key])
-        sizes = [p[0].shape[0] for p in parts]
-        check_total("rayd.torch.Scene", sum(sizes))
-        i32 = torch.int32
-        v = torch.cat([p[0] for p in parts])
-        if any(self._world_offsets):
-            shift = torch.cat(
-                [torch.full((n,), off, dtype=i32, device=device) for n, off in zip(sizes, self._world_offsets)]
-            )
-            self._edge_v = (v + shift[:, None]).contiguous()
-        else:
-            self._edge_v = v.clone()  # never the user's `edge_topology().v` itself
-        edge_faces = torch.cat([p[1] for p in parts])
+        owner = "rayd.torch.Scene"
+        passes = mesh_passes(owner, self._shapes)
+        records = {b: _mesh_records(self._faces[b], self._shapes[b].mesh.num_vertices) for b in passes}
+        plan = assemble(owner, self._shapes, self._world_offsets, {b: r[0].shape[0] for b, r in records.items()})
+
+        def rows(k: int) -> torch.Tensor:
+            parts = [r[k] for r in records.values()]
+            if not parts:
+                return torch.empty((0, 2), dtype=torch.int32, device=device)
+            return torch.cat(parts)[torch.from_numpy(plan.source).to(device)]
+
+        def column(values) -> torch.Tensor:
+            return torch.from_numpy(values).to(device)
+
+        v, edge_faces = rows(0), rows(1)
+        e = plan.num_edges
+        self._edge_v = (v + column(plan.world_shift)[:, None]).contiguous()  # never `edge_topology().v` itself
         self._topology = EdgeTopology(
             v=v,
             faces=edge_faces,
-            opposite=torch.cat([p[2] for p in parts]),
+            opposite=rows(2),
             is_boundary=edge_faces[:, 1] < 0,
-            shape_id=torch.cat([torch.full((n,), s, dtype=i32, device=device) for s, n in enumerate(sizes)]),
-            edge_id=torch.cat([torch.arange(n, dtype=i32, device=device) for n in sizes]),
-            global_edge_id=torch.arange(sum(sizes), dtype=i32, device=device),
+            shape_id=column(plan.shape_id),
+            edge_id=column(plan.edge_id),
+            global_edge_id=torch.arange(e, dtype=torch.int32, device=device),
         )
-        self._mask = torch.ones(sum(sizes), dtype=torch.bool, device=device)
-        self._applied = torch.ones(sum(sizes), dtype=torch.uint8, device=device)
+        self._mask = torch.ones(e, dtype=torch.bool, device=device)
+        self._applied = torch.ones(e, dtype=torch.uint8, device=device)
         self._update_mask(None)
 
     def _write_applied(self, stream, enabled: list[bool] | None) -> None:

@@ -44,8 +44,6 @@ class Mesh(MeshBase):
             place since), and queries refuse faces changed in place after ``build()``.
     """
 
-    _PREFIX = "rayd.torch.Mesh"
-
     # ------------------------------------------------------------------ MeshBase hooks
     @staticmethod
     def _check_float(call: str, name: str, value: object, components: int) -> torch.Tensor:
@@ -123,7 +121,7 @@ class Mesh(MeshBase):
             ValueError: ``uv=True`` for a mesh without texture coordinates; and what
                 :class:`Mesh` raises.
         """
-        call = "rayd.torch.Mesh.from_trimesh()"
+        call = f"{cls._name}.from_trimesh()"
         vertices, faces, vertex_normals, texcoords = trimesh_arrays(call, mesh, normals, uv)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{call}: 'dtype' must be torch.float32 or torch.float64, got {dtype}")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import math
-import numbers
 
 import torch
 
+from rayd.core.rays import interval_bound
 from rayd.torch import _check
 
 _CALL = "rayd.torch.Ray()"
@@ -74,12 +74,10 @@ class Ray:
 
 
 def _interval_bound(name: str, value: object, device: torch.device) -> float | torch.Tensor:
-    if isinstance(value, bool):
-        raise TypeError(f"{_CALL}: '{name}' must be a float or a float tensor, got bool")
-    if isinstance(value, numbers.Real):  # NumPy scalars too
-        return float(value)
-    if isinstance(value, torch.Tensor):
+    def check(name: str, value: torch.Tensor) -> torch.Tensor:
         value = _check.float_tensor(_CALL, name, value)
         _check.same_device(_CALL, name, value, device, "'o'")
         return value
-    raise TypeError(f"{_CALL}: '{name}' must be a float or a float tensor, got {type(value).__name__}")
+
+    return interval_bound(_CALL, name, value, "a float tensor", lambda v: isinstance(v, torch.Tensor), check,
+                          lambda v: type(v).__name__)

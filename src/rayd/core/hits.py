@@ -1,0 +1,120 @@
+"""The fixed-winner evaluation of closest hits, written once over a frontend's array ops.
+
+The engine's search kernel picks the winning triangle per ray; both frontends then
+recompute ``t, u, v`` for that triangle from the live (differentiable) geometry with
+this module, in their own array library, by solving
+
+    o + t d = (1 - u - v) v0 + u v1 + v v2
+
+with Cramer's rule in the form of Moeller & Trumbore (1997, "Fast, Minimum Storage
+Ray/Triangle Intersection", JGT 2(1)), and derive ``p, geo_n, n, barycentric, uv``
+from it (DESIGN.md, "Differentiation contract"). Rays that missed are evaluated
+against a fixed, well-conditioned stand-in triangle and masked out, so misses carry
+exactly zero gradient and never NaN, in reverse and in forward mode.
+
+``ops`` is the frontend's vector-ops module (the protocol of :mod:`rayd.core.segments`,
+plus ``cross(v, w)``, ``all_zero(v)`` (per row: every component is 0), ``rsqrt(x)``
+and ``stack(*xs)``, a per-row vector of per-row scalars). This module imports no
+array library.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+from rayd.flags import RayFlags
+
+# A triangle and a ray that hits it head-on at t = 1: the evaluation point of misses.
+STAND_IN_TRIANGLE = ((0.0, 0.0, 0.0), (1.0, 0.0, 0.0), (0.0, 1.0, 0.0))
+STAND_IN_RAY = ((0.25, 0.25, 1.0), (0.0, 0.0, -1.0))
+UP = (0.0, 0.0, 1.0)  # the normal of a degenerate face (and of the stand-in)
+
+SURFACE = RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV
+
+# (w) -> (per-row interpolated attribute, per-row bool: the face has that attribute)
+Interpolate = Callable[[Any], tuple[Any, Any]]
+
+
+def normalize(ops: Any, v: Any, fallback: Any) -> tuple[Any, Any]:
+    """``v / |v|`` with ``fallback`` where ``|v| = 0``; returns (result, per-row ok-mask)."""
+    sq = ops.dot(v, v)
+    ok = sq > 0
+    return ops.scale(ops.rsqrt(ops.where(ok, sq, 1.0)), ops.where3(ok, v, fallback)), ok
+
+
+def evaluate(
+    ops: Any,
+    flags: RayFlags,
+    hit: Any,
+    o: Any,
+    d: Any,
+    corners: tuple[Any, Any, Any],
+    ids: dict[str, Any],
+    cast: Callable[[Any], Any],
+    normals: Interpolate | None = None,
+    uv: Interpolate | None = None,
+) -> dict[str, Any]:
+    """Intersection fields of rays ``o + t d`` and their winning triangles ``corners``.
+
+    Args:
+        ops: the frontend's vector ops (module docstring).
+        flags: which fields to compute (:class:`rayd.flags.RayFlags`).
+        hit: per-row bool, rays with a winner.
+        o, d, corners: per-row 3-vectors in the working precision (float64): origins,
+            directions and the winners' world-space ``(v0, v1, v2)`` (any values where
+            not ``hit``: the stand-in replaces them).
+        ids: ``prim_id``, ``shape_id``, ``global_prim_id`` per row (set to -1 on a miss).
+        cast: the working precision to the output dtype (scalars and vectors).
+        normals, uv: given the output-dtype barycentric weights ``w``, the interpolated
+            world-space vertex normals / texture coordinates and whether the face has
+            them; ``None`` when no mesh has any.
+
+    Returns:
+        The fields of ``Intersection`` that ``flags`` asks for, per row. A winner that is
+        degenerate or singular when re-evaluated (no interior, or no unique ``t``) is a
+        miss, as the search decides (``watertight.confirmed_t``).
+    """
+    v0, v1, v2 = (ops.where3(hit, x, ops.const3(x, *c)) for x, c in zip(corners, STAND_IN_TRIANGLE))
+    o = ops.where3(hit, o, ops.const3(o, *STAND_IN_RAY[0]))
+    d = ops.where3(hit, d, ops.const3(d, *STAND_IN_RAY[1]))
+    e1 = v1 - v0
+    e2 = v2 - v0
+    normal = ops.cross(e1, e2)
+    pvec = ops.cross(d, e2)
+    det = ops.dot(e1, pvec)
+    singular = (det == 0) | ops.all_zero(normal)
+    hit = hit & ~singular
+    inv_det = 1.0 / ops.where(singular, 1.0, det)  # a true division (an rcp is approximate on CUDA)
+    s = o - v0
+    qvec = ops.cross(s, e1)
+    t = ops.dot(e2, qvec) * inv_det
+
+    out = {"t": ops.where(hit, cast(t), math.inf)}
+    out.update((name, ops.where(hit, value, -1)) for name, value in ids.items())
+    if not flags & SURFACE:
+        return out
+
+    u = ops.dot(s, pvec) * inv_det
+    v = ops.dot(d, qvec) * inv_det
+    w = cast(ops.stack(1.0 - u - v, u, v))
+    geo_n, _ = normalize(ops, normal, ops.const3(normal, *UP))
+    geo_n = ops.where3(hit, cast(geo_n), 0.0)
+    if flags & RayFlags.Geometric:
+        out["p"] = ops.where3(hit, cast(o + ops.scale(t, d)), 0.0)
+        out["geo_n"] = geo_n
+        out["barycentric"] = ops.where3(hit, w, 0.0)
+    if flags & RayFlags.ShadingN:
+        if normals is None:
+            out["n"] = geo_n
+        else:
+            interpolated, has = normals(w)
+            shading, ok = normalize(ops, interpolated, ops.const3(interpolated, *UP))
+            out["n"] = ops.where3(ok & has & hit, shading, geo_n)
+    if flags & RayFlags.UV:
+        fallback = ops.stack(cast(u), cast(v))
+        if uv is not None:
+            interpolated, has = uv(w)
+            fallback = ops.where3(has, interpolated, fallback)
+        out["uv"] = ops.where3(hit, fallback, 0.0)
+    return out
