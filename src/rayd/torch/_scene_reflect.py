@@ -12,12 +12,14 @@ decided by engine searches.
 from __future__ import annotations
 
 import math
+import operator
+from types import SimpleNamespace
 
 import torch
 
 import numpy as np
 
-from rayd.core import paths
+from rayd.core import paths, specular
 from rayd.core.paths import check_bounces
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
@@ -30,11 +32,9 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * b).sum(-1, keepdim=True)
 
 
-def _safe_norm(x: torch.Tensor) -> torch.Tensor:
-    """``|x|`` over the last dim (kept), 0 with zero gradient where ``x = 0`` (never NaN)."""
-    sq = _dot(x, x)
-    ok = sq > 0
-    return torch.where(ok, torch.sqrt(torch.where(ok, sq, torch.ones_like(sq))), torch.zeros_like(sq))
+#: :class:`rayd.core.specular.ImageOps` on (n, 3) tensors; scalars are (n, 1).
+_IMAGE_OPS = SimpleNamespace(dot=_dot, cross=torch.linalg.cross, select=torch.where, sqrt=torch.sqrt,
+                             divide=operator.truediv)
 
 
 def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: torch.Tensor,
@@ -55,7 +55,7 @@ def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: to
                            _convert.primal(skip).to(torch.int32).contiguous(), n, any_hit)
 
 
-class ReflectionQueries:
+class ReflectionQueries(specular.HostValidity):
     """Mixin of :class:`rayd.torch.Scene`: ``trace_reflections`` and ``specular_paths``."""
 
     def trace_reflections(self, ray, max_bounces: int, active: torch.Tensor | None = None, *,
@@ -191,19 +191,13 @@ class ReflectionQueries:
         geometry = gather(self._state.table, self._state.live(dtype), ids.reshape(-1))
         return geometry.corners.double().reshape(n, bounces, 3, 3)
 
-    def _host_validity(self, src, dst, seq, prior, dtype, with_points: bool = False):
-        """Validity of paths given as host arrays (rayd.core.paths): ``(ok, used, ids, length)``, NumPy.
+    def _host_points(self, x: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+        return x  # already in the output dtype (rayd::path_validity)
 
-        ``src, dst`` (n, 3) float64, ``seq`` (n, B) int, ``prior`` (n,) bool or ``None``.
-        """
-        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces)
-        if prior is not None:
-            ok &= prior
+    def _host_corners(self, ids: np.ndarray, dtype: torch.dtype) -> np.ndarray:
         with _convert.outside_transforms(), torch.no_grad():
             corners = self._corners(torch.from_numpy(ids).to(self._device), dtype)
-            corners = _convert.primal(corners).cpu().numpy()
-        out = paths.validate(src, dst, corners, seq, ok, used, self._host_search, with_points)
-        return (out[0], used, ids) + tuple(out[1:])  # (ok, used, ids, length[, points])
+            return _convert.primal(corners).cpu().numpy()
 
     def _host_search(self, o, d, tmin, tmax, flag, skip):
         """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
@@ -214,43 +208,21 @@ class ReflectionQueries:
 
 
 def _image_method(src: torch.Tensor, dst: torch.Tensor, corners: torch.Tensor, used: torch.Tensor):
-    """Reflection points (n, B, 3) and total length (n,) by the image method, in float64 torch ops.
+    """Reflection points (n, B, 3) and total length (n,) by :func:`rayd.core.specular.image_method`.
 
-    Concretely ``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k`` (``I_{-1} = src``), then
-    back from ``dst`` through ``I_{B-1}, ..., I_0``; unused slots hold the target (zero-length
-    segments). Degenerate cases give finite values (validity is decided by rayd.core.paths).
+    ``src, dst`` (n, 3) and ``corners`` (n, B, 3, 3) float64, ``used`` (n, B) bool; unused
+    slots hold the target (zero-length segments).
     """
     n, bounces = used.shape
-    v0, e1, e2 = corners[:, :, 0], corners[:, :, 1] - corners[:, :, 0], corners[:, :, 2] - corners[:, :, 0]
-    normal = torch.linalg.cross(e1, e2)
-    area = _safe_norm(normal)
-    normal = normal / torch.where(area > 0, area, torch.ones_like(area))
-    images, image = [], src
-    for k in range(bounces):
-        u3 = used[:, k:k + 1]
-        image = torch.where(u3, image - 2.0 * _dot(image - v0[:, k], normal[:, k]) * normal[:, k], image)
-        images.append(image)
-    points, x = [None] * bounces, dst
-    for k in reversed(range(bounces)):
-        ray = images[k] - x
-        denom = _dot(ray, normal[:, k])
-        nonzero = denom != 0
-        s = _dot(v0[:, k] - x, normal[:, k]) / torch.where(nonzero, denom, torch.ones_like(denom))
-        x = torch.where(used[:, k].unsqueeze(-1) & nonzero, x + s * ray, x)
-        points[k] = x
-    chain = torch.stack([src] + points + [dst], dim=1)
-    length = _safe_norm(chain[:, 1:] - chain[:, :-1]).squeeze(-1).sum(-1)
+    slots = [(corners[:, k, 0], corners[:, k, 1], corners[:, k, 2]) for k in range(bounces)]
+    points, length = specular.image_method(_IMAGE_OPS, src, dst, slots, [used[:, k:k + 1] for k in range(bounces)])
     pts = torch.stack(points, dim=1) if bounces else torch.zeros((n, 0, 3), dtype=src.dtype, device=src.device)
-    return pts, length
+    return pts, length.squeeze(-1)
 
 
 def _empty_chain(bounces: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-    """The fields of a chain of zero rays."""
-    f = {name: torch.empty((0, bounces), dtype=dtype, device=device) for name in ("t",)}
-    f.update({name: torch.empty((0, bounces, 3), dtype=dtype, device=device)
-              for name in ("p", "geo_n", "d_out", "image_source")})
-    f.update({name: torch.empty((0, bounces), dtype=torch.int32, device=device)
-              for name in ("prim_id", "shape_id", "global_prim_id")})
-    f["num_bounces"] = torch.empty(0, dtype=torch.int32, device=device)
-    f["path_length"] = torch.empty(0, dtype=dtype, device=device)
-    return f
+    """The fields of a chain of zero rays (:data:`rayd.core.specular.CHAIN_FIELDS`)."""
+    shapes = {"slot": (0, bounces), "slot3": (0, bounces, 3), "slot_id": (0, bounces), "ray_count": (0,), "ray": (0,)}
+    return {name: torch.empty(shapes[kind], dtype=torch.int32 if kind in ("slot_id", "ray_count") else dtype,
+                              device=device)
+            for name, kind in specular.CHAIN_FIELDS.items()}

@@ -1,0 +1,147 @@
+"""Specular paths, the part the frontends share in their own array ops: the image method.
+
+:mod:`rayd.core.paths` decides *which* paths are valid on host float64 copies; the
+frontends then evaluate the chosen paths differentiably (``Scene.specular_paths``).
+That evaluation is one computation, written once here over a small namespace of array
+ops each frontend hands in (:class:`ImageOps`), so that torch tensors and Dr.Jit arrays
+run the same steps and gradients flow through the frontend's own autodiff.
+
+Also here: :class:`HostValidity`, the host-side validity of paths (well-formed
+sequences, then :func:`rayd.core.paths.validate`) from the corners the frontend gathers,
+and :data:`CHAIN_FIELDS`, the fields of a ``ReflectionChain`` and their kinds.
+
+References:
+    Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import numpy as np
+
+from rayd.core import paths
+
+#: The fields of a ``ReflectionChain`` by kind: ``slot`` fields hold one value per bounce
+#: (float; ``slot3``: a 3-vector; ``slot_id``: an int32 id), ``ray`` fields one per ray
+#: (``ray_count``: int32; ``ray``: float). The frontends build their records (and the
+#: empty record of zero rays) from this table.
+CHAIN_FIELDS: dict[str, str] = {
+    "t": "slot", "p": "slot3", "geo_n": "slot3", "d_out": "slot3", "image_source": "slot3",
+    "prim_id": "slot_id", "shape_id": "slot_id", "global_prim_id": "slot_id",
+    "num_bounces": "ray_count", "path_length": "ray",
+}
+
+
+class ImageOps(Protocol):
+    """The array ops :func:`image_method` needs, on a frontend's batches of 3-vectors.
+
+    A "vector" is a batch of 3-vectors (torch: ``(n, 3)``; Dr.Jit: ``Array3f64`` of
+    width n), a "scalar" a batch of numbers that multiplies a vector (torch: ``(n, 1)``;
+    Dr.Jit: ``Float64``). ``+``, ``-``, ``*`` by a scalar or a number, and comparisons
+    are the arrays' own operators.
+    """
+
+    def dot(self, a: Any, b: Any) -> Any:
+        """The scalar ``a . b`` of each pair of vectors."""
+
+    def cross(self, a: Any, b: Any) -> Any:
+        """The vector ``a x b``."""
+
+    def select(self, mask: Any, a: Any, b: Any) -> Any:
+        """``a`` where ``mask``, else ``b`` (either may be a number)."""
+
+    def sqrt(self, x: Any) -> Any:
+        """The square root of a scalar."""
+
+    def divide(self, a: Any, b: Any) -> Any:
+        """``a / b`` for a vector or scalar ``a`` and a scalar ``b`` (never 0 here)."""
+
+
+def safe_norm(ops: ImageOps, x: Any) -> Any:
+    """``|x|`` of each vector: 0 with zero gradient where ``x = 0`` (never NaN)."""
+    sq = ops.dot(x, x)
+    ok = sq > 0
+    return ops.select(ok, ops.sqrt(ops.select(ok, sq, 1.0)), 0.0)
+
+
+def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any, Any]],
+                 use: list[Any]) -> tuple[list[Any], Any]:
+    """Reflection points and total length of paths by the image method, in the frontend's ops.
+
+    Args:
+        ops: the frontend's :class:`ImageOps`.
+        src, dst: the sources and targets (vectors, float64).
+        corners: per slot ``k``, the world corners ``(v0, v1, v2)`` (vectors) of face ``k``
+            of each path.
+        use: per slot, the mask (a scalar-shaped bool) of the paths that use it (padding
+            slots are unused).
+
+    Returns:
+        ``(points, length)``: per slot the reflection points (vectors), and the total
+        length (a scalar). Concretely ``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k``
+        (``I_{-1} = src``, unit face normals ``n_k``), then back from ``dst`` through
+        ``I_{B-1}, ..., I_0``: ``x_k`` is where the line from ``x_{k+1}`` to ``I_k`` meets
+        plane ``k``. Unused slots hold the point after them (the target for padding:
+        zero-length segments). Degenerate cases (zero-area faces, lines parallel to a
+        plane) give finite values; validity is decided by :func:`rayd.core.paths.validate`.
+    """
+    bounces = len(corners)
+    planes = []
+    for v0, v1, v2 in corners:
+        normal = ops.cross(v1 - v0, v2 - v0)
+        area = safe_norm(ops, normal)
+        planes.append((v0, ops.divide(normal, ops.select(area > 0, area, 1.0))))
+    images, image = [], src
+    for (v0, normal), u in zip(planes, use):
+        image = ops.select(u, image - 2.0 * ops.dot(image - v0, normal) * normal, image)
+        images.append(image)
+    points, x = [None] * bounces, dst
+    for k in reversed(range(bounces)):
+        v0, normal = planes[k]
+        ray = images[k] - x
+        denom = ops.dot(ray, normal)
+        nonzero = denom != 0
+        s = ops.divide(ops.dot(v0 - x, normal), ops.select(nonzero, denom, 1.0))
+        x = ops.select(use[k] & nonzero, x + s * ray, x)
+        points[k] = x
+    chain = [src] + points + [dst]
+    length = safe_norm(ops, chain[1] - chain[0])
+    for a, b in zip(chain[1:-1], chain[2:]):
+        length = length + safe_norm(ops, b - a)
+    return points, length
+
+
+class HostValidity:
+    """Mixin of both frontends' ``Scene``: the validity of specular paths given as host arrays.
+
+    Hooks (the frontend's): ``_host_points(x, precision)``, the (n, 3) float64 points as
+    the frontend evaluates them in ``precision`` (its dtype, or whether it is double);
+    ``_host_corners(ids, precision)``, the (n, B, 3, 3) float64 world corners of the
+    faces ``ids`` (n, B) (:func:`rayd.core.paths.check_sequences`' ids, ``-1`` in the
+    slots not to gather, where any values do); ``_host_search``, its host closest-hit
+    search (:mod:`rayd.core.paths`).
+    """
+
+    def _host_validity(self, src: np.ndarray, dst: np.ndarray, seq: np.ndarray, prior: np.ndarray | None,
+                       precision: Any, with_points: bool = False) -> tuple[np.ndarray, ...]:
+        """``(ok, used, ids, length[, points])`` of paths, NumPy: :func:`rayd.core.paths.validate`'s rules.
+
+        Args:
+            src, dst: (n, 3) float64 sources and targets.
+            seq: (n, B) int face sequences (``global_prim_id`` s, ``-1`` padding at the end).
+            prior: (n,) bool paths that may be valid at all (``active``), or ``None``.
+            precision: the frontend's output precision (handed to its hooks).
+            with_points: also return the reflection points (n, B, 3).
+
+        Returns:
+            ``ok`` (n,) bool, ``used`` (n, B) bool (non-padding slots), ``ids`` (n, B)
+            int32 (the ids gathered), ``length`` (n,) float64[, ``points``].
+        """
+        src, dst = self._host_points(src, precision), self._host_points(dst, precision)
+        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces)
+        if prior is not None:
+            ok &= prior
+        out = paths.validate(src, dst, self._host_corners(ids, precision), seq, ok, used, self._host_search,
+                             with_points)
+        return (out[0], used, ids) + tuple(out[1:])
