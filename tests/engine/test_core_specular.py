@@ -71,3 +71,14 @@ def test_specular_imports_without_torch_or_drjit():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"
+
+
+def test_frontend_reflection_methods_run_the_core_code():
+    import pytest  # noqa: PLC0415
+
+    for module in ("rayd.torch", "rayd.drjit"):
+        frontend = pytest.importorskip(module)
+        for name in ("trace_reflections", "specular_paths"):
+            method = getattr(frontend.Scene, name)
+            assert method.__code__ is getattr(specular.ReflectionQueries, name).__code__
+            assert method.__doc__ and (module in method.__doc__ or "Dr.Jit" in method.__doc__)

@@ -6,7 +6,7 @@ That evaluation is one computation, written once here over a small namespace of 
 ops each frontend hands in (:class:`ImageOps`), so that torch tensors and Dr.Jit arrays
 run the same steps and gradients flow through the frontend's own autodiff.
 
-Also here: :class:`HostValidity`, the host-side validity of paths (well-formed
+Also here: :class:`ReflectionQueries`, the scene methods with the host-side validity of paths (well-formed
 sequences, then :func:`rayd.core.paths.validate`) from the corners the frontend gathers,
 and :data:`CHAIN_FIELDS`, the fields of a ``ReflectionChain`` and their kinds.
 
@@ -112,16 +112,31 @@ def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any
     return points, length
 
 
-class HostValidity:
-    """Mixin of both frontends' ``Scene``: the validity of specular paths given as host arrays.
+class ReflectionQueries:
+    """``trace_reflections`` and ``specular_paths`` of a frontend's ``Scene`` (a mixin over
+    :class:`rayd.core.frontend.SceneBase`), and the validity of specular paths given as host arrays.
 
-    Hooks (the frontend's): ``_host_points(x, precision)``, the (n, 3) float64 points as
+    The frontend documents the two methods in its own words (:func:`rayd.core.edges.document`).
+    Hooks (the frontend's): ``_trace_reflections(call, ray, bounces, active, ignore)``, the
+    chains with ``bounces`` already checked; ``_specular_paths(call, source, target,
+    prim_sequence, active)``, the paths of a ready scene; ``_host_points(x, precision)``, the (n, 3) float64 points as
     the frontend evaluates them in ``precision`` (its dtype, or whether it is double);
     ``_host_corners(ids, precision)``, the (n, B, 3, 3) float64 world corners of the
     faces ``ids`` (n, B) (:func:`rayd.core.paths.check_sequences`' ids, ``-1`` in the
     slots not to gather, where any values do); ``_host_search``, its host closest-hit
     search (:mod:`rayd.core.paths`).
     """
+
+    _PREFIX = "rayd.Scene"
+
+    def trace_reflections(self, ray, max_bounces: int, active=None, *, ignore=None):
+        call = f"{self._PREFIX}.trace_reflections()"
+        return self._trace_reflections(call, ray, paths.check_bounces(call, max_bounces), active, ignore)
+
+    def specular_paths(self, source, target, prim_sequence, active=None):
+        call = f"{self._PREFIX}.specular_paths()"
+        self._require_ready(call)
+        return self._specular_paths(call, source, target, prim_sequence, active)
 
     def _host_validity(self, src: np.ndarray, dst: np.ndarray, seq: np.ndarray, prior: np.ndarray | None,
                        precision: Any, with_points: bool = False) -> tuple[np.ndarray, ...]:

@@ -20,7 +20,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import paths, specular
-from rayd.core.paths import check_bounces
+from rayd.core.edges import document
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
 from rayd.drjit._live import LiveState
@@ -33,29 +33,10 @@ _IMAGE_OPS = SimpleNamespace(dot=lambda a, b: a.x * b.x + a.y * b.y + a.z * b.z,
                              sqrt=dr.sqrt, divide=lambda a, b: a * (1 / b))
 
 
-class ReflectionQueries(specular.HostValidity):
+class ReflectionQueries(specular.ReflectionQueries):
     """Mixin of :class:`rayd.drjit.Scene`: ``trace_reflections`` and ``specular_paths``."""
 
-    def trace_reflections(self, ray: Ray, max_bounces: int, active: dr.ArrayBase | None = None, *,
-                          ignore: dr.ArrayBase | int | None = None) -> ReflectionChain:
-        """The specular chain of each ray, as :meth:`rayd.torch.Scene.trace_reflections`.
-
-        Args:
-            ray: :class:`rayd.drjit.Ray` of width N.
-            max_bounces: ``B``, an int in ``[1, 16]``.
-            active: optional ``Bool`` of width N or 1; inactive rays get empty chains.
-            ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
-
-        Returns:
-            :class:`ReflectionChain` of shape ``(N, B)``.
-
-        Raises:
-            TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
-            ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
-            RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.drjit.Scene.trace_reflections()"
-        bounces = check_bounces(call, max_bounces)
+    def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
         n, rays, keep, ray = _trace.prepare(self, call, ray, active, ignore)
         double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
         double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
@@ -68,42 +49,7 @@ class ReflectionQueries(specular.HostValidity):
             return ReflectionChain((0, bounces), **{name: kinds[kind]() for name, kind in specular.CHAIN_FIELDS.items()})
         return ReflectionChain((n, bounces), **_chain.chain(self, m, double, rays, keep, n, bounces, ray))
 
-    def specular_paths(self, source: dr.ArrayBase, target: dr.ArrayBase, prim_sequence: dr.ArrayBase,
-                       active: dr.ArrayBase | None = None) -> SpecularPaths:
-        """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
-
-        The same paths, validity rules and values as :meth:`rayd.torch.Scene.specular_paths`
-        (image method; valid iff every reflection point lies in its closed triangle, every
-        reflection is real and every segment is unblocked; decided by
-        :func:`rayd.core.paths.validate` on host float64 copies: one read back).
-
-        Args:
-            source: (N, 3) ``Array3f``/``Array3f64`` of width N or 1 on the scene's backend.
-            target: (N, 3) the same, width N or 1.
-            prim_sequence: a Dr.Jit integer tensor (``TensorXi``, ``TensorXu``, ``TensorXi64``,
-                ...) of shape ``(N, B)`` (or ``(1, B)`` / ``(B,)`` for one sequence for every
-                path), ``0 <= B <= 16``, of ``global_prim_id`` s, ``-1`` padding at the end;
-                ``B = 0`` or all ``-1`` is the line of sight. From a chain:
-                ``TensorXi(chain.global_prim_id, shape=chain.shape)``.
-            active: optional ``Bool`` of width N or 1; inactive paths are invalid.
-
-        Returns:
-            :class:`SpecularPaths` of shape ``(N, B)``: ``points`` (width ``N B``),
-            ``num_bounces``, ``length`` (``inf`` invalid), ``valid`` (width N). Float64
-            when any of source, target or the vertices is, else float32.
-
-        Gradients:
-            ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
-            transforms (Dr.Jit AD, reverse and forward mode), for the fixed sequence.
-
-        Raises:
-            TypeError: non-float points, a non-integer or non-tensor ``prim_sequence``,
-                non-``Bool`` ``active``.
-            ValueError: wrong shapes or widths, ``B > 16``, inputs on another backend.
-            RuntimeError: the scene is not built or has pending changes.
-        """
-        call = "rayd.drjit.Scene.specular_paths()"
-        self._require_ready(call)
+    def _specular_paths(self, call: str, source, target, prim_sequence, active) -> SpecularPaths:
         device = self._device
         source = _check.float_array(call, "source", source, 3)
         target = _check.float_array(call, "target", target, 3)
@@ -209,3 +155,55 @@ def _image_method(m, src, dst, corners: list[tuple], used: np.ndarray):
     by :func:`rayd.core.specular.image_method`; unused slots hold the target."""
     use = [m.Bool(np.ascontiguousarray(used[:, k])) for k in range(len(corners))]
     return specular.image_method(_IMAGE_OPS, src, dst, corners, use)
+
+
+document(ReflectionQueries, {
+    "trace_reflections": """The specular chain of each ray, as :meth:`rayd.torch.Scene.trace_reflections`.
+
+    Args:
+        ray: :class:`rayd.drjit.Ray` of width N.
+        max_bounces: ``B``, an int in ``[1, 16]``.
+        active: optional ``Bool`` of width N or 1; inactive rays get empty chains.
+        ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
+
+    Returns:
+        :class:`ReflectionChain` of shape ``(N, B)``.
+
+    Raises:
+        TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
+        ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
+        RuntimeError: as :meth:`intersect`.
+    """,
+    "specular_paths": """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
+
+    The same paths, validity rules and values as :meth:`rayd.torch.Scene.specular_paths`
+    (image method; valid iff every reflection point lies in its closed triangle, every
+    reflection is real and every segment is unblocked; decided by
+    :func:`rayd.core.paths.validate` on host float64 copies: one read back).
+
+    Args:
+        source: (N, 3) ``Array3f``/``Array3f64`` of width N or 1 on the scene's backend.
+        target: (N, 3) the same, width N or 1.
+        prim_sequence: a Dr.Jit integer tensor (``TensorXi``, ``TensorXu``, ``TensorXi64``,
+            ...) of shape ``(N, B)`` (or ``(1, B)`` / ``(B,)`` for one sequence for every
+            path), ``0 <= B <= 16``, of ``global_prim_id`` s, ``-1`` padding at the end;
+            ``B = 0`` or all ``-1`` is the line of sight. From a chain:
+            ``TensorXi(chain.global_prim_id, shape=chain.shape)``.
+        active: optional ``Bool`` of width N or 1; inactive paths are invalid.
+
+    Returns:
+        :class:`SpecularPaths` of shape ``(N, B)``: ``points`` (width ``N B``),
+        ``num_bounces``, ``length`` (``inf`` invalid), ``valid`` (width N). Float64
+        when any of source, target or the vertices is, else float32.
+
+    Gradients:
+        ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
+        transforms (Dr.Jit AD, reverse and forward mode), for the fixed sequence.
+
+    Raises:
+        TypeError: non-float points, a non-integer or non-tensor ``prim_sequence``,
+            non-``Bool`` ``active``.
+        ValueError: wrong shapes or widths, ``B > 16``, inputs on another backend.
+        RuntimeError: the scene is not built or has pending changes.
+    """,
+})

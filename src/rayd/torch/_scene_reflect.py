@@ -20,7 +20,7 @@ import torch
 import numpy as np
 
 from rayd.core import paths, specular
-from rayd.core.paths import check_bounces
+from rayd.core.edges import document
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
@@ -55,40 +55,10 @@ def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: to
                            _convert.primal(skip).to(torch.int32).contiguous(), n, any_hit)
 
 
-class ReflectionQueries(specular.HostValidity):
+class ReflectionQueries(specular.ReflectionQueries):
     """Mixin of :class:`rayd.torch.Scene`: ``trace_reflections`` and ``specular_paths``."""
 
-    def trace_reflections(self, ray, max_bounces: int, active: torch.Tensor | None = None, *,
-                          ignore: torch.Tensor | int | None = None) -> ReflectionChain:
-        """The specular chain of each ray: up to ``max_bounces`` closest hits, mirror-reflected.
-
-        Segment 0 is ``ray`` with its own ``tmin``, ``tmax`` and ``ignore``. After a hit at
-        ``p_b`` on a face with unit geometric normal ``g_b``, the next direction is
-        ``d_{b+1} = d_b - 2 (d_b . g_b) g_b`` (same length as ``d_b``) and the next segment
-        starts at ``p_b`` with ``tmin = 0``, ``tmax = inf``, skipping the face it leaves.
-        The chain ends at the first miss; later slots are empty.
-
-        Args:
-            ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.
-            max_bounces: ``B``, an int in ``[1, 16]``.
-            active: optional bool tensor broadcastable to ``...``; inactive rays get empty chains.
-            ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
-
-        Returns:
-            :class:`rayd.torch.ReflectionChain` with slot fields ``[..., B]`` / ``[..., B, 3]``.
-
-        Gradients:
-            ``t, p, geo_n, d_out, image_source, path_length`` are differentiable (reverse
-            and forward mode) with respect to vertices, transforms, ``ray.o`` and ``ray.d``,
-            for the fixed chain of faces.
-
-        Raises:
-            TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
-            ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
-            RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.torch.Scene.trace_reflections()"
-        bounces = check_bounces(call, max_bounces)
+    def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
         batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
         dtype = self._output_dtype(ray)
         if n == 0:
@@ -100,47 +70,7 @@ class ReflectionQueries(specular.HostValidity):
         out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
         return ReflectionChain(**out)
 
-    def specular_paths(self, source: torch.Tensor, target: torch.Tensor, prim_sequence: torch.Tensor,
-                       active: torch.Tensor | None = None) -> SpecularPaths:
-        """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
-
-        Image method: the source is mirrored across the planes of the faces in order
-        (``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k``, ``I_{-1} = source``), then the
-        path is traced back from ``target`` through ``I_{B-1}, ..., I_0``.
-
-        A path is valid iff every reflection point lies in its closed triangle
-        (barycentric weights ``>= -1e-9``, in float64), every reflection is real (the
-        incoming and outgoing points lie strictly on the same side of the face plane,
-        and each back-traced point lies strictly between its start and its image),
-        every segment is unblocked (no face other than the faces at its ends crosses
-        ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
-        skip the end's own face), the sequence is well formed (ids in range, ``-1``
-        padding only at the end) and source and target are finite. These rules are
-        :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
-        copies of the inputs: the call reads them back once (a synchronisation on CUDA).
-
-        Args:
-            source: (..., 3) float32/float64 points on the scene's device.
-            target: (..., 3) float32/float64, broadcastable against ``source``.
-            prim_sequence: (..., B) integer ``global_prim_id`` s, ``0 <= B <= 16``; ``-1``
-                pads the end. ``B = 0`` or all ``-1`` is the line-of-sight path.
-            active: optional bool tensor broadcastable to ``...``; inactive paths are invalid.
-
-        Returns:
-            :class:`rayd.torch.SpecularPaths`: ``points (..., B, 3)``, ``num_bounces``,
-            ``length`` (``+inf`` invalid), ``valid``.
-
-        Gradients:
-            ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
-            transforms (reverse and forward mode), for the fixed sequence.
-
-        Raises:
-            TypeError: non-float points, a non-integer ``prim_sequence``, non-bool ``active``.
-            ValueError: wrong shapes, ``B > 16``, inputs on another device.
-            RuntimeError: the scene is not built or has pending changes.
-        """
-        call = "rayd.torch.Scene.specular_paths()"
-        self._require_ready(call)
+    def _specular_paths(self, call: str, source, target, prim_sequence, active) -> SpecularPaths:
         device = self._device
         source = _check.float_tensor(call, "source", source, last=3)
         target = _check.float_tensor(call, "target", target, last=3)
@@ -226,3 +156,71 @@ def _empty_chain(bounces: int, dtype: torch.dtype, device: torch.device) -> dict
     return {name: torch.empty(shapes[kind], dtype=torch.int32 if kind in ("slot_id", "ray_count") else dtype,
                               device=device)
             for name, kind in specular.CHAIN_FIELDS.items()}
+
+
+document(ReflectionQueries, {
+    "trace_reflections": """The specular chain of each ray: up to ``max_bounces`` closest hits, mirror-reflected.
+
+    Segment 0 is ``ray`` with its own ``tmin``, ``tmax`` and ``ignore``. After a hit at
+    ``p_b`` on a face with unit geometric normal ``g_b``, the next direction is
+    ``d_{b+1} = d_b - 2 (d_b . g_b) g_b`` (same length as ``d_b``) and the next segment
+    starts at ``p_b`` with ``tmin = 0``, ``tmax = inf``, skipping the face it leaves.
+    The chain ends at the first miss; later slots are empty.
+
+    Args:
+        ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.
+        max_bounces: ``B``, an int in ``[1, 16]``.
+        active: optional bool tensor broadcastable to ``...``; inactive rays get empty chains.
+        ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
+
+    Returns:
+        :class:`rayd.torch.ReflectionChain` with slot fields ``[..., B]`` / ``[..., B, 3]``.
+
+    Gradients:
+        ``t, p, geo_n, d_out, image_source, path_length`` are differentiable (reverse
+        and forward mode) with respect to vertices, transforms, ``ray.o`` and ``ray.d``,
+        for the fixed chain of faces.
+
+    Raises:
+        TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
+        ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
+        RuntimeError: as :meth:`intersect`.
+    """,
+    "specular_paths": """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
+
+    Image method: the source is mirrored across the planes of the faces in order
+    (``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k``, ``I_{-1} = source``), then the
+    path is traced back from ``target`` through ``I_{B-1}, ..., I_0``.
+
+    A path is valid iff every reflection point lies in its closed triangle
+    (barycentric weights ``>= -1e-9``, in float64), every reflection is real (the
+    incoming and outgoing points lie strictly on the same side of the face plane,
+    and each back-traced point lies strictly between its start and its image),
+    every segment is unblocked (no face other than the faces at its ends crosses
+    ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
+    skip the end's own face), the sequence is well formed (ids in range, ``-1``
+    padding only at the end) and source and target are finite. These rules are
+    :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
+    copies of the inputs: the call reads them back once (a synchronisation on CUDA).
+
+    Args:
+        source: (..., 3) float32/float64 points on the scene's device.
+        target: (..., 3) float32/float64, broadcastable against ``source``.
+        prim_sequence: (..., B) integer ``global_prim_id`` s, ``0 <= B <= 16``; ``-1``
+            pads the end. ``B = 0`` or all ``-1`` is the line-of-sight path.
+        active: optional bool tensor broadcastable to ``...``; inactive paths are invalid.
+
+    Returns:
+        :class:`rayd.torch.SpecularPaths`: ``points (..., B, 3)``, ``num_bounces``,
+        ``length`` (``+inf`` invalid), ``valid``.
+
+    Gradients:
+        ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
+        transforms (reverse and forward mode), for the fixed sequence.
+
+    Raises:
+        TypeError: non-float points, a non-integer ``prim_sequence``, non-bool ``active``.
+        ValueError: wrong shapes, ``B > 16``, inputs on another device.
+        RuntimeError: the scene is not built or has pending changes.
+    """,
+})
