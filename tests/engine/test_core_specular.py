@@ -82,3 +82,38 @@ def test_frontend_reflection_methods_run_the_core_code():
             method = getattr(frontend.Scene, name)
             assert method.__code__ is getattr(specular.ReflectionQueries, name).__code__
             assert method.__doc__ and (module in method.__doc__ or "Dr.Jit" in method.__doc__)
+
+
+class _NpChainOps:
+    """bounce_chain's ops on (n, 3) NumPy rows, scalars (n,), float64 output."""
+
+    dot = staticmethod(lambda a, b: (a * b).sum(-1))
+    select = staticmethod(np.where)
+    divide = staticmethod(lambda a, b: a / b)
+    madd = staticmethod(lambda x, a, y, scale: x + scale * a[:, None] * y)
+    compared = staticmethod(lambda t: t)
+    reported = staticmethod(lambda x: x)
+
+
+def test_bounce_chain_between_two_mirrors_hand_derived():
+    # floor z = 0 (normal +z) and ceiling z = 2 (normal -z); ray from (0, 0, 1) along (1, 0, -1)
+    planes = [(np.array([[0.0, 0, 1]]), np.array([[0.0, 0, 1]]), np.array([0.0]), np.array([True])),
+              (np.array([[0.0, 0, -1]]), np.array([[0.0, 0, -1]]), np.array([-2.0]), np.array([True])),
+              (np.array([[0.0, 0, 1]]), np.array([[0.0, 0, 1]]), np.array([0.0]), np.array([False]))]
+    out = []
+    specular.bounce_chain(_NpChainOps, 3, lambda b: planes[b], np.array([[0.0, 0, 1]]), np.array([[1.0, 0, -1]]),
+                          (0.0, math.inf), lambda *args: out.append(args))
+    (_, t0, v0, p0, g0, d0, i0), (_, t1, v1, p1, g1, d1, i1), (_, t2, v2, *_rest) = out
+    assert t0.tolist() == [1.0] and v0.tolist() == [True]
+    assert p0.tolist() == [[1.0, 0, 0]] and d0.tolist() == [[1.0, 0, 1]] and i0.tolist() == [[0.0, 0, -1]]
+    assert t1.tolist() == [2.0] and p1.tolist() == [[3.0, 0, 2]] and d1.tolist() == [[1.0, 0, -1]]
+    assert i1.tolist() == [[0.0, 0, 5]]  # (0, 0, -1) mirrored across z = 2
+    assert v2.tolist() == [False] and t2.tolist() == [0.0]  # the third winner does not count: the chain ends
+
+
+def test_bounce_chain_first_segment_interval_is_open():
+    plane = (np.array([[0.0, 0, 1]]), np.array([[0.0, 0, 1]]), np.array([0.0]), np.array([True]))
+    out = []
+    specular.bounce_chain(_NpChainOps, 1, lambda b: plane, np.array([[0.0, 0, 1]]), np.array([[0.0, 0, -1]]),
+                          (0.0, 1.0), lambda *args: out.append(args))  # t = 1 = tmax: outside (tmin, tmax)
+    assert out[0][2].tolist() == [False] and out[0][1].tolist() == [0.0]

@@ -6,6 +6,9 @@ That evaluation is one computation, written once here over a small namespace of 
 ops each frontend hands in (:class:`ImageOps`), so that torch tensors and Dr.Jit arrays
 run the same steps and gradients flow through the frontend's own autodiff.
 
+The bounce loop of ``trace_reflections`` (:func:`bounce_chain`: the reflection law, the
+interval of each segment, the end of a chain at its first miss) is written once the same way.
+
 Also here: :class:`ReflectionQueries`, the scene methods with the host-side validity of paths (well-formed
 sequences, then :func:`rayd.core.paths.validate`) from the corners the frontend gathers,
 and :data:`CHAIN_FIELDS`, the fields of a ``ReflectionChain`` and their kinds.
@@ -16,7 +19,8 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+import math
+from typing import Any, Callable, Protocol
 
 import numpy as np
 
@@ -110,6 +114,54 @@ def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any
     for a, b in zip(chain[1:-1], chain[2:]):
         length = length + safe_norm(ops, b - a)
     return points, length
+
+
+def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d: Any, first_bounds: tuple,
+                 emit: Callable[..., None]) -> None:
+    """The sequential solve of specular chains for their fixed winners, in the frontend's ops.
+
+    Segment ``b`` starts at ``o_b`` (``o_0`` the ray origin) with direction ``d_b`` and is
+    solved against the plane of slot ``b``'s winner: ``t_b = (offset_b - o_b . n_b) / (d_b . n_b)``.
+    The slot counts iff its winner counts, the segment is not parallel to the plane and
+    ``t_b`` (compared as the frontend reports it) lies in the segment's open interval:
+    ``first_bounds`` = ``(tmin, tmax)`` for segment 0, ``(0, inf)`` after it; once a slot
+    does not count, the later ones are empty (``t = 0`` there). Then
+    ``p_b = o_b + t_b d_b``, ``d_{b+1} = d_b - 2 (d_b . g_b) g_b`` and the image source
+    ``I_b = I_{b-1} - 2 ((I_{b-1} - p_b) . g_b) g_b`` (``I_{-1} = o_0``), each rounded as
+    the record reports it, the next segment starting from the rounded values (as
+    ``intersect`` from the reported ``p``, ``d_out``).
+
+    Args:
+        ops: the frontend's ops on float64 vectors and scalars: ``dot(a, b)``,
+            ``select(mask, a, b)``, ``divide(a, b)``, ``madd(x, a, y, scale)`` (``x + scale a y``,
+            ``a`` a scalar), ``compared(t)`` (``t`` detached, in the output precision) and
+            ``reported(x)`` (``x`` rounded to the output precision, back in float64).
+        bounces: ``B``.
+        slot: ``slot(b) -> (normal, unit, offset, ok)``: slot ``b``'s plane of each ray
+            (``x . normal = offset``), its reported unit normal ``g_b``, and whether its
+            winner counts (a hit on a non-degenerate plane).
+        o, d: the rays' origins and directions (float64 vectors).
+        first_bounds: ``(tmin, tmax)`` of segment 0, as ``compared(t)`` is compared.
+        emit: ``emit(b, t, valid, p, geo_n, d_out, image_source)``, called once per slot.
+    """
+    image = o
+    valid = None
+    for b in range(bounces):
+        normal, unit, offset, ok = slot(b)
+        den = ops.dot(d, normal)
+        facing = den != 0
+        t = ops.divide(offset - ops.dot(o, normal), ops.select(facing, den, 1.0))
+        lo, hi = first_bounds if b == 0 else (0.0, math.inf)
+        td = ops.compared(t)
+        inside = ok & facing & (td > lo) & (td < hi)
+        valid = inside if valid is None else valid & inside
+        t = ops.select(valid, t, 0.0)
+        p = ops.madd(o, t, d, 1.0)
+        d = ops.madd(d, ops.dot(d, unit), unit, -2.0)
+        image = ops.madd(image, ops.dot(image - p, unit), unit, -2.0)
+        p, d, image = ops.reported(p), ops.reported(d), ops.reported(image)
+        emit(b, t, valid, p, unit, d, image)
+        o = p
 
 
 class ReflectionQueries:
