@@ -15,7 +15,6 @@ from rayd.core import queries as _core_queries
 from rayd.core.edges import document
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
-from rayd.drjit._live import LiveState
 from rayd.drjit.intersection import Intersection
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags
@@ -58,10 +57,7 @@ class AllHitsQueries(_core_queries.AllHitsQueries):
 
     def _intersect_all(self, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersections:
         n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
-        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersections((0, k), flags, **empty(m, double, flags))
         plain = _convert.module(self._backend, False)

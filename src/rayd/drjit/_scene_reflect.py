@@ -23,7 +23,6 @@ from rayd.core import paths, specular
 from rayd.core.edges import document
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
-from rayd.drjit._live import LiveState
 from rayd.drjit.ray import Ray
 from rayd.drjit.reflections import ReflectionChain, SpecularPaths
 
@@ -38,10 +37,7 @@ class ReflectionQueries(specular.ReflectionQueries):
 
     def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
         n, rays, keep, ray = _trace.prepare(self, call, ray, active, ignore)
-        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(ray.o, ray.d)
         if n == 0:
             kinds = {"slot": m.Float64 if double else m.Float, "slot3": m.Array3f64 if double else m.Array3f,
                      "slot_id": m.Int, "ray_count": m.Int}
@@ -64,10 +60,7 @@ class ReflectionQueries(specular.ReflectionQueries):
             _check.same_backend(call, "active", active, device, "the scene")
             widths.append(("active", dr.width(active)))
         n = _check.broadcast(call, widths)
-        double = any(_convert.is_double(x) for x in (source, target))
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(source) or _convert.is_ad(target) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(source, target)
         Float, Array3 = (m.Float64, m.Array3f64) if double else (m.Float, m.Array3f)
         src_host, dst_host = (_rows(x, n) for x in (source, target))
         seq = np.broadcast_to(seq, (n, bounces))

@@ -113,10 +113,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     # ------------------------------------------------------------------ queries (RayQueries hooks)
     def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
         n, global_prim_id = _trace.trace(self, call, ray, active, ignore, any_hit=False)
-        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags)
@@ -146,6 +143,15 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return result
 
     # ------------------------------------------------------------------ internals
+    def _precision(self, *arrays: dr.ArrayBase) -> tuple:
+        """``(m, double)`` of a query on ``arrays``: the Dr.Jit module to evaluate in (its AD
+        variant when any of ``arrays`` or the registered arrays is an AD array) and whether the
+        output is float64 (any of ``arrays`` or the meshes' vertices is)."""
+        double = any(_convert.is_double(a) for a in arrays)
+        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
+        ad = any(_convert.is_ad(a) for a in arrays) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        return _convert.module(self._backend, ad), double
+
     def _check_ray(self, call: str, ray: object) -> Ray:
         return _trace.check_ray(call, ray, self._device)
 
