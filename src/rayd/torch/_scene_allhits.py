@@ -64,7 +64,7 @@ class AllHitsQueries(_core_queries.AllHitsQueries):
             fields["shape_id"], fields["prim_id"] = ids(state.table, gid)
             fields["global_prim_id"] = gid
             return {name: v for name, v in fields.items() if name not in unrequested(flags)}
-        dtype = self._output_dtype(ray)
+        dtype = self._output_dtype(ray.o, ray.d)
         o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
         d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
         return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags)

@@ -60,7 +60,7 @@ class ReflectionQueries(specular.ReflectionQueries):
 
     def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
         batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
-        dtype = self._output_dtype(ray)
+        dtype = self._output_dtype(ray.o, ray.d)
         if n == 0:
             out = _empty_chain(bounces, dtype, self._device)
         else:
@@ -90,7 +90,7 @@ class ReflectionQueries(specular.ReflectionQueries):
             shapes.append(("active", active.shape))
         batch = _check.broadcast(call, shapes)
         n = batch.numel()
-        dtype = self._output_dtype_points(source, target)
+        dtype = self._output_dtype(source, target)
         src = source.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
         dst = target.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
         seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces).to(torch.int64)
@@ -109,12 +109,6 @@ class ReflectionQueries(specular.ReflectionQueries):
                              valid=ok.reshape(batch))
 
     # ------------------------------------------------------------------ internals
-    def _output_dtype_points(self, *points: torch.Tensor) -> torch.dtype:
-        dtype = torch.promote_types(points[0].dtype, points[1].dtype)
-        for shape in self._core.table.meshes:
-            dtype = torch.promote_types(dtype, shape.vertices.dtype)
-        return dtype
-
     def _corners(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """(n, B, 3, 3) float64 world-space corners of the faces ``ids`` (n, B) (differentiable)."""
         n, bounces = ids.shape

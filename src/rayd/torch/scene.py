@@ -140,7 +140,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             fields["global_prim_id"] = global_prim_id
             fields = {k: v for k, v in fields.items() if k not in _unrequested(flags)}
         else:
-            dtype = self._output_dtype(ray)
+            dtype = self._output_dtype(ray.o, ray.d)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             geometry = gather(state.table, state.live(dtype), global_prim_id)
@@ -193,8 +193,12 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
                         "be pickled; save the meshes' tensors and rebuild (copy.deepcopy(scene) copies in-process)")
 
     # ------------------------------------------------------------------ internals
-    def _output_dtype(self, ray: Ray) -> torch.dtype:
-        dtype = torch.promote_types(ray.o.dtype, ray.d.dtype)
+    def _output_dtype(self, *arrays: torch.Tensor) -> torch.dtype:
+        """The dtype of a query's differentiable outputs: ``arrays`` (a ``Ray``'s ``o`` and ``d``,
+        or points) and the meshes' vertices promoted together."""
+        dtype = arrays[0].dtype
+        for array in arrays[1:]:
+            dtype = torch.promote_types(dtype, array.dtype)
         for shape in self._core.table.meshes:  # instances share their mesh's vertices
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         return dtype
