@@ -8,17 +8,21 @@ reports (rounded to the output precision at each bounce), Dr.Jit recording the l
 its kernels and AD carrying gradients through the chain. A slot counts iff its plane is not
 degenerate, the segment is not parallel to it and ``t`` lies in the segment's interval
 (``tmin < t < tmax`` for segment 0, ``0 < t < inf`` after it) in the output precision;
-after a slot that does not count the chain is empty.
+after a slot that does not count the chain is empty. The bounce loop is
+:func:`rayd.core.specular.bounce_chain`'s (shared with rayd.torch), run on Dr.Jit ops.
 """
 
 from __future__ import annotations
 
 import math
+import operator
+from types import SimpleNamespace
 
 import drjit as dr
 import warp as wp
 
 from rayd import engine
+from rayd.core import specular
 from rayd.drjit import _convert
 from rayd.drjit._intersect import _bound, locate
 
@@ -69,37 +73,33 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         d = dr.gather(Work, d, dr.zeros(UInt, n))
     sqd = dr.squared_norm(d)
     length = dr.select(sqd > 0, dr.sqrt(dr.select(sqd > 0, sqd, 1)), 0)
-    image = o
     out = {"t": dr.full(Float, math.inf, total), "p": dr.zeros(Array3, total), "geo_n": dr.zeros(Array3, total),
            "d_out": dr.zeros(Array3, total), "image_source": dr.zeros(Array3, total)}
     valid_all = dr.zeros(m.Bool, total)
     count = dr.zeros(Int, n)
     path = dr.zeros(F64, n)
-    valid = None
-    for b in range(bounces):
+
+    def slot(b):
         idx = first + b
-        nb = dr.gather(Work, normal, idx)
-        gb = dr.gather(Work, unit, idx)
-        den = dr.dot(d, nb)
-        facing = den != 0
-        t = (dr.gather(F64, offset, idx) - dr.dot(o, nb)) / dr.select(facing, den, 1)
-        td = F64(Float(dr.detach(t)))  # compared in the output precision, as intersect does
-        lo, hi = (_bound(F64, ray.tmin), _bound(F64, ray.tmax)) if b == 0 else (0.0, math.inf)
-        inside = dr.gather(m.Bool, ok, idx) & facing & (td > lo) & (td < hi)
-        valid = inside if valid is None else valid & inside
-        t = dr.select(valid, t, 0)
-        p = o + t * d
-        d = d - 2 * dr.dot(d, gb) * gb
-        image = image - 2 * dr.dot(image - p, gb) * gb
-        if not double:  # the next segment starts from the values the record reports (as intersect)
-            p, d, image = Work(Array3(p)), Work(Array3(d)), Work(Array3(image))
+        return (dr.gather(Work, normal, idx), dr.gather(Work, unit, idx), dr.gather(F64, offset, idx),
+                dr.gather(m.Bool, ok, idx))
+
+    def emit(b, t, valid, p, geo_n, d_out, image):
+        nonlocal count, path
+        idx = first + b
         dr.scatter(out["t"], dr.select(valid, Float(t), math.inf), idx)
-        for name, value in (("p", p), ("geo_n", gb), ("d_out", d), ("image_source", image)):
+        for name, value in (("p", p), ("geo_n", geo_n), ("d_out", d_out), ("image_source", image)):
             dr.scatter(out[name], dr.select(valid, Array3(value), 0), idx)
         dr.scatter(valid_all, valid, idx)
         count += dr.select(valid, 1, 0)
         path += t
-        o = p
+
+    ops = SimpleNamespace(
+        dot=dr.dot, select=dr.select, divide=operator.truediv,
+        madd=lambda x, a, y, scale: x + a * y if scale == 1.0 else x + scale * a * y,
+        compared=lambda t: F64(Float(dr.detach(t))),  # compared in the output precision, as intersect does
+        reported=lambda x: x if double else Work(Array3(x)))
+    specular.bounce_chain(ops, bounces, slot, o, d, (_bound(F64, ray.tmin), _bound(F64, ray.tmax)), emit)
     out["prim_id"] = dr.select(valid_all, prim, -1)
     out["shape_id"] = dr.select(valid_all, shape, -1)
     out["global_prim_id"] = dr.select(valid_all, gid, -1)

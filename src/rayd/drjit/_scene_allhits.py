@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.core.checks import int_in_range
+from rayd.core import queries as _core_queries
+from rayd.core.edges import document
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
-from rayd.drjit._live import LiveState
 from rayd.drjit.intersection import Intersection
-from rayd.drjit.ray import Ray
 from rayd.engine import all_hits as engine_all_hits
-from rayd.engine.all_hits import MAX_HITS  # largest ``max_hits`` of ``intersect_all``
-from rayd.flags import RayFlags, check_flags
+from rayd.flags import RayFlags
 
 
 
@@ -54,44 +52,12 @@ def _spread(value: object, UInt: type, ray_of_lane: dr.ArrayBase) -> object:
     return dr.gather(type(value), value, ray_of_lane)
 
 
-class AllHitsQueries:
+class AllHitsQueries(_core_queries.AllHitsQueries):
     """Mixin of :class:`rayd.drjit.Scene`: ``intersect_all`` and ``count_intersections``."""
 
-    def intersect_all(self, ray: Ray, max_hits: int, active: dr.ArrayBase | None = None,
-                      flags: RayFlags = RayFlags.All, *, ignore: dr.ArrayBase | int | None = None) -> Intersections:
-        """The first ``max_hits`` hits of each ray in increasing ``t``, as :meth:`rayd.torch.Scene.intersect_all`.
-
-        Hits of a shared edge or vertex (faces of one shape sharing a vertex index, ``t``
-        equal to ``rayd.engine.all_hits.MERGE_TOLERANCE`` relative) are one crossing,
-        reported on the face with the smaller ``global_prim_id``.
-
-        Args:
-            ray: :class:`rayd.drjit.Ray` of width N; hits count for ``tmin < t < tmax``.
-            max_hits: ``K``, an int in ``[1, 64]``.
-            active: optional ``Bool`` of width N or 1; inactive rays have no hits.
-            flags: :class:`rayd.RayFlags` selecting the fields (as ``intersect``).
-            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
-
-        Returns:
-            :class:`Intersections` of shape ``(N, K)`` (fields of width ``N K``, slot ``k``
-            of ray ``i`` at lane ``i K + k``; unused slots last, as misses).
-
-        Gradients:
-            As :meth:`intersect`, per slot, for the fixed faces (Dr.Jit AD, both modes).
-
-        Raises:
-            TypeError: ``max_hits`` is not an int; and as :meth:`intersect`.
-            ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
-            RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.drjit.Scene.intersect_all()"
-        k = int_in_range(call, "max_hits", max_hits, MAX_HITS)
-        flags = check_flags(call, flags)
+    def _intersect_all(self, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersections:
         n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
-        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersections((0, k), flags, **empty(m, double, flags))
         plain = _convert.module(self._backend, False)
@@ -115,22 +81,7 @@ class AllHitsQueries:
         fields = {name: dr.gather(type(v), v, order) for name, v in fields.items()}
         return Intersections((n, k), flags, **fields)
 
-    def count_intersections(self, ray: Ray, active: dr.ArrayBase | None = None, *,
-                            ignore: dr.ArrayBase | int | None = None) -> dr.ArrayBase:
-        """The number of crossings of each ray, exact (no cap), as :meth:`rayd.torch.Scene.count_intersections`.
-
-        Args:
-            ray: :class:`rayd.drjit.Ray` of width N.
-            active: optional ``Bool`` of width N or 1; inactive rays count 0.
-            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
-
-        Returns:
-            ``Int`` (int32) of width N. Not differentiable.
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.drjit.Scene.count_intersections()"
+    def _count_intersections(self, call: str, ray, active, ignore) -> dr.ArrayBase:
         n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
         out = _convert.empty_int32(n, self._backend)
         if n == 0:
@@ -164,3 +115,45 @@ def _valid_first(m, valid: dr.ArrayBase, n: int, k: int) -> dr.ArrayBase:
     order = dr.zeros(UInt, n * k)
     dr.scatter(order, lane, target)
     return order
+
+
+document(AllHitsQueries, {
+    "intersect_all": """The first ``max_hits`` hits of each ray in increasing ``t``, as :meth:`rayd.torch.Scene.intersect_all`.
+
+    Hits of a shared edge or vertex (faces of one shape sharing a vertex index, ``t``
+    equal to ``rayd.engine.all_hits.MERGE_TOLERANCE`` relative) are one crossing,
+    reported on the face with the smaller ``global_prim_id``.
+
+    Args:
+        ray: :class:`rayd.drjit.Ray` of width N; hits count for ``tmin < t < tmax``.
+        max_hits: ``K``, an int in ``[1, 64]``.
+        active: optional ``Bool`` of width N or 1; inactive rays have no hits.
+        flags: :class:`rayd.RayFlags` selecting the fields (as ``intersect``).
+        ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+    Returns:
+        :class:`Intersections` of shape ``(N, K)`` (fields of width ``N K``, slot ``k``
+        of ray ``i`` at lane ``i K + k``; unused slots last, as misses).
+
+    Gradients:
+        As :meth:`intersect`, per slot, for the fixed faces (Dr.Jit AD, both modes).
+
+    Raises:
+        TypeError: ``max_hits`` is not an int; and as :meth:`intersect`.
+        ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
+        RuntimeError: as :meth:`intersect`.
+    """,
+    "count_intersections": """The number of crossings of each ray, exact (no cap), as :meth:`rayd.torch.Scene.count_intersections`.
+
+    Args:
+        ray: :class:`rayd.drjit.Ray` of width N.
+        active: optional ``Bool`` of width N or 1; inactive rays count 0.
+        ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+    Returns:
+        ``Int`` (int32) of width N. Not differentiable.
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """,
+})

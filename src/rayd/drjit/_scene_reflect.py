@@ -14,95 +14,38 @@ carries gradients to sources, targets, vertices and transforms.
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import drjit as dr
 import numpy as np
 
-from rayd.core import paths
-from rayd.core.paths import check_bounces
+from rayd.core import paths, specular
+from rayd.core.edges import document
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
-from rayd.drjit._live import LiveState
 from rayd.drjit.ray import Ray
 from rayd.drjit.reflections import ReflectionChain, SpecularPaths
 
-def _dot(a, b):
-    return a.x * b.x + a.y * b.y + a.z * b.z
+#: :class:`rayd.core.specular.ImageOps` on ``Array3f64`` / ``Float64`` arrays. ``divide`` multiplies
+#: by the reciprocal: CUDA divides a vector by a scalar with an approximate reciprocal.
+_IMAGE_OPS = SimpleNamespace(dot=lambda a, b: a.x * b.x + a.y * b.y + a.z * b.z, cross=dr.cross, select=dr.select,
+                             sqrt=dr.sqrt, divide=lambda a, b: a * (1 / b))
 
 
-class ReflectionQueries:
+class ReflectionQueries(specular.ReflectionQueries):
     """Mixin of :class:`rayd.drjit.Scene`: ``trace_reflections`` and ``specular_paths``."""
 
-    def trace_reflections(self, ray: Ray, max_bounces: int, active: dr.ArrayBase | None = None, *,
-                          ignore: dr.ArrayBase | int | None = None) -> ReflectionChain:
-        """The specular chain of each ray, as :meth:`rayd.torch.Scene.trace_reflections`.
-
-        Args:
-            ray: :class:`rayd.drjit.Ray` of width N.
-            max_bounces: ``B``, an int in ``[1, 16]``.
-            active: optional ``Bool`` of width N or 1; inactive rays get empty chains.
-            ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
-
-        Returns:
-            :class:`ReflectionChain` of shape ``(N, B)``.
-
-        Raises:
-            TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
-            ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
-            RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.drjit.Scene.trace_reflections()"
-        bounces = check_bounces(call, max_bounces)
+    def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
         n, rays, keep, ray = _trace.prepare(self, call, ray, active, ignore)
-        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(ray.o, ray.d)
         if n == 0:
-            Float = m.Float64 if double else m.Float
-            Vec = m.Array3f64 if double else m.Array3f
-            out = {"t": Float(), "p": Vec(), "geo_n": Vec(), "d_out": Vec(), "image_source": Vec(),
-                   "prim_id": m.Int(), "shape_id": m.Int(), "global_prim_id": m.Int(), "num_bounces": m.Int(),
-                   "path_length": Float()}
-            return ReflectionChain((0, bounces), **out)
+            kinds = {"slot": m.Float64 if double else m.Float, "slot3": m.Array3f64 if double else m.Array3f,
+                     "slot_id": m.Int, "ray_count": m.Int}
+            kinds["ray"] = kinds["slot"]
+            return ReflectionChain((0, bounces), **{name: kinds[kind]() for name, kind in specular.CHAIN_FIELDS.items()})
         return ReflectionChain((n, bounces), **_chain.chain(self, m, double, rays, keep, n, bounces, ray))
 
-    def specular_paths(self, source: dr.ArrayBase, target: dr.ArrayBase, prim_sequence: dr.ArrayBase,
-                       active: dr.ArrayBase | None = None) -> SpecularPaths:
-        """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
-
-        The same paths, validity rules and values as :meth:`rayd.torch.Scene.specular_paths`
-        (image method; valid iff every reflection point lies in its closed triangle, every
-        reflection is real and every segment is unblocked; decided by
-        :func:`rayd.core.paths.validate` on host float64 copies: one read back).
-
-        Args:
-            source: (N, 3) ``Array3f``/``Array3f64`` of width N or 1 on the scene's backend.
-            target: (N, 3) the same, width N or 1.
-            prim_sequence: a Dr.Jit integer tensor (``TensorXi``, ``TensorXu``, ``TensorXi64``,
-                ...) of shape ``(N, B)`` (or ``(1, B)`` / ``(B,)`` for one sequence for every
-                path), ``0 <= B <= 16``, of ``global_prim_id`` s, ``-1`` padding at the end;
-                ``B = 0`` or all ``-1`` is the line of sight. From a chain:
-                ``TensorXi(chain.global_prim_id, shape=chain.shape)``.
-            active: optional ``Bool`` of width N or 1; inactive paths are invalid.
-
-        Returns:
-            :class:`SpecularPaths` of shape ``(N, B)``: ``points`` (width ``N B``),
-            ``num_bounces``, ``length`` (``inf`` invalid), ``valid`` (width N). Float64
-            when any of source, target or the vertices is, else float32.
-
-        Gradients:
-            ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
-            transforms (Dr.Jit AD, reverse and forward mode), for the fixed sequence.
-
-        Raises:
-            TypeError: non-float points, a non-integer or non-tensor ``prim_sequence``,
-                non-``Bool`` ``active``.
-            ValueError: wrong shapes or widths, ``B > 16``, inputs on another backend.
-            RuntimeError: the scene is not built or has pending changes.
-        """
-        call = "rayd.drjit.Scene.specular_paths()"
-        self._require_ready(call)
+    def _specular_paths(self, call: str, source, target, prim_sequence, active) -> SpecularPaths:
         device = self._device
         source = _check.float_array(call, "source", source, 3)
         target = _check.float_array(call, "target", target, 3)
@@ -117,10 +60,7 @@ class ReflectionQueries:
             _check.same_backend(call, "active", active, device, "the scene")
             widths.append(("active", dr.width(active)))
         n = _check.broadcast(call, widths)
-        double = any(_convert.is_double(x) for x in (source, target))
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(source) or _convert.is_ad(target) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(source, target)
         Float, Array3 = (m.Float64, m.Array3f64) if double else (m.Float, m.Array3f)
         src_host, dst_host = (_rows(x, n) for x in (source, target))
         seq = np.broadcast_to(seq, (n, bounces))
@@ -152,26 +92,17 @@ class ReflectionQueries:
         lanes = dr.arange(m.UInt, n) * bounces
         return [tuple(dr.gather(m.Array3f64, v, lanes + k) for v in (v0, v1, v2)) for k in range(bounces)]
 
-    def _host_validity(self, src, dst, seq, prior, double: bool, with_points: bool = False):
-        """Validity of paths given as host arrays (rayd.core.paths): ``(ok, used, ids, length)``, NumPy.
+    def _host_points(self, x: np.ndarray, double: bool) -> np.ndarray:
+        return x if double else x.astype(np.float32).astype(np.float64)  # as the evaluation rounds them
 
-        ``src, dst`` (n, 3) float64 (rounded to float32 unless ``double``), ``seq`` (n, B)
-        int, ``prior`` (n,) bool or ``None``.
-        """
-        if not double:
-            src, dst = (x.astype(np.float32).astype(np.float64) for x in (src, dst))
-        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces, self._core.table.shapes)
-        if prior is not None:
-            ok &= prior
+    def _host_corners(self, ids: np.ndarray, double: bool) -> np.ndarray:
         n, bounces = ids.shape
-        corners = np.zeros((n, bounces, 3, 3))
-        if n and bounces:
-            m = _convert.module(self._backend, True)
-            with dr.suspend_grad():
-                flat = self._slot_corners_flat(m, ids, double)
-            corners = np.stack(flat, axis=-2).reshape(n, bounces, 3, 3)
-        out = paths.validate(src, dst, corners, seq, ok, used, self._host_search, with_points)
-        return (out[0], used, ids) + tuple(out[1:])  # (ok, used, ids, length[, points])
+        if not (n and bounces):
+            return np.zeros((n, bounces, 3, 3))
+        m = _convert.module(self._backend, True)
+        with dr.suspend_grad():
+            flat = self._slot_corners_flat(m, ids, double)
+        return np.stack(flat, axis=-2).reshape(n, bounces, 3, 3)
 
     def _slot_corners_flat(self, m, ids: np.ndarray, double: bool) -> list[np.ndarray]:
         Array3 = m.Array3f64 if double else m.Array3f
@@ -212,40 +143,60 @@ def _rows(value: dr.ArrayBase, n: int) -> np.ndarray:
     return np.broadcast_to(host, (n, 3)) if host.shape[0] == 1 else host
 
 
-def _safe_norm(x):
-    sq = _dot(x, x)
-    ok = sq > 0
-    return dr.select(ok, dr.sqrt(dr.select(ok, sq, 1.0)), 0.0)
-
-
 def _image_method(m, src, dst, corners: list[tuple], used: np.ndarray):
-    """Reflection points (one ``Array3f64`` of width n per slot) and the total length (``Float64``).
+    """Reflection points (one ``Array3f64`` of width n per slot) and the total length (``Float64``)
+    by :func:`rayd.core.specular.image_method`; unused slots hold the target."""
+    use = [m.Bool(np.ascontiguousarray(used[:, k])) for k in range(len(corners))]
+    return specular.image_method(_IMAGE_OPS, src, dst, corners, use)
 
-    As rayd.torch's: ``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k`` (``I_{-1} = src``),
-    then back from ``dst`` through ``I_{B-1} ... I_0``; unused slots hold the target.
-    """
-    bounces = len(corners)
-    use = [m.Bool(np.ascontiguousarray(used[:, k])) for k in range(bounces)]
-    planes = []
-    for v0, v1, v2 in corners:
-        normal = dr.cross(v1 - v0, v2 - v0)
-        area = _safe_norm(normal)
-        planes.append((v0, normal * (1 / dr.select(area > 0, area, 1.0))))
-    images, image = [], src
-    for k, (v0, normal) in enumerate(planes):
-        image = dr.select(use[k], image - 2.0 * _dot(image - v0, normal) * normal, image)
-        images.append(image)
-    points, x = [None] * bounces, dst
-    for k in reversed(range(bounces)):
-        v0, normal = planes[k]
-        ray = images[k] - x
-        denom = _dot(ray, normal)
-        nonzero = denom != 0
-        s = _dot(v0 - x, normal) * (1 / dr.select(nonzero, denom, 1.0))
-        x = dr.select(use[k] & nonzero, x + s * ray, x)
-        points[k] = x
-    chain = [src] + points + [dst]
-    length = m.Float64(0.0)
-    for a, b in zip(chain[:-1], chain[1:]):
-        length = length + _safe_norm(b - a)
-    return points, length
+
+document(ReflectionQueries, {
+    "trace_reflections": """The specular chain of each ray, as :meth:`rayd.torch.Scene.trace_reflections`.
+
+    Args:
+        ray: :class:`rayd.drjit.Ray` of width N.
+        max_bounces: ``B``, an int in ``[1, 16]``.
+        active: optional ``Bool`` of width N or 1; inactive rays get empty chains.
+        ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
+
+    Returns:
+        :class:`ReflectionChain` of shape ``(N, B)``.
+
+    Raises:
+        TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
+        ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
+        RuntimeError: as :meth:`intersect`.
+    """,
+    "specular_paths": """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
+
+    The same paths, validity rules and values as :meth:`rayd.torch.Scene.specular_paths`
+    (image method; valid iff every reflection point lies in its closed triangle, every
+    reflection is real and every segment is unblocked; decided by
+    :func:`rayd.core.paths.validate` on host float64 copies: one read back).
+
+    Args:
+        source: (N, 3) ``Array3f``/``Array3f64`` of width N or 1 on the scene's backend.
+        target: (N, 3) the same, width N or 1.
+        prim_sequence: a Dr.Jit integer tensor (``TensorXi``, ``TensorXu``, ``TensorXi64``,
+            ...) of shape ``(N, B)`` (or ``(1, B)`` / ``(B,)`` for one sequence for every
+            path), ``0 <= B <= 16``, of ``global_prim_id`` s, ``-1`` padding at the end;
+            ``B = 0`` or all ``-1`` is the line of sight. From a chain:
+            ``TensorXi(chain.global_prim_id, shape=chain.shape)``.
+        active: optional ``Bool`` of width N or 1; inactive paths are invalid.
+
+    Returns:
+        :class:`SpecularPaths` of shape ``(N, B)``: ``points`` (width ``N B``),
+        ``num_bounces``, ``length`` (``inf`` invalid), ``valid`` (width N). Float64
+        when any of source, target or the vertices is, else float32.
+
+    Gradients:
+        ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
+        transforms (Dr.Jit AD, reverse and forward mode), for the fixed sequence.
+
+    Raises:
+        TypeError: non-float points, a non-integer or non-tensor ``prim_sequence``,
+            non-``Bool`` ``active``.
+        ValueError: wrong shapes or widths, ``B > 16``, inputs on another backend.
+        RuntimeError: the scene is not built or has pending changes.
+    """,
+})

@@ -63,8 +63,7 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
     bounces, num_rays, line_of_sight = core_paths.check_options(call, max_bounces, num_rays, line_of_sight)
     plain = _convert.module(scene.backend, False)
     num_s, num_t = dr.width(sources), dr.width(targets)
-    double = any(_convert.is_double(x) for x in (sources, targets))
-    double = double or any(_convert.is_double(s.vertices) for s in scene._shapes if not s.is_instance)
+    _, double = scene._precision(sources, targets)
 
     def trace(origin, directions, b):
         with dr.suspend_grad():

@@ -2,7 +2,8 @@
 
 The scene logic (ids, numbering, change tracking, transforms, build/sync) is
 :class:`rayd.core.SceneCore`'s and the lifecycle methods are
-:class:`rayd.core.frontend.SceneBase`'s; this class holds what is Dr.Jit's: argument
+:class:`rayd.core.frontend.SceneBase`'s, the ray queries' shared steps
+:class:`rayd.core.queries.RayQueries`'s; this class holds what is Dr.Jit's: argument
 checks, the hand-over of arrays, the differentiable evaluation and the records.
 """
 
@@ -10,7 +11,9 @@ from __future__ import annotations
 
 import drjit as dr
 
+from rayd.core.edges import document
 from rayd.core.frontend import SceneBase
+from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.drjit import _check, _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import LiveState, gather_matrix
@@ -22,15 +25,9 @@ from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh, check_transform, check_transforms
 from rayd.drjit.ray import Ray
-from rayd.flags import check_flags as _check_flags
 from rayd.flags import RayFlags
 
-#: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
-#: ``s`` the parameter along ``start -> end``: relative to the segment length (as rayd.torch).
-VISIBILITY_EPSILON = 1e-4
-
-
-class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
+class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
@@ -53,6 +50,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
 
     _PREFIX = "rayd.drjit.Scene"
     _MESH = Mesh
+    _RAY = Ray
 
     def __init__(self) -> None:
         super().__init__()
@@ -112,125 +110,30 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
     def _after_sync(self, todo: set[int]) -> None:
         self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
 
-    # ------------------------------------------------------------------ queries
-    def intersect(
-        self,
-        ray: Ray,
-        active: dr.ArrayBase | None = None,
-        flags: RayFlags = RayFlags.All,
-        *,
-        ignore: dr.ArrayBase | int | None = None,
-    ) -> Intersection:
-        """Closest hit of each ray, differentiable for the fixed winning triangle.
-
-        Args:
-            ray: :class:`Ray` with ``o``, ``d`` of shape (N, 3) (``Array3f`` or
-                ``Array3f64``) on the scene's backend and device.
-            active: optional ``Bool`` of width N or 1; inactive rays miss.
-            flags: :class:`RayFlags` selecting the fields to compute.
-            ignore: optional ``global_prim_id`` per ray (``Int``/``UInt`` of width N or
-                1, or an int; -1 for none) whose face the ray skips, e.g. the face a
-                reflected ray leaves.
-
-        Returns:
-            :class:`Intersection` with fields of width N. Concretely, for the first
-            triangle hit with ``tmin < t < tmax``, ``t, u, v`` solve
-            ``o + t d = (1 - u - v) v0 + u v1 + v v2``, ``p = o + t d``,
-            ``barycentric = (1 - u - v, u, v)``. Misses: ``t = inf``, ids -1, zeros.
-            Fields are ``.ad`` types when any input (a mesh's arrays, ``o``, ``d``) is.
-
-        Units:
-            ``t`` in multiples of ``|d|``; ``p`` in world units.
-
-        Gradients:
-            ``t, p, n, geo_n, barycentric, uv`` are differentiable through Dr.Jit's AD,
-            in reverse (``dr.backward``) and forward (``dr.forward``) mode, with
-            respect to the meshes' vertex arrays, normals, uv and transforms, and to
-            ``ray.o`` and ``ray.d``, wherever those are ``.ad`` arrays with gradients
-            enabled. The choice of triangle is held fixed; misses get exactly zero
-            gradient.
-
-        Raises:
-            TypeError: ``ray`` is not a ``rayd.drjit.Ray`` (e.g. a rayd.torch one),
-                ``active`` is not a ``Bool`` array, ``ignore`` is not an integer,
-                ``flags`` is not a ``RayFlags``.
-            ValueError: inputs on another backend or device, or widths that do not
-                broadcast.
-            RuntimeError: the scene is not built, or has pending/unsynced changes.
-
-        References:
-            Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
-            (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
-        """
-        call = "rayd.drjit.Scene.intersect()"
-        flags = _check_flags(call, flags)
+    # ------------------------------------------------------------------ queries (RayQueries hooks)
+    def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
         n, global_prim_id = _trace.trace(self, call, ray, active, ignore, any_hit=False)
-        double = _convert.is_double(ray.o) or _convert.is_double(ray.d)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = _convert.is_ad(ray.o) or _convert.is_ad(ray.d) or any(LiveState.shape_is_ad(s) for s in self._shapes)
-        m = _convert.module(self._backend, ad)
+        m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags)
         return Intersection(flags, **enforce(m, fields, ray.tmin, ray.tmax))
 
-    def shadow_test(
-        self, ray: Ray, active: dr.ArrayBase | None = None, *, ignore: dr.ArrayBase | int | None = None
-    ) -> dr.ArrayBase:
-        """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
-
-        Args:
-            ray: :class:`Ray` with ``o``, ``d`` of shape (N, 3) on the scene's backend.
-            active: optional ``Bool`` of width N or 1; inactive rays report False.
-            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
-
-        Returns:
-            (N,) ``Bool``, True where the ray is occluded. Not differentiable. The
-            traversal stops at the first blocker found (any hit).
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.drjit.Scene.shadow_test()"
+    def _occluded(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:
         n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         if n == 0:
             return _convert.module(self._backend, False).Bool()
         return blocker >= 0
 
-    def visible(
-        self,
-        start: dr.ArrayBase,
-        end: dr.ArrayBase,
-        active: dr.ArrayBase | None = None,
-        *,
-        ignore: dr.ArrayBase | int | None = None,
-    ) -> dr.ArrayBase:
-        """Line of sight: is the open segment between ``start`` and ``end`` unblocked?
-
-        Args:
-            start: (N, 3) ``Array3f``/``Array3f64`` points on the scene's backend.
-            end: (N, 3) same types, width N or 1.
-            active: optional ``Bool`` of width N or 1; inactive pairs report False.
-            ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
-
-        Returns:
-            (N,) ``Bool``, True where no triangle crosses ``start + s (end - start)`` for
-            ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
-            to the segment length, so endpoints lying on surfaces do not block
-            themselves). Symmetric in its endpoints. Not differentiable. Degenerate
-            (zero-length or non-finite) segments report False.
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.drjit.Scene.visible()"
+    def _check_segment(self, call: str, start: object, end: object) -> tuple[dr.ArrayBase, dr.ArrayBase]:
         start = _check.float_array(call, "start", start, 3)
         end = _check.float_array(call, "end", end, 3)
         _check.same_backend(call, "start", start, self._device or _convert.device_name(start), "the scene")
         _check.same_backend(call, "end", end, _convert.device_name(start), "'start'")
         _check.broadcast(call, [("start", dr.width(start)), ("end", dr.width(end))])
-        start, end = dr.detach(start), dr.detach(end)
-        ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
+        return dr.detach(start), dr.detach(end)
+
+    def _unblocked(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:
         n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         if n == 0:
             return _convert.module(self._backend, False).Bool()
@@ -242,6 +145,15 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
         return result
 
     # ------------------------------------------------------------------ internals
+    def _precision(self, *arrays: dr.ArrayBase) -> tuple:
+        """``(m, double)`` of a query on ``arrays``: the Dr.Jit module to evaluate in (its AD
+        variant when any of ``arrays`` or the registered arrays is an AD array) and whether the
+        output is float64 (any of ``arrays`` or the meshes' vertices is)."""
+        double = any(_convert.is_double(a) for a in arrays)
+        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
+        ad = any(_convert.is_ad(a) for a in arrays) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        return _convert.module(self._backend, ad), double
+
     def _check_ray(self, call: str, ray: object) -> Ray:
         return _trace.check_ray(call, ray, self._device)
 
@@ -264,3 +176,80 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
     @property
     def _face_row(self):
         return self._state._face_row
+
+
+document(Scene, {
+    "intersect": """Closest hit of each ray, differentiable for the fixed winning triangle.
+
+    Args:
+        ray: :class:`Ray` with ``o``, ``d`` of shape (N, 3) (``Array3f`` or
+            ``Array3f64``) on the scene's backend and device.
+        active: optional ``Bool`` of width N or 1; inactive rays miss.
+        flags: :class:`RayFlags` selecting the fields to compute.
+        ignore: optional ``global_prim_id`` per ray (``Int``/``UInt`` of width N or
+            1, or an int; -1 for none) whose face the ray skips, e.g. the face a
+            reflected ray leaves.
+
+    Returns:
+        :class:`Intersection` with fields of width N. Concretely, for the first
+        triangle hit with ``tmin < t < tmax``, ``t, u, v`` solve
+        ``o + t d = (1 - u - v) v0 + u v1 + v v2``, ``p = o + t d``,
+        ``barycentric = (1 - u - v, u, v)``. Misses: ``t = inf``, ids -1, zeros.
+        Fields are ``.ad`` types when any input (a mesh's arrays, ``o``, ``d``) is.
+
+    Units:
+        ``t`` in multiples of ``|d|``; ``p`` in world units.
+
+    Gradients:
+        ``t, p, n, geo_n, barycentric, uv`` are differentiable through Dr.Jit's AD,
+        in reverse (``dr.backward``) and forward (``dr.forward``) mode, with
+        respect to the meshes' vertex arrays, normals, uv and transforms, and to
+        ``ray.o`` and ``ray.d``, wherever those are ``.ad`` arrays with gradients
+        enabled. The choice of triangle is held fixed; misses get exactly zero
+        gradient.
+
+    Raises:
+        TypeError: ``ray`` is not a ``rayd.drjit.Ray`` (e.g. a rayd.torch one),
+            ``active`` is not a ``Bool`` array, ``ignore`` is not an integer,
+            ``flags`` is not a ``RayFlags``.
+        ValueError: inputs on another backend or device, or widths that do not
+            broadcast.
+        RuntimeError: the scene is not built, or has pending/unsynced changes.
+
+    References:
+        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
+        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
+    """,
+    "shadow_test": """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
+
+    Args:
+        ray: :class:`Ray` with ``o``, ``d`` of shape (N, 3) on the scene's backend.
+        active: optional ``Bool`` of width N or 1; inactive rays report False.
+        ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+    Returns:
+        (N,) ``Bool``, True where the ray is occluded. Not differentiable. The
+        traversal stops at the first blocker found (any hit).
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """,
+    "visible": """Line of sight: is the open segment between ``start`` and ``end`` unblocked?
+
+    Args:
+        start: (N, 3) ``Array3f``/``Array3f64`` points on the scene's backend.
+        end: (N, 3) same types, width N or 1.
+        active: optional ``Bool`` of width N or 1; inactive pairs report False.
+        ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
+
+    Returns:
+        (N,) ``Bool``, True where no triangle crosses ``start + s (end - start)`` for
+        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
+        to the segment length, so endpoints lying on surfaces do not block
+        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
+        (zero-length or non-finite) segments report False.
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """,
+})

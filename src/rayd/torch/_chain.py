@@ -12,15 +12,18 @@ ray-plane solve gives the same ``t`` (and derivatives) as the Moeller-Trumbore s
 ``intersect``; a slot counts iff its winner's plane is not degenerate, the segment is
 not parallel to it, and ``t`` lies in the segment's interval (``tmin < t < tmax`` for
 segment 0, ``0 < t < inf`` after it) in the output dtype, as ``intersect`` decides.
-Once a slot does not count, the later slots are empty (the chain ends).
+Once a slot does not count, the later slots are empty (the chain ends). The bounce loop
+is :func:`rayd.core.specular.bounce_chain`'s (shared with rayd.drjit), run on torch ops.
 """
 
 from __future__ import annotations
 
 import math
+import operator
 
 import torch
 
+from rayd.core import specular
 from rayd.torch import _interval, _ops
 
 
@@ -28,6 +31,27 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """``sum(a * b, -1)`` for float64 ``[..., 3]`` (a product with ones: a sum over a last dim of 3
     is ~10x slower than the product on the CPU)."""
     return (a * b) @ torch.ones(3, dtype=a.dtype, device=a.device)
+
+
+class _ChainOps:
+    """The ops of :func:`rayd.core.specular.bounce_chain` on (n, 3) float64 tensors, scalars (n,),
+    for the output ``dtype`` (a class, not a namespace: TorchDynamo builds it inside a graph)."""
+
+    dot = staticmethod(_dot)
+    select = staticmethod(torch.where)
+    divide = staticmethod(operator.truediv)
+
+    def __init__(self, dtype: torch.dtype) -> None:
+        self.dtype = dtype
+
+    def madd(self, x: torch.Tensor, a: torch.Tensor, y: torch.Tensor, scale: float) -> torch.Tensor:
+        return torch.addcmul(x, a.unsqueeze(-1), y, value=scale)
+
+    def compared(self, t: torch.Tensor) -> torch.Tensor:
+        return t.detach().to(self.dtype)
+
+    def reported(self, x: torch.Tensor) -> torch.Tensor:
+        return x if self.dtype == torch.float64 else x.to(self.dtype).double()
 
 
 def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int, origin: torch.Tensor,
@@ -64,32 +88,19 @@ def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int
     ok = hit & plane
     o = origin.double()
     d = direction.double()
-    image = o
     sqd = _dot(d, d)
     nonzero = sqd > 0
     length = torch.where(nonzero, torch.sqrt(torch.where(nonzero, sqd, torch.ones_like(sqd))), torch.zeros_like(sqd))
-    rows = [_interval._rows(tmin, batch, gid), _interval._rows(tmax, batch, gid)]
+    bounds = (_interval._rows(tmin, batch, gid), _interval._rows(tmax, batch, gid))
     ts, vectors, oks = [], [], []
-    valid = None
-    for b in range(bounces):
-        nb, gb = normal[:, b], unit[:, b]
-        den = _dot(d, nb)
-        facing = den != 0
-        t = (offset[:, b] - _dot(o, nb)) / torch.where(facing, den, torch.ones_like(den))
-        td = t.detach().to(dtype)
-        lo, hi = (rows[0], rows[1]) if b == 0 else (0.0, math.inf)
-        inside = ok[:, b] & facing & (td > lo) & (td < hi)
-        valid = inside if valid is None else valid & inside
-        t = torch.where(valid, t, torch.zeros_like(t))
-        p = torch.addcmul(o, t.unsqueeze(-1), d)
-        d = torch.addcmul(d, _dot(d, gb).unsqueeze(-1), gb, value=-2.0)
-        image = torch.addcmul(image, _dot(image - p, gb).unsqueeze(-1), gb, value=-2.0)
-        if dtype != torch.float64:  # the next segment starts from the values the record reports (as intersect)
-            p, d, image = (x.to(dtype).double() for x in (p, d, image))
+
+    def emit(b, t, valid, p, geo_n, d_out, image):
         ts.append(t)
-        vectors += [p, gb, d, image]
+        vectors.extend((p, geo_n, d_out, image))
         oks.append(valid)
-        o = p
+
+    slot = lambda b: (normal[:, b], unit[:, b], offset[:, b], ok[:, b])  # noqa: E731
+    specular.bounce_chain(_ChainOps(dtype), bounces, slot, o, d, bounds, emit)
     valid = torch.stack(oks, dim=1)  # (n, B)
     t = torch.stack(ts, dim=1)  # 0 in empty slots
     vec = torch.where(valid[..., None, None], torch.stack(vectors, dim=1).reshape(n, bounces, 4, 3), 0.0).to(dtype)

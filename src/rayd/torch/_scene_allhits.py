@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core.checks import int_in_range
+from rayd.core import queries as _core_queries
+from rayd.core.edges import document
 from rayd.engine import all_hits as engine_all_hits
-from rayd.engine.all_hits import MAX_HITS  # largest ``max_hits`` of ``intersect_all``
-from rayd.flags import RayFlags, check_flags, unrequested
+from rayd.flags import RayFlags, unrequested
 from rayd.torch import _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
@@ -29,53 +29,10 @@ def _bound_rows(bound: float | torch.Tensor) -> float | torch.Tensor:
     return bound
 
 
-class AllHitsQueries:
+class AllHitsQueries(_core_queries.AllHitsQueries):
     """Mixin of :class:`rayd.torch.Scene`: ``intersect_all`` and ``count_intersections``."""
 
-    def intersect_all(self, ray, max_hits: int, active: torch.Tensor | None = None, flags: RayFlags = RayFlags.All,
-                      *, ignore: torch.Tensor | int | None = None) -> Intersection:
-        """The first ``max_hits`` hits of each ray in increasing ``t``, differentiable for the fixed faces.
-
-        A ray through a shared edge or vertex of a mesh hits every face around it at the
-        same ``t``; those hits are one crossing, reported once (on the face with the
-        smaller ``global_prim_id``). Concretely, two hits are one crossing when their
-        faces belong to the same shape and share a vertex index, and
-        ``|t_a - t_b| <= 1e-5 (|t| + M / |d|)`` with ``M`` the scene's largest absolute
-        coordinate (``rayd.engine.all_hits.MERGE_TOLERANCE``). A ray grazing a silhouette
-        edge (touching its two faces) is one crossing by the same rule. Faces that share
-        no vertex index (an unwelded soup, separate meshes, coincident duplicates) count
-        separately.
-
-        Args:
-            ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3), float32 or float64,
-                on the scene's device; hits count for ``tmin < t < tmax``.
-            max_hits: ``K``, an int in ``[1, 64]``.
-            active: optional bool tensor broadcastable to ``...``; inactive rays have no hits.
-            flags: :class:`rayd.RayFlags` selecting the fields to compute (as ``intersect``).
-            ignore: optional ``global_prim_id`` per ray (int tensor broadcastable to ``...``,
-                or an int; -1 for none) whose face the ray skips.
-
-        Returns:
-            :class:`rayd.torch.Intersection` whose fields have shape ``(..., K)``
-            (``(..., K, 3)`` / ``(..., K, 2)``): slot ``k`` holds the ``k``-th crossing in
-            increasing ``t`` (ties by ``global_prim_id``), with the fields and meaning of
-            ``intersect``'s. Unused slots come last and hold misses (``t = inf``, ids -1,
-            zeros). ``is_valid()`` is ``(..., K)``.
-
-        Units:
-            ``t`` in multiples of ``|d|``; ``p`` in world units.
-
-        Gradients:
-            As :meth:`intersect`, per slot, for the fixed faces.
-
-        Raises:
-            TypeError: ``max_hits`` is not an int; and as :meth:`intersect`.
-            ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
-            RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.torch.Scene.intersect_all()"
-        k = int_in_range(call, "max_hits", max_hits, MAX_HITS)
-        flags = check_flags(call, flags)
+    def _intersect_all(self, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersection:
         batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
         if n:
             gid = _ops.all_hits(self, call, rows, n, k).reshape(n * k)
@@ -88,27 +45,7 @@ class AllHitsQueries:
         fields = {name: v.reshape(tuple(shape) + v.shape[2:]) for name, v in fields.items()}
         return Intersection(flags, **fields)
 
-    def count_intersections(self, ray, active: torch.Tensor | None = None, *,
-                            ignore: torch.Tensor | int | None = None) -> torch.Tensor:
-        """The number of crossings of each ray with ``tmin < t < tmax``, exact (no cap).
-
-        Hits of a shared edge or vertex count once, by the rule of :meth:`intersect_all`,
-        so a ray through a closed mesh crosses it an even number of times, wherever it
-        passes. Equals ``intersect_all(ray, K).is_valid().sum(-1)`` for any ``K`` at least
-        the count (the count itself is not capped).
-
-        Args:
-            ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.
-            active: optional bool tensor broadcastable to ``...``; inactive rays count 0.
-            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
-
-        Returns:
-            (...) int32 tensor. Not differentiable.
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.torch.Scene.count_intersections()"
+    def _count_intersections(self, call: str, ray, active, ignore) -> torch.Tensor:
         batch, n, rows, _ = _trace.prepare(self, call, ray, active, ignore)
         if n == 0:
             return torch.zeros(batch, dtype=torch.int32, device=self._device)
@@ -127,7 +64,7 @@ class AllHitsQueries:
             fields["shape_id"], fields["prim_id"] = ids(state.table, gid)
             fields["global_prim_id"] = gid
             return {name: v for name, v in fields.items() if name not in unrequested(flags)}
-        dtype = self._output_dtype(ray)
+        dtype = self._output_dtype(ray.o, ray.d)
         o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
         d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
         return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags)
@@ -146,3 +83,64 @@ def _compact(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch
         index = order.reshape((n, k) + (1,) * (v.dim() - 2)).expand(v.shape)
         result[name] = torch.gather(v, 1, index)
     return result
+
+
+document(AllHitsQueries, {
+    "intersect_all": """The first ``max_hits`` hits of each ray in increasing ``t``, differentiable for the fixed faces.
+
+    A ray through a shared edge or vertex of a mesh hits every face around it at the
+    same ``t``; those hits are one crossing, reported once (on the face with the
+    smaller ``global_prim_id``). Concretely, two hits are one crossing when their
+    faces belong to the same shape and share a vertex index, and
+    ``|t_a - t_b| <= 1e-5 (|t| + M / |d|)`` with ``M`` the scene's largest absolute
+    coordinate (``rayd.engine.all_hits.MERGE_TOLERANCE``). A ray grazing a silhouette
+    edge (touching its two faces) is one crossing by the same rule. Faces that share
+    no vertex index (an unwelded soup, separate meshes, coincident duplicates) count
+    separately.
+
+    Args:
+        ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3), float32 or float64,
+            on the scene's device; hits count for ``tmin < t < tmax``.
+        max_hits: ``K``, an int in ``[1, 64]``.
+        active: optional bool tensor broadcastable to ``...``; inactive rays have no hits.
+        flags: :class:`rayd.RayFlags` selecting the fields to compute (as ``intersect``).
+        ignore: optional ``global_prim_id`` per ray (int tensor broadcastable to ``...``,
+            or an int; -1 for none) whose face the ray skips.
+
+    Returns:
+        :class:`rayd.torch.Intersection` whose fields have shape ``(..., K)``
+        (``(..., K, 3)`` / ``(..., K, 2)``): slot ``k`` holds the ``k``-th crossing in
+        increasing ``t`` (ties by ``global_prim_id``), with the fields and meaning of
+        ``intersect``'s. Unused slots come last and hold misses (``t = inf``, ids -1,
+        zeros). ``is_valid()`` is ``(..., K)``.
+
+    Units:
+        ``t`` in multiples of ``|d|``; ``p`` in world units.
+
+    Gradients:
+        As :meth:`intersect`, per slot, for the fixed faces.
+
+    Raises:
+        TypeError: ``max_hits`` is not an int; and as :meth:`intersect`.
+        ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.
+        RuntimeError: as :meth:`intersect`.
+    """,
+    "count_intersections": """The number of crossings of each ray with ``tmin < t < tmax``, exact (no cap).
+
+    Hits of a shared edge or vertex count once, by the rule of :meth:`intersect_all`,
+    so a ray through a closed mesh crosses it an even number of times, wherever it
+    passes. Equals ``intersect_all(ray, K).is_valid().sum(-1)`` for any ``K`` at least
+    the count (the count itself is not capped).
+
+    Args:
+        ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.
+        active: optional bool tensor broadcastable to ``...``; inactive rays count 0.
+        ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+    Returns:
+        (...) int32 tensor. Not differentiable.
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """,
+})

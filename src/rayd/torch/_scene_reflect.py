@@ -12,13 +12,15 @@ decided by engine searches.
 from __future__ import annotations
 
 import math
+import operator
+from types import SimpleNamespace
 
 import torch
 
 import numpy as np
 
-from rayd.core import paths
-from rayd.core.paths import check_bounces
+from rayd.core import paths, specular
+from rayd.core.edges import document
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
@@ -30,11 +32,9 @@ def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return (a * b).sum(-1, keepdim=True)
 
 
-def _safe_norm(x: torch.Tensor) -> torch.Tensor:
-    """``|x|`` over the last dim (kept), 0 with zero gradient where ``x = 0`` (never NaN)."""
-    sq = _dot(x, x)
-    ok = sq > 0
-    return torch.where(ok, torch.sqrt(torch.where(ok, sq, torch.ones_like(sq))), torch.zeros_like(sq))
+#: :class:`rayd.core.specular.ImageOps` on (n, 3) tensors; scalars are (n, 1).
+_IMAGE_OPS = SimpleNamespace(dot=_dot, cross=torch.linalg.cross, select=torch.where, sqrt=torch.sqrt,
+                             divide=operator.truediv)
 
 
 def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: torch.Tensor,
@@ -55,42 +55,12 @@ def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: to
                            _convert.primal(skip).to(torch.int32).contiguous(), n, any_hit)
 
 
-class ReflectionQueries:
+class ReflectionQueries(specular.ReflectionQueries):
     """Mixin of :class:`rayd.torch.Scene`: ``trace_reflections`` and ``specular_paths``."""
 
-    def trace_reflections(self, ray, max_bounces: int, active: torch.Tensor | None = None, *,
-                          ignore: torch.Tensor | int | None = None) -> ReflectionChain:
-        """The specular chain of each ray: up to ``max_bounces`` closest hits, mirror-reflected.
-
-        Segment 0 is ``ray`` with its own ``tmin``, ``tmax`` and ``ignore``. After a hit at
-        ``p_b`` on a face with unit geometric normal ``g_b``, the next direction is
-        ``d_{b+1} = d_b - 2 (d_b . g_b) g_b`` (same length as ``d_b``) and the next segment
-        starts at ``p_b`` with ``tmin = 0``, ``tmax = inf``, skipping the face it leaves.
-        The chain ends at the first miss; later slots are empty.
-
-        Args:
-            ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.
-            max_bounces: ``B``, an int in ``[1, 16]``.
-            active: optional bool tensor broadcastable to ``...``; inactive rays get empty chains.
-            ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
-
-        Returns:
-            :class:`rayd.torch.ReflectionChain` with slot fields ``[..., B]`` / ``[..., B, 3]``.
-
-        Gradients:
-            ``t, p, geo_n, d_out, image_source, path_length`` are differentiable (reverse
-            and forward mode) with respect to vertices, transforms, ``ray.o`` and ``ray.d``,
-            for the fixed chain of faces.
-
-        Raises:
-            TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
-            ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
-            RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.torch.Scene.trace_reflections()"
-        bounces = check_bounces(call, max_bounces)
+    def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
         batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
-        dtype = self._output_dtype(ray)
+        dtype = self._output_dtype(ray.o, ray.d)
         if n == 0:
             out = _empty_chain(bounces, dtype, self._device)
         else:
@@ -100,47 +70,7 @@ class ReflectionQueries:
         out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
         return ReflectionChain(**out)
 
-    def specular_paths(self, source: torch.Tensor, target: torch.Tensor, prim_sequence: torch.Tensor,
-                       active: torch.Tensor | None = None) -> SpecularPaths:
-        """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
-
-        Image method: the source is mirrored across the planes of the faces in order
-        (``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k``, ``I_{-1} = source``), then the
-        path is traced back from ``target`` through ``I_{B-1}, ..., I_0``.
-
-        A path is valid iff every reflection point lies in its closed triangle
-        (barycentric weights ``>= -1e-9``, in float64), every reflection is real (the
-        incoming and outgoing points lie strictly on the same side of the face plane,
-        and each back-traced point lies strictly between its start and its image),
-        every segment is unblocked (no face other than the faces at its ends crosses
-        ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
-        skip the end's own face), the sequence is well formed (ids in range and of enabled shapes, ``-1``
-        padding only at the end) and source and target are finite. These rules are
-        :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
-        copies of the inputs: the call reads them back once (a synchronisation on CUDA).
-
-        Args:
-            source: (..., 3) float32/float64 points on the scene's device.
-            target: (..., 3) float32/float64, broadcastable against ``source``.
-            prim_sequence: (..., B) integer ``global_prim_id`` s, ``0 <= B <= 16``; ``-1``
-                pads the end. ``B = 0`` or all ``-1`` is the line-of-sight path.
-            active: optional bool tensor broadcastable to ``...``; inactive paths are invalid.
-
-        Returns:
-            :class:`rayd.torch.SpecularPaths`: ``points (..., B, 3)``, ``num_bounces``,
-            ``length`` (``+inf`` invalid), ``valid``.
-
-        Gradients:
-            ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
-            transforms (reverse and forward mode), for the fixed sequence.
-
-        Raises:
-            TypeError: non-float points, a non-integer ``prim_sequence``, non-bool ``active``.
-            ValueError: wrong shapes, ``B > 16``, inputs on another device.
-            RuntimeError: the scene is not built or has pending changes.
-        """
-        call = "rayd.torch.Scene.specular_paths()"
-        self._require_ready(call)
+    def _specular_paths(self, call: str, source, target, prim_sequence, active) -> SpecularPaths:
         device = self._device
         source = _check.float_tensor(call, "source", source, last=3)
         target = _check.float_tensor(call, "target", target, last=3)
@@ -160,7 +90,7 @@ class ReflectionQueries:
             shapes.append(("active", active.shape))
         batch = _check.broadcast(call, shapes)
         n = batch.numel()
-        dtype = self._output_dtype_points(source, target)
+        dtype = self._output_dtype(source, target)
         src = source.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
         dst = target.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
         seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces).to(torch.int64)
@@ -179,31 +109,19 @@ class ReflectionQueries:
                              valid=ok.reshape(batch))
 
     # ------------------------------------------------------------------ internals
-    def _output_dtype_points(self, *points: torch.Tensor) -> torch.dtype:
-        dtype = torch.promote_types(points[0].dtype, points[1].dtype)
-        for shape in self._core.table.meshes:
-            dtype = torch.promote_types(dtype, shape.vertices.dtype)
-        return dtype
-
     def _corners(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         """(n, B, 3, 3) float64 world-space corners of the faces ``ids`` (n, B) (differentiable)."""
         n, bounces = ids.shape
         geometry = gather(self._state.table, self._state.live(dtype), ids.reshape(-1))
         return geometry.corners.double().reshape(n, bounces, 3, 3)
 
-    def _host_validity(self, src, dst, seq, prior, dtype, with_points: bool = False):
-        """Validity of paths given as host arrays (rayd.core.paths): ``(ok, used, ids, length)``, NumPy.
+    def _host_points(self, x: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+        return x  # already in the output dtype (rayd::path_validity)
 
-        ``src, dst`` (n, 3) float64, ``seq`` (n, B) int, ``prior`` (n,) bool or ``None``.
-        """
-        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces, self._core.table.shapes)
-        if prior is not None:
-            ok &= prior
+    def _host_corners(self, ids: np.ndarray, dtype: torch.dtype) -> np.ndarray:
         with _convert.outside_transforms(), torch.no_grad():
             corners = self._corners(torch.from_numpy(ids).to(self._device), dtype)
-            corners = _convert.primal(corners).cpu().numpy()
-        out = paths.validate(src, dst, corners, seq, ok, used, self._host_search, with_points)
-        return (out[0], used, ids) + tuple(out[1:])  # (ok, used, ids, length[, points])
+            return _convert.primal(corners).cpu().numpy()
 
     def _host_search(self, o, d, tmin, tmax, flag, skip):
         """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
@@ -214,43 +132,89 @@ class ReflectionQueries:
 
 
 def _image_method(src: torch.Tensor, dst: torch.Tensor, corners: torch.Tensor, used: torch.Tensor):
-    """Reflection points (n, B, 3) and total length (n,) by the image method, in float64 torch ops.
+    """Reflection points (n, B, 3) and total length (n,) by :func:`rayd.core.specular.image_method`.
 
-    Concretely ``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k`` (``I_{-1} = src``), then
-    back from ``dst`` through ``I_{B-1}, ..., I_0``; unused slots hold the target (zero-length
-    segments). Degenerate cases give finite values (validity is decided by rayd.core.paths).
+    ``src, dst`` (n, 3) and ``corners`` (n, B, 3, 3) float64, ``used`` (n, B) bool; unused
+    slots hold the target (zero-length segments).
     """
     n, bounces = used.shape
-    v0, e1, e2 = corners[:, :, 0], corners[:, :, 1] - corners[:, :, 0], corners[:, :, 2] - corners[:, :, 0]
-    normal = torch.linalg.cross(e1, e2)
-    area = _safe_norm(normal)
-    normal = normal / torch.where(area > 0, area, torch.ones_like(area))
-    images, image = [], src
-    for k in range(bounces):
-        u3 = used[:, k:k + 1]
-        image = torch.where(u3, image - 2.0 * _dot(image - v0[:, k], normal[:, k]) * normal[:, k], image)
-        images.append(image)
-    points, x = [None] * bounces, dst
-    for k in reversed(range(bounces)):
-        ray = images[k] - x
-        denom = _dot(ray, normal[:, k])
-        nonzero = denom != 0
-        s = _dot(v0[:, k] - x, normal[:, k]) / torch.where(nonzero, denom, torch.ones_like(denom))
-        x = torch.where(used[:, k].unsqueeze(-1) & nonzero, x + s * ray, x)
-        points[k] = x
-    chain = torch.stack([src] + points + [dst], dim=1)
-    length = _safe_norm(chain[:, 1:] - chain[:, :-1]).squeeze(-1).sum(-1)
+    slots = [(corners[:, k, 0], corners[:, k, 1], corners[:, k, 2]) for k in range(bounces)]
+    points, length = specular.image_method(_IMAGE_OPS, src, dst, slots, [used[:, k:k + 1] for k in range(bounces)])
     pts = torch.stack(points, dim=1) if bounces else torch.zeros((n, 0, 3), dtype=src.dtype, device=src.device)
-    return pts, length
+    return pts, length.squeeze(-1)
 
 
 def _empty_chain(bounces: int, dtype: torch.dtype, device: torch.device) -> dict[str, torch.Tensor]:
-    """The fields of a chain of zero rays."""
-    f = {name: torch.empty((0, bounces), dtype=dtype, device=device) for name in ("t",)}
-    f.update({name: torch.empty((0, bounces, 3), dtype=dtype, device=device)
-              for name in ("p", "geo_n", "d_out", "image_source")})
-    f.update({name: torch.empty((0, bounces), dtype=torch.int32, device=device)
-              for name in ("prim_id", "shape_id", "global_prim_id")})
-    f["num_bounces"] = torch.empty(0, dtype=torch.int32, device=device)
-    f["path_length"] = torch.empty(0, dtype=dtype, device=device)
-    return f
+    """The fields of a chain of zero rays (:data:`rayd.core.specular.CHAIN_FIELDS`)."""
+    shapes = {"slot": (0, bounces), "slot3": (0, bounces, 3), "slot_id": (0, bounces), "ray_count": (0,), "ray": (0,)}
+    return {name: torch.empty(shapes[kind], dtype=torch.int32 if kind in ("slot_id", "ray_count") else dtype,
+                              device=device)
+            for name, kind in specular.CHAIN_FIELDS.items()}
+
+
+document(ReflectionQueries, {
+    "trace_reflections": """The specular chain of each ray: up to ``max_bounces`` closest hits, mirror-reflected.
+
+    Segment 0 is ``ray`` with its own ``tmin``, ``tmax`` and ``ignore``. After a hit at
+    ``p_b`` on a face with unit geometric normal ``g_b``, the next direction is
+    ``d_{b+1} = d_b - 2 (d_b . g_b) g_b`` (same length as ``d_b``) and the next segment
+    starts at ``p_b`` with ``tmin = 0``, ``tmax = inf``, skipping the face it leaves.
+    The chain ends at the first miss; later slots are empty.
+
+    Args:
+        ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.
+        max_bounces: ``B``, an int in ``[1, 16]``.
+        active: optional bool tensor broadcastable to ``...``; inactive rays get empty chains.
+        ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
+
+    Returns:
+        :class:`rayd.torch.ReflectionChain` with slot fields ``[..., B]`` / ``[..., B, 3]``.
+
+    Gradients:
+        ``t, p, geo_n, d_out, image_source, path_length`` are differentiable (reverse
+        and forward mode) with respect to vertices, transforms, ``ray.o`` and ``ray.d``,
+        for the fixed chain of faces.
+
+    Raises:
+        TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
+        ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
+        RuntimeError: as :meth:`intersect`.
+    """,
+    "specular_paths": """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
+
+    Image method: the source is mirrored across the planes of the faces in order
+    (``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k``, ``I_{-1} = source``), then the
+    path is traced back from ``target`` through ``I_{B-1}, ..., I_0``.
+
+    A path is valid iff every reflection point lies in its closed triangle
+    (barycentric weights ``>= -1e-9``, in float64), every reflection is real (the
+    incoming and outgoing points lie strictly on the same side of the face plane,
+    and each back-traced point lies strictly between its start and its image),
+    every segment is unblocked (no face other than the faces at its ends crosses
+    ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
+    skip the end's own face), the sequence is well formed (ids in range, ``-1``
+    padding only at the end) and source and target are finite. These rules are
+    :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
+    copies of the inputs: the call reads them back once (a synchronisation on CUDA).
+
+    Args:
+        source: (..., 3) float32/float64 points on the scene's device.
+        target: (..., 3) float32/float64, broadcastable against ``source``.
+        prim_sequence: (..., B) integer ``global_prim_id`` s, ``0 <= B <= 16``; ``-1``
+            pads the end. ``B = 0`` or all ``-1`` is the line-of-sight path.
+        active: optional bool tensor broadcastable to ``...``; inactive paths are invalid.
+
+    Returns:
+        :class:`rayd.torch.SpecularPaths`: ``points (..., B, 3)``, ``num_bounces``,
+        ``length`` (``+inf`` invalid), ``valid``.
+
+    Gradients:
+        ``points`` and ``length`` with respect to ``source``, ``target``, vertices and
+        transforms (reverse and forward mode), for the fixed sequence.
+
+    Raises:
+        TypeError: non-float points, a non-integer ``prim_sequence``, non-bool ``active``.
+        ValueError: wrong shapes, ``B > 16``, inputs on another device.
+        RuntimeError: the scene is not built or has pending changes.
+    """,
+})

@@ -92,7 +92,7 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
         _check.same_device(call, name, value, scene.device, "the scene")
     bounces, num_rays, line_of_sight = core_paths.check_options(call, max_bounces, num_rays, line_of_sight)
     device = scene.device
-    dtype = scene._output_dtype_points(sources, targets)
+    dtype = scene._output_dtype(sources, targets)
 
     def trace(origin, directions, b):
         o = torch.from_numpy(origin).to(device)

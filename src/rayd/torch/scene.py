@@ -2,7 +2,8 @@
 
 The scene logic (ids, numbering, change tracking, transforms, build/sync) is
 :class:`rayd.core.SceneCore`'s and the lifecycle methods are
-:class:`rayd.core.frontend.SceneBase`'s; this class holds what is torch's: argument
+:class:`rayd.core.frontend.SceneBase`'s, the ray queries' shared steps
+:class:`rayd.core.queries.RayQueries`'s; this class holds what is torch's: argument
 checks, the hand-over of tensors, the differentiable evaluation and the records.
 """
 
@@ -10,8 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.edges import document
 from rayd.core.frontend import SceneBase
-from rayd.flags import check_flags as _check_flags
+from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.flags import FIELD_FLAGS, RayFlags
 from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace
 from rayd.torch._geometry import gather, ids
@@ -26,12 +28,7 @@ from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh, check_transform, check_transforms
 from rayd.torch.ray import Ray
 
-#: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
-#: ``s`` the parameter along ``start -> end``: relative to the segment length.
-VISIBILITY_EPSILON = 1e-4
-
-
-class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, SceneBase):
+class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQueries, SceneBase):
     """A set of triangle meshes and instances with BVHs over them, queried by rays.
 
     Lifecycle: ``Scene()`` -> ``add_mesh(...)`` / ``add_instance(...)`` ... ->
@@ -54,6 +51,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
 
     _PREFIX = "rayd.torch.Scene"
     _MESH = Mesh
+    _RAY = Ray
 
     @property
     def device(self) -> torch.device | None:
@@ -130,56 +128,8 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
             return
         super()._require_ready(call)
 
-    # ------------------------------------------------------------------ queries
-    def intersect(
-        self,
-        ray: Ray,
-        active: torch.Tensor | None = None,
-        flags: RayFlags = RayFlags.All,
-        *,
-        ignore: torch.Tensor | int | None = None,
-    ) -> Intersection:
-        """Closest hit of each ray, differentiable for the fixed winning triangle.
-
-        Args:
-            ray: :class:`Ray` with ``o``, ``d`` of shape (..., 3), float32 or float64,
-                on the scene's device.
-            active: optional bool tensor broadcastable to ``...``; inactive rays miss.
-            flags: :class:`RayFlags` selecting the fields to compute.
-            ignore: optional ``global_prim_id`` per ray (int tensor broadcastable to
-                ``...``, or an int; -1 for none) whose face the ray skips, e.g. the
-                face a reflected ray leaves.
-
-        Returns:
-            :class:`Intersection` with fields of shape ``...``. Concretely, for the
-            first triangle hit with ``tmin < t < tmax``, ``t, u, v`` solve
-            ``o + t d = (1 - u - v) v0 + u v1 + v v2``, ``p = o + t d``,
-            ``barycentric = (1 - u - v, u, v)``. Misses: ``t = inf``, ids -1, zeros.
-
-        Units:
-            ``t`` in multiples of ``|d|``; ``p`` in world units.
-
-        Gradients:
-            ``t, p, n, geo_n, barycentric, uv`` are differentiable (reverse and forward
-            mode) with respect to the meshes' vertex tensors, normals, uv and
-            transforms (mesh and instance), and to ``ray.o`` and ``ray.d``. The choice
-            of triangle is held fixed; misses get exactly zero gradient. Gradients are
-            accumulated with ``index_put_(accumulate=True)``, which is bitwise
-            deterministic under ``torch.use_deterministic_algorithms(True)`` (on CUDA
-            otherwise atomic: faster, run-to-run differences in the last bits).
-
-        Raises:
-            TypeError: ``ray`` is not a ``rayd.torch.Ray``, ``active`` is not bool,
-                ``ignore`` is not an integer, ``flags`` is not a ``RayFlags``.
-            ValueError: inputs on another device, or batch shapes that do not broadcast.
-            RuntimeError: the scene is not built, or has pending/unsynced changes.
-
-        References:
-            Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
-            (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
-        """
-        call = "rayd.torch.Scene.intersect()"
-        flags = _check_flags(call, flags)
+    # ------------------------------------------------------------------ queries (RayQueries hooks)
+    def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
         batch, n, global_prim_id, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
         state = self._state
         meshes = [s.vertices for s in self._core.table.meshes]
@@ -190,7 +140,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
             fields["global_prim_id"] = global_prim_id
             fields = {k: v for k, v in fields.items() if k not in _unrequested(flags)}
         else:
-            dtype = self._output_dtype(ray)
+            dtype = self._output_dtype(ray.o, ray.d)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             geometry = gather(state.table, state.live(dtype), global_prim_id)
@@ -199,60 +149,19 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 
-    def shadow_test(
-        self, ray: Ray, active: torch.Tensor | None = None, *, ignore: torch.Tensor | int | None = None
-    ) -> torch.Tensor:
-        """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
-
-        Args:
-            ray: :class:`Ray` with ``o``, ``d`` of shape (..., 3) on the scene's device.
-            active: optional bool tensor broadcastable to ``...``; inactive rays report False.
-            ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
-
-        Returns:
-            (...) bool, True where the ray is occluded. Not differentiable. The
-            traversal stops at the first blocker found (any hit).
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.torch.Scene.shadow_test()"
+    def _occluded(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, _, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         return (blocker >= 0).reshape(batch)
 
-    def visible(
-        self,
-        start: torch.Tensor,
-        end: torch.Tensor,
-        active: torch.Tensor | None = None,
-        *,
-        ignore: torch.Tensor | int | None = None,
-    ) -> torch.Tensor:
-        """Line of sight: is the open segment between ``start`` and ``end`` unblocked?
-
-        Args:
-            start: (..., 3) float32/float64 points on the scene's device.
-            end: (..., 3) float32/float64, broadcastable against ``start``.
-            active: optional bool tensor broadcastable to ``...``; inactive pairs report False.
-            ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
-
-        Returns:
-            (...) bool, True where no triangle crosses ``start + s (end - start)`` for
-            ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
-            to the segment length, so endpoints lying on surfaces do not block
-            themselves). Symmetric in its endpoints. Not differentiable. Degenerate
-            (zero-length or non-finite) segments report False.
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-        """
-        call = "rayd.torch.Scene.visible()"
+    def _check_segment(self, call: str, start: object, end: object) -> tuple[torch.Tensor, torch.Tensor]:
         start = _check.float_tensor(call, "start", start, last=3)
         end = _check.float_tensor(call, "end", end, last=3)
         _check.same_device(call, "start", start, self._device or start.device, "the scene")
         _check.same_device(call, "end", end, start.device, "'start'")
         _check.broadcast(call, [("start", start.shape[:-1]), ("end", end.shape[:-1])])
-        ray = Ray(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
+        return start, end
+
+    def _unblocked(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, n, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         result = (blocker < 0).reshape(batch) & _trace.wellformed(ray, batch)
         if active is not None:
@@ -284,8 +193,12 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
                         "be pickled; save the meshes' tensors and rebuild (copy.deepcopy(scene) copies in-process)")
 
     # ------------------------------------------------------------------ internals
-    def _output_dtype(self, ray: Ray) -> torch.dtype:
-        dtype = torch.promote_types(ray.o.dtype, ray.d.dtype)
+    def _output_dtype(self, *arrays: torch.Tensor) -> torch.dtype:
+        """The dtype of a query's differentiable outputs: ``arrays`` (a ``Ray``'s ``o`` and ``d``,
+        or points) and the meshes' vertices promoted together."""
+        dtype = arrays[0].dtype
+        for array in arrays[1:]:
+            dtype = torch.promote_types(dtype, array.dtype)
         for shape in self._core.table.meshes:  # instances share their mesh's vertices
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         return dtype
@@ -294,7 +207,81 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
         return _trace.check_ray(call, ray, self._device)
 
 
-
 def _unrequested(flags: RayFlags) -> set[str]:
     """Names of the optional fields that ``flags`` does not ask for."""
     return {name for name, flag in FIELD_FLAGS.items() if not flags & flag}
+
+
+document(Scene, {
+    "intersect": """Closest hit of each ray, differentiable for the fixed winning triangle.
+
+    Args:
+        ray: :class:`Ray` with ``o``, ``d`` of shape (..., 3), float32 or float64,
+            on the scene's device.
+        active: optional bool tensor broadcastable to ``...``; inactive rays miss.
+        flags: :class:`RayFlags` selecting the fields to compute.
+        ignore: optional ``global_prim_id`` per ray (int tensor broadcastable to
+            ``...``, or an int; -1 for none) whose face the ray skips, e.g. the
+            face a reflected ray leaves.
+
+    Returns:
+        :class:`Intersection` with fields of shape ``...``. Concretely, for the
+        first triangle hit with ``tmin < t < tmax``, ``t, u, v`` solve
+        ``o + t d = (1 - u - v) v0 + u v1 + v v2``, ``p = o + t d``,
+        ``barycentric = (1 - u - v, u, v)``. Misses: ``t = inf``, ids -1, zeros.
+
+    Units:
+        ``t`` in multiples of ``|d|``; ``p`` in world units.
+
+    Gradients:
+        ``t, p, n, geo_n, barycentric, uv`` are differentiable (reverse and forward
+        mode) with respect to the meshes' vertex tensors, normals, uv and
+        transforms (mesh and instance), and to ``ray.o`` and ``ray.d``. The choice
+        of triangle is held fixed; misses get exactly zero gradient. Gradients are
+        accumulated with ``index_put_(accumulate=True)``, which is bitwise
+        deterministic under ``torch.use_deterministic_algorithms(True)`` (on CUDA
+        otherwise atomic: faster, run-to-run differences in the last bits).
+
+    Raises:
+        TypeError: ``ray`` is not a ``rayd.torch.Ray``, ``active`` is not bool,
+            ``ignore`` is not an integer, ``flags`` is not a ``RayFlags``.
+        ValueError: inputs on another device, or batch shapes that do not broadcast.
+        RuntimeError: the scene is not built, or has pending/unsynced changes.
+
+    References:
+        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
+        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
+    """,
+    "shadow_test": """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
+
+    Args:
+        ray: :class:`Ray` with ``o``, ``d`` of shape (..., 3) on the scene's device.
+        active: optional bool tensor broadcastable to ``...``; inactive rays report False.
+        ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
+
+    Returns:
+        (...) bool, True where the ray is occluded. Not differentiable. The
+        traversal stops at the first blocker found (any hit).
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """,
+    "visible": """Line of sight: is the open segment between ``start`` and ``end`` unblocked?
+
+    Args:
+        start: (..., 3) float32/float64 points on the scene's device.
+        end: (..., 3) float32/float64, broadcastable against ``start``.
+        active: optional bool tensor broadcastable to ``...``; inactive pairs report False.
+        ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
+
+    Returns:
+        (...) bool, True where no triangle crosses ``start + s (end - start)`` for
+        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
+        to the segment length, so endpoints lying on surfaces do not block
+        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
+        (zero-length or non-finite) segments report False.
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """,
+})

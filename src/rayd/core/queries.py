@@ -1,0 +1,72 @@
+"""The ray queries of a frontend's ``Scene``: ``intersect``, ``shadow_test``, ``visible``, all hits.
+
+What the two frontends share in them is written once here, in :class:`RayQueries` and
+:class:`AllHitsQueries` (mixins over :class:`rayd.core.frontend.SceneBase`): the public
+signatures, the argument checks that are not about arrays (flags, ``max_hits``), and
+the rule that ``visible`` tests the open interior of the segment,
+``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)``, as an any-hit search. The
+frontend documents the methods in its own words (:func:`rayd.core.edges.document`) and
+implements the hooks in its array library. :class:`RayQueries`' hooks:
+
+- ``_RAY``: its ``Ray`` class;
+- ``_intersect(call, ray, active, flags, ignore)``: trace, evaluate and record the
+  closest hits (``flags`` already checked);
+- ``_occluded(call, ray, active, ignore)``: bool per ray, True where any hit exists in
+  ``(tmin, tmax)`` (inactive rays False);
+- ``_check_segment(call, start, end)``: the checked ``(start, end)`` points (types,
+  devices, broadcasting), as the segment ray is to be made from them;
+- ``_unblocked(call, ray, active, ignore)``: bool per segment ray, True where it is
+  well formed, active and not occluded.
+
+:class:`AllHitsQueries`' hooks:
+
+- ``_intersect_all(call, ray, k, active, flags, ignore)``: the first ``k`` crossings of
+  each ray, evaluated and recorded (``k`` and ``flags`` already checked);
+- ``_count_intersections(call, ray, active, ignore)``: the exact count of crossings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rayd.core.checks import int_in_range
+from rayd.engine.all_hits import MAX_HITS
+from rayd.flags import RayFlags, check_flags
+
+#: ``visible()`` tests the open segment interior ``s in (EPSILON, 1 - EPSILON)``, with
+#: ``s`` the parameter along ``start -> end``: relative to the segment length.
+VISIBILITY_EPSILON = 1e-4
+
+
+class RayQueries:
+    """``intersect``, ``shadow_test`` and ``visible`` of a frontend's ``Scene`` (see the module docstring)."""
+
+    _PREFIX = "rayd.Scene"
+    _RAY: Any = None
+
+    def intersect(self, ray, active=None, flags: RayFlags = RayFlags.All, *, ignore=None):
+        call = f"{self._PREFIX}.intersect()"
+        return self._intersect(call, ray, active, check_flags(call, flags), ignore)
+
+    def shadow_test(self, ray, active=None, *, ignore=None):
+        return self._occluded(f"{self._PREFIX}.shadow_test()", ray, active, ignore)
+
+    def visible(self, start, end, active=None, *, ignore=None):
+        call = f"{self._PREFIX}.visible()"
+        start, end = self._check_segment(call, start, end)
+        ray = self._RAY(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
+        return self._unblocked(call, ray, active, ignore)
+
+
+class AllHitsQueries:
+    """``intersect_all`` and ``count_intersections`` of a frontend's ``Scene`` (see the module docstring)."""
+
+    _PREFIX = "rayd.Scene"
+
+    def intersect_all(self, ray, max_hits: int, active=None, flags: RayFlags = RayFlags.All, *, ignore=None):
+        call = f"{self._PREFIX}.intersect_all()"
+        k = int_in_range(call, "max_hits", max_hits, MAX_HITS)
+        return self._intersect_all(call, ray, k, active, check_flags(call, flags), ignore)
+
+    def count_intersections(self, ray, active=None, *, ignore=None):
+        return self._count_intersections(f"{self._PREFIX}.count_intersections()", ray, active, ignore)

@@ -1,0 +1,214 @@
+"""Specular paths, the part the frontends share in their own array ops: the image method.
+
+:mod:`rayd.core.paths` decides *which* paths are valid on host float64 copies; the
+frontends then evaluate the chosen paths differentiably (``Scene.specular_paths``).
+That evaluation is one computation, written once here over a small namespace of array
+ops each frontend hands in (:class:`ImageOps`), so that torch tensors and Dr.Jit arrays
+run the same steps and gradients flow through the frontend's own autodiff.
+
+The bounce loop of ``trace_reflections`` (:func:`bounce_chain`: the reflection law, the
+interval of each segment, the end of a chain at its first miss) is written once the same way.
+
+Also here: :class:`ReflectionQueries`, the scene methods with the host-side validity of paths (well-formed
+sequences, then :func:`rayd.core.paths.validate`) from the corners the frontend gathers,
+and :data:`CHAIN_FIELDS`, the fields of a ``ReflectionChain`` and their kinds.
+
+References:
+    Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Protocol
+
+import numpy as np
+
+from rayd.core import paths
+
+#: The fields of a ``ReflectionChain`` by kind: ``slot`` fields hold one value per bounce
+#: (float; ``slot3``: a 3-vector; ``slot_id``: an int32 id), ``ray`` fields one per ray
+#: (``ray_count``: int32; ``ray``: float). The frontends build their records (and the
+#: empty record of zero rays) from this table.
+CHAIN_FIELDS: dict[str, str] = {
+    "t": "slot", "p": "slot3", "geo_n": "slot3", "d_out": "slot3", "image_source": "slot3",
+    "prim_id": "slot_id", "shape_id": "slot_id", "global_prim_id": "slot_id",
+    "num_bounces": "ray_count", "path_length": "ray",
+}
+
+
+class ImageOps(Protocol):
+    """The array ops :func:`image_method` needs, on a frontend's batches of 3-vectors.
+
+    A "vector" is a batch of 3-vectors (torch: ``(n, 3)``; Dr.Jit: ``Array3f64`` of
+    width n), a "scalar" a batch of numbers that multiplies a vector (torch: ``(n, 1)``;
+    Dr.Jit: ``Float64``). ``+``, ``-``, ``*`` by a scalar or a number, and comparisons
+    are the arrays' own operators.
+    """
+
+    def dot(self, a: Any, b: Any) -> Any:
+        """The scalar ``a . b`` of each pair of vectors."""
+
+    def cross(self, a: Any, b: Any) -> Any:
+        """The vector ``a x b``."""
+
+    def select(self, mask: Any, a: Any, b: Any) -> Any:
+        """``a`` where ``mask``, else ``b`` (either may be a number)."""
+
+    def sqrt(self, x: Any) -> Any:
+        """The square root of a scalar."""
+
+    def divide(self, a: Any, b: Any) -> Any:
+        """``a / b`` for a vector or scalar ``a`` and a scalar ``b`` (never 0 here)."""
+
+
+def safe_norm(ops: ImageOps, x: Any) -> Any:
+    """``|x|`` of each vector: 0 with zero gradient where ``x = 0`` (never NaN)."""
+    sq = ops.dot(x, x)
+    ok = sq > 0
+    return ops.select(ok, ops.sqrt(ops.select(ok, sq, 1.0)), 0.0)
+
+
+def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any, Any]],
+                 use: list[Any]) -> tuple[list[Any], Any]:
+    """Reflection points and total length of paths by the image method, in the frontend's ops.
+
+    Args:
+        ops: the frontend's :class:`ImageOps`.
+        src, dst: the sources and targets (vectors, float64).
+        corners: per slot ``k``, the world corners ``(v0, v1, v2)`` (vectors) of face ``k``
+            of each path.
+        use: per slot, the mask (a scalar-shaped bool) of the paths that use it (padding
+            slots are unused).
+
+    Returns:
+        ``(points, length)``: per slot the reflection points (vectors), and the total
+        length (a scalar). Concretely ``I_k = I_{k-1} - 2 ((I_{k-1} - v0_k) . n_k) n_k``
+        (``I_{-1} = src``, unit face normals ``n_k``), then back from ``dst`` through
+        ``I_{B-1}, ..., I_0``: ``x_k`` is where the line from ``x_{k+1}`` to ``I_k`` meets
+        plane ``k``. Unused slots hold the point after them (the target for padding:
+        zero-length segments). Degenerate cases (zero-area faces, lines parallel to a
+        plane) give finite values; validity is decided by :func:`rayd.core.paths.validate`.
+    """
+    bounces = len(corners)
+    planes = []
+    for v0, v1, v2 in corners:
+        normal = ops.cross(v1 - v0, v2 - v0)
+        area = safe_norm(ops, normal)
+        planes.append((v0, ops.divide(normal, ops.select(area > 0, area, 1.0))))
+    images, image = [], src
+    for (v0, normal), u in zip(planes, use):
+        image = ops.select(u, image - 2.0 * ops.dot(image - v0, normal) * normal, image)
+        images.append(image)
+    points, x = [None] * bounces, dst
+    for k in reversed(range(bounces)):
+        v0, normal = planes[k]
+        ray = images[k] - x
+        denom = ops.dot(ray, normal)
+        nonzero = denom != 0
+        s = ops.divide(ops.dot(v0 - x, normal), ops.select(nonzero, denom, 1.0))
+        x = ops.select(use[k] & nonzero, x + s * ray, x)
+        points[k] = x
+    chain = [src] + points + [dst]
+    length = safe_norm(ops, chain[1] - chain[0])
+    for a, b in zip(chain[1:-1], chain[2:]):
+        length = length + safe_norm(ops, b - a)
+    return points, length
+
+
+def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d: Any, first_bounds: tuple,
+                 emit: Callable[..., None]) -> None:
+    """The sequential solve of specular chains for their fixed winners, in the frontend's ops.
+
+    Segment ``b`` starts at ``o_b`` (``o_0`` the ray origin) with direction ``d_b`` and is
+    solved against the plane of slot ``b``'s winner: ``t_b = (offset_b - o_b . n_b) / (d_b . n_b)``.
+    The slot counts iff its winner counts, the segment is not parallel to the plane and
+    ``t_b`` (compared as the frontend reports it) lies in the segment's open interval:
+    ``first_bounds`` = ``(tmin, tmax)`` for segment 0, ``(0, inf)`` after it; once a slot
+    does not count, the later ones are empty (``t = 0`` there). Then
+    ``p_b = o_b + t_b d_b``, ``d_{b+1} = d_b - 2 (d_b . g_b) g_b`` and the image source
+    ``I_b = I_{b-1} - 2 ((I_{b-1} - p_b) . g_b) g_b`` (``I_{-1} = o_0``), each rounded as
+    the record reports it, the next segment starting from the rounded values (as
+    ``intersect`` from the reported ``p``, ``d_out``).
+
+    Args:
+        ops: the frontend's ops on float64 vectors and scalars: ``dot(a, b)``,
+            ``select(mask, a, b)``, ``divide(a, b)``, ``madd(x, a, y, scale)`` (``x + scale a y``,
+            ``a`` a scalar), ``compared(t)`` (``t`` detached, in the output precision) and
+            ``reported(x)`` (``x`` rounded to the output precision, back in float64).
+        bounces: ``B``.
+        slot: ``slot(b) -> (normal, unit, offset, ok)``: slot ``b``'s plane of each ray
+            (``x . normal = offset``), its reported unit normal ``g_b``, and whether its
+            winner counts (a hit on a non-degenerate plane).
+        o, d: the rays' origins and directions (float64 vectors).
+        first_bounds: ``(tmin, tmax)`` of segment 0, as ``compared(t)`` is compared.
+        emit: ``emit(b, t, valid, p, geo_n, d_out, image_source)``, called once per slot.
+    """
+    image = o
+    valid = None
+    for b in range(bounces):
+        normal, unit, offset, ok = slot(b)
+        den = ops.dot(d, normal)
+        facing = den != 0
+        t = ops.divide(offset - ops.dot(o, normal), ops.select(facing, den, 1.0))
+        lo, hi = first_bounds if b == 0 else (0.0, math.inf)
+        td = ops.compared(t)
+        inside = ok & facing & (td > lo) & (td < hi)
+        valid = inside if valid is None else valid & inside
+        t = ops.select(valid, t, 0.0)
+        p = ops.madd(o, t, d, 1.0)
+        d = ops.madd(d, ops.dot(d, unit), unit, -2.0)
+        image = ops.madd(image, ops.dot(image - p, unit), unit, -2.0)
+        p, d, image = ops.reported(p), ops.reported(d), ops.reported(image)
+        emit(b, t, valid, p, unit, d, image)
+        o = p
+
+
+class ReflectionQueries:
+    """``trace_reflections`` and ``specular_paths`` of a frontend's ``Scene`` (a mixin over
+    :class:`rayd.core.frontend.SceneBase`), and the validity of specular paths given as host arrays.
+
+    The frontend documents the two methods in its own words (:func:`rayd.core.edges.document`).
+    Hooks (the frontend's): ``_trace_reflections(call, ray, bounces, active, ignore)``, the
+    chains with ``bounces`` already checked; ``_specular_paths(call, source, target,
+    prim_sequence, active)``, the paths of a ready scene; ``_host_points(x, precision)``, the (n, 3) float64 points as
+    the frontend evaluates them in ``precision`` (its dtype, or whether it is double);
+    ``_host_corners(ids, precision)``, the (n, B, 3, 3) float64 world corners of the
+    faces ``ids`` (n, B) (:func:`rayd.core.paths.check_sequences`' ids, ``-1`` in the
+    slots not to gather, where any values do); ``_host_search``, its host closest-hit
+    search (:mod:`rayd.core.paths`).
+    """
+
+    _PREFIX = "rayd.Scene"
+
+    def trace_reflections(self, ray, max_bounces: int, active=None, *, ignore=None):
+        call = f"{self._PREFIX}.trace_reflections()"
+        return self._trace_reflections(call, ray, paths.check_bounces(call, max_bounces), active, ignore)
+
+    def specular_paths(self, source, target, prim_sequence, active=None):
+        call = f"{self._PREFIX}.specular_paths()"
+        self._require_ready(call)
+        return self._specular_paths(call, source, target, prim_sequence, active)
+
+    def _host_validity(self, src: np.ndarray, dst: np.ndarray, seq: np.ndarray, prior: np.ndarray | None,
+                       precision: Any, with_points: bool = False) -> tuple[np.ndarray, ...]:
+        """``(ok, used, ids, length[, points])`` of paths, NumPy: :func:`rayd.core.paths.validate`'s rules.
+
+        Args:
+            src, dst: (n, 3) float64 sources and targets.
+            seq: (n, B) int face sequences (``global_prim_id`` s, ``-1`` padding at the end).
+            prior: (n,) bool paths that may be valid at all (``active``), or ``None``.
+            precision: the frontend's output precision (handed to its hooks).
+            with_points: also return the reflection points (n, B, 3).
+
+        Returns:
+            ``ok`` (n,) bool, ``used`` (n, B) bool (non-padding slots), ``ids`` (n, B)
+            int32 (the ids gathered), ``length`` (n,) float64[, ``points``].
+        """
+        src, dst = self._host_points(src, precision), self._host_points(dst, precision)
+        ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces, self._core.table.shapes)
+        if prior is not None:
+            ok &= prior
+        out = paths.validate(src, dst, self._host_corners(ids, precision), seq, ok, used, self._host_search,
+                             with_points)
+        return (out[0], used, ids) + tuple(out[1:])
