@@ -9,8 +9,9 @@ formula is differentiated). Queries without a winner are evaluated on a stand-in
 and masked with ``dr.select``: zero gradient, never NaN.
 
 The winding number is the engine's (:mod:`rayd.engine.winding`): hierarchical by
-default (Barill et al. 2018), the exact ``O(F)`` sum with ``exact=True``; not
-differentiable in this frontend yet.
+default (Barill et al. 2018), the exact ``O(F)`` sum with ``exact=True``. When an
+input has gradients enabled, the value and its derivatives (reverse and forward
+mode) come from the exact sum written in Dr.Jit ops in float64, as in rayd.torch.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import math
 from types import ModuleType
 
 import drjit as dr
+import numpy as np
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply
@@ -210,11 +212,14 @@ def closest_point(scene, points: object, active: object, max_distance: object,
 
 
 def winding_number(scene, points: object, active: object, exact: object = False,
-                   call: str = "rayd.drjit.Scene.winding_number()", refine: float = 0.0):
-    """``Scene.winding_number``: see its docstring."""
+                   call: str = "rayd.drjit.Scene.winding_number()", refine: float = 0.0,
+                   value_only: bool = False):
+    """``Scene.winding_number``: see its docstring (``value_only``: the engine kernel even for AD inputs)."""
     points, n, active = _prepare(scene, call, points, active)
     exact = _check_exact(call, exact)
     m, double = _kind(scene, points)
+    if not value_only and _wants_grad(scene, points):
+        return _exact_sum(scene, m, double, points, n, active)
     plain = _convert.module(scene._backend, False)
     Float = plain.Float64 if double else plain.Float
     if n == 0:
@@ -234,9 +239,92 @@ def winding_number(scene, points: object, active: object, exact: object = False,
     return Float(out)
 
 
+#: Point-face pairs per chunk of the differentiable (Dr.Jit) winding-number sum.
+_CHUNK_PAIRS = 1 << 22
+
+
+def _grad_on(array) -> bool:
+    return array is not None and _convert.is_ad(array) and dr.grad_enabled(array)
+
+
+def _wants_grad(scene, points) -> bool:
+    """Whether ``points``, a mesh's vertices or a registered matrix has gradients enabled (either AD mode)."""
+    return _grad_on(points) or any(_grad_on(s.vertices) or _grad_on(s.matrix) for s in scene._core.table.shapes)
+
+
+def _exact_sum(scene, m: ModuleType, double: bool, points, n: int, active):
+    """The exact winding number as Dr.Jit ops in float64 (differentiable in reverse and forward mode).
+
+    ``sum_f Omega_f / (4 pi)`` over the enabled faces (world corners from the live
+    vertices and transforms), ``Omega_f`` the signed solid angle (Van Oosterom,
+    Strackee 1983) as in rayd.torch; chunks of ``_CHUNK_PAIRS`` point-face pairs,
+    each summed per point with ``dr.scatter_reduce``. 0 for inactive or non-finite points.
+    """
+    Float = m.Float64 if double else m.Float
+    if n == 0:
+        return Float()
+    Work = m.Array3f64
+    shapes = scene._core.table.shapes
+    ids = [np.arange(s.face_offset, s.face_offset + s.num_faces) for s in shapes if s.enabled and s.num_faces]
+    total = dr.zeros(m.Float64, n)
+    q = Work(points)
+    if dr.width(q) != n:
+        q = dr.gather(Work, q, dr.zeros(m.UInt, n))
+    if ids:
+        gid = m.Int(np.concatenate(ids).astype(np.int32))
+        _, _, _, a, b, c = _corners(m, True, gid, scene._live_geometry(m, True))
+        faces = dr.width(gid)
+        step = max(1, _CHUNK_PAIRS // faces)
+        for start in range(0, n, step):
+            count = min(step, n - start)
+            k = dr.arange(m.UInt, count * faces)
+            i = k // faces
+            j = k - i * faces
+            x = dr.gather(Work, q, i + start)
+            omega = _solid_angle(dr.gather(Work, a, j) - x, dr.gather(Work, b, j) - x, dr.gather(Work, c, j) - x)
+            dr.scatter_reduce(dr.ReduceOp.Add, total, omega, i + start)
+    on = dr.isfinite(q.x) & dr.isfinite(q.y) & dr.isfinite(q.z)
+    if active is not None:
+        on &= m.Bool(active)
+    return Float(dr.select(on, total / (4.0 * math.pi), 0))
+
+
+def _solid_angle(x, y, z):
+    """Signed solid angle of the triangle with corners ``x, y, z`` (relative to the point)."""
+    lx, ly, lz = dr.norm(x), dr.norm(y), dr.norm(z)
+    num = dr.dot(x, dr.cross(y, z))
+    den = lx * ly * lz + dr.dot(x, y) * lz + dr.dot(y, z) * lx + dr.dot(z, x) * ly
+    return 2.0 * _atan2(num, den)
+
+
+def _atan2(y, x):
+    """``atan2(y, x)`` from arithmetic, ``sqrt`` and ``select`` only (differentiable; float64-accurate).
+
+    Dr.Jit's ``atan``/``atan2`` use ``maximum``, which LLVM 15 cannot lower for the
+    LLVM backend (as ``dr.clip``). Quadrant reduction to ``t = min/max`` in
+    ``[0, 1]``, two half-angle steps ``t -> t / (1 + sqrt(1 + t^2))`` (``t <= 0.199``),
+    then the Taylor series of ``atan`` to ``t^27`` (truncation below 1e-18).
+    """
+    ax, ay = dr.abs(x), dr.abs(y)
+    swap = ay > ax
+    lo, hi = dr.select(swap, ax, ay), dr.select(swap, ay, ax)
+    ok = hi > 0
+    t = dr.select(ok, lo / dr.select(ok, hi, 1), 0)
+    for _ in range(2):
+        t = t / (1 + dr.sqrt(1 + t * t))
+    t2 = t * t
+    acc = t2 * 0 + (1.0 / 27)  # Horner form of sum_k (-1)^k t^(2k+1) / (2k+1), k = 0..13
+    for k in range(12, -1, -1):
+        acc = 1.0 / (2 * k + 1) - t2 * acc
+    r = 4 * t * acc
+    r = dr.select(swap, math.pi / 2 - r, r)
+    r = dr.select(x < 0, math.pi - r, r)
+    return dr.select(y < 0, -r, r)
+
+
 def contains(scene, points: object, active: object, exact: object = False, call: str = "rayd.drjit.Scene.contains()"):
     """``Scene.contains``: see its docstring."""
-    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN)
+    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN, value_only=True)
     if dr.width(w) == 0:
         return dr.mask_t(w)()  # Dr.Jit cannot compare width 0 with a literal
     return w > 0.5
@@ -245,7 +333,7 @@ def contains(scene, points: object, active: object, exact: object = False, call:
 def signed_distance(scene, points: object, active: object, exact: object = False):
     """``Scene.signed_distance``: see its docstring."""
     call = "rayd.drjit.Scene.signed_distance()"
-    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN)
+    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN, value_only=True)
     near = closest_point(scene, points, active, math.inf, call)
     distance = near.distance
     if dr.width(w) == 0:

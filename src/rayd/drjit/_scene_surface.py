@@ -54,14 +54,20 @@ class SurfaceQueries:
                 hierarchical evaluation.
 
         Returns:
-            (N,) ``Float``/``Float64`` of the non-differentiable namespace: the same
-            engine evaluation as ``rayd.torch.Scene.winding_number`` (by default the
-            fast winding number of Barill et al. 2018, ``beta = 2``, expansion up to
-            the second moment, measured max absolute error vs the exact sum below
-            1e-2, docs/api.md; ``exact=True``: the exact sum of signed solid angles /
-            4 pi, about 1e-7 absolute error). Instances contribute their world-space
-            faces. 0 for inactive or non-finite points. Not differentiable in
-            rayd.drjit yet (rayd.torch's exact path is).
+            (N,) ``Float``/``Float64``: the same engine evaluation as
+            ``rayd.torch.Scene.winding_number`` (by default the fast winding number of
+            Barill et al. 2018, ``beta = 2``, expansion up to the second moment,
+            measured max absolute error vs the exact sum below 1e-2, docs/api.md;
+            ``exact=True``: the exact sum of signed solid angles / 4 pi, about 1e-7
+            absolute error). Instances contribute their world-space faces. 0 for
+            inactive or non-finite points.
+
+        Gradients:
+            When ``points``, a mesh's vertices or a registered matrix has gradients
+            enabled, the value and its derivatives (``dr.backward`` and
+            ``dr.forward_to``) come from the exact sum written in Dr.Jit ops in float64
+            (``O(N F)`` work, chunked; the AD namespace), as rayd.torch's: a smooth
+            function away from the surface. Otherwise the non-differentiable namespace.
 
         Raises:
             TypeError: as :meth:`closest_point`; ``exact`` not a bool.
