@@ -121,3 +121,28 @@ def test_max_distance_active_and_broadcast(device):
         finally:
             cp.set_query_order(previous)
         assert (out.numpy() == expected).all()
+
+
+def test_winding_number_same_in_morton_order(device):
+    """The hierarchical winding number per point does not depend on the query order (bit for bit)."""
+    trimesh = pytest.importorskip("trimesh")
+    sphere = trimesh.creation.icosphere(subdivisions=3)
+    faces = np.asarray(sphere.faces)[np.asarray(sphere.vertices)[sphere.faces].mean(1)[:, 2] < 0.6]  # a hole
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.as_tensor(sphere.vertices, device=device), torch.as_tensor(faces, device=device)))
+    scene.build()
+    pts = torch.as_tensor(np.random.default_rng(6).uniform(-1.5, 1.5, (N, 3)), device=device)
+    active = torch.as_tensor(np.random.default_rng(7).uniform(size=N) > 0.2, device=device)
+    got = {}
+    for order in ("input", "morton"):
+        previous = cp.query_order()
+        cp.set_query_order(order)
+        try:
+            got[order] = (scene.winding_number(pts, active), scene.contains(pts, active),
+                          scene.signed_distance(pts, active))
+        finally:
+            cp.set_query_order(previous)
+    for a, b in zip(got["input"], got["morton"]):
+        assert torch.equal(a, b)
+    w = got["morton"][0]
+    assert ((w > 0.05) & (w < 0.95)).any() and (w[~active] == 0).all()  # fractional values near the hole

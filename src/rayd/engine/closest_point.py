@@ -102,6 +102,26 @@ def _morton_kernel(scene: SceneView, points: wp.array(dtype=wp.vec3), points_str
     order[i] = i
 
 
+def sorts(n: int, order: str | None = None) -> bool:
+    """Whether a search over ``n`` points walks them in Morton order (``order``: default :func:`query_order`)."""
+    return (order or _order) == "morton" and n >= SORT_MIN
+
+
+def morton_order(accel: SceneAccel, points: wp.array, n: int, stream: wp.Stream | None = None) -> wp.array:
+    """int32 (2 N,): the first ``n`` entries are the query rows sorted by Morton code (the rest is scratch).
+
+    Points of shape (1,) are broadcast (every row gets the same key). Launched on
+    ``stream`` (the radix sort runs on the current stream: call inside ``launch_stream``).
+    """
+    device = accel.device
+    keys = wp.empty(2 * n, dtype=wp.int32, device=device)
+    rows = wp.empty(2 * n, dtype=wp.int32, device=device)
+    wp.launch(_morton_kernel, n, [accel.view, points, 0 if points.shape[0] == 1 else 1], [keys, rows],
+              device=device, stream=stream)
+    wp.utils.radix_sort_pairs(keys, rows, n)
+    return rows
+
+
 @functools.lru_cache(maxsize=None)
 def _kernel(walk: str, pair: bool, ordered: bool, counting: bool):
     """The search kernel for the parts a scene has (``walk``: flat, instances, both), its layout and options.
@@ -162,18 +182,13 @@ def _search(accel: SceneAccel, points: wp.array, active: wp.array, max_distance:
         return
     device = accel.device
     counting = stats is not None
-    ordered = (order or _order) == "morton" and n >= SORT_MIN
+    ordered = sorts(n, order)
     pair = accel.layout == "pair" and layout in (None, "pair")
     kernel = _kernel(accel.walks, pair, ordered, counting)
     stride_p = 0 if points.shape[0] == 1 else 1
     stride_a = 0 if active.shape[0] == 1 else 1
     with launch_stream(device, stream):
-        order_rows = wp.empty(2 * n if ordered else 1, dtype=wp.int32, device=device)
-        if ordered:
-            keys = wp.empty(2 * n, dtype=wp.int32, device=device)
-            wp.launch(_morton_kernel, n, [accel.view, points, stride_p], [keys, order_rows], device=device,
-                      stream=stream)
-            wp.utils.radix_sort_pairs(keys, order_rows, n)
+        order_rows = morton_order(accel, points, n, stream) if ordered else wp.empty(1, dtype=wp.int32, device=device)
         if counting:  # one launch: the counters are indexed by query
             stats.zero_()
             wp.launch(kernel, n, [accel.view, order_rows, points, stride_p, active, stride_a, bound, stats,
