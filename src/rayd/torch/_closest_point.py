@@ -77,6 +77,11 @@ def _prepare(scene, call: str, points: object, active: object):
     return points, batch, flag
 
 
+def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """Dot product over the last dim (``einsum``: ``(x * y).sum(-1)`` is ~20x slower on the CPU for 3-vectors)."""
+    return torch.einsum("...i,...i->...", x, y)
+
+
 def _safe_div(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
     ok = den > 0
     return torch.where(ok, num / torch.where(ok, den, torch.ones_like(den)), torch.zeros_like(num))
@@ -91,7 +96,7 @@ def closest_on_triangles(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: t
     """
     ab, ac, ap = b - a, c - a, p - a
     bp, cp = p - b, p - c
-    dot = lambda x, y: (x * y).sum(-1)  # noqa: E731
+    dot = _dot
     d1, d2 = dot(ab, ap), dot(ac, ap)
     d3, d4 = dot(ab, bp), dot(ac, bp)
     d5, d6 = dot(ab, cp), dot(ac, cp)
@@ -138,12 +143,14 @@ def closest_on_triangles(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: t
     with torch.no_grad():
         n = torch.linalg.cross(ab, ac)
         degenerate = dot(n, n) <= _engine.SLIVER * dot(ab, ab) * dot(ac, ac)
+    if not (torch.compiler.is_compiling() or _convert.transforms_active()) and not bool(degenerate.any()):
+        return weights  # eager, no sliver winner: skip the sides (a third of the work); traced code keeps both
     return torch.where(degenerate[..., None], _on_sides(p, a, b, c), weights)
 
 
 def _on_sides(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
     """(N, 3) weights of the closest point on the sides ab, ac, bc (the engine's rule for degenerate faces)."""
-    dot = lambda x, y: (x * y).sum(-1)  # noqa: E731
+    dot = _dot
     zero = torch.zeros_like(p[..., 0])
     options = []
     for (x, y), place in (((a, b), (0, 1)), ((a, c), (0, 2)), ((b, c), (1, 2))):
@@ -164,7 +171,7 @@ def _on_sides(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: torch.Tensor
 
 def _safe_norm(x: torch.Tensor) -> torch.Tensor:
     """|x| over the last dim with gradient 0 (not NaN) where it is 0."""
-    sq = (x * x).sum(-1)
+    sq = _dot(x, x)
     ok = sq > 0
     return torch.where(ok, torch.sqrt(torch.where(ok, sq, torch.ones_like(sq))), torch.zeros_like(sq))
 
@@ -262,8 +269,8 @@ def _solid_angle_sum(q: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
     y = tri[None, :, 1] - q[:, None]
     z = tri[None, :, 2] - q[:, None]
     lx, ly, lz = x.norm(dim=-1), y.norm(dim=-1), z.norm(dim=-1)
-    num = (x * torch.linalg.cross(y, z)).sum(-1)
-    den = lx * ly * lz + (x * y).sum(-1) * lz + (y * z).sum(-1) * lx + (z * x).sum(-1) * ly
+    num = _dot(x, torch.linalg.cross(y, z))
+    den = lx * ly * lz + _dot(x, y) * lz + _dot(y, z) * lx + _dot(z, x) * ly
     return (2.0 * torch.atan2(num, den)).sum(-1)
 
 
