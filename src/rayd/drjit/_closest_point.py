@@ -9,8 +9,9 @@ formula is differentiated). Queries without a winner are evaluated on a stand-in
 and masked with ``dr.select``: zero gradient, never NaN.
 
 The winding number is the engine's (:mod:`rayd.engine.winding`): hierarchical by
-default (Barill et al. 2018), the exact ``O(F)`` sum with ``exact=True``; not
-differentiable in this frontend yet.
+default (Barill et al. 2018), the exact ``O(F)`` sum with ``exact=True``. When an
+input has gradients enabled, the value and its derivatives (reverse and forward
+mode) come from the exact sum written in Dr.Jit ops in float64, as in rayd.torch.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import math
 from types import ModuleType
 
 import drjit as dr
+import numpy as np
 
+from rayd.core import surface as _surface
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply
 from rayd.drjit._nearest_edge import _check_points, _kind, _norm, _relative, _safe_div
@@ -57,44 +60,13 @@ class ClosestPoint(DrjitRecord, FieldRecord):
         return (dr.width(self._fields["distance"]),)
 
 
-#: contains()/signed_distance(): hierarchical values within this of 0.5 are recomputed exactly.
-REFINE_MARGIN = 0.05
-
-
-def _check_exact(call: str, exact: object) -> bool:
-    if not isinstance(exact, bool):
-        raise TypeError(f"{call}: 'exact' must be a bool, got {type(exact).__name__}")
-    return exact
-
-
-def _prepare(scene, call: str, points: object, active: object):
-    scene._require_ready(call)
-    return _check_points(scene, call, points, active)
-
-
 def closest_on_triangles(m: ModuleType, p, a, b, c):
     """``Array3f64`` barycentric weights of the closest points of triangles ``abc`` to ``p`` (Ericson 5.1.5)."""
     Work = m.Array3f64
-    ab, ac, ap = b - a, c - a, p - a
-    bp, cp = p - b, p - c
-    d1, d2 = dr.dot(ab, ap), dr.dot(ac, ap)
-    d3, d4 = dr.dot(ab, bp), dr.dot(ac, bp)
-    d5, d6 = dr.dot(ab, cp), dr.dot(ac, cp)
-    vc = d1 * d4 - d3 * d2
-    vb = d5 * d2 - d1 * d6
-    va = d3 * d6 - d5 * d4
-    r_a = dr.detach((d1 <= 0) & (d2 <= 0))
-    r_b = dr.detach((d3 >= 0) & (d4 <= d3)) & ~r_a
-    r_ab = dr.detach((vc <= 0) & (d1 >= 0) & (d3 <= 0)) & ~(r_a | r_b)
-    r_c = dr.detach((d6 >= 0) & (d5 <= d6)) & ~(r_a | r_b | r_ab)
-    r_ac = dr.detach((vb <= 0) & (d2 >= 0) & (d6 <= 0)) & ~(r_a | r_b | r_ab | r_c)
-    r_bc = dr.detach((va <= 0) & ((d4 - d3) >= 0) & ((d5 - d6) >= 0)) & ~(r_a | r_b | r_ab | r_c | r_ac)
-    den = va + vb + vc
-    degenerate = ~(r_a | r_b | r_ab | r_c | r_ac | r_bc) & ~dr.detach(den > 0)
-    t_ab = _safe_pos_div(d1, d1 - d3)
-    t_ac = _safe_pos_div(d2, d2 - d6)
-    t_bc = _safe_pos_div(d4 - d3, (d4 - d3) + (d5 - d6))
-    v, w = _safe_pos_div(vb, den), _safe_pos_div(vc, den)
+    ab, ac, d, vs = _surface.voronoi(p, a, b, c, dr.dot)
+    r_a, r_b, r_ab, r_c, r_ac, r_bc, r_face = _surface.regions(d, vs)  # masks: no derivative
+    t_ab, t_ac, t_bc, v, w, den = _surface.parameters(d, vs, _safe_pos_div)
+    degenerate = r_face & ~dr.detach(den > 0)
     weights = Work(1 - v - w, v, w)
     weights = dr.select(degenerate, Work(1, 0, 0), weights)
     weights = dr.select(r_bc, Work(0, 1 - t_bc, t_bc), weights)
@@ -165,10 +137,9 @@ def _empty(m: ModuleType, double: bool) -> dict:
             "shape_id": m.Int(), "global_prim_id": m.Int()}
 
 
-def closest_point(scene, points: object, active: object, max_distance: object,
-                  call: str = "rayd.drjit.Scene.closest_point()") -> ClosestPoint:
-    """``Scene.closest_point``: see its docstring."""
-    points, n, active = _prepare(scene, call, points, active)
+def closest_point(scene, call: str, points: object, active: object, max_distance: object) -> ClosestPoint:
+    """``Scene.closest_point`` after its lifecycle check: see its docstring."""
+    points, n, active = _check_points(scene, call, points, active)
     max_distance = _check.max_distance(call, max_distance)
     m, double = _kind(scene, points)
     if n == 0:
@@ -209,12 +180,13 @@ def closest_point(scene, points: object, active: object, max_distance: object,
     return ClosestPoint(**fields)
 
 
-def winding_number(scene, points: object, active: object, exact: object = False,
-                   call: str = "rayd.drjit.Scene.winding_number()", refine: float = 0.0):
-    """``Scene.winding_number``: see its docstring."""
-    points, n, active = _prepare(scene, call, points, active)
-    exact = _check_exact(call, exact)
+def winding_number(scene, call: str, points: object, active: object, exact: bool, refine: float = 0.0,
+                   value_only: bool = False):
+    """``Scene.winding_number`` after its checks (``value_only``: the engine kernel even for AD inputs)."""
+    points, n, active = _check_points(scene, call, points, active)
     m, double = _kind(scene, points)
+    if not value_only and _wants_grad(scene, points):
+        return _exact_sum(scene, m, double, points, n, active)
     plain = _convert.module(scene._backend, False)
     Float = plain.Float64 if double else plain.Float
     if n == 0:
@@ -234,19 +206,97 @@ def winding_number(scene, points: object, active: object, exact: object = False,
     return Float(out)
 
 
-def contains(scene, points: object, active: object, exact: object = False, call: str = "rayd.drjit.Scene.contains()"):
-    """``Scene.contains``: see its docstring."""
-    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN)
+#: Point-face pairs per chunk of the differentiable (Dr.Jit) winding-number sum.
+_CHUNK_PAIRS = 1 << 22
+
+
+def _grad_on(array) -> bool:
+    return array is not None and _convert.is_ad(array) and dr.grad_enabled(array)
+
+
+def _wants_grad(scene, points) -> bool:
+    """Whether ``points``, a mesh's vertices or a registered matrix has gradients enabled (either AD mode)."""
+    return _grad_on(points) or any(_grad_on(s.vertices) or _grad_on(s.matrix) for s in scene._core.table.shapes)
+
+
+def _exact_sum(scene, m: ModuleType, double: bool, points, n: int, active):
+    """The exact winding number as Dr.Jit ops in float64 (differentiable in reverse and forward mode).
+
+    ``sum_f Omega_f / (4 pi)`` over the enabled faces (world corners from the live
+    vertices and transforms), ``Omega_f`` the signed solid angle (Van Oosterom,
+    Strackee 1983) as in rayd.torch; chunks of ``_CHUNK_PAIRS`` point-face pairs,
+    each summed per point with ``dr.scatter_reduce``. 0 for inactive or non-finite points.
+    """
+    Float = m.Float64 if double else m.Float
+    if n == 0:
+        return Float()
+    Work = m.Array3f64
+    ids = _surface.enabled_face_ids(scene._core.table.shapes)
+    total = dr.zeros(m.Float64, n)
+    q = Work(points)
+    if dr.width(q) != n:
+        q = dr.gather(Work, q, dr.zeros(m.UInt, n))
+    if ids.size:
+        gid = m.Int(ids.astype(np.int32))
+        _, _, _, a, b, c = _corners(m, True, gid, scene._live_geometry(m, True))
+        faces = dr.width(gid)
+        step = max(1, _CHUNK_PAIRS // faces)
+        for start in range(0, n, step):
+            count = min(step, n - start)
+            k = dr.arange(m.UInt, count * faces)
+            i = k // faces
+            j = k - i * faces
+            x = dr.gather(Work, q, i + start)
+            omega = _solid_angle(dr.gather(Work, a, j) - x, dr.gather(Work, b, j) - x, dr.gather(Work, c, j) - x)
+            dr.scatter_reduce(dr.ReduceOp.Add, total, omega, i + start)
+    on = dr.isfinite(q.x) & dr.isfinite(q.y) & dr.isfinite(q.z)
+    if active is not None:
+        on &= m.Bool(active)
+    return Float(dr.select(on, total / (4.0 * math.pi), 0))
+
+
+def _solid_angle(x, y, z):
+    """Signed solid angle of the triangle with corners ``x, y, z`` (relative to the point)."""
+    return _surface.solid_angle(x, y, z, dr.dot, dr.cross, dr.norm, _atan2)
+
+
+def _atan2(y, x):
+    """``atan2(y, x)`` from arithmetic, ``sqrt`` and ``select`` only (differentiable; float64-accurate).
+
+    Dr.Jit's ``atan``/``atan2`` use ``maximum``, which LLVM 15 cannot lower for the
+    LLVM backend (as ``dr.clip``). Quadrant reduction to ``t = min/max`` in
+    ``[0, 1]``, two half-angle steps ``t -> t / (1 + sqrt(1 + t^2))`` (``t <= 0.199``),
+    then the Taylor series of ``atan`` to ``t^27`` (truncation below 1e-18).
+    """
+    ax, ay = dr.abs(x), dr.abs(y)
+    swap = ay > ax
+    lo, hi = dr.select(swap, ax, ay), dr.select(swap, ay, ax)
+    ok = hi > 0
+    t = dr.select(ok, lo / dr.select(ok, hi, 1), 0)
+    for _ in range(2):
+        t = t / (1 + dr.sqrt(1 + t * t))
+    t2 = t * t
+    acc = t2 * 0 + (1.0 / 27)  # Horner form of sum_k (-1)^k t^(2k+1) / (2k+1), k = 0..13
+    for k in range(12, -1, -1):
+        acc = 1.0 / (2 * k + 1) - t2 * acc
+    r = 4 * t * acc
+    r = dr.select(swap, math.pi / 2 - r, r)
+    r = dr.select(x < 0, math.pi - r, r)
+    return dr.select(y < 0, -r, r)
+
+
+def contains(scene, call: str, points: object, active: object, exact: bool):
+    """``Scene.contains`` after its checks: see its docstring."""
+    w = winding_number(scene, call, points, active, exact, _surface.REFINE_MARGIN, value_only=True)
     if dr.width(w) == 0:
         return dr.mask_t(w)()  # Dr.Jit cannot compare width 0 with a literal
     return w > 0.5
 
 
-def signed_distance(scene, points: object, active: object, exact: object = False):
-    """``Scene.signed_distance``: see its docstring."""
-    call = "rayd.drjit.Scene.signed_distance()"
-    w = winding_number(scene, points, active, exact, call, refine=REFINE_MARGIN)
-    near = closest_point(scene, points, active, math.inf, call)
+def signed_distance(scene, call: str, points: object, active: object, exact: bool):
+    """``Scene.signed_distance`` after its checks: see its docstring."""
+    w = winding_number(scene, call, points, active, exact, _surface.REFINE_MARGIN, value_only=True)
+    near = closest_point(scene, call, points, active, math.inf)
     distance = near.distance
     if dr.width(w) == 0:
         return distance

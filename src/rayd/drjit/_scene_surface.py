@@ -1,91 +1,95 @@
-"""Surface queries of :class:`rayd.drjit.Scene` (a mixin; the work is in ``_closest_point.py``)."""
+"""Surface queries of :class:`rayd.drjit.Scene`: the docstrings of :class:`rayd.core.surface.SurfaceQueries`'s methods.
+
+The methods are written once in ``rayd.core.surface``; the work is in ``_closest_point.py``.
+"""
 
 from __future__ import annotations
 
-import math
-
 import drjit as dr
 
+from rayd.core import surface as _core_surface
+from rayd.core.edges import document
 from rayd.drjit import _closest_point
 from rayd.drjit._closest_point import ClosestPoint
 
 
-class SurfaceQueries:
+class SurfaceQueries(_core_surface.SurfaceQueries):
     """``closest_point``, ``winding_number``, ``contains``, ``signed_distance`` (as rayd.torch's).
 
     Mixed into :class:`rayd.drjit.Scene`. All four take meshes and instances.
     """
 
-    def closest_point(
-        self, points: dr.ArrayBase, active: dr.ArrayBase | None = None, *, max_distance: float = math.inf
-    ) -> ClosestPoint:
-        """The closest point on any enabled triangle to each point, differentiable for the fixed winner.
+    _SURFACE = _closest_point
 
-        Args:
-            points: (N, 3) ``Array3f``/``Array3f64`` of width N on the scene's backend.
-            active: optional ``Bool`` of width N (or 1); inactive queries find nothing.
-            max_distance: only triangles within this distance count (default ``inf``).
 
-        Returns:
-            :class:`ClosestPoint` of width N: the same search and formulas as
-            ``rayd.torch.Scene.closest_point`` (Ericson 2004, 5.1.5; float32 BVH search,
-            ties to the smaller ``global_prim_id``, float64 evaluation of the winner).
-            None within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
+document(SurfaceQueries, {
+    "closest_point": """The closest point on any enabled triangle to each point, differentiable for the fixed winner.
 
-        Gradients:
-            ``distance, p, barycentric, geo_n`` with respect to vertices, transforms
-            and ``points`` (Dr.Jit AD), for the fixed triangle and Voronoi region;
-            misses get zero gradient.
+    Args:
+        points: (N, 3) ``Array3f``/``Array3f64`` of width N on the scene's backend.
+        active: optional ``Bool`` of width N (or 1); inactive queries find nothing.
+        max_distance: only triangles within this distance count (default ``inf``).
 
-        Raises:
-            TypeError, ValueError: wrong types, widths, backend, ``max_distance``.
-            RuntimeError: not built or pending changes.
-        """
-        return _closest_point.closest_point(self, points, active, max_distance)
+    Returns:
+        :class:`ClosestPoint` of width N: the same search and formulas as
+        ``rayd.torch.Scene.closest_point`` (Ericson 2004, 5.1.5; float32 BVH search,
+        ties to the smaller ``global_prim_id``, float64 evaluation of the winner).
+        None within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
 
-    def winding_number(self, points: dr.ArrayBase, active: dr.ArrayBase | None = None, *,
-                       exact: bool = False) -> dr.ArrayBase:
-        """Generalised winding number of the enabled triangles and instances around each point (Jacobson et al. 2013).
+    Gradients:
+        ``distance, p, barycentric, geo_n`` with respect to vertices, transforms
+        and ``points`` (Dr.Jit AD), for the fixed triangle and Voronoi region;
+        misses get zero gradient.
 
-        Args:
-            points: (N, 3) ``Array3f``/``Array3f64`` of width N on the scene's backend.
-            active: optional ``Bool`` of width N (or 1); inactive queries give 0.
-            exact: sum every face exactly (``O(F)`` per point) instead of the
-                hierarchical evaluation.
+    Raises:
+        TypeError, ValueError: wrong types, widths, backend, ``max_distance``.
+        RuntimeError: not built or pending changes.
+    """,
+    "winding_number": """Generalised winding number of the enabled triangles and instances around each point (Jacobson et al. 2013).
 
-        Returns:
-            (N,) ``Float``/``Float64`` of the non-differentiable namespace: the same
-            engine evaluation as ``rayd.torch.Scene.winding_number`` (by default the
-            fast winding number of Barill et al. 2018, ``beta = 2``, expansion up to
-            the second moment, measured max absolute error vs the exact sum below
-            1e-2, docs/api.md; ``exact=True``: the exact sum of signed solid angles /
-            4 pi, about 1e-7 absolute error). Instances contribute their world-space
-            faces. 0 for inactive or non-finite points. Not differentiable in
-            rayd.drjit yet (rayd.torch's exact path is).
+    Args:
+        points: (N, 3) ``Array3f``/``Array3f64`` of width N on the scene's backend.
+        active: optional ``Bool`` of width N (or 1); inactive queries give 0.
+        exact: sum every face exactly (``O(F)`` per point) instead of the
+            hierarchical evaluation.
 
-        Raises:
-            TypeError: as :meth:`closest_point`; ``exact`` not a bool.
-            ValueError, RuntimeError: as :meth:`closest_point`.
-        """
-        return _closest_point.winding_number(self, points, active, exact)
+    Returns:
+        (N,) ``Float``/``Float64``: the same engine evaluation as
+        ``rayd.torch.Scene.winding_number`` (by default the fast winding number of
+        Barill et al. 2018, ``beta = 2``, expansion up to the second moment,
+        measured max absolute error vs the exact sum below 1e-2, docs/api.md;
+        ``exact=True``: the exact sum of signed solid angles / 4 pi, about 1e-7
+        absolute error). Instances contribute their world-space faces. 0 for
+        inactive or non-finite points.
 
-    def contains(self, points: dr.ArrayBase, active: dr.ArrayBase | None = None, *,
-                 exact: bool = False) -> dr.ArrayBase:
-        """(N,) ``Bool``: ``winding_number(points, exact=True) > 0.5``.
+    Gradients:
+        When ``points``, a mesh's vertices or a registered matrix has gradients
+        enabled, the value and its derivatives (``dr.backward`` and
+        ``dr.forward_to``) come from the exact sum written in Dr.Jit ops in float64
+        (``O(N F)`` work, chunked; the AD namespace), as rayd.torch's: a smooth
+        function away from the surface. Otherwise the non-differentiable namespace.
 
-        The hierarchical value decides except within 0.05 of 0.5, where the exact sum
-        does (as rayd.torch's); ``exact=True`` sums exactly everywhere.
+    Raises:
+        TypeError: as :meth:`closest_point`; ``exact`` not a bool.
+        ValueError, RuntimeError: as :meth:`closest_point`.
+    """,
+    "contains": """(N,) ``Bool``: ``winding_number(points, exact=True) > 0.5``.
 
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`winding_number`.
-        """
-        return _closest_point.contains(self, points, active, exact)
+    The hierarchical value decides except within 0.05 of 0.5, where the exact sum
+    does (as rayd.torch's); ``exact=True`` sums exactly everywhere.
 
-    def signed_distance(self, points: dr.ArrayBase, active: dr.ArrayBase | None = None, *,
-                        exact: bool = False) -> dr.ArrayBase:
-        """(N,) ``closest_point(points).distance``, negated where :meth:`contains`; differentiable like it.
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`winding_number`.
+    """,
+    "signed_distance": """(N,) ``closest_point(points).distance``, negated where :meth:`contains`; differentiable like it.
 
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`closest_point`.
-        """
-        return _closest_point.signed_distance(self, points, active, exact)
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`closest_point`.
+    """,
+}, {
+    "closest_point": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "max_distance": float,
+                      "return": ClosestPoint},
+    "winding_number": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
+    "contains": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
+    "signed_distance": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
+})

@@ -21,364 +21,186 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
-from rayd.engine.runtime import launch_rows, launch_stream, per_row
+from rayd.engine.closest_walk import SLIVER, closest_on_triangle, make_walks  # noqa: F401 (re-exported)
+from rayd.engine.runtime import PerRow, launch_rows, launch_stream, per_row
 from rayd.engine.traversal import SceneView
 
 wp.set_module_options({"enable_backward": False})
 
-_INF = wp.constant(float("inf"))
 _NO_ID = wp.constant(2147483647)
-# A box is opened while its squared distance is within a relative 2^-10 of the best
-# (the float32 triangle distance can round below the box distance of the same face).
-_OPEN = wp.constant(1.0 + 1.0 / 1024.0)
-_STACK = 64
+
+#: Query order of the search: ``"morton"`` walks the points sorted by the Morton code of
+#: their position in the scene's root box (neighbouring threads walk neighbouring
+#: subtrees: cache and SIMT coherence), writing each result back to its own row;
+#: ``"input"`` walks them as given. ``RAYD_CLOSEST_ORDER`` sets the default. The winner
+#: per point does not depend on it.
+ORDERS = ("morton", "input")
+_order = os.environ.get("RAYD_CLOSEST_ORDER", "morton").strip().lower()
+if _order not in ORDERS:
+    raise ValueError(f"rayd.engine: RAYD_CLOSEST_ORDER must be one of {ORDERS}, got {_order!r}")
+
+#: Fewer points than this are walked in input order (sorting would cost more than it saves).
+SORT_MIN = 4096
 
 
-#: A triangle is degenerate (a segment or a point) when ``|ab x ac|^2 <= SLIVER |ab|^2 |ac|^2``
-#: (the sine of its angle at ``a`` below 1e-6): its closest point is then taken on its three
-#: sides, because the face region's barycentric solve divides by rounding noise there
-#: (with FMA contraction on CUDA it put the point anywhere on the supporting line).
-SLIVER = 1.0e-12
-_SLIVER = wp.constant(SLIVER)
+def set_query_order(name: str) -> None:
+    """Choose the query order of :func:`closest_point_search` (``"morton"`` or ``"input"``)."""
+    global _order
+    if name not in ORDERS:
+        raise ValueError(f"rayd.engine.set_query_order(): 'name' must be one of {ORDERS}, got {name!r}")
+    _order = name
 
 
-@wp.func
-def _on_segment(p: wp.vec3, a: wp.vec3, b: wp.vec3) -> wp.vec3:
-    """The point of segment ``ab`` closest to ``p`` (clamped projection; ``a`` if ``a == b``)."""
-    ab = b - a
-    den = wp.dot(ab, ab)
-    if den > 0.0:
-        return a + wp.clamp(wp.dot(p - a, ab) / den, 0.0, 1.0) * ab
-    return a
-
-
-@wp.func
-def _on_sides(p: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> wp.vec3:
-    """The closest point to ``p`` on the sides ab, ac, bc of a degenerate triangle (first on ties)."""
-    best = _on_segment(p, a, b)
-    q = best - p
-    best_dsq = wp.dot(q, q)
-    x = _on_segment(p, a, c)
-    q = x - p
-    if wp.dot(q, q) < best_dsq:
-        best = x
-        best_dsq = wp.dot(q, q)
-    x = _on_segment(p, b, c)
-    q = x - p
-    if wp.dot(q, q) < best_dsq:
-        best = x
-    return best
+def query_order() -> str:
+    """The query order :func:`closest_point_search` uses now."""
+    return _order
 
 
 @wp.func
-def closest_on_triangle(p: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> wp.vec3:
-    """The point of triangle ``abc`` closest to ``p`` (Ericson 2004, 5.1.5, by Voronoi regions).
+def _spread(x: int) -> int:
+    """The low 10 bits of ``x`` spread to every third bit (Morton code of one axis)."""
+    x = x & 0x3FF
+    x = (x | (x << 16)) & 0x030000FF
+    x = (x | (x << 8)) & 0x0300F00F
+    x = (x | (x << 4)) & 0x030C30C3
+    x = (x | (x << 2)) & 0x09249249
+    return x
 
-    Degenerate triangles (see :data:`SLIVER`) are measured on their three sides.
+
+@wp.func
+def _cell(v: float, lo: float, hi: float) -> int:
+    t = float(0.0)
+    if hi > lo:
+        t = (v - lo) / (hi - lo)
+    t = wp.clamp(t, 0.0, 1.0)  # also maps NaN to a bound: any order is right
+    return int(t * 1023.0)
+
+
+@wp.kernel
+def _morton_kernel(scene: SceneView, points: wp.array(dtype=wp.vec3), points_stride: int,
+                   keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32)):
+    """30-bit Morton code of each point in the root box of the flat BVH (else the top level)."""
+    i = wp.tid()
+    lo = wp.vec4()
+    hi = wp.vec4()
+    if scene.has_flat != 0:
+        lo = scene.flat_lowers[scene.flat_root]
+        hi = scene.flat_uppers[scene.flat_root]
+    else:
+        lo = scene.tlas_lowers[scene.tlas_root]
+        hi = scene.tlas_uppers[scene.tlas_root]
+    p = points[i * points_stride]
+    keys[i] = (_spread(_cell(p[0], lo[0], hi[0])) << 2) | (_spread(_cell(p[1], lo[1], hi[1])) << 1) \
+        | _spread(_cell(p[2], lo[2], hi[2]))
+    order[i] = i
+
+
+def sorts(n: int, order: str | None = None) -> bool:
+    """Whether a search over ``n`` points walks them in Morton order (``order``: default :func:`query_order`)."""
+    return (order or _order) == "morton" and n >= SORT_MIN
+
+
+def morton_order(accel: SceneAccel, points: wp.array, n: int, stream: wp.Stream | None = None) -> wp.array:
+    """int32 (2 N,): the first ``n`` entries are the query rows sorted by Morton code (the rest is scratch).
+
+    Points of shape (1,) are broadcast (every row gets the same key). Launched on
+    ``stream`` (the radix sort runs on the current stream: call inside ``launch_stream``).
     """
-    ab = b - a
-    ac = c - a
-    n = wp.cross(ab, ac)
-    if wp.dot(n, n) <= _SLIVER * wp.dot(ab, ab) * wp.dot(ac, ac):
-        return _on_sides(p, a, b, c)
-    ap = p - a
-    d1 = wp.dot(ab, ap)
-    d2 = wp.dot(ac, ap)
-    if d1 <= 0.0 and d2 <= 0.0:
-        return a
-    bp = p - b
-    d3 = wp.dot(ab, bp)
-    d4 = wp.dot(ac, bp)
-    if d3 >= 0.0 and d4 <= d3:
-        return b
-    vc = d1 * d4 - d3 * d2
-    if vc <= 0.0 and d1 >= 0.0 and d3 <= 0.0:
-        den = d1 - d3
-        if den > 0.0:
-            return a + (d1 / den) * ab
-        return a
-    cp = p - c
-    d5 = wp.dot(ab, cp)
-    d6 = wp.dot(ac, cp)
-    if d6 >= 0.0 and d5 <= d6:
-        return c
-    vb = d5 * d2 - d1 * d6
-    if vb <= 0.0 and d2 >= 0.0 and d6 <= 0.0:
-        den = d2 - d6
-        if den > 0.0:
-            return a + (d2 / den) * ac
-        return a
-    va = d3 * d6 - d5 * d4
-    if va <= 0.0 and (d4 - d3) >= 0.0 and (d5 - d6) >= 0.0:
-        den = (d4 - d3) + (d5 - d6)
-        if den > 0.0:
-            return b + ((d4 - d3) / den) * (c - b)
-        return b
-    den = va + vb + vc
-    if den > 0.0:
-        v = vb / den
-        w = vc / den
-        return a + v * ab + w * ac
-    return a  # degenerate (zero-area) triangle that no edge region claimed
+    device = accel.device
+    keys = wp.empty(2 * n, dtype=wp.int32, device=device)
+    rows = wp.empty(2 * n, dtype=wp.int32, device=device)
+    wp.launch(_morton_kernel, n, [accel.view, points, 0 if points.shape[0] == 1 else 1], [keys, rows],
+              device=device, stream=stream)
+    wp.utils.radix_sort_pairs(keys, rows, n)
+    return rows
 
 
-@wp.func
-def _box_dsq(p: wp.vec3, lo: wp.vec4, hi: wp.vec4) -> float:
-    """Squared distance from ``p`` to the box ``[lo, hi]`` (xyz)."""
-    q = wp.max(wp.max(wp.vec3(lo[0], lo[1], lo[2]) - p, wp.vec3(0.0)), p - wp.vec3(hi[0], hi[1], hi[2]))
-    return wp.dot(q, q)
+@functools.lru_cache(maxsize=None)
+def _kernel(walk: str, pair: bool, ordered: bool, counting: bool):
+    """The search kernel for the parts a scene has (``walk``: flat, instances, both), its layout and options.
 
-
-@wp.func
-def _better(dsq: float, gid: int, best_dsq: float, best_id: int) -> bool:
-    if dsq < best_dsq:
-        return True
-    return dsq == best_dsq and gid < best_id
-
-
-@wp.func
-def _closest_flat(view: SceneView, p: wp.vec3, best: float, best_id: int) -> tuple[float, int]:
-    """Improve ``(best, best_id)`` (squared distance, global id) over the enabled flat faces."""
-    nodes = wp.vector(dtype=wp.int32, length=_STACK)
-    keys = wp.vector(dtype=wp.float32, length=_STACK)
-    count = int(0)
-    node = view.flat_root
-    if _box_dsq(p, view.flat_lowers[node], view.flat_uppers[node]) > best * _OPEN:
-        return best, best_id
-    done = int(0)
-    while done == 0:
-        low = view.flat_lower_index[node]
-        if low[3] < 0:
-            first = low[3] & 0x7FFFFFFF
-            last = view.flat_upper_index[node][3] & 0x7FFFFFFF
-            for slot in range(first, last):
-                f = view.flat_primitives[slot]
-                enabled = True
-                if view.all_enabled == 0:
-                    enabled = view.shape_enabled[view.flat_shape[f]] != wp.uint8(0)
-                if enabled:
-                    a = view.flat_points[view.flat_indices[3 * f]]
-                    b = view.flat_points[view.flat_indices[3 * f + 1]]
-                    c = view.flat_points[view.flat_indices[3 * f + 2]]
-                    q = closest_on_triangle(p, a, b, c) - p
-                    dsq = wp.dot(q, q)
-                    gid = int(view.flat_global[f])
-                    if dsq <= best and _better(dsq, gid, best, best_id):
-                        best = dsq
-                        best_id = gid
-        else:
-            left = low[3]
-            right = view.flat_upper_index[node][3] & 0x7FFFFFFF
-            k_left = _box_dsq(p, view.flat_lowers[left], view.flat_uppers[left])
-            k_right = _box_dsq(p, view.flat_lowers[right], view.flat_uppers[right])
-            ok_left = k_left <= best * _OPEN
-            ok_right = k_right <= best * _OPEN
-            if ok_left and ok_right:
-                near = left
-                far = right
-                k_far = k_right
-                if k_right < k_left:
-                    near = right
-                    far = left
-                    k_far = k_left
-                if count < _STACK:
-                    nodes[count] = far
-                    keys[count] = k_far
-                    count += 1
-                node = near
-                continue
-            if ok_left:
-                node = left
-                continue
-            if ok_right:
-                node = right
-                continue
-        done = int(1)
-        while count > 0:
-            count -= 1
-            if keys[count] <= best * _OPEN:
-                node = nodes[count]
-                done = int(0)
-                break
-    return best, best_id
-
-
-@wp.func
-def _closest_instance(view: SceneView, inst: int, p: wp.vec3, best: float, best_id: int) -> tuple[float, int]:
-    """Improve ``(best, best_id)`` (squared world distance, global id) with the faces of instance ``inst``.
-
-    The BLAS is walked in object space: the query is moved there by the float64
-    world-to-object matrix ``W``; a world distance ``r`` is at most ``|L|_F r`` in object
-    space (``L`` the linear part of ``W``, Frobenius norm >= spectral norm), so an object
-    box farther than that is skipped. Faces are measured in world space (their corners
-    placed by ``W^-1``), so the distance is Euclidean whatever the transform.
+    ``ordered``: row ``i`` handles point ``order[i]`` (and writes its result there).
+    ``counting``: per-query work counters into ``stats`` (see :mod:`rayd.engine.closest_walk`).
+    One kernel per combination, as for intersect (fewer registers for the flat walk).
     """
-    m = view.inst_to_object[inst]
-    inv = wp.inverse(m)
-    scale = float(0.0)
-    for row in range(3):
-        for col in range(3):
-            scale += float(m[row, col] * m[row, col])
-    q = wp.vec3(wp.transform_point(m, wp.vec3d(p)))
-    node_base = view.inst_node_base[inst]
-    prim_base = view.inst_prim_base[inst]
-    base = view.inst_face_base[inst]
-    first_global = view.inst_global[inst]
-    nodes = wp.vector(dtype=wp.int32, length=_STACK)
-    keys = wp.vector(dtype=wp.float32, length=_STACK)
-    count = int(0)
-    node = view.inst_root[inst]
-    if _box_dsq(q, view.blas_lowers[node_base + node], view.blas_uppers[node_base + node]) > best * scale * _OPEN:
-        return best, best_id
-    done = int(0)
-    while done == 0:
-        low = view.blas_lower_index[node_base + node]
-        if low[3] < 0:
-            first = low[3] & 0x7FFFFFFF
-            last = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
-            for slot in range(first, last):
-                f = view.blas_primitives[prim_base + slot]
-                k = 3 * (base + f)
-                a = wp.vec3(wp.transform_point(inv, wp.vec3d(view.blas_points[view.blas_indices[k]])))
-                b = wp.vec3(wp.transform_point(inv, wp.vec3d(view.blas_points[view.blas_indices[k + 1]])))
-                c = wp.vec3(wp.transform_point(inv, wp.vec3d(view.blas_points[view.blas_indices[k + 2]])))
-                d = closest_on_triangle(p, a, b, c) - p
-                dsq = wp.dot(d, d)
-                gid = first_global + f
-                if dsq <= best and _better(dsq, gid, best, best_id):
-                    best = dsq
-                    best_id = gid
-        else:
-            left = low[3]
-            right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
-            k_left = _box_dsq(q, view.blas_lowers[node_base + left], view.blas_uppers[node_base + left])
-            k_right = _box_dsq(q, view.blas_lowers[node_base + right], view.blas_uppers[node_base + right])
-            ok_left = k_left <= best * scale * _OPEN
-            ok_right = k_right <= best * scale * _OPEN
-            if ok_left and ok_right:
-                near = left
-                far = right
-                k_far = k_right
-                if k_right < k_left:
-                    near = right
-                    far = left
-                    k_far = k_left
-                if count < _STACK:
-                    nodes[count] = far
-                    keys[count] = k_far
-                    count += 1
-                node = near
-                continue
-            if ok_left:
-                node = left
-                continue
-            if ok_right:
-                node = right
-                continue
-        done = int(1)
-        while count > 0:
-            count -= 1
-            if keys[count] <= best * scale * _OPEN:
-                node = nodes[count]
-                done = int(0)
-                break
-    return best, best_id
+    walks = make_walks(counting)
+    flat_walk = walks.flat_pair if pair else walks.flat
+    top_walk = walks.top_level_pair if pair else walks.top_level
+    with_flat, with_instances = walk in ("flat", "both"), walk in ("instances", "both")
 
-
-@wp.func
-def _closest_top_level(view: SceneView, p: wp.vec3, best: float, best_id: int) -> tuple[float, int]:
-    """Improve ``(best, best_id)`` over the enabled instances: near-first walk of the top level (world boxes)."""
-    nodes = wp.vector(dtype=wp.int32, length=_STACK)
-    keys = wp.vector(dtype=wp.float32, length=_STACK)
-    count = int(0)
-    node = view.tlas_root
-    if _box_dsq(p, view.tlas_lowers[node], view.tlas_uppers[node]) > best * _OPEN:
-        return best, best_id
-    done = int(0)
-    while done == 0:
-        low = view.tlas_lower_index[node]
-        if low[3] < 0:
-            first = low[3] & 0x7FFFFFFF
-            last = view.tlas_upper_index[node][3] & 0x7FFFFFFF
-            for slot in range(first, last):
-                inst = view.tlas_primitives[slot]
-                if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
-                    best, best_id = _closest_instance(view, inst, p, best, best_id)
-        else:
-            left = low[3]
-            right = view.tlas_upper_index[node][3] & 0x7FFFFFFF
-            k_left = _box_dsq(p, view.tlas_lowers[left], view.tlas_uppers[left])
-            k_right = _box_dsq(p, view.tlas_lowers[right], view.tlas_uppers[right])
-            ok_left = k_left <= best * _OPEN
-            ok_right = k_right <= best * _OPEN
-            if ok_left and ok_right:
-                near = left
-                far = right
-                k_far = k_right
-                if k_right < k_left:
-                    near = right
-                    far = left
-                    k_far = k_left
-                if count < _STACK:
-                    nodes[count] = far
-                    keys[count] = k_far
-                    count += 1
-                node = near
-                continue
-            if ok_left:
-                node = left
-                continue
-            if ok_right:
-                node = right
-                continue
-        done = int(1)
-        while count > 0:
-            count -= 1
-            if keys[count] <= best * _OPEN:
-                node = nodes[count]
-                done = int(0)
-                break
-    return best, best_id
-
-
-def _make_closest_point_kernel(flat: bool, instances: bool):
     def closest_point_kernel(
         scene: SceneView,
+        order: wp.array(dtype=wp.int32),
         points: wp.array(dtype=wp.vec3),
         points_stride: int,
         active: wp.array(dtype=wp.uint8),
         active_stride: int,
         max_distance_sq: float,
+        stats: wp.array(dtype=wp.int32),
         global_prim_id: wp.array(dtype=wp.int32),
     ):
         i = wp.tid()
+        if wp.static(ordered):
+            i = order[i]
         winner = int(-1)
         p = points[i * points_stride]
         if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
             best = max_distance_sq
             best_id = int(_NO_ID)
-            if wp.static(flat):
+            if wp.static(with_flat):
                 if scene.has_flat != 0:
-                    best, best_id = _closest_flat(scene, p, best, best_id)
-            if wp.static(instances):
-                best, best_id = _closest_top_level(scene, p, best, best_id)
+                    best, best_id = wp.static(flat_walk)(scene, p, best, best_id, stats, i)
+            if wp.static(with_instances):
+                best, best_id = wp.static(top_walk)(scene, p, best, best_id, stats, i)
             if best_id != _NO_ID:
                 winner = best_id
         global_prim_id[i] = wp.int32(winner)
 
-    name = f"closest_point_{'flat' if flat else ''}{'_instances' if instances else ''}"
-    return wp.kernel(closest_point_kernel, name=name, enable_backward=False, module="unique")
+    name = f"closest_point_{walk}{'_pair' if pair else ''}{'_ordered' if ordered else ''}{'_count' if counting else ''}"
+    closest_point_kernel.__name__ = closest_point_kernel.__qualname__ = name
+    return wp.kernel(closest_point_kernel, enable_backward=False, module="unique")
 
 
-#: One kernel per combination of parts a scene has (as for intersect: fewer registers for the flat walk).
-_CLOSEST_KERNELS = {"flat": _make_closest_point_kernel(True, False),
-                    "instances": _make_closest_point_kernel(False, True),
-                    "both": _make_closest_point_kernel(True, True)}
+def _search(accel: SceneAccel, points: wp.array, active: wp.array, max_distance: float, global_prim_id: wp.array,
+            stream, stats: wp.array | None, order: str | None = None, layout: str | None = None) -> None:
+    n = global_prim_id.shape[0]
+    if n == 0:
+        return
+    bound = math.inf if math.isinf(max_distance) else min(float(max_distance) ** 2, 3.0e38)
+    if not accel.flat_enabled and accel.instances is None:
+        with launch_stream(accel.device, stream):  # on the caller's stream
+            global_prim_id.fill_(-1)
+            if stats is not None:
+                stats.zero_()
+        return
+    device = accel.device
+    counting = stats is not None
+    ordered = sorts(n, order)
+    pair = accel.layout == "pair" and layout in (None, "pair")
+    kernel = _kernel(accel.walks, pair, ordered, counting)
+    stride_p = 0 if points.shape[0] == 1 else 1
+    stride_a = 0 if active.shape[0] == 1 else 1
+    with launch_stream(device, stream):
+        order_rows = morton_order(accel, points, n, stream) if ordered else wp.empty(1, dtype=wp.int32, device=device)
+        if counting:  # one launch: the counters are indexed by query
+            stats.zero_()
+            wp.launch(kernel, n, [accel.view, order_rows, points, stride_p, active, stride_a, bound, stats,
+                                  global_prim_id], device=device, stream=stream)
+            return
+        stats = wp.empty(1, dtype=wp.int32, device=device)
+        if ordered:  # the rows of `order_rows` are split across CPU cores; the rest is read/written by index
+            launch_rows(kernel, n, [accel.view, PerRow(order_rows), points, stride_p, active, stride_a, bound, stats,
+                                    global_prim_id], [], device, stream)
+        else:
+            launch_rows(kernel, n, [accel.view, order_rows, *per_row(points, n), *per_row(active, n), bound, stats],
+                        [global_prim_id], device, stream)
 
 
 def closest_point_search(
@@ -406,16 +228,17 @@ def closest_point_search(
     an instance's faces are placed in world space (float64 placement, rounded to
     float32) before they are measured.
     """
-    n = global_prim_id.shape[0]
-    if n == 0:
-        return
-    bound = math.inf if math.isinf(max_distance) else min(float(max_distance) ** 2, 3.0e38)
-    if not accel.flat_enabled and accel.instances is None:
-        with launch_stream(accel.device, stream):  # on the caller's stream
-            global_prim_id.fill_(-1)
-        return
-    launch_rows(
-        _CLOSEST_KERNELS[accel.walks], n,
-        [accel.view, *per_row(points, n), *per_row(active, n), bound],
-        [global_prim_id], accel.device, stream,
-    )
+    _search(accel, points, active, max_distance, global_prim_id, stream, None)
+
+
+def closest_point_work(accel: SceneAccel, points: wp.array, active: wp.array, max_distance: float,
+                       global_prim_id: wp.array, stats: wp.array, order: str | None = None,
+                       layout: str | None = None) -> None:
+    """:func:`closest_point_search` with work counters (for benchmarks; one unsplit launch, no stream).
+
+    ``stats``: int32 (3 N,); per query ``3 i + k``: k = 0 inner nodes expanded, 1
+    point-box tests, 2 point-triangle tests. ``order``: ``"morton"``/``"input"``
+    (default: :func:`query_order`); ``layout="warp"`` walks Warp's nodes even where the
+    scene has pair nodes. The winners equal :func:`closest_point_search`'s.
+    """
+    _search(accel, points, active, max_distance, global_prim_id, None, stats, order, layout)

@@ -60,7 +60,8 @@ import math
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
-from rayd.engine.runtime import launch_rows, launch_stream, per_row
+from rayd.engine.closest_point import morton_order, sorts
+from rayd.engine.runtime import PerRow, launch_rows, launch_stream, per_row
 from rayd.engine.traversal import SceneView
 from rayd.engine.winding_nodes import WindingData, trees
 
@@ -231,33 +232,43 @@ def _scene_sum(view: SceneView, flat_data: WindingData, blas_data: WindingData, 
     return total
 
 
-@wp.kernel(enable_backward=False, module="unique")
-def _winding_kernel(
-    scene: SceneView,
-    flat_data: WindingData,
-    blas_data: WindingData,
-    walk_flat: int,
-    num_faces: int,
-    beta2: wp.float64,
-    order: int,
-    refine: wp.float64,
-    points: wp.array(dtype=wp.vec3),
-    points_stride: int,
-    active: wp.array(dtype=wp.uint8),
-    active_stride: int,
-    out: wp.array(dtype=wp.float64),
-):
-    i = wp.tid()
-    total = wp.float64(0.0)
-    p32 = points[i * points_stride]
-    if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p32):
-        q = wp.vec3d(p32)
-        total = _scene_sum(scene, flat_data, blas_data, walk_flat, num_faces, q, beta2, order) / _FOUR_PI
-        if beta2 >= wp.float64(0.0) and wp.abs(total - wp.float64(0.5)) < refine:
-            # near the contains() threshold: the exact sum decides
-            total = _scene_sum(scene, flat_data, blas_data, walk_flat, num_faces, q, wp.float64(-1.0),
-                               order) / _FOUR_PI
-    out[i] = total
+def _make_winding_kernel(ordered: bool):
+    def winding_kernel(
+        scene: SceneView,
+        flat_data: WindingData,
+        blas_data: WindingData,
+        walk_flat: int,
+        num_faces: int,
+        beta2: wp.float64,
+        order: int,
+        refine: wp.float64,
+        rows: wp.array(dtype=wp.int32),
+        points: wp.array(dtype=wp.vec3),
+        points_stride: int,
+        active: wp.array(dtype=wp.uint8),
+        active_stride: int,
+        out: wp.array(dtype=wp.float64),
+    ):
+        i = wp.tid()
+        if wp.static(ordered):  # row i handles point rows[i] (Morton order, closest_point.morton_order)
+            i = rows[i]
+        total = wp.float64(0.0)
+        p32 = points[i * points_stride]
+        if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p32):
+            q = wp.vec3d(p32)
+            total = _scene_sum(scene, flat_data, blas_data, walk_flat, num_faces, q, beta2, order) / _FOUR_PI
+            if beta2 >= wp.float64(0.0) and wp.abs(total - wp.float64(0.5)) < refine:
+                # near the contains() threshold: the exact sum decides
+                total = _scene_sum(scene, flat_data, blas_data, walk_flat, num_faces, q, wp.float64(-1.0),
+                                   order) / _FOUR_PI
+        out[i] = total
+
+    winding_kernel.__name__ = winding_kernel.__qualname__ = f"winding_kernel{'_ordered' if ordered else ''}"
+    return wp.kernel(winding_kernel, enable_backward=False, module="unique")
+
+
+#: Input order and Morton order (the same query order as the closest-point search).
+_WINDING_KERNELS = {False: _make_winding_kernel(False), True: _make_winding_kernel(True)}
 
 
 def winding_number(
@@ -303,12 +314,18 @@ def winding_number(
         return
     data = trees(accel, stream)
     beta2 = -1.0 if exact else float(beta) ** 2
-    launch_rows(
-        _winding_kernel, n,
-        [accel.view, data.flat, data.blas, 1 if accel.flat_enabled else 0, int(num_faces), beta2, int(order),
-         float(refine), *per_row(points, n), *per_row(active, n)],
-        [out], accel.device, stream,
-    )
+    head = [accel.view, data.flat, data.blas, 1 if accel.flat_enabled else 0, int(num_faces), beta2, int(order),
+            float(refine)]
+    device = accel.device
+    if not exact and sorts(n):  # the exact sum visits every face in the same order: nothing to gain
+        with launch_stream(device, stream):
+            rows = morton_order(accel, points, n, stream)
+            launch_rows(_WINDING_KERNELS[True], n,
+                        [*head, PerRow(rows), points, 0 if points.shape[0] == 1 else 1, active,
+                         0 if active.shape[0] == 1 else 1, out], [], device, stream)
+        return
+    launch_rows(_WINDING_KERNELS[False], n, [*head, wp.empty(1, dtype=wp.int32, device=device), *per_row(points, n),
+                                             *per_row(active, n)], [out], device, stream)
 
 
 def winding_number_exact(accel: SceneAccel, num_faces: int, points: wp.array, active: wp.array, out: wp.array,

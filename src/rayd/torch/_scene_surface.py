@@ -1,16 +1,19 @@
-"""Surface queries of :class:`rayd.torch.Scene` (a mixin; the work is in ``_closest_point.py``)."""
+"""Surface queries of :class:`rayd.torch.Scene`: the docstrings of :class:`rayd.core.surface.SurfaceQueries`'s methods.
+
+The methods are written once in ``rayd.core.surface``; the work is in ``_closest_point.py``.
+"""
 
 from __future__ import annotations
 
-import math
-
 import torch
 
+from rayd.core import surface as _core_surface
+from rayd.core.edges import document
 from rayd.torch import _closest_point
 from rayd.torch._closest_point import ClosestPoint
 
 
-class SurfaceQueries:
+class SurfaceQueries(_core_surface.SurfaceQueries):
     """``closest_point``, ``winding_number``, ``contains``, ``signed_distance``.
 
     Mixed into :class:`rayd.torch.Scene`, whose lifecycle checks and live state
@@ -18,112 +21,107 @@ class SurfaceQueries:
     instances.
     """
 
-    def closest_point(
-        self, points: torch.Tensor, active: torch.Tensor | None = None, *, max_distance: float = math.inf
-    ) -> ClosestPoint:
-        """The closest point on any enabled triangle to each point, differentiable for the fixed winner.
+    _SURFACE = _closest_point
 
-        Args:
-            points: (..., 3) float32/float64 on the scene's device.
-            active: optional bool tensor broadcastable to ``...``; inactive queries find nothing.
-            max_distance: only triangles within this distance count (default ``inf``).
 
-        Returns:
-            :class:`ClosestPoint` with fields of shape ``...``. Concretely, over the
-            enabled triangles it minimises ``distance = |points - p|`` with ``p`` the
-            closest point of the triangle (Ericson 2004, 5.1.5); the search is a BVH
-            walk in float32 (ties within float32 rounding to the smaller
-            ``global_prim_id``), the outputs are recomputed for the winner in float64
-            from the live vertices and transforms. Instances are walked too (top
-            level, then each instance's BVH; faces measured in world space). None within ``max_distance``: ``distance = inf``,
-            ids -1, zeros elsewhere. Non-finite points find nothing.
+document(SurfaceQueries, {
+    "closest_point": """The closest point on any enabled triangle to each point, differentiable for the fixed winner.
 
-        Units:
-            World units.
+    Args:
+        points: (..., 3) float32/float64 on the scene's device.
+        active: optional bool tensor broadcastable to ``...``; inactive queries find nothing.
+        max_distance: only triangles within this distance count (default ``inf``).
 
-        Gradients:
-            ``distance, p, barycentric, geo_n`` are differentiable (reverse and forward
-            mode) with respect to the meshes' vertex tensors and transforms and to
-            ``points``, for the fixed triangle and Voronoi region (vertex, edge or
-            face) of the closest point; misses get zero gradient; the gradient of
-            ``distance`` is taken as 0 where it is exactly 0.
+    Returns:
+        :class:`ClosestPoint` with fields of shape ``...``. Concretely, over the
+        enabled triangles it minimises ``distance = |points - p|`` with ``p`` the
+        closest point of the triangle (Ericson 2004, 5.1.5); the search is a BVH
+        walk in float32 (ties within float32 rounding to the smaller
+        ``global_prim_id``), the outputs are recomputed for the winner in float64
+        from the live vertices and transforms. Instances are walked too (top
+        level, then each instance's BVH; faces measured in world space). None within ``max_distance``: ``distance = inf``,
+        ids -1, zeros elsewhere. Non-finite points find nothing.
 
-        Raises:
-            TypeError: ``points`` not a float tensor, ``active`` not bool,
-                ``max_distance`` not a number.
-            ValueError: wrong shapes or device, negative/NaN ``max_distance``.
-            RuntimeError: the scene is not built or has pending changes.
+    Units:
+        World units.
 
-        References:
-            Ericson 2004, "Real-Time Collision Detection", sec. 5.1.5.
-        """
-        return _closest_point.closest_point(self, points, active, max_distance)
+    Gradients:
+        ``distance, p, barycentric, geo_n`` are differentiable (reverse and forward
+        mode) with respect to the meshes' vertex tensors and transforms and to
+        ``points``, for the fixed triangle and Voronoi region (vertex, edge or
+        face) of the closest point; misses get zero gradient; the gradient of
+        ``distance`` is taken as 0 where it is exactly 0.
 
-    def winding_number(self, points: torch.Tensor, active: torch.Tensor | None = None, *,
-                       exact: bool = False) -> torch.Tensor:
-        """Generalised winding number of the enabled triangles and instances around each point.
+    Raises:
+        TypeError: ``points`` not a float tensor, ``active`` not bool,
+            ``max_distance`` not a number.
+        ValueError: wrong shapes or device, negative/NaN ``max_distance``.
+        RuntimeError: the scene is not built or has pending changes.
 
-        Args:
-            points: (..., 3) float32/float64 on the scene's device.
-            active: optional bool tensor broadcastable to ``...``; inactive queries give 0.
-            exact: sum every face exactly (``O(F)`` per point) instead of the
-                hierarchical evaluation (``O(log F)``-like per point).
+    References:
+        Ericson 2004, "Real-Time Collision Detection", sec. 5.1.5.
+    """,
+    "winding_number": """Generalised winding number of the enabled triangles and instances around each point.
 
-        Returns:
-            (...) float (promoted dtype of points and vertices):
-            ``sum_f Omega_f(points) / (4 pi)``, ``Omega_f`` the signed solid angle of
-            face ``f`` (Van Oosterom, Strackee 1983); an instance contributes its
-            world-space faces (a mirroring transform flips their orientation). 1
-            inside a closed, outward-oriented mesh, 0 outside, fractional near holes
-            (Jacobson et al. 2013). By default the fast winding number (Barill et al.
-            2018): BVH nodes farther than ``beta = 2`` node radii use their dipole +
-            first-moment expansion, nearer ones are summed exactly, in float64 over
-            the float32 search-frame geometry. Accuracy (docs/api.md): measured max
-            absolute error vs the exact sum below 2e-3 on real meshes and random
-            soups; ``exact=True`` is exact up to rounding (about 1e-7). Non-finite
-            points give 0.
+    Args:
+        points: (..., 3) float32/float64 on the scene's device.
+        active: optional bool tensor broadcastable to ``...``; inactive queries give 0.
+        exact: sum every face exactly (``O(F)`` per point) instead of the
+            hierarchical evaluation (``O(log F)``-like per point).
 
-        Gradients:
-            When ``points``, vertices or transforms require gradients the value and its
-            gradient come from the exact sum evaluated with torch ops in float64
-            (``O(N F)`` work, chunked): a smooth function away from the surface. The
-            hierarchical evaluation is value-only (no gradients flow through it).
+    Returns:
+        (...) float (promoted dtype of points and vertices):
+        ``sum_f Omega_f(points) / (4 pi)``, ``Omega_f`` the signed solid angle of
+        face ``f`` (Van Oosterom, Strackee 1983); an instance contributes its
+        world-space faces (a mirroring transform flips their orientation). 1
+        inside a closed, outward-oriented mesh, 0 outside, fractional near holes
+        (Jacobson et al. 2013). By default the fast winding number (Barill et al.
+        2018): BVH nodes farther than ``beta = 2`` node radii use their dipole +
+        first-moment expansion, nearer ones are summed exactly, in float64 over
+        the float32 search-frame geometry. Accuracy (docs/api.md): measured max
+        absolute error vs the exact sum below 2e-3 on real meshes and random
+        soups; ``exact=True`` is exact up to rounding (about 1e-7). Non-finite
+        points give 0.
 
-        Raises:
-            TypeError: as :meth:`closest_point`; ``exact`` not a bool.
-            ValueError: as :meth:`closest_point`.
-            RuntimeError: the scene is not built or has pending changes.
+    Gradients:
+        When ``points``, vertices or transforms require gradients the value and its
+        gradient come from the exact sum evaluated with torch ops in float64
+        (``O(N F)`` work, chunked): a smooth function away from the surface. The
+        hierarchical evaluation is value-only (no gradients flow through it).
 
-        References:
-            Barill, Dickson, Schmidt, Levin, Jacobson 2018, ACM TOG 37(4); Jacobson,
-            Kavan, Sorkine-Hornung 2013, ACM TOG 32(4); Van Oosterom, Strackee 1983,
-            IEEE Trans. Biomed. Eng. 30(2).
-        """
-        return _closest_point.winding_number(self, points, active, exact)
+    Raises:
+        TypeError: as :meth:`closest_point`; ``exact`` not a bool.
+        ValueError: as :meth:`closest_point`.
+        RuntimeError: the scene is not built or has pending changes.
 
-    def contains(self, points: torch.Tensor, active: torch.Tensor | None = None, *,
-                 exact: bool = False) -> torch.Tensor:
-        """(...) bool: ``winding_number(points, exact=True) > 0.5`` (False for inactive queries). Not differentiable.
+    References:
+        Barill, Dickson, Schmidt, Levin, Jacobson 2018, ACM TOG 37(4); Jacobson,
+        Kavan, Sorkine-Hornung 2013, ACM TOG 32(4); Van Oosterom, Strackee 1983,
+        IEEE Trans. Biomed. Eng. 30(2).
+    """,
+    "contains": """(...) bool: ``winding_number(points, exact=True) > 0.5`` (False for inactive queries). Not differentiable.
 
-        The hierarchical winding number decides, except where it lies within 0.05 of
-        0.5: those points are summed exactly, so the answer equals the exact test
-        wherever the hierarchy's error is below 0.05 (docs/api.md). ``exact=True``
-        sums exactly everywhere.
+    The hierarchical winding number decides, except where it lies within 0.05 of
+    0.5: those points are summed exactly, so the answer equals the exact test
+    wherever the hierarchy's error is below 0.05 (docs/api.md). ``exact=True``
+    sums exactly everywhere.
 
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`winding_number`.
-        """
-        return _closest_point.contains(self, points, active, exact)
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`winding_number`.
+    """,
+    "signed_distance": """(...) float: ``closest_point(points).distance``, negated where :meth:`contains`.
 
-    def signed_distance(self, points: torch.Tensor, active: torch.Tensor | None = None, *,
-                        exact: bool = False) -> torch.Tensor:
-        """(...) float: ``closest_point(points).distance``, negated where :meth:`contains`.
+    Inactive queries give ``+inf``. Differentiable like ``distance`` (the sign is
+    held fixed). ``O(log F)`` for the distance (BVH) and for the sign (hierarchical
+    winding number as in :meth:`contains`; ``exact=True``: ``O(F)``).
 
-        Inactive queries give ``+inf``. Differentiable like ``distance`` (the sign is
-        held fixed). ``O(log F)`` for the distance (BVH) and for the sign (hierarchical
-        winding number as in :meth:`contains`; ``exact=True``: ``O(F)``).
-
-        Raises:
-            TypeError, ValueError, RuntimeError: as :meth:`closest_point`.
-        """
-        return _closest_point.signed_distance(self, points, active, exact)
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`closest_point`.
+    """,
+}, {
+    "closest_point": {"points": torch.Tensor, "active": "torch.Tensor | None", "max_distance": float,
+                      "return": ClosestPoint},
+    "winding_number": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
+    "contains": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
+    "signed_distance": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
+})
