@@ -28,9 +28,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
-from benchmarks.edges import box_points, workloads  # noqa: E402
+from benchmarks.edges import box_points, make_tree, workloads  # noqa: E402
 
-TREES = [("lbvh", 1), ("sah", 1), ("sah", 2), ("sah", 4), ("sah", 8)]
+#: ``lbvh30a:1`` is the CUDA default tree of commit 811b89b.
+TREES = [("lbvh30a", 1), ("lbvh", 1), ("lbvh", 2), ("lbvh", 4), ("lbvh", 8), ("sah", 4)]
 
 
 def unique_edges(faces: np.ndarray) -> np.ndarray:
@@ -61,7 +62,7 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     ev = wp.array(ends, dtype=wp.vec2i, device=dev)
     mask = wp.array(np.ones(len(ends), np.uint8), dtype=wp.uint8, device=dev)
     start = time.perf_counter()
-    bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=leaf)
+    bvh = make_tree(pts, ev, mask, builder, leaf)
     wp.synchronize_device(dev)
     build_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
@@ -86,7 +87,7 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     search_ms = (time.perf_counter() - start) * 1e3
     return {
         "benchmark": "edge_trees", "workload": name, "builder": builder, "leaf_size": leaf, "edges": len(ends),
-        "queries": n, "k": k, "depth": bvh.depth, "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
+        "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
         "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
         "visited_p99": int(np.percentile(c[:, 0], 99)), "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
         "search_ms": round(search_ms, 2), "device": device,

@@ -46,15 +46,33 @@ def _msb(x: int) -> int:
 
 
 @wp.func
-def _delta(codes: wp.array(dtype=wp.int32), n: int, i: int, j: int) -> int:
-    """Length of the common prefix of keys ``i`` and ``j`` (-1 outside ``[0, n)``)."""
+def _msb64(x: wp.int64) -> int:
+    """Index of the highest set bit of ``0 < x < 2^63``."""
+    r = int(0)
+    for step in range(5):
+        w = 32 >> step  # 32, 16, 8, 4, 2
+        if x >= (wp.int64(1) << wp.int64(w)):
+            r += w
+            x = x >> wp.int64(w)
+    if x >= wp.int64(2):
+        r += 1
+    return r
+
+
+@wp.func
+def _delta(codes: wp.array(dtype=wp.int64), n: int, i: int, j: int) -> int:
+    """Length of the common prefix of keys ``i`` and ``j`` (-1 outside ``[0, n)``).
+
+    Keys are 63-bit (or shorter, zero-extended); equal keys continue with the 32-bit
+    indices (Karras 2012, sec. 4).
+    """
     if j < 0 or j >= n:
         return -1
     ci = codes[i]
     cj = codes[j]
     if ci == cj:
-        return 32 + 31 - _msb(i ^ j)
-    return 31 - _msb(ci ^ cj)
+        return 64 + 31 - _msb(i ^ j)
+    return 63 - _msb64(ci ^ cj)
 
 
 @wp.kernel
@@ -77,34 +95,48 @@ def _edges_gather_kernel(
 def _edges_morton_kernel(
     centroid: wp.array(dtype=wp.vec3),
     bounds: wp.array(dtype=float),
-    codes: wp.array(dtype=wp.int32),
+    bits: int,
+    cubic: int,
+    codes: wp.array(dtype=wp.int64),
     order: wp.array(dtype=wp.int32),
 ):
+    """Morton code of ``bits`` bits per axis (10: 30-bit keys, 21: 63-bit keys).
+
+    ``cubic``: one scale for all axes (the largest extent), so that a cell is a cube and
+    a flat scene spends no key bits on splits across its thin axis early.
+    """
     e = wp.tid()
     c = centroid[e]
-    code = int(0)
+    code = wp.int64(0)
+    scale = float(1 << bits)
+    top = (1 << bits) - 1
+    big = wp.max(wp.max(bounds[3] - bounds[0], bounds[4] - bounds[1]), bounds[5] - bounds[2])
     for k in range(3):
         lo = bounds[k]
         extent = bounds[3 + k] - lo
+        if cubic != 0:
+            extent = big
         x = float(0.0)
         if extent > 0.0:
             x = wp.clamp((c[k] - lo) / extent, 0.0, 1.0)
         if not wp.isfinite(x):
             x = 0.0
-        q = wp.min(int(x * 1024.0), 1023)
-        for b in range(10):
-            code = code | (((q >> b) & 1) << (3 * b + 2 - k))
-    codes[e] = wp.int32(code)
+        q = wp.int64(wp.min(int(x * scale), top))
+        for b in range(bits):
+            code = code | (((q >> wp.int64(b)) & wp.int64(1)) << wp.int64(3 * b + 2 - k))
+    codes[e] = code
     order[e] = wp.int32(e)
 
 
 @wp.kernel
 def _edges_hierarchy_kernel(
-    codes: wp.array(dtype=wp.int32),
+    codes: wp.array(dtype=wp.int64),
     n: int,
     left: wp.array(dtype=wp.int32),
     right: wp.array(dtype=wp.int32),
     parent: wp.array(dtype=wp.int32),
+    first: wp.array(dtype=wp.int32),
+    size: wp.array(dtype=wp.int32),
 ):
     i = wp.tid()
     d = int(1)
@@ -141,6 +173,8 @@ def _edges_hierarchy_kernel(
     b = gamma + 1
     if hi == gamma + 1:
         b = n - 1 + gamma + 1
+    first[i] = wp.int32(lo)
+    size[i] = wp.int32(hi - lo + 1)
     left[i] = wp.int32(a)
     right[i] = wp.int32(b)
     parent[a] = wp.int32(i)
@@ -203,24 +237,28 @@ class Lbvh:
     Building reads the node depths back once (one host synchronisation on the stream).
     """
 
-    def __init__(self, points: wp.array, edge_v: wp.array, stream) -> None:
-
+    def __init__(self, points: wp.array, edge_v: wp.array, stream, key_bits: int = 63, cubic: bool = True) -> None:
         n = edge_v.shape[0]
         dev = points.device
         centroid = wp.empty(n, dtype=wp.vec3, device=dev)
         bounds = wp.array([np.inf] * 3 + [-np.inf] * 3, dtype=float, device=dev)
         wp.launch(_edges_gather_kernel, dim=n, inputs=[points, edge_v], outputs=[centroid, bounds], device=dev)
-        codes = wp.empty(2 * n, dtype=wp.int32, device=dev)
+        codes = wp.empty(2 * n, dtype=wp.int64, device=dev)
         order = wp.empty(2 * n, dtype=wp.int32, device=dev)
-        wp.launch(_edges_morton_kernel, dim=n, inputs=[centroid, bounds], outputs=[codes, order], device=dev)
-        wp.utils.radix_sort_pairs(codes, order, n, end_bit=30)
+        bits = key_bits // 3
+        wp.launch(_edges_morton_kernel, dim=n, inputs=[centroid, bounds, bits, int(cubic)], outputs=[codes, order],
+                  device=dev)
+        wp.utils.radix_sort_pairs(codes, order, n, end_bit=3 * bits)
+        self.key_bits = 3 * bits
         self.order = order[:n]
         self.left = wp.zeros(n - 1, dtype=wp.int32, device=dev)
         self.right = wp.zeros(n - 1, dtype=wp.int32, device=dev)
+        self.first = wp.zeros(n - 1, dtype=wp.int32, device=dev)
+        self.size = wp.zeros(n - 1, dtype=wp.int32, device=dev)
         parent = wp.full(2 * n - 1, -1, dtype=wp.int32, device=dev)
         depth = wp.zeros(n - 1, dtype=wp.int32, device=dev)
-        wp.launch(_edges_hierarchy_kernel, dim=n - 1, inputs=[codes, n], outputs=[self.left, self.right, parent],
-                  device=dev)
+        wp.launch(_edges_hierarchy_kernel, dim=n - 1, inputs=[codes, n],
+                  outputs=[self.left, self.right, parent, self.first, self.size], device=dev)
         wp.launch(_edges_depth_kernel, dim=n - 1, inputs=[parent], outputs=[depth], device=dev)
         self.lower = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)
         self.upper = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)

@@ -11,9 +11,9 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
     ``leaf_size`` segments, built by cuBQL's binned-SAH GPU builder on CUDA
     (``constructor="cubql"``) and by Warp's SAH builder on the CPU; refit by
     ``wp.Bvh.refit`` (one launch, leaves climbing with per-node counters);
-  - ``"lbvh"``: our own Karras 2012 linear BVH over 30-bit Morton codes of the
-    segment midpoints (:mod:`rayd.engine.edge_lbvh`), one segment per leaf, refit
-    level by level.
+  - ``"lbvh"``: our own Karras 2012 linear BVH over 63-bit Morton codes of the
+    segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), subtrees of up
+    to ``leaf_size`` segments collapsed into one leaf, refit level by level.
 
 * packed layout (what the searches read): internal node ``j`` (root 0) stores the
   boxes of both its children side by side, ``node_box[4 j + 0..3] = lo_a, hi_a,
@@ -38,6 +38,7 @@ References:
 from __future__ import annotations
 
 import os
+import warnings
 
 import warp as wp
 
@@ -48,10 +49,12 @@ from rayd.engine.runtime import launch_stream
 _INF = wp.constant(float("inf"))
 
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
-#: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges) searches as fast as the SAH
-#: trees on an H200 (terrain 2 M tris, 1 M points: 41.0 vs 40.8 ms; sphere 54.1 vs 52.9 ms;
-#: ``benchmarks/results/h200-session4/edges_h200.txt``), while Warp's SAH builder runs on the
-#: host (1.5-1.7 s). On the CPU the SAH tree is kept (fewer nodes visited per query).
+#: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges; Warp's SAH builder runs on
+#: the host, 1.5-1.7 s). Its trees read as many nodes per query as the SAH trees since the keys
+#: use cubic cells and small subtrees are collapsed into leaves (terrain 2 M tris, 3.1 M edges,
+#: leaves of 4: 273 vs 257 nodes, 310 vs 276 segments per query; the 30-bit per-axis keys of
+#: commit 811b89b with one segment per leaf: 562 nodes; benchmarks/README.md, "Edges"). On the
+#: CPU the SAH tree is kept (its host build is no slower there).
 DEFAULT_BUILDER = {"cpu": "sah", "cuda": "lbvh"}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
@@ -59,8 +62,12 @@ MAX_DEPTH = 64
 #: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, not yet validated on CUDA).
 CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
 
-#: Segments per leaf of the ``"sah"`` builder when ``leaf_size=None``.
-DEFAULT_LEAF_SIZE = 4
+#: Segments per leaf when ``leaf_size=None``, per builder.
+DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 4}
+#: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
+LBVH_KEY_BITS = 63
+#: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
+LBVH_CUBIC = True
 
 # Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
@@ -131,34 +138,52 @@ def _put_child(node_box: wp.array(dtype=wp.vec4), j: int, c: int, lo: wp.vec3, h
     node_box[4 * j + 2 * c + 1] = wp.vec4(hi[0], hi[1], hi[2], 0.0)
 
 
+@wp.func
+def _lbvh_child(n: int, leaf_size: int, first: wp.array(dtype=wp.int32), size: wp.array(dtype=wp.int32),
+                c: int) -> wp.vec2i:
+    """(code, count) of Karras node ``c`` as a packed child: subtrees of at most ``leaf_size``
+    segments become one leaf (their slots are contiguous: the sorted range of the node)."""
+    if c >= n - 1:
+        return wp.vec2i(c - (n - 1), 1)
+    if int(size[c]) <= leaf_size:
+        return wp.vec2i(int(first[c]), int(size[c]))
+    return wp.vec2i(c, 0)
+
+
 @wp.kernel
 def _edges_pack_lbvh_kernel(
     n: int,
+    leaf_size: int,
     left: wp.array(dtype=wp.int32),
     right: wp.array(dtype=wp.int32),
+    first: wp.array(dtype=wp.int32),
+    size: wp.array(dtype=wp.int32),
     lower: wp.array(dtype=wp.vec3),
     upper: wp.array(dtype=wp.vec3),
     node_box: wp.array(dtype=wp.vec4),
     node_child: wp.array(dtype=wp.vec4i),
     root_box: wp.array(dtype=wp.vec3),
 ):
-    """Packed node ``j`` from internal node ``j`` of a Karras tree (leaves ``>= n - 1``)."""
+    """Packed node ``j`` from internal node ``j`` of a Karras tree (leaves ``>= n - 1``).
+
+    Nodes inside a collapsed subtree are packed too but never reached from the root.
+    """
     j = wp.tid()
     a = int(left[j])
     b = int(right[j])
-    _put_child(node_box, j, 0, lower[a], upper[a])
-    _put_child(node_box, j, 1, lower[b], upper[b])
-    code = wp.vec4i(a, b, 0, 0)
-    if a >= n - 1:
-        code[0] = a - (n - 1)
-        code[2] = 1
-    if b >= n - 1:
-        code[1] = b - (n - 1)
-        code[3] = 1
-    node_child[j] = code
     if j == 0:
         root_box[0] = wp.min(lower[a], lower[b])
         root_box[1] = wp.max(upper[a], upper[b])
+        if n <= leaf_size:  # the whole tree is one leaf: packed root = (that leaf, nothing)
+            _put_child(node_box, 0, 0, wp.min(lower[a], lower[b]), wp.max(upper[a], upper[b]))
+            _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
+            node_child[0] = wp.vec4i(0, 0, n, 0)
+            return
+    _put_child(node_box, j, 0, lower[a], upper[a])
+    _put_child(node_box, j, 1, lower[b], upper[b])
+    ca = _lbvh_child(n, leaf_size, first, size, a)
+    cb = _lbvh_child(n, leaf_size, first, size, b)
+    node_child[j] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
 
 
 @wp.kernel
@@ -259,8 +284,7 @@ class EdgeBvh:
         stream: the stream to build on (``None`` on the CPU).
         builder: ``"sah"`` or ``"lbvh"`` (see the module docstring); ``None``:
             ``DEFAULT_BUILDER``.
-        leaf_size: most segments per leaf of the ``"sah"`` builder (1 to 16; ``None``:
-            ``DEFAULT_LEAF_SIZE``); the ``"lbvh"`` builder has one per leaf.
+        leaf_size: most segments per leaf (1 to 16; ``None``: ``DEFAULT_LEAF_SIZE``).
 
     Building synchronises with the device a few times (small reads of tree sizes).
 
@@ -283,9 +307,9 @@ class EdgeBvh:
             raise ValueError("rayd.engine.EdgeBvh(): 'edge_v' must hold at least one edge")
         if builder is None:
             builder = DEFAULT_BUILDER["cpu" if points.device.is_cpu else "cuda"]
-        leaf_size = DEFAULT_LEAF_SIZE if leaf_size is None else int(leaf_size)
         if builder not in ("sah", "lbvh"):
             raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' must be 'sah' or 'lbvh', got {builder!r}")
+        leaf_size = DEFAULT_LEAF_SIZE[builder] if leaf_size is None else int(leaf_size)
         if not 1 <= leaf_size <= 16:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'leaf_size' must be in [1, 16], got {leaf_size}")
         self.device = dev = points.device
@@ -294,7 +318,8 @@ class EdgeBvh:
         self.mask = mask
         self.num_edges = n
         self.builder = builder if n > 1 else "single"
-        self.leaf_size = leaf_size if self.builder == "sah" else 1
+        self.leaf_size = leaf_size if self.builder != "single" else 1
+        self.fallback_error: str | None = None  # why the "sah" builder fell back to "lbvh" (CUDA)
         with launch_stream(dev, stream):
             self.seg = wp.empty(2 * n, dtype=wp.vec3, device=dev)
             self.slot_id = wp.empty(n, dtype=wp.int32, device=dev)
@@ -306,24 +331,31 @@ class EdgeBvh:
                 self.num_inner = 1
                 self.depth = 2
             elif self.builder == "lbvh":
-                self._lbvh = Lbvh(points, edge_v, stream)
-                self.slot_edge = self._lbvh.order
-                self.num_inner = n - 1
-                self.depth = self._lbvh.depth
+                self._build_lbvh(stream)
             else:
                 try:
                     self._build_sah(stream)
-                except RuntimeError:  # no cuBQL in this Warp build: our own LBVH instead
+                except RuntimeError as error:  # no cuBQL in this Warp build, or an unexpected layout
                     if dev.is_cpu:
                         raise
-                    self.builder, self.leaf_size = "lbvh", 1
-                    self._lbvh = Lbvh(points, edge_v, stream)
-                    self.slot_edge = self._lbvh.order
-                    self.num_inner = n - 1
-                    self.depth = self._lbvh.depth
+                    # Not silent: the H200 rows labelled "sah" in results/h200-session4 have the depths
+                    # and search times of lbvh:1, which suggests such a fallback went unnoticed.
+                    warnings.warn(f"rayd.engine.EdgeBvh(): the 'sah' builder failed on {dev} ({error}); "
+                                  "building the 'lbvh' tree instead", RuntimeWarning, stacklevel=2)
+                    self.fallback_error = str(error)
+                    self.builder = "lbvh"
+                    self._build_lbvh(stream)
             self.node_box = wp.empty(4 * self.num_inner, dtype=wp.vec4, device=dev)
             self.node_child = wp.empty(self.num_inner, dtype=wp.vec4i, device=dev)
         self.refit(stream)
+
+    def _build_lbvh(self, stream) -> None:
+        self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=LBVH_KEY_BITS, cubic=LBVH_CUBIC)
+        if self._lbvh.depth >= MAX_DEPTH:  # deeper than the search stack (63-bit keys only): 30-bit keys
+            self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=30, cubic=LBVH_CUBIC)
+        self.slot_edge = self._lbvh.order
+        self.num_inner = self.num_edges - 1
+        self.depth = self._lbvh.depth
 
     def _build_sah(self, stream) -> None:
         n, dev = self.num_edges, self.device
@@ -385,7 +417,8 @@ class EdgeBvh:
                           inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, n - 1],
                           outputs=[self.seg, self.slot_id, t.lower, t.upper], device=dev)
                 t.refit_internal()
-                wp.launch(_edges_pack_lbvh_kernel, dim=n - 1, inputs=[n, t.left, t.right, t.lower, t.upper],
+                wp.launch(_edges_pack_lbvh_kernel, dim=n - 1,
+                          inputs=[n, self.leaf_size, t.left, t.right, t.first, t.size, t.lower, t.upper],
                           outputs=[self.node_box, self.node_child, self.root_box], device=dev)
             else:
                 wp.launch(_edges_slots_kernel, dim=1,
