@@ -42,8 +42,7 @@ def unique_edges(faces: np.ndarray) -> np.ndarray:
 
 def sah_cost(bvh: EdgeBvh, c_node: float = 1.0, c_seg: float = 1.0) -> float:
     """Surface-area cost of the packed tree: sum over nodes of area / root area x cost."""
-    box = bvh.node_box.numpy().reshape(-1, 2, 2, 4)[..., :3]
-    child = bvh.node_child.numpy()
+    box, child = bvh.packed_nodes()
     ext = np.maximum(box[:, :, 1] - box[:, :, 0], 0.0)
     area = ext[..., 0] * ext[..., 1] + ext[..., 1] * ext[..., 2] + ext[..., 2] * ext[..., 0]
     root = bvh.root_box.numpy()

@@ -41,8 +41,8 @@ def _point_segment(q, a, b):
 
 def _walk_packed(bvh, points, ends, mask):
     """Check the packed tree from the root; return the slots reached, in leaf order."""
-    box = bvh.node_box.numpy().reshape(-1, 4, 4)[:, :, :3]
-    child = bvh.node_child.numpy()
+    box, child = bvh.packed_nodes()
+    box = box.reshape(-1, 4, 3)  # lo_a, hi_a, lo_b, hi_b
     seg = bvh.seg.numpy().reshape(-1, 2, 3)
     slot_id = bvh.slot_id.numpy()
     slot_edge = bvh.slot_edge.numpy()

@@ -46,7 +46,7 @@ def _point_segment(q, a, b):
 
 def _leaf_counts(bvh: EdgeBvh) -> list[int]:
     """Segment counts of the leaves reachable from the root of the packed tree."""
-    child = bvh.node_child.numpy()
+    child = bvh.packed_nodes()[1]
     counts, stack = [], [0]
     while stack:
         j = stack.pop()

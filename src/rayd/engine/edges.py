@@ -15,12 +15,13 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
     segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), subtrees of up
     to ``leaf_size`` segments collapsed into one leaf, refit level by level.
 
-* packed layout (what the searches read): internal node ``j`` (root 0) stores the
-  boxes of both its children side by side, ``node_box[4 j + 0..3] = lo_a, hi_a,
-  lo_b, hi_b`` (``vec4``, w unused), and ``node_child[j] = (code_a, code_b, count_a,
-  count_b)``: a child with ``count = 0`` is internal node ``code``, else a leaf
+* packed layout (what the searches read): internal node ``j`` (root 0) is one
+  64-byte run holding both children's boxes and their links (as the triangle walk's
+  ``pair_nodes.py``): ``node_box[4 j + 0..2] = (lo_a.xyz, hi_a.x), (hi_a.yz, lo_b.xy),
+  (lo_b.z, hi_b.xyz)`` and, in the same memory as int32, ``node_link[4 j + 3] =
+  (code_a, code_b, count_a, count_b)``: a child with ``count = 0`` is internal node ``code``, else a leaf
   holding the segment slots ``code .. code + count - 1``. A visit reads one 64-byte
-  run; the children's boxes are tested together. Segment slots are in leaf order:
+  run (four 128-bit loads, one cache line); the children's boxes are tested together. Segment slots are in leaf order:
   ``seg[2 s], seg[2 s + 1]`` are the endpoints of slot ``s`` (one contiguous run
   per leaf), ``slot_id[s]`` its ``global_edge_id``, or ``-1`` while masked out.
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
@@ -133,9 +134,13 @@ def _edges_box_kernel(
 
 
 @wp.func
-def _put_child(node_box: wp.array(dtype=wp.vec4), j: int, c: int, lo: wp.vec3, hi: wp.vec3):
-    node_box[4 * j + 2 * c] = wp.vec4(lo[0], lo[1], lo[2], 0.0)
-    node_box[4 * j + 2 * c + 1] = wp.vec4(hi[0], hi[1], hi[2], 0.0)
+def _put_node(node_box: wp.array(dtype=wp.vec4), node_link: wp.array(dtype=wp.vec4i), j: int, lo_a: wp.vec3,
+              hi_a: wp.vec3, lo_b: wp.vec3, hi_b: wp.vec3, link: wp.vec4i):
+    """Packed node ``j``: both boxes in three ``vec4``, then the links (see the module docstring)."""
+    node_box[4 * j] = wp.vec4(lo_a[0], lo_a[1], lo_a[2], hi_a[0])
+    node_box[4 * j + 1] = wp.vec4(hi_a[1], hi_a[2], lo_b[0], lo_b[1])
+    node_box[4 * j + 2] = wp.vec4(lo_b[2], hi_b[0], hi_b[1], hi_b[2])
+    node_link[4 * j + 3] = link
 
 
 @wp.func
@@ -161,7 +166,7 @@ def _edges_pack_lbvh_kernel(
     lower: wp.array(dtype=wp.vec3),
     upper: wp.array(dtype=wp.vec3),
     node_box: wp.array(dtype=wp.vec4),
-    node_child: wp.array(dtype=wp.vec4i),
+    node_link: wp.array(dtype=wp.vec4i),
     root_box: wp.array(dtype=wp.vec3),
 ):
     """Packed node ``j`` from internal node ``j`` of a Karras tree (leaves ``>= n - 1``).
@@ -175,15 +180,12 @@ def _edges_pack_lbvh_kernel(
         root_box[0] = wp.min(lower[a], lower[b])
         root_box[1] = wp.max(upper[a], upper[b])
         if n <= leaf_size:  # the whole tree is one leaf: packed root = (that leaf, nothing)
-            _put_child(node_box, 0, 0, wp.min(lower[a], lower[b]), wp.max(upper[a], upper[b]))
-            _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
-            node_child[0] = wp.vec4i(0, 0, n, 0)
+            _put_node(node_box, node_link, 0, wp.min(lower[a], lower[b]), wp.max(upper[a], upper[b]), _empty_lo(),
+                      _empty_hi(), wp.vec4i(0, 0, n, 0))
             return
-    _put_child(node_box, j, 0, lower[a], upper[a])
-    _put_child(node_box, j, 1, lower[b], upper[b])
     ca = _lbvh_child(n, leaf_size, first, size, a)
     cb = _lbvh_child(n, leaf_size, first, size, b)
-    node_child[j] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
+    _put_node(node_box, node_link, j, lower[a], upper[a], lower[b], upper[b], wp.vec4i(ca[0], cb[0], ca[1], cb[1]))
 
 
 @wp.kernel
@@ -221,7 +223,7 @@ def _edges_pack_warp_kernel(
     upper_index: wp.array(dtype=wp.vec4i),
     packed: wp.array(dtype=wp.int32),
     node_box: wp.array(dtype=wp.vec4),
-    node_child: wp.array(dtype=wp.vec4i),
+    node_link: wp.array(dtype=wp.vec4i),
     root_box: wp.array(dtype=wp.vec3),
 ):
     """Packed node from ``wp.Bvh`` node ``i`` (inclusive scan ``packed`` of the internal flags)."""
@@ -237,9 +239,8 @@ def _edges_pack_warp_kernel(
             ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, i)
             lo = lowers[i]
             hi = uppers[i]
-            _put_child(node_box, 0, 0, wp.vec3(lo[0], lo[1], lo[2]), wp.vec3(hi[0], hi[1], hi[2]))
-            _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
-            node_child[0] = wp.vec4i(ca[0], 0, ca[1], 0)
+            _put_node(node_box, node_link, 0, wp.vec3(lo[0], lo[1], lo[2]), wp.vec3(hi[0], hi[1], hi[2]),
+                      _empty_lo(), _empty_hi(), wp.vec4i(ca[0], 0, ca[1], 0))
         return
     j = int(packed[i]) - 1
     a = int(low)
@@ -248,11 +249,10 @@ def _edges_pack_warp_kernel(
     ua = uppers[a]
     lb = lowers[b]
     ub = uppers[b]
-    _put_child(node_box, j, 0, wp.vec3(la[0], la[1], la[2]), wp.vec3(ua[0], ua[1], ua[2]))
-    _put_child(node_box, j, 1, wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(ub[0], ub[1], ub[2]))
     ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, a)
     cb = _warp_child(lowers, uppers, lower_index, upper_index, packed, b)
-    node_child[j] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
+    _put_node(node_box, node_link, j, wp.vec3(la[0], la[1], la[2]), wp.vec3(ua[0], ua[1], ua[2]),
+              wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(ub[0], ub[1], ub[2]), wp.vec4i(ca[0], cb[0], ca[1], cb[1]))
 
 
 @wp.kernel
@@ -260,12 +260,10 @@ def _edges_pack_single_kernel(
     lower: wp.array(dtype=wp.vec3),
     upper: wp.array(dtype=wp.vec3),
     node_box: wp.array(dtype=wp.vec4),
-    node_child: wp.array(dtype=wp.vec4i),
+    node_link: wp.array(dtype=wp.vec4i),
     root_box: wp.array(dtype=wp.vec3),
 ):
-    _put_child(node_box, 0, 0, lower[0], upper[0])
-    _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
-    node_child[0] = wp.vec4i(0, 0, 1, 0)
+    _put_node(node_box, node_link, 0, lower[0], upper[0], _empty_lo(), _empty_hi(), wp.vec4i(0, 0, 1, 0))
     root_box[0] = lower[0]
     root_box[1] = upper[0]
 
@@ -346,7 +344,8 @@ class EdgeBvh:
                     self.builder = "lbvh"
                     self._build_lbvh(stream)
             self.node_box = wp.empty(4 * self.num_inner, dtype=wp.vec4, device=dev)
-            self.node_child = wp.empty(self.num_inner, dtype=wp.vec4i, device=dev)
+            # the same memory as int32: node_link[4 j + 3] = (code_a, code_b, count_a, count_b)
+            self.node_link = wp.array(ptr=self.node_box.ptr, dtype=wp.vec4i, shape=self.node_box.shape, device=dev)
         self.refit(stream)
 
     def _build_lbvh(self, stream) -> None:
@@ -392,6 +391,18 @@ class EdgeBvh:
         # cuBQL converts trees deeper than Warp's query stack by merging deep subtrees into one leaf
         self.depth = int(nodes.depth) + 1 if nodes.depth > 0 else 33
 
+    def packed_nodes(self):
+        """Host copy of the packed tree, for tests and measurements.
+
+        Returns:
+            ``(box, link)``: float32 ``(num_inner, 2, 2, 3)`` (child, lo/hi, xyz) and int32
+            ``(num_inner, 4)`` = (code_a, code_b, count_a, count_b).
+        """
+        raw = self.node_box.numpy().reshape(-1, 16)
+        box = raw[:, :12].reshape(-1, 2, 2, 3)
+        link = self.node_link.numpy().reshape(-1, 4, 4)[:, 3]
+        return box, link
+
     @property
     def num_nodes(self) -> int:
         """Internal (packed) nodes."""
@@ -410,7 +421,7 @@ class EdgeBvh:
                 nd = self._nodes
                 wp.launch(_edges_pack_warp_kernel, dim=self._num_src,
                           inputs=[self._src_root, nd.lowers, nd.uppers, nd.lower_index, nd.upper_index, self._packed],
-                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)
             elif self.builder == "lbvh":
                 t = self._lbvh
                 wp.launch(_edges_slots_kernel, dim=n,
@@ -419,10 +430,10 @@ class EdgeBvh:
                 t.refit_internal()
                 wp.launch(_edges_pack_lbvh_kernel, dim=n - 1,
                           inputs=[n, self.leaf_size, t.left, t.right, t.first, t.size, t.lower, t.upper],
-                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)
             else:
                 wp.launch(_edges_slots_kernel, dim=1,
                           inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, 0],
                           outputs=[self.seg, self.slot_id, self._lower, self._upper], device=dev)
                 wp.launch(_edges_pack_single_kernel, dim=1, inputs=[self._lower, self._upper],
-                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)
