@@ -119,3 +119,33 @@ def test_lbvh_too_deep_for_63_bit_keys_falls_back_to_30_bits(device):
     dist = _point_segment(q.astype(np.float64), points[ends[:, 0]].astype(np.float64),
                           points[ends[:, 1]].astype(np.float64))
     np.testing.assert_allclose(dist[np.arange(len(q)), out.numpy()], dist.min(1), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("leaf_size", [1, 4])
+def test_lbvh_repeated_refits_with_moving_points_and_masks(device, leaf_size):
+    # The one-launch refit counts arrivals per node across refits (parity): every refit,
+    # not just the first, must leave correct boxes, slots and root box.
+    points, ends = _grid_edges(16)
+    dev = _dev(device)
+    wp_points, wp_ends, wp_mask = _arrays(dev, points, ends)
+    bvh = EdgeBvh(wp_points, wp_ends, wp_mask, builder="lbvh", leaf_size=leaf_size)
+    rng = np.random.default_rng(11)
+    q = rng.uniform(-1.2, 1.2, (400, 3)).astype(np.float32)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    for step in range(4):
+        mask = rng.random(len(ends)) > 0.5 if step % 2 else np.ones(len(ends), bool)
+        points = (points + rng.normal(0, 0.05, points.shape)).astype(np.float32)
+        wp_points.assign(wp.array(points, dtype=wp.vec3, device=dev))
+        wp_mask.assign(wp.array(mask.astype(np.uint8), dtype=wp.uint8, device=dev))
+        bvh.refit()
+        root = bvh.root_box.numpy()
+        seen = points[ends[mask].ravel()]
+        np.testing.assert_array_equal(root, [seen.min(0), seen.max(0)])
+        out = wp.empty(len(q), dtype=wp.int32, device=dev)
+        search.nearest_edge_point(bvh, wp.array(q, dtype=wp.vec3, device=dev), one, np.inf, out)
+        dist = _point_segment(q.astype(np.float64), points[ends[:, 0]].astype(np.float64),
+                              points[ends[:, 1]].astype(np.float64))
+        dist[:, ~mask] = np.inf
+        got = out.numpy()
+        assert np.all(mask[got])
+        np.testing.assert_allclose(dist[np.arange(len(q)), got], dist.min(1), rtol=1e-5, atol=1e-7)

@@ -13,7 +13,7 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
     ``wp.Bvh.refit`` (one launch, leaves climbing with per-node counters);
   - ``"lbvh"``: our own Karras 2012 linear BVH over 63-bit Morton codes of the
     segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), subtrees of up
-    to ``leaf_size`` segments collapsed into one leaf, refit level by level.
+    to ``leaf_size`` segments collapsed into one leaf, refit in one launch.
 
 * packed layout (what the searches read): internal node ``j`` (root 0) is one
   64-byte run holding both children's boxes and their links (as the triangle walk's
@@ -28,7 +28,9 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   ``lo = +inf, hi = -inf``, which no query enters).
 
 Refit (:meth:`EdgeBvh.refit`): segments and leaf boxes from the live endpoints and
-mask, internal boxes bottom up, then one packing launch; no host synchronisation.
+mask, internal boxes bottom up, packed boxes; no host synchronisation. ``"lbvh"``: one
+launch (a climb with atomic counters, :meth:`rayd.engine.edge_lbvh.Lbvh.refit`);
+``"sah"``: a slots launch, ``wp.Bvh.refit`` and one packing launch.
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
@@ -141,51 +143,6 @@ def _put_node(node_box: wp.array(dtype=wp.vec4), node_link: wp.array(dtype=wp.ve
     node_box[4 * j + 1] = wp.vec4(hi_a[1], hi_a[2], lo_b[0], lo_b[1])
     node_box[4 * j + 2] = wp.vec4(lo_b[2], hi_b[0], hi_b[1], hi_b[2])
     node_link[4 * j + 3] = link
-
-
-@wp.func
-def _lbvh_child(n: int, leaf_size: int, first: wp.array(dtype=wp.int32), size: wp.array(dtype=wp.int32),
-                c: int) -> wp.vec2i:
-    """(code, count) of Karras node ``c`` as a packed child: subtrees of at most ``leaf_size``
-    segments become one leaf (their slots are contiguous: the sorted range of the node)."""
-    if c >= n - 1:
-        return wp.vec2i(c - (n - 1), 1)
-    if int(size[c]) <= leaf_size:
-        return wp.vec2i(int(first[c]), int(size[c]))
-    return wp.vec2i(c, 0)
-
-
-@wp.kernel
-def _edges_pack_lbvh_kernel(
-    n: int,
-    leaf_size: int,
-    left: wp.array(dtype=wp.int32),
-    right: wp.array(dtype=wp.int32),
-    first: wp.array(dtype=wp.int32),
-    size: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
-    node_box: wp.array(dtype=wp.vec4),
-    node_link: wp.array(dtype=wp.vec4i),
-    root_box: wp.array(dtype=wp.vec3),
-):
-    """Packed node ``j`` from internal node ``j`` of a Karras tree (leaves ``>= n - 1``).
-
-    Nodes inside a collapsed subtree are packed too but never reached from the root.
-    """
-    j = wp.tid()
-    a = int(left[j])
-    b = int(right[j])
-    if j == 0:
-        root_box[0] = wp.min(lower[a], lower[b])
-        root_box[1] = wp.max(upper[a], upper[b])
-        if n <= leaf_size:  # the whole tree is one leaf: packed root = (that leaf, nothing)
-            _put_node(node_box, node_link, 0, wp.min(lower[a], lower[b]), wp.max(upper[a], upper[b]), _empty_lo(),
-                      _empty_hi(), wp.vec4i(0, 0, n, 0))
-            return
-    ca = _lbvh_child(n, leaf_size, first, size, a)
-    cb = _lbvh_child(n, leaf_size, first, size, b)
-    _put_node(node_box, node_link, j, lower[a], upper[a], lower[b], upper[b], wp.vec4i(ca[0], cb[0], ca[1], cb[1]))
 
 
 @wp.kernel
@@ -346,6 +303,8 @@ class EdgeBvh:
             self.node_box = wp.empty(4 * self.num_inner, dtype=wp.vec4, device=dev)
             # the same memory as int32: node_link[4 j + 3] = (code_a, code_b, count_a, count_b)
             self.node_link = wp.array(ptr=self.node_box.ptr, dtype=wp.vec4i, shape=self.node_box.shape, device=dev)
+            if self.builder == "lbvh":
+                self._lbvh.write_links(self.node_link, self.leaf_size)
         self.refit(stream)
 
     def _build_lbvh(self, stream) -> None:
@@ -423,14 +382,8 @@ class EdgeBvh:
                           inputs=[self._src_root, nd.lowers, nd.uppers, nd.lower_index, nd.upper_index, self._packed],
                           outputs=[self.node_box, self.node_link, self.root_box], device=dev)
             elif self.builder == "lbvh":
-                t = self._lbvh
-                wp.launch(_edges_slots_kernel, dim=n,
-                          inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, n - 1],
-                          outputs=[self.seg, self.slot_id, t.lower, t.upper], device=dev)
-                t.refit_internal()
-                wp.launch(_edges_pack_lbvh_kernel, dim=n - 1,
-                          inputs=[n, self.leaf_size, t.left, t.right, t.first, t.size, t.lower, t.upper],
-                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)
+                self._lbvh.refit(self.points, self.edge_v, self.mask, self.leaf_size, self.seg, self.slot_id,
+                                 self.node_box, self.root_box)
             else:
                 wp.launch(_edges_slots_kernel, dim=1,
                           inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, 0],
