@@ -286,13 +286,16 @@ def _make_search_kernel(kind: int, counting: bool):
                     for s in range(first, first + count):
                         if wp.static(counting):
                             tested += 1
-                        gid = int(slot_id[s])
+                        dsq = float(0.0)
+                        if wp.static(kind == RAY):
+                            dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * s], seg[2 * s + 1])
+                        else:
+                            dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
+                        # the id (or -1: masked out) is read only for a candidate within the radius
+                        gid = int(-1)
+                        if dsq <= bound:
+                            gid = int(slot_id[s])
                         if gid >= 0:
-                            dsq = float(0.0)
-                            if wp.static(kind == RAY):
-                                dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * s], seg[2 * s + 1])
-                            else:
-                                dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
                             if wp.static(kind == TOPK):
                                 if dsq <= bound and _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
                                     j = k - 1  # sorted insertion into the fixed-size list
