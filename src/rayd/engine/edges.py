@@ -53,11 +53,11 @@ _INF = wp.constant(float("inf"))
 
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
 #: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges; Warp's SAH builder runs on
-#: the host, 1.5-1.7 s). Its trees read as many nodes per query as the SAH trees since the keys
-#: use cubic cells and small subtrees are collapsed into leaves (terrain 2 M tris, 3.1 M edges,
-#: leaves of 4: 273 vs 257 nodes, 310 vs 276 segments per query; the 30-bit per-axis keys of
-#: commit 811b89b with one segment per leaf: 562 nodes; benchmarks/README.md, "Edges"). On the
-#: CPU the SAH tree is kept (its host build is no slower there).
+#: the host, 1.5-1.7 s). Since its keys use cubic cells and small subtrees are collapsed into
+#: leaves, it reads about as many nodes per query as the SAH tree (terrain 2 M tris, 3.1 M
+#: edges: 273 nodes / 310 segments per query with leaves of 4, SAH 257 / 276; the 30-bit
+#: per-axis keys of commit 811b89b with one segment per leaf: 562 / 241; benchmarks/README.md,
+#: "Edges"). On the CPU the SAH tree is kept (its host build is no slower there).
 DEFAULT_BUILDER = {"cpu": "sah", "cuda": "lbvh"}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
@@ -65,8 +65,10 @@ MAX_DEPTH = 64
 #: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, not yet validated on CUDA).
 CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
 
-#: Segments per leaf when ``leaf_size=None``, per builder.
-DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 4}
+#: Segments per leaf when ``leaf_size=None``, per builder. LBVH leaves of 8 read 24-26 % fewer
+#: nodes than leaves of 4 for 33-41 % more (contiguous) segment tests, and searched 1-36 % faster
+#: on the CPU (benchmarks/README.md, "Edges"); to be confirmed on the H200 (``--trees``).
+DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 8}
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
