@@ -19,11 +19,12 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   64-byte run holding both children's boxes and their links (as the triangle walk's
   ``pair_nodes.py``): ``node_box[4 j + 0..2] = (lo_a.xyz, hi_a.x), (hi_a.yz, lo_b.xy),
   (lo_b.z, hi_b.xyz)`` and, in the same memory as int32, ``node_link[4 j + 3] =
-  (code_a, code_b, count_a, count_b)``: a child with ``count = 0`` is internal node ``code``, else a leaf
-  holding the segment slots ``code .. code + count - 1``. A visit reads one 64-byte
-  run (four 128-bit loads, one cache line); the children's boxes are tested together. Segment slots are in leaf order:
-  ``seg[2 s], seg[2 s + 1]`` are the endpoints of slot ``s`` (one contiguous run
-  per leaf), ``slot_id[s]`` its ``global_edge_id``, or ``-1`` while masked out.
+  (code_a, code_b, count_a, count_b)``: a child with ``count = 0`` is internal node
+  ``code``, else a leaf holding the segment slots ``code .. code + count - 1``. A
+  visit reads one 64-byte run (four 128-bit loads, one cache line); the children's
+  boxes are tested together. Segment slots are in leaf order: ``seg[2 s], seg[2 s + 1]``
+  are the endpoints of slot ``s`` (one contiguous run per leaf), ``slot_id[s]`` its
+  ``global_edge_id``, or ``-1`` while masked out.
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
@@ -54,10 +55,11 @@ _INF = wp.constant(float("inf"))
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
 #: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges; Warp's SAH builder runs on
 #: the host, 1.5-1.7 s). Since its keys use cubic cells and small subtrees are collapsed into
-#: leaves, it reads about as many nodes per query as the SAH tree (terrain 2 M tris, 3.1 M
-#: edges: 273 nodes / 310 segments per query with leaves of 4, SAH 257 / 276; the 30-bit
-#: per-axis keys of commit 811b89b with one segment per leaf: 562 / 241; benchmarks/README.md,
-#: "Edges"). On the CPU the SAH tree is kept (its host build is no slower there).
+#: leaves, it reads about as many bytes per query as the SAH tree (terrain 2 M tris, 3.1 M
+#: edges: 201 nodes / 437 segments per query with leaves of 8, 273 / 310 with 4, SAH leaves of
+#: 4: 257 / 276; the 30-bit per-axis keys of commit 811b89b with one segment per leaf: 562 / 241;
+#: benchmarks/README.md, "Edges"). On the CPU the SAH tree is kept (its host build is no slower
+#: there, its trees read 7 % fewer bytes on the sphere).
 DEFAULT_BUILDER = {"cpu": "sah", "cuda": "lbvh"}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
