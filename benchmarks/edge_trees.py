@@ -9,6 +9,7 @@ Usage::
 
     python benchmarks/edge_trees.py --device cpu --size cpu
     python benchmarks/edge_trees.py --device cpu --size full --points 4096   # issue-size trees, few queries
+    python benchmarks/edge_trees.py --points 2000 --necessary   # + nodes any correct walk must enter
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
-from benchmarks.edges import box_points, workloads  # noqa: E402
+from benchmarks.edges import box_points, make_tree, workloads  # noqa: E402
 
-TREES = [("lbvh", 1), ("sah", 1), ("sah", 2), ("sah", 4), ("sah", 8)]
+#: ``lbvh30a:1`` is the CUDA default tree of commit 811b89b.
+TREES = [("lbvh30a", 1), ("lbvh", 1), ("lbvh", 2), ("lbvh", 4), ("lbvh", 8), ("sah", 4)]
 
 
 def unique_edges(faces: np.ndarray) -> np.ndarray:
@@ -41,8 +43,7 @@ def unique_edges(faces: np.ndarray) -> np.ndarray:
 
 def sah_cost(bvh: EdgeBvh, c_node: float = 1.0, c_seg: float = 1.0) -> float:
     """Surface-area cost of the packed tree: sum over nodes of area / root area x cost."""
-    box = bvh.node_box.numpy().reshape(-1, 2, 2, 4)[..., :3]
-    child = bvh.node_child.numpy()
+    box, child = bvh.packed_nodes()
     ext = np.maximum(box[:, :, 1] - box[:, :, 0], 0.0)
     area = ext[..., 0] * ext[..., 1] + ext[..., 1] * ext[..., 2] + ext[..., 2] * ext[..., 0]
     root = bvh.root_box.numpy()
@@ -53,7 +54,34 @@ def sah_cost(bvh: EdgeBvh, c_node: float = 1.0, c_seg: float = 1.0) -> float:
     return float(c_node + cost.sum() / ra)
 
 
-def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_points: int, k_override) -> dict:
+def necessary_nodes(bvh: EdgeBvh, q: np.ndarray, bound_sq: np.ndarray) -> np.ndarray:
+    """Per query, the internal nodes any correct walk of this tree must enter: those reached
+    from the root through children whose box lies within the final search radius
+    (``bound_sq``, squared, with the search's relative slack). ``visited / necessary`` is
+    the walk order's overhead; the rest is the tree's box quality."""
+    box, link = bvh.packed_nodes()
+    need = np.zeros(len(q), np.int64)
+    front = {0: np.arange(len(q))}
+    while front:
+        nxt: dict = {}
+        for j, idx in front.items():
+            need[idx] += 1
+            for c in (0, 1):
+                if link[j, 2 + c] > 0:
+                    continue
+                lo, hi = box[j, c, 0], box[j, c, 1]
+                p = q[idx]
+                gap = np.maximum(np.maximum(lo - p, 0.0), p - hi)
+                sel = idx[(gap * gap).sum(1) <= bound_sq[idx]]
+                if len(sel) and lo[0] <= hi[0]:
+                    k = int(link[j, c])
+                    nxt[k] = np.concatenate([nxt[k], sel]) if k in nxt else sel
+        front = nxt
+    return need
+
+
+def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_points: int, k_override,
+            necessary: bool = False) -> dict:
     vertices, faces = spec["mesh"]()
     ends = unique_edges(faces)
     dev = device
@@ -61,7 +89,7 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     ev = wp.array(ends, dtype=wp.vec2i, device=dev)
     mask = wp.array(np.ones(len(ends), np.uint8), dtype=wp.uint8, device=dev)
     start = time.perf_counter()
-    bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=leaf)
+    bvh = make_tree(pts, ev, mask, builder, leaf)
     wp.synchronize_device(dev)
     build_ms = (time.perf_counter() - start) * 1e3
     start = time.perf_counter()
@@ -78,6 +106,15 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     fn = search.nearest_edges_point if k > 1 else search.nearest_edge_point
     fn(bvh, q, one, np.inf, out, counts=counts)
     c = counts.numpy()
+    extra = {}
+    if necessary:  # float64 distance to the k-th chosen edge = the final radius
+        qn = q.numpy().astype(np.float64)
+        ids = out.numpy().reshape(n, -1)[:, -1]
+        a, b = vertices[ends[ids, 0]].astype(np.float64), vertices[ends[ids, 1]].astype(np.float64)
+        ab = b - a
+        t = np.clip(((qn - a) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-300), 0.0, 1.0)
+        bound_sq = ((qn - a - t[:, None] * ab) ** 2).sum(1) * (1.0 + 1.0 / 1024.0)
+        extra["necessary_mean"] = round(float(necessary_nodes(bvh, qn, bound_sq).mean()), 1)
     fn(bvh, q, one, np.inf, out)  # warm-up of the plain kernel
     wp.synchronize_device(dev)
     start = time.perf_counter()
@@ -86,10 +123,10 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     search_ms = (time.perf_counter() - start) * 1e3
     return {
         "benchmark": "edge_trees", "workload": name, "builder": builder, "leaf_size": leaf, "edges": len(ends),
-        "queries": n, "k": k, "depth": bvh.depth, "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
+        "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
         "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
         "visited_p99": int(np.percentile(c[:, 0], 99)), "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
-        "search_ms": round(search_ms, 2), "device": device,
+        "search_ms": round(search_ms, 2), "device": device, **extra,
     }
 
 
@@ -101,6 +138,8 @@ def main() -> None:
     parser.add_argument("--trees", nargs="*", help="builder:leaf entries, e.g. lbvh:1 sah:4")
     parser.add_argument("--only", nargs="*", help="workload names")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--necessary", action="store_true",
+                        help="also count the nodes any correct walk must enter (NumPy, slow on large trees)")
     args = parser.parse_args()
     wp.init()
     trees = [(t.split(":")[0], int(t.split(":")[1])) for t in args.trees] if args.trees else TREES
@@ -110,11 +149,12 @@ def main() -> None:
         if args.only and name not in args.only:
             continue
         for builder, leaf in trees:
-            row = measure(name, spec, args.device, builder, leaf, args.points, None)
+            row = measure(name, spec, args.device, builder, leaf, args.points, None, args.necessary)
             row["size"] = args.size
             print(f"{name:20s} {builder + ':' + str(leaf):8s} {row['edges']:8d} {row['depth']:5d} {row['sah_cost']:7.1f} "
                   f"{row['visited_mean']:8.1f} {row['tested_mean']:8.1f} {row['visited_p99']:7d} "
-                  f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m", flush=True)
+                  f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m"
+                  + (f"  necessary {row['necessary_mean']:.1f}" if "necessary_mean" in row else ""), flush=True)
             if args.json:
                 with args.json.open("a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -50,6 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rayd.torch as rt  # noqa: E402
+from rayd.engine import edges as edges_module  # noqa: E402
 from rayd.engine import nearest_edge as engine_search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 from rayd.torch import _convert  # noqa: E402
@@ -60,6 +61,20 @@ from benchmarks.workloads import terrain_mesh  # noqa: E402
 #: RayD 0.8 on one H200 (issue 6), and the goals, in ms.
 RAYD08_MS = {"terrain_73k_65k": 126.0, "terrain_2M_1M": 1165.0, "sphere_1M_1M": 3090.0, "sphere_1M_1M_top8": 6633.0}
 GOAL_MS = {"terrain_73k_65k": 1.0, "terrain_2M_1M": 10.0, "sphere_1M_1M": 20.0, "sphere_1M_1M_top8": 60.0}
+
+
+def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
+    """``EdgeBvh`` of a tree spec: ``sah``, ``lbvh`` (the defaults) or ``lbvh<bits><c|a>``
+    (Morton key bits 30 / 63, ``c`` cubic cells, ``a`` per-axis scaling), e.g. ``lbvh30a``
+    is the tree of commit 811b89b."""
+    if builder.startswith("lbvh") and builder != "lbvh":
+        saved = edges_module.LBVH_KEY_BITS, edges_module.LBVH_CUBIC
+        edges_module.LBVH_KEY_BITS, edges_module.LBVH_CUBIC = int(builder[4:-1]), builder[-1] == "c"
+        try:
+            return EdgeBvh(pts, ev, mask, stream, builder="lbvh", leaf_size=leaf)
+        finally:
+            edges_module.LBVH_KEY_BITS, edges_module.LBVH_CUBIC = saved
+    return EdgeBvh(pts, ev, mask, stream, builder=builder, leaf_size=leaf)
 
 
 def box_points(vertices: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -180,7 +195,7 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float, tree
 
     tree_rows = []
     for builder, leaf in trees:
-        make = lambda: EdgeBvh(bvh.points, bvh.edge_v, bvh.mask, stream, builder=builder, leaf_size=leaf)  # noqa: E731
+        make = lambda: make_tree(bvh.points, bvh.edge_v, bvh.mask, builder, leaf, stream)  # noqa: E731
         fn = search_fn
         tree = make()
         _sync(device)
@@ -196,6 +211,7 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float, tree
         _sync(device)
         tree_rows.append({
             "benchmark": "edges_tree", "workload": name, "tree": f"{builder}:{leaf}", "edges": int(num_edges),
+            "built_as": f"{tree.builder}:{tree.leaf_size}", "fallback_error": tree.fallback_error,
             "points": n, "k": k, "depth": tree.depth, "bvh_build_ms": round(statistics.median(builds), 3),
             "refit_ms": round(timed(lambda: tree.refit(stream), device, reps), 3),
             "search_unsorted_ms": round(ms["unsorted"], 3), "search_sorted_ms": round(ms["sorted"], 3),
@@ -237,8 +253,8 @@ def main() -> None:
     parser.add_argument("--brute-budget", type=float, default=20.0, help="seconds of brute force per workload")
     parser.add_argument("--only", nargs="*", help="workload names to run")
     parser.add_argument("--json", type=Path, help="append JSON lines to this file")
-    parser.add_argument("--trees", nargs="*", default=["lbvh:1", "sah:2", "sah:4", "sah:8"],
-                        help="edge BVHs to compare (builder:leaf_size)")
+    parser.add_argument("--trees", nargs="*", default=["lbvh30a:1", "lbvh:1", "lbvh:2", "lbvh:4", "lbvh:8", "sah:4"],
+                        help="edge BVHs to compare (builder:leaf_size; see make_tree)")
     args = parser.parse_args()
     device = args.device if args.device != "cuda" else "cuda:0"
     size = args.size or ("full" if device.startswith("cuda") else "cpu")
@@ -260,7 +276,7 @@ def main() -> None:
               f"{row['search_unsorted_ms']:8.2f}m {row['search_sorted_ms']:8.2f}m {row['query_ms']:8.2f}m {row['refit_ms']:7.2f}m {brute:>9s}m "
               f"{row['rayd08_h200_ms']:7.0f}m {row['goal_h200_ms']:5.0f}m  (default tree {row['builder']})", flush=True)
         for t in tree_rows:
-            print(f"  tree {t['tree']:9s} depth {t['depth']:3d}  build {t['bvh_build_ms']:9.2f}m  refit {t['refit_ms']:7.3f}m  "
+            print(f"  tree {t['tree']:9s} built as {t['built_as']:8s} depth {t['depth']:3d}  build {t['bvh_build_ms']:9.2f}m  refit {t['refit_ms']:7.3f}m  "
                   f"search unsorted {t['search_unsorted_ms']:9.2f}m  sorted {t['search_sorted_ms']:9.2f}m  "
                   f"max rel err {t['max_rel_distance_err']:.1e}", flush=True)
     print("# times in ms; '~' = brute force extrapolated from a subset; RayD 0.8 and goals are H200 figures")

@@ -41,8 +41,8 @@ def _point_segment(q, a, b):
 
 def _walk_packed(bvh, points, ends, mask):
     """Check the packed tree from the root; return the slots reached, in leaf order."""
-    box = bvh.node_box.numpy().reshape(-1, 4, 4)[:, :, :3]
-    child = bvh.node_child.numpy()
+    box, child = bvh.packed_nodes()
+    box = box.reshape(-1, 4, 3)  # lo_a, hi_a, lo_b, hi_b
     seg = bvh.seg.numpy().reshape(-1, 2, 3)
     slot_id = bvh.slot_id.numpy()
     slot_edge = bvh.slot_edge.numpy()
@@ -74,7 +74,7 @@ def _walk_packed(bvh, points, ends, mask):
     return slots
 
 
-@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 8), ("lbvh", 1)])
+@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 8), ("lbvh", 1), ("lbvh", 4), ("lbvh", 16)])
 @pytest.mark.parametrize("num_edges", [1, 2, 3, 5, 1500])
 def test_hierarchy_is_a_tree_whose_boxes_contain_their_children(device, num_edges, builder, leaf_size):
     points, ends = _segments(0, e=num_edges)
@@ -184,7 +184,7 @@ def test_edge_modules_import_without_torch():
     assert result.stdout.strip().endswith("ok")
 
 
-@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 16), ("lbvh", 1)])
+@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 16), ("lbvh", 1), ("lbvh", 4), ("lbvh", 16)])
 def test_every_tree_matches_brute_force_and_breaks_ties_by_id(device, builder, leaf_size):
     # each segment three times under shuffled ids: every query has an exact three-way tie
     points, ends = _segments(8, e=300)

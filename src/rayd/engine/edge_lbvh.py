@@ -1,14 +1,17 @@
 """Karras 2012 linear BVH over segment midpoints (the ``"lbvh"`` builder of :class:`EdgeBvh`).
 
-1. Morton codes (30 bits) of the segment midpoints, normalised to their bounds;
-2. a stable radix sort of the codes (``wp.utils.radix_sort_pairs``);
-3. one kernel that emits every internal node from the sorted codes, ties between
-   equal codes broken by sorted position (Karras 2012);
-4. node depths, for a level-by-level refit (deepest level first, one launch per level):
-   nodes sorted by depth on the device; only the per-level counts are read back.
+1. Morton codes of the segment midpoints (63 bits, 21 per axis, in cubic cells: one
+   scale for all axes; or 30 bits), a stable radix sort of them;
+2. one kernel that emits every internal node from the sorted codes, ties between
+   equal codes broken by sorted position (Karras 2012), with the sorted range of each;
+3. the tree's depth (one small host read); the links of the packed nodes once, where a
+   subtree of at most ``leaf_size`` segments becomes one leaf (its range of slots);
+4. refit in one launch (:meth:`Lbvh.refit`): a thread per segment writes its slot and
+   leaf box, then climbs with one atomic counter per node; the second child to arrive
+   writes the parent's box and the packed node (Karras 2012, sec. 4, as ``refit.py``).
 
 Node layout: internal nodes ``0 .. n-2`` (root 0), leaves ``n-1 .. 2n-2``; leaf
-``n-1+i`` holds the ``i``-th segment in Morton order.
+``n-1+i`` holds the ``i``-th segment in Morton order (slot ``i`` of the packed tree).
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
@@ -19,6 +22,10 @@ from __future__ import annotations
 
 import numpy as np
 import warp as wp
+
+from rayd.engine.refit import _fence, _load_l2
+
+_INF = wp.constant(float("inf"))
 
 # Build kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
@@ -46,15 +53,33 @@ def _msb(x: int) -> int:
 
 
 @wp.func
-def _delta(codes: wp.array(dtype=wp.int32), n: int, i: int, j: int) -> int:
-    """Length of the common prefix of keys ``i`` and ``j`` (-1 outside ``[0, n)``)."""
+def _msb64(x: wp.int64) -> int:
+    """Index of the highest set bit of ``0 < x < 2^63``."""
+    r = int(0)
+    for step in range(5):
+        w = 32 >> step  # 32, 16, 8, 4, 2
+        if x >= (wp.int64(1) << wp.int64(w)):
+            r += w
+            x = x >> wp.int64(w)
+    if x >= wp.int64(2):
+        r += 1
+    return r
+
+
+@wp.func
+def _delta(codes: wp.array(dtype=wp.int64), n: int, i: int, j: int) -> int:
+    """Length of the common prefix of keys ``i`` and ``j`` (-1 outside ``[0, n)``).
+
+    Keys are 63-bit (or shorter, zero-extended); equal keys continue with the 32-bit
+    indices (Karras 2012, sec. 4).
+    """
     if j < 0 or j >= n:
         return -1
     ci = codes[i]
     cj = codes[j]
     if ci == cj:
-        return 32 + 31 - _msb(i ^ j)
-    return 31 - _msb(ci ^ cj)
+        return 64 + 31 - _msb(i ^ j)
+    return 63 - _msb64(ci ^ cj)
 
 
 @wp.kernel
@@ -77,34 +102,48 @@ def _edges_gather_kernel(
 def _edges_morton_kernel(
     centroid: wp.array(dtype=wp.vec3),
     bounds: wp.array(dtype=float),
-    codes: wp.array(dtype=wp.int32),
+    bits: int,
+    cubic: int,
+    codes: wp.array(dtype=wp.int64),
     order: wp.array(dtype=wp.int32),
 ):
+    """Morton code of ``bits`` bits per axis (10: 30-bit keys, 21: 63-bit keys).
+
+    ``cubic``: one scale for all axes (the largest extent), so that a cell is a cube and
+    a flat scene spends no key bits on splits across its thin axis early.
+    """
     e = wp.tid()
     c = centroid[e]
-    code = int(0)
+    code = wp.int64(0)
+    scale = float(1 << bits)
+    top = (1 << bits) - 1
+    big = wp.max(wp.max(bounds[3] - bounds[0], bounds[4] - bounds[1]), bounds[5] - bounds[2])
     for k in range(3):
         lo = bounds[k]
         extent = bounds[3 + k] - lo
+        if cubic != 0:
+            extent = big
         x = float(0.0)
         if extent > 0.0:
             x = wp.clamp((c[k] - lo) / extent, 0.0, 1.0)
         if not wp.isfinite(x):
             x = 0.0
-        q = wp.min(int(x * 1024.0), 1023)
-        for b in range(10):
-            code = code | (((q >> b) & 1) << (3 * b + 2 - k))
-    codes[e] = wp.int32(code)
+        q = wp.int64(wp.min(int(x * scale), top))
+        for b in range(bits):
+            code = code | (((q >> wp.int64(b)) & wp.int64(1)) << wp.int64(3 * b + 2 - k))
+    codes[e] = code
     order[e] = wp.int32(e)
 
 
 @wp.kernel
 def _edges_hierarchy_kernel(
-    codes: wp.array(dtype=wp.int32),
+    codes: wp.array(dtype=wp.int64),
     n: int,
     left: wp.array(dtype=wp.int32),
     right: wp.array(dtype=wp.int32),
     parent: wp.array(dtype=wp.int32),
+    first: wp.array(dtype=wp.int32),
+    size: wp.array(dtype=wp.int32),
 ):
     i = wp.tid()
     d = int(1)
@@ -141,6 +180,8 @@ def _edges_hierarchy_kernel(
     b = gamma + 1
     if hi == gamma + 1:
         b = n - 1 + gamma + 1
+    first[i] = wp.int32(lo)
+    size[i] = wp.int32(hi - lo + 1)
     left[i] = wp.int32(a)
     right[i] = wp.int32(b)
     parent[a] = wp.int32(i)
@@ -149,102 +190,184 @@ def _edges_hierarchy_kernel(
 
 @wp.kernel
 def _edges_depth_kernel(parent: wp.array(dtype=wp.int32), depth: wp.array(dtype=wp.int32)):
+    """Deepest internal node's depth (root 0) into ``depth[0]``."""
     i = wp.tid()
     k = int(0)
     node = i
     while node > 0:
         node = int(parent[node])
         k += 1
-    depth[i] = wp.int32(k)
+    wp.atomic_max(depth, 0, k)
+
+
+@wp.func
+def _link_child(n: int, leaf_size: int, first: wp.array(dtype=wp.int32), size: wp.array(dtype=wp.int32),
+                c: int) -> wp.vec2i:
+    """(code, count) of Karras node ``c`` as a packed child: subtrees of at most ``leaf_size``
+    segments become one leaf (their slots are contiguous: the sorted range of the node)."""
+    if c >= n - 1:
+        return wp.vec2i(c - (n - 1), 1)
+    if int(size[c]) <= leaf_size:
+        return wp.vec2i(int(first[c]), int(size[c]))
+    return wp.vec2i(c, 0)
 
 
 @wp.kernel
-def _edges_union_kernel(
-    nodes: wp.array(dtype=wp.int32),
-    start: int,
+def _edges_links_kernel(
+    n: int,
+    leaf_size: int,
     left: wp.array(dtype=wp.int32),
     right: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
+    first: wp.array(dtype=wp.int32),
+    size: wp.array(dtype=wp.int32),
+    node_link: wp.array(dtype=wp.vec4i),
 ):
-    node = int(nodes[start + wp.tid()])
-    a = int(left[node])
-    b = int(right[node])
-    lower[node] = wp.min(lower[a], lower[b])
-    upper[node] = wp.max(upper[a], upper[b])
+    """Links of packed node ``j`` (Karras node ``j``; those inside a collapsed subtree are never reached)."""
+    j = wp.tid()
+    if j == 0 and n <= leaf_size:  # the whole tree is one leaf: packed root = (that leaf, nothing)
+        node_link[3] = wp.vec4i(0, 0, n, 0)
+        return
+    ca = _link_child(n, leaf_size, first, size, int(left[j]))
+    cb = _link_child(n, leaf_size, first, size, int(right[j]))
+    node_link[4 * j + 3] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
 
 
-_MAX_LEVELS = wp.constant(128)
+@wp.func
+def _xyz(v: wp.vec4) -> wp.vec3:
+    return wp.vec3(v[0], v[1], v[2])
 
 
 @wp.kernel
-def _edges_level_keys_kernel(
-    depth: wp.array(dtype=wp.int32),
-    keys: wp.array(dtype=wp.int32),
-    nodes: wp.array(dtype=wp.int32),
-    hist: wp.array(dtype=wp.int32),
+def _edges_refit_kernel(
+    points: wp.array(dtype=wp.vec3),
+    edge_v: wp.array(dtype=wp.vec2i),
+    mask: wp.array(dtype=wp.uint8),
+    order: wp.array(dtype=wp.int32),
+    n: int,
+    leaf_size: int,
+    parent: wp.array(dtype=wp.int32),
+    left: wp.array(dtype=wp.int32),
+    right: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    lower: wp.array(dtype=wp.vec4),
+    upper: wp.array(dtype=wp.vec4),
+    seg: wp.array(dtype=wp.vec3),
+    slot_id: wp.array(dtype=wp.int32),
+    node_box: wp.array(dtype=wp.vec4),
+    root_box: wp.array(dtype=wp.vec3),
 ):
-    i = wp.tid()
-    d = wp.min(int(depth[i]), _MAX_LEVELS - 1)
-    keys[i] = wp.int32(_MAX_LEVELS - 1 - d)
-    nodes[i] = wp.int32(i)
-    wp.atomic_add(hist, d, 1)
+    """Slot ``s``: its segment and leaf box, then the climb (see the module docstring).
+
+    Each refit adds 2 to every internal node's counter; the child that finds it even
+    arrived first and stops (no reset launch between refits).
+    """
+    s = wp.tid()
+    e = int(order[s])
+    ev = edge_v[e]
+    a = points[ev[0]]
+    b = points[ev[1]]
+    seg[2 * s] = a
+    seg[2 * s + 1] = b
+    inf = _INF
+    lo = wp.vec3(inf, inf, inf)
+    hi = wp.vec3(-inf, -inf, -inf)
+    if mask[e] != wp.uint8(0):
+        slot_id[s] = wp.int32(e)
+        lo = wp.min(a, b)
+        hi = wp.max(a, b)
+    else:
+        slot_id[s] = wp.int32(-1)
+    node = n - 1 + s
+    lower[node] = wp.vec4(lo[0], lo[1], lo[2], 0.0)
+    upper[node] = wp.vec4(hi[0], hi[1], hi[2], 0.0)
+    climbing = int(1)
+    while climbing != 0 and node > 0:
+        p = int(parent[node])
+        _fence()
+        if (wp.atomic_add(counters, p, 1) & 1) == 0:
+            climbing = 0  # the sibling's thread finishes the parent
+        else:
+            _fence()  # and reads what the sibling wrote before its own fence and increment
+            ca = int(left[p])
+            cb = int(right[p])
+            la = _xyz(_load_l2(lower, ca))
+            ha = _xyz(_load_l2(upper, ca))
+            lb = _xyz(_load_l2(lower, cb))
+            hb = _xyz(_load_l2(upper, cb))
+            plo = wp.min(la, lb)
+            phi = wp.max(ha, hb)
+            if p == 0 and n <= leaf_size:  # one leaf holds everything: (its box, an empty box)
+                la = plo
+                ha = phi
+                lb = wp.vec3(inf, inf, inf)
+                hb = wp.vec3(-inf, -inf, -inf)
+            node_box[4 * p] = wp.vec4(la[0], la[1], la[2], ha[0])
+            node_box[4 * p + 1] = wp.vec4(ha[1], ha[2], lb[0], lb[1])
+            node_box[4 * p + 2] = wp.vec4(lb[2], hb[0], hb[1], hb[2])
+            lower[p] = wp.vec4(plo[0], plo[1], plo[2], 0.0)
+            upper[p] = wp.vec4(phi[0], phi[1], phi[2], 0.0)
+            if p == 0:
+                root_box[0] = plo
+                root_box[1] = phi
+            node = p
 
 
 class Lbvh:
     """A Karras 2012 hierarchy over ``n >= 2`` segments (see the module docstring).
 
     Attributes:
-        order: int32 (n,), the edge of each leaf (Morton order).
+        order: int32 (n,), the edge of each leaf (Morton order) = of each packed slot.
         left, right: int32 (n - 1,), children of each internal node (``>= n - 1``: leaf).
-        lower, upper: vec3 (2 n - 1,), node boxes, filled by :meth:`refit_internal`.
-        depth: levels of the tree (root = 1).
+        first, size: int32 (n - 1,), the sorted range of each internal node.
+        lower, upper: vec4 (2 n - 1,), node boxes (xyz), filled by :meth:`refit`.
+        depth: levels of the tree (root = 1, leaves included).
+        key_bits: Morton key length used (63 or 30).
 
-    Building reads the node depths back once (one host synchronisation on the stream).
+    Building reads the tree's depth back once (one host synchronisation on the stream).
     """
 
-    def __init__(self, points: wp.array, edge_v: wp.array, stream) -> None:
-
+    def __init__(self, points: wp.array, edge_v: wp.array, stream, key_bits: int = 63, cubic: bool = True) -> None:
         n = edge_v.shape[0]
         dev = points.device
         centroid = wp.empty(n, dtype=wp.vec3, device=dev)
         bounds = wp.array([np.inf] * 3 + [-np.inf] * 3, dtype=float, device=dev)
         wp.launch(_edges_gather_kernel, dim=n, inputs=[points, edge_v], outputs=[centroid, bounds], device=dev)
-        codes = wp.empty(2 * n, dtype=wp.int32, device=dev)
+        codes = wp.empty(2 * n, dtype=wp.int64, device=dev)
         order = wp.empty(2 * n, dtype=wp.int32, device=dev)
-        wp.launch(_edges_morton_kernel, dim=n, inputs=[centroid, bounds], outputs=[codes, order], device=dev)
-        wp.utils.radix_sort_pairs(codes, order, n, end_bit=30)
+        bits = key_bits // 3
+        wp.launch(_edges_morton_kernel, dim=n, inputs=[centroid, bounds, bits, int(cubic)], outputs=[codes, order],
+                  device=dev)
+        wp.utils.radix_sort_pairs(codes, order, n, end_bit=3 * bits)
+        self.num_edges = n
+        self.key_bits = 3 * bits
         self.order = order[:n]
         self.left = wp.zeros(n - 1, dtype=wp.int32, device=dev)
         self.right = wp.zeros(n - 1, dtype=wp.int32, device=dev)
-        parent = wp.full(2 * n - 1, -1, dtype=wp.int32, device=dev)
-        depth = wp.zeros(n - 1, dtype=wp.int32, device=dev)
-        wp.launch(_edges_hierarchy_kernel, dim=n - 1, inputs=[codes, n], outputs=[self.left, self.right, parent],
-                  device=dev)
-        wp.launch(_edges_depth_kernel, dim=n - 1, inputs=[parent], outputs=[depth], device=dev)
-        self.lower = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)
-        self.upper = wp.empty(2 * n - 1, dtype=wp.vec3, device=dev)
-        # Level schedule for the refit, on the device: internal nodes sorted deepest first
-        # (radix sort by depth), and a histogram of the depths, the one small host read.
-        keys = wp.empty(2 * (n - 1), dtype=wp.int32, device=dev)
-        nodes = wp.empty(2 * (n - 1), dtype=wp.int32, device=dev)
-        hist = wp.zeros(_MAX_LEVELS, dtype=wp.int32, device=dev)
-        wp.launch(_edges_level_keys_kernel, dim=n - 1, inputs=[depth], outputs=[keys, nodes, hist], device=dev)
-        wp.utils.radix_sort_pairs(keys, nodes, n - 1)
+        self.first = wp.zeros(n - 1, dtype=wp.int32, device=dev)
+        self.size = wp.zeros(n - 1, dtype=wp.int32, device=dev)
+        self.parent = wp.full(2 * n - 1, -1, dtype=wp.int32, device=dev)
+        wp.launch(_edges_hierarchy_kernel, dim=n - 1, inputs=[codes, n],
+                  outputs=[self.left, self.right, self.parent, self.first, self.size], device=dev)
+        depth = wp.zeros(1, dtype=wp.int32, device=dev)
+        wp.launch(_edges_depth_kernel, dim=n - 1, inputs=[self.parent], outputs=[depth], device=dev)
+        self.lower = wp.empty(2 * n - 1, dtype=wp.vec4, device=dev)
+        self.upper = wp.empty(2 * n - 1, dtype=wp.vec4, device=dev)
+        self.counters = wp.zeros(n - 1, dtype=wp.int32, device=dev)
         if stream is not None:
             wp.synchronize_stream(stream)
-        counts = hist.numpy()
-        self.levels: list[tuple[int, int]] = []
-        start = 0
-        for count in counts[::-1]:
-            if count:
-                self.levels.append((start, int(count)))
-                start += int(count)
-        self.depth = int(np.nonzero(counts)[0].max()) + 2
-        self.level_nodes = nodes
+        self.depth = int(depth.numpy()[0]) + 2
 
-    def refit_internal(self) -> None:
-        """Internal boxes from the leaf boxes ``lower/upper[n-1:]``, deepest level first."""
-        for start, count in self.levels:
-            wp.launch(_edges_union_kernel, dim=count, inputs=[self.level_nodes, start, self.left, self.right],
-                      outputs=[self.lower, self.upper], device=self.lower.device)
+    def write_links(self, node_link: wp.array, leaf_size: int) -> None:
+        """Links of the packed nodes (``node_link[4 j + 3]``), once: the topology does not change."""
+        n = self.num_edges
+        wp.launch(_edges_links_kernel, dim=n - 1, inputs=[n, leaf_size, self.left, self.right, self.first, self.size],
+                  outputs=[node_link], device=node_link.device)
+
+    def refit(self, points: wp.array, edge_v: wp.array, mask: wp.array, leaf_size: int, seg: wp.array,
+              slot_id: wp.array, node_box: wp.array, root_box: wp.array) -> None:
+        """Slots, leaf and internal boxes, packed node boxes and the root box, in one launch."""
+        n = self.num_edges
+        wp.launch(_edges_refit_kernel, dim=n,
+                  inputs=[points, edge_v, mask, self.order, n, leaf_size, self.parent, self.left, self.right],
+                  outputs=[self.counters, self.lower, self.upper, seg, slot_id, node_box, root_box],
+                  device=points.device)

@@ -11,23 +11,27 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
     ``leaf_size`` segments, built by cuBQL's binned-SAH GPU builder on CUDA
     (``constructor="cubql"``) and by Warp's SAH builder on the CPU; refit by
     ``wp.Bvh.refit`` (one launch, leaves climbing with per-node counters);
-  - ``"lbvh"``: our own Karras 2012 linear BVH over 30-bit Morton codes of the
-    segment midpoints (:mod:`rayd.engine.edge_lbvh`), one segment per leaf, refit
-    level by level.
+  - ``"lbvh"``: our own Karras 2012 linear BVH over 63-bit Morton codes of the
+    segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), subtrees of up
+    to ``leaf_size`` segments collapsed into one leaf, refit in one launch.
 
-* packed layout (what the searches read): internal node ``j`` (root 0) stores the
-  boxes of both its children side by side, ``node_box[4 j + 0..3] = lo_a, hi_a,
-  lo_b, hi_b`` (``vec4``, w unused), and ``node_child[j] = (code_a, code_b, count_a,
-  count_b)``: a child with ``count = 0`` is internal node ``code``, else a leaf
-  holding the segment slots ``code .. code + count - 1``. A visit reads one 64-byte
-  run; the children's boxes are tested together. Segment slots are in leaf order:
-  ``seg[2 s], seg[2 s + 1]`` are the endpoints of slot ``s`` (one contiguous run
-  per leaf), ``slot_id[s]`` its ``global_edge_id``, or ``-1`` while masked out.
+* packed layout (what the searches read): internal node ``j`` (root 0) is one
+  64-byte run holding both children's boxes and their links (as the triangle walk's
+  ``pair_nodes.py``): ``node_box[4 j + 0..2] = (lo_a.xyz, hi_a.x), (hi_a.yz, lo_b.xy),
+  (lo_b.z, hi_b.xyz)`` and, in the same memory as int32, ``node_link[4 j + 3] =
+  (code_a, code_b, count_a, count_b)``: a child with ``count = 0`` is internal node
+  ``code``, else a leaf holding the segment slots ``code .. code + count - 1``. A
+  visit reads one 64-byte run (four 128-bit loads, one cache line); the children's
+  boxes are tested together. Segment slots are in leaf order: ``seg[2 s], seg[2 s + 1]``
+  are the endpoints of slot ``s`` (one contiguous run per leaf), ``slot_id[s]`` its
+  ``global_edge_id``, or ``-1`` while masked out.
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
 Refit (:meth:`EdgeBvh.refit`): segments and leaf boxes from the live endpoints and
-mask, internal boxes bottom up, then one packing launch; no host synchronisation.
+mask, internal boxes bottom up, packed boxes; no host synchronisation. ``"lbvh"``: one
+launch (a climb with atomic counters, :meth:`rayd.engine.edge_lbvh.Lbvh.refit`);
+``"sah"``: a slots launch, ``wp.Bvh.refit`` and one packing launch.
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
@@ -38,6 +42,7 @@ References:
 from __future__ import annotations
 
 import os
+import warnings
 
 import warp as wp
 
@@ -48,10 +53,13 @@ from rayd.engine.runtime import launch_stream
 _INF = wp.constant(float("inf"))
 
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
-#: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges) searches as fast as the SAH
-#: trees on an H200 (terrain 2 M tris, 1 M points: 41.0 vs 40.8 ms; sphere 54.1 vs 52.9 ms;
-#: ``benchmarks/results/h200-session4/edges_h200.txt``), while Warp's SAH builder runs on the
-#: host (1.5-1.7 s). On the CPU the SAH tree is kept (fewer nodes visited per query).
+#: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges; Warp's SAH builder runs on
+#: the host, 1.5-1.7 s). Since its keys use cubic cells and small subtrees are collapsed into
+#: leaves, it reads about as many bytes per query as the SAH tree (terrain 2 M tris, 3.1 M
+#: edges: 201 nodes / 437 segments per query with leaves of 8, 273 / 310 with 4, SAH leaves of
+#: 4: 257 / 276; the 30-bit per-axis keys of commit 811b89b with one segment per leaf: 562 / 241;
+#: benchmarks/README.md, "Edges"). On the CPU the SAH tree is kept (its host build is no slower
+#: there, its trees read 7 % fewer bytes on the sphere).
 DEFAULT_BUILDER = {"cpu": "sah", "cuda": "lbvh"}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
@@ -59,8 +67,14 @@ MAX_DEPTH = 64
 #: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, not yet validated on CUDA).
 CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
 
-#: Segments per leaf of the ``"sah"`` builder when ``leaf_size=None``.
-DEFAULT_LEAF_SIZE = 4
+#: Segments per leaf when ``leaf_size=None``, per builder. LBVH leaves of 8 read 24-26 % fewer
+#: nodes than leaves of 4 for 33-41 % more (contiguous) segment tests, and searched 1-36 % faster
+#: on the CPU (benchmarks/README.md, "Edges"); to be confirmed on the H200 (``--trees``).
+DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 8}
+#: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
+LBVH_KEY_BITS = 63
+#: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
+LBVH_CUBIC = True
 
 # Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
@@ -126,39 +140,13 @@ def _edges_box_kernel(
 
 
 @wp.func
-def _put_child(node_box: wp.array(dtype=wp.vec4), j: int, c: int, lo: wp.vec3, hi: wp.vec3):
-    node_box[4 * j + 2 * c] = wp.vec4(lo[0], lo[1], lo[2], 0.0)
-    node_box[4 * j + 2 * c + 1] = wp.vec4(hi[0], hi[1], hi[2], 0.0)
-
-
-@wp.kernel
-def _edges_pack_lbvh_kernel(
-    n: int,
-    left: wp.array(dtype=wp.int32),
-    right: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
-    node_box: wp.array(dtype=wp.vec4),
-    node_child: wp.array(dtype=wp.vec4i),
-    root_box: wp.array(dtype=wp.vec3),
-):
-    """Packed node ``j`` from internal node ``j`` of a Karras tree (leaves ``>= n - 1``)."""
-    j = wp.tid()
-    a = int(left[j])
-    b = int(right[j])
-    _put_child(node_box, j, 0, lower[a], upper[a])
-    _put_child(node_box, j, 1, lower[b], upper[b])
-    code = wp.vec4i(a, b, 0, 0)
-    if a >= n - 1:
-        code[0] = a - (n - 1)
-        code[2] = 1
-    if b >= n - 1:
-        code[1] = b - (n - 1)
-        code[3] = 1
-    node_child[j] = code
-    if j == 0:
-        root_box[0] = wp.min(lower[a], lower[b])
-        root_box[1] = wp.max(upper[a], upper[b])
+def _put_node(node_box: wp.array(dtype=wp.vec4), node_link: wp.array(dtype=wp.vec4i), j: int, lo_a: wp.vec3,
+              hi_a: wp.vec3, lo_b: wp.vec3, hi_b: wp.vec3, link: wp.vec4i):
+    """Packed node ``j``: both boxes in three ``vec4``, then the links (see the module docstring)."""
+    node_box[4 * j] = wp.vec4(lo_a[0], lo_a[1], lo_a[2], hi_a[0])
+    node_box[4 * j + 1] = wp.vec4(hi_a[1], hi_a[2], lo_b[0], lo_b[1])
+    node_box[4 * j + 2] = wp.vec4(lo_b[2], hi_b[0], hi_b[1], hi_b[2])
+    node_link[4 * j + 3] = link
 
 
 @wp.kernel
@@ -196,7 +184,7 @@ def _edges_pack_warp_kernel(
     upper_index: wp.array(dtype=wp.vec4i),
     packed: wp.array(dtype=wp.int32),
     node_box: wp.array(dtype=wp.vec4),
-    node_child: wp.array(dtype=wp.vec4i),
+    node_link: wp.array(dtype=wp.vec4i),
     root_box: wp.array(dtype=wp.vec3),
 ):
     """Packed node from ``wp.Bvh`` node ``i`` (inclusive scan ``packed`` of the internal flags)."""
@@ -212,9 +200,8 @@ def _edges_pack_warp_kernel(
             ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, i)
             lo = lowers[i]
             hi = uppers[i]
-            _put_child(node_box, 0, 0, wp.vec3(lo[0], lo[1], lo[2]), wp.vec3(hi[0], hi[1], hi[2]))
-            _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
-            node_child[0] = wp.vec4i(ca[0], 0, ca[1], 0)
+            _put_node(node_box, node_link, 0, wp.vec3(lo[0], lo[1], lo[2]), wp.vec3(hi[0], hi[1], hi[2]),
+                      _empty_lo(), _empty_hi(), wp.vec4i(ca[0], 0, ca[1], 0))
         return
     j = int(packed[i]) - 1
     a = int(low)
@@ -223,11 +210,10 @@ def _edges_pack_warp_kernel(
     ua = uppers[a]
     lb = lowers[b]
     ub = uppers[b]
-    _put_child(node_box, j, 0, wp.vec3(la[0], la[1], la[2]), wp.vec3(ua[0], ua[1], ua[2]))
-    _put_child(node_box, j, 1, wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(ub[0], ub[1], ub[2]))
     ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, a)
     cb = _warp_child(lowers, uppers, lower_index, upper_index, packed, b)
-    node_child[j] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
+    _put_node(node_box, node_link, j, wp.vec3(la[0], la[1], la[2]), wp.vec3(ua[0], ua[1], ua[2]),
+              wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(ub[0], ub[1], ub[2]), wp.vec4i(ca[0], cb[0], ca[1], cb[1]))
 
 
 @wp.kernel
@@ -235,12 +221,10 @@ def _edges_pack_single_kernel(
     lower: wp.array(dtype=wp.vec3),
     upper: wp.array(dtype=wp.vec3),
     node_box: wp.array(dtype=wp.vec4),
-    node_child: wp.array(dtype=wp.vec4i),
+    node_link: wp.array(dtype=wp.vec4i),
     root_box: wp.array(dtype=wp.vec3),
 ):
-    _put_child(node_box, 0, 0, lower[0], upper[0])
-    _put_child(node_box, 0, 1, _empty_lo(), _empty_hi())
-    node_child[0] = wp.vec4i(0, 0, 1, 0)
+    _put_node(node_box, node_link, 0, lower[0], upper[0], _empty_lo(), _empty_hi(), wp.vec4i(0, 0, 1, 0))
     root_box[0] = lower[0]
     root_box[1] = upper[0]
 
@@ -259,8 +243,7 @@ class EdgeBvh:
         stream: the stream to build on (``None`` on the CPU).
         builder: ``"sah"`` or ``"lbvh"`` (see the module docstring); ``None``:
             ``DEFAULT_BUILDER``.
-        leaf_size: most segments per leaf of the ``"sah"`` builder (1 to 16; ``None``:
-            ``DEFAULT_LEAF_SIZE``); the ``"lbvh"`` builder has one per leaf.
+        leaf_size: most segments per leaf (1 to 16; ``None``: ``DEFAULT_LEAF_SIZE``).
 
     Building synchronises with the device a few times (small reads of tree sizes).
 
@@ -283,9 +266,9 @@ class EdgeBvh:
             raise ValueError("rayd.engine.EdgeBvh(): 'edge_v' must hold at least one edge")
         if builder is None:
             builder = DEFAULT_BUILDER["cpu" if points.device.is_cpu else "cuda"]
-        leaf_size = DEFAULT_LEAF_SIZE if leaf_size is None else int(leaf_size)
         if builder not in ("sah", "lbvh"):
             raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' must be 'sah' or 'lbvh', got {builder!r}")
+        leaf_size = DEFAULT_LEAF_SIZE[builder] if leaf_size is None else int(leaf_size)
         if not 1 <= leaf_size <= 16:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'leaf_size' must be in [1, 16], got {leaf_size}")
         self.device = dev = points.device
@@ -294,7 +277,8 @@ class EdgeBvh:
         self.mask = mask
         self.num_edges = n
         self.builder = builder if n > 1 else "single"
-        self.leaf_size = leaf_size if self.builder == "sah" else 1
+        self.leaf_size = leaf_size if self.builder != "single" else 1
+        self.fallback_error: str | None = None  # why the "sah" builder fell back to "lbvh" (CUDA)
         with launch_stream(dev, stream):
             self.seg = wp.empty(2 * n, dtype=wp.vec3, device=dev)
             self.slot_id = wp.empty(n, dtype=wp.int32, device=dev)
@@ -306,24 +290,34 @@ class EdgeBvh:
                 self.num_inner = 1
                 self.depth = 2
             elif self.builder == "lbvh":
-                self._lbvh = Lbvh(points, edge_v, stream)
-                self.slot_edge = self._lbvh.order
-                self.num_inner = n - 1
-                self.depth = self._lbvh.depth
+                self._build_lbvh(stream)
             else:
                 try:
                     self._build_sah(stream)
-                except RuntimeError:  # no cuBQL in this Warp build: our own LBVH instead
+                except RuntimeError as error:  # no cuBQL in this Warp build, or an unexpected layout
                     if dev.is_cpu:
                         raise
-                    self.builder, self.leaf_size = "lbvh", 1
-                    self._lbvh = Lbvh(points, edge_v, stream)
-                    self.slot_edge = self._lbvh.order
-                    self.num_inner = n - 1
-                    self.depth = self._lbvh.depth
+                    # Not silent: the H200 rows labelled "sah" in results/h200-session4 have the depths
+                    # and search times of lbvh:1, which suggests such a fallback went unnoticed.
+                    warnings.warn(f"rayd.engine.EdgeBvh(): the 'sah' builder failed on {dev} ({error}); "
+                                  "building the 'lbvh' tree instead", RuntimeWarning, stacklevel=2)
+                    self.fallback_error = str(error)
+                    self.builder = "lbvh"
+                    self._build_lbvh(stream)
             self.node_box = wp.empty(4 * self.num_inner, dtype=wp.vec4, device=dev)
-            self.node_child = wp.empty(self.num_inner, dtype=wp.vec4i, device=dev)
+            # the same memory as int32: node_link[4 j + 3] = (code_a, code_b, count_a, count_b)
+            self.node_link = wp.array(ptr=self.node_box.ptr, dtype=wp.vec4i, shape=self.node_box.shape, device=dev)
+            if self.builder == "lbvh":
+                self._lbvh.write_links(self.node_link, self.leaf_size)
         self.refit(stream)
+
+    def _build_lbvh(self, stream) -> None:
+        self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=LBVH_KEY_BITS, cubic=LBVH_CUBIC)
+        if self._lbvh.depth >= MAX_DEPTH:  # deeper than the search stack (63-bit keys only): 30-bit keys
+            self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=30, cubic=LBVH_CUBIC)
+        self.slot_edge = self._lbvh.order
+        self.num_inner = self.num_edges - 1
+        self.depth = self._lbvh.depth
 
     def _build_sah(self, stream) -> None:
         n, dev = self.num_edges, self.device
@@ -360,6 +354,18 @@ class EdgeBvh:
         # cuBQL converts trees deeper than Warp's query stack by merging deep subtrees into one leaf
         self.depth = int(nodes.depth) + 1 if nodes.depth > 0 else 33
 
+    def packed_nodes(self):
+        """Host copy of the packed tree, for tests and measurements.
+
+        Returns:
+            ``(box, link)``: float32 ``(num_inner, 2, 2, 3)`` (child, lo/hi, xyz) and int32
+            ``(num_inner, 4)`` = (code_a, code_b, count_a, count_b).
+        """
+        raw = self.node_box.numpy().reshape(-1, 16)
+        box = raw[:, :12].reshape(-1, 2, 2, 3)
+        link = self.node_link.numpy().reshape(-1, 4, 4)[:, 3]
+        return box, link
+
     @property
     def num_nodes(self) -> int:
         """Internal (packed) nodes."""
@@ -378,18 +384,13 @@ class EdgeBvh:
                 nd = self._nodes
                 wp.launch(_edges_pack_warp_kernel, dim=self._num_src,
                           inputs=[self._src_root, nd.lowers, nd.uppers, nd.lower_index, nd.upper_index, self._packed],
-                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)
             elif self.builder == "lbvh":
-                t = self._lbvh
-                wp.launch(_edges_slots_kernel, dim=n,
-                          inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, n - 1],
-                          outputs=[self.seg, self.slot_id, t.lower, t.upper], device=dev)
-                t.refit_internal()
-                wp.launch(_edges_pack_lbvh_kernel, dim=n - 1, inputs=[n, t.left, t.right, t.lower, t.upper],
-                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+                self._lbvh.refit(self.points, self.edge_v, self.mask, self.leaf_size, self.seg, self.slot_id,
+                                 self.node_box, self.root_box)
             else:
                 wp.launch(_edges_slots_kernel, dim=1,
                           inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, 0],
                           outputs=[self.seg, self.slot_id, self._lower, self._upper], device=dev)
                 wp.launch(_edges_pack_single_kernel, dim=1, inputs=[self._lower, self._upper],
-                          outputs=[self.node_box, self.node_child, self.root_box], device=dev)
+                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)

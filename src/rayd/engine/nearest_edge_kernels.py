@@ -161,7 +161,7 @@ def _make_search_kernel(kind: int, counting: bool):
     ``TOPK`` (the ``k`` nearest to a point). ``counting`` adds a per-query count of
     internal nodes visited and segments tested (``counts[i]``), for measurements.
 
-    The walk: at an internal node both children's boxes are read (one 64-byte run)
+    The walk: at an internal node both children's boxes and links are read (one 64-byte run)
     and tested; leaf children are tested on the spot, nearer first; of the internal
     children that pass, the nearer is visited next and the farther pushed with its
     key (squared box distance), skipped when popped if the search radius has
@@ -172,7 +172,7 @@ def _make_search_kernel(kind: int, counting: bool):
 
     def search(
         node_box: wp.array(dtype=wp.vec4),
-        node_child: wp.array(dtype=wp.vec4i),
+        node_link: wp.array(dtype=wp.vec4i),
         seg: wp.array(dtype=wp.vec3),
         slot_id: wp.array(dtype=wp.int32),
         q0: wp.array(dtype=wp.vec3),
@@ -224,16 +224,19 @@ def _make_search_kernel(kind: int, counting: bool):
         stack_key = _stack_f()
         sp = int(0)
         node = int(0)
-        limit = node_child.shape[0]  # each internal node is entered at most once: never loop
+        limit = node_box.shape[0] // 4  # each internal node is entered at most once: never loop
         while go != 0:
             visited += 1
             if visited > limit:
                 break
-            lo_a = wp.vec3(node_box[4 * node][0], node_box[4 * node][1], node_box[4 * node][2])
-            hi_a = wp.vec3(node_box[4 * node + 1][0], node_box[4 * node + 1][1], node_box[4 * node + 1][2])
-            lo_b = wp.vec3(node_box[4 * node + 2][0], node_box[4 * node + 2][1], node_box[4 * node + 2][2])
-            hi_b = wp.vec3(node_box[4 * node + 3][0], node_box[4 * node + 3][1], node_box[4 * node + 3][2])
-            ch = node_child[node]
+            b0 = node_box[4 * node]  # one 64-byte run: four 128-bit loads
+            b1 = node_box[4 * node + 1]
+            b2 = node_box[4 * node + 2]
+            ch = node_link[4 * node + 3]
+            lo_a = wp.vec3(b0[0], b0[1], b0[2])
+            hi_a = wp.vec3(b0[3], b1[0], b1[1])
+            lo_b = wp.vec3(b1[2], b1[3], b2[0])
+            hi_b = wp.vec3(b2[1], b2[2], b2[3])
             ok_a = False
             ok_b = False
             key_a = float(0.0)
@@ -283,13 +286,16 @@ def _make_search_kernel(kind: int, counting: bool):
                     for s in range(first, first + count):
                         if wp.static(counting):
                             tested += 1
-                        gid = int(slot_id[s])
+                        dsq = float(0.0)
+                        if wp.static(kind == RAY):
+                            dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * s], seg[2 * s + 1])
+                        else:
+                            dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
+                        # the id (or -1: masked out) is read only for a candidate within the radius
+                        gid = int(-1)
+                        if dsq <= bound:
+                            gid = int(slot_id[s])
                         if gid >= 0:
-                            dsq = float(0.0)
-                            if wp.static(kind == RAY):
-                                dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * s], seg[2 * s + 1])
-                            else:
-                                dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
                             if wp.static(kind == TOPK):
                                 if dsq <= bound and _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
                                     j = k - 1  # sorted insertion into the fixed-size list
