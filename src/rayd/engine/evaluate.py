@@ -82,6 +82,8 @@ def _closest_fields_kernel(
     vertices: wp.array(dtype=wp.vec3),
     indices: wp.array(dtype=wp.int32),
     offsets: wp.array(dtype=wp.int32),
+    face_row: wp.array(dtype=wp.int32),
+    world: wp.array(dtype=wp.mat44d),
     tmin_value: wp.float64,
     tmin_rows: wp.array(dtype=wp.float64),
     tmin_stride: int,
@@ -106,18 +108,32 @@ def _closest_fields_kernel(
     di = wp.vec3d()
     e1 = wp.vec3d()
     e2 = wp.vec3d()
+    shape = int(0)
     if f >= 0:
-        a = vertices[indices[3 * f]]
-        b = vertices[indices[3 * f + 1]]
-        c = vertices[indices[3 * f + 2]]
-        if _singular(a, b, c, d[i * d_stride]):
+        # shape: the last one whose first global_prim_id is <= f (searchsorted right, minus 1)
+        hi_s = offsets.shape[0]
+        while hi_s - shape > 1:
+            mid = (shape + hi_s) // 2
+            if offsets[mid] <= f:
+                shape = mid
+            else:
+                hi_s = mid
+        row = face_row[shape] + f - offsets[shape]
+        v0 = _f64(vertices[indices[3 * row]])
+        v1 = _f64(vertices[indices[3 * row + 1]])
+        v2 = _f64(vertices[indices[3 * row + 2]])
+        if world.shape[0] > 0:  # placed in float64, as rayd.torch._geometry.gather places corners
+            m = world[shape]
+            v0 = _place(m, v0)
+            v1 = _place(m, v1)
+            v2 = _place(m, v2)
+        di = _f64(d[i * d_stride])
+        if _singular64(v0, v1, v2, di):
             f = -1
         else:  # the formulas of _evaluate_hits_kernel, in the same order
-            v0 = _f64(a)
-            e1 = _f64(b) - v0
-            e2 = _f64(c) - v0
+            e1 = v1 - v0
+            e2 = v2 - v0
             oi = _f64(o[i * o_stride])
-            di = _f64(d[i * d_stride])
             pvec = wp.cross(di, e2)
             det = wp.dot(e1, pvec)
             inv_det = wp.float64(1.0) / det
@@ -147,21 +163,32 @@ def _closest_fields_kernel(
             barycentric[i] = wp.vec3(0.0, 0.0, 0.0)
     else:
         t[i] = float(hit_t)
-        # shape: the last one whose first global_prim_id is <= f (searchsorted right, minus 1)
-        lo_s = int(0)
-        hi_s = offsets.shape[0]
-        while hi_s - lo_s > 1:
-            mid = (lo_s + hi_s) // 2
-            if offsets[mid] <= f:
-                lo_s = mid
-            else:
-                hi_s = mid
-        shape_id[i] = wp.int32(lo_s)
-        prim_id[i] = f - offsets[lo_s]
+        shape_id[i] = wp.int32(shape)
+        prim_id[i] = f - offsets[shape]
         if geometric != 0:
             p[i] = _f32(oi + hit_t * di)
             geo_n[i] = _f32(wp.normalize(wp.cross(e1, e2)))
             barycentric[i] = wp.vec3(float(wp.float64(1.0) - u - v), float(u), float(v))
+
+
+@wp.func
+def _place(m: wp.mat44d, x: wp.vec3d) -> wp.vec3d:
+    """``m``'s affine map of ``x`` (the top three rows)."""
+    return wp.vec3d(m[0, 0] * x[0] + m[0, 1] * x[1] + m[0, 2] * x[2] + m[0, 3],
+                    m[1, 0] * x[0] + m[1, 1] * x[1] + m[1, 2] * x[2] + m[1, 3],
+                    m[2, 0] * x[0] + m[2, 1] * x[1] + m[2, 2] * x[2] + m[2, 3])
+
+
+@wp.func
+def _singular64(v0: wp.vec3d, v1: wp.vec3d, v2: wp.vec3d, d: wp.vec3d) -> bool:
+    """:func:`_singular` of float64 corners (the same tests)."""
+    e1 = v1 - v0
+    e2 = v2 - v0
+    zero = wp.float64(0.0)
+    n = wp.cross(e1, e2)
+    if n[0] == zero and n[1] == zero and n[2] == zero:
+        return True
+    return wp.dot(e1, wp.cross(d, e2)) == zero
 
 
 @wp.kernel
@@ -262,6 +289,8 @@ def closest_fields(
     global_prim_id: wp.array,
     outputs: list,
     stream: wp.Stream | None = None,
+    face_row: wp.array | None = None,
+    world: wp.array | None = None,
 ) -> None:
     """Every field of a closest-hit record for the search's winners, in one pass.
 
@@ -269,6 +298,10 @@ def closest_fields(
         o, d: ``wp.vec3`` arrays of length N or 1 (broadcast), the rays as evaluated.
         vertices: ``wp.vec3`` (V,) the live float32 vertices; ``indices`` int32 (3 F,).
         offsets: int32 (S,) first ``global_prim_id`` of each shape (ascending; S >= 1).
+        face_row: int32 (S,) row of ``indices`` (in faces) of each shape's first face, or
+            ``None`` when the rows are the ``global_prim_id`` (meshes only, no instances).
+        world: ``wp.mat44d`` (S,) placement per shape (instances, transforms; only the
+            top three rows are read), or ``None`` for vertices already in world space.
         tmin, tmax: the hit interval on the float32 ``t``: a float (compared as given:
             the caller rounds it as its comparison would), or a float64 array of length
             N or 1.
@@ -293,7 +326,8 @@ def closest_fields(
     launch_rows(
         _closest_fields_kernel,
         n,
-        [*per_row(o, n), *per_row(d, n), vertices, indices, offsets, *bounds, 0 if p is None else 1],
+        [*per_row(o, n), *per_row(d, n), vertices, indices, offsets, offsets if face_row is None else face_row,
+         world, *bounds, 0 if p is None else 1],
         [global_prim_id, t, p, geo_n, barycentric, shape_id, prim_id],
         global_prim_id.device,
         stream,

@@ -14,7 +14,8 @@ op-by-op formulas and differentiates those, so the gradient is itself differenti
 :func:`intersect_fused` (``Scene.intersect``) runs ``engine.closest_fields``: one kernel
 writes every requested field, the ids and the hit interval of the record in their final
 layout (``RayFlags.Minimal`` writes ``t`` and the ids only); its backward runs the adjoint
-of ``t`` alone when only ``t`` carries a gradient.
+of ``t`` alone when only ``t`` carries a gradient. For instances and transformed meshes
+the same kernel (corners placed in float64) runs when nothing needs a gradient.
 """
 
 from __future__ import annotations
@@ -161,6 +162,63 @@ def _bound_rows(bound: float | torch.Tensor, batch: torch.Size) -> float | torch
     return bound.expand(batch).reshape(-1).to(torch.float64).contiguous()
 
 
+def closest(state, ray, batch: torch.Size, global_prim_id: torch.Tensor, meshes: list[torch.Tensor],
+            flags: RayFlags) -> dict[str, torch.Tensor] | None:
+    """``Scene.intersect``'s fields by one kernel, or ``None`` where the op-by-op path must run.
+
+    Meshes without transforms (plain scenes): differentiable (:func:`intersect_fused`).
+    Instances and transformed meshes without vertex normals or uv: forward only, when
+    nothing needs a gradient (:func:`intersect_placed`). Both need float32 rays and
+    vertices, eager mode and no ``torch.func`` transform (:func:`usable`).
+    """
+    if not usable([ray.o, ray.d, *meshes]):
+        return None
+    if state.plain and not state.has_matrix():
+        vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+        return intersect_fused(ray, batch, global_prim_id, vertices, state, flags)
+    table = state.table
+    if table.face_has_normals is not None or table.face_has_uv is not None:
+        return None
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (ray.o, ray.d, *meshes)):
+        return None
+    world = state.world() if state.has_matrix() else None
+    if world is not None and world.requires_grad:
+        return None
+    vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+    return intersect_placed(ray, batch, global_prim_id, vertices, state, world, flags)
+
+
+def _tables(state) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 device copies of the shapes' first ``global_prim_id`` and face row, made once per build."""
+    found = getattr(state, "_int32_tables", None)
+    if found is None:  # (a search's global_prim_id, and so every row, fits int32)
+        found = state._int32_tables = (state.table.global_offset.to(torch.int32),
+                                       state.table.face_row.clamp(min=0).to(torch.int32))
+    return found
+
+
+def _ray_rows(ray, batch: torch.Size) -> list[torch.Tensor]:
+    rows = []
+    for x in (ray.o, ray.d):
+        lead = x.shape[:-1]
+        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
+                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
+    return rows
+
+
+def _record(out: tuple, global_prim_id: torch.Tensor, geometric: bool, flags: RayFlags) -> dict[str, torch.Tensor]:
+    fields = {"t": out[0], "shape_id": out[-2], "prim_id": out[-1], "global_prim_id": global_prim_id}
+    if geometric:
+        _, p, geo_n, barycentric = out[:4]
+        if flags & RayFlags.Geometric:
+            fields.update(p=p, geo_n=geo_n, barycentric=barycentric)
+        if flags & RayFlags.ShadingN:
+            fields["n"] = geo_n  # no vertex normals: the shading normal is the geometric one
+        if flags & RayFlags.UV:
+            fields["uv"] = barycentric[:, 1:]  # no uv: (w1, w2)
+    return fields
+
+
 def intersect_fused(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertices: torch.Tensor, state,
                     flags: RayFlags) -> dict[str, torch.Tensor]:
     """The fields of ``Scene.intersect``'s record, (N, ...) rows, interval applied, in one kernel.
@@ -168,29 +226,49 @@ def intersect_fused(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertic
     ``ray``: the query's :class:`~rayd.torch.Ray` (float32); ``global_prim_id``: (N,) int32
     winners of the search (overwritten with the reported ones); ``vertices``: float32
     (V, 3) live vertices of the plain scene ``state`` (a ``LiveState``); only the fields
-    ``flags`` asks for are computed.
+    ``flags`` asks for are computed. Differentiable with respect to ``vertices``,
+    ``ray.o`` and ``ray.d``.
     """
-    offsets = getattr(state, "_offsets_int32", None)
-    if offsets is None:  # made once per build (a search's global_prim_id fits int32)
-        offsets = state._offsets_int32 = state.table.global_offset.to(torch.int32)
-    rows = []
-    for x in (ray.o, ray.d):
-        lead = x.shape[:-1]
-        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
-                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
+    offsets, _ = _tables(state)
+    rows = _ray_rows(ray, batch)
     geometric = bool(flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV))
     out = _FusedClosest.apply(rows[0], rows[1], vertices.contiguous(), global_prim_id, state.indices, offsets,
                               _bound_rows(ray.tmin, batch), _bound_rows(ray.tmax, batch), geometric)
-    fields = {"t": out[0], "shape_id": out[-2], "prim_id": out[-1], "global_prim_id": global_prim_id}
-    if geometric:
-        _, p, geo_n, barycentric = out[:4]
-        if flags & RayFlags.Geometric:
-            fields.update(p=p, geo_n=geo_n, barycentric=barycentric)
-        if flags & RayFlags.ShadingN:
-            fields["n"] = geo_n
-        if flags & RayFlags.UV:
-            fields["uv"] = barycentric[:, 1:]
-    return fields
+    return _record(out, global_prim_id, geometric, flags)
+
+
+def intersect_placed(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertices: torch.Tensor, state,
+                     world: torch.Tensor | None, flags: RayFlags) -> dict[str, torch.Tensor]:
+    """:func:`intersect_fused` for instances and transformed meshes, forward only (no gradient).
+
+    ``world``: (S, 4, 4) float64 placement per shape (``LiveState.world()``), or ``None``
+    when no shape has a transform. The corners are placed in float64 and evaluated as
+    the op-by-op path does (``_geometry.gather``, ``_intersect.evaluate``).
+    """
+    offsets, face_row = _tables(state)
+    o, d = _ray_rows(ray, batch)
+    n = global_prim_id.shape[0]
+    device = global_prim_id.device
+    geometric = bool(flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV))
+    t = torch.empty(n, dtype=torch.float32, device=device)
+    vec = [torch.empty((n, 3), dtype=torch.float32, device=device) for _ in range(3)] if geometric else []
+    shape_id = torch.empty(n, dtype=torch.int32, device=device)
+    prim_id = torch.empty(n, dtype=torch.int32, device=device)
+    outputs = [_convert.scalar_view(t), *([_convert.vec3_view(x) for x in vec] or [None] * 3),
+               _convert.scalar_view(shape_id), _convert.scalar_view(prim_id)]
+    placement = None
+    if world is not None:
+        import warp as wp  # noqa: PLC0415
+
+        placement = wp.from_torch(_convert.primal(world).to(torch.float64).contiguous(), dtype=wp.mat44d)
+    engine.closest_fields(
+        _convert.vec3_view(o.detach()), _convert.vec3_view(d.detach()), _convert.vec3_view(vertices.detach()),
+        _convert.scalar_view(state.indices), _convert.scalar_view(offsets),
+        _bound_view(_bound_rows(ray.tmin, batch)), _bound_view(_bound_rows(ray.tmax, batch)),
+        _convert.scalar_view(global_prim_id), outputs, _convert.current_stream(device),
+        face_row=_convert.scalar_view(face_row), world=placement,
+    )
+    return _record((t, *vec, shape_id, prim_id), global_prim_id, geometric, flags)
 
 
 def _differentiable_backward(needs, inputs, global_prim_id, indices, grad_outputs) -> tuple:

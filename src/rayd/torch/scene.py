@@ -183,11 +183,9 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, Scen
         batch, n, global_prim_id, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
         state = self._state
         meshes = [s.vertices for s in self._core.table.meshes]
-        if state.plain and not state.has_matrix() and _intersect_fused.usable([ray.o, ray.d, *meshes]):
-            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
-            # one kernel: the requested fields, ids and hit interval in their final layout
-            fields = _intersect_fused.intersect_fused(ray, batch, global_prim_id, vertices, state, flags)
-        else:
+        # one kernel: the requested fields, ids and hit interval in their final layout (None: op by op)
+        fields = _intersect_fused.closest(state, ray, batch, global_prim_id, meshes, flags)
+        if fields is None:
             dtype = self._output_dtype(ray)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
