@@ -244,3 +244,18 @@ def test_instances_with_gradients_keep_the_op_by_op_path(device):
     with torch.no_grad():
         again = scene.intersect(rt.Ray(o, d))
     torch.testing.assert_close(again.t, hit.t.detach())
+
+
+def test_default_query_launches_nothing_before_the_search(device):
+    """No mask and the default interval: the search reads rows made at build() (no fill launch per query)."""
+    scene, _ = _two_spheres(device)
+    o, d = _rays(device, n=64)
+    mode = _FullPasses(1)  # every op that touches any tensor
+    with mode:
+        scene.shadow_test(rt.Ray(o, d))
+    assert mode.ops == ["ge"]  # only the blocker test after the search (ones/full/full before)
+    hit = scene.intersect(rt.Ray(o, d, tmin=0.0))
+    torch.testing.assert_close(hit.t, scene.intersect(rt.Ray(o, d, tmin=-0.0, tmax=float("inf"))).t)
+    got = scene.intersect(rt.Ray(o, d, 2.5, tmin=0.5))  # other bounds: rows made per query, as before
+    with _op_by_op():
+        _assert_same(got, scene.intersect(rt.Ray(o, d, 2.5, tmin=0.5)))
