@@ -8,6 +8,12 @@ frontends' reference path: ``t, u, v`` solving ``o + t d = (1-u-v) v0 + u v1 + v
 (Moeller & Trumbore 1997, JGT 2(1)), ``p = o + t d``, ``geo_n = normalize(e1 x e2)``.
 Misses write ``t = inf`` and zeros, and receive no gradient; so does a winner that is
 degenerate or whose ray lies in its plane (the frontends then report a miss).
+
+:func:`closest_fields` is the forward of a closest-hit query in one pass: the same
+formulas, plus the shape/face ids of each winner and the hit interval
+``tmin < t < tmax`` on the evaluated ``t``, every record field written in its final
+layout (no further pass per field). :func:`evaluate_hits_adjoint` (all fields) and
+:func:`evaluate_t_adjoint` (``t`` only) differentiate it.
 """
 
 from __future__ import annotations
@@ -67,6 +73,159 @@ def _evaluate_hits_kernel(
         barycentric[i] = wp.vec3(float(wp.float64(1.0) - u - v), float(u), float(v))
 
 
+@wp.kernel(enable_backward=False)
+def _closest_fields_kernel(
+    o: wp.array(dtype=wp.vec3),
+    o_stride: int,
+    d: wp.array(dtype=wp.vec3),
+    d_stride: int,
+    vertices: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    offsets: wp.array(dtype=wp.int32),
+    face_row: wp.array(dtype=wp.int32),
+    world: wp.array(dtype=wp.mat44d),
+    tmin_value: wp.float64,
+    tmin_rows: wp.array(dtype=wp.float64),
+    tmin_stride: int,
+    tmax_value: wp.float64,
+    tmax_rows: wp.array(dtype=wp.float64),
+    tmax_stride: int,
+    geometric: int,
+    global_prim_id: wp.array(dtype=wp.int32),
+    t: wp.array(dtype=float),
+    p: wp.array(dtype=wp.vec3),
+    geo_n: wp.array(dtype=wp.vec3),
+    barycentric: wp.array(dtype=wp.vec3),
+    shape_id: wp.array(dtype=wp.int32),
+    prim_id: wp.array(dtype=wp.int32),
+):
+    i = wp.tid()
+    f = global_prim_id[i]
+    hit_t = wp.float64(0.0)
+    u = wp.float64(0.0)
+    v = wp.float64(0.0)
+    oi = wp.vec3d()
+    di = wp.vec3d()
+    e1 = wp.vec3d()
+    e2 = wp.vec3d()
+    shape = int(0)
+    if f >= 0:
+        # shape: the last one whose first global_prim_id is <= f (searchsorted right, minus 1)
+        hi_s = offsets.shape[0]
+        while hi_s - shape > 1:
+            mid = (shape + hi_s) // 2
+            if offsets[mid] <= f:
+                shape = mid
+            else:
+                hi_s = mid
+        row = face_row[shape] + f - offsets[shape]
+        v0 = _f64(vertices[indices[3 * row]])
+        v1 = _f64(vertices[indices[3 * row + 1]])
+        v2 = _f64(vertices[indices[3 * row + 2]])
+        if world.shape[0] > 0:  # placed in float64, as rayd.torch._geometry.gather places corners
+            m = world[shape]
+            v0 = _place(m, v0)
+            v1 = _place(m, v1)
+            v2 = _place(m, v2)
+        di = _f64(d[i * d_stride])
+        if _singular64(v0, v1, v2, di):
+            f = -1
+        else:  # the formulas of _evaluate_hits_kernel, in the same order
+            e1 = v1 - v0
+            e2 = v2 - v0
+            oi = _f64(o[i * o_stride])
+            pvec = wp.cross(di, e2)
+            det = wp.dot(e1, pvec)
+            inv_det = wp.float64(1.0) / det
+            s = oi - v0
+            qvec = wp.cross(s, e1)
+            hit_t = wp.dot(e2, qvec) * inv_det
+            u = wp.dot(s, pvec) * inv_det
+            v = wp.dot(di, qvec) * inv_det
+            # The interval on the reported (float32) t, as rayd.torch._interval compares it.
+            t32 = wp.float64(float(hit_t))
+            lo = tmin_value
+            if tmin_stride >= 0:
+                lo = tmin_rows[i * tmin_stride]
+            hi = tmax_value
+            if tmax_stride >= 0:
+                hi = tmax_rows[i * tmax_stride]
+            if not (t32 > lo and t32 < hi):
+                f = -1
+    if f < 0:
+        t[i] = INF
+        global_prim_id[i] = -1
+        shape_id[i] = -1
+        prim_id[i] = -1
+        if geometric != 0:
+            p[i] = wp.vec3(0.0, 0.0, 0.0)
+            geo_n[i] = wp.vec3(0.0, 0.0, 0.0)
+            barycentric[i] = wp.vec3(0.0, 0.0, 0.0)
+    else:
+        t[i] = float(hit_t)
+        shape_id[i] = wp.int32(shape)
+        prim_id[i] = f - offsets[shape]
+        if geometric != 0:
+            p[i] = _f32(oi + hit_t * di)
+            geo_n[i] = _f32(wp.normalize(wp.cross(e1, e2)))
+            barycentric[i] = wp.vec3(float(wp.float64(1.0) - u - v), float(u), float(v))
+
+
+@wp.func
+def _place(m: wp.mat44d, x: wp.vec3d) -> wp.vec3d:
+    """``m``'s affine map of ``x`` (the top three rows)."""
+    return wp.vec3d(m[0, 0] * x[0] + m[0, 1] * x[1] + m[0, 2] * x[2] + m[0, 3],
+                    m[1, 0] * x[0] + m[1, 1] * x[1] + m[1, 2] * x[2] + m[1, 3],
+                    m[2, 0] * x[0] + m[2, 1] * x[1] + m[2, 2] * x[2] + m[2, 3])
+
+
+@wp.func
+def _singular64(v0: wp.vec3d, v1: wp.vec3d, v2: wp.vec3d, d: wp.vec3d) -> bool:
+    """:func:`_singular` of float64 corners (the same tests)."""
+    e1 = v1 - v0
+    e2 = v2 - v0
+    zero = wp.float64(0.0)
+    n = wp.cross(e1, e2)
+    if n[0] == zero and n[1] == zero and n[2] == zero:
+        return True
+    return wp.dot(e1, wp.cross(d, e2)) == zero
+
+
+@wp.kernel
+def _evaluate_t_kernel(
+    o: wp.array(dtype=wp.vec3),
+    o_stride: int,
+    d: wp.array(dtype=wp.vec3),
+    d_stride: int,
+    global_prim_id: wp.array(dtype=wp.int32),
+    vertices: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    t: wp.array(dtype=float),
+):
+    """``t`` of :func:`_evaluate_hits_kernel` alone (its adjoint: gradients of ``t`` only)."""
+    i = wp.tid()
+    f = global_prim_id[i]
+    if f >= 0 and _singular(vertices[indices[3 * f]], vertices[indices[3 * f + 1]], vertices[indices[3 * f + 2]],
+                            d[i * d_stride]):
+        f = -1
+    if f < 0:
+        t[i] = INF
+    else:
+        v0 = _f64(vertices[indices[3 * f]])
+        v1 = _f64(vertices[indices[3 * f + 1]])
+        v2 = _f64(vertices[indices[3 * f + 2]])
+        oi = _f64(o[i * o_stride])
+        di = _f64(d[i * d_stride])
+        e1 = v1 - v0
+        e2 = v2 - v0
+        pvec = wp.cross(di, e2)
+        det = wp.dot(e1, pvec)
+        inv_det = wp.float64(1.0) / det
+        s = oi - v0
+        qvec = wp.cross(s, e1)
+        t[i] = float(wp.dot(e2, qvec) * inv_det)
+
+
 @wp.func
 def _singular(a: wp.vec3, b: wp.vec3, c: wp.vec3, d: wp.vec3) -> bool:
     """True for a degenerate triangle or a ray in its plane, as ``watertight.confirmed_t`` decides."""
@@ -116,6 +275,97 @@ def evaluate_hits(
         outputs,
         global_prim_id.device,
         stream,
+    )
+
+
+def closest_fields(
+    o: wp.array,
+    d: wp.array,
+    vertices: wp.array,
+    indices: wp.array,
+    offsets: wp.array,
+    tmin: float | wp.array,
+    tmax: float | wp.array,
+    global_prim_id: wp.array,
+    outputs: list,
+    stream: wp.Stream | None = None,
+    face_row: wp.array | None = None,
+    world: wp.array | None = None,
+) -> None:
+    """Every field of a closest-hit record for the search's winners, in one pass.
+
+    Args:
+        o, d: ``wp.vec3`` arrays of length N or 1 (broadcast), the rays as evaluated.
+        vertices: ``wp.vec3`` (V,) the live float32 vertices; ``indices`` int32 (3 F,).
+        offsets: int32 (S,) first ``global_prim_id`` of each shape (ascending; S >= 1).
+        face_row: int32 (S,) row of ``indices`` (in faces) of each shape's first face, or
+            ``None`` when the rows are the ``global_prim_id`` (meshes only, no instances).
+        world: ``wp.mat44d`` (S,) placement per shape (instances, transforms; only the
+            top three rows are read), or ``None`` for vertices already in world space.
+        tmin, tmax: the hit interval on the float32 ``t``: a float (compared as given:
+            the caller rounds it as its comparison would), or a float64 array of length
+            N or 1.
+        global_prim_id: int32 (N,) the search's winners (-1: none); overwritten with the
+            reported ones (-1 where the winner is singular or its ``t`` falls outside).
+        outputs: ``[t, p, geo_n, barycentric, shape_id, prim_id]`` (N,): float32 ``t``,
+            ``wp.vec3`` ``p``, ``geo_n``, ``barycentric`` (or three ``None`` to skip
+            them), int32 ids. Misses: ``t = inf``, zeros, ids -1.
+        stream: the CUDA stream (``None`` on the CPU).
+    """
+    n = global_prim_id.shape[0]
+    if n == 0:
+        return
+    t, p, geo_n, barycentric, shape_id, prim_id = outputs
+    bounds = []
+    for bound in (tmin, tmax):
+        if isinstance(bound, wp.array):
+            stride = per_row(bound, n)
+            bounds += [0.0, stride[0], stride[1]]
+        else:
+            bounds += [float(bound), None, -1]
+    launch_rows(
+        _closest_fields_kernel,
+        n,
+        [*per_row(o, n), *per_row(d, n), vertices, indices, offsets, offsets if face_row is None else face_row,
+         world, *bounds, 0 if p is None else 1],
+        [global_prim_id, t, p, geo_n, barycentric, shape_id, prim_id],
+        global_prim_id.device,
+        stream,
+    )
+
+
+def evaluate_t_adjoint(
+    o: wp.array,
+    d: wp.array,
+    global_prim_id: wp.array,
+    vertices: wp.array,
+    indices: wp.array,
+    t: wp.array,
+    grad_t: wp.array,
+    grad_o: wp.array | None,
+    grad_d: wp.array | None,
+    grad_vertices: wp.array | None,
+    stream: wp.Stream | None = None,
+) -> None:
+    """Adjoint of ``t`` alone (:func:`evaluate_hits_adjoint` without the other fields).
+
+    ``t`` is scratch (N,) float32 the replay writes; ``grad_t`` (N,) the incoming
+    gradient; ``grad_o``, ``grad_d``, ``grad_vertices`` are accumulated into (atomic
+    adds), each ``None`` when not wanted.
+    """
+    n = global_prim_id.shape[0]
+    if n == 0:
+        return
+    wp.launch(
+        _evaluate_t_kernel,
+        dim=n,
+        inputs=[o, per_row(o, n)[1], d, per_row(d, n)[1], global_prim_id, vertices, indices],
+        outputs=[t],
+        adj_inputs=[grad_o, 0, grad_d, 0, None, grad_vertices, None],
+        adj_outputs=[grad_t],
+        adjoint=True,
+        device=global_prim_id.device,
+        stream=stream,
     )
 
 

@@ -101,6 +101,9 @@ CPU_SPLIT_MIN = 8192
 
 _pool = None
 _warmed: set = set()
+#: Cores for CPU launches, read once (``os.cpu_count()`` reads sysfs: tens of microseconds
+#: on every launch, CUDA ones included, when it was called per launch).
+_WORKERS = os.cpu_count() or 1
 
 
 class PerRow:
@@ -129,7 +132,7 @@ def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> 
     global _pool
     if n == 0:
         return
-    workers = os.cpu_count() or 1
+    workers = _WORKERS
     if not device.is_cpu or n < CPU_SPLIT_MIN or workers < 2 or kernel.key not in _warmed:
         plain = [x.array if isinstance(x, PerRow) else x for x in inputs]
         wp.launch(kernel, dim=n, inputs=plain, outputs=outputs, device=device, stream=stream)
@@ -143,6 +146,7 @@ def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> 
         lo, hi = bounds[k], bounds[k + 1]
         if hi > lo:
             part = [x.array[lo:hi] if isinstance(x, PerRow) else x for x in inputs]
-            wp.launch(kernel, dim=hi - lo, inputs=part, outputs=[o[lo:hi] for o in outputs], device=device)
+            wp.launch(kernel, dim=hi - lo, inputs=part, outputs=[None if o is None else o[lo:hi] for o in outputs],
+                      device=device)
 
     list(_pool.map(run, range(workers)))

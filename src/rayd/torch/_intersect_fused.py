@@ -10,10 +10,17 @@ Higher order: a backward run with ``create_graph=True`` (grad mode on inside
 ``backward``, as in ``torch.autograd.functional.hessian``) does not use the adjoint
 kernel, whose result would be a constant: it re-evaluates the winners with the
 op-by-op formulas and differentiates those, so the gradient is itself differentiable.
+
+:func:`intersect_fused` (``Scene.intersect``) runs ``engine.closest_fields``: one kernel
+writes every requested field, the ids and the hit interval of the record in their final
+layout (``RayFlags.Minimal`` writes ``t`` and the ids only); its backward runs the adjoint
+of ``t`` alone when only ``t`` carries a gradient. For instances and transformed meshes
+the same kernel (corners placed in float64) runs when nothing needs a gradient.
 """
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
@@ -44,6 +51,7 @@ class _FusedEvaluate(torch.autograd.Function):
         outputs = _empty_outputs(n, device)
         engine.evaluate_hits(*_views(o_rows, d_rows, global_prim_id, vertices, indices), _out_views(outputs),
                              _convert.current_stream(device))
+        ctx.set_materialize_grads(False)  # backward zero-fills only what it needs
         ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
         return tuple(outputs)
 
@@ -75,6 +83,192 @@ class _FusedEvaluate(torch.autograd.Function):
         )
         needs = ctx.needs_input_grad
         return (grad_o if needs[0] else None, grad_d if needs[1] else None, grad_v if needs[2] else None, None, None)
+
+
+class _FusedClosest(torch.autograd.Function):
+    """(o_rows, d_rows, vertices) -> (t[, p, geo_n, barycentric], shape_id, prim_id) of a closest-hit query.
+
+    ``global_prim_id`` (the search's winners) is overwritten with the reported ones.
+    """
+
+    @staticmethod
+    def forward(ctx, o_rows, d_rows, vertices, global_prim_id, indices, offsets, tmin, tmax, geometric):  # noqa: D102
+        n = global_prim_id.shape[0]
+        device = global_prim_id.device
+        t = torch.empty(n, dtype=torch.float32, device=device)
+        vec = [torch.empty((n, 3), dtype=torch.float32, device=device) for _ in range(3)] if geometric else []
+        shape_id = torch.empty(n, dtype=torch.int32, device=device)
+        prim_id = torch.empty(n, dtype=torch.int32, device=device)
+        o, d, gid, v, idx = _views(o_rows, d_rows, global_prim_id, vertices, indices)
+        outputs = [_convert.scalar_view(t), *([_convert.vec3_view(x) for x in vec] or [None] * 3),
+                   _convert.scalar_view(shape_id), _convert.scalar_view(prim_id)]
+        engine.closest_fields(o, d, v, idx, _convert.scalar_view(offsets), _bound_view(tmin), _bound_view(tmax),
+                              gid, outputs, _convert.current_stream(device))
+        ctx.mark_non_differentiable(shape_id, prim_id)
+        ctx.set_materialize_grads(False)  # unused outputs: None, not (N, 3) zeros made by autograd
+        ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        ctx.geometric = geometric
+        return (t, *vec, shape_id, prim_id)
+
+    @staticmethod
+    def backward(ctx, *grads):  # noqa: D102
+        o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
+        needs = ctx.needs_input_grad
+        grads = tuple(grads[:4]) if ctx.geometric else (grads[0], None, None, None)
+        rest = (None,) * 6
+        if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable
+            found = _differentiable_backward(needs[:3], (o_rows, d_rows, vertices), global_prim_id, indices, grads)
+            return (*found[:3], *rest)
+        n = global_prim_id.shape[0]
+        device = global_prim_id.device
+        grad_o, grad_d, grad_v = (torch.zeros_like(x) if need else None
+                                  for x, need in zip((o_rows, d_rows, vertices), needs[:3]))
+        if grad_o is None and grad_d is None and grad_v is None:
+            return (None, None, None, *rest)
+        views = _views(o_rows, d_rows, global_prim_id, vertices, indices)
+        adj = [None if g is None else _convert.vec3_view(g) for g in (grad_o, grad_d, grad_v)]
+        stream = _convert.current_stream(device)
+        if all(g is None for g in grads[1:]):  # only t carries a gradient: the adjoint of t alone
+            if grads[0] is not None:
+                scratch = torch.empty(n, dtype=torch.float32, device=device)
+                engine.evaluate_t_adjoint(*views, _convert.scalar_view(scratch),
+                                          _convert.scalar_view(grads[0].contiguous()), *adj, stream)
+        else:
+            full = [
+                (g if g is not None else torch.zeros(shape, dtype=torch.float32, device=device)).contiguous()
+                for g, shape in zip(grads, ((n,), (n, 3), (n, 3), (n, 3)))
+            ]
+            engine.evaluate_hits_adjoint(*views, _out_views(_empty_outputs(n, device)), _out_views(full), *adj,
+                                         stream)
+        return (grad_o, grad_d, grad_v, *rest)
+
+
+def _bound_view(bound):
+    return bound if isinstance(bound, float) else _convert.scalar_view(bound)
+
+
+def _bound_rows(bound: float | torch.Tensor, batch: torch.Size) -> float | torch.Tensor:
+    """A hit bound as ``tmin < t < tmax`` compares it with float32 ``t`` (``_interval.enforce``).
+
+    A number or a one-element tensor is compared in float32 (torch keeps the tensor's
+    dtype for a scalar operand): rounded to float32 here. A tensor per ray is compared
+    in the promoted dtype, which float64 holds exactly.
+    """
+    if not isinstance(bound, torch.Tensor):
+        return float(np.float32(bound))
+    bound = bound.detach()
+    if bound.numel() == 1:
+        return bound.reshape(1).to(torch.float32).to(torch.float64)
+    return bound.expand(batch).reshape(-1).to(torch.float64).contiguous()
+
+
+def closest(state, ray, batch: torch.Size, global_prim_id: torch.Tensor, meshes: list[torch.Tensor],
+            flags: RayFlags) -> dict[str, torch.Tensor] | None:
+    """``Scene.intersect``'s fields by one kernel, or ``None`` where the op-by-op path must run.
+
+    Meshes without transforms (plain scenes): differentiable (:func:`intersect_fused`).
+    Instances and transformed meshes without vertex normals or uv: forward only, when
+    nothing needs a gradient (:func:`intersect_placed`). Both need float32 rays and
+    vertices, eager mode and no ``torch.func`` transform (:func:`usable`).
+    """
+    if not usable([ray.o, ray.d, *meshes]):
+        return None
+    if state.plain and not state.has_matrix():
+        vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+        return intersect_fused(ray, batch, global_prim_id, vertices, state, flags)
+    table = state.table
+    if table.face_has_normals is not None or table.face_has_uv is not None:
+        return None
+    if torch.is_grad_enabled() and any(x.requires_grad for x in (ray.o, ray.d, *meshes)):
+        return None
+    world = state.world() if state.has_matrix() else None
+    if world is not None and world.requires_grad:
+        return None
+    vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+    return intersect_placed(ray, batch, global_prim_id, vertices, state, world, flags)
+
+
+def _tables(state) -> tuple[torch.Tensor, torch.Tensor]:
+    """int32 device copies of the shapes' first ``global_prim_id`` and face row, made once per build."""
+    found = getattr(state, "_int32_tables", None)
+    if found is None:  # (a search's global_prim_id, and so every row, fits int32)
+        found = state._int32_tables = (state.table.global_offset.to(torch.int32),
+                                       state.table.face_row.clamp(min=0).to(torch.int32))
+    return found
+
+
+def _ray_rows(ray, batch: torch.Size) -> list[torch.Tensor]:
+    rows = []
+    for x in (ray.o, ray.d):
+        lead = x.shape[:-1]
+        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
+                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
+    return rows
+
+
+def _record(out: tuple, global_prim_id: torch.Tensor, geometric: bool, flags: RayFlags) -> dict[str, torch.Tensor]:
+    fields = {"t": out[0], "shape_id": out[-2], "prim_id": out[-1], "global_prim_id": global_prim_id}
+    if geometric:
+        _, p, geo_n, barycentric = out[:4]
+        if flags & RayFlags.Geometric:
+            fields.update(p=p, geo_n=geo_n, barycentric=barycentric)
+        if flags & RayFlags.ShadingN:
+            fields["n"] = geo_n  # no vertex normals: the shading normal is the geometric one
+        if flags & RayFlags.UV:
+            fields["uv"] = barycentric[:, 1:]  # no uv: (w1, w2)
+    return fields
+
+
+def intersect_fused(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertices: torch.Tensor, state,
+                    flags: RayFlags) -> dict[str, torch.Tensor]:
+    """The fields of ``Scene.intersect``'s record, (N, ...) rows, interval applied, in one kernel.
+
+    ``ray``: the query's :class:`~rayd.torch.Ray` (float32); ``global_prim_id``: (N,) int32
+    winners of the search (overwritten with the reported ones); ``vertices``: float32
+    (V, 3) live vertices of the plain scene ``state`` (a ``LiveState``); only the fields
+    ``flags`` asks for are computed. Differentiable with respect to ``vertices``,
+    ``ray.o`` and ``ray.d``.
+    """
+    offsets, _ = _tables(state)
+    rows = _ray_rows(ray, batch)
+    geometric = bool(flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV))
+    out = _FusedClosest.apply(rows[0], rows[1], vertices.contiguous(), global_prim_id, state.indices, offsets,
+                              _bound_rows(ray.tmin, batch), _bound_rows(ray.tmax, batch), geometric)
+    return _record(out, global_prim_id, geometric, flags)
+
+
+def intersect_placed(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertices: torch.Tensor, state,
+                     world: torch.Tensor | None, flags: RayFlags) -> dict[str, torch.Tensor]:
+    """:func:`intersect_fused` for instances and transformed meshes, forward only (no gradient).
+
+    ``world``: (S, 4, 4) float64 placement per shape (``LiveState.world()``), or ``None``
+    when no shape has a transform. The corners are placed in float64 and evaluated as
+    the op-by-op path does (``_geometry.gather``, ``_intersect.evaluate``).
+    """
+    offsets, face_row = _tables(state)
+    o, d = _ray_rows(ray, batch)
+    n = global_prim_id.shape[0]
+    device = global_prim_id.device
+    geometric = bool(flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV))
+    t = torch.empty(n, dtype=torch.float32, device=device)
+    vec = [torch.empty((n, 3), dtype=torch.float32, device=device) for _ in range(3)] if geometric else []
+    shape_id = torch.empty(n, dtype=torch.int32, device=device)
+    prim_id = torch.empty(n, dtype=torch.int32, device=device)
+    outputs = [_convert.scalar_view(t), *([_convert.vec3_view(x) for x in vec] or [None] * 3),
+               _convert.scalar_view(shape_id), _convert.scalar_view(prim_id)]
+    placement = None
+    if world is not None:
+        import warp as wp  # noqa: PLC0415
+
+        placement = wp.from_torch(_convert.primal(world).to(torch.float64).contiguous(), dtype=wp.mat44d)
+    engine.closest_fields(
+        _convert.vec3_view(o.detach()), _convert.vec3_view(d.detach()), _convert.vec3_view(vertices.detach()),
+        _convert.scalar_view(state.indices), _convert.scalar_view(offsets),
+        _bound_view(_bound_rows(ray.tmin, batch)), _bound_view(_bound_rows(ray.tmax, batch)),
+        _convert.scalar_view(global_prim_id), outputs, _convert.current_stream(device),
+        face_row=_convert.scalar_view(face_row), world=placement,
+    )
+    return _record((t, *vec, shape_id, prim_id), global_prim_id, geometric, flags)
 
 
 def _differentiable_backward(needs, inputs, global_prim_id, indices, grad_outputs) -> tuple:

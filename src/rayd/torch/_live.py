@@ -93,6 +93,10 @@ class LiveState:
         self._row_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._single_groups: list = []
         self.no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)  # made once: no launch per query
+        # Rows of every query without a mask and with the default interval, made once too.
+        self.all_active = torch.ones(1, dtype=torch.uint8, device=device)
+        self.bound_rows = {0.0: torch.zeros(1, dtype=torch.float32, device=device),
+                           float("inf"): torch.full((1,), float("inf"), dtype=torch.float32, device=device)}
         # The search centre (engine/frame.py), for ray origins handed to the engine.
         self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
 

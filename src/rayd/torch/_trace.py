@@ -49,9 +49,12 @@ def check_ignore(call: str, batch: torch.Size, ignore: object,
     return batch, ignore
 
 
-def bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device) -> torch.Tensor:
+def bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device,
+          made: dict | None = None) -> torch.Tensor:
     if isinstance(value, torch.Tensor):
         return _convert.flat_float32(value, batch, None)
+    if made is not None and value in made:  # the default 0 and inf: rows made at build(), no launch per query
+        return made[value]
     return torch.full((1,), value, dtype=torch.float32, device=device)
 
 
@@ -82,7 +85,7 @@ def prepare(scene, call: str, ray: object, active: object,
     if n == 0:
         return batch, n, None, ray
     if active is None:
-        flag = torch.ones(1, dtype=torch.uint8, device=device)
+        flag = scene._state.all_active
     else:
         flag = _convert.primal(active)
         flag = (flag.reshape(1) if flag.numel() == 1 else flag.expand(batch).reshape(-1)).to(torch.uint8)
@@ -96,8 +99,9 @@ def prepare(scene, call: str, ray: object, active: object,
     centre = scene._state.centre
     if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
         o = _convert.primal(o).to(torch.float64) - centre
+    made = scene._state.bound_rows
     rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
-            bound(ray.tmin, batch, device), bound(ray.tmax, batch, device), flag, skip)
+            bound(ray.tmin, batch, device, made), bound(ray.tmax, batch, device, made), flag, skip)
     return batch, n, rows, ray
 
 

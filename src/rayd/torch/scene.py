@@ -14,9 +14,9 @@ import torch
 from rayd.core.edges import document
 from rayd.core.frontend import SceneBase
 from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
-from rayd.flags import FIELD_FLAGS, RayFlags
+from rayd.flags import RayFlags
 from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace
-from rayd.torch._geometry import gather, ids
+from rayd.torch._geometry import gather
 from rayd.torch._intersect import _stand_in as stand_in, evaluate
 from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
@@ -133,19 +133,15 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         batch, n, global_prim_id, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
         state = self._state
         meshes = [s.vertices for s in self._core.table.meshes]
-        if state.plain and not state.has_matrix() and _intersect_fused.usable([ray.o, ray.d, *meshes]):
-            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
-            fields = _intersect_fused.evaluate_fused(ray.o, ray.d, batch, global_prim_id, vertices, state.indices)
-            fields["shape_id"], fields["prim_id"] = ids(state.table, global_prim_id)
-            fields["global_prim_id"] = global_prim_id
-            fields = {k: v for k, v in fields.items() if k not in _unrequested(flags)}
-        else:
+        # one kernel: the requested fields, ids and hit interval in their final layout (None: op by op)
+        fields = _intersect_fused.closest(state, ray, batch, global_prim_id, meshes, flags)
+        if fields is None:
             dtype = self._output_dtype(ray.o, ray.d)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             geometry = gather(state.table, state.live(dtype), global_prim_id)
             fields = evaluate(o, d, global_prim_id, geometry, flags)
-        fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
+            fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 
@@ -205,11 +201,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     def _check_ray(self, call: str, ray: object) -> Ray:
         return _trace.check_ray(call, ray, self._device)
-
-
-def _unrequested(flags: RayFlags) -> set[str]:
-    """Names of the optional fields that ``flags`` does not ask for."""
-    return {name for name, flag in FIELD_FLAGS.items() if not flags & flag}
 
 
 document(Scene, {
