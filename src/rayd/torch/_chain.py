@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from rayd.torch import _interval, _ops
+from rayd.torch import _chain_fused, _interval, _ops
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -37,20 +37,38 @@ def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int
     ``origin``, ``direction`` (n, 3) in ``dtype`` (differentiable); ``tmin``, ``tmax`` the
     ray's bounds (floats or tensors broadcastable to ``batch``); ``rows`` their search rows
     (:func:`rayd.torch._trace.prepare`). The search is the ``rayd::trace_chain`` op
-    (:mod:`rayd.torch._ops`) under ``torch.compile`` and ``vmap``.
+    (:mod:`rayd.torch._ops`) under ``torch.compile`` and ``vmap``. For float32 plain
+    meshes outside forward mode and transforms, the fields come from one fused kernel
+    (:mod:`rayd.torch._chain_fused`, the same formulas; backward through :func:`evaluate`).
     """
+    ids = _ops.trace_chain(scene, call, rows, n, bounces)  # (n, B, 3): global, shape, prim
+    state = scene._state
+    if dtype == torch.float32 and _chain_fused.usable(state, origin, direction):
+        return _chain_fused.chain(scene, ids, origin, direction, tmin, tmax, batch)
+    live = state.live(dtype)
+    return evaluate(scene, ids, origin, direction, tmin, tmax, batch, dtype, live.vertices, live.to_world)
+
+
+def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Tensor, tmin, tmax,
+             batch: torch.Size, dtype: torch.dtype, vertices: torch.Tensor, to_world: torch.Tensor | None,
+             counted: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The chain's fields for the winners ``ids`` (n, B, 3), in torch ops (differentiable).
+
+    ``vertices``, ``to_world``: the live vertices in ``dtype`` and placements
+    (``state.live(dtype)``'s, or aliases of them). ``counted`` (n, B) bool, if given, says which slots count instead
+    of deciding it here (the fused forward's decision, for its backward).
+    """
+    n, bounces = ids.shape[:2]
     device = scene._device
     state = scene._state
-    ids = _ops.trace_chain(scene, call, rows, n, bounces)  # (n, B, 3): global, shape, prim
     gid = ids[..., 0]
     hit = gid >= 0
     table = state.table
-    live = state.live(dtype)
     shape = torch.where(hit, ids[..., 1], 0).long()
     prim = torch.where(hit, ids[..., 2], 0).long()
-    corners = live.vertices[table.faces[table.face_row[shape] + prim]]  # (n, B, 3, 3)
-    if live.to_world is not None:
-        m = live.to_world[shape]  # (n, B, 4, 4) float64
+    corners = vertices[table.faces[table.face_row[shape] + prim]]  # (n, B, 3, 3)
+    if to_world is not None:
+        m = to_world[shape]  # (n, B, 4, 4) float64
         corners = corners.to(m.dtype) @ m[..., :3, :3].transpose(-1, -2) + m[..., None, :3, 3]
     corners = corners.double()
     v0 = corners[..., 0, :]
@@ -80,6 +98,8 @@ def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int
         lo, hi = (rows[0], rows[1]) if b == 0 else (0.0, math.inf)
         inside = ok[:, b] & facing & (td > lo) & (td < hi)
         valid = inside if valid is None else valid & inside
+        if counted is not None:
+            valid = counted[:, b]
         t = torch.where(valid, t, torch.zeros_like(t))
         p = torch.addcmul(o, t.unsqueeze(-1), d)
         d = torch.addcmul(d, _dot(d, gb).unsqueeze(-1), gb, value=-2.0)
