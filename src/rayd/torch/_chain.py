@@ -44,7 +44,7 @@ def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int
     ids = _ops.trace_chain(scene, call, rows, n, bounces)  # (n, B, 3): global, shape, prim
     state = scene._state
     if dtype == torch.float32 and _chain_fused.usable(state, origin, direction):
-        return _chain_fused.chain(scene, ids, origin, direction, tmin, tmax, batch)
+        return _chain_fused.chain(scene, ids, origin, direction, tmin, tmax, batch, evaluate)
     live = state.live(dtype)
     return evaluate(scene, ids, origin, direction, tmin, tmax, batch, dtype, live.vertices, live.to_world)
 

@@ -84,10 +84,8 @@ class _FusedChain(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, *grads):  # noqa: D102
-        from rayd.torch._chain import evaluate  # noqa: PLC0415 - _chain imports this module
-
         origin, direction, vertices, ids = ctx.saved_tensors
-        scene, tmin, tmax, batch = ctx.info
+        scene, tmin, tmax, batch, evaluate = ctx.info
         needs = ctx.needs_input_grad[:3]
         create = torch.is_grad_enabled()  # create_graph=True: the gradient must be differentiable
         with torch.enable_grad():
@@ -116,15 +114,18 @@ class _FusedChain(torch.autograd.Function):
 
 
 def chain(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Tensor, tmin, tmax,
-          batch: torch.Size) -> dict[str, torch.Tensor]:
-    """The fields of a ReflectionChain ((n, B, ...) tensors) by the fused kernel (see the module docstring)."""
+          batch: torch.Size, evaluate) -> dict[str, torch.Tensor]:
+    """The fields of a ReflectionChain ((n, B, ...) tensors) by the fused kernel (see the module docstring).
+
+    ``evaluate``: the op-by-op evaluation (``rayd.torch._chain.evaluate``) the backward differentiates.
+    """
     state = scene._state
     device = scene._device
     vertices = state.live(torch.float32).vertices
     lo = _bound(tmin, batch, device, torch.float32)
     hi = _bound(tmax, batch, device, torch.float32)
     t, p, geo_n, d_out, image, length, out_ids, count = _FusedChain.apply(
-        origin, direction, vertices, ids, state.indices, lo, hi, (scene, tmin, tmax, batch))
+        origin, direction, vertices, ids, state.indices, lo, hi, (scene, tmin, tmax, batch, evaluate))
     return {"t": t, "p": p, "geo_n": geo_n, "d_out": d_out, "image_source": image, "prim_id": out_ids[..., 2],
             "shape_id": out_ids[..., 1], "global_prim_id": out_ids[..., 0], "num_bounces": count,
             "path_length": length}
