@@ -3,7 +3,10 @@
 1. ``trace_reflections`` with 4 bounces on N incoherent rays (random origins in the scene's
    box, random directions) against four ``intersect`` calls (``RayFlags.Geometric``: the
    fields a bounce needs) on the same rays and scene; the ratio is what issue 14 bounds
-   (<= 1.1 on the H200 at N = 1 M). Two scenes: the street canyon of
+   (<= 1.1 on the H200 at N = 1 M). Also against four ``intersect`` calls on the chain's
+   own segments (``ratio_vs_segments``: the same searches), and the engine's share
+   (``engine_chain_ms``: the chain's one search launch; ``four_engine_search_ms``,
+   ``four_segment_search_ms``: the searches of the two baselines without evaluation). Two scenes: the street canyon of
    ``examples/reflections/street_canyon.py`` (98 faces) and a bumpy closed sphere (many
    faces, rays inside: every bounce hits), so BVH depth shows.
 2. ``find_specular_paths`` on the street canyon (one transmitter, a grid of receivers,
@@ -52,7 +55,8 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
-def _time(fn, device, repeats, warmup=2):
+def _time(fn, device, repeats, warmup=2, best=None):
+    """Median wall time (ms) of ``fn`` over ``repeats`` after ``warmup`` calls; ``best`` (a dict) gets the minimum."""
     for _ in range(warmup):
         fn()
     _sync(device)
@@ -63,6 +67,8 @@ def _time(fn, device, repeats, warmup=2):
         fn()
         _sync(device)
         samples.append((time.perf_counter() - start) * 1e3)
+    if best is not None:
+        best["min"] = min(samples)
     return statistics.median(samples)
 
 
@@ -95,13 +101,38 @@ def bench_trace(name, vertices, faces, ray, device, repeats):
     scene.build()
     n = ray.o.shape[0]
     chain = scene.trace_reflections(ray, 4)
-    trace_ms = _time(lambda: scene.trace_reflections(ray, 4), device, repeats)
+    mins = [{}, {}, {}, {}]
+    trace_ms = _time(lambda: scene.trace_reflections(ray, 4), device, repeats, best=mins[0])
     # Four closest-hit calls on the same rays (the cost of four bounces without the chaining).
     intersect_ms = _time(lambda: [scene.intersect(ray, flags=rt.RayFlags.Geometric) for _ in range(4)], device,
-                         repeats)
+                         repeats, best=mins[1])
+    # Where the time goes: the engine's chain search alone (rayd::trace_chain, the B searches
+    # of one launch) and four engine searches alone (rayd::ray_search), without any evaluation.
+    from rayd.torch import _ops, _trace  # noqa: PLC0415 - internals, for the breakdown only
+
+    _, _, rows, _ = _trace.prepare(scene, "bench", ray, None, None)
+    chain_ms = _time(lambda: _ops.trace_chain(scene, "bench", rows, n, 4), device, repeats, best=mins[2])
+    search_ms = _time(lambda: [_ops.ray_search(scene, "bench", *rows, n, False) for _ in range(4)], device, repeats,
+                      best=mins[3])
+    # The same four searches as the chain's: intersect() of each segment, (p_{b-1}, d_out_{b-1})
+    # skipping the face left, rays made beforehand. Reflected rays start on a surface, inside
+    # the boxes around their origin, so they cost more than the rays from inside the scene.
+    segments = [(ray, None, None)] + [(rt.Ray(chain.p[:, b], chain.d_out[:, b]), chain.global_prim_id[:, b] >= 0,
+                                       chain.global_prim_id[:, b]) for b in range(3)]
+    segment_ms = _time(lambda: [scene.intersect(r, a, rt.RayFlags.Geometric, ignore=g) for r, a, g in segments],
+                       device, repeats)
+    seg_rows = [_trace.prepare(scene, "bench", r, a, g)[2] for r, a, g in segments]
+    segment_search_ms = _time(lambda: [_ops.ray_search(scene, "bench", *r, n, False) for r in seg_rows], device,
+                              repeats)
     return {"bench": "trace_reflections_vs_4_intersect", "scene": name, "faces": int(faces.shape[0]), "rays": n,
             "bounces": 4, "trace_ms": trace_ms, "four_intersect_ms": intersect_ms,
-            "ratio": trace_ms / intersect_ms, "mean_bounces": float(chain.num_bounces.float().mean())}
+            "ratio": trace_ms / intersect_ms, "ratio_of_minima": mins[0]["min"] / mins[1]["min"],
+            "four_segment_intersect_ms": segment_ms, "ratio_vs_segments": trace_ms / segment_ms,
+            "four_segment_search_ms": segment_search_ms,
+            "engine_chain_ms": chain_ms, "four_engine_search_ms": search_ms,
+            "trace_min_ms": mins[0]["min"], "four_intersect_min_ms": mins[1]["min"],
+            "engine_chain_min_ms": mins[2]["min"], "four_engine_search_min_ms": mins[3]["min"],
+            "mean_bounces": float(chain.num_bounces.float().mean())}
 
 
 def bench_find(example, device, num_rays_list, repeats, quick):
@@ -147,10 +178,16 @@ def main():
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--quick", action="store_true", help="small receiver grid (15 receivers)")
     parser.add_argument("--json", type=Path, default=None, help="append JSON lines to this file")
+    parser.add_argument("--no-find", action="store_true", help="only the trace_reflections benchmark")
+    parser.add_argument("--commit", default=None, help="the commit measured (recorded in each line)")
     args = parser.parse_args()
     device = torch.device(args.device)
+    from rayd.engine import cpu_embree  # noqa: PLC0415
+
     meta = {"device": args.device, "torch": torch.__version__, "machine": platform.processor() or platform.machine(),
-            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None}
+            "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
+            "torch_threads": torch.get_num_threads(), "commit": args.commit,
+            "cpu_search": (cpu_embree.describe() if device.type == "cpu" else None)}
     example = _example()
     out = []
     v, f = example.canyon()
@@ -161,8 +198,9 @@ def main():
     out.append(bench_trace("bumpy_sphere_inside", v, f, _rays(args.rays, -0.5 * torch.ones(3, dtype=torch.float64),
                                                               0.5 * torch.ones(3, dtype=torch.float64), device),
                            device, args.repeats))
-    out += bench_find(example, device, [int(x) for x in args.num_rays.split(",")], max(1, args.repeats // 2),
-                      args.quick)
+    if not args.no_find:
+        out += bench_find(example, device, [int(x) for x in args.num_rays.split(",")], max(1, args.repeats // 2),
+                          args.quick)
     for row in out:
         line = json.dumps({**row, **meta})
         print(line)

@@ -421,7 +421,7 @@ def test_chain_equals_repeated_intersect(device):
 
 
 def test_float32_fused_path_gradients_match_float64(device):
-    # float32, untransformed scenes take intersect's fused Warp evaluation per bounce.
+    # float32, untransformed scenes take the fused chain kernel (rayd.engine.evaluate_chain).
     def grads(dtype):
         v, o, d = (_t(x, device, dtype, grad=True) for x in (CORNER_V, CORNER_O, CORNER_D))
         chain = _scene(v, CORNER_F, device).trace_reflections(rt.Ray(o, d), 3)

@@ -117,7 +117,7 @@ def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any
 
 
 def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d: Any, first_bounds: tuple,
-                 emit: Callable[..., None]) -> None:
+                 emit: Callable[..., None], counted: Callable[[int], Any] | None = None) -> None:
     """The sequential solve of specular chains for their fixed winners, in the frontend's ops.
 
     Segment ``b`` starts at ``o_b`` (``o_0`` the ray origin) with direction ``d_b`` and is
@@ -143,6 +143,8 @@ def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d
         o, d: the rays' origins and directions (float64 vectors).
         first_bounds: ``(tmin, tmax)`` of segment 0, as ``compared(t)`` is compared.
         emit: ``emit(b, t, valid, p, geo_n, d_out, image_source)``, called once per slot.
+        counted: optional ``counted(b)``: which rays' slot ``b`` counts, decided elsewhere
+            (a fused forward's decision, replayed by its backward) instead of here.
     """
     image = o
     valid = None
@@ -155,6 +157,8 @@ def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d
         td = ops.compared(t)
         inside = ok & facing & (td > lo) & (td < hi)
         valid = inside if valid is None else valid & inside
+        if counted is not None:
+            valid = counted(b)
         t = ops.select(valid, t, 0.0)
         p = ops.madd(o, t, d, 1.0)
         d = ops.madd(d, ops.dot(d, unit), unit, -2.0)

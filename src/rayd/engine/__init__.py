@@ -11,7 +11,8 @@ from rayd.engine.instances import InstanceLevel
 from rayd.engine.intersect import closest_hit, search
 from rayd.engine.rays import RayBatch
 from rayd.engine.reflect import ShapeLookup, trace_chain
+from rayd.engine.reflect_evaluate import evaluate_chain
 from rayd.engine.runtime import launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
 
-__all__ = ["InstanceLevel", "RayBatch", "SceneAccel", "ShapeLookup", "TriangleScene", "closest_fields", "closest_hit", "evaluate_hits", "evaluate_hits_adjoint", "evaluate_t_adjoint", "launch_stream", "search", "search_centre", "trace_chain", "warp_device"]
+__all__ = ["InstanceLevel", "RayBatch", "SceneAccel", "ShapeLookup", "TriangleScene", "closest_fields", "closest_hit", "evaluate_chain", "evaluate_hits", "evaluate_hits_adjoint", "evaluate_t_adjoint", "launch_stream", "search", "search_centre", "trace_chain", "warp_device"]

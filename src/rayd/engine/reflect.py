@@ -13,9 +13,11 @@ The kernel computes each hit's ``t`` with :func:`~rayd.engine.watertight.confirm
 from the same float32 ray and corners as the search ranked it by (so ``t > tmin``
 holds for the value it reports), the hit point and the reflected direction in float64
 from the float32 snapshot of the geometry (instances: the face's object-space normal
-taken to world space by the inverse-transpose of the placement, in float64). The next
-segment's origin and direction are those float64 values rounded to float32, as a
-frontend would hand over its own ``p`` and ``d_out``. The frontends re-evaluate every
+taken to world space by the inverse-transpose of the placement, in float64). The
+reflection uses the segment's float32 direction and the unit normal rounded to float32
+(the ``d_out`` formula of a float32 record, from its ``geo_n``); the next segment's
+origin and direction are the float64 results rounded to float32, as a frontend would
+hand over its own ``p`` and ``d_out``. Only the float32 ray state lives across the walks. The frontends re-evaluate every
 slot differentiably for the fixed winners.
 """
 
@@ -84,6 +86,12 @@ def _d64(v: wp.vec3) -> wp.vec3d:
     return wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
 
 
+@wp.func
+def _r32(v: wp.vec3d) -> wp.vec3d:
+    """``v`` rounded to float32 and back."""
+    return wp.vec3d(wp.float64(float(v[0])), wp.float64(float(v[1])), wp.float64(float(v[2])))
+
+
 def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
     """The chain kernel over ``trace_fn`` (one variant per combination of scene parts, as ``search``)."""
 
@@ -122,7 +130,6 @@ def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
         if not ray_is_wellformed(oi, di, t0, t1):
             return
         skip = ignore[i * ignore_stride]
-        direction = _d64(di)  # the chain's direction in float64 (rounded for each search)
         zero = wp.float64(0.0)
         for b in range(bounces):
             g = trace_fn(scene, oi, di, t0, t1, skip, 0)
@@ -159,9 +166,9 @@ def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
             length = wp.length(normal)
             if not (length > zero) or not wp.isfinite(t):  # never for a winner of the search
                 break
-            normal = normal / length
+            normal = _r32(normal / length)  # the geo_n a float32 record reports
             p = o64 + wp.float64(t) * d64
-            direction = direction - wp.float64(2.0) * wp.dot(direction, normal) * normal
+            direction = d64 - wp.float64(2.0) * wp.dot(d64, normal) * normal
             oi = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
             di = wp.vec3(float(direction[0]), float(direction[1]), float(direction[2]))
             t0 = 0.0

@@ -24,7 +24,7 @@ import operator
 import torch
 
 from rayd.core import specular
-from rayd.torch import _interval, _ops
+from rayd.torch import _chain_fused, _interval, _ops
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -61,20 +61,38 @@ def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int
     ``origin``, ``direction`` (n, 3) in ``dtype`` (differentiable); ``tmin``, ``tmax`` the
     ray's bounds (floats or tensors broadcastable to ``batch``); ``rows`` their search rows
     (:func:`rayd.torch._trace.prepare`). The search is the ``rayd::trace_chain`` op
-    (:mod:`rayd.torch._ops`) under ``torch.compile`` and ``vmap``.
+    (:mod:`rayd.torch._ops`) under ``torch.compile`` and ``vmap``. For float32 plain
+    meshes outside forward mode and transforms, the fields come from one fused kernel
+    (:mod:`rayd.torch._chain_fused`, the same formulas; backward through :func:`evaluate`).
     """
+    ids = _ops.trace_chain(scene, call, rows, n, bounces)  # (n, B, 3): global, shape, prim
+    state = scene._state
+    if dtype == torch.float32 and _chain_fused.usable(state, origin, direction):
+        return _chain_fused.chain(scene, ids, origin, direction, tmin, tmax, batch, evaluate)
+    live = state.live(dtype)
+    return evaluate(scene, ids, origin, direction, tmin, tmax, batch, dtype, live.vertices, live.to_world)
+
+
+def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Tensor, tmin, tmax,
+             batch: torch.Size, dtype: torch.dtype, vertices: torch.Tensor, to_world: torch.Tensor | None,
+             counted: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+    """The chain's fields for the winners ``ids`` (n, B, 3), in torch ops (differentiable).
+
+    ``vertices``, ``to_world``: the live vertices in ``dtype`` and placements
+    (``state.live(dtype)``'s, or aliases of them). ``counted`` (n, B) bool, if given, says which slots count instead
+    of deciding it here (the fused forward's decision, for its backward).
+    """
+    n, bounces = ids.shape[:2]
     device = scene._device
     state = scene._state
-    ids = _ops.trace_chain(scene, call, rows, n, bounces)  # (n, B, 3): global, shape, prim
     gid = ids[..., 0]
     hit = gid >= 0
     table = state.table
-    live = state.live(dtype)
     shape = torch.where(hit, ids[..., 1], 0).long()
     prim = torch.where(hit, ids[..., 2], 0).long()
-    corners = live.vertices[table.faces[table.face_row[shape] + prim]]  # (n, B, 3, 3)
-    if live.to_world is not None:
-        m = live.to_world[shape]  # (n, B, 4, 4) float64
+    corners = vertices[table.faces[table.face_row[shape] + prim]]  # (n, B, 3, 3)
+    if to_world is not None:
+        m = to_world[shape]  # (n, B, 4, 4) float64
         corners = corners.to(m.dtype) @ m[..., :3, :3].transpose(-1, -2) + m[..., None, :3, 3]
     corners = corners.double()
     v0 = corners[..., 0, :]
@@ -100,7 +118,8 @@ def chain(scene, call: str, rows: tuple[torch.Tensor, ...], n: int, bounces: int
         oks.append(valid)
 
     slot = lambda b: (normal[:, b], unit[:, b], offset[:, b], ok[:, b])  # noqa: E731
-    specular.bounce_chain(_ChainOps(dtype), bounces, slot, o, d, bounds, emit)
+    replay = None if counted is None else (lambda b: counted[:, b])
+    specular.bounce_chain(_ChainOps(dtype), bounces, slot, o, d, bounds, emit, replay)
     valid = torch.stack(oks, dim=1)  # (n, B)
     t = torch.stack(ts, dim=1)  # 0 in empty slots
     vec = torch.where(valid[..., None, None], torch.stack(vectors, dim=1).reshape(n, bounces, 4, 3), 0.0).to(dtype)
