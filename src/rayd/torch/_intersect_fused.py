@@ -14,6 +14,7 @@ op-by-op formulas and differentiates those, so the gradient is itself differenti
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
@@ -45,6 +46,7 @@ class _FusedEvaluate(torch.autograd.Function):
         engine.evaluate_hits(*_views(o_rows, d_rows, global_prim_id, vertices, indices), _out_views(outputs),
                              _convert.current_stream(device))
         ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        ctx.set_materialize_grads(False)  # unused outputs' gradients stay None (zeros made below)
         return tuple(outputs)
 
     @staticmethod
@@ -58,12 +60,12 @@ class _FusedEvaluate(torch.autograd.Function):
         n = global_prim_id.shape[0]
         device = global_prim_id.device
         grads = [
-            (g if g is not None else torch.zeros(shape, dtype=torch.float32, device=device)).contiguous()
+            (g if g is not None else _zeros(shape, device)).contiguous()
             for g, shape in ((grad_t, (n,)), (grad_p, (n, 3)), (grad_n, (n, 3)), (grad_b, (n, 3)))
         ]
-        grad_o = torch.zeros_like(o_rows)
-        grad_d = torch.zeros_like(d_rows)
-        grad_v = torch.zeros_like(vertices)
+        grad_o = _zeros(o_rows.shape, device)
+        grad_d = _zeros(d_rows.shape, device)
+        grad_v = _zeros(vertices.shape, device)
         engine.evaluate_hits_adjoint(
             *_views(o_rows, d_rows, global_prim_id, vertices, indices),
             _out_views(_empty_outputs(n, device)),
@@ -75,6 +77,14 @@ class _FusedEvaluate(torch.autograd.Function):
         )
         needs = ctx.needs_input_grad
         return (grad_o if needs[0] else None, grad_d if needs[1] else None, grad_v if needs[2] else None, None, None)
+
+
+def _zeros(shape, device: torch.device) -> torch.Tensor:
+    """float32 zeros; on the CPU from NumPy (zero pages, one thread): torch's 2-thread OpenMP fill
+    waits for a core that another process holds (about 36 ms per (N, 3) fill at 256 k rays)."""
+    if device.type == "cpu":
+        return torch.from_numpy(np.zeros(tuple(shape), dtype=np.float32))
+    return torch.zeros(shape, dtype=torch.float32, device=device)
 
 
 def _differentiable_backward(needs, inputs, global_prim_id, indices, grad_outputs) -> tuple:
