@@ -77,3 +77,19 @@ def test_split_adjoint_matches_one_launch_and_op_by_op(broadcast_origin):
         assert scale > 0
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5 * scale)
         torch.testing.assert_close(a, c, rtol=1e-4, atol=1e-4 * scale)
+
+
+def test_backward_of_zero_rays_keeps_contiguous_gradients():
+    # A rank with no rays (DDP, fewer rays than ranks): the CPU zero buffers of the backward
+    # must still be contiguous (N, 3) views for Warp (NumPy's empty arrays have zero strides).
+    vertices, faces = reference.icosphere(1)
+    v = torch.as_tensor(vertices, dtype=torch.float32).requires_grad_(True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.as_tensor(faces)))
+    scene.build()
+    o = torch.zeros((0, 3), requires_grad=True)
+    d = torch.ones((0, 3), requires_grad=True)
+    hit = scene.intersect(rt.Ray(o, d), flags=rt.RayFlags.Minimal)
+    (hit.t.sum() + v.sum()).backward()
+    assert o.grad is not None and o.grad.shape == (0, 3)
+    torch.testing.assert_close(v.grad, torch.ones_like(v))

@@ -14,6 +14,8 @@ op-by-op formulas and differentiates those, so the gradient is itself differenti
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -82,7 +84,7 @@ class _FusedEvaluate(torch.autograd.Function):
 def _zeros(shape, device: torch.device) -> torch.Tensor:
     """float32 zeros; on the CPU from NumPy (zero pages, one thread): torch's 2-thread OpenMP fill
     waits for a core that another process holds (about 36 ms per (N, 3) fill at 256 k rays)."""
-    if device.type == "cpu":
+    if device.type == "cpu" and math.prod(shape) > 0:  # (NumPy's empty arrays have zero strides)
         return torch.from_numpy(np.zeros(tuple(shape), dtype=np.float32))
     return torch.zeros(shape, dtype=torch.float32, device=device)
 
