@@ -304,15 +304,15 @@ def test_embree_alone_leaks_and_the_caps_flag_every_leak():
     o = np.concatenate((np.zeros_like(v), inside, 3.0 * v))
     d = np.concatenate((v, v - inside, 0.5 * (v - 3.0 * v))).astype(np.float32)
     tri = cpu_embree._commit((v, faces.astype(np.int32)))
-    prim = tri.run(o, d, dists=np.full(len(d), 10.0, np.float32), output=1)["primID"]
+    prim = cpu_embree.trace(tri, o, d, np.full(len(d), 10.0, np.float32))["primID"]
     caps = cpu_embree._commit(cpu_embree.vertex_caps(v.astype(np.float64), cpu_embree.CAP * np.abs(v).max()))
-    capped = caps.run(o, d, dists=np.full(len(d), 10.0, np.float32), query="OCCLUDED")
+    capped = cpu_embree.trace(caps, o, d, np.full(len(d), 10.0, np.float32))["primID"]
     leaked = prim < 0
     assert leaked.any(), "Embree no longer leaks here: the caps may be unnecessary (measure)"
     assert (capped[leaked] >= 0).all()
     # Rays through face centres pass far from every vertex: none flagged.
     centres = v.astype(np.float64)[faces].mean(1).astype(np.float32)
-    capped = caps.run(np.zeros_like(centres), centres, dists=np.full(len(centres), 10.0, np.float32), query="OCCLUDED")
+    capped = cpu_embree.trace(caps, np.zeros_like(centres), centres, np.full(len(centres), 10.0, np.float32))["primID"]
     assert (capped < 0).all()
 
 

@@ -1,11 +1,13 @@
-"""Optional CPU accelerator: Intel Embree 4 through ``embreex`` for the triangle search.
+"""Optional CPU accelerator: Intel Embree 4 (the library bundled with ``embreex``) for the search.
 
 On the CPU, :func:`rayd.engine.intersect.search` hands flat scenes (no instances) to
 :func:`search` here when ``embreex`` is importable (the default; ``RAYD_CPU_ACCEL=warp``
-or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust mode) on
-chunks of rays in a thread pool over all cores (``EmbreeScene.run`` releases the GIL);
-rayd's Warp search answers every ray Embree cannot answer exactly, so the winners are
-the Warp path's:
+or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust mode,
+``rtcIntersect16`` packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one
+kernel per chunk of rays prepares Embree's rays, traces them and checks the winners
+(:mod:`rayd.engine.cpu_embree_kernels`), the chunks taken in turn by all cores
+(:func:`rayd.engine.runtime.run_parallel`). rayd's Warp search answers every ray Embree
+cannot answer exactly, so the winners are the Warp path's:
 
 - watertightness: Embree 4.4's robust test leaks within about 1e-7 (relative) of a mesh
   vertex (a ray through a vertex of a closed icosphere misses every face around it; its
@@ -19,7 +21,7 @@ the Warp path's:
   its edges, where the two tests may disagree away from any vertex; each gets a cap
   rectangle over it (:func:`sliver_caps`), and a ray whose Embree winner is a sliver or a
   sliver cap is re-searched by Warp.
-- the open interval ``tmin < t < tmax``: embreex has no per-ray ``tnear``, so the
+- the open interval ``tmin < t < tmax``: the ray keeps ``tnear = 0``: the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
   ``tmax + delta``; a winner with ``t`` within ``delta`` of ``tmin`` or ``tmax`` (the
   rounding band, where the two engines may disagree) is re-searched by Warp.
@@ -41,25 +43,25 @@ the Warp path's:
 Embree sees centre-relative float32 coordinates (vertices and origins minus ``c``,
 subtracted in float64). The :class:`EmbreeMirror` attached to a
 :class:`~rayd.engine.triangles.TriangleScene` is marked stale by every refit (``sync()``)
-and rebuilt at the second query on the same geometry (``WARM_QUERIES``; embreex has no
-refit, and a rebuild costs about ten Warp refits): one-shot scenes and update-sync-query
+and rebuilt at the second query on the same geometry (``WARM_QUERIES``; Embree's refit is
+not used, and a rebuild costs several Warp refits): one-shot scenes and update-sync-query
 loops stay on the Warp path.
 """
 
 from __future__ import annotations
 
-import concurrent.futures
 import os
 
 import numpy as np
 
-try:  # optional dependency: the ``cpu`` extra
-    from embreex import mesh_construction as _mesh_construction
-    from embreex import rtcore_scene as _rtcore_scene
+from rayd.engine import embree_api
+
+try:  # optional dependency: the ``cpu`` extra (its bundled Embree 4 library is what rayd calls)
+    import embreex as _embreex
 
     _IMPORT_ERROR: str | None = None
 except ImportError as exc:  # pragma: no cover - depends on the environment
-    _mesh_construction = _rtcore_scene = None
+    _embreex = None
     _IMPORT_ERROR = str(exc)
 
 #: Half-width of the rounding band, in units of the centre-relative magnitude along the ray.
@@ -81,29 +83,31 @@ FAR = 4.0
 #: as on the Warp path (the same face from both paths, query after query).
 EDGE = 2.0**-16
 
-#: Flat scenes of more triangles stay on the Warp path: embreex copies the triangles and the
-#: caps element by element (about 46 s for 871 k triangles on the 2-core VM).
+#: Flat scenes of more triangles stay on the Warp path (chosen when embreex copied the triangles
+#: and caps element by element: 46 s for 871 k triangles; the ctypes build copies each buffer
+#: at once, 2-3x faster on the terrain, not re-measured on large scans).
 MAX_TRIANGLES = 300_000
 
 #: Queries on a geometry (after ``build()`` or a refit) that Warp answers before the Embree
-#: scene is built: building it (embreex copies the arrays element by element) costs about
-#: ten Warp refits, so one-shot and update-every-query scenes never pay it.
+#: scene is built: building it (triangles and caps) costs several Warp refits, so one-shot
+#: and update-every-query scenes never pay it.
 WARM_QUERIES = 1
 
-#: Rays per thread-pool chunk (at least); the batch is split in about 4 chunks per core.
+#: Rays per thread-pool chunk (at least, a multiple of 16); the batch is split in about 8 chunks
+#: per core, taken in turn by the pool's threads and the calling thread (a core that another
+#: process holds leaves its chunks to the others).
 MIN_CHUNK = 4096
 
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
-_pool: concurrent.futures.ThreadPoolExecutor | None = None
 
 #: Rays searched by Embree and rays re-searched by Warp since import (for tests and benchmarks).
 stats = {"rays": 0, "redone": 0}
 
 
 def available() -> bool:
-    """True when ``embreex`` imported."""
-    return _rtcore_scene is not None
+    """True when ``embreex`` imported and its Embree 4 library loaded (:mod:`rayd.engine.embree_api`)."""
+    return _embreex is not None and embree_api.library() is not None
 
 
 def set_enabled(flag: bool) -> None:
@@ -126,9 +130,12 @@ def describe() -> str:
             ver = version("embreex")
         except Exception:  # noqa: BLE001 - not installed as a distribution
             ver = "?"
-        return f"embree (embreex {ver}, Embree 4 robust + vertex caps, Warp re-search; {os.cpu_count() or 1} threads)"
-    if not available():
+        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect16 packets, robust + vertex caps, Warp re-search; "
+                f"{os.cpu_count() or 1} threads)")
+    if _embreex is None:
         return f"warp (embreex not importable: {_IMPORT_ERROR}; pip install rayd-geom[cpu])"
+    if not available():
+        return f"warp (embreex's Embree library not loadable: {embree_api.error()})"
     return "warp (embreex installed but off: RAYD_CPU_ACCEL=warp or set_enabled(False))"
 
 
@@ -151,7 +158,7 @@ class EmbreeMirror:
     def refresh(self) -> None:
         """Mark the scene out of date (called at every refit, i.e. at ``sync()``).
 
-        The rebuild happens at a later query (:meth:`ready`): embreex has no refit, and a
+        The rebuild happens at a later query (:meth:`ready`): Embree's refit is not used, and a
         rebuild costs several Warp refits, so a loop of update, ``sync()`` and one query
         per step stays on the Warp path.
         """
@@ -188,6 +195,7 @@ class EmbreeMirror:
         # a ray whose Embree winner is either is re-searched by Warp.
         flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
         self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
+        self.any_flagged = bool(flag.any())
         # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
         # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
         # sliver before any other triangle (or misses them all).
@@ -195,18 +203,17 @@ class EmbreeMirror:
         if slivers[0].any():
             meshes.append(slivers[1:])
         self.scene = _commit(*meshes)
+        self.fn = embree_api.intersect16_pointer()
         self.stale = False
 
 
-def _commit(*meshes: tuple[np.ndarray, np.ndarray]):
-    """A committed robust-mode ``EmbreeScene`` of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)``
+def _commit(*meshes: tuple[np.ndarray, np.ndarray]) -> embree_api.Scene:
+    """A committed robust-mode Embree scene of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)``
     (geomID = position in ``meshes``)."""
-    scene = _rtcore_scene.EmbreeScene(robust=True)
-    for vertices, faces in meshes:
-        _mesh_construction.TriangleMesh(scene, vertices, faces)
-    # embreex commits (builds the BVH) at the first query: commit now.
-    scene.run(np.zeros((1, 3), np.float32), np.ones((1, 3), np.float32))
-    return scene
+    # Build quality LOW: one BVH per geometry under a top level (Embree's two-level mode), so the
+    # caps (small, clustered at the vertices) do not slow the walk over the triangles: 35 -> 24.5 ms
+    # (terrain, 1 thread; one merged BVH over triangles and caps: 35; triangles alone: 22).
+    return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM)
 
 
 def vertex_caps(vertices: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
@@ -299,93 +306,8 @@ def usable(accel) -> bool:
 
 import warp as wp  # noqa: E402
 
-from rayd.engine.runtime import PerRow, launch_rows  # noqa: E402
-from rayd.engine.traversal import ray_is_wellformed  # noqa: E402
-
-wp.set_module_options({"enable_backward": False})
-
-
-@wp.kernel(enable_backward=False)
-def _prepare_kernel(
-    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
-    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
-    centre: wp.vec3d, radius: float, band: float,
-    origin: wp.array(dtype=wp.vec3), direction: wp.array(dtype=wp.vec3), far: wp.array(dtype=float),
-    start: wp.array(dtype=float), delta: wp.array(dtype=float),
-):
-    """Embree's ray per row: origin ``o + (max(tmin, sphere entry) - delta) d - c`` (float64),
-    ``tfar`` up to ``min(tmax, sphere exit) + delta`` (-1: a miss without a search)."""
-    i = wp.tid()
-    oi = o[i * o_stride]
-    di = d[i * d_stride]
-    t0 = tmin[i * tmin_stride]
-    t1 = tmax[i * tmax_stride]
-    origin[i] = wp.vec3(0.0, 0.0, 0.0)
-    direction[i] = wp.vec3(1.0, 1.0, 1.0)
-    far[i] = -1.0
-    start[i] = 0.0
-    delta[i] = 0.0
-    if active[i * active_stride] != wp.uint8(0) and ray_is_wellformed(oi, di, t0, t1):
-        od = wp.vec3d(wp.float64(oi[0]), wp.float64(oi[1]), wp.float64(oi[2])) - centre
-        dd = wp.vec3d(wp.float64(di[0]), wp.float64(di[1]), wp.float64(di[2]))
-        dl = wp.float64(band) * (wp.length(od) + wp.float64(radius)) / wp.length(dd)
-        # Clip to the sphere of radius 1.8 R around the centre (it holds every vertex): Embree's
-        # origin then lies within it (small rounding), and a ray that misses it is a miss.
-        rs = wp.float64(1.8) * wp.float64(radius)
-        dd2 = wp.dot(dd, dd)
-        b = wp.dot(od, dd)
-        disc = b * b - dd2 * (wp.dot(od, od) - rs * rs)
-        if disc >= wp.float64(0.0):
-            sq = wp.sqrt(disc)
-            lo = wp.max(wp.float64(t0), (-b - sq) / dd2)
-            hi = wp.min(wp.float64(t1), (-b + sq) / dd2)
-            if hi > lo:
-                s0 = lo - dl
-                p = od + s0 * dd
-                origin[i] = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
-                direction[i] = di
-                far[i] = float(hi - s0 + dl)
-                start[i] = float(s0)
-                delta[i] = float(dl)
-
-
-@wp.kernel(enable_backward=False)
-def _finish_kernel(
-    d: wp.array(dtype=wp.vec3), d_stride: int,
-    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
-    ignore: wp.array(dtype=wp.int32), ignore_stride: int,
-    flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
-    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), far_origin: float,
-    origin: wp.array(dtype=wp.vec3), tfar: wp.array(dtype=float), start: wp.array(dtype=float),
-    delta: wp.array(dtype=float), prim: wp.array(dtype=wp.int32), capped: wp.array(dtype=wp.int32),
-    u: wp.array(dtype=float), v: wp.array(dtype=float), edge: float,
-    out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
-):
-    """The winner's ``global_prim_id``, or -1 and ``redo = 1`` where Warp must decide."""
-    i = wp.tid()
-    out[i] = -1
-    redo[i] = wp.uint8(0)
-    if tfar[i] < 0.0:  # inactive or malformed: a miss, not searched
-        return
-    if capped[i] > 0 or wp.length(origin[i]) > far_origin:
-        redo[i] = wp.uint8(1)
-        return
-    f = prim[i]
-    if f < 0:
-        di = d[i * d_stride]
-        if di[0] == 0.0 or di[1] == 0.0 or di[2] == 0.0:
-            redo[i] = wp.uint8(1)
-        return
-    t = wp.float64(tfar[i]) + wp.float64(start[i])
-    dl = wp.float64(delta[i])
-    bad = t <= wp.float64(tmin[i * tmin_stride]) + dl or t >= wp.float64(tmax[i * tmax_stride]) - dl
-    g = flat_global[f]
-    near_edge = wp.min(wp.min(u[i], v[i]), 1.0 - u[i] - v[i]) < edge  # a tie: Warp's pick
-    if bad or near_edge or not wp.isfinite(t) or degenerate[f] != wp.uint8(0) or g == ignore[i * ignore_stride] or shape_enabled[flat_shape[f]] == wp.uint8(0):
-        redo[i] = wp.uint8(1)
-        return
-    out[i] = g
+from rayd.engine.cpu_embree_kernels import _search_packets_kernel, _trace_kernel  # noqa: E402
+from rayd.engine.runtime import PerRow, run_parallel  # noqa: E402
 
 
 def _rows(array, n: int) -> np.ndarray:
@@ -409,37 +331,23 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
     return cache
 
 
-def _embree_run(m: EmbreeMirror, buf: dict) -> None:
-    """Embree's closest hit (triangle or vertex cap) of every row (``far`` becomes ``tfar``), on
-    chunks of rays in a thread pool (``EmbreeScene.run`` releases the GIL)."""
-    global _pool
-    org, dirs = buf["origin"].numpy(), buf["direction"].numpy()
-    far, prim, capped, bu, bv = (buf[k].numpy() for k in ("far", "prim", "capped", "u", "v"))
-    n = org.shape[0]
-    workers = os.cpu_count() or 1
-    parts = max(1, min(4 * workers, n // MIN_CHUNK))
-    bounds = [n * k // parts for k in range(parts + 1)]
-
-    def run(k: int) -> None:
-        lo, hi = bounds[k], bounds[k + 1]
-        o, d, f = org[lo:hi], dirs[lo:hi], far[lo:hi]
-        res = m.scene.run(o, d, dists=f, output=1)
-        prim[lo:hi] = res["primID"]
-        capped[lo:hi] = res["geomID"]  # 1: a vertex cap, 2: a sliver cap
-        bu[lo:hi] = res["u"]
-        bv[lo:hi] = res["v"]
-        f[:] = res["tfar"]  # (embreex writes it into ``dists`` itself: then a no-op)
-
-    if parts == 1:
-        run(0)
-        return
-    if _pool is None:
-        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayd-embree")
-    list(_pool.map(run, range(parts)))
+def _face_mode(accel, m: EmbreeMirror) -> int:
+    """Bits of the per-face checks a query may skip (see :func:`_finish_row`)."""
+    view = accel.view
+    identity = getattr(accel, "_cpu_identity", None)
+    if identity is None or identity[0] is not view.flat_global:
+        g = view.flat_global.numpy()
+        identity = (view.flat_global, bool(np.array_equal(g, np.arange(g.shape[0], dtype=g.dtype))))
+        accel._cpu_identity = identity
+    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4)
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
     """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
+
+    One Warp kernel per chunk of rays prepares Embree's rays, traces them 16 at a time
+    (:func:`rayd.engine.embree_api.intersect16`) and checks each winner; the chunks run on
+    all cores.
 
     Args:
         accel: a :class:`SceneAccel` for which :func:`usable` holds.
@@ -453,23 +361,31 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     view = accel.view
     dev = accel.device
     buf = _buffers(m, n, dev)
-    args = rays.launch_args(n)
-    launch_rows(_prepare_kernel, n, [*args, wp.vec3d(*m.centre), m.radius, BAND],
-                [buf["origin"], buf["direction"], buf["far"], buf["start"], buf["delta"]], dev, None)
-    _embree_run(m, buf)
-    launch_rows(_finish_kernel, n,
-                [*args[2:8], *args[10:12], view.flat_global, view.flat_shape, view.shape_enabled, m.degenerate, FAR * m.radius,
-                 *(PerRow(buf[k]) for k in ("origin", "far", "start", "delta", "prim", "capped")),
-                 PerRow(buf["u"]), PerRow(buf["v"]), EDGE],
-                [global_prim_id, buf["redo"]], dev, None)
-    out_np = global_prim_id.numpy()
-    redo = np.flatnonzero(buf["redo"].numpy())
+    args = [x.array if isinstance(x, PerRow) else x for x in rays.launch_args(n)]
+    redo_count = wp.zeros(1, dtype=wp.int32, device=dev)
+    fixed = [*args, wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.fn, m.scene.ptr, embree_api.COHERENT_COS]
+    outputs = [buf[k] for k in ("origin", "direction", "far", "start", "delta", "prim", "capped", "u", "v")]
+    outputs += [global_prim_id, buf["redo"], redo_count]
+    workers = os.cpu_count() or 1
+    parts = max(1, min(8 * workers, n // MIN_CHUNK))
+    bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
+
+    def run(k: int) -> None:
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi > lo:
+            wp.launch(_search_packets_kernel, dim=(hi - lo + 15) // 16, inputs=[*fixed, lo, hi], outputs=outputs,
+                      device=dev)
+
+    run_parallel(run, parts)
     m._scratch = buf
     stats["rays"] += n
-    stats["redone"] += int(redo.size)
-    if redo.size == 0:
+    if int(redo_count.numpy()[0]) == 0:
         return
+    redo = np.flatnonzero(buf["redo"].numpy())
+    stats["redone"] += int(redo.size)
     # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.
+    out_np = global_prim_id.numpy()
     cols = [_rows(a, n) for a in (rays.o, rays.d, rays.tmin, rays.tmax, rays.active, rays.ignore)]
     sub = [np.ascontiguousarray(c[redo]) for c in cols]
     vec = [wp.array(sub[i], dtype=wp.vec3, device=dev) for i in (0, 1)]
@@ -477,3 +393,25 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     sub_out = wp.empty(redo.size, dtype=wp.int32, device=dev)
     warp_search(accel, type(rays)(vec[0], vec[1], *scal), sub_out)
     out_np[redo] = sub_out.numpy()
+
+
+def trace(scene: embree_api.Scene, o: np.ndarray, d: np.ndarray, tfar: np.ndarray, coherent_cos: float = 2.0) -> dict:
+    """Embree's closest hit of NumPy rays (float32 (N, 3) ``o``, ``d``, (N,) ``tfar``), one thread.
+
+    ``coherent_cos``: as :data:`rayd.engine.embree_api.COHERENT_COS` (above 1: never coherent).
+
+    Returns:
+        dict of NumPy arrays ``tfar``, ``primID``, ``geomID`` (-1: a miss), ``u``, ``v``.
+    """
+    n = len(o)
+    arrays = [wp.array(np.ascontiguousarray(x, np.float32), dtype=wp.vec3, device="cpu") for x in (o, d)]
+    far = wp.array(np.ascontiguousarray(tfar, np.float32), dtype=float, device="cpu")
+    out = [wp.full(n, -1, dtype=wp.int32, device="cpu") for _ in range(2)] + [wp.zeros(n, dtype=float, device="cpu")
+                                                                             for _ in range(2)]
+    wp.launch(_trace_kernel, dim=(n + 15) // 16, inputs=[_fn(), scene.ptr, n, *arrays, far, *out, coherent_cos],
+              device="cpu")
+    return {"tfar": far.numpy(), **{k: a.numpy() for k, a in zip(("primID", "geomID", "u", "v"), out)}}
+
+
+def _fn() -> int:
+    return embree_api.intersect16_pointer()

@@ -18,9 +18,11 @@ layout (no further pass per field). :func:`evaluate_hits_adjoint` (all fields) a
 
 from __future__ import annotations
 
+import os
+
 import warp as wp
 
-from rayd.engine.runtime import PerRow, launch_rows, per_row
+from rayd.engine.runtime import CPU_SPLIT_MIN, PerRow, _warmed, launch_rows, per_row, run_parallel
 from rayd.engine.watertight import INF
 
 
@@ -389,6 +391,11 @@ def evaluate_hits_adjoint(
     n = global_prim_id.shape[0]
     if n == 0:
         return
+    device = global_prim_id.device
+    if device.is_cpu and n >= CPU_SPLIT_MIN and (os.cpu_count() or 1) > 1 and _evaluate_hits_kernel.key in _warmed:
+        _adjoint_split(o, d, global_prim_id, vertices, indices, outputs, grad_outputs, grad_o, grad_d, grad_vertices)
+        return
+    _warmed.add(_evaluate_hits_kernel.key)
     wp.launch(
         _evaluate_hits_kernel,
         dim=n,
@@ -401,3 +408,41 @@ def evaluate_hits_adjoint(
         stream=stream,
     )
 
+
+
+def _adjoint_split(o, d, global_prim_id, vertices, indices, outputs, grad_outputs, grad_o, grad_d,
+                   grad_vertices) -> None:
+    """:func:`evaluate_hits_adjoint` on all CPU cores: chunks of rows, each accumulating into its own
+    zeroed ``grad_vertices`` (and ``grad_o``/``grad_d`` where broadcast), summed at the end (Warp's
+    CPU atomics are plain adds: one buffer per concurrent launch)."""
+    n = global_prim_id.shape[0]
+    parts = 2 * (os.cpu_count() or 1)
+    bounds = [n * k // parts for k in range(parts + 1)]
+    dev = global_prim_id.device
+    per_o, per_d = per_row(o, n)[1], per_row(d, n)[1]
+    own = [[wp.zeros_like(grad_vertices),
+            grad_o if per_o else wp.zeros_like(grad_o), grad_d if per_d else wp.zeros_like(grad_d)] for _ in range(parts)]
+
+    def run(k: int) -> None:
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi <= lo:
+            return
+        gv, go, gd = own[k]
+        wp.launch(
+            _evaluate_hits_kernel,
+            dim=hi - lo,
+            inputs=[o[lo:hi] if per_o else o, per_o, d[lo:hi] if per_d else d, per_d, global_prim_id[lo:hi],
+                    vertices, indices],
+            outputs=[x[lo:hi] for x in outputs],
+            adj_inputs=[go[lo:hi] if per_o else go, 0, gd[lo:hi] if per_d else gd, 0, None, gv, None],
+            adj_outputs=[x[lo:hi] for x in grad_outputs],
+            adjoint=True,
+            device=dev,
+        )
+
+    run_parallel(run, parts)
+    total = grad_vertices.numpy()
+    total += sum(b[0].numpy() for b in own)
+    for j, (grad, per) in enumerate(((grad_o, per_o), (grad_d, per_d))):
+        if not per:
+            grad.numpy()[:] += sum(b[j + 1].numpy() for b in own)

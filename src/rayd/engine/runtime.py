@@ -129,7 +129,6 @@ def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> 
     :class:`PerRow`; ``outputs`` are per-row arrays. The chunks are disjoint and the
     kernel writes only its own rows, so the result equals one launch.
     """
-    global _pool
     if n == 0:
         return
     workers = _WORKERS
@@ -138,9 +137,8 @@ def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> 
         wp.launch(kernel, dim=n, inputs=plain, outputs=outputs, device=device, stream=stream)
         _warmed.add(kernel.key)
         return
-    if _pool is None:
-        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="rayd-cpu")
-    bounds = [n * k // workers for k in range(workers + 1)]
+    parts = min(CPU_CHUNKS_PER_CORE * workers, max(1, n // (CPU_SPLIT_MIN // 2)))
+    bounds = [n * k // parts for k in range(parts + 1)]
 
     def run(k: int) -> None:
         lo, hi = bounds[k], bounds[k + 1]
@@ -149,4 +147,41 @@ def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> 
             wp.launch(kernel, dim=hi - lo, inputs=part, outputs=[None if o is None else o[lo:hi] for o in outputs],
                       device=device)
 
-    list(_pool.map(run, range(workers)))
+    run_parallel(run, parts)
+
+
+#: CPU launches are split in up to this many chunks per core, taken in turn (see :func:`run_parallel`).
+CPU_CHUNKS_PER_CORE = 4
+
+
+def run_parallel(run, parts: int) -> None:
+    """``run(k)`` for every ``k < parts``, on a pool of ``cores - 1`` threads and the calling thread.
+
+    Each thread takes the next chunk when it is done with one, so a core that another
+    process holds for a while leaves its share to the others (a fixed split of one chunk
+    per core would wait for it). ``run`` must release the GIL for its work (Warp CPU
+    launches and Embree do). Exceptions are re-raised here.
+    """
+    global _pool
+    workers = os.cpu_count() or 1
+    if parts <= 1 or workers == 1:
+        for k in range(parts):
+            run(k)
+        return
+    if _pool is None:
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=workers - 1, thread_name_prefix="rayd-cpu")
+    chunks = iter(range(parts))  # next() of a range iterator is atomic under the GIL
+
+    def drain() -> None:
+        for k in chunks:
+            run(k)
+
+    futures = [_pool.submit(drain) for _ in range(min(workers - 1, parts - 1))]
+    try:
+        drain()
+    finally:
+        # A task no pool thread has started has nothing left to take: cancel it (no wait for a
+        # sleeping thread, and no deadlock where a chunk itself runs a split launch).
+        for f in futures:
+            if not f.cancel():
+                f.result()

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rayd.torch import _interval
+
 
 @dataclass
 class ShapeTable:
@@ -69,6 +71,10 @@ class HitGeometry:
 
 def ids(table: ShapeTable, global_prim_id: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(shape_id, prim_id), int32 (N,), of (N,) int32 ``global_prim_id``; -1 on a miss."""
+    if table.global_offset.numel() == 1 and global_prim_id.numel() > 0 and _interval.host_ok(global_prim_id):
+        # One shape on the CPU: in NumPy (one thread; torch's OpenMP regions wait for a busy core).
+        g = global_prim_id.numpy()
+        return torch.from_numpy(g >> 31), torch.from_numpy(g.copy())  # -1 >> 31 = -1, g >= 0: 0
     hit = global_prim_id >= 0
     if table.global_offset.numel() == 1:  # one shape: prim_id is global_prim_id (two ops, not eight)
         zero = torch.zeros((), dtype=torch.int32, device=global_prim_id.device)

@@ -20,6 +20,8 @@ the same kernel (corners placed in float64) runs when nothing needs a gradient.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
@@ -51,8 +53,8 @@ class _FusedEvaluate(torch.autograd.Function):
         outputs = _empty_outputs(n, device)
         engine.evaluate_hits(*_views(o_rows, d_rows, global_prim_id, vertices, indices), _out_views(outputs),
                              _convert.current_stream(device))
-        ctx.set_materialize_grads(False)  # backward zero-fills only what it needs
         ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        ctx.set_materialize_grads(False)  # unused outputs' gradients stay None (zeros made below)
         return tuple(outputs)
 
     @staticmethod
@@ -66,12 +68,12 @@ class _FusedEvaluate(torch.autograd.Function):
         n = global_prim_id.shape[0]
         device = global_prim_id.device
         grads = [
-            (g if g is not None else torch.zeros(shape, dtype=torch.float32, device=device)).contiguous()
+            (g if g is not None else _zeros(shape, device)).contiguous()
             for g, shape in ((grad_t, (n,)), (grad_p, (n, 3)), (grad_n, (n, 3)), (grad_b, (n, 3)))
         ]
-        grad_o = torch.zeros_like(o_rows)
-        grad_d = torch.zeros_like(d_rows)
-        grad_v = torch.zeros_like(vertices)
+        grad_o = _zeros(o_rows.shape, device)
+        grad_d = _zeros(d_rows.shape, device)
+        grad_v = _zeros(vertices.shape, device)
         engine.evaluate_hits_adjoint(
             *_views(o_rows, d_rows, global_prim_id, vertices, indices),
             _out_views(_empty_outputs(n, device)),
@@ -121,7 +123,7 @@ class _FusedClosest(torch.autograd.Function):
             return (*found[:3], *rest)
         n = global_prim_id.shape[0]
         device = global_prim_id.device
-        grad_o, grad_d, grad_v = (torch.zeros_like(x) if need else None
+        grad_o, grad_d, grad_v = (_zeros(x.shape, device) if need else None
                                   for x, need in zip((o_rows, d_rows, vertices), needs[:3]))
         if grad_o is None and grad_d is None and grad_v is None:
             return (None, None, None, *rest)
@@ -135,7 +137,7 @@ class _FusedClosest(torch.autograd.Function):
                                           _convert.scalar_view(grads[0].contiguous()), *adj, stream)
         else:
             full = [
-                (g if g is not None else torch.zeros(shape, dtype=torch.float32, device=device)).contiguous()
+                (g if g is not None else _zeros(shape, device)).contiguous()
                 for g, shape in zip(grads, ((n,), (n, 3), (n, 3), (n, 3)))
             ]
             engine.evaluate_hits_adjoint(*views, _out_views(_empty_outputs(n, device)), _out_views(full), *adj,
@@ -269,6 +271,14 @@ def intersect_placed(ray, batch: torch.Size, global_prim_id: torch.Tensor, verti
         face_row=_convert.scalar_view(face_row), world=placement,
     )
     return _record((t, *vec, shape_id, prim_id), global_prim_id, geometric, flags)
+
+
+def _zeros(shape, device: torch.device) -> torch.Tensor:
+    """float32 zeros; on the CPU from NumPy (zero pages, one thread): torch's 2-thread OpenMP fill
+    waits for a core that another process holds (about 36 ms per (N, 3) fill at 256 k rays)."""
+    if device.type == "cpu" and math.prod(shape) > 0:  # (NumPy's empty arrays have zero strides)
+        return torch.from_numpy(np.zeros(tuple(shape), dtype=np.float32))
+    return torch.zeros(shape, dtype=torch.float32, device=device)
 
 
 def _differentiable_backward(needs, inputs, global_prim_id, indices, grad_outputs) -> tuple:
