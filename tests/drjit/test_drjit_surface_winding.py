@@ -121,11 +121,19 @@ def test_gradients_equal_torch(backend, m):
     tw = ts.winding_number(tp)
     (tw * torch.tensor(_weights(len(PTS)), device=dev)).sum().backward()
     np.testing.assert_allclose(rows(w), tw.detach().cpu().numpy(), rtol=0, atol=1e-13)
-    tol = dict(rtol=grad_rtol(m) if backend == "cuda" else 1e-10, atol=1e-12)
-    np.testing.assert_allclose(rows(dr.grad(p)), tp.grad.cpu().numpy(), **tol)
-    np.testing.assert_allclose(rows(dr.grad(v)), tv.grad.cpu().numpy(), **tol)
+    rtol = grad_rtol(m) if backend == "cuda" else 1e-10
+
+    def close(actual, desired):
+        # Per gradient, not per component: on CUDA Dr.Jit's derivative rules of sqrt/division
+        # use approximate rsqrt/rcp (grad_rtol), so components that cancel to ~0 (vertices on
+        # the hemisphere's symmetry) carry an absolute error of rtol times the gradient's scale.
+        atol = max(1e-12, rtol * float(np.abs(desired).max())) if backend == "cuda" else 1e-12
+        np.testing.assert_allclose(actual, desired, rtol=rtol, atol=atol)
+
+    close(rows(dr.grad(p)), tp.grad.cpu().numpy())
+    close(rows(dr.grad(v)), tv.grad.cpu().numpy())
     grad_m = np.array([[dr.grad(mat)[i][j][0] for j in range(4)] for i in range(4)])
-    np.testing.assert_allclose(grad_m[:3], tm.grad.cpu().numpy()[:3], **tol)
+    close(grad_m[:3], tm.grad.cpu().numpy()[:3])
 
 
 def test_active_non_finite_and_float32(m):

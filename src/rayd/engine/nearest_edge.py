@@ -50,6 +50,11 @@ def _stride(a: wp.array, n: int) -> int:
 #: coherent warps on CUDA, cache hits on the CPU (measured on the CPU: 4.4x faster for
 #: 65 k random points on a 131 k-triangle terrain, benchmarks/results/edges_cpu.jsonl).
 AUTO_SORT_MIN_QUERIES = 1 << 12
+#: The same threshold on CUDA. On the H200 (benchmarks/results/h200-session9/edges_h200.txt)
+#: the sort does not pay at 65 k queries (terrain 73 k: search 0.77 ms unsorted, 1.12 ms
+#: with the sort) and pays well at 1 M (terrain 2 M: 39.9 -> 23.9 ms; sphere 1 M: 71.4 ->
+#: 45.8 ms); 256 k is between the two measured sizes.
+AUTO_SORT_MIN_QUERIES_CUDA = 1 << 18
 
 
 def _query_order(
@@ -57,7 +62,7 @@ def _query_order(
 ) -> tuple[wp.array, int]:
     """``(order, use_order)``: a Morton order of the queries' ``points`` (stride 1) or a dummy."""
     if sort_queries is None:
-        sort_queries = n >= AUTO_SORT_MIN_QUERIES
+        sort_queries = n >= (AUTO_SORT_MIN_QUERIES_CUDA if edges.device.is_cuda else AUTO_SORT_MIN_QUERIES)
     if not sort_queries or points.shape[0] != n or n < 2:
         return edges.slot_id, 0
     dev = edges.device
@@ -137,7 +142,7 @@ def nearest_edge_point(
         stream: the CUDA stream to launch on (``None`` on the CPU).
         sort_queries: run the queries in Morton order of their positions (ray queries:
             origins) for coherent traversal; ``None`` sorts batches of at least
-            ``AUTO_SORT_MIN_QUERIES``. Results do not depend on it.
+            ``AUTO_SORT_MIN_QUERIES`` (``AUTO_SORT_MIN_QUERIES_CUDA`` on CUDA). Results do not depend on it.
         counts: optional ``wp.array(dtype=wp.vec2i)`` of shape (N,): receives, per
             query, the internal nodes visited and the segments tested (a separate,
             counting build of the kernel; for measurements).
@@ -180,7 +185,7 @@ def nearest_edge_ray(
         stream: the CUDA stream to launch on (``None`` on the CPU).
         sort_queries: run the queries in Morton order of their positions (ray queries:
             origins) for coherent traversal; ``None`` sorts batches of at least
-            ``AUTO_SORT_MIN_QUERIES``. Results do not depend on it.
+            ``AUTO_SORT_MIN_QUERIES`` (``AUTO_SORT_MIN_QUERIES_CUDA`` on CUDA). Results do not depend on it.
         counts: optional ``wp.array(dtype=wp.vec2i)`` of shape (N,): receives, per
             query, the internal nodes visited and the segments tested (a separate,
             counting build of the kernel; for measurements).
@@ -216,7 +221,7 @@ def nearest_edges_point(
         stream: the CUDA stream to launch on (``None`` on the CPU).
         sort_queries: run the queries in Morton order of their positions (ray queries:
             origins) for coherent traversal; ``None`` sorts batches of at least
-            ``AUTO_SORT_MIN_QUERIES``. Results do not depend on it.
+            ``AUTO_SORT_MIN_QUERIES`` (``AUTO_SORT_MIN_QUERIES_CUDA`` on CUDA). Results do not depend on it.
         counts: optional ``wp.array(dtype=wp.vec2i)`` of shape (N,): receives, per
             query, the internal nodes visited and the segments tested (a separate,
             counting build of the kernel; for measurements).
