@@ -463,3 +463,23 @@ def test_edge_queries_work_without_torch(backend):
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-2:] == ["3", "1.0"]
+
+
+def test_silhouette_edges_skip_masked_edges_and_disabled_shapes(m):
+    # shape 0: the unit square ((1,2) interior); shape 1: one triangle at z = 5. Seen from above.
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, SQUARE_V), vec(m.Array3u, SQUARE_F)))
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, [[0, 0, 5.0], [1, 0, 5], [0, 1, 5]]), vec(m.Array3u, [[0, 1, 2]])))
+    scene.build()
+    eye = m.Array3f(0.3, 0.3, 10.0)
+    assert rows(scene.silhouette_edges(eye)).tolist() == [True, True, False, True, True, True, True, True]
+    scene.set_edge_mask(m.Bool([False, True, True, True, True, True, False, True]))
+    scene.sync()
+    assert rows(scene.silhouette_edges(eye)).tolist() == [False, True, False, True, True, True, False, True]
+    scene.set_shape_enabled(1, False)
+    scene.sync()
+    assert rows(scene.silhouette_edges(eye)).tolist() == [False, True, False, True, True, False, False, False]
+    scene.set_edge_mask(m.Bool([True] * 8))
+    scene.set_shape_enabled(1, True)
+    scene.sync()
+    assert rows(scene.silhouette_edges(eye)).tolist() == [True, True, False, True, True, True, True, True]

@@ -430,3 +430,28 @@ def test_edge_queries_never_write_into_the_users_vertices(device):
                                         torch.tensor([0.0, 0, -1], device=device))).t) == 6.0
     near = scene.nearest_edge(torch.tensor([0.5, -1.0, -1.0], device=device))
     torch.testing.assert_close(near.distance, torch.tensor(1.0, device=device))
+
+
+def test_silhouette_edges_skip_masked_edges_and_disabled_shapes(device):
+    # shape 0: the unit square (edges (0,1) (0,2) (1,2) (1,3) (2,3); (1,2) interior);
+    # shape 1: one triangle at z = 5 (3 boundary edges). Seen from above.
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.0]], device=device),
+                           torch.tensor([[0, 1, 2], [1, 3, 2]], device=device)))
+    scene.add_mesh(rt.Mesh(torch.tensor([[0, 0, 5.0], [1, 0, 5], [0, 1, 5]], device=device),
+                           torch.tensor([[0, 1, 2]], device=device)))
+    scene.build()
+    eye = torch.tensor([0.3, 0.3, 10.0], device=device)
+    assert scene.silhouette_edges(eye).tolist() == [True, True, False, True, True, True, True, True]
+    mask = torch.ones(8, dtype=torch.bool, device=device)
+    mask[[0, 6]] = False
+    scene.set_edge_mask(mask)
+    scene.sync()
+    assert scene.silhouette_edges(eye).tolist() == [False, True, False, True, True, True, False, True]
+    scene.set_shape_enabled(1, False)
+    scene.sync()
+    assert scene.silhouette_edges(eye).tolist() == [False, True, False, True, True, False, False, False]
+    scene.set_edge_mask(torch.ones(8, dtype=torch.bool, device=device))
+    scene.set_shape_enabled(1, True)
+    scene.sync()
+    assert scene.silhouette_edges(eye).tolist() == [True, True, False, True, True, True, True, True]
