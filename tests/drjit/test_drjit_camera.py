@@ -151,3 +151,21 @@ def test_errors(m):
         cam.project(m.Array2f(1.0, 2.0))
     with pytest.raises(TypeError, match=r"^rayd\.drjit\.Camera\.sample_edges\(\): 'scene' must be a rayd.drjit.Scene"):
         cam.sample_edges(rt.Scene(), 10)
+
+
+def test_project_on_the_camera_plane_is_zero_never_nan(m):
+    # The camera centre and other points at depth 0 have no projection: xy = 0 with zero
+    # gradient (never NaN or inf); the same values as rayd.torch.
+    cam = rd.Camera(16, 12, fx=20.0, fy=18.0, cx=7.5, cy=6.0)
+    pts = vec(m.Array3f, [[0.0, 0, 0], [1.0, -2.0, 0.0], [0.5, -0.25, 2.0], [0.5, 0.5, -1.0]])
+    dr.enable_grad(pts)
+    xy, depth = cam.project(pts)
+    np.testing.assert_allclose(rows(xy), [[0, 0], [0, 0], [12.5, 3.75], [-2.5, -3.0]], rtol=1e-6)
+    np.testing.assert_allclose(rows(depth), [0, 0, 2.0, -1.0])
+    dr.backward(dr.sum(xy.x + xy.y) + dr.sum(depth))
+    grad = [[0, 0, 1], [0, 0, 1], [10, 9, 1 - (20 * 0.5 - 18 * 0.25) / 4], [-20, -18, 1 - (20 * 0.5 + 18 * 0.5)]]
+    np.testing.assert_allclose(rows(dr.grad(pts)), grad, rtol=1e-6)
+    pose = _pose()
+    posed = rd.Camera(16, 12, fov_y=60.0, to_world=m.Matrix4f64(pose))
+    xy, depth = posed.project(vec(m.Array3f64, [pose[:3, 3].tolist()]))  # its own centre
+    assert rows(xy).tolist() == [[0.0, 0.0]] and rows(depth).tolist() == [0.0]

@@ -143,7 +143,9 @@ class Camera(CameraBase):
         Returns:
             ``(xy, depth)``: ``Array2`` and ``Float`` of width N, ``P = A^-1 (p - t)``,
             ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z`` (test
-            ``depth > 0``: points behind the camera get the mirrored projection).
+            ``depth > 0``: points behind the camera get the mirrored projection; points
+            on the camera's plane, ``depth = 0``, the camera centre among them, have
+            none and get ``xy = 0`` with zero gradient, never NaN or inf).
 
         Gradients:
             With respect to ``points``, the intrinsics and ``to_world`` (Dr.Jit AD).
@@ -158,7 +160,11 @@ class Camera(CameraBase):
         if dr.width(points) == 0:  # Dr.Jit does not broadcast width 0 against width 1
             return (m.Array2f64 if double else m.Array2f)(), (m.Float64 if double else m.Float)()
         p = self.world_to_camera(m, double, points)
-        return self.camera_to_pixels(m, double, p), p.z
+        plane = p.z == 0  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
+        Array3 = m.Array3f64 if double else m.Array3f
+        xy = self.camera_to_pixels(m, double, Array3(dr.select(plane, 1, p.x), dr.select(plane, 1, p.y),
+                                                     dr.select(plane, 1, p.z)))
+        return dr.select(plane, 0, xy), p.z
 
     def world_to_camera(self, m, double, points):
         """Camera-space positions of world points (differentiable)."""
