@@ -18,6 +18,7 @@ from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
 from rayd.drjit._nearest_edge import _setup, _winner_segments
 from rayd.drjit.mesh import check_transform
+from rayd.drjit.intersection import DrjitRecord
 from rayd.drjit.ray import Ray
 
 
@@ -217,11 +218,51 @@ class Camera(CameraBase):
         """
         return _sample_edges(self, scene, num_samples, generator)
 
-class EdgeSamples(EdgeSamplesBase):
-    """rayd.drjit's edge samples (fields as :class:`rayd.torch.EdgeSamples`, flat Dr.Jit arrays)."""
+class EdgeSamples(DrjitRecord, EdgeSamplesBase):
+    """rayd.drjit's edge samples (fields as :class:`rayd.torch.EdgeSamples`, flat Dr.Jit arrays).
+
+    A record like :class:`Intersection`: ``dir()`` lists the fields; ``detach()`` and
+    ``samples[mask]`` (a ``Bool`` of width N, an integer array, an int or a slice) give
+    an ``EdgeSamples`` of the same ``width`` and ``height`` with every field (the rays'
+    ``o`` and ``d`` too) mapped; gathered fields stay differentiable.
+    """
+
+    __slots__ = ("m", "count")
+    _width_field = "weight"
+
+    def __init__(self, *, m, count: int, **fields) -> None:
+        super().__init__(**fields)
+        self.m = m
+        self.count = count
 
     def __len__(self) -> int:
         return dr.width(self.weight) if self.count else 0
+
+    @property
+    def shape(self) -> tuple[int]:
+        """``(N,)``."""
+        return (self.count,)
+
+    def _resize(self, count: int) -> None:
+        self.count = count
+
+    def _map(self, fn):
+        n = self.count
+
+        def each(name: str, value):
+            if not isinstance(value, Ray):
+                return fn(name, value)
+
+            def part(x):  # a width-1 origin broadcasts: widen it to N lanes first
+                if not isinstance(x, dr.ArrayBase):
+                    return x
+                if dr.width(x) == 1 and n > 1:
+                    x = x + dr.zeros(type(x), n)
+                return fn(name, x)
+
+            return Ray(part(value.o), part(value.d), part(value.tmax), tmin=part(value.tmin))
+
+        return self._replace({name: each(name, value) for name, value in self._fields.items()})
 
     def boundary_term(self, f_inside, f_outside, *, filter: str = "box"):
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.
