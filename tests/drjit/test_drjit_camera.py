@@ -151,3 +151,57 @@ def test_errors(m):
         cam.project(m.Array2f(1.0, 2.0))
     with pytest.raises(TypeError, match=r"^rayd\.drjit\.Camera\.sample_edges\(\): 'scene' must be a rayd.drjit.Scene"):
         cam.sample_edges(rt.Scene(), 10)
+
+
+def test_project_on_the_camera_plane_is_zero_never_nan(m):
+    # The camera centre and other points at depth 0 have no projection: xy = 0 with zero
+    # gradient (never NaN or inf); the same values as rayd.torch.
+    cam = rd.Camera(16, 12, fx=20.0, fy=18.0, cx=7.5, cy=6.0)
+    pts = vec(m.Array3f, [[0.0, 0, 0], [1.0, -2.0, 0.0], [0.5, -0.25, 2.0], [0.5, 0.5, -1.0]])
+    dr.enable_grad(pts)
+    xy, depth = cam.project(pts)
+    np.testing.assert_allclose(rows(xy), [[0, 0], [0, 0], [12.5, 3.75], [-2.5, -3.0]], rtol=1e-6)
+    np.testing.assert_allclose(rows(depth), [0, 0, 2.0, -1.0])
+    dr.backward(dr.sum(xy.x + xy.y) + dr.sum(depth))
+    grad = [[0, 0, 1], [0, 0, 1], [10, 9, 1 - (20 * 0.5 - 18 * 0.25) / 4], [-20, -18, 1 - (20 * 0.5 + 18 * 0.5)]]
+    np.testing.assert_allclose(rows(dr.grad(pts)), grad, rtol=1e-6)
+    pose = _pose()
+    posed = rd.Camera(16, 12, fov_y=60.0, to_world=m.Matrix4f64(pose))
+    xy, depth = posed.project(vec(m.Array3f64, [pose[:3, 3].tolist()]))  # its own centre
+    assert rows(xy).tolist() == [[0.0, 0.0]] and rows(depth).tolist() == [0.0]
+
+
+def test_edge_samples_are_a_record_detach_and_index(m):
+    # The same record operations as Intersection: fields in dir(), detach(), indexing.
+    v = vec(m.Array3f64, [[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]])
+    dr.enable_grad(v)
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, m.Array3u(0, 1, 2)))
+    scene.build()
+    s = rd.Camera(8, 8, fov_y=90.0).sample_edges(scene, 6, generator=np.random.default_rng(0))
+    names = {"xy", "normal", "weight", "ray_inside", "ray_outside", "global_edge_id", "edge_t", "visible", "motion"}
+    assert names <= set(dir(s)) and set(s.fields) == names and s.shape == (6,)
+    gid = np.array(s.global_edge_id)
+    keep = gid == gid[0]
+    sub = s[m.Bool(keep)]
+    assert type(sub) is rd.EdgeSamples and (sub.width, sub.height) == (8, 8) and len(sub) == int(keep.sum())
+    np.testing.assert_array_equal(rows(sub.xy), rows(s.xy)[keep])
+    np.testing.assert_array_equal(np.array(sub.edge_t), np.array(s.edge_t)[keep])
+    np.testing.assert_array_equal(np.array(sub.global_edge_id), gid[keep])
+    np.testing.assert_array_equal(rows(sub.ray_inside.d), rows(s.ray_inside.d)[keep])
+    np.testing.assert_array_equal(rows(sub.ray_outside.o), np.broadcast_to(rows(s.ray_outside.o), (6, 3))[keep])
+    np.testing.assert_array_equal(np.array(s[2:4].weight), np.array(s.weight)[2:4])
+    # gathered motion stays differentiable: the gradient of the selected samples only
+    dr.backward(dr.sum(sub.motion))
+    g_sub = rows(dr.grad(v)).copy()
+    dr.clear_grad(v)
+    again = rd.Camera(8, 8, fov_y=90.0).sample_edges(scene, 6, generator=np.random.default_rng(0))  # same samples
+    dr.backward(dr.sum(dr.select(m.Bool(keep), again.motion, 0.0)))
+    np.testing.assert_allclose(g_sub, rows(dr.grad(v)), rtol=1e-12, atol=1e-12)
+    assert np.abs(g_sub).sum() > 0
+    d = s.detach()
+    assert type(d) is rd.EdgeSamples and not dr.grad_enabled(d.motion) and not dr.grad_enabled(d.ray_inside.d)
+    np.testing.assert_array_equal(rows(d.xy), rows(s.xy))
+    assert repr(d) == "rayd.drjit.EdgeSamples(num_samples=6, width=8, height=8)"
+    term = d.boundary_term(dr.full(m.Float64, 1.0, 6), dr.zeros(m.Float64, 6))
+    assert dr.width(term) == 64 and float(dr.sum(dr.abs(term))[0]) == 0.0

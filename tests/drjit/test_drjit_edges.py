@@ -463,3 +463,45 @@ def test_edge_queries_work_without_torch(backend):
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-2:] == ["3", "1.0"]
+
+
+def test_silhouette_edges_skip_masked_edges_and_disabled_shapes(m):
+    # shape 0: the unit square ((1,2) interior); shape 1: one triangle at z = 5. Seen from above.
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, SQUARE_V), vec(m.Array3u, SQUARE_F)))
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, [[0, 0, 5.0], [1, 0, 5], [0, 1, 5]]), vec(m.Array3u, [[0, 1, 2]])))
+    scene.build()
+    eye = m.Array3f(0.3, 0.3, 10.0)
+    assert rows(scene.silhouette_edges(eye)).tolist() == [True, True, False, True, True, True, True, True]
+    scene.set_edge_mask(m.Bool([False, True, True, True, True, True, False, True]))
+    scene.sync()
+    assert rows(scene.silhouette_edges(eye)).tolist() == [False, True, False, True, True, True, False, True]
+    scene.set_shape_enabled(1, False)
+    scene.sync()
+    assert rows(scene.silhouette_edges(eye)).tolist() == [False, True, False, True, True, False, False, False]
+    scene.set_edge_mask(m.Bool([True] * 8))
+    scene.set_shape_enabled(1, True)
+    scene.sync()
+    assert rows(scene.silhouette_edges(eye)).tolist() == [True, True, False, True, True, True, True, True]
+
+
+def test_ray_with_tmax_equal_tmin_is_the_point_at_tmin(m):
+    # DESIGN: the ray's segment is s in [tmin, tmax], closed, so tmax == tmin is the point
+    # o + tmin d (only tmax < tmin is the malformed-ray miss).
+    scene, _ = _square(m)
+    o = vec(m.Array3f, [[0.25, -3.0, 0.5], [0.6, 0.6, 4.0]])
+    d = vec(m.Array3f, [[0.0, 1.0, 0.0], [0.0, 0.0, -1.0]])
+    s = m.Float([2.0, 3.7])
+    dr.enable_grad(o)
+    hit = scene.nearest_edge(rd.Ray(o, d, tmax=s, tmin=m.Float(s)))
+    # ray 0 stops at (0.25, -1, 0.5): edge (0,1) at sqrt(1.25); ray 1 at (0.6, 0.6, 0.3): diagonal, sqrt(0.11)
+    assert rows(hit.global_edge_id).tolist() == [0, 2]
+    np.testing.assert_allclose(rows(hit.distance), [math.sqrt(1.25), math.sqrt(0.11)], rtol=1e-5)
+    np.testing.assert_allclose(rows(hit.ray_t), [2.0, 3.7], rtol=1e-6)
+    np.testing.assert_allclose(rows(hit.ray_point), [[0.25, -1.0, 0.5], [0.6, 0.6, 0.3]], atol=1e-6)
+    dr.backward(dr.sum(hit.distance))
+    grad = [[0, -1 / math.sqrt(1.25), 0.5 / math.sqrt(1.25)],
+            [0.1 / math.sqrt(0.11), 0.1 / math.sqrt(0.11), 0.3 / math.sqrt(0.11)]]
+    np.testing.assert_allclose(rows(dr.grad(o)), grad, rtol=1e-4, atol=1e-5)
+    below = scene.nearest_edge(rd.Ray(dr.detach(o), d, tmax=s, tmin=s + 1e-3))  # tmax < tmin: a miss
+    assert rows(below.global_edge_id).tolist() == [-1, -1] and np.isinf(rows(below.distance)).all()

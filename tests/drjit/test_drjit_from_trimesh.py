@@ -59,3 +59,17 @@ def test_options_and_errors(backend, m):
         rd.Mesh.from_trimesh(box, dtype="half")
     with pytest.raises(ValueError, match="uv=True but the mesh has no texture coordinates"):
         rd.Mesh.from_trimesh(box, backend=backend, uv=True)
+
+
+def test_to_world_errors_name_from_trimesh_and_a_good_one_places_the_mesh(backend, m):
+    box = trimesh.creation.box(extents=(2.0, 2.0, 2.0))
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Mesh\.from_trimesh\(\): 'to_world' must be a Dr\.Jit array"):
+        rd.Mesh.from_trimesh(box, backend=backend, to_world=np.eye(4))
+    shift = np.eye(4)
+    shift[0, 3] = 3.0  # box now spans x in [2, 4]
+    mesh = rd.Mesh.from_trimesh(box, backend=backend, to_world=m.Matrix4f(shift))
+    scene = rd.Scene()
+    scene.add_mesh(mesh)
+    scene.build()
+    hit = scene.intersect(rd.Ray(m.Array3f(10.0, 0.25, 0.5), m.Array3f(-1.0, 0.0, 0.0)))
+    assert dr.allclose(hit.t, 6.0)

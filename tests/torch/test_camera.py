@@ -174,3 +174,24 @@ def test_device_mismatch(cuda_device):
         cam.project(torch.zeros(3))
     with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'to_world' is on"):
         rt.Camera(4, 4, fx=torch.tensor(1.0), to_world=torch.eye(4, device=cuda_device))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_project_on_the_camera_plane_is_zero_never_nan(device, dtype):
+    # The camera centre and other points at depth 0 have no projection: xy = 0 with zero
+    # gradient (never NaN or inf, as for misses); other points keep their projection.
+    cam = rt.Camera(16, 12, fx=20.0, fy=18.0, cx=7.5, cy=6.0)
+    pts = torch.tensor([[0.0, 0, 0], [1.0, -2.0, 0.0], [0.5, -0.25, 2.0], [0.5, 0.5, -1.0]], dtype=dtype,
+                       device=device, requires_grad=True)
+    xy, depth = cam.project(pts)
+    expected = torch.tensor([[0, 0], [0, 0], [20 * 0.25 + 7.5, 18 * -0.125 + 6.0], [20 * -0.5 + 7.5, 18 * -0.5 + 6.0]],
+                            dtype=dtype, device=device)
+    torch.testing.assert_close(xy.detach(), expected)
+    torch.testing.assert_close(depth.detach(), torch.tensor([0, 0, 2.0, -1.0], dtype=dtype, device=device))
+    (xy.sum() + depth.sum()).backward()
+    grad = torch.tensor([[0, 0, 1], [0, 0, 1], [10, 9, 1 - (20 * 0.5 - 18 * 0.25) / 4], [-20, -18, 1 - (20 * 0.5 + 18 * 0.5)]],
+                        dtype=dtype, device=device)
+    torch.testing.assert_close(pts.grad, grad)
+    posed = rt.Camera(16, 12, fov_y=60.0, to_world=_pose(dtype, device))
+    xy, depth = posed.project(_pose(dtype, device)[:3, 3])  # its own centre
+    assert xy.tolist() == [0.0, 0.0] and float(depth) == 0.0

@@ -455,3 +455,36 @@ def test_split_vertex_cube_seams_sampled_once(device):
     # the normals point away from the cube's image, as for the welded cube
     centre = torch.as_tensor(hull.mean(0), device=device)
     assert bool(((s.xy.double() - centre) * s.normal.double()).sum(-1).gt(0).all())
+
+
+def test_edge_samples_are_a_record_detach_index_to(device):
+    # The same record operations as Intersection: fields in dir(), detach(), to(), indexing.
+    v = torch.tensor([[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]], dtype=torch.float64, device=device, requires_grad=True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]], device=device)))
+    scene.build()
+    cam = rt.Camera(8, 8, fov_y=90.0)
+    s = cam.sample_edges(scene, 6, generator=torch.Generator().manual_seed(0))
+    names = {"xy", "normal", "weight", "ray_inside", "ray_outside", "global_edge_id", "edge_t", "visible", "motion"}
+    assert names <= set(dir(s)) and set(s.fields) == names and s.shape == (6,)
+    mask = s.global_edge_id == s.global_edge_id[0]
+    sub = s[mask]
+    assert type(sub) is rt.EdgeSamples and (sub.width, sub.height) == (8, 8) and len(sub) == int(mask.sum())
+    assert torch.equal(sub.xy, s.xy[mask]) and torch.equal(sub.edge_t, s.edge_t[mask])
+    assert torch.equal(sub.global_edge_id, s.global_edge_id[mask]) and torch.equal(sub.visible, s.visible[mask])
+    assert torch.equal(sub.ray_inside.d, s.ray_inside.d[mask]) and torch.equal(sub.ray_outside.o, s.ray_outside.o[mask])
+    assert torch.equal(s[2:4].weight, s.weight[2:4])
+    # indexing keeps motion differentiable: its gradient is that of the selected samples only
+    want = torch.autograd.grad(s.motion[mask].sum(), v, retain_graph=True)[0]
+    sub.motion.sum().backward()
+    torch.testing.assert_close(v.grad, want)
+    assert v.grad.abs().sum() > 0
+    d = s.detach()
+    assert type(d) is rt.EdgeSamples and not d.motion.requires_grad and torch.equal(d.xy, s.xy)
+    assert not d.ray_inside.d.requires_grad and torch.equal(d.ray_inside.d, s.ray_inside.d.detach())
+    f = s.detach().to(torch.float32).cpu()
+    assert f.xy.dtype == torch.float32 and f.ray_inside.d.dtype == torch.float32 and f.global_edge_id.dtype == torch.int32
+    assert f.ray_inside.o.device.type == "cpu" and repr(f) == "rayd.torch.EdgeSamples(num_samples=6, width=8, height=8)"
+    term = s.detach().boundary_term(torch.ones(6, dtype=torch.float64, device=device), torch.zeros(6, dtype=torch.float64,
+                                                                                                 device=device))
+    assert term.shape == (8, 8) and float(term.abs().sum()) == 0.0

@@ -430,3 +430,54 @@ def test_edge_queries_never_write_into_the_users_vertices(device):
                                         torch.tensor([0.0, 0, -1], device=device))).t) == 6.0
     near = scene.nearest_edge(torch.tensor([0.5, -1.0, -1.0], device=device))
     torch.testing.assert_close(near.distance, torch.tensor(1.0, device=device))
+
+
+def test_silhouette_edges_skip_masked_edges_and_disabled_shapes(device):
+    # shape 0: the unit square (edges (0,1) (0,2) (1,2) (1,3) (2,3); (1,2) interior);
+    # shape 1: one triangle at z = 5 (3 boundary edges). Seen from above.
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor([[0, 0, 0], [1, 0, 0], [0, 1, 0], [1, 1, 0.0]], device=device),
+                           torch.tensor([[0, 1, 2], [1, 3, 2]], device=device)))
+    scene.add_mesh(rt.Mesh(torch.tensor([[0, 0, 5.0], [1, 0, 5], [0, 1, 5]], device=device),
+                           torch.tensor([[0, 1, 2]], device=device)))
+    scene.build()
+    eye = torch.tensor([0.3, 0.3, 10.0], device=device)
+    assert scene.silhouette_edges(eye).tolist() == [True, True, False, True, True, True, True, True]
+    mask = torch.ones(8, dtype=torch.bool, device=device)
+    mask[[0, 6]] = False
+    scene.set_edge_mask(mask)
+    scene.sync()
+    assert scene.silhouette_edges(eye).tolist() == [False, True, False, True, True, True, False, True]
+    scene.set_shape_enabled(1, False)
+    scene.sync()
+    assert scene.silhouette_edges(eye).tolist() == [False, True, False, True, True, False, False, False]
+    scene.set_edge_mask(torch.ones(8, dtype=torch.bool, device=device))
+    scene.set_shape_enabled(1, True)
+    scene.sync()
+    assert scene.silhouette_edges(eye).tolist() == [True, True, False, True, True, True, True, True]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ray_with_tmax_equal_tmin_is_the_point_at_tmin(device, dtype):
+    # DESIGN: the ray's segment is s in [tmin, tmax], closed, so tmax == tmin is the point
+    # o + tmin d (only tmax < tmin is the malformed-ray miss).
+    scene, _ = unit_square(device, dtype)
+    o = torch.tensor([[0.25, -3.0, 0.5], [0.6, 0.6, 4.0]], dtype=dtype, device=device, requires_grad=True)
+    d = torch.tensor([[0.0, 1.0, 0.0], [0.0, 0.0, -1.0]], dtype=dtype, device=device)
+    s = torch.tensor([2.0, 3.7], dtype=dtype, device=device)
+    hit = scene.nearest_edge(rt.Ray(o, d, s, tmin=s))
+    point = scene.nearest_edge((o + s[:, None] * d).detach())
+    # ray 0 stops at (0.25, -1, 0.5): edge (0,1) at distance sqrt(1 + 0.25);
+    # ray 1 at (0.6, 0.6, 0.3) above the diagonal (1,2): sqrt(0.02 + 0.09)
+    assert hit.global_edge_id.tolist() == [0, 2] == point.global_edge_id.tolist()
+    expected = torch.tensor([math.sqrt(1.25), math.sqrt(0.11)], dtype=dtype, device=device)
+    torch.testing.assert_close(hit.distance.detach(), expected)
+    torch.testing.assert_close(hit.distance.detach(), point.distance)
+    torch.testing.assert_close(hit.ray_t.detach(), s)
+    torch.testing.assert_close(hit.ray_point.detach(), (o + s[:, None] * d).detach())
+    hit.distance.sum().backward()  # d distance / d o = unit vector from the edge point
+    grad = torch.tensor([[0, -1 / math.sqrt(1.25), 0.5 / math.sqrt(1.25)],
+                         [0.1 / math.sqrt(0.11), 0.1 / math.sqrt(0.11), 0.3 / math.sqrt(0.11)]], dtype=dtype, device=device)
+    torch.testing.assert_close(o.grad, grad, rtol=1e-4, atol=1e-5)
+    below = scene.nearest_edge(rt.Ray(o.detach(), d, s, tmin=s + 1e-3))  # tmax < tmin: a miss
+    assert below.global_edge_id.tolist() == [-1, -1] and below.distance.tolist() == [math.inf] * 2

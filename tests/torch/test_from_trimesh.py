@@ -111,3 +111,16 @@ def test_not_a_trimesh_is_type_error():
         rt.Mesh.from_trimesh(trimesh.Scene([trimesh.creation.box()]))
     with pytest.raises(TypeError, match=r"'dtype' must be torch.float32 or torch.float64"):
         rt.Mesh.from_trimesh(trimesh.creation.box(), dtype=torch.float16)
+
+
+def test_to_world_errors_name_from_trimesh_and_a_good_one_places_the_mesh(device):
+    box = trimesh.creation.box(extents=(2.0, 2.0, 2.0))
+    with pytest.raises(TypeError, match=r"^rayd\.torch\.Mesh\.from_trimesh\(\): 'to_world' must be a torch\.Tensor"):
+        rt.Mesh.from_trimesh(box, to_world=np.eye(4))
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Mesh\.from_trimesh\(\): 'to_world' must have shape \(4, 4\)"):
+        rt.Mesh.from_trimesh(box, device=device, to_world=torch.eye(3, device=device))
+    shift = torch.eye(4, device=device)
+    shift[0, 3] = 3.0  # box now spans x in [2, 4]
+    scene = _scene(rt.Mesh.from_trimesh(box, device=device, to_world=shift))
+    hit = scene.intersect(rt.Ray(torch.tensor([10.0, 0.25, 0.5], device=device), torch.tensor([-1.0, 0, 0], device=device)))
+    assert float(hit.t) == pytest.approx(6.0)

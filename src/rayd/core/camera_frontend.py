@@ -31,6 +31,7 @@ import numpy as np
 from rayd.core import camera as _core
 from rayd.core.checks import integer, real, type_name
 from rayd.core.frontend import PublicName
+from rayd.records import FieldRecord
 
 
 def check_size(call: str, name: str, value: object) -> int:
@@ -217,17 +218,22 @@ def to_camera(world: np.ndarray, to_world: np.ndarray | None) -> np.ndarray:
     return (world - to_world[:3, 3]) @ np.linalg.inv(to_world[:3, :3]).T
 
 
-class EdgeSamplesBase(PublicName):
-    """Bookkeeping of ``EdgeSamples``: fields as attributes, ``len``, ``repr``.
+class EdgeSamplesBase(PublicName, FieldRecord):
+    """Bookkeeping of ``EdgeSamples``: a record (:class:`rayd.records.FieldRecord`: fields
+    as attributes and in ``dir()``, ``detach()``, indexing), plus ``width``/``height``.
 
-    A subclass sets ``__len__``; its ``_name`` (``"rayd.torch.EdgeSamples"``) comes from
+    A subclass sets ``__len__`` and ``shape`` and maps its :class:`Ray` fields in
+    ``_map``; its ``_name`` (``"rayd.torch.EdgeSamples"``) comes from
     :class:`~rayd.core.frontend.PublicName`.
     """
 
+    __slots__ = ("width", "height")
     _name = "rayd.EdgeSamples"
 
-    def __init__(self, **fields) -> None:
-        self.__dict__.update(fields)
+    def __init__(self, *, width: int, height: int, **fields) -> None:
+        FieldRecord.__init__(self, **fields)
+        self.width = width
+        self.height = height
 
     def __repr__(self) -> str:
         return f"{self._name}(num_samples={len(self)}, width={self.width}, height={self.height})"

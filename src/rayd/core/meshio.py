@@ -34,3 +34,19 @@ def trimesh_arrays(call: str, mesh: object, normals: bool, uv: bool):
             raise ValueError(f"{call}: uv=True but the mesh has no texture coordinates (mesh.visual.uv)")
         texcoords = np.array(texcoords, dtype=np.float64).reshape(-1, 2)
     return vertices, faces, vertex_normals, texcoords
+
+
+def build_as(call: str, mesh_call: str, make):
+    """``make()`` (a ``Mesh(...)`` construction), its errors renamed to start with ``call``.
+
+    ``Mesh.from_trimesh(..., to_world=bad)`` must report ``from_trimesh()``, the public
+    call, not the ``Mesh()`` it delegates to: a ``TypeError``/``ValueError`` whose
+    message starts with ``mesh_call`` is raised again with that prefix replaced.
+    """
+    try:
+        return make()
+    except (TypeError, ValueError) as error:
+        message = str(error)
+        if not message.startswith(mesh_call + ":"):
+            raise
+        raise type(error)(call + message[len(mesh_call):]) from None

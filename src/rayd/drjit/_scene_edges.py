@@ -135,7 +135,9 @@ _core_edges.document(EdgeQueries, {
         (E,) ``Bool``. Concretely, True for boundary edges and for edges whose two
         faces lie on opposite sides, where face ``(v0, v1, v2)`` faces ``c`` iff
         ``dot((v1 - v0) x (v2 - v0), c - v0) > 0`` (current vertex positions and
-        transforms, in float64 if the viewpoint or any vertices are).
+        transforms, in float64 if the viewpoint or any vertices are). Like every
+        edge query, it sees only the edges the BVH sees: masked-out edges
+        (:meth:`set_edge_mask`) and edges of disabled shapes are False.
 
     Raises:
         TypeError: ``viewpoint`` not a Dr.Jit float array.

@@ -18,6 +18,7 @@ from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
 from rayd.drjit._nearest_edge import _setup, _winner_segments
 from rayd.drjit.mesh import check_transform
+from rayd.drjit.intersection import DrjitRecord
 from rayd.drjit.ray import Ray
 
 
@@ -143,7 +144,9 @@ class Camera(CameraBase):
         Returns:
             ``(xy, depth)``: ``Array2`` and ``Float`` of width N, ``P = A^-1 (p - t)``,
             ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z`` (test
-            ``depth > 0``: points behind the camera get the mirrored projection).
+            ``depth > 0``: points behind the camera get the mirrored projection; points
+            on the camera's plane, ``depth = 0``, the camera centre among them, have
+            none and get ``xy = 0`` with zero gradient, never NaN or inf).
 
         Gradients:
             With respect to ``points``, the intrinsics and ``to_world`` (Dr.Jit AD).
@@ -158,7 +161,11 @@ class Camera(CameraBase):
         if dr.width(points) == 0:  # Dr.Jit does not broadcast width 0 against width 1
             return (m.Array2f64 if double else m.Array2f)(), (m.Float64 if double else m.Float)()
         p = self.world_to_camera(m, double, points)
-        return self.camera_to_pixels(m, double, p), p.z
+        plane = p.z == 0  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
+        Array3 = m.Array3f64 if double else m.Array3f
+        xy = self.camera_to_pixels(m, double, Array3(dr.select(plane, 1, p.x), dr.select(plane, 1, p.y),
+                                                     dr.select(plane, 1, p.z)))
+        return dr.select(plane, 0, xy), p.z
 
     def world_to_camera(self, m, double, points):
         """Camera-space positions of world points (differentiable)."""
@@ -211,11 +218,51 @@ class Camera(CameraBase):
         """
         return _sample_edges(self, scene, num_samples, generator)
 
-class EdgeSamples(EdgeSamplesBase):
-    """rayd.drjit's edge samples (fields as :class:`rayd.torch.EdgeSamples`, flat Dr.Jit arrays)."""
+class EdgeSamples(DrjitRecord, EdgeSamplesBase):
+    """rayd.drjit's edge samples (fields as :class:`rayd.torch.EdgeSamples`, flat Dr.Jit arrays).
+
+    A record like :class:`Intersection`: ``dir()`` lists the fields; ``detach()`` and
+    ``samples[mask]`` (a ``Bool`` of width N, an integer array, an int or a slice) give
+    an ``EdgeSamples`` of the same ``width`` and ``height`` with every field (the rays'
+    ``o`` and ``d`` too) mapped; gathered fields stay differentiable.
+    """
+
+    __slots__ = ("m", "count")
+    _width_field = "weight"
+
+    def __init__(self, *, m, count: int, **fields) -> None:
+        super().__init__(**fields)
+        self.m = m
+        self.count = count
 
     def __len__(self) -> int:
         return dr.width(self.weight) if self.count else 0
+
+    @property
+    def shape(self) -> tuple[int]:
+        """``(N,)``."""
+        return (self.count,)
+
+    def _resize(self, count: int) -> None:
+        self.count = count
+
+    def _map(self, fn):
+        n = self.count
+
+        def each(name: str, value):
+            if not isinstance(value, Ray):
+                return fn(name, value)
+
+            def part(x):  # a width-1 origin broadcasts: widen it to N lanes first
+                if not isinstance(x, dr.ArrayBase):
+                    return x
+                if dr.width(x) == 1 and n > 1:
+                    x = x + dr.zeros(type(x), n)
+                return fn(name, x)
+
+            return Ray(part(value.o), part(value.d), part(value.tmax), tmin=part(value.tmin))
+
+        return self._replace({name: each(name, value) for name, value in self._fields.items()})
 
     def boundary_term(self, f_inside, f_outside, *, filter: str = "box"):
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.

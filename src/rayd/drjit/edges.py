@@ -288,7 +288,8 @@ class SceneEdges(EdgeState):
         Returns:
             A face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
             ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when
-            it is a boundary edge or exactly one of its two faces faces ``c``.
+            it is a boundary edge or exactly one of its two faces faces ``c``, and it is
+            applied (not masked out, its shape enabled).
         """
         top = self.topology
         scene = self._scene
@@ -310,6 +311,7 @@ class SceneEdges(EdgeState):
         faces = m.Array2i(top.faces)
         boundary = m.Bool(top.is_boundary)
         second = dr.select(boundary, faces.x, faces.y)
-        result = plain.Bool(dr.detach(boundary | (front(faces.x) != front(second))))
+        # masked-out edges and edges of disabled shapes are invisible to edge queries
+        result = plain.Bool(dr.detach(boundary | (front(faces.x) != front(second)))) & (self._applied != 0)
         dr.eval(result)
         return result

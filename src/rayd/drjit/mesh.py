@@ -9,7 +9,7 @@ import numpy as np
 from rayd.drjit import _check, _convert
 from rayd.drjit._convert import host_matrices
 from rayd.core.transforms import check_matrices
-from rayd.core.meshio import trimesh_arrays
+from rayd.core.meshio import build_as, trimesh_arrays
 from rayd.core.mesh import MeshBase
 
 class Mesh(MeshBase):
@@ -117,13 +117,13 @@ class Mesh(MeshBase):
         def columns(kind: type, array: np.ndarray | None, numpy_dtype: type):
             return None if array is None else kind(np.ascontiguousarray(array.T.astype(numpy_dtype)))
 
-        return cls(
+        return build_as(call, f"{cls._name}()", lambda: cls(
             columns(m.Array3f64 if wide else m.Array3f, vertices, real),
             columns(m.Array3u, faces, np.uint32),
             normals=columns(m.Array3f64 if wide else m.Array3f, vertex_normals, real),
             uv=columns(m.Array2f64 if wide else m.Array2f, texcoords, real),
             to_world=to_world,
-        )
+        ))
 
     @property
     def device(self) -> str:

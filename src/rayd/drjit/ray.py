@@ -26,7 +26,9 @@ class Ray:
 
     A ``Ray`` holds no scene state: one instance may be reused across steps, refits
     and scenes. Malformed rays (NaN or inf components, a zero direction,
-    ``tmax <= tmin``) are not errors; queries report them as misses.
+    ``tmax <= tmin``) are not errors; queries report them as misses. The exception is
+    ``nearest_edge``, whose segment ``s in [tmin, tmax]`` is closed: there
+    ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin`` is a miss.
 
     Gradients:
         Flow into ``o`` and ``d`` (and into arrays they were computed from) when they

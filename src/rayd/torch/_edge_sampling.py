@@ -36,12 +36,14 @@ from rayd.core.camera_frontend import EdgeSamplesBase, check_sample_args, plan_s
 from rayd.torch import _check, _convert
 from rayd.torch._nearest_edge import _dtype, _ready_edges
 from rayd.torch.edges import placed_vertices
+from rayd.torch.intersection import TorchRecord
+from rayd.torch.ray import Ray
 
 _CALL = "rayd.torch.Camera.sample_edges()"
 _FILTERS = ("box", "tent")
 
 
-class EdgeSamples(EdgeSamplesBase):
+class EdgeSamples(TorchRecord, EdgeSamplesBase):
     """Samples on the visible-discontinuity curves of an image, from :meth:`Camera.sample_edges`.
 
     Attributes (N samples):
@@ -64,10 +66,34 @@ class EdgeSamples(EdgeSamplesBase):
 
     Units:
         Pixels for ``xy``, ``weight`` (length) and ``motion``.
+
+    A record like :class:`Intersection`: ``dir()`` lists the fields; ``detach()``,
+    ``to(device, dtype)``, ``cpu()`` and ``samples[mask]`` (a bool mask of shape (N,),
+    integer indices or a slice) give an ``EdgeSamples`` of the same ``width`` and
+    ``height`` with every field (the rays' ``o`` and ``d`` too) mapped.
     """
+
+    __slots__ = ()
 
     def __len__(self) -> int:
         return int(self.weight.shape[0])
+
+    @property
+    def shape(self) -> torch.Size:
+        """``(N,)``."""
+        return self._fields["weight"].shape
+
+    def _map(self, fn):
+        def each(name: str, value):
+            if not isinstance(value, Ray):
+                return fn(name, value)
+
+            def part(x):  # generated rays have scalar bounds; map batch-shaped tensors only
+                return fn(name, x) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
+
+            return Ray(part(value.o), part(value.d), part(value.tmax), tmin=part(value.tmin))
+
+        return self._replace({name: each(name, value) for name, value in self._fields.items()})
 
     def boundary_term(self, f_inside: torch.Tensor, f_outside: torch.Tensor, *, filter: str = "box") -> torch.Tensor:
         """The visibility-boundary part of an image's derivative, as an image of value zero.

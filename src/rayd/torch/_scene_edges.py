@@ -127,6 +127,8 @@ _core_edges.document(EdgeQueries, {
         (E,) bool. Concretely, True for boundary edges and for edges whose two
         faces lie on opposite sides, where face ``(v0, v1, v2)`` faces ``c`` iff
         ``dot((v1 - v0) x (v2 - v0), c - v0) > 0`` (current vertex positions).
+        Like every edge query, it sees only the edges the BVH sees: masked-out
+        edges (:meth:`set_edge_mask`) and edges of disabled shapes are False.
 
     Raises:
         TypeError, ValueError: ``viewpoint`` not a float tensor of shape (3,) on

@@ -177,8 +177,10 @@ class Camera(CameraBase):
             ``(xy, depth)``: (..., 2) pixel coordinates and (...) camera-space ``z``.
             Concretely, ``P = A^-1 (p - t)`` (``to_world = [A t]``) and
             ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z``. Points behind
-            the camera (``depth < 0``) get the mirrored projection, points with
-            ``depth = 0`` non-finite ``xy``: test ``depth > 0`` where it matters.
+            the camera (``depth < 0``) get the mirrored projection; points on the
+            camera's plane (``depth = 0``, the camera centre among them) have none and
+            get ``xy = 0`` with zero gradient (never NaN or inf, as for misses). Test
+            ``depth > 0`` where it matters.
 
         Gradients:
             Differentiable with respect to ``points``, the intrinsics and ``to_world``.
@@ -196,7 +198,10 @@ class Camera(CameraBase):
         if placed is not None:
             a, t = placed
             p = (p - t) @ _inverse(a).transpose(0, 1)
-        return self.camera_to_pixels(p), p[..., 2]
+        depth = p[..., 2]
+        plane = (depth == 0)[..., None]  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
+        xy = self.camera_to_pixels(torch.where(plane, torch.ones_like(p), p))
+        return torch.where(plane, torch.zeros_like(xy), xy), depth
 
     def sample_edges(self, scene, num_samples: int, *, generator: torch.Generator | None = None):
         """Sample the images of the scene's silhouette and boundary edges, uniformly in image length.

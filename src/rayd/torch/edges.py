@@ -317,7 +317,8 @@ class SceneEdges(EdgeState):
         Returns:
             A face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
             ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when
-            it is a boundary edge or exactly one of its two faces faces ``c``.
+            it is a boundary edge or exactly one of its two faces faces ``c``, and it is
+            applied (not masked out, its shape enabled).
         """
         top = self.topology
         mesh_faces = self._faces  # build-time faces, as the topology
@@ -329,4 +330,5 @@ class SceneEdges(EdgeState):
         front = ((viewpoint - tri[:, 0]) * normal).sum(-1) > 0
         f0 = top.faces[:, 0].long() + offset
         f1 = top.faces[:, 1].long().clamp(min=0) + offset
-        return top.is_boundary | (front[f0] != front[f1])
+        # masked-out edges and edges of disabled shapes are invisible to edge queries
+        return (top.is_boundary | (front[f0] != front[f1])) & self._applied.bool()

@@ -8,7 +8,7 @@ import torch
 
 from rayd.torch import _check, _convert
 from rayd.core.transforms import check_matrices
-from rayd.core.meshio import trimesh_arrays
+from rayd.core.meshio import build_as, trimesh_arrays
 from rayd.core.mesh import MeshBase
 
 class Mesh(MeshBase):
@@ -129,8 +129,9 @@ class Mesh(MeshBase):
         def tensor(array: np.ndarray | None, kind: torch.dtype) -> torch.Tensor | None:
             return None if array is None else torch.as_tensor(array, dtype=kind, device=device).contiguous()
 
-        return cls(tensor(vertices, dtype), tensor(faces, torch.int32), normals=tensor(vertex_normals, dtype),
-                   uv=tensor(texcoords, dtype), to_world=to_world)
+        return build_as(call, f"{cls._name}()", lambda: cls(
+            tensor(vertices, dtype), tensor(faces, torch.int32), normals=tensor(vertex_normals, dtype),
+            uv=tensor(texcoords, dtype), to_world=to_world))
 
     @property
     def device(self) -> torch.device:
