@@ -1,13 +1,13 @@
-"""The open hit interval for float64 queries: re-search where the float32 search and the float64 ``t`` disagree.
+"""The open hit interval for float64 queries: search again where the float32 search and the float64 ``t`` disagree.
 
 The engine search bounds candidates by the ``t`` of its float32 snapshot; a float64
-query reports the ``t`` of the live float64 vertices. Near ``tmin`` the two can fall
-on either side of the bound: the search then returns a face whose reported ``t <=
-tmin`` (masked to a miss by :func:`rayd.torch._interval.enforce`) and never looks
-at the face behind it. :func:`walk_on` searches those rays again with that face
-skipped (``ignore``), a few passes at most; :func:`confirm_blocked` checks an
-any-hit blocker's float64 ``t`` and, where it lies outside ``(tmin, tmax)``, asks
-the closest hit instead. float32 queries never come here.
+query reports the ``t`` of the live float64 vertices. Near ``tmin`` (or ``tmax``) the
+two can fall on either side of the bound: the closest-hit search then returns a face
+whose reported ``t <= tmin`` (masked to a miss by :func:`rayd.torch._interval.enforce`)
+and never looks at the face behind it, and the any-hit search counts a face whose
+reported ``t`` lies outside ``(tmin, tmax)``. For those rays alone, the first
+:data:`CANDIDATES` crossings (``intersect_all``, each checked on its reported ``t``)
+decide. float32 queries never come here.
 """
 
 from __future__ import annotations
@@ -15,75 +15,9 @@ from __future__ import annotations
 import torch
 
 from rayd.flags import RayFlags
-from rayd.torch import _convert, _interval, _ops, _trace
-from rayd.torch._geometry import gather
-from rayd.torch._intersect import evaluate
+from rayd.torch import _convert
 
-PASSES = 4  # each pass skips one more face; rays still disagreeing after these report a miss (as before)
-
-
-def t_of(scene, o: torch.Tensor, d: torch.Tensor, global_prim_id: torch.Tensor) -> torch.Tensor:
-    """(N,) float64 reported ``t`` of the winners (``inf`` for misses), no gradient."""
-    with torch.no_grad():
-        live = scene._state.live(torch.float64)
-        fields = evaluate(o.detach(), d.detach(), global_prim_id, gather(scene._state.table, live, global_prim_id),
-                          RayFlags.Minimal)
-    return torch.where(global_prim_id >= 0, fields["t"], torch.inf)
-
-
-def walk_on(scene, call: str, ray, active, ignore, batch: torch.Size, o: torch.Tensor, d: torch.Tensor,
-            global_prim_id: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """(N,) int32 closest winners with every winner at reported ``t <= tmin`` searched past (float64 rows).
-
-    ``o``, ``d`` (N, 3) and ``t`` (the winners' reported ``t``) are float64. A winner
-    equal to the ray's own ``ignore`` (possible once a pass skips another face) is
-    searched past as well. Under ``torch.compile`` or transforms nothing changes.
-    """
-    if _traced():
-        return global_prim_id
-    tmin = _interval._rows(ray.tmin, batch, t)
-    rows = None
-    for _ in range(PASSES):
-        if rows is not None:
-            t = t_of(scene, o, d, global_prim_id)
-        redo = (global_prim_id >= 0) & (t <= tmin)
-        if rows is not None:
-            redo |= (global_prim_id >= 0) & (global_prim_id == user)
-        if not bool(redo.any()):
-            break
-        if rows is None:
-            _, n, rows, _ = _trace.prepare(scene, call, ray, active, ignore)
-            ro, rd, lo, hi, flag, user = rows
-        flag_n = (flag.expand(n).bool() & redo).to(torch.uint8).contiguous()
-        skip = torch.where(redo, global_prim_id, user.expand(n)).to(torch.int32).contiguous()
-        again = _ops.ray_search(scene, call, ro, rd, lo, hi, flag_n, skip, n, False)
-        global_prim_id = torch.where(redo, again, global_prim_id)
-    return global_prim_id
-
-
-def confirm_blocked(scene, call: str, ray, active, ignore, batch: torch.Size, n: int,
-                    blocker: torch.Tensor) -> torch.Tensor:
-    """(N,) bool occlusion of float64 rays: an any-hit ``blocker`` whose reported ``t`` lies in ``(tmin, tmax)``.
-
-    Where it does not, the closest hit (:func:`walk_on`) decides.
-    """
-    if _traced():
-        return blocker >= 0
-    o, d = _rows(ray, batch, n)
-    t = t_of(scene, o, d, blocker)
-    tmin = _interval._rows(ray.tmin, batch, t)
-    tmax = _interval._rows(ray.tmax, batch, t)
-    blocked = (blocker >= 0) & (t > tmin) & (t < tmax)
-    doubt = (blocker >= 0) & ~blocked
-    if not bool(doubt.any()):
-        return blocked
-    _, _, rows, _ = _trace.prepare(scene, call, ray, active, ignore)
-    ro, rd, lo, hi, flag, skip = rows
-    flag_n = (flag.expand(n).bool() & doubt).to(torch.uint8).contiguous()
-    closest = _ops.ray_search(scene, call, ro, rd, lo, hi, flag_n, skip, n, False)
-    closest = walk_on(scene, call, ray, active, ignore, batch, o, d, closest, t_of(scene, o, d, closest))
-    t = t_of(scene, o, d, closest)
-    return blocked | ((closest >= 0) & (t > tmin) & (t < tmax))
+CANDIDATES = 8  # crossings looked at per doubtful ray (all within float32 rounding of a bound: rare beyond 2)
 
 
 def _traced() -> bool:
@@ -91,8 +25,48 @@ def _traced() -> bool:
     return torch.compiler.is_compiling() or _convert.transforms_active()
 
 
-def _rows(ray, batch: torch.Size, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ray's (N, 3) float64 origins and directions, detached."""
-    o = ray.o.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
-    d = ray.d.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
-    return o, d
+def _rows(bound, batch: torch.Size):
+    return bound.detach().expand(batch).reshape(-1) if isinstance(bound, torch.Tensor) else bound
+
+
+def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """(N,) int32 closest winners, where a winner's reported ``t`` (float64 ``t``, (N,)) is ``<= tmin``
+    replaced by the closest crossing inside ``(tmin, tmax)`` on reported ``t`` (-1: none)."""
+    if _traced():
+        return global_prim_id
+    redo = (global_prim_id >= 0) & (t.detach() <= _rows(ray.tmin, batch))
+    if not bool(redo.any()):
+        return global_prim_id
+    hits = scene.intersect_all(ray, CANDIDATES, redo.reshape(batch), RayFlags.Minimal, ignore=ignore)
+    ht = hits.t.detach().reshape(-1, CANDIDATES)
+    best = ht.argmin(-1, keepdim=True)
+    found = hits.global_prim_id.reshape(-1, CANDIDATES).gather(-1, best).squeeze(-1)
+    found = torch.where(ht.gather(-1, best).squeeze(-1) < torch.inf, found, -1)
+    return torch.where(redo, found.to(global_prim_id.dtype), global_prim_id)
+
+
+def confirm_blocked(scene, ray, ignore, batch: torch.Size, blocker: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    """(N,) bool occlusion: an any-hit ``blocker`` whose reported ``t`` ((N,) float64) lies in ``(tmin, tmax)``,
+    or, where it does not, any of the first crossings inside ``(tmin, tmax)`` on reported ``t``."""
+    if _traced():
+        return blocker >= 0
+    blocked = (blocker >= 0) & (t > _rows(ray.tmin, batch)) & (t < _rows(ray.tmax, batch))
+    doubt = (blocker >= 0) & ~blocked
+    if not bool(doubt.any()):
+        return blocked
+    hits = scene.intersect_all(ray, CANDIDATES, doubt.reshape(batch), RayFlags.Minimal, ignore=ignore)
+    return blocked | (hits.global_prim_id.reshape(-1, CANDIDATES) >= 0).any(-1)
+
+
+def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor) -> torch.Tensor:
+    """(N,) float64 reported ``t`` of the faces ``global_prim_id`` (``inf`` for -1), no gradient."""
+    from rayd.torch._geometry import gather
+    from rayd.torch._intersect import evaluate
+
+    n = global_prim_id.shape[0]
+    with torch.no_grad():
+        o = ray.o.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
+        d = ray.d.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
+        geometry = gather(scene._state.table, scene._state.live(torch.float64), global_prim_id)
+        t = evaluate(o, d, global_prim_id, geometry, RayFlags.Minimal)["t"]
+    return torch.where(global_prim_id >= 0, t, torch.inf)

@@ -142,7 +142,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             geometry = gather(state.table, state.live(dtype), global_prim_id)
             fields = evaluate(o, d, global_prim_id, geometry, flags)
             if dtype == torch.float64:  # a winner the float32 search put past tmin: search behind it
-                found = _walk_on.walk_on(self, call, ray, active, ignore, batch, o, d, global_prim_id, fields["t"])
+                found = _walk_on.walk_on(self, ray, ignore, batch, global_prim_id, fields["t"])
                 if found is not global_prim_id:
                     global_prim_id = found
                     fields = evaluate(o, d, found, gather(state.table, state.live(dtype), found), flags)
@@ -153,7 +153,8 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     def _occluded(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, n, blocker, ray = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         if n and self._output_dtype(ray.o, ray.d) == torch.float64:  # the blocker's float64 t decides
-            return _walk_on.confirm_blocked(self, call, ray, active, ignore, batch, n, blocker).reshape(batch)
+            t = _walk_on.t_of(self, ray, batch, blocker)
+            return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
         return (blocker >= 0).reshape(batch)
 
     def _check_segment(self, call: str, start: object, end: object) -> tuple[torch.Tensor, torch.Tensor]:
