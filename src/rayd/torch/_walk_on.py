@@ -67,6 +67,8 @@ def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor) -> torch.T
     with torch.no_grad():
         o = ray.o.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
         d = ray.d.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
-        geometry = gather(scene._state.table, scene._state.live(torch.float64), global_prim_id)
-        t = evaluate(o, d, global_prim_id, geometry, RayFlags.Minimal)["t"]
-    return torch.where(global_prim_id >= 0, t, torch.inf)
+        rows = (global_prim_id >= 0).nonzero().squeeze(-1)  # the hits alone (host-side sizes are fine here)
+        geometry = gather(scene._state.table, scene._state.live(torch.float64), global_prim_id[rows])
+        t = torch.full((n,), torch.inf, dtype=torch.float64, device=global_prim_id.device)
+        t[rows] = evaluate(o[rows], d[rows], global_prim_id[rows], geometry, RayFlags.Minimal)["t"]
+    return t
