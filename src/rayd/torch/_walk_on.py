@@ -20,7 +20,7 @@ from rayd.torch import _convert
 CANDIDATES = 8  # crossings looked at per doubtful ray (all within float32 rounding of a bound: rare beyond 2)
 
 
-def _traced() -> bool:
+def traced() -> bool:
     """True under ``torch.compile`` or a ``torch.func`` transform (no data-dependent host branch there)."""
     return torch.compiler.is_compiling() or _convert.transforms_active()
 
@@ -32,7 +32,7 @@ def _rows(bound, batch: torch.Size):
 def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """(N,) int32 closest winners, where a winner's reported ``t`` (float64 ``t``, (N,)) is ``<= tmin``
     replaced by the closest crossing inside ``(tmin, tmax)`` on reported ``t`` (-1: none)."""
-    if _traced():
+    if traced():
         return global_prim_id
     redo = (global_prim_id >= 0) & (t.detach() <= _rows(ray.tmin, batch))
     if not bool(redo.any()):
@@ -48,7 +48,7 @@ def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor,
 def confirm_blocked(scene, ray, ignore, batch: torch.Size, blocker: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """(N,) bool occlusion: an any-hit ``blocker`` whose reported ``t`` ((N,) float64) lies in ``(tmin, tmax)``,
     or, where it does not, any of the first crossings inside ``(tmin, tmax)`` on reported ``t``."""
-    if _traced():
+    if traced():
         return blocker >= 0
     blocked = (blocker >= 0) & (t > _rows(ray.tmin, batch)) & (t < _rows(ray.tmax, batch))
     doubt = (blocker >= 0) & ~blocked

@@ -152,7 +152,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, n, blocker, ray = _trace.trace(self, call, ray, active, ignore, any_hit=True)
-        if n and self._output_dtype(ray.o, ray.d) == torch.float64:  # the blocker's float64 t decides
+        if n and self._output_dtype(ray.o, ray.d) == torch.float64 and not _walk_on.traced():  # float64 t decides
             t = _walk_on.t_of(self, ray, batch, blocker)
             return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
         return (blocker >= 0).reshape(batch)
