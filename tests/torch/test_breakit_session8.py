@@ -89,12 +89,7 @@ def _two_planes(dtype, device):
     return scene, o.to(dtype=dtype, device=device), d.to(dtype=dtype, device=device)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.float64, marks=pytest.mark.xfail(
-    strict=True, reason="float64 scenes: the search bounds candidates by t from its float32 snapshot, the reported t "
-                        "comes from the float64 vertices; a first face re-evaluated at t <= tmin is masked as a miss "
-                        "(the face behind is lost: 363 of 2,000 rays) and shadow_test(tmax = t) counts the face at t "
-                        "(169 of 2,000). Fix: confirm/bound candidates with float64 geometry in the engine, or re-search "
-                        "the masked rays skipping the masked face"))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_walking_through_a_surface_without_ignore(dtype, device):
     """tmin = previous t finds the plane behind; tmax = t is not blocked by the face at t (README, Precision)."""
     scene, o, d = _two_planes(dtype, device)

@@ -14,7 +14,7 @@ import drjit as dr
 from rayd.core.edges import document
 from rayd.core.frontend import SceneBase
 from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
-from rayd.drjit import _check, _convert, _trace
+from rayd.drjit import _check, _convert, _trace, _walk_on
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import LiveState, gather_matrix
 from rayd.drjit._scene_edges import EdgeQueries
@@ -117,12 +117,19 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags)
+        if double:  # a winner the float32 search put past tmin: the first crossings decide
+            found = _walk_on.walk_on(self, m, ray, ignore, global_prim_id, fields["t"])
+            if found is not global_prim_id:
+                fields = evaluate(m, double, ray.o, ray.d, found, self._state.live_geometry(m, double), flags)
         return Intersection(flags, **enforce(m, fields, ray.tmin, ray.tmax))
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:
         n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         if n == 0:
             return _convert.module(self._backend, False).Bool()
+        m, double = self._precision(ray.o, ray.d)
+        if double:  # the blocker's float64 t decides
+            return _walk_on.confirm_blocked(self, m, ray, ignore, blocker)
         return blocker >= 0
 
     def _check_segment(self, call: str, start: object, end: object) -> tuple[dr.ArrayBase, dr.ArrayBase]:

@@ -15,7 +15,7 @@ from rayd.core.edges import document
 from rayd.core.frontend import SceneBase
 from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.flags import RayFlags
-from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace
+from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace, _walk_on
 from rayd.torch._geometry import gather
 from rayd.torch._intersect import _stand_in as stand_in, evaluate
 from rayd.torch._live import LiveState
@@ -141,12 +141,20 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             geometry = gather(state.table, state.live(dtype), global_prim_id)
             fields = evaluate(o, d, global_prim_id, geometry, flags)
+            if dtype == torch.float64:  # a winner the float32 search put past tmin: search behind it
+                found = _walk_on.walk_on(self, ray, ignore, batch, global_prim_id, fields["t"])
+                if found is not global_prim_id:
+                    global_prim_id = found
+                    fields = evaluate(o, d, found, gather(state.table, state.live(dtype), found), flags)
             fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
         fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
-        batch, _, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
+        batch, n, blocker, ray = _trace.trace(self, call, ray, active, ignore, any_hit=True)
+        if n and self._output_dtype(ray.o, ray.d) == torch.float64 and not _walk_on.traced():  # float64 t decides
+            t = _walk_on.t_of(self, ray, batch, blocker)
+            return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
         return (blocker >= 0).reshape(batch)
 
     def _check_segment(self, call: str, start: object, end: object) -> tuple[torch.Tensor, torch.Tensor]:
