@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from sphere_mesh import uv_sphere
+import trimesh
 from test_surface import brute_force
 from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -19,6 +19,14 @@ from rayd.torch import _closest_fused
 
 _FLOAT = ("distance", "p", "barycentric", "geo_n")
 _IDS = ("prim_id", "shape_id", "global_prim_id")
+
+
+def uv_sphere(subdivisions, device="cpu"):
+    """An icosphere: no zero-area faces (a UV sphere's pole faces have an ill-conditioned ``geo_n``,
+    whose float64 rounding, FMA contraction included, differs between any two implementations)."""
+    mesh = trimesh.creation.icosphere(subdivisions=max(1, subdivisions // 4))
+    return (torch.as_tensor(mesh.vertices, dtype=torch.float32, device=device),
+            torch.as_tensor(mesh.faces, dtype=torch.int64, device=device))
 
 
 def _reference(monkeypatch, query):
@@ -42,7 +50,12 @@ def _assert_same(got, want):
     for name in _FLOAT:
         a, b = getattr(got, name), getattr(want, name)
         assert a.dtype == b.dtype == torch.float32 and a.shape == b.shape
-        assert int(_ulps(a, b).max()) <= 1, name
+        # one float32 ulp; or 1e-12 absolute for components that are float64 rounding noise
+        # around 0 (corners placed by a matmul in torch, by the kernel's own sums: a normal's
+        # exact-zero component comes out as 0 or as 2e-17)
+        bad = (_ulps(a, b) > 1) & ((a - b).abs().cpu() > 1e-12)
+        assert not bool(bad.any()), (name, a[bad.any(-1) if bad.dim() > 1 else bad][:4],
+                                     b[bad.any(-1) if bad.dim() > 1 else bad][:4])
 
 
 def _soup(seed=0, n=300):
@@ -80,6 +93,7 @@ def test_soup_matches_op_by_op_and_brute_force(device, monkeypatch):
     hit = got.is_valid()
     assert 0 < int(hit.sum()) < q.shape[0]
     assert set(scene.closest_point(q).shape_id.tolist()) == {0, 1}
+    assert {300, 301, 302} <= set(scene.closest_point(q[:4]).prim_id.tolist())  # the sliver, collinear, point faces
     # float64 brute force over both meshes' faces
     world = np.concatenate([v, (0.5 * sv + torch.tensor([0.0, 0.0, 3.0])).numpy()])
     faces = np.concatenate([f, sf.numpy() + len(v)])
