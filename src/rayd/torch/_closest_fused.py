@@ -1,8 +1,8 @@
 """Fast path of ``Scene.closest_point``: one Warp kernel writes the record (forward only).
 
 Used when the points and every mesh's vertices are float32 and nothing needs a
-gradient (no ``requires_grad`` points, vertices or transforms, no forward-mode dual
-tensors, no ``torch.func`` transform, not under ``torch.compile``): plain meshes,
+gradient (grad mode off, or no ``requires_grad`` points, vertices or transforms; no
+forward-mode dual tensors, no ``torch.func`` transform, not under ``torch.compile``): plain meshes,
 transformed meshes and instances alike (corners placed in float64 as
 ``_geometry.gather`` places them). :func:`rayd.engine.closest_point_fields.closest_point_fields`
 evaluates the op-by-op path's float64 formulas (``_closest_point.closest_on_triangles``)
@@ -18,7 +18,6 @@ import torch.autograd.forward_ad as forward_ad
 from rayd.engine.closest_point_fields import closest_point_fields
 from rayd.torch import _convert
 from rayd.torch._intersect_fused import _tables
-from rayd.torch._live import differentiable
 
 
 def usable(points: torch.Tensor, state) -> bool:
@@ -29,13 +28,11 @@ def usable(points: torch.Tensor, state) -> bool:
     tensors = [points, *meshes]
     if any(t.dtype != torch.float32 or _convert.is_wrapped(t) for t in tensors):
         return False
-    if any(differentiable(t) for t in tensors):
+    if not torch.is_grad_enabled():  # (forward mode and torch.func were ruled out above)
+        return True
+    if any(t.requires_grad for t in tensors):
         return False
-    if state.has_matrix():
-        world = state.world()
-        if differentiable(world):
-            return False
-    return True
+    return not (state.has_matrix() and state.world().requires_grad)
 
 
 def closest_fused(points: torch.Tensor, batch: torch.Size, winner: torch.Tensor, state,
