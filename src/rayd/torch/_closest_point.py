@@ -22,7 +22,7 @@ import torch
 from rayd.core import surface as _surface
 from rayd.engine import closest_point as _engine
 from rayd.records import FieldRecord
-from rayd.torch import _convert, _ops
+from rayd.torch import _closest_fused, _convert, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
 from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance
@@ -151,14 +151,22 @@ def _safe_norm(x: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, torch.sqrt(torch.where(ok, sq, torch.ones_like(sq))), torch.zeros_like(sq))
 
 
-def closest_point(scene, call: str, points: object, active: object, max_distance: object) -> ClosestPoint:
-    """``Scene.closest_point`` after its lifecycle check: see its docstring."""
+def closest_point(scene, call: str, points: object, active: object, max_distance: object,
+                  geometric: bool = True) -> ClosestPoint:
+    """``Scene.closest_point`` after its lifecycle check: see its docstring.
+
+    ``geometric=False`` (``signed_distance``): the fused kernel may leave out ``p``,
+    ``barycentric`` and ``geo_n`` (the record then holds ``distance`` and the ids).
+    """
     points, batch, flag = _prepare(call, scene._device, points, active)
     max_distance = check_max_distance(call, max_distance)
     device = scene._device
     state = scene._state
     n = batch.numel()
     winner = _ops.closest_point_search(scene, call, _search_rows(points, batch, state.centre), flag, max_distance, n)
+    if _closest_fused.usable(points, state):  # float32, no gradient: one kernel writes the record
+        fields = _closest_fused.closest_fused(points, batch, winner, state, geometric)
+        return ClosestPoint(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
     dtype = _dtype(points, scene)
     geometry = gather(state.table, state.live(dtype), winner)
     corners = geometry.corners.to(torch.float64)
@@ -244,5 +252,5 @@ def signed_distance(scene, call: str, points: object, active: object, exact: boo
     """``Scene.signed_distance`` after its checks: see its docstring."""
     points = _check_points(call, points, scene._device)
     inside = contains(scene, call, points, active, exact)
-    near = closest_point(scene, call, points, active, math.inf)
+    near = closest_point(scene, call, points, active, math.inf, geometric=False)
     return torch.where(inside, -near.distance, near.distance)
