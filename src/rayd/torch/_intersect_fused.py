@@ -133,6 +133,8 @@ class _FusedClosest(torch.autograd.Function):
         if all(g is None for g in grads[1:]):  # only t carries a gradient: the adjoint of t alone
             if grads[0] is not None:
                 scratch = torch.empty(n, dtype=torch.float32, device=device)
+                # global_prim_id holds the forward's reported winners (singular ones are -1),
+                # which evaluate_t_adjoint relies on instead of re-testing them.
                 engine.evaluate_t_adjoint(*views, _convert.scalar_view(scratch),
                                           _convert.scalar_view(grads[0].contiguous()), *adj, stream)
         else:
@@ -200,12 +202,21 @@ def _tables(state) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _ray_rows(ray, batch: torch.Size) -> list[torch.Tensor]:
-    rows = []
-    for x in (ray.o, ray.d):
-        lead = x.shape[:-1]
-        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
-                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
-    return rows
+    return [_rows(ray.o, batch), _rows(ray.d, batch)]
+
+
+def _rows(x: torch.Tensor, batch: torch.Size) -> torch.Tensor:
+    """``x`` (..., 3) as contiguous (N, 3) rows of ``batch``, or (1, 3) when it is one row.
+
+    Already such rows (the common (N, 3) contiguous ray batch): ``x`` itself, with no
+    expand/reshape/contiguous op recorded in the forward or the autograd graph.
+    """
+    lead = x.shape[:-1]
+    if x.dim() == 2 and x.is_contiguous() and (lead.numel() == 1 or (len(batch) == 1 and lead == batch)):
+        return x
+    if lead.numel() == 1:
+        return x.reshape(1, 3).contiguous()
+    return x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous()
 
 
 def _record(out: tuple, global_prim_id: torch.Tensor, geometric: bool, flags: RayFlags) -> dict[str, torch.Tensor]:
@@ -348,10 +359,6 @@ def evaluate_fused(
     ``o``, ``d``: float32 (..., 3) broadcastable to ``batch``; ``vertices``: float32
     (V, 3) live (differentiable) vertices of the flat scene; ``indices``: int32 (3 F,).
     """
-    rows = []
-    for x in (o, d):
-        lead = x.shape[:-1]
-        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
-                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
+    rows = [_rows(o, batch), _rows(d, batch)]
     t, p, geo_n, barycentric = _FusedEvaluate.apply(rows[0], rows[1], vertices.contiguous(), global_prim_id, indices)
     return {"t": t, "p": p, "geo_n": geo_n, "n": geo_n, "barycentric": barycentric, "uv": barycentric[:, 1:]}
