@@ -91,9 +91,9 @@ def _children(events, parent_name):
 
 
 def test_backward_op_census(device):
-    """The t-only backward records: detaches for the Warp views, at most one scratch ``empty`` and
-    one zero-filled vertex gradient; no copy, cast, contiguous or extra fill; AccumulateGrad steals
-    that gradient (no ``add_`` into the leaf)."""
+    """The t-only backward records at most one scratch ``empty`` and one zero-filled vertex
+    gradient: no detach (it reuses the forward's Warp views), copy, cast, contiguous or extra
+    fill; AccumulateGrad steals that gradient (no ``add_`` into the leaf)."""
     scene, v = _scene(device)
     o, d = _rays(device)
     ray = rt.Ray(o, d)
@@ -114,6 +114,7 @@ def test_backward_op_census(device):
                "aten::fill_"}
     assert [n for n in names if n not in allowed] == [], names
     assert names.count("aten::empty") <= 2 and names.count("aten::zeros") <= 1 and names.count("aten::fill_") <= 1
+    assert "aten::detach" not in names  # the forward's Warp views are reused (three detaches + views before)
     accumulate = _children(events, "torch::autograd::AccumulateGrad")
     assert "aten::add_" not in accumulate and "aten::copy_" not in accumulate
     assert not any(e.name in ("aten::contiguous", "aten::clone", "aten::_to_copy") for e in events)
@@ -136,3 +137,16 @@ def test_t_adjoint_matches_all_fields_adjoint(device):
         grads.append(v.grad.clone())
     torch.testing.assert_close(grads[0], grads[1], rtol=1e-5, atol=1e-6)
     assert grads[0].abs().sum() > 0
+
+
+def test_retained_graph_backward_twice_gives_the_same_gradient(device):
+    """The forward's Warp views are used once and dropped; a second backward of a retained
+    graph makes them again and accumulates the same gradient."""
+    scene, v = _scene(device)
+    o, d = _rays(device)
+    loss = _loss(scene, rt.Ray(o, d))
+    loss.backward(retain_graph=True)
+    first = v.grad.clone()
+    loss.backward()
+    torch.testing.assert_close(v.grad, 2 * first, rtol=1e-6, atol=1e-6)  # CUDA atomics: any order
+    assert first.abs().sum() > 0

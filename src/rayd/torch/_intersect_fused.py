@@ -110,6 +110,7 @@ class _FusedClosest(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # unused outputs: None, not (N, 3) zeros made by autograd
         ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
         ctx.geometric = geometric
+        ctx.views = (o, d, gid, v, idx)  # the backward's Warp views: five wp.from_torch calls fewer
         return (t, *vec, shape_id, prim_id)
 
     @staticmethod
@@ -127,7 +128,10 @@ class _FusedClosest(torch.autograd.Function):
                                   for x, need in zip((o_rows, d_rows, vertices), needs[:3]))
         if grad_o is None and grad_d is None and grad_v is None:
             return (None, None, None, *rest)
-        views = _views(o_rows, d_rows, global_prim_id, vertices, indices)
+        # The forward's views of the saved tensors (ctx.saved_tensors above checked their versions),
+        # dropped here so that they keep nothing alive after the backward (retain_graph: made again).
+        views = ctx.views or _views(o_rows, d_rows, global_prim_id, vertices, indices)
+        ctx.views = None
         adj = [None if g is None else _convert.vec3_view(g) for g in (grad_o, grad_d, grad_v)]
         stream = _convert.current_stream(device)
         if all(g is None for g in grads[1:]):  # only t carries a gradient: the adjoint of t alone
