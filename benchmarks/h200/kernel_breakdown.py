@@ -11,6 +11,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 import torch  # noqa: E402
+from torch.autograd import DeviceType  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 import rayd.torch as rt  # noqa: E402
@@ -29,6 +30,7 @@ ray = rt.Ray(torch.tensor(w.o, device=dev), torch.tensor(w.d, device=dev))
 
 
 def fwd_bwd():
+    Vg.grad = None  # as benchmarks/engines/rayd_torch.py does: AccumulateGrad steals, no add_ kernel
     t = dscene.intersect(ray, flags=rt.RayFlags.Minimal).t
     loss = torch.where(torch.isfinite(t), t, torch.zeros_like(t)).sum()
     loss.backward()
@@ -49,7 +51,12 @@ for name, fn in queries.items():
         for _ in range(5):
             fn()
         torch.cuda.synchronize()
-    ev = [e for e in prof.key_averages() if e.device_time_total > 0]
+    # Device-side rows only (kernels, memsets, memcpys): an op row (aten::where, _FusedClosest)
+    # repeats its kernels' time as its own "self CUDA" time, so summing every row with device
+    # time counted each launch twice (session 9's "32 kernels/memsets" for forward+backward).
+    ev = [e for e in prof.key_averages() if e.device_type != DeviceType.CPU and e.self_device_time_total > 0]
     total = sum(e.self_device_time_total for e in ev) / 5 / 1e3
-    print(f"\n== {name}: GPU time per call {total:.3f} ms (sum of kernels), {sum(e.count for e in ev if e.self_device_time_total > 0) / 5:.0f} kernels/memsets per call")
+    print(f"\n== {name}: GPU time per call {total:.3f} ms (sum of kernels), {sum(e.count for e in ev) / 5:.0f} kernels/memsets per call")
+    for e in ev:
+        print(f"   {e.count / 5:4.0f} x {e.self_device_time_total / e.count:9.1f} us  {e.key[:100]}")
     print(prof.key_averages().table(sort_by="self_cuda_time_total", row_limit=rows, max_name_column_width=70))

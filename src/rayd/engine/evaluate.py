@@ -204,12 +204,15 @@ def _evaluate_t_kernel(
     indices: wp.array(dtype=wp.int32),
     t: wp.array(dtype=float),
 ):
-    """``t`` of :func:`_evaluate_hits_kernel` alone (its adjoint: gradients of ``t`` only)."""
+    """``t`` of :func:`_evaluate_hits_kernel` alone (its adjoint: gradients of ``t`` only).
+
+    ``global_prim_id`` holds winners as :func:`_closest_fields_kernel` reports them: a
+    degenerate winner or one whose ray lies in its plane is already ``-1`` there, so the
+    ``_singular`` test is not repeated (its replay and adjoint replay cost three corner
+    gathers and two float64 cross products per ray; the gradient is the same bits).
+    """
     i = wp.tid()
     f = global_prim_id[i]
-    if f >= 0 and _singular(vertices[indices[3 * f]], vertices[indices[3 * f + 1]], vertices[indices[3 * f + 2]],
-                            d[i * d_stride]):
-        f = -1
     if f < 0:
         t[i] = INF
     else:
@@ -351,6 +354,9 @@ def evaluate_t_adjoint(
 ) -> None:
     """Adjoint of ``t`` alone (:func:`evaluate_hits_adjoint` without the other fields).
 
+    ``global_prim_id``: the winners as :func:`closest_fields` rewrote them (``-1`` for a
+    miss, a degenerate winner, a ray in its winner's plane or a ``t`` outside the
+    interval); unlike :func:`evaluate_hits_adjoint` this does not re-test singular winners.
     ``t`` is scratch (N,) float32 the replay writes; ``grad_t`` (N,) the incoming
     gradient; ``grad_o``, ``grad_d``, ``grad_vertices`` are accumulated into (atomic
     adds), each ``None`` when not wanted.

@@ -110,6 +110,7 @@ class _FusedClosest(torch.autograd.Function):
         ctx.set_materialize_grads(False)  # unused outputs: None, not (N, 3) zeros made by autograd
         ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
         ctx.geometric = geometric
+        ctx.views = (o, d, gid, v, idx)  # the backward's Warp views: five wp.from_torch calls fewer
         return (t, *vec, shape_id, prim_id)
 
     @staticmethod
@@ -127,12 +128,17 @@ class _FusedClosest(torch.autograd.Function):
                                   for x, need in zip((o_rows, d_rows, vertices), needs[:3]))
         if grad_o is None and grad_d is None and grad_v is None:
             return (None, None, None, *rest)
-        views = _views(o_rows, d_rows, global_prim_id, vertices, indices)
+        # The forward's views of the saved tensors (ctx.saved_tensors above checked their versions),
+        # dropped here so that they keep nothing alive after the backward (retain_graph: made again).
+        views = ctx.views or _views(o_rows, d_rows, global_prim_id, vertices, indices)
+        ctx.views = None
         adj = [None if g is None else _convert.vec3_view(g) for g in (grad_o, grad_d, grad_v)]
         stream = _convert.current_stream(device)
         if all(g is None for g in grads[1:]):  # only t carries a gradient: the adjoint of t alone
             if grads[0] is not None:
                 scratch = torch.empty(n, dtype=torch.float32, device=device)
+                # global_prim_id holds the forward's reported winners (singular ones are -1),
+                # which evaluate_t_adjoint relies on instead of re-testing them.
                 engine.evaluate_t_adjoint(*views, _convert.scalar_view(scratch),
                                           _convert.scalar_view(grads[0].contiguous()), *adj, stream)
         else:
@@ -200,12 +206,21 @@ def _tables(state) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _ray_rows(ray, batch: torch.Size) -> list[torch.Tensor]:
-    rows = []
-    for x in (ray.o, ray.d):
-        lead = x.shape[:-1]
-        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
-                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
-    return rows
+    return [_rows(ray.o, batch), _rows(ray.d, batch)]
+
+
+def _rows(x: torch.Tensor, batch: torch.Size) -> torch.Tensor:
+    """``x`` (..., 3) as contiguous (N, 3) rows of ``batch``, or (1, 3) when it is one row.
+
+    Already such rows (the common (N, 3) contiguous ray batch): ``x`` itself, with no
+    expand/reshape/contiguous op recorded in the forward or the autograd graph.
+    """
+    lead = x.shape[:-1]
+    if x.dim() == 2 and x.is_contiguous() and (lead.numel() == 1 or (len(batch) == 1 and lead == batch)):
+        return x
+    if lead.numel() == 1:
+        return x.reshape(1, 3).contiguous()
+    return x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous()
 
 
 def _record(out: tuple, global_prim_id: torch.Tensor, geometric: bool, flags: RayFlags) -> dict[str, torch.Tensor]:
@@ -348,10 +363,6 @@ def evaluate_fused(
     ``o``, ``d``: float32 (..., 3) broadcastable to ``batch``; ``vertices``: float32
     (V, 3) live (differentiable) vertices of the flat scene; ``indices``: int32 (3 F,).
     """
-    rows = []
-    for x in (o, d):
-        lead = x.shape[:-1]
-        rows.append(x.reshape(1, 3).contiguous() if lead.numel() == 1 else
-                    x.expand(tuple(batch) + (3,)).reshape(-1, 3).contiguous())
+    rows = [_rows(o, batch), _rows(d, batch)]
     t, p, geo_n, barycentric = _FusedEvaluate.apply(rows[0], rows[1], vertices.contiguous(), global_prim_id, indices)
     return {"t": t, "p": p, "geo_n": geo_n, "n": geo_n, "barycentric": barycentric, "uv": barycentric[:, 1:]}
