@@ -61,7 +61,11 @@ def test_contiguous_rays_reach_the_fused_kernel_without_expand_or_copy(device, m
     v.grad = o.grad = None
     _loss(scene, rt.Ray(o[None], d[None])).backward()
     assert seen[1][0] is not o
-    assert torch.equal(v.grad, grads[0]) and torch.equal(o.grad, grads[1])
+    if device == "cpu":
+        assert torch.equal(v.grad, grads[0]) and torch.equal(o.grad, grads[1])
+    else:  # CUDA's atomic accumulation adds in any order: equal to float32 rounding (seen on the H200)
+        torch.testing.assert_close(v.grad, grads[0], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(o.grad, grads[1], rtol=1e-6, atol=1e-6)
     assert grads[0].abs().sum() > 0 and grads[1].abs().sum() > 0
 
 
@@ -109,7 +113,9 @@ def test_backward_op_census(device):
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         forward.backward()
     events = prof.events()
-    names = _children(events, "_FusedClosestBackward")
+    # CUDA driver/runtime calls (cuLaunchKernel, cudaMemsetAsync, ...) are recorded under the op on
+    # CUDA (seen on the H200): launches, not torch ops; the census counts torch ops.
+    names = [n for n in _children(events, "_FusedClosestBackward") if not n.startswith("cu")]
     allowed = {"aten::empty", "aten::detach", "detach", "aten::lift_fresh", "aten::zeros", "aten::zero_",
                "aten::fill_"}
     assert [n for n in names if n not in allowed] == [], names
