@@ -17,7 +17,6 @@ import torch.autograd.forward_ad as forward_ad
 
 from rayd.engine.closest_point_fields import closest_point_fields
 from rayd.torch import _convert
-from rayd.torch._intersect_fused import _tables
 
 
 def usable(points: torch.Tensor, state) -> bool:
@@ -45,7 +44,7 @@ def closest_fused(points: torch.Tensor, batch: torch.Size, winner: torch.Tensor,
     """
     n = winner.shape[0]
     device = winner.device
-    offsets, face_row = _tables(state)
+    offsets, face_row = state.int32_tables
     rows = _convert.flat_float32(points.detach(), batch, 3)
     meshes = [s.vertices.detach() for s in state.core.table.meshes]
     vertices = (meshes[0] if len(meshes) == 1 else torch.cat(meshes)).contiguous()

@@ -196,15 +196,6 @@ def closest(state, ray, batch: torch.Size, global_prim_id: torch.Tensor, meshes:
     return intersect_placed(ray, batch, global_prim_id, vertices, state, world, flags)
 
 
-def _tables(state) -> tuple[torch.Tensor, torch.Tensor]:
-    """int32 device copies of the shapes' first ``global_prim_id`` and face row, made once per build."""
-    found = getattr(state, "_int32_tables", None)
-    if found is None:  # (a search's global_prim_id, and so every row, fits int32)
-        found = state._int32_tables = (state.table.global_offset.to(torch.int32),
-                                       state.table.face_row.clamp(min=0).to(torch.int32))
-    return found
-
-
 def _ray_rows(ray, batch: torch.Size) -> list[torch.Tensor]:
     return [_rows(ray.o, batch), _rows(ray.d, batch)]
 
@@ -246,7 +237,7 @@ def intersect_fused(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertic
     ``flags`` asks for are computed. Differentiable with respect to ``vertices``,
     ``ray.o`` and ``ray.d``.
     """
-    offsets, _ = _tables(state)
+    offsets, _ = state.int32_tables
     rows = _ray_rows(ray, batch)
     geometric = bool(flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV))
     out = _FusedClosest.apply(rows[0], rows[1], vertices.contiguous(), global_prim_id, state.indices, offsets,
@@ -262,7 +253,7 @@ def intersect_placed(ray, batch: torch.Size, global_prim_id: torch.Tensor, verti
     when no shape has a transform. The corners are placed in float64 and evaluated as
     the op-by-op path does (``_geometry.gather``, ``_intersect.evaluate``).
     """
-    offsets, face_row = _tables(state)
+    offsets, face_row = state.int32_tables
     o, d = _ray_rows(ray, batch)
     n = global_prim_id.shape[0]
     device = global_prim_id.device

@@ -97,6 +97,9 @@ class LiveState:
         self.all_active = torch.ones(1, dtype=torch.uint8, device=device)
         self.bound_rows = {0.0: torch.zeros(1, dtype=torch.float32, device=device),
                            float("inf"): torch.full((1,), float("inf"), dtype=torch.float32, device=device)}
+        # int32 copies of each shape's first global_prim_id and face row, for the fused kernels (a
+        # search's global_prim_id, and so every row, fits int32).
+        self.int32_tables = (self.table.global_offset.to(torch.int32), self.table.face_row.clamp(min=0).to(torch.int32))
         # The search centre (engine/frame.py), for ray origins handed to the engine.
         self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
 
