@@ -51,7 +51,16 @@ SORT_MIN = 4096
 
 
 def set_query_order(name: str) -> None:
-    """Choose the query order of :func:`closest_point_search` (``"morton"`` or ``"input"``)."""
+    """Choose the query order of :func:`closest_point_search` for this process.
+
+    Args:
+        name: ``"morton"`` (batches of 4,096+ points walked in Morton order, the default;
+            ``RAYD_CLOSEST_ORDER`` sets it at import) or ``"input"`` (the given order).
+            Results do not depend on it.
+
+    Raises:
+        ValueError: ``name`` is neither.
+    """
     global _order
     if name not in ORDERS:
         raise ValueError(f"rayd.engine.set_query_order(): 'name' must be one of {ORDERS}, got {name!r}")
