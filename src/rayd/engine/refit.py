@@ -23,6 +23,7 @@ import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
+from rayd.engine.runtime import LaunchCache
 
 wp.set_module_options({"enable_backward": False})
 
@@ -104,14 +105,20 @@ def _magnitude_final_kernel(partial: wp.array(dtype=float), out: wp.array(dtype=
     wp.atomic_max(out, 0, partial[wp.tid()])
 
 
-def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None) -> None:
-    """``out[0] = max |coordinate|`` over ``points`` (``partial``: float32 scratch of 256)."""
+def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
+              launches: LaunchCache | None = None) -> None:
+    """``out[0] = max |coordinate|`` over ``points`` (``partial``: float32 scratch of 256;
+    ``launches``: the owner's recorded launches, if it keeps them)."""
     device = points.device
     threads = max(1, min(_MAG_THREADS, points.shape[0]))
     partial.zero_()
     out.zero_()
-    wp.launch(_magnitude_partial_kernel, threads, [points, threads], [partial], device=device, stream=stream)
-    wp.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial], [out], device=device, stream=stream)
+    if launches is None:
+        wp.launch(_magnitude_partial_kernel, threads, [points, threads], [partial], device=device, stream=stream)
+        wp.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial], [out], device=device, stream=stream)
+        return
+    launches.launch(_magnitude_partial_kernel, threads, [points, threads, partial], device, stream)
+    launches.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial, out], device, stream)
 
 
 @wp.func
@@ -302,6 +309,7 @@ class FusedRefit:
         self.order = refit_order()
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._level_launches: list[wp.Launch] | None = None
+        self._launches = LaunchCache()
         if self.order == "levels":
             depth = wp.empty(count, dtype=wp.int32, device=device)
             per_level = wp.zeros(count + 1, dtype=wp.int32, device=device)
@@ -340,14 +348,14 @@ class FusedRefit:
         climb = self.order != "levels"
         if climb:
             self.counters.zero_()
-        wp.launch(
+        self._launches.launch(
             _fused_refit_kernel,
             self.num_triangles,
             [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, self.lower_f, self.upper_f,
-             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, p.number],
-            [tri.lowers, tri.uppers, p.tris, p.boxes, int(climb), int(self.order == "climb")],
-            device=tri.device,
-            stream=stream,
+             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, p.number,
+             tri.lowers, tri.uppers, p.tris, p.boxes, int(climb), int(self.order == "climb")],
+            tri.device,
+            stream,
         )
         if self.levels and self._level_launches is None:
             # Recorded once (the arrays are the tree's own, fixed for its life): a replay costs
