@@ -187,19 +187,17 @@ def run_parallel(run, parts: int) -> None:
                 f.result()
 
 
-def _same_arg(a: object, b: object) -> bool:
-    """Whether a recorded launch argument ``b`` can stand for ``a`` without repacking."""
-    if a is b:
-        return True
-    if isinstance(a, wp.array) or isinstance(b, wp.array):
-        return (isinstance(a, wp.array) and isinstance(b, wp.array) and a.ptr == b.ptr and a.dtype == b.dtype
-                and a.shape == b.shape and a.strides == b.strides and a.device == b.device)
-    if type(a) is not type(b):
-        return False
+def _signature(a: object) -> object:
+    """What a recorded launch argument is compared by: an array by its memory and layout (no
+    reference kept, so a cached launch does not keep a caller's array alive), anything else by value."""
+    if isinstance(a, wp.array):
+        return ("array", a.ptr, a.dtype, a.shape, a.strides, str(a.device))
+    if isinstance(a, (int, float, bool)):
+        return (type(a), a)
     try:
-        return bool(a == b)
-    except (TypeError, ValueError):
-        return False
+        return (type(a), tuple(a))  # Warp vectors and matrices (flat sequences of scalars)
+    except TypeError:
+        return ("object", id(a))  # never equal to another object's
 
 
 class LaunchCache:
@@ -209,8 +207,9 @@ class LaunchCache:
     ``wp.launch`` resolves the overload and packs every argument on each call (tens of
     microseconds of host time); a replay repacks only the arguments that changed (an
     array counts as unchanged when its pointer, dtype, shape and strides are) and costs a
-    few microseconds. One command per (kernel, device, argument dtypes); the cache holds
-    references to the last arguments of each, as ``wp.launch`` does for its duration.
+    few microseconds. One command per (kernel, device, argument dtypes); the cache keeps no
+    reference to the arguments (the packed pointers only), so it must not be replayed
+    under a Warp APIC capture.
     """
 
     __slots__ = ("_cmds", "_buffers")
@@ -234,14 +233,16 @@ class LaunchCache:
         entry = self._cmds.get(key)
         if entry is None:
             cmd = wp.launch(kernel, dim=dim, inputs=args, device=device, record_cmd=True)
-            self._cmds[key] = [cmd, list(args), dim]
+            entry = self._cmds[key] = [cmd, [_signature(a) for a in args], dim]
         else:
             cmd, last, last_dim = entry
             for i, a in enumerate(args):
-                if not _same_arg(a, last[i]):
+                sig = _signature(a)
+                if sig != last[i]:
                     cmd.set_param_at_index(i, a)
-                    last[i] = a
+                    last[i] = sig
             if dim != last_dim:
                 cmd.set_dim(dim)
                 entry[2] = dim
+        cmd.fwd_args = None  # (kept by Warp for graph-capture replays only): no references to the arguments
         cmd.launch(None if device.is_cpu else stream)
