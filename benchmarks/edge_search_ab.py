@@ -5,7 +5,7 @@ in the box, Morton-sorted as the engine does from 256 k queries), builds the edg
 ``--trees`` straight from the edge topology (no triangle BVH) and times the engine point
 search (median of ``--reps`` after a warm-up, synchronised) for each
 ``cuda_max_registers`` value of ``--maxreg`` (0: the compiler's choice) and each block size
-of ``--block``. On CUDA it also prints each compiled search kernel's registers per thread
+of ``--block`` (top-k with ``--k``). On CUDA it also prints each compiled search kernel's registers per thread
 and local memory (``cuFuncGetAttribute``), and it checks that every variant returns the same
 edges as the first. One JSON line per (workload, tree, variant) with ``--json``.
 
@@ -39,11 +39,11 @@ from benchmarks.edge_trees import unique_edges  # noqa: E402
 from benchmarks.edges import box_points, workloads  # noqa: E402
 
 
-def kernel_resources(device) -> str:
-    """Registers per thread and local bytes of the compiled point-search kernel (CUDA only)."""
+def kernel_resources(device, kind: int) -> str:
+    """Registers per thread and local bytes of the compiled search kernel of ``kind`` (CUDA only)."""
     if not device.is_cuda:
         return "-"
-    kernel = search._kernel(kernels.POINT)
+    kernel = search._kernel(kind)
     try:
         func = kernel.module.get_kernel_hooks(kernel, device).forward
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -64,10 +64,12 @@ def main() -> None:
     parser.add_argument("--maxreg", nargs="*", type=int, default=[0, 40, 48, 64, 96])
     parser.add_argument("--block", nargs="*", type=int, default=[256, 128])
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--k", type=int, default=1, help="top-k search when > 1")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     wp.config.quiet = True
     device = wp.get_device("cuda:0" if args.device == "cuda" else args.device)
+    saved = kernels.SEARCH_MAX_REGISTERS, search.SEARCH_BLOCK_DIM
     print(f"# edge search variants, device {device}, size {args.size}")
     for name, spec in workloads(args.size).items():
         if name not in args.only:
@@ -79,7 +81,7 @@ def main() -> None:
         mask = wp.array(np.ones(len(ends), np.uint8), dtype=wp.uint8, device=device)
         q = wp.array(box_points(vertices, spec["points"], seed=7), dtype=wp.vec3, device=device)
         flag = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=device)
-        out = wp.empty(spec["points"], dtype=wp.int32, device=device)
+        out = wp.empty(spec["points"] if args.k == 1 else (spec["points"], args.k), dtype=wp.int32, device=device)
         for tree_spec in args.trees:
             builder, leaf = tree_spec.split(":")
             start = time.perf_counter()
@@ -98,7 +100,10 @@ def main() -> None:
                     kernels.SEARCH_MAX_REGISTERS = maxreg or None
                     search.SEARCH_BLOCK_DIM = block
                     search._KERNELS.clear()
-                    run = lambda: search.nearest_edge_point(bvh, q, flag, float("inf"), out, None)  # noqa: E731
+                    if args.k == 1:
+                        run = lambda: search.nearest_edge_point(bvh, q, flag, float("inf"), out, None)  # noqa: E731
+                    else:
+                        run = lambda: search.nearest_edges_point(bvh, q, flag, float("inf"), out, None)  # noqa: E731
                     run()
                     wp.synchronize_device(device)
                     times = []
@@ -111,19 +116,18 @@ def main() -> None:
                     if reference is None:
                         reference = got.copy()
                     same = bool(np.array_equal(got, reference))
-                    row = {"benchmark": "edge_search_ab", "workload": name, "tree": tree_spec,
+                    row = {"benchmark": "edge_search_ab", "workload": name, "tree": tree_spec, "k": args.k,
                            "built_as": f"{bvh.builder}:{bvh.leaf_size}", "depth": bvh.depth,
                            "build_ms": round(build_ms, 2), "refit_ms": round(statistics.median(refits[1:]), 3),
                            "maxreg": maxreg, "block": block, "search_ms": round(statistics.median(times), 3),
-                           "resources": kernel_resources(device), "same_edges": same}
+                           "resources": kernel_resources(device, kernels.POINT if args.k == 1 else kernels.TOPK), "same_edges": same}
                     print(f"{name:15s} {tree_spec:7s} (built {row['built_as']:7s} depth {bvh.depth:2d}, build "
                           f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d}: "
                           f"search {row['search_ms']:8.2f} ms  [{row['resources']}]  same {same}", flush=True)
                     if args.json:
                         with args.json.open("a") as f:
                             f.write(json.dumps(row) + "\n")
-            kernels.SEARCH_MAX_REGISTERS = None
-            search.SEARCH_BLOCK_DIM = 256
+            kernels.SEARCH_MAX_REGISTERS, search.SEARCH_BLOCK_DIM = saved
             search._KERNELS.clear()
 
 

@@ -16,9 +16,11 @@ from rayd.engine.edges import MAX_DEPTH
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
 MAX_K = 16
-#: ``cuda_max_registers`` of the search kernels (``None``: the compiler's choice); a measurement
-#: knob for ``benchmarks/edge_search_ab.py``, read when a kernel is first generated.
-SEARCH_MAX_REGISTERS: int | None = None
+#: ``cuda_max_registers`` of the search kernels (``None``: the compiler's choice), read when a
+#: kernel is first generated. On the H200 (``benchmarks/edge_search_ab.py``, 1 M points) the
+#: point search takes 67 registers by itself; capped at 64 it ran 2-7 % faster (48: slower,
+#: 96 -> 75 registers: slower); benchmarks/README.md, "Edges".
+SEARCH_MAX_REGISTERS: int | None = 64
 _STACK = MAX_DEPTH  # >= the deepest tree (SAH trees are checked; Karras trees: <= 62 levels from 62 key bits)
 
 _INF = wp.constant(float("inf"))

@@ -40,6 +40,32 @@ _INF = wp.constant(float("inf"))
 
 wp.set_module_options({"enable_backward": False})
 
+#: Refit in two launches (``TreeRefit.refit(split=...)``): first a thread per slot writes the
+#: segments and ids (coalesced, no climb), then a thread per leaf reads its slots' segments back
+#: (contiguous) and climbs; else one launch, a thread per leaf gathering its segments itself.
+SPLIT = False
+
+
+@wp.kernel
+def _tree_slots_kernel(
+    points: wp.array(dtype=wp.vec3),
+    edge_v: wp.array(dtype=wp.vec2i),
+    mask: wp.array(dtype=wp.uint8),
+    order: wp.array(dtype=wp.int32),
+    seg: wp.array(dtype=wp.vec3),
+    slot_id: wp.array(dtype=wp.int32),
+):
+    """Slot ``s``: the endpoints of edge ``order[s]`` and its id (``-1`` where masked out)."""
+    s = wp.tid()
+    e = int(order[s])
+    ev = edge_v[e]
+    seg[2 * s] = points[ev[0]]
+    seg[2 * s + 1] = points[ev[1]]
+    if mask[e] != wp.uint8(0):
+        slot_id[s] = wp.int32(e)
+    else:
+        slot_id[s] = wp.int32(-1)
+
 
 @wp.func
 def _put_boxes(node_box: wp.array(dtype=wp.vec4), j: int, lo_a: wp.vec3, hi_a: wp.vec3, lo_b: wp.vec3,
@@ -80,6 +106,7 @@ def _tree_refit_kernel(
     slot_id: wp.array(dtype=wp.int32),
     node_box: wp.array(dtype=wp.vec4),
     root_box: wp.array(dtype=wp.vec3),
+    gathered: int,
 ):
     """Leaf ``t``: its segments, ids and box, then the climb (see the module docstring).
 
@@ -95,18 +122,25 @@ def _tree_refit_kernel(
     lo = wp.vec3(inf, inf, inf)
     hi = wp.vec3(-inf, -inf, -inf)
     for s in range(first, first + int(leaf[2])):
-        e = int(order[s])
-        ev = edge_v[e]
-        a = points[ev[0]]
-        b = points[ev[1]]
-        seg[2 * s] = a
-        seg[2 * s + 1] = b
-        if mask[e] != wp.uint8(0):
-            slot_id[s] = wp.int32(e)
-            lo = wp.min(lo, wp.min(a, b))
-            hi = wp.max(hi, wp.max(a, b))
+        if gathered != 0:  # the slots launch wrote them
+            if slot_id[s] >= 0:
+                a = seg[2 * s]
+                b = seg[2 * s + 1]
+                lo = wp.min(lo, wp.min(a, b))
+                hi = wp.max(hi, wp.max(a, b))
         else:
-            slot_id[s] = wp.int32(-1)
+            e = int(order[s])
+            ev = edge_v[e]
+            a = points[ev[0]]
+            b = points[ev[1]]
+            seg[2 * s] = a
+            seg[2 * s + 1] = b
+            if mask[e] != wp.uint8(0):
+                slot_id[s] = wp.int32(e)
+                lo = wp.min(lo, wp.min(a, b))
+                hi = wp.max(hi, wp.max(a, b))
+            else:
+                slot_id[s] = wp.int32(-1)
     if p < 0:  # one leaf holds everything: packed root = (its box, an empty box)
         _put_boxes(node_box, 0, lo, hi, wp.vec3(inf, inf, inf), wp.vec3(-inf, -inf, -inf))
         root_box[0] = lo
@@ -171,13 +205,19 @@ class TreeRefit:
         wp.launch(_empty_nodes_kernel, dim=node_box.shape[0] // 4, outputs=[node_box], device=node_box.device)
 
     def refit(self, points: wp.array, edge_v: wp.array, mask: wp.array, order: wp.array, seg: wp.array,
-              slot_id: wp.array, node_box: wp.array, root_box: wp.array) -> None:
+              slot_id: wp.array, node_box: wp.array, root_box: wp.array, split: bool | None = None) -> None:
         """Segments ``seg[2 s], seg[2 s + 1]`` and ``slot_id[s]`` of every slot ``s`` (edge ``order[s]``
         of ``edge_v`` over ``points``, ``-1`` where ``mask`` is 0), the packed node boxes and the
-        root box, in one launch on the current stream (no host synchronisation)."""
+        root box, on the current stream (no host synchronisation): one launch, or two with
+        ``split`` (``None``: ``SPLIT``)."""
+        split = SPLIT if split is None else bool(split)
+        if split:
+            wp.launch(_tree_slots_kernel, dim=order.shape[0], inputs=[points, edge_v, mask, order],
+                      outputs=[seg, slot_id], device=points.device)
         wp.launch(_tree_refit_kernel, dim=self.num_leaves,
                   inputs=[points, edge_v, mask, order, self.leaves, self.parent, self.children],
-                  outputs=[self.counters, self.lower, self.upper, seg, slot_id, node_box, root_box],
+                  outputs=[self.counters, self.lower, self.upper, seg, slot_id, node_box, root_box,
+                           int(split)],
                   device=points.device)
 
 
