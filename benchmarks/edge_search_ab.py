@@ -120,7 +120,8 @@ def main() -> None:
                            "built_as": f"{bvh.builder}:{bvh.leaf_size}", "depth": bvh.depth,
                            "build_ms": round(build_ms, 2), "refit_ms": round(statistics.median(refits[1:]), 3),
                            "maxreg": maxreg, "block": block, "search_ms": round(statistics.median(times), 3),
-                           "resources": kernel_resources(device, kernels.POINT if args.k == 1 else kernels.TOPK), "same_edges": same}
+                           "resources": kernel_resources(device, kernels.POINT if args.k == 1 else kernels.TOPK),
+                           "same_edges": same}
                     print(f"{name:15s} {tree_spec:7s} (built {row['built_as']:7s} depth {bvh.depth:2d}, build "
                           f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d}: "
                           f"search {row['search_ms']:8.2f} ms  [{row['resources']}]  same {same}", flush=True)

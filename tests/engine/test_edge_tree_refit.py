@@ -70,3 +70,29 @@ def test_one_refit_thread_per_packed_leaf(device, builder, leaf_size, num_edges)
         assert len(leaves) == num_edges
     root = bvh.root_box.numpy()  # the climb reached the root: its box is the segments' bounds
     np.testing.assert_array_equal(root, [points[ends].reshape(-1, 3).min(0), points[ends].reshape(-1, 3).max(0)])
+
+
+@pytest.mark.parametrize("builder", ["lbvh", "sah"])
+def test_split_and_one_launch_refits_write_the_same_tree(device, builder):
+    rng = np.random.default_rng(5)
+    points = rng.random((400, 3)).astype(np.float32)
+    ends = rng.integers(0, 400, (900, 2)).astype(np.int32)
+    ends[:, 1] = (ends[:, 0] + 1 + ends[:, 1] % 399) % 400
+    dev = _dev(device)
+    mask = (rng.random(900) > 0.2).astype(np.uint8)
+    bvh = EdgeBvh(wp.array(points, dtype=wp.vec3, device=dev), wp.array(ends, dtype=wp.vec2i, device=dev),
+                  wp.array(mask, dtype=wp.uint8, device=dev), builder=builder, leaf_size=8)
+    bvh.points.assign(points + 0.05 * rng.standard_normal(points.shape).astype(np.float32))
+    got = []
+    for split in (False, True, False):
+        bvh.seg.zero_()
+        bvh.slot_id.fill_(-7)
+        bvh._tree.refit(bvh.points, bvh.edge_v, bvh.mask, bvh.slot_edge, bvh.seg, bvh.slot_id, bvh.node_box,
+                        bvh.root_box, split=split)
+        got.append((bvh.node_box.numpy().copy(), bvh.seg.numpy().copy(), bvh.slot_id.numpy().copy()))
+    for a, b in zip(got[0], got[1]):
+        np.testing.assert_array_equal(a, b)
+    for a, b in zip(got[0], got[2]):
+        np.testing.assert_array_equal(a, b)
+    slot_edge = bvh.slot_edge.numpy()
+    np.testing.assert_array_equal(got[1][2], np.where(mask[slot_edge] != 0, slot_edge, -1))

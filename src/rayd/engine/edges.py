@@ -5,15 +5,17 @@ cannot shrink a search radius as candidates are found, order children by distanc
 or keep a per-query top-k bound. Nearest-edge search needs all three, so the search
 kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
 
-* the tree comes from one of two builders, both running on the scene's device:
+* the tree comes from one of two builders (``DEFAULT_BUILDER`` per device):
 
-  - ``"sah"`` (default): ``wp.Bvh`` over the segment boxes with leaves of up to
-    ``leaf_size`` segments, built by cuBQL's binned-SAH GPU builder on CUDA
-    (``constructor="cubql"``) and by Warp's SAH builder on the CPU; refit by
-    ``wp.Bvh.refit`` (one launch, leaves climbing with per-node counters);
-  - ``"lbvh"``: our own Karras 2012 linear BVH over 63-bit Morton codes of the
-    segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), subtrees of up
-    to ``leaf_size`` segments collapsed into one leaf, refit in one launch.
+  - ``"sah"`` (CPU default): Warp's SAH tree (``wp.Bvh``) over the segment boxes with
+    leaves of up to ``leaf_size`` segments, built by Warp's host builder on every device
+    and converted on the host (:mod:`rayd.engine.edge_sah`), then copied to the device:
+    the same tree on CPU and CUDA. Its build takes 0.7-1.9 s for 1.6-3.1 M edges; on the
+    H200 its trees search 20-25 % faster than the LBVH's on the sphere, as fast on the
+    terrain (benchmarks/README.md, "Edges");
+  - ``"lbvh"`` (CUDA default): our own Karras 2012 linear BVH over 63-bit Morton codes of
+    the segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), built on the
+    device in 3-5 ms, subtrees of up to ``leaf_size`` segments collapsed into one leaf.
 
 * packed layout (what the searches read): internal node ``j`` (root 0) is one
   64-byte run holding both children's boxes and their links (as the triangle walk's
@@ -28,10 +30,10 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
-Refit (:meth:`EdgeBvh.refit`): segments and leaf boxes from the live endpoints and
-mask, internal boxes bottom up, packed boxes; no host synchronisation. ``"lbvh"``: one
-launch (a climb with atomic counters, :meth:`rayd.engine.edge_lbvh.Lbvh.refit`);
-``"sah"``: a slots launch, ``wp.Bvh.refit`` and one packing launch.
+Refit (:meth:`EdgeBvh.refit`), the same for both builders: segments and leaf boxes from
+the live endpoints and mask, internal and packed boxes bottom up, in two launches (a slots
+launch, then a thread per leaf climbing with atomic counters,
+:class:`rayd.engine.tree_refit.TreeRefit`); no host synchronisation.
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
@@ -60,11 +62,15 @@ from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 #: 4: 257 / 276; the 30-bit per-axis keys of commit 811b89b with one segment per leaf: 562 / 241;
 #: benchmarks/README.md, "Edges"). On the CPU the SAH tree is kept (its host build is no slower
 #: there, its trees read 7 % fewer bytes on the sphere).
-DEFAULT_BUILDER = {"cpu": "sah", "cuda": "lbvh"}
+#: ``RAYD_EDGE_BVH_BUILDER`` (``"sah"`` or ``"lbvh"``) overrides the CUDA entry: the SAH tree
+#: where the query time matters more than a 1-2 s build (H200, 1 M points: sphere 43.9 -> 33.4 ms,
+#: top-8 54.7 -> 42.7 ms; benchmarks/results/h200-edges-12-02/edges_h200_b.txt).
+DEFAULT_BUILDER = {"cpu": "sah", "cuda": os.environ.get("RAYD_EDGE_BVH_BUILDER", "lbvh")}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
 #: ``wp.Bvh`` constructor of the ``"sah"`` builder on CUDA (``RAYD_EDGE_BVH_CONSTRUCTOR``:
-#: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, not yet validated on CUDA).
+#: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, whose tree is then also read
+#: back and converted on the host; not validated on CUDA).
 CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
 
 #: Segments per leaf when ``leaf_size=None``, per builder. LBVH leaves of 8 read 24-26 % fewer
@@ -117,7 +123,8 @@ class EdgeBvh:
             ``DEFAULT_BUILDER``.
         leaf_size: most segments per leaf (1 to 16; ``None``: ``DEFAULT_LEAF_SIZE``).
 
-    Building synchronises with the device a few times (small reads of tree sizes).
+    Building synchronises with the device a few times (small reads of tree sizes; the
+    ``"sah"`` builder copies the segment boxes to the host and its tree back).
 
     Raises:
         ValueError: if there are no edges, or for an unknown ``builder`` / ``leaf_size``.
@@ -139,7 +146,8 @@ class EdgeBvh:
         if builder is None:
             builder = DEFAULT_BUILDER["cpu" if points.device.is_cpu else "cuda"]
         if builder not in ("sah", "lbvh"):
-            raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' must be 'sah' or 'lbvh', got {builder!r}")
+            raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' (or RAYD_EDGE_BVH_BUILDER) must be 'sah' or "
+                             f"'lbvh', got {builder!r}")
         leaf_size = DEFAULT_LEAF_SIZE[builder] if leaf_size is None else int(leaf_size)
         if not 1 <= leaf_size <= 16:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'leaf_size' must be in [1, 16], got {leaf_size}")

@@ -12,17 +12,22 @@ The tree is described by arrays that any builder can produce (the edge LBVH of
 Node ids index the box arrays (``lower``/``upper``, one vec4 per id); leaves' ids only
 need to differ from those of the internal nodes.
 
-Refit (:meth:`TreeRefit.refit`): one thread per *leaf* (not per segment) writes its
-segments in slot order, their ids and the leaf box, then climbs: one atomic counter per
-internal node; the second child to arrive (counter odd) reads the other child's box
-from L2, writes the packed node and goes on with the union in registers (Karras 2012,
-sec. 4; as ``refit.py``). Per level a climbing thread waits for two dependent loads
-(its parent's children and the sibling's box) and one atomic, between two fences.
+Refit (:meth:`TreeRefit.refit`), two launches: a thread per slot writes the segments and
+their ids (coalesced, no dependent climb); then a thread per *leaf* (not per segment)
+reads its slots' segments back (contiguous), forms the leaf box and climbs: one atomic
+counter per internal node; the second child to arrive (counter odd) reads the other
+child's box from L2, writes the packed node and goes on with the union in registers
+(Karras 2012, sec. 4; as ``refit.py``). Per level a climbing thread waits for two
+dependent loads (its parent's children and the sibling's box) and one atomic, between
+two fences.
 
-Why per leaf: the climb is latency bound. A warp lives until its longest climb ends
-(about the tree's depth in levels), and a grid of one thread per segment runs in many
-waves of such warps (3.1 M segments: about 12 waves on an H200). Leaves of up to 8
-segments give 3-5 x fewer threads, and each climb starts 2-3 levels higher.
+Why: the climb is latency bound. A warp lives until its longest climb ends (about the
+tree's depth in levels), so fewer, higher-starting threads finish sooner; and a leaf
+thread that gathered its own segments (slot -> edge -> vertices, three dependent loads
+per segment, up to 8 in a row) held its warp longer still. On the H200
+(``benchmarks/edge_refit_ab.py``, benchmarks/README.md "Edges"): 3.1 M terrain edges,
+leaves of 8: 0.94 ms (thread per segment) -> 0.70-0.76 (thread per leaf) -> 0.43 ms (split);
+1.6 M sphere edges: 0.58 -> 0.40 -> 0.25 ms. ``SPLIT = False`` gives the one-launch variant.
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
@@ -42,8 +47,9 @@ wp.set_module_options({"enable_backward": False})
 
 #: Refit in two launches (``TreeRefit.refit(split=...)``): first a thread per slot writes the
 #: segments and ids (coalesced, no climb), then a thread per leaf reads its slots' segments back
-#: (contiguous) and climbs; else one launch, a thread per leaf gathering its segments itself.
-SPLIT = False
+#: (contiguous) and climbs; else one launch, a thread per leaf gathering its segments itself
+#: (H200: 0.76 vs 0.43 ms for 3.1 M terrain edges in leaves of 8; see the module docstring).
+SPLIT = True
 
 
 @wp.kernel
