@@ -19,9 +19,10 @@ import math
 import types
 from typing import Any
 
-from rayd.core.checks import lifecycle
+from rayd.core.checks import lifecycle, max_distance as check_max_distance, top_k
 from rayd.core.frontend import PublicName
 from rayd.engine import edge_topology
+from rayd.engine.nearest_edge import MAX_K
 
 
 def check_total(owner: str, total: int) -> None:
@@ -169,9 +170,19 @@ class EdgeState:
 class EdgeQueries:
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
 
-    Hooks: ``_PREFIX`` (``"rayd.torch.Scene"``) and ``_EDGE_QUERIES``, the frontend's
-    module with ``nearest_edge``, ``nearest_edges`` and ``silhouette_edges``
-    (``(scene, ...)`` functions doing the checks, the engine search and the evaluation).
+    Each method is the same sequence in both frontends, written here: the lifecycle
+    checks (``_require_ready``, then the edge state made ready), the checks that are
+    not about arrays (``k``, ``max_distance``), the choice between a point and a ray
+    query, then the frontend's search and evaluation.
+
+    Hooks: ``_PREFIX`` (``"rayd.torch.Scene"``), ``_RAY`` (its ``Ray``), ``_check_ray``
+    and ``_EDGE_QUERIES``, the frontend's module of ``(scene, call, ...)`` functions:
+    ``ready(scene, call)`` (the scene's edge state, synced and with its lazily built
+    parts made: :meth:`EdgeState.require_synced` and more), ``nearest_edge_ray(scene,
+    call, edges, ray, active, max_distance)``, ``nearest_edge_points(scene, call, edges,
+    points, active, max_distance)``, ``nearest_edges(scene, call, edges, points, k,
+    active, max_distance)`` (array checks, engine search, evaluation, record) and
+    ``silhouette_edges(scene, call, viewpoint)``.
     """
 
     _PREFIX = "rayd.Scene"
@@ -191,13 +202,28 @@ class EdgeQueries:
         return self._edges.mask()
 
     def nearest_edge(self, points_or_ray, active=None, *, max_distance: float = math.inf):
-        return self._EDGE_QUERIES.nearest_edge(self, points_or_ray, active, max_distance)
+        call = f"{self._PREFIX}.nearest_edge()"
+        self._require_ready(call)
+        queries = self._EDGE_QUERIES
+        edges = queries.ready(self, call)
+        max_distance = check_max_distance(call, max_distance)
+        if isinstance(points_or_ray, self._RAY):
+            ray = self._check_ray(call, points_or_ray)
+            return queries.nearest_edge_ray(self, call, edges, ray, active, max_distance)
+        return queries.nearest_edge_points(self, call, edges, points_or_ray, active, max_distance)
 
     def nearest_edges(self, points, k: int, active=None, *, max_distance: float = math.inf):
-        return self._EDGE_QUERIES.nearest_edges(self, points, k, active, max_distance)
+        call = f"{self._PREFIX}.nearest_edges()"
+        self._require_ready(call)
+        edges = self._EDGE_QUERIES.ready(self, call)
+        k = top_k(call, k, MAX_K)
+        max_distance = check_max_distance(call, max_distance)
+        return self._EDGE_QUERIES.nearest_edges(self, call, edges, points, k, active, max_distance)
 
     def silhouette_edges(self, viewpoint):
-        return self._EDGE_QUERIES.silhouette_edges(self, viewpoint)
+        call = f"{self._PREFIX}.silhouette_edges()"
+        self._require_ready(call)
+        return self._EDGE_QUERIES.silhouette_edges(self, call, viewpoint)
 
 
 def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, Any]] | None = None) -> type:

@@ -16,7 +16,7 @@ from rayd.core.camera_frontend import CameraBase, EdgeSamplesBase, check_sample_
 from rayd.core.checks import real
 from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
-from rayd.drjit._nearest_edge import _setup, _winner_segments
+from rayd.drjit._nearest_edge import _winner_segments, ready
 from rayd.drjit.mesh import check_transform
 from rayd.drjit.intersection import DrjitRecord
 from rayd.drjit.ray import Ray
@@ -308,7 +308,8 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
 
     num_samples = check_sample_args(call, scene, Scene, num_samples, generator, np.random.Generator,
                                     "numpy.random.Generator")
-    edges = _setup(scene, call)
+    scene._require_ready(call)
+    edges = ready(scene, call)
     from rayd.drjit._nearest_edge import _kind
 
     m, double = _kind(scene, *camera._arrays())
