@@ -17,28 +17,37 @@ from __future__ import annotations
 
 import math
 import types
+from dataclasses import dataclass
 from typing import Any
 
 from rayd.core.checks import lifecycle, max_distance as check_max_distance, top_k
 from rayd.core.frontend import PublicName
-from rayd.engine import edge_topology
+from rayd.core.topology import assemble, check_total, mesh_passes  # noqa: F401 - check_total re-exported
 from rayd.engine.nearest_edge import MAX_K
 
 
-def check_total(owner: str, total: int) -> None:
-    """Refuse a scene whose edge records (instances repeat their mesh's) overflow int32 ids."""
-    if total > edge_topology.MAX_RECORDS:
-        raise ValueError(
-            f"{owner} edge queries: the scene has {total} edge records (instances repeat their mesh's), more "
-            f"than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer instances or smaller meshes"
-        )
-
-
+@dataclass(frozen=True, repr=False)
 class TopologyBase(PublicName):
-    """``len()`` and ``repr()`` of an ``EdgeTopology`` (a frontend's dataclass provides ``num_edges``)."""
+    """The fields, ``num_edges``, ``len()`` and ``repr()`` of a frontend's ``EdgeTopology``.
+
+    A frozen dataclass of the seven (E,)-row fields of DESIGN.md ("Edges"); the
+    frontend's subclass documents them in its array types and says where they live
+    (``_where()``, for ``repr``).
+    """
 
     _name = "rayd.EdgeTopology"
-    num_edges: int
+    v: Any
+    faces: Any
+    opposite: Any
+    is_boundary: Any
+    shape_id: Any
+    edge_id: Any
+    global_edge_id: Any
+
+    @property
+    def num_edges(self) -> int:
+        """E, the number of edge records."""
+        return len(self.global_edge_id)
 
     def _where(self) -> str:  # pragma: no cover - frontends override
         return ""
@@ -60,22 +69,33 @@ class EdgeState:
 
     Hooks a frontend subclass defines:
 
-    - ``_live_shapes()``: the scene's shape records, in shape order (read live);
-    - ``_compute_topology()``: set ``_topology`` (and its own index arrays), the user
-      mask ``_mask`` (all True) and the buffer the BVH reads, then call ``_update_mask``;
+    - ``_mesh_records(base, stream)``: the engine's records of the mesh ``base`` (a shape
+      id of :func:`rayd.core.topology.mesh_passes`) as ``(count, arrays)``;
+    - ``_make_topology(records, plan)``: the frontend's ``EdgeTopology`` from the passes'
+      records (in pass order) gathered by the :class:`~rayd.core.topology.TopologyPlan`;
+      also sets its own index arrays, the user mask ``_mask`` (all True) and the buffer
+      the BVH reads (``_update_mask`` is called next, with the topology set);
     - ``_write_applied(stream, enabled)``: write ``mask & enabled[shape_id]`` into the
       BVH's flag buffer (``enabled`` is ``None`` when every shape is enabled);
     - ``_refresh_points(stream)``: write the world-space vertices into the BVH's buffer;
     - ``_build_bvh(stream)``: the engine's ``EdgeBvh`` over those buffers;
-    - ``_checked_mask(call, mask)``: the frontend's own copy of a valid user mask, else raise;
+    - ``_checked_mask(call, mask)``: ``(copy, count, shown)``: the frontend's own copy of
+      a user mask of the right type and device (else raise), its entry count (-1 if it
+      is not one-dimensional) and its shape as messages show it;
     - ``_copy_mask()``: a copy of ``_mask`` for the user;
     - ``_refit(stream)`` (optional): refit the BVH (default ``_bvh.refit(stream)``).
 
     Args:
-        shapes: the scene's shape records at ``build()``, in shape order.
+        shapes: the scene's list of shape records, in shape order (the scene's own list,
+            read live: enable flags and vertices change after ``build()``).
+        arrays: the frontend's :class:`~rayd.core.protocol.ArrayProtocol` (its streams).
+        device: the scene's device name.
     """
 
-    def __init__(self, shapes: list) -> None:
+    def __init__(self, shapes: list, arrays: Any, device: str) -> None:
+        self._shapes = shapes
+        self._arrays = arrays
+        self._device_name = device
         self._world_offsets: list[int] = []  # first row of each shape in the world-space vertex copy
         total = 0
         for shape in shapes:
@@ -89,10 +109,10 @@ class EdgeState:
         self.pending = False
 
     # ------------------------------------------------------------------ hooks
-    def _live_shapes(self) -> list:  # pragma: no cover - abstract
+    def _mesh_records(self, base: int, stream) -> tuple[int, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _compute_topology(self) -> None:  # pragma: no cover - abstract
+    def _make_topology(self, records: list, plan: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _write_applied(self, stream, enabled: list[bool] | None) -> None:  # pragma: no cover - abstract
@@ -104,7 +124,7 @@ class EdgeState:
     def _build_bvh(self, stream) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _checked_mask(self, call: str, mask: object) -> Any:  # pragma: no cover - abstract
+    def _checked_mask(self, call: str, mask: object) -> tuple[Any, int, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _copy_mask(self) -> Any:  # pragma: no cover - abstract
@@ -113,9 +133,26 @@ class EdgeState:
     def _refit(self, stream) -> None:
         self._bvh.refit(stream)
 
+    # ------------------------------------------------------------------ topology
+    @property
+    def _owner(self) -> str:
+        """The scene's public name for messages (``"rayd.torch.Scene"``), from the frontend's module."""
+        return f"rayd.{type(self).__module__.split('.')[1]}.Scene"
+
+    def _compute_topology(self) -> None:
+        """One engine pass per mesh (shared by its instances), then the scene's rows by the
+        host plan of :func:`rayd.core.topology.assemble` (one gather per field, so the work
+        does not grow with the number of shapes), then the applied mask."""
+        owner, shapes = self._owner, self._shapes
+        stream = self._arrays.stream(self._device_name)
+        passes = {b: self._mesh_records(b, stream) for b in mesh_passes(owner, shapes)}
+        plan = assemble(owner, shapes, self._world_offsets, {b: count for b, (count, _) in passes.items()})
+        self._topology = self._make_topology([records for _, records in passes.values()], plan)
+        self._update_mask(stream)
+
     # ------------------------------------------------------------------ state
     def _enabled_now(self) -> list[bool]:
-        return [getattr(s, "enabled", True) for s in self._live_shapes()]
+        return [getattr(s, "enabled", True) for s in self._shapes]
 
     def _update_mask(self, stream) -> None:
         """``applied = mask & enabled[shape_id]`` (what the BVH sees), from the current enable flags."""
@@ -143,8 +180,17 @@ class EdgeState:
         return self._copy_mask()
 
     def set_mask(self, call: str, mask: object) -> None:
-        """Record a new edge mask (checked by the frontend); it takes effect at the next ``sync()``."""
-        self._mask = self._checked_mask(call, mask)
+        """Record a new edge mask; it takes effect at the next ``sync()``.
+
+        Raises:
+            TypeError, ValueError: as the frontend's ``_checked_mask``; ``ValueError`` if
+                the mask does not have one entry per edge.
+        """
+        checked, count, shown = self._checked_mask(call, mask)
+        e = self.topology.num_edges
+        if count != e:
+            raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got {shown}")
+        self._mask = checked
         self.pending = True
 
     def require_synced(self, call: str) -> None:
