@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.checks import type_name
 from rayd.core.rays import scalar_ignore
 from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
-
-
-def type_name(value: object) -> str:
-    """The public name of ``value``'s type (rayd's own types with their module)."""
-    cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("rayd") else cls.__name__
 
 
 def check_ray(call: str, ray: object, device: torch.device) -> Ray:
