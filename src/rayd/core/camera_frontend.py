@@ -222,13 +222,31 @@ class EdgeSamplesBase(PublicName, FieldRecord):
     """Bookkeeping of ``EdgeSamples``: a record (:class:`rayd.records.FieldRecord`: fields
     as attributes and in ``dir()``, ``detach()``, indexing), plus ``width``/``height``.
 
-    A subclass sets ``__len__`` and ``shape`` and maps its :class:`Ray` fields in
-    ``_map``; its ``_name`` (``"rayd.torch.EdgeSamples"``) comes from
-    :class:`~rayd.core.frontend.PublicName`.
+    A subclass sets ``shape`` (``len()`` is its first entry, N), ``_RAY`` (its ``Ray``)
+    and ``_map_ray_part(fn, name, x)``, how a field map applies to one part (``o``,
+    ``d``, ``tmin``, ``tmax``) of a ray field (e.g. passing scalar bounds through); its
+    ``_name`` (``"rayd.torch.EdgeSamples"``) comes from :class:`~rayd.core.frontend.PublicName`.
     """
 
     __slots__ = ("width", "height")
     _name = "rayd.EdgeSamples"
+    _RAY: type = type(None)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def _map_ray_part(self, fn, name: str, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _map(self, fn):
+        """Map every field (each part of the ray fields, by ``_map_ray_part``) into a new record."""
+        def each(name: str, value):
+            if not isinstance(value, self._RAY):
+                return fn(name, value)
+            o, d, tmax, tmin = (self._map_ray_part(fn, name, x) for x in (value.o, value.d, value.tmax, value.tmin))
+            return self._RAY(o, d, tmax, tmin=tmin)
+
+        return self._replace({name: each(name, value) for name, value in self._fields.items()})
 
     def __init__(self, *, width: int, height: int, **fields) -> None:
         FieldRecord.__init__(self, **fields)

@@ -229,14 +229,12 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
 
     __slots__ = ("m", "count")
     _width_field = "weight"
+    _RAY = Ray
 
     def __init__(self, *, m, count: int, **fields) -> None:
         super().__init__(**fields)
         self.m = m
         self.count = count
-
-    def __len__(self) -> int:
-        return dr.width(self.weight) if self.count else 0
 
     @property
     def shape(self) -> tuple[int]:
@@ -246,23 +244,12 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
     def _resize(self, count: int) -> None:
         self.count = count
 
-    def _map(self, fn):
-        n = self.count
-
-        def each(name: str, value):
-            if not isinstance(value, Ray):
-                return fn(name, value)
-
-            def part(x):  # a width-1 origin broadcasts: widen it to N lanes first
-                if not isinstance(x, dr.ArrayBase):
-                    return x
-                if dr.width(x) == 1 and n > 1:
-                    x = x + dr.zeros(type(x), n)
-                return fn(name, x)
-
-            return Ray(part(value.o), part(value.d), part(value.tmax), tmin=part(value.tmin))
-
-        return self._replace({name: each(name, value) for name, value in self._fields.items()})
+    def _map_ray_part(self, fn, name: str, x):
+        if not isinstance(x, dr.ArrayBase):
+            return x
+        if dr.width(x) == 1 and self.count > 1:  # a width-1 origin broadcasts: widen it to N lanes first
+            x = x + dr.zeros(type(x), self.count)
+        return fn(name, x)
 
     def boundary_term(self, f_inside, f_outside, *, filter: str = "box"):
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.
