@@ -99,7 +99,8 @@ class NearestEdge(DrjitRecord, EdgeRecord):
         self._shape = (count,) + tuple(self._shape[1:])
 
 
-document(NearestEdge, {"is_valid": """``Bool`` of the fields' width: True where an edge was found."""})
+document(NearestEdge, {"is_valid": """``Bool`` of the fields' width: True where an edge was found."""},
+         {"is_valid": {"return": dr.ArrayBase}})
 
 
 class SceneEdges(EdgeState):

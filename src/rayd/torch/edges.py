@@ -97,7 +97,8 @@ class NearestEdge(TorchRecord, EdgeRecord):
         return self._fields["distance"].shape
 
 
-document(NearestEdge, {"is_valid": """(...) bool: True where an edge was found."""})
+document(NearestEdge, {"is_valid": """(...) bool: True where an edge was found."""},
+         {"is_valid": {"return": torch.Tensor}})
 
 
 def mesh_edges(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, ...]:

@@ -6,14 +6,15 @@ from __future__ import annotations
 import torch
 
 from rayd.core import paths as core_paths
+from rayd.core.edges import document
 from rayd.core.paths import NUM_RAYS
-from rayd.records import FieldRecord
+from rayd.records import PathRecord
 from rayd.torch import _check, _convert
 from rayd.torch.intersection import TorchRecord
 from rayd.torch.ray import Ray
 
 
-class SpecularPathSet(TorchRecord, FieldRecord):
+class SpecularPathSet(TorchRecord, PathRecord):
     """The valid specular paths of each (source, target) pair, padded to ``P`` slots.
 
     Attributes (``S`` sources, ``T`` targets, ``P`` paths, ``B`` = ``max_bounces``):
@@ -30,14 +31,14 @@ class SpecularPathSet(TorchRecord, FieldRecord):
 
     __slots__ = ()
 
-    def is_valid(self) -> torch.Tensor:
-        """(S, T, P) bool, the ``valid`` field."""
-        return self._fields["valid"]
-
     @property
     def shape(self) -> torch.Size:
         """``(S, T, P)``."""
         return self._fields["valid"].shape
+
+
+document(SpecularPathSet, {"is_valid": """(S, T, P) bool, the ``valid`` field."""},
+         {"is_valid": {"return": torch.Tensor}})
 
 
 def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max_bounces: int, *,
