@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.checks import type_name
-from rayd.core.rays import scalar_ignore
+from rayd.core import rays as core_rays
 from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
 
@@ -30,11 +30,12 @@ def check_active(call: str, ray: Ray, active: object, device: torch.device) -> t
 
 def check_ignore(call: str, batch: torch.Size, ignore: object,
                  device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
-    if ignore is None:
-        return batch, None
-    one = scalar_ignore(call, ignore, "an integer tensor")
-    if one is not None:
-        return batch, torch.full((1,), one, dtype=torch.int32, device=device)
+    return core_rays.check_ignore(call, batch, ignore, "an integer tensor",
+                                  lambda one: torch.full((1,), one, dtype=torch.int32, device=device),
+                                  lambda call, batch, ignore: _ignore_ids(call, batch, ignore, device))
+
+
+def _ignore_ids(call: str, batch: torch.Size, ignore: object, device: torch.device) -> tuple[torch.Size, torch.Tensor]:
     ignore = _check.index_tensor(call, "ignore", ignore)
     _check.same_device(call, "ignore", ignore, device, "the scene")
     batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])
