@@ -83,7 +83,12 @@ class EdgeState:
       a user mask of the right type and device (else raise), its entry count (-1 if it
       is not one-dimensional) and its shape as messages show it;
     - ``_copy_mask()``: a copy of ``_mask`` for the user;
-    - ``_refit(stream)`` (optional): refit the BVH (default ``_bvh.refit(stream)``).
+    - ``_refit(stream)`` (optional): refit the BVH (default ``_bvh.refit(stream)``);
+    - ``silhouette(...)`` (called by the frontend's ``silhouette_edges``): (E,) bool, the
+      silhouette rule: a face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
+      ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when it is
+      a boundary edge or exactly one of its two faces faces ``c``, and it is applied (not
+      masked out, its shape enabled).
 
     Args:
         shapes: the scene's list of shape records, in shape order (the scene's own list,

@@ -248,10 +248,7 @@ class SceneEdges(EdgeState):
             viewpoint: ``Array3f``/``Array3f64`` of width 1 in that float type.
 
         Returns:
-            A face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
-            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when
-            it is a boundary edge or exactly one of its two faces faces ``c``, and it is
-            applied (not masked out, its shape enabled).
+            The edges of the silhouette rule (:class:`rayd.core.edges.EdgeState`, ``silhouette``).
         """
         top = self.topology
         scene = self._scene
