@@ -69,5 +69,6 @@ def test_check_ignore_none_one_many():
     assert check_ignore("rayd.x.f()", 3, None, "an array", lambda one: ("one", one), many) == (3, None)
     assert check_ignore("rayd.x.f()", 3, 7, "an array", lambda one: ("one", one), many) == (3, ("one", 7))
     assert check_ignore("rayd.x.f()", 3, (1, 2), "an array", lambda one: ("one", one), many) == (4, [1, 2])
-    with pytest.raises(ValueError, match=r"^rayd.x.f\(\): 'ignore' must be a global_prim_id \(or -1\), got 2147483648$"):
+    message = r"^rayd.x.f\(\): 'ignore' must be a global_prim_id \(or -1\), got 2147483648$"
+    with pytest.raises(ValueError, match=message):
         check_ignore("rayd.x.f()", 3, 2**31, "an array", lambda one: one, many)

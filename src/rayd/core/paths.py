@@ -78,7 +78,9 @@ def check_options(call: str, max_bounces: object, num_rays: object, line_of_sigh
 
 def check_find_arguments(scene_type: type, scene: object, sources: object, targets: object, max_bounces: object,
                          num_rays: object, line_of_sight: object, check_points: Callable, check_device: Callable):
-    """The checks of ``find_specular_paths``, in order; returns ``(sources, targets, bounces, num_rays, line_of_sight)``.
+    """The checks of ``find_specular_paths``, in order.
+
+    Returns ``(sources, targets, bounces, num_rays, line_of_sight)``.
 
     Args:
         scene_type: the frontend's ``Scene`` (its ``_PREFIX`` names the call:

@@ -101,7 +101,8 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
         corners = corners.to(m.dtype) @ m[..., :3, :3].transpose(-1, -2) + m[..., None, :3, 3]
     corners = corners.double()
     ops = _ChainOps(dtype)
-    normal, unit, offset, ok = specular.slot_planes(ops, corners[..., 0, :], corners[..., 1, :], corners[..., 2, :], hit)
+    v0, v1, v2 = corners.unbind(-2)
+    normal, unit, offset, ok = specular.slot_planes(ops, v0, v1, v2, hit)
     o = origin.double()
     d = direction.double()
     length = segments.norm(ops, d)

@@ -283,7 +283,8 @@ document(Camera, {
             TypeError: ``points`` not a float tensor.
             ValueError: its last dimension is not 3, or it is on another device.
         """,
-}, {'generate_rays': {'samples': 'torch.Tensor | None', 'return': 'Ray'}, 'project': {'points': 'torch.Tensor', 'return': 'tuple[torch.Tensor, torch.Tensor]'}})
+}, {"generate_rays": {"samples": "torch.Tensor | None", "return": "Ray"},
+    "project": {"points": "torch.Tensor", "return": "tuple[torch.Tensor, torch.Tensor]"}})
 
 
 
