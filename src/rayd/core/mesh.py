@@ -15,6 +15,7 @@ Hooks a subclass defines:
 - ``_same_device(call, name, value, device, owner)``: raise ``ValueError`` unless on ``device``;
 - ``_rows(call, name, value)``: the row count n of a checked array (raising if malformed);
 - ``_count(value)``: the row count of a stored array (no checks);
+- ``_shape_text(value)``: its shape in messages (``(3, 3)``, ``width 3``);
 - ``_check_rows(call, name, value, count)``: raise ``ValueError`` unless it has ``count`` rows like 'vertices';
 - ``_check_transform(call, name, value, vertices)``: the checked (4, 4) matrix;
 - ``_check_face_range(call, name, faces, num_vertices)``: raise unless every index is in ``[0, V)``;

@@ -56,6 +56,10 @@ class Mesh(MeshBase):
     _check_face_range = staticmethod(_check.face_range)
 
     @staticmethod
+    def _shape_text(value: dr.ArrayBase) -> str:
+        return f"width {dr.width(value)}"
+
+    @staticmethod
     def _device_of(call: str, name: str, value: dr.ArrayBase) -> str:
         return _convert.device_name(value)
 

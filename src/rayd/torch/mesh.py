@@ -69,6 +69,10 @@ class Mesh(MeshBase):
         return int(value.shape[0])
 
     @staticmethod
+    def _shape_text(value: torch.Tensor) -> str:
+        return str(tuple(value.shape))
+
+    @staticmethod
     def _check_rows(call: str, name: str, value: torch.Tensor, count: int) -> None:
         if value.shape[0] != count:
             raise ValueError(
