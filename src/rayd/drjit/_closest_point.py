@@ -23,16 +23,17 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import surface as _surface
+from rayd.core.edges import document
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply
 from rayd.drjit._nearest_edge import _check_points, _kind, _norm, _relative, _safe_div
 from rayd.drjit.intersection import DrjitRecord
 from rayd.engine import closest_point as _engine
 from rayd.engine import winding as _winding
-from rayd.records import FieldRecord
+from rayd.records import ClosestPointRecord
 
 
-class ClosestPoint(DrjitRecord, FieldRecord):
+class ClosestPoint(DrjitRecord, ClosestPointRecord):
     """The closest point on the scene's enabled triangles per query point.
 
     Attributes (N queries; Dr.Jit types of the scene's backend, ``.ad`` when any input was):
@@ -47,17 +48,16 @@ class ClosestPoint(DrjitRecord, FieldRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.drjit.ClosestPoint"
     _width_field = "distance"
-
-    def is_valid(self) -> dr.ArrayBase:
-        """(N,) ``Bool``: True where a triangle was found."""
-        return self._fields["global_prim_id"] >= 0
 
     @property
     def shape(self) -> tuple[int]:
         """The batch shape ``(N,)``."""
         return (dr.width(self._fields["distance"]),)
+
+
+document(ClosestPoint, {"is_valid": """(N,) ``Bool``: True where a triangle was found."""},
+         {"is_valid": {"return": dr.ArrayBase}})
 
 
 def closest_on_triangles(m: ModuleType, p, a, b, c):

@@ -8,8 +8,7 @@ import numpy as np
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._convert import host_matrices
-from rayd.core.transforms import check_matrices
-from rayd.core.meshio import build_as, trimesh_arrays
+from rayd.core.transforms import check_matrices, checked_batch
 from rayd.core.mesh import MeshBase
 
 class Mesh(MeshBase):
@@ -113,21 +112,16 @@ class Mesh(MeshBase):
             raise ValueError(f"{call}: 'backend' must be 'llvm' or 'cuda', got {backend!r}")
         if dtype not in ("float32", "float64"):
             raise TypeError(f"{call}: 'dtype' must be 'float32' or 'float64', got {dtype!r}")
-        vertices, faces, vertex_normals, texcoords = trimesh_arrays(call, mesh, normals, uv)
         m = _convert.module(backend, ad)
         wide = dtype == "float64"
-        real = np.float64 if wide else np.float32
+        kinds = {"vertices": m.Array3f64 if wide else m.Array3f, "faces": m.Array3u,
+                 "normals": m.Array3f64 if wide else m.Array3f, "uv": m.Array2f64 if wide else m.Array2f}
 
-        def columns(kind: type, array: np.ndarray | None, numpy_dtype: type):
-            return None if array is None else kind(np.ascontiguousarray(array.T.astype(numpy_dtype)))
+        def columns(name: str, array: np.ndarray) -> dr.ArrayBase:
+            numpy_dtype = np.uint32 if name == "faces" else (np.float64 if wide else np.float32)
+            return kinds[name](np.ascontiguousarray(array.T.astype(numpy_dtype)))
 
-        return build_as(call, f"{cls._name}()", lambda: cls(
-            columns(m.Array3f64 if wide else m.Array3f, vertices, real),
-            columns(m.Array3u, faces, np.uint32),
-            normals=columns(m.Array3f64 if wide else m.Array3f, vertex_normals, real),
-            uv=columns(m.Array2f64 if wide else m.Array2f, texcoords, real),
-            to_world=to_world,
-        ))
+        return cls._from_trimesh(call, mesh, normals, uv, to_world, columns)
 
     @property
     def device(self) -> str:
@@ -183,10 +177,7 @@ def check_transforms(call: str, name: str, value: object, count: int, device: st
         _check.same_backend(call, name, value, device, "the mesh")
     if dr.width(value) != count:
         raise ValueError(f"{call}: '{name}' must hold {count} matrices (one per shape id), got width {dr.width(value)}")
-    if count == 0:
-        return value
-    check_matrices(call, name, host_matrices(value), batch=True)
-    return value
+    return checked_batch(call, name, value, count, host_matrices)
 
 
 def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:

@@ -20,8 +20,9 @@ import math
 import torch
 
 from rayd.core import surface as _surface
+from rayd.core.edges import document
 from rayd.engine import closest_point as _engine
-from rayd.records import FieldRecord
+from rayd.records import ClosestPointRecord
 from rayd.torch import _closest_fused, _convert, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
@@ -30,7 +31,7 @@ from rayd.torch.edges import placed_vertices
 from rayd.torch.intersection import TorchRecord
 
 
-class ClosestPoint(TorchRecord, FieldRecord):
+class ClosestPoint(TorchRecord, ClosestPointRecord):
     """The closest point on the scene's enabled triangles per query point.
 
     Attributes (``...`` is the query batch shape):
@@ -51,16 +52,15 @@ class ClosestPoint(TorchRecord, FieldRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.torch.ClosestPoint"
-
-    def is_valid(self) -> torch.Tensor:
-        """(...) bool: True where a triangle was found."""
-        return self._fields["global_prim_id"] >= 0
 
     @property
     def shape(self) -> torch.Size:
         """The query batch shape ``...``."""
         return self._fields["distance"].shape
+
+
+document(ClosestPoint, {"is_valid": """(...) bool: True where a triangle was found."""},
+         {"is_valid": {"return": torch.Tensor}})
 
 
 def _dtype(points: torch.Tensor, scene) -> torch.dtype:
