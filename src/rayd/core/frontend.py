@@ -289,6 +289,11 @@ class SceneBase:
     def _require_ready(self, call: str) -> None:
         self._table.require_ready(call)
 
+    def _synced_edges(self, call: str) -> Any:
+        """The scene's edges (:class:`~rayd.core.edges.EdgeState`), refusing edge masks that await ``sync()``."""
+        self._edges.require_synced(call)
+        return self._edges
+
     def __repr__(self) -> str:
         state = "ready" if self.is_ready() else ("built" if self._table.built else "not built")
         return f"{self._PREFIX}(shapes={self.num_shapes}, device={self._device}, {state})"
