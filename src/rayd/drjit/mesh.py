@@ -145,13 +145,7 @@ def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> 
             _check_values(call, name, value)
             plain = _convert.module(_convert.backend_name(like), False)
             return (plain.Matrix4f64 if dr.type_v(value) == dr.VarType.Float64 else plain.Matrix4f)(value)
-    value = _check.jit_array(call, name, value)
-    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
-        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
-    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
-        raise ValueError(
-            f"{call}: '{name}' must have shape (4, 4): a Matrix4f or Matrix4f64, got {_convert.type_name(value)}"
-        )
+    value = _matrices(call, name, value, "have shape (4, 4): a Matrix4f or Matrix4f64")
     _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
     if dr.width(value) != 1:
         raise ValueError(f"{call}: '{name}' must hold one matrix (width 1), got width {dr.width(value)}")
@@ -166,18 +160,25 @@ def check_transforms(call: str, name: str, value: object, count: int, device: st
     list). ``device`` is ``None`` for an empty scene (no device check). Reads the batch
     once (one host synchronisation).
     """
-    value = _check.jit_array(call, name, value)
-    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
-        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
-    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
-        raise ValueError(
-            f"{call}: '{name}' must be a Matrix4f or Matrix4f64 of width {count}, got {_convert.type_name(value)}"
-        )
+    value = _matrices(call, name, value, f"be a Matrix4f or Matrix4f64 of width {count}")
     if device is not None:
         _check.same_backend(call, name, value, device, "the mesh")
     if dr.width(value) != count:
         raise ValueError(f"{call}: '{name}' must hold {count} matrices (one per shape id), got width {dr.width(value)}")
     return checked_batch(call, name, value, count, host_matrices)
+
+
+def _matrices(call: str, name: str, value: object, expected: str) -> dr.ArrayBase:
+    """``value`` if it is a float32/float64 4x4 Dr.Jit matrix of the LLVM or CUDA backend, else the contract's error.
+
+    ``expected`` completes the shape message: ``'{name}' must {expected}, got <type>``.
+    """
+    value = _check.jit_array(call, name, value)
+    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
+        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
+    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
+        raise ValueError(f"{call}: '{name}' must {expected}, got {_convert.type_name(value)}")
+    return value
 
 
 def _check_values(call: str, name: str, value: dr.ArrayBase) -> None:

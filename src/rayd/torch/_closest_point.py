@@ -63,13 +63,6 @@ document(ClosestPoint, {"is_valid": """(...) bool: True where a triangle was fou
          {"is_valid": {"return": torch.Tensor}})
 
 
-def _dtype(points: torch.Tensor, scene) -> torch.dtype:
-    dtype = points.dtype
-    for shape in scene._core.table.meshes:
-        dtype = torch.promote_types(dtype, shape.vertices.dtype)
-    return dtype
-
-
 def _prepare(call: str, device, points: object, active: object):
     points = _check_points(call, points, device)
     batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
@@ -167,7 +160,7 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
     if _closest_fused.usable(points, state):  # float32, no gradient: one kernel writes the record
         fields = _closest_fused.closest_fused(points, batch, winner, state, geometric)
         return ClosestPoint(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
-    dtype = _dtype(points, scene)
+    dtype = scene._output_dtype(points)
     geometry = gather(state.table, state.live(dtype), winner)
     corners = geometry.corners.to(torch.float64)
     q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
@@ -215,7 +208,7 @@ def winding_number(scene, call: str, points: object, active: object, exact: bool
     device = scene._device
     core = scene._core
     n = batch.numel()
-    dtype = _dtype(points, scene)
+    dtype = scene._output_dtype(points)
     shapes = core.table.shapes
     wanted = differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in shapes)
     if wanted and not value_only:
