@@ -33,7 +33,7 @@ class RayBase(PublicName):
     - ``_batch(value, vector)``: the batch of a checked array (of 3-vectors if ``vector``);
     - ``_set_batch(call, named_batches)``: store their common batch (torch: ``shape``;
       Dr.Jit: ``width``), else raise ``ValueError`` naming them;
-    - ``_per_row(t)``: ``t`` shaped to scale ``d`` row by row (for ``ray(t)``).
+    - ``_per_row(t)``: ``t`` shaped to scale ``d`` row by row (for ``ray(t)``; default: ``t``).
     """
 
     _name = "rayd.Ray"
@@ -59,6 +59,10 @@ class RayBase(PublicName):
     def __call__(self, t: Any) -> Any:
         """The point ``o + t d``."""
         return self.o + self._per_row(t) * self.d
+
+    @staticmethod
+    def _per_row(t: Any) -> Any:
+        return t
 
 
 def scalar_ignore(call: str, ignore: object, arrays: str) -> int | None:

@@ -53,10 +53,7 @@ class Mesh(MeshBase):
     _rows = staticmethod(_check.common_width)
     _count = staticmethod(dr.width)
     _check_face_range = staticmethod(_check.face_range)
-
-    @staticmethod
-    def _shape_text(value: dr.ArrayBase) -> str:
-        return f"width {dr.width(value)}"
+    _shape_text = staticmethod(lambda value: f"width {dr.width(value)}")
 
     @staticmethod
     def _device_of(call: str, name: str, value: dr.ArrayBase) -> str:

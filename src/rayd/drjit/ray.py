@@ -44,10 +44,8 @@ class Ray(RayBase):
     _same_device = staticmethod(_check.same_backend)
     _is_array = staticmethod(_convert.is_jit_array)
     _type_name = staticmethod(_convert.type_name)
-
-    @staticmethod
-    def _check_vectors(call: str, name: str, value: object) -> dr.ArrayBase:
-        return _check.float_array(call, name, value, 3)
+    _check_vectors = staticmethod(lambda call, name, value: _check.float_array(call, name, value, 3))
+    _batch = staticmethod(lambda value, vector: dr.width(value))
 
     @staticmethod
     def _check_bound(call: str, name: str, value: dr.ArrayBase, device: str) -> dr.ArrayBase:
@@ -55,16 +53,8 @@ class Ray(RayBase):
         _check.same_backend(call, name, value, device, "'o'")
         return value
 
-    @staticmethod
-    def _batch(value: dr.ArrayBase, vector: bool) -> int:
-        return dr.width(value)
-
     def _set_batch(self, call: str, widths: list[tuple[str, int]]) -> None:
         self.width = _check.broadcast(call, widths)
-
-    @staticmethod
-    def _per_row(t: dr.ArrayBase | float) -> dr.ArrayBase | float:
-        return t
 
     @property
     def device(self) -> str:
