@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.core.edges import document
-from rayd.core.rays import RayBase
+from rayd.core.rays import RayBase, document_ray
 from rayd.drjit import _check, _convert
 
 
@@ -70,8 +69,4 @@ class Ray(RayBase):
         return f"rayd.drjit.Ray(width={self.width}, type={_convert.type_name(self.o)})"
 
 
-document(Ray, {"__init__": None,  # the class docstring documents the arguments
-               "__call__": """The point ``o + t d``."""},
-         {"__init__": {"o": "dr.ArrayBase", "d": "dr.ArrayBase", "tmax": "float | dr.ArrayBase",
-                       "tmin": "float | dr.ArrayBase", "return": "None"},
-          "__call__": {"t": "dr.ArrayBase | float", "return": "dr.ArrayBase"}})
+document_ray(Ray, "dr.ArrayBase", """The point ``o + t d``.""")

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core.edges import document
-from rayd.core.rays import RayBase
+from rayd.core.rays import RayBase, document_ray
 from rayd.torch import _check
 
 
@@ -82,8 +81,4 @@ class Ray(RayBase):
         return f"rayd.torch.Ray(shape={tuple(self.shape)}, dtype={self.o.dtype}, device={self.device})"
 
 
-document(Ray, {"__init__": None,  # the class docstring documents the arguments
-               "__call__": """The point ``o + t d`` (``t`` broadcast against the batch shape)."""},
-         {"__init__": {"o": "torch.Tensor", "d": "torch.Tensor", "tmax": "float | torch.Tensor",
-                       "tmin": "float | torch.Tensor", "return": "None"},
-          "__call__": {"t": "torch.Tensor | float", "return": "torch.Tensor"}})
+document_ray(Ray, "torch.Tensor", """The point ``o + t d`` (``t`` broadcast against the batch shape).""")
