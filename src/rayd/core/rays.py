@@ -32,8 +32,8 @@ class RayBase(PublicName):
     - ``_ARRAYS`` (``"a float tensor"``), ``_is_array(value)``, ``_type_name(value)`` and
       ``_check_bound(call, name, value)``: the words, test and checks for an array bound;
     - ``_batch(value, vector)``: the batch of a checked array (of 3-vectors if ``vector``);
-    - ``_set_batch(call, named_batches)``: store their common batch (torch: ``shape``;
-      Dr.Jit: ``width``), else raise ``ValueError`` naming them;
+    - ``_broadcast(call, named_batches)``: the common batch, else ``ValueError`` naming them;
+    - ``_set_batch(batch)``: store it (torch: ``shape``; Dr.Jit: ``width``);
     - ``_per_row(t)``: ``t`` shaped to scale ``d`` row by row (for ``ray(t)``; default: ``t``).
     """
 
@@ -51,7 +51,7 @@ class RayBase(PublicName):
                                           lambda n, v: self._check_bound(call, n, v, device), self._type_name)
         batches = [("o", self._batch(o, True)), ("d", self._batch(d, True))]
         batches += [(n, self._batch(bounds[n], False)) for n in ("tmin", "tmax") if self._is_array(bounds[n])]
-        self._set_batch(call, batches)
+        self._set_batch(self._broadcast(call, batches))
         self.o = o
         self.d = d
         self.tmax = bounds["tmax"]

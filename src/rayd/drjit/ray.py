@@ -41,6 +41,7 @@ class Ray(RayBase):
     _ARRAYS = "a Dr.Jit Float array"
     _device_of = staticmethod(_convert.device_name)
     _same_device = staticmethod(_check.same_backend)
+    _broadcast = staticmethod(_check.broadcast)
     _is_array = staticmethod(_convert.is_jit_array)
     _type_name = staticmethod(_convert.type_name)
     _check_vectors = staticmethod(lambda call, name, value: _check.float_array(call, name, value, 3))
@@ -52,8 +53,8 @@ class Ray(RayBase):
         _check.same_backend(call, name, value, device, "'o'")
         return value
 
-    def _set_batch(self, call: str, widths: list[tuple[str, int]]) -> None:
-        self.width = _check.broadcast(call, widths)
+    def _set_batch(self, width: int) -> None:
+        self.width = width
 
     @property
     def device(self) -> str:

@@ -115,12 +115,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             return _walk_on.confirm_blocked(self, m, ray, ignore, blocker)
         return blocker >= 0
 
-    def _check_segment(self, call: str, start: object, end: object) -> tuple[dr.ArrayBase, dr.ArrayBase]:
-        start = _check.float_array(call, "start", start, 3)
-        end = _check.float_array(call, "end", end, 3)
-        _check.same_backend(call, "start", start, self._device or _convert.device_name(start), "the scene")
-        _check.same_backend(call, "end", end, _convert.device_name(start), "'start'")
-        _check.broadcast(call, [("start", dr.width(start)), ("end", dr.width(end))])
+    def _segment_points(self, start: dr.ArrayBase, end: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
         return dr.detach(start), dr.detach(end)
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:

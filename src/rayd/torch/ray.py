@@ -38,6 +38,7 @@ class Ray(RayBase):
     # ------------------------------------------------------------------ RayBase hooks
     _ARRAYS = "a float tensor"
     _same_device = staticmethod(_check.same_device)
+    _broadcast = staticmethod(_check.broadcast)
 
     @staticmethod
     def _check_vectors(call: str, name: str, value: object) -> torch.Tensor:
@@ -65,8 +66,8 @@ class Ray(RayBase):
     def _batch(value: torch.Tensor, vector: bool) -> torch.Size:
         return value.shape[:-1] if vector else value.shape
 
-    def _set_batch(self, call: str, batches: list[tuple[str, torch.Size]]) -> None:
-        self.shape = _check.broadcast(call, batches)
+    def _set_batch(self, batch: torch.Size) -> None:
+        self.shape = batch
 
     @staticmethod
     def _per_row(t: torch.Tensor | float) -> torch.Tensor | float:

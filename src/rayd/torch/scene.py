@@ -145,14 +145,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
         return (blocker >= 0).reshape(batch)
 
-    def _check_segment(self, call: str, start: object, end: object) -> tuple[torch.Tensor, torch.Tensor]:
-        start = _check.float_tensor(call, "start", start, last=3)
-        end = _check.float_tensor(call, "end", end, last=3)
-        _check.same_device(call, "start", start, self._device or start.device, "the scene")
-        _check.same_device(call, "end", end, start.device, "'start'")
-        _check.broadcast(call, [("start", start.shape[:-1]), ("end", end.shape[:-1])])
-        return start, end
-
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, n, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         result = (blocker < 0).reshape(batch) & _trace.wellformed(ray, batch)
