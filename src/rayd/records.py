@@ -104,6 +104,17 @@ class EdgeRecord(FieldRecord):
         return self._fields["global_edge_id"] >= 0
 
 
+class ClosestPointRecord(FieldRecord):
+    """Fields of a closest-point query (``Scene.closest_point``): a face was found where ``global_prim_id >= 0``."""
+
+    __slots__ = ()
+    _name = "rayd.ClosestPoint"
+
+    def is_valid(self) -> Any:
+        """True where a triangle was found (``global_prim_id >= 0``), in the frontend's bool type."""
+        return self._fields["global_prim_id"] >= 0
+
+
 class HitRecord(FieldRecord):
     """Fields of a closest-hit query, some present only when their ``RayFlags`` were given.
 
