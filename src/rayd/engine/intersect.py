@@ -11,6 +11,8 @@ import warp as wp
 
 from rayd.engine import cpu_embree
 from rayd.engine.accel import SceneAccel, flat_accel
+from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
+from rayd.engine.instances import instance_kernel_options
 from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
@@ -21,10 +23,11 @@ from rayd.engine.triangles import TriangleScene
 wp.set_module_options({"enable_backward": False})
 
 
-def _search_kernel(trace_fn: wp.Function) -> wp.Kernel:
-    """The search kernel over ``trace_fn`` (each variant compiles only the walks it needs)."""
+def _search_kernel(trace_fn: wp.Function, instances: bool = False) -> wp.Kernel:
+    """The search kernel over ``trace_fn`` (each variant compiles only the walks it needs);
+    ``instances``: it walks instances (capped at ``instances.INSTANCE_MAX_REGISTERS`` on CUDA if set)."""
 
-    @wp.kernel(enable_backward=False, module="unique")
+    @wp.kernel(enable_backward=False, module="unique", **instance_kernel_options(instances))
     def _intersect_search_kernel(
         scene: SceneView,
         o: wp.array(dtype=wp.vec3),
@@ -58,9 +61,12 @@ def _search_kernel(trace_fn: wp.Function) -> wp.Kernel:
 
 #: One search kernel per combination of parts a scene has; a kernel that also holds the
 #: instance walk needs more registers, which slowed the flat walk on the H200.
-_SEARCH_KERNELS = {"flat": _search_kernel(trace_flat), "instances": _search_kernel(trace_instances),
-                   "both": _search_kernel(trace), "flat_pair": _search_kernel(trace_flat_pair),
-                   "both_pair": _search_kernel(trace_pair), "instances_pair": _search_kernel(trace_instances_pair)}
+_SEARCH_KERNELS = {"flat": _search_kernel(trace_flat), "instances": _search_kernel(trace_instances, True),
+                   "both": _search_kernel(trace, True), "flat_pair": _search_kernel(trace_flat_pair),
+                   "both_pair": _search_kernel(trace_pair, True),
+                   "instances_pair": _search_kernel(trace_instances_pair, True),
+                   # the shared-stack instance walks (instance_walk.py; RAYD_INSTANCE_WALK)
+                   **{name: _search_kernel(fn, True) for name, fn in _INSTANCE_TRACES.items()}}
 
 
 def search(
