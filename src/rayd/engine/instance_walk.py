@@ -5,8 +5,10 @@ zero-filled 64-entry stacks (refs and entry distances) and, for every instance e
 calls a BLAS walk with a third one. The walks here read the top level's pair nodes
 (``InstanceLevel.tlas_pairs``, kept after the BLAS nodes in ``blas_pair_boxes``: one
 fetch of 64 bytes per inner node, as for a BLAS), keep one int32 stack of
-:data:`~rayd.engine.instances.SHARED_STACK` refs for both levels, and read an instance's
-BLAS location and first ``global_prim_id`` in one 128-bit load (``inst_table``):
+:data:`~rayd.engine.instances.SHARED_STACK` entries for both levels (a top-level entry is
+two: its entry distance's bits, then its ref, so that a popped node behind the closest hit
+so far is skipped, as the nested walk does), and read an instance's BLAS location and
+first ``global_prim_id`` in one 128-bit load (``inst_table``):
 
 - :func:`trace_instances_pairtop`: the BLAS walk is a loop nested in the top level's
   (``RAYD_INSTANCE_WALK=pairtop``); it pushes above the top level's refs and stops
@@ -19,8 +21,8 @@ BLAS location and first ``global_prim_id`` in one 128-bit load (``inst_table``):
 Both keep the arithmetic of ``pair_walk`` (float64 transforms of the ray into object
 space, ``_approach`` per level, the float32 sheared test and the float64 confirmation
 of candidates, near child first, nearer-or-left first on ties), so the winners are
-the same; only the order of stack pops and which far nodes are re-tested differ
-(a popped node is not culled against the closest hit so far; its children are).
+the same, and the same nodes are visited (a popped BLAS node is not culled against the
+closest hit so far, in both: its children are).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.instances import SHARED_STACK
-from rayd.engine.native import load4, load4i
+from rayd.engine.native import bits_float, float_bits, load4, load4i
 from rayd.engine.pair_walk import _flat_pair_search, _slab
 from rayd.engine.traversal import SceneView, _approach, _start_at_tmin
 from rayd.engine.watertight import INF, confirmed_t, ray_shear, safe_direction, sheared_t
@@ -77,14 +79,16 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
             if t_left < INF or t_right < INF:
                 links = load4i(view.blas_pair_links, g + 3)
-                if t_left < INF and t_right < INF:
+                if t_left < INF and t_right < INF:  # the far child goes on the stack with its entry distance
                     if t_right < t_left:
-                        stack[count] = links[0]
+                        stack[count] = float_bits(t_left)
+                        stack[count + 1] = links[0]
                         ref = links[1]
                     else:
-                        stack[count] = links[1]
+                        stack[count] = float_bits(t_right)
+                        stack[count + 1] = links[1]
                         ref = links[0]
-                    count += 1
+                    count += 2
                 elif t_left < INF:
                     ref = links[0]
                 else:
@@ -161,10 +165,16 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                                 break
                             count -= 1
                             r = stack[count]
-        if count == 0:
+        # Pop the next top-level node still in front of the closest hit so far.
+        done = int(1)
+        while count > 0:
+            count -= 2
+            if bits_float(stack[count]) < best - shift:
+                ref = stack[count + 1]
+                done = int(0)
+                break
+        if done != 0:
             break
-        count -= 1
-        ref = stack[count]
     return best, winner
 
 
@@ -206,12 +216,17 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             if t_left < INF or t_right < INF:
                 links = load4i(view.blas_pair_links, g + 3)
                 if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        stack[count] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = links[1]
+                    far = links[0]
+                    t_far = t_left
+                    ref = links[1]
+                    if t_right >= t_left:
+                        far = links[1]
+                        t_far = t_right
                         ref = links[0]
+                    if level == 0:  # top-level entries carry their entry distance (culled when popped)
+                        stack[count] = float_bits(t_far)
+                        count += 1
+                    stack[count] = far
                     count += 1
                 elif t_left < INF:
                     ref = links[0]
@@ -222,9 +237,10 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             code = -1 - ref
             first = code >> 3
             rest = code & 7
-            if rest > 0:  # the leaf's other instances come next (one continuation ref)
-                stack[count] = -1 - (8 * (first + 1) + rest - 1)
-                count += 1
+            if rest > 0:  # the leaf's other instances come next (one continuation ref, never culled)
+                stack[count] = float_bits(-INF)
+                stack[count + 1] = -1 - (8 * (first + 1) + rest - 1)
+                count += 2
             inst = view.tlas_primitives[first]
             if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
                 m = view.inst_to_object[inst]
@@ -267,20 +283,26 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                             winner = gbase + f
             if winner >= 0 and any_hit != 0:
                 return best, winner
-        if count == 0:
-            break
-        count -= 1
-        ref = stack[count]
-        if ref == _MARKER:  # back to the top level (the entry below is never a marker)
-            level = 0
-            o = ow
-            inv_d = inv_dw
-            off = shift
-            base = view.tlas_pair_base
-            if count == 0:
-                break
+        # Pop: a marker returns to the top level, whose entries behind the closest hit are skipped.
+        done = int(1)
+        while count > 0:
             count -= 1
             ref = stack[count]
+            if ref == _MARKER:
+                level = 0
+                o = ow
+                inv_d = inv_dw
+                off = shift
+                base = view.tlas_pair_base
+                continue
+            if level == 0:
+                count -= 1
+                if bits_float(stack[count]) >= best - shift:
+                    continue
+            done = int(0)
+            break
+        if done != 0:
+            break
     return best, winner
 
 

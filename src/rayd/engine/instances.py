@@ -27,21 +27,32 @@ if _walk not in INSTANCE_WALKS:
     raise ValueError(f"rayd.engine: RAYD_INSTANCE_WALK must be one of {INSTANCE_WALKS}, got {_walk!r}")
 
 #: Entries of the one stack of the ``pairtop`` / ``unified`` walks: it holds the top level's
-#: refs, one marker or leaf continuation, then the BLAS's refs (at most one per level each).
+#: (entry distance, ref) pairs, one marker and one leaf continuation pair, then the BLAS's refs
+#: (at most one push per level of each tree).
 SHARED_STACK = 96
 
 
 #: ``RAYD_INSTANCE_MAXREG=N``: the search kernels that walk instances get CUDA's
-#: ``__maxnreg__(N)`` (Warp's ``cuda_max_registers``), read when ``rayd.engine.intersect``
-#: is imported; unset or 0: the compiler's choice.
-INSTANCE_MAX_REGISTERS = int(os.environ.get("RAYD_INSTANCE_MAXREG", "0") or 0)
+#: ``__maxnreg__(N)`` (Warp's ``cuda_max_registers``); unset or 0: the compiler's choice.
+#: :func:`set_instance_max_registers` changes it for launches from then on.
+_max_registers = int(os.environ.get("RAYD_INSTANCE_MAXREG", "0") or 0)
 
 
-def instance_kernel_options(instances: bool) -> dict:
-    """Keyword arguments of ``wp.kernel`` for a kernel that walks instances (``instances``) or not."""
-    if instances and INSTANCE_MAX_REGISTERS > 0:
-        return {"cuda_max_registers": INSTANCE_MAX_REGISTERS}
-    return {}
+def set_instance_max_registers(count: int) -> None:
+    """Cap the registers per thread of the search kernels that walk instances (CUDA; 0: no cap).
+
+    Raises:
+        ValueError: ``count`` is negative or not an int.
+    """
+    global _max_registers
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"rayd.engine.set_instance_max_registers(): 'count' must be an int >= 0, got {count!r}")
+    _max_registers = count
+
+
+def instance_max_registers() -> int:
+    """The register cap of the instance search kernels (0: none)."""
+    return _max_registers
 
 
 def set_instance_walk(name: str) -> None:
@@ -188,7 +199,7 @@ class InstanceLevel:
         walk = instance_walk()
         if walk == "nested" or not self.has_pairs:
             return "nested"
-        if self.nodes.depth + max(b.nodes.depth for b in self.blas) + 2 > SHARED_STACK:
+        if 2 * self.nodes.depth + max(b.nodes.depth for b in self.blas) + 3 > SHARED_STACK:
             return "nested"
         low = self.nodes.lower_index.numpy()[:, 3]
         high = self.nodes.upper_index.numpy()[:, 3]
