@@ -186,9 +186,9 @@ def _counted_top(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneView, 
 
 @wp.func
 def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                  any_hit: int) -> tuple[float, int]:
+                  any_hit: int, cull: int) -> tuple[float, int]:
     """``instance_walk._walk_unified`` with counters: top-level / BLAS node fetches, instance entries,
-    triangles tested, deepest stack (columns 0, 2, 1, 3, 4 as in the nested census)."""
+    triangles tested, deepest stack, BLAS pops behind the closest hit (columns 0, 2, 1, 3, 4, 5)."""
     winner = int(-1)
     shift = _world_shift(view, o_in, d)
     if shift < 0.0:
@@ -197,6 +197,7 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
     inv_dw = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     best = tmax
     stack = wp.vector(dtype=wp.int32, length=_STACK)
+    pushed = wp.vector(dtype=wp.float32, length=_STACK)  # census only: entry distance of each pushed ref
     count = int(0)
     # The ray of the level being walked: world at the top level, object space in a BLAS.
     o = ow
@@ -231,10 +232,11 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
                         far = links[1]
                         t_far = t_right
                         ref = links[0]
-                    if level == 0:  # top-level entries carry their entry distance (culled when popped)
+                    if level == 0 or cull != 0:  # top-level entries carry their entry distance (culled when popped)
                         stack[count] = float_bits(t_far)
                         count += 1
                     stack[count] = far
+                    pushed[count] = t_far
                     count += 1
                 elif t_left < INF:
                     ref = links[0]
@@ -306,9 +308,11 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
                 off = shift
                 base = view.tlas_pair_base
                 continue
-            if level == 0:
+            if level == 1 and pushed[count] >= best - off:
+                counts[ray, 5] = counts[ray, 5] + 1  # a BLAS node behind the closest hit so far
+            if level == 0 or cull != 0:
                 count -= 1
-                if bits_float(stack[count]) >= best - shift:
+                if bits_float(stack[count]) >= best - off:
                     continue
             done = int(0)
             break
@@ -320,10 +324,10 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
 
 @wp.kernel(enable_backward=False)
 def _count_unified_kernel(view: SceneView, o: wp.array(dtype=wp.vec3), d: wp.array(dtype=wp.vec3), any_hit: int,
-                          counts: wp.array2d(dtype=wp.int32), winner: wp.array(dtype=wp.int32)):
+                          cull: int, counts: wp.array2d(dtype=wp.int32), winner: wp.array(dtype=wp.int32)):
     i = wp.tid()
     oi, tmin, tmax = _start_at_tmin(o[i], d[i], 0.0, INF)
-    t, w = _counted_unified(counts, i, view, oi, d[i], tmin, tmax, -1, any_hit)
+    t, w = _counted_unified(counts, i, view, oi, d[i], tmin, tmax, -1, any_hit, cull)
     winner[i] = w
 
 
@@ -360,33 +364,34 @@ def main(argv=None) -> int:
           f"shared stack {_STACK} entries")
     hit = scene.intersect(rt.Ray(o.to(dev), d.to(dev)), flags=rt.RayFlags.Minimal)
     ow, dw = (wp.from_torch(x.to(dev).contiguous(), dtype=wp.vec3) for x in (o, d))
-    names = ("top-level inner nodes", "instance entries", "BLAS inner nodes", "BLAS triangles tested", "deepest stack")
+    names = ("top-level inner nodes", "instance entries", "BLAS inner nodes", "BLAS triangles tested", "deepest stack",
+             "BLAS pops behind best")
+    walks = (("nested", _count_kernel, []), ("unified", _count_unified_kernel, [0]),
+             ("unified_cull", _count_unified_kernel, [1]))
     for any_hit in (0, 1):
         table = {}
-        for walk, kernel in (("nested", _count_kernel), ("unified", _count_unified_kernel)):
-            counts = wp.zeros((args.rays, 5), dtype=wp.int32, device=ow.device)
+        for walk, kernel, extra in walks:
+            counts = wp.zeros((args.rays, 6), dtype=wp.int32, device=ow.device)
             winner = wp.zeros(args.rays, dtype=wp.int32, device=ow.device)
-            wp.launch(kernel, dim=args.rays, inputs=[accel.view, ow, dw, any_hit, counts, winner], device=ow.device)
+            wp.launch(kernel, dim=args.rays, inputs=[accel.view, ow, dw, any_hit, *extra, counts, winner],
+                      device=ow.device)
             table[walk] = counts.numpy()
             if not any_hit:
                 same = (winner.numpy() == hit.global_prim_id.cpu().numpy()).mean()
                 print(f"closest hit, {walk} walk: winners equal to Scene.intersect on {100 * same:.3f} % of rays")
         print(f"{'any hit' if any_hit else 'closest hit'} ({args.instances} instances x {f.shape[0]} tris, "
-              f"{args.rays} rays), per ray mean / median / p99, nested walk | unified (and pairtop) walk:")
+              f"{args.rays} rays), per ray mean / median / p99: nested | unified (= pairtop) | unified_cull")
         for k, name in enumerate(names):
-            if k == 4:  # the nested walk's stacks are separate (not counted)
-                c = table["unified"][:, k]
-                print(f"  {name:24s} {'':26s} | {c.mean():8.1f} {np.median(c):8.0f} {np.percentile(c, 99):8.0f}"
-                      f"  (max {c.max()})")
-                continue
             row = []
-            for walk in ("nested", "unified"):
+            for walk, _, _ in walks:
                 c = table[walk][:, k]
-                row.append(f"{c.mean():8.1f} {np.median(c):8.0f} {np.percentile(c, 99):8.0f}")
-            print(f"  {name:24s} {row[0]} | {row[1]}")
-        for walk in ("nested", "unified"):
-            c = table[walk]
-            print(f"  {walk}: BLAS inner nodes per entry {c[:, 2].sum() / max(c[:, 1].sum(), 1):.1f}")
+                if k >= 4 and walk == "nested":  # the nested walk's stacks are separate (not counted)
+                    row.append(f"{'-':>26s}")
+                else:
+                    row.append(f"{c.mean():8.1f} {np.median(c):8.0f} {np.percentile(c, 99):8.0f}")
+            print(f"  {name:24s} {' | '.join(row)}")
+        print("  BLAS inner nodes per entry " + " | ".join(
+            f"{table[w][:, 2].sum() / max(table[w][:, 1].sum(), 1):.1f}" for w, _, _ in walks))
     return 0
 
 

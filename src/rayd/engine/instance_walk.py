@@ -16,7 +16,9 @@ first ``global_prim_id`` in one 128-bit load (``inst_table``):
 - :func:`trace_instances_unified`: one loop for both levels (``unified``): entering an
   instance pushes a marker and switches the ray to object space, so every iteration
   runs the same node test whichever level a lane is in (lanes of a warp stay together
-  across levels); popping the marker switches back to the world ray.
+  across levels); popping the marker switches back to the world ray. ``unified_cull``
+  also skips popped BLAS nodes behind the closest hit so far (their entry distance on the
+  stack too).
 
 Both keep the arithmetic of ``pair_walk`` (float64 transforms of the ray into object
 space, ``_approach`` per level, the float32 sheared test and the float64 confirmation
@@ -180,8 +182,13 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
 
 @wp.func
 def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                  any_hit: int) -> tuple[float, int]:
-    """Both levels in one loop and one stack (a marker leaves an instance): (t, global id) or (tmax, -1)."""
+                  any_hit: int, cull: int) -> tuple[float, int]:
+    """Both levels in one loop and one stack (a marker leaves an instance): (t, global id) or (tmax, -1).
+
+    ``cull`` (a constant per kernel): BLAS entries carry their entry distance too, and a popped
+    BLAS node behind the closest hit so far is skipped (``unified_cull``; fewer node fetches
+    for closest hit, twice the BLAS part of the stack).
+    """
     winner = int(-1)
     shift = _world_shift(view, o_in, d)
     if shift < 0.0:
@@ -223,7 +230,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                         far = links[1]
                         t_far = t_right
                         ref = links[0]
-                    if level == 0:  # top-level entries carry their entry distance (culled when popped)
+                    if level == 0 or cull != 0:  # top-level entries carry their entry distance (culled when popped)
                         stack[count] = float_bits(t_far)
                         count += 1
                     stack[count] = far
@@ -295,9 +302,9 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                 off = shift
                 base = view.tlas_pair_base
                 continue
-            if level == 0:
+            if level == 0 or cull != 0:
                 count -= 1
-                if bits_float(stack[count]) >= best - shift:
+                if bits_float(stack[count]) >= best - off:
                     continue
             done = int(0)
             break
@@ -320,7 +327,16 @@ def trace_instances_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float
                             any_hit: int) -> int:
     """``traversal.trace_instances`` with :func:`_walk_unified`."""
     o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit)
+    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 0)
+    return winner
+
+
+@wp.func
+def trace_instances_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                                 any_hit: int) -> int:
+    """``traversal.trace_instances`` with :func:`_walk_unified`, BLAS pops culled."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 1)
     return winner
 
 
@@ -348,11 +364,27 @@ def trace_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: fl
     if winner >= 0 and any_hit != 0:
         return winner
     if view.num_instances > 0:
-        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit)
+        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 0)
+        if found >= 0:
+            winner = found
+    return winner
+
+
+@wp.func
+def trace_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                       any_hit: int) -> int:
+    """``pair_walk.trace_pair`` with :func:`_walk_unified` (BLAS pops culled) for the instances."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+    if winner >= 0 and any_hit != 0:
+        return winner
+    if view.num_instances > 0:
+        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 1)
         if found >= 0:
             winner = found
     return winner
 
 #: The trace functions per ``accel.search_walk`` name of the shared-stack walks.
 TRACES = {"instances_pairtop": trace_instances_pairtop, "instances_unified": trace_instances_unified,
-          "both_pairtop": trace_pairtop, "both_unified": trace_unified}
+          "instances_unified_cull": trace_instances_unified_cull, "both_pairtop": trace_pairtop,
+          "both_unified": trace_unified, "both_unified_cull": trace_unified_cull}

@@ -19,9 +19,10 @@ wp.set_module_options({"enable_backward": False})
 #: issue 18's instance work), ``"pairtop"`` (the top level in the child-pair layout too,
 #: each BLAS walked in a loop nested in the top level's, one stack of refs per ray),
 #: ``"unified"`` (one loop and one stack for both levels: a marker on the stack leaves
-#: an instance). ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk`
+#: an instance), ``"unified_cull"`` (the same, popped BLAS nodes behind the closest hit
+#: skipped too). ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk`
 #: changes it for scenes built afterwards. All give the same winners.
-INSTANCE_WALKS = ("nested", "pairtop", "unified")
+INSTANCE_WALKS = ("nested", "pairtop", "unified", "unified_cull")
 _walk = os.environ.get("RAYD_INSTANCE_WALK", "nested").strip().lower()
 if _walk not in INSTANCE_WALKS:
     raise ValueError(f"rayd.engine: RAYD_INSTANCE_WALK must be one of {INSTANCE_WALKS}, got {_walk!r}")
@@ -199,7 +200,8 @@ class InstanceLevel:
         walk = instance_walk()
         if walk == "nested" or not self.has_pairs:
             return "nested"
-        if 2 * self.nodes.depth + max(b.nodes.depth for b in self.blas) + 3 > SHARED_STACK:
+        per_blas_level = 2 if walk == "unified_cull" else 1
+        if 2 * self.nodes.depth + per_blas_level * max(b.nodes.depth for b in self.blas) + 3 > SHARED_STACK:
             return "nested"
         low = self.nodes.lower_index.numpy()[:, 3]
         high = self.nodes.upper_index.numpy()[:, 3]
