@@ -52,10 +52,11 @@ def kernel_attributes(walk: str, device: str) -> dict:
 
         kernel = intersect.search_kernel(walk)
         hooks = kernel.module.get_kernel_hooks(kernel, wp.get_device("cuda:0"))
+        handle = hooks.forward.value if hasattr(hooks.forward, "value") else int(hooks.forward)
         lib = ctypes.CDLL("libcuda.so.1")
         for key, attribute in (("registers", 4), ("local_bytes", 3)):  # CU_FUNC_ATTRIBUTE_NUM_REGS / LOCAL_SIZE_BYTES
             value = ctypes.c_int(0)
-            if lib.cuFuncGetAttribute(ctypes.byref(value), attribute, ctypes.c_void_p(int(hooks.forward))) == 0:
+            if lib.cuFuncGetAttribute(ctypes.byref(value), attribute, ctypes.c_void_p(handle)) == 0:
                 out[key] = value.value
     except Exception:  # noqa: BLE001 - a diagnostic only
         pass
@@ -123,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 var[key].append((clock() - start) * 1e3)
     inst_level.set_instance_max_registers(0)
     base = variants[0]["answer"]
+    records = []
     for var in variants:
         a = var["answer"]
         record = {
@@ -138,22 +140,46 @@ def main(argv: list[str] | None = None) -> int:
             "same_shadow_as_first": bool(torch.equal(a[2], base[2])),
             **var["attributes"],
         }
+        records.append(record)
         line = json.dumps(record)
         print(line)
         if args.json:
             with open(args.json, "a") as fh:
                 fh.write(line + "\n")
+    mitsuba = {}
     if args.mitsuba:
         from benchmarks.engines.mitsuba3_instances import measure
 
         figures, _ = measure(v.numpy(), f.numpy(), first.numpy(), second.numpy(), o.numpy(), d.numpy(), device,
                              median_ms)
+        mitsuba = figures
         line = json.dumps({"benchmark": "instance_walks_ab", "engine": "mitsuba", "rays": rays, **figures})
         print(line)
         if args.json:
             with open(args.json, "a") as fh:
                 fh.write(line + "\n")
+    print(table(records, mitsuba))
     return 0
+
+
+def table(records: list[dict], mitsuba: dict) -> str:
+    """The variants as a Markdown table, with ratios to the first variant and to Mitsuba."""
+    first = records[0]
+    head = ("| variant | kernel | registers | local B | closest `Minimal` ms | any hit ms | closest / first | "
+            "any / first | closest / Mitsuba | any / Mitsuba | same winners |")
+    rows = [head, "|" + "---|" * (head.count("|") - 1)]
+    for r in records:
+        mc, ma = mitsuba.get("mitsuba_closest_minimal_ms"), mitsuba.get("mitsuba_any_hit_ms")
+        rows.append(
+            f"| {r['variant']} | {r['search_walk']} | {r['registers']} | {r['local_bytes']} | "
+            f"{r['closest_minimal_ms']:.2f} | {r['any_hit_ms']:.2f} | "
+            f"{r['closest_minimal_ms'] / first['closest_minimal_ms']:.3f} | {r['any_hit_ms'] / first['any_hit_ms']:.3f} | "
+            f"{r['closest_minimal_ms'] / mc if mc else float('nan'):.2f} | {r['any_hit_ms'] / ma if ma else float('nan'):.2f} | "
+            f"{r['same_prim_as_first']:.6f} / {r['same_t_as_first']} / {r['same_shadow_as_first']} |")
+    if mitsuba:
+        rows.append(f"Mitsuba {mitsuba.get('mitsuba_version')} ({mitsuba.get('mitsuba_variant')}): closest "
+                    f"{mitsuba['mitsuba_closest_minimal_ms']:.2f} ms, any hit {mitsuba['mitsuba_any_hit_ms']:.2f} ms")
+    return "\n".join(rows)
 
 
 if __name__ == "__main__":
