@@ -29,7 +29,7 @@ import rayd.torch as rt  # noqa: E402
 from benchmarks.instances import workload  # noqa: E402
 from rayd.engine.native import bits_float, float_bits, load4, load4i  # noqa: E402
 from rayd.engine.pair_walk import _slab  # noqa: E402
-from rayd.engine.instance_walk import _MARKER, _STACK, _world_shift  # noqa: E402
+from rayd.engine.instance_walk import _MARKER, _STACK, _confirmed, _world_shift  # noqa: E402
 from rayd.engine.instances import set_instance_walk  # noqa: E402
 from rayd.engine.traversal import SceneView, _approach, _entry, _start_at_tmin  # noqa: E402
 from rayd.engine.watertight import INF, confirmed_t, ray_shear, safe_direction, sheared_t  # noqa: E402
@@ -193,22 +193,19 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
     shift = _world_shift(view, o_in, d)
     if shift < 0.0:
         return tmax, winner
-    ow = o_in + shift * d
-    inv_dw = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     best = tmax
     stack = wp.vector(dtype=wp.int32, length=_STACK)
     pushed = wp.vector(dtype=wp.float32, length=_STACK)  # census only: entry distance of each pushed ref
     count = int(0)
     # The ray of the level being walked: world at the top level, object space in a BLAS.
-    o = ow
-    inv_d = inv_dw
+    o = o_in + shift * d
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     off = shift
     base = view.tlas_pair_base
     level = int(0)
     k = wp.vec3i(0, 0, 0)
     sh = wp.vec3(0.0, 0.0, 0.0)
-    c64 = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
-    d64 = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+    inst = int(0)
     pbase = int(0)
     gbase = int(0)
     ref = view.tlas_pair_root
@@ -251,11 +248,10 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
                 stack[count] = float_bits(-INF)
                 stack[count + 1] = -1 - (8 * (first + 1) + rest - 1)
                 count += 2
-            inst = view.tlas_primitives[first]
-            if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
-                m = view.inst_to_object[inst]
-                o64 = wp.transform_point(m, wp.vec3d(ow))
-                c64 = wp.transform_point(m, wp.vec3d(o_in))
+            leaf_inst = view.tlas_primitives[first]
+            if view.shape_enabled[view.inst_shape[leaf_inst]] != wp.uint8(0):
+                m = view.inst_to_object[leaf_inst]
+                o64 = wp.transform_point(m, wp.vec3d(o))
                 d64 = wp.transform_vector(m, wp.vec3d(d))
                 dl = wp.vec3(d64)
                 s = _approach(wp.vec3(o64), dl, view.blas_magnitude[0])
@@ -265,6 +261,7 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
                     off = s + shift
                     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
                     k, sh = ray_shear(dl)
+                    inst = leaf_inst
                     row = load4i(view.inst_table, inst)
                     base = row[0]
                     pbase = row[1]
@@ -289,7 +286,7 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
                 if t > tmin and t < best:
                     f = view.blas_primitives[tri]
                     if gbase + f != ignore:
-                        t = confirmed_t(c64, d64, a, b, c)
+                        t = _confirmed(view, inst, o_in, d, a, b, c)
                         if t > tmin and t < best:
                             best = t
                             winner = gbase + f
@@ -302,9 +299,9 @@ def _counted_unified(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneVi
             count -= 1
             ref = stack[count]
             if ref == _MARKER:
-                level = 0
-                o = ow
-                inv_d = inv_dw
+                level = 0  # the world ray again (recomputed: fewer registers held across the BLAS)
+                o = o_in + shift * d
+                inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
                 off = shift
                 base = view.tlas_pair_base
                 continue

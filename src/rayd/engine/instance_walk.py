@@ -56,6 +56,14 @@ def _world_shift(view: SceneView, o: wp.vec3, d: wp.vec3) -> float:
 
 
 @wp.func
+def _confirmed(view: SceneView, inst: int, o_in: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
+    """``confirmed_t`` of a candidate of instance ``inst`` from the ray as given, taken into object
+    space in float64 here (the rare branch: the transformed ray is not held through the walk)."""
+    m = view.inst_to_object[inst]
+    return confirmed_t(wp.transform_point(m, wp.vec3d(o_in)), wp.transform_vector(m, wp.vec3d(d)), a, b, c)
+
+
+@wp.func
 def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                   any_hit: int) -> tuple[float, int]:
     """Top level and each BLAS in the pair layout, the BLAS loop nested, one stack: (t, global id) or (tmax, -1)."""
@@ -193,21 +201,18 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
     shift = _world_shift(view, o_in, d)
     if shift < 0.0:
         return tmax, winner
-    ow = o_in + shift * d
-    inv_dw = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     best = tmax
     stack = wp.vector(dtype=wp.int32, length=_STACK)
     count = int(0)
     # The ray of the level being walked: world at the top level, object space in a BLAS.
-    o = ow
-    inv_d = inv_dw
+    o = o_in + shift * d
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
     off = shift
     base = view.tlas_pair_base
     level = int(0)
     k = wp.vec3i(0, 0, 0)
     sh = wp.vec3(0.0, 0.0, 0.0)
-    c64 = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
-    d64 = wp.vec3d(wp.float64(0.0), wp.float64(0.0), wp.float64(0.0))
+    inst = int(0)
     pbase = int(0)
     gbase = int(0)
     ref = view.tlas_pair_root
@@ -248,11 +253,10 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                 stack[count] = float_bits(-INF)
                 stack[count + 1] = -1 - (8 * (first + 1) + rest - 1)
                 count += 2
-            inst = view.tlas_primitives[first]
-            if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
-                m = view.inst_to_object[inst]
-                o64 = wp.transform_point(m, wp.vec3d(ow))
-                c64 = wp.transform_point(m, wp.vec3d(o_in))
+            leaf_inst = view.tlas_primitives[first]
+            if view.shape_enabled[view.inst_shape[leaf_inst]] != wp.uint8(0):
+                m = view.inst_to_object[leaf_inst]
+                o64 = wp.transform_point(m, wp.vec3d(o))
                 d64 = wp.transform_vector(m, wp.vec3d(d))
                 dl = wp.vec3(d64)
                 s = _approach(wp.vec3(o64), dl, view.blas_magnitude[0])
@@ -261,6 +265,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                     off = s + shift
                     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
                     k, sh = ray_shear(dl)
+                    inst = leaf_inst
                     row = load4i(view.inst_table, inst)
                     base = row[0]
                     pbase = row[1]
@@ -284,7 +289,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                 if t > tmin and t < best:
                     f = view.blas_primitives[tri]
                     if gbase + f != ignore:
-                        t = confirmed_t(c64, d64, a, b, c)
+                        t = _confirmed(view, inst, o_in, d, a, b, c)
                         if t > tmin and t < best:
                             best = t
                             winner = gbase + f
@@ -296,9 +301,9 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             count -= 1
             ref = stack[count]
             if ref == _MARKER:
-                level = 0
-                o = ow
-                inv_d = inv_dw
+                level = 0  # the world ray again (recomputed: fewer registers held across the BLAS)
+                o = o_in + shift * d
+                inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
                 off = shift
                 base = view.tlas_pair_base
                 continue
