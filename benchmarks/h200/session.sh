@@ -37,7 +37,7 @@ case "$what" in
   instance_walks)
     # issue 18: every instance walk variant and register cap in one process, Mitsuba beside (~3-5 min)
     timeout 480 python3 benchmarks/instance_walks_ab.py --device cuda --mitsuba \
-      --variants nested,pairtop,unified,unified_cull,nested@96,pairtop@96,unified@96,unified@80 \
+      --variants nested,pairtop,unified,unified_cull,pairtop@96,unified@96 \
       --json "$OUT/instance_walks_h200.jsonl" > "$OUT/instance_walks_h200.txt" 2>&1
     echo "rc=$?" >> "$OUT/instance_walks_h200.txt"; tail -14 "$OUT/instance_walks_h200.txt" ;;
   instances)
