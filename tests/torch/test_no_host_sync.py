@@ -38,7 +38,8 @@ aten = torch.ops.aten
 _VALUE_SIZED = {aten._local_scalar_dense.default, aten.nonzero.default, aten.masked_select.default,
                 aten.is_nonzero.default, aten.equal.default}
 _INDEXING = {aten.index.Tensor, aten.index_put.default, aten.index_put_.default, aten._index_put_impl_.default}
-_HOST_ONLY_MODULES = ("cpu_embree", "embree_api")  # the CPU accelerator: host memory by construction
+# CPU-only code: the CPU accelerator, and the CPU branch of rayd.torch._intersect_fused._zeros
+_HOST_ONLY = ("cpu_embree.py", "embree_api.py", "_intersect_fused.py::_zeros")
 
 
 class _HostReads(TorchDispatchMode):
@@ -50,7 +51,7 @@ class _HostReads(TorchDispatchMode):
 
     def note(self, what: str) -> None:
         frames = [f for f in traceback.extract_stack()[:-2] if "rayd" in f.filename and "tests" not in f.filename]
-        if any(name in f.filename for f in frames for name in _HOST_ONLY_MODULES):
+        if any(name in f"{f.filename}::{f.name}" for f in frames for name in _HOST_ONLY):
             return
         where = f"{frames[-1].filename.rsplit('src/', 1)[-1]}:{frames[-1].lineno}" if frames else "?"
         self.found.append((what, where))
@@ -63,7 +64,10 @@ class _HostReads(TorchDispatchMode):
             self.note(f"{func} with a bool mask")
         elif func is aten.repeat_interleave.Tensor and kwargs.get("output_size") is None:
             self.note(str(func))
-        return func(*args, **kwargs)
+        out = func(*args, **kwargs)
+        if func is aten.lift_fresh.default and out.dim() > 0:  # torch.tensor(host data): on CUDA a synchronising
+            self.note(f"{func} (a host-to-device copy)")  # copy (0-dim: a Python scalar, e.g. of x[i] = 1.0)
+        return out
 
 
 @contextlib.contextmanager
@@ -143,6 +147,7 @@ def _queries(scene, dtype, device):
     # tmin at the first face: the float64 walk-on runs (masked, on the device path)
     at_face = rt.Ray(o, d, tmin=torch.tensor([4.5, 4.5, 4.5, 0.0], dtype=dtype, device=device))
     p = torch.tensor([[0.1, 0.2, 0.1], [3.1, 0.1, 2.0], [0.0, 3.0, 0.0]], dtype=dtype, device=device)
+    viewpoint = torch.tensor([0.0, 0.0, 5.0], dtype=dtype, device=device)
     active = torch.tensor([True, False, True, True], device=device)
     ignore = torch.tensor([0, -1, 3, -1], device=device)
 
@@ -164,7 +169,7 @@ def _queries(scene, dtype, device):
         "nearest_edge": lambda: scene.nearest_edge(p),
         "nearest_edge_ray": lambda: scene.nearest_edge(ray),
         "nearest_edges": lambda: scene.nearest_edges(p, 2),
-        "silhouette_edges": lambda: scene.silhouette_edges(torch.tensor([0.0, 0.0, 5.0], dtype=dtype, device=device)),
+        "silhouette_edges": lambda: scene.silhouette_edges(viewpoint),
         "closest_point": lambda: scene.closest_point(p),
         "closest_point_backward": lambda: backward(lambda r: scene.closest_point(r.o.reshape(-1, 3)).distance),
         "winding_number": lambda: scene.winding_number(p),
@@ -201,7 +206,7 @@ def test_the_guard_sees_host_reads(device, monkeypatch):
     """The detector itself: each kind of read it must catch is caught."""
     x = torch.arange(4.0, device=device)
     for read in (lambda: bool((x > 1).any()), lambda: x.tolist(), lambda: x[x > 1], lambda: x.nonzero(),
-                 lambda: float(x.sum())):
+                 lambda: float(x.sum()), lambda: torch.tensor([1.0, 2.0], device=device)):
         with pytest.raises((AssertionError, RuntimeError)):
             with monkeypatch.context() as patch, _no_host_reads(device, patch):
                 read()
