@@ -260,3 +260,10 @@ document(Scene, {
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
 })
+
+# One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence).
+for _name in ("intersect", "shadow_test", "visible", "intersect_all", "count_intersections", "trace_reflections",
+              "specular_paths", "nearest_edge", "nearest_edges", "silhouette_edges", "closest_point",
+              "winding_number", "contains", "signed_distance"):
+    setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
+del _name
