@@ -64,10 +64,7 @@ class ClosestPoint(TorchRecord, FieldRecord):
 
 
 def _dtype(points: torch.Tensor, scene) -> torch.dtype:
-    dtype = points.dtype
-    for shape in scene._core.table.meshes:
-        dtype = torch.promote_types(dtype, shape.vertices.dtype)
-    return dtype
+    return torch.promote_types(points.dtype, scene._state.vertex_dtype)  # (the meshes', promoted at sync)
 
 
 def _prepare(call: str, device, points: object, active: object):

@@ -207,9 +207,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         dtype = arrays[0].dtype
         for array in arrays[1:]:
             dtype = torch.promote_types(dtype, array.dtype)
-        for shape in self._core.table.meshes:  # instances share their mesh's vertices
-            dtype = torch.promote_types(dtype, shape.vertices.dtype)
-        return dtype
+        return torch.promote_types(dtype, self._state.vertex_dtype)  # the meshes' (instances share them)
 
     def _check_ray(self, call: str, ray: object) -> Ray:
         return _trace.check_ray(call, ray, self._device)
