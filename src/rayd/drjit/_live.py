@@ -58,6 +58,7 @@ class LiveState:
         # Per transform refresh: the registered matrices grouped by source array, and whether any
         # shape has one (a query reads them without a pass over the shapes: 10,000 instances).
         self._groups_cache: tuple | None = None
+        self._precision: tuple[bool, bool] | None = None
         self._mesh_rows = [s for s in table.shapes if not s.is_instance and s.mesh.num_vertices]
 
     def _fresh(self) -> None:
@@ -73,6 +74,22 @@ class LiveState:
             shapes = self.core.table.shapes
             self._groups_cache = (matrix_groups(shapes), any(s.to_world is not None for s in shapes))
         return self._groups_cache
+
+    def precision(self) -> tuple[bool, bool]:
+        """``(any mesh's vertices are float64, any registered array is an AD array)``, once per ``sync()``.
+
+        Both are properties of the arrays' types, which change only through calls that a
+        ``sync()`` must follow (a query on a scene with pending updates raises).
+        """
+        if self._precision is None:
+            shapes = self.core.table.shapes
+            self._precision = (any(_convert.is_double(s.vertices) for s in self.core.table.meshes),
+                               any(self.shape_is_ad(s) for s in shapes))
+        return self._precision
+
+    def synced(self) -> None:
+        """Forget what :meth:`precision` found (the registered arrays may have been replaced)."""
+        self._precision = None
 
     @staticmethod
     def shape_is_ad(shape) -> bool:

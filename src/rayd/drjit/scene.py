@@ -108,6 +108,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         self._edges = SceneEdges(self)
 
     def _after_sync(self, todo: set[int]) -> None:
+        self._state.synced()
         self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
 
     # ------------------------------------------------------------------ queries (RayQueries hooks)
@@ -156,9 +157,13 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         """``(m, double)`` of a query on ``arrays``: the Dr.Jit module to evaluate in (its AD
         variant when any of ``arrays`` or the registered arrays is an AD array) and whether the
         output is float64 (any of ``arrays`` or the meshes' vertices is)."""
-        double = any(_convert.is_double(a) for a in arrays)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = any(_convert.is_ad(a) for a in arrays) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        if self._state is not None:  # the registered arrays' kinds, once per sync (no pass over every shape)
+            meshes_double, shapes_ad = self._state.precision()
+        else:
+            meshes_double = any(_convert.is_double(s.vertices) for s in self._table.meshes)
+            shapes_ad = any(LiveState.shape_is_ad(s) for s in self._shapes)
+        double = meshes_double or any(_convert.is_double(a) for a in arrays)
+        ad = shapes_ad or any(_convert.is_ad(a) for a in arrays)
         return _convert.module(self._backend, ad), double
 
     def _check_ray(self, call: str, ray: object) -> Ray:
