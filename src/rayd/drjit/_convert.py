@@ -183,16 +183,16 @@ def query_fence(device: str, after: bool) -> None:
 
 
 def one_fence(method: Callable) -> Callable:
-    """``method`` (a public ``Scene`` query) with its launches' fences made one, at its end."""
+    """``method`` (the frontend's part of a ``Scene`` query) with its launches' fences made one, at its end."""
 
     @functools.wraps(method)
-    def query(self, *args, **kwargs):
+    def query(*args, **kwargs):
         depth = getattr(_query, "depth", 0)
         if depth == 0:
             _query.device = None
         _query.depth = depth + 1
         try:
-            return method(self, *args, **kwargs)
+            return method(*args, **kwargs)
         finally:
             _query.depth = depth
             if depth == 0 and _query.device is not None:
@@ -200,6 +200,18 @@ def one_fence(method: Callable) -> Callable:
                 fence(device)
 
     return query
+
+
+class Fenced:
+    """A module whose functions ``names`` are :func:`one_fence`-wrapped (other attributes pass through)."""
+
+    def __init__(self, module: ModuleType, names: tuple[str, ...]) -> None:
+        self._module = module
+        for name in names:
+            setattr(self, name, one_fence(getattr(module, name)))
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name)
 
 
 # ------------------------------------------------------------------------ hand-over

@@ -266,9 +266,11 @@ document(Scene, {
     """,
 })
 
-# One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence).
-for _name in ("intersect", "shadow_test", "visible", "intersect_all", "count_intersections", "trace_reflections",
-              "specular_paths", "nearest_edge", "nearest_edges", "silhouette_edges", "closest_point",
-              "winding_number", "contains", "signed_distance"):
+# One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence):
+# the frontend's part of each query is wrapped, so the public methods keep running the core's own code.
+for _name in ("_intersect", "_occluded", "_unblocked", "_intersect_all", "_count_intersections",
+              "_trace_reflections", "_specular_paths"):
     setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
 del _name
+Scene._EDGE_QUERIES = _convert.Fenced(Scene._EDGE_QUERIES, ("nearest_edge", "nearest_edges", "silhouette_edges"))
+Scene._SURFACE = _convert.Fenced(Scene._SURFACE, ("closest_point", "winding_number", "contains", "signed_distance"))
