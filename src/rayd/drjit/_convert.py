@@ -17,8 +17,11 @@ calling thread).
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib
 import os
+import threading
+from collections.abc import Callable
 from types import ModuleType
 
 import drjit as dr
@@ -152,18 +155,63 @@ def fence(device: str) -> None:
         wp.synchronize_device(to_warp_device(device))
 
 
-#: Host synchronisations around each query's engine launch on CUDA: 1 (after the launch,
-#: the default), 0 (none: the launch is ordered on Dr.Jit's stream) or 2 (before and
-#: after, as in earlier versions). Set by ``RAYD_DRJIT_QUERY_FENCES``. On the H200
-#: (benchmarks/results/h200-session3/) the Dr.Jit CUDA suite passed with 0 (twice) and
-#: 1; 1 is kept as the default until 0 has more runs behind it.
+#: Host synchronisations of a query on CUDA: 1 (one, after the query's last engine
+#: launch, the default), 0 (none: the launches are ordered on Dr.Jit's stream) or 2
+#: (before and after every launch, as in earlier versions). Set by
+#: ``RAYD_DRJIT_QUERY_FENCES``. On the H200 (benchmarks/results/h200-session3/) the Dr.Jit
+#: CUDA suite passed with 0 (twice) and 1; 1 is kept as the default until 0 has more runs
+#: behind it.
 QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "1"))
+
+_query = threading.local()  # per thread (Dr.Jit's streams are): depth of public queries, a launch since
 
 
 def query_fence(device: str, after: bool) -> None:
-    """The fence around a query's engine launch (see :data:`QUERY_FENCES`)."""
-    if QUERY_FENCES >= 2 or (after and QUERY_FENCES >= 1):
+    """The fence around a query's engine launch (see :data:`QUERY_FENCES`).
+
+    Inside a public query (:func:`one_fence`), the fence after a launch waits for the
+    query's end: a query with several launches (float64 ``intersect`` and its walk-on,
+    ``signed_distance``) synchronises once, after its last one.
+    """
+    if QUERY_FENCES >= 2:
         fence(device)
+    elif after and QUERY_FENCES == 1:
+        if getattr(_query, "depth", 0):
+            _query.device = device
+        else:
+            fence(device)
+
+
+def one_fence(method: Callable) -> Callable:
+    """``method`` (the frontend's part of a ``Scene`` query) with its launches' fences made one, at its end."""
+
+    @functools.wraps(method)
+    def query(*args, **kwargs):
+        depth = getattr(_query, "depth", 0)
+        if depth == 0:
+            _query.device = None
+        _query.depth = depth + 1
+        try:
+            return method(*args, **kwargs)
+        finally:
+            _query.depth = depth
+            if depth == 0 and _query.device is not None:
+                device, _query.device = _query.device, None
+                fence(device)
+
+    return query
+
+
+class Fenced:
+    """A module whose functions ``names`` are :func:`one_fence`-wrapped (other attributes pass through)."""
+
+    def __init__(self, module: ModuleType, names: tuple[str, ...]) -> None:
+        self._module = module
+        for name in names:
+            setattr(self, name, one_fence(getattr(module, name)))
+
+    def __getattr__(self, name: str):
+        return getattr(self._module, name)
 
 
 # ------------------------------------------------------------------------ hand-over

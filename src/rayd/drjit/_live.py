@@ -53,11 +53,41 @@ class LiveState:
         dr.eval(self._face_has_normals, self._face_has_uv)
         self._columns_cache: dict = {}
         self._generation = core.transforms.generation
+        # Per transform refresh: the registered matrices grouped by source array, and whether any
+        # shape has one (a query reads them without a pass over the shapes: 10,000 instances).
+        self._groups_cache: tuple | None = None
+        self._precision: tuple[bool, bool] | None = None
+        self._mesh_rows = [s for s in table.shapes if not s.is_instance and s.mesh.num_vertices]
 
     def _fresh(self) -> None:
         if self._generation != self.core.transforms.generation:
             self._generation = self.core.transforms.generation
             self._columns_cache.clear()
+            self._groups_cache = None
+
+    def _groups(self) -> tuple[tuple[dict, dict], bool]:
+        """``(matrix_groups(shapes), any shape has a matrix)``, made once per transform refresh."""
+        self._fresh()
+        if self._groups_cache is None:
+            shapes = self.core.table.shapes
+            self._groups_cache = (matrix_groups(shapes), any(s.to_world is not None for s in shapes))
+        return self._groups_cache
+
+    def precision(self) -> tuple[bool, bool]:
+        """``(any mesh's vertices are float64, any registered array is an AD array)``, once per ``sync()``.
+
+        Both are properties of the arrays' types, which change only through calls that a
+        ``sync()`` must follow (a query on a scene with pending updates raises).
+        """
+        if self._precision is None:
+            shapes = self.core.table.shapes
+            self._precision = (any(_convert.is_double(s.vertices) for s in self.core.table.meshes),
+                               any(self.shape_is_ad(s) for s in shapes))
+        return self._precision
+
+    def synced(self) -> None:
+        """Forget what :meth:`precision` found (the registered arrays may have been replaced)."""
+        self._precision = None
 
     @staticmethod
     def shape_is_ad(shape) -> bool:
@@ -90,7 +120,9 @@ class LiveState:
         in one vectorised step. The traced expression does not grow with the number
         of shapes.
         """
-        batches, singles = matrix_groups(self.core.table.shapes, _requires_grad)
+        (every_batch, every_single), _ = self._groups()  # filtered per distinct array, as matrix_groups(.., keep)
+        batches = {key: group for key, group in every_batch.items() if _requires_grad(group[0])}
+        singles = {key: group for key, group in every_single.items() if _requires_grad(group[0])}
         if not batches and not singles:
             transform = self.world_columns(Array3)
             if not with_normals:
@@ -138,8 +170,7 @@ class LiveState:
         """The registered arrays (differentiable): object-space meshes and per-shape transforms."""
         Array3 = m.Array3f64 if double else m.Array3f
         Array2 = m.Array2f64 if double else m.Array2f
-        shapes = self.core.table.shapes
-        rows = [s for s in shapes if not s.is_instance and s.mesh.num_vertices]  # width 0 adds no rows
+        rows = self._mesh_rows  # meshes with vertices (width 0 adds no rows)
         vertices = concat([Array3(s.vertices) for s in rows])
         normals = uv = None
         if self._face_has_normals is not None:
@@ -154,7 +185,7 @@ class LiveState:
                 [Array2(s.mesh.uv) if s.mesh.uv is not None else dr.zeros(Array2, s.mesh.num_vertices) for s in rows]
             )
         transform = normal_transform = None
-        if any(s.to_world is not None for s in shapes):
+        if self._groups()[1]:  # any shape has a matrix
             transform, normal_transform = self.transform_columns(m, Array3, normals is not None)
         return LiveGeometry(
             vertices=vertices,

@@ -117,8 +117,13 @@ def _check_points(scene, call: str, points: object, active: object) -> tuple[dr.
 def _kind(scene, *query: dr.ArrayBase) -> tuple[ModuleType, bool]:
     """The output namespace (``.ad`` if any input is) and whether outputs are float64."""
     arrays = [q for q in query if isinstance(q, dr.ArrayBase)]
-    double = any(_convert.is_double(q) for q in arrays) or any(_convert.is_double(s.vertices) for s in scene._shapes)
-    ad = any(_convert.is_ad(q) for q in arrays) or any(scene._shape_is_ad(s) for s in scene._shapes)
+    if scene._state is not None:  # the registered arrays' kinds, once per sync (no pass over every shape)
+        meshes_double, shapes_ad = scene._state.precision()
+    else:
+        meshes_double = any(_convert.is_double(s.vertices) for s in scene._shapes)
+        shapes_ad = any(scene._shape_is_ad(s) for s in scene._shapes)
+    double = meshes_double or any(_convert.is_double(q) for q in arrays)
+    ad = shapes_ad or any(_convert.is_ad(q) for q in arrays)
     return _convert.module(scene._backend, ad), double
 
 

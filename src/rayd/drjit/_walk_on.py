@@ -7,6 +7,11 @@ closest-hit winner at reported ``t <= tmin`` (masked to a miss by
 blocker may lie outside ``(tmin, tmax)`` on its reported ``t``. For those rays alone,
 the first :data:`CANDIDATES` crossings (``intersect_all``, each checked on its
 reported ``t``) decide. float32 queries never come here.
+
+No host read: the re-check runs in every float64 query, masked to the doubtful rays
+(one all-hits launch; Dr.Jit evaluates the candidates' ``t`` lazily, fused into the
+kernels that read the result), rather than after a ``dr.any(...).item()`` that would
+synchronise the host.
 """
 
 from __future__ import annotations
@@ -49,9 +54,7 @@ def walk_on(scene, m: ModuleType, ray, ignore, global_prim_id: dr.ArrayBase, t: 
     ``(tmin, tmax)`` on reported ``t`` (-1: none)."""
     Bool = type(global_prim_id >= 0)  # the winners' (non-AD) types throughout
     redo = Bool(dr.detach((global_prim_id >= 0) & (m.Float64(dr.detach(t)) <= _bound(m.Float64, ray.tmin))))
-    if not dr.any(redo, axis=None).item():
-        return global_prim_id
-    _, found = _candidates(scene, m, ray, ignore, redo)
+    _, found = _candidates(scene, m, ray, ignore, redo)  # every query, masked: no host read of redo
     return dr.select(redo, type(global_prim_id)(dr.detach(found)), global_prim_id)
 
 
@@ -62,7 +65,5 @@ def confirm_blocked(scene, m: ModuleType, ray, ignore, blocker: dr.ArrayBase) ->
     t = t_of(scene, m, ray, blocker)
     blocked = Bool((blocker >= 0) & (t > _bound(m.Float64, ray.tmin)) & (t < _bound(m.Float64, ray.tmax)))
     doubt = (blocker >= 0) & ~blocked
-    if not dr.any(doubt, axis=None).item():
-        return blocked
     _, found = _candidates(scene, m, ray, ignore, doubt)
     return blocked | Bool(dr.detach(found >= 0))

@@ -93,6 +93,9 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         self._state = LiveState(self._core, self._backend)
         self._edges = SceneEdges(self)
 
+    def _after_sync(self) -> None:
+        self._state.synced()
+
     # ------------------------------------------------------------------ queries (RayQueries hooks)
     def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
         n, global_prim_id = _trace.trace(self, call, ray, active, ignore, any_hit=False)
@@ -134,9 +137,13 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         """``(m, double)`` of a query on ``arrays``: the Dr.Jit module to evaluate in (its AD
         variant when any of ``arrays`` or the registered arrays is an AD array) and whether the
         output is float64 (any of ``arrays`` or the meshes' vertices is)."""
-        double = any(_convert.is_double(a) for a in arrays)
-        double = double or any(_convert.is_double(s.vertices) for s in self._shapes if not s.is_instance)
-        ad = any(_convert.is_ad(a) for a in arrays) or any(LiveState.shape_is_ad(s) for s in self._shapes)
+        if self._state is not None:  # the registered arrays' kinds, once per sync (no pass over every shape)
+            meshes_double, shapes_ad = self._state.precision()
+        else:
+            meshes_double = any(_convert.is_double(s.vertices) for s in self._table.meshes)
+            shapes_ad = any(LiveState.shape_is_ad(s) for s in self._shapes)
+        double = meshes_double or any(_convert.is_double(a) for a in arrays)
+        ad = shapes_ad or any(_convert.is_ad(a) for a in arrays)
         return _convert.module(self._backend, ad), double
 
     def _check_ray(self, call: str, ray: object) -> Ray:
@@ -238,3 +245,13 @@ document(Scene, {
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
 })
+
+# One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence):
+# the frontend's part of each query is wrapped, so the public methods keep running the core's own code.
+for _name in ("_intersect", "_occluded", "_unblocked", "_intersect_all", "_count_intersections",
+              "_trace_reflections", "_specular_paths"):
+    setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
+del _name
+Scene._EDGE_QUERIES = _convert.Fenced(Scene._EDGE_QUERIES, ("nearest_edge_ray", "nearest_edge_points", "nearest_edges",
+                                                             "silhouette_edges"))
+Scene._SURFACE = _convert.Fenced(Scene._SURFACE, ("closest_point", "winding_number", "contains", "signed_distance"))

@@ -46,8 +46,7 @@ def closest_fused(points: torch.Tensor, batch: torch.Size, winner: torch.Tensor,
     device = winner.device
     offsets, face_row = state.int32_tables
     rows = _convert.flat_float32(points.detach(), batch, 3)
-    meshes = [s.vertices.detach() for s in state.core.table.meshes]
-    vertices = (meshes[0] if len(meshes) == 1 else torch.cat(meshes)).contiguous()
+    vertices = state.flat_vertices().contiguous()  # (one copy per sync, not per query)
     distance = torch.empty(n, dtype=torch.float32, device=device)
     vec = [torch.empty((n, 3), dtype=torch.float32, device=device) for _ in range(3)] if geometric else []
     shape_id = torch.empty(n, dtype=torch.int32, device=device)

@@ -23,7 +23,7 @@ from rayd.core import surface as _surface
 from rayd.core.edges import document
 from rayd.engine import closest_point as _engine
 from rayd.records import ClosestPointRecord
-from rayd.torch import _closest_fused, _convert, _ops
+from rayd.torch import _closest_fused, _convert, _interval, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
 from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance
@@ -111,8 +111,9 @@ def closest_on_triangles(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: t
     with torch.no_grad():
         n = torch.linalg.cross(ab, ac)
         degenerate = dot(n, n) <= _engine.SLIVER * dot(ab, ab) * dot(ac, ac)
-    if not (torch.compiler.is_compiling() or _convert.transforms_active()) and not bool(degenerate.any()):
-        return weights  # eager, no sliver winner: skip the sides (a third of the work); traced code keeps both
+    if _interval.host_ok(degenerate) and not _convert.transforms_active() and not bool(degenerate.any()):
+        return weights  # eager CPU, no sliver winner: skip the sides (a third of the work); elsewhere (a read
+        # would synchronise a device; traced code cannot branch) both are computed
     return torch.where(degenerate[..., None], _on_sides(p, a, b, c), weights)
 
 

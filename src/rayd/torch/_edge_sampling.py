@@ -154,7 +154,7 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
     device = scene._device
     if camera.device is not None:
         _check.same_device(_CALL, "camera", torch.empty(0, device=camera.device), device, "the scene")
-    dtype = _dtype(camera.dtype, scene._shapes)
+    dtype = _dtype(camera.dtype, scene)
     top = edges.topology
     camera._check_values(_CALL)  # tensors may have changed in place since Camera()
     intrinsics = camera.intrinsics()

@@ -193,8 +193,7 @@ def closest(state, ray, batch: torch.Size, global_prim_id: torch.Tensor, meshes:
     world = state.world() if state.has_matrix() else None
     if world is not None and world.requires_grad:
         return None
-    vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
-    return intersect_placed(ray, batch, global_prim_id, vertices, state, world, flags)
+    return intersect_placed(ray, batch, global_prim_id, state.flat_vertices(), state, world, flags)  # no gradient
 
 
 def _ray_rows(ray, batch: torch.Size) -> list[torch.Tensor]:

@@ -21,7 +21,7 @@ def enforce(fields: dict[str, torch.Tensor], tmin: float | torch.Tensor, tmax: f
             batch: torch.Size) -> dict[str, torch.Tensor]:
     """``fields`` ((N, ...) tensors of an Intersection) with hits outside ``(tmin, tmax)`` turned into misses."""
     t = fields["t"]
-    if t.device.type == "cpu" and "global_prim_id" in fields and not _traced(t):
+    if "global_prim_id" in fields and host_ok(t):
         # Every hit inside and every miss already a miss (t = inf): nothing to mask (on the CPU
         # this host check costs two reductions; the masks cost one full pass per field). Not
         # under torch.compile or vmap (a data-dependent branch): the masks are exact anyway.

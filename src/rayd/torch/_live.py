@@ -120,9 +120,33 @@ class LiveState:
             self.any_matrix = transforms.has_any(self.core.table)
 
     def prepare(self) -> None:
-        """Refresh the device tables now (after ``build()``/``sync()``), so that traced queries only read them."""
+        """Refresh the device tables now (after ``build()``/``sync()``), so that traced queries only read them.
+
+        Also what a query would otherwise redo per mesh: ``vertex_dtype``, the meshes' vertex
+        dtypes promoted together, and the detached concatenation of :meth:`flat_vertices`
+        (dropped here, remade at its first use). Both hold until the next ``sync()``: a query
+        runs only on a ready scene, whose registered tensors have not changed since.
+        """
         self._refresh()
         self._groups()
+        meshes = self.core.table.meshes
+        dtype = meshes[0].vertices.dtype
+        for shape in meshes[1:]:
+            dtype = torch.promote_types(dtype, shape.vertices.dtype)
+        self.vertex_dtype = dtype
+        self._flat_vertices = None
+
+    def flat_vertices(self) -> torch.Tensor:
+        """(V_m, 3) the meshes' registered vertices, detached and concatenated in mesh order (no gradient).
+
+        One mesh: its tensor itself (detached); several: one copy per ``sync()``, not per query.
+        """
+        meshes = self.core.table.meshes
+        if len(meshes) == 1:
+            return meshes[0].vertices.detach()
+        if self._flat_vertices is None:
+            self._flat_vertices = torch.cat([s.vertices.detach() for s in meshes])
+        return self._flat_vertices
 
     def has_matrix(self) -> bool:
         """True if any shape has a transform (as of the last build/sync)."""
@@ -199,8 +223,8 @@ class LiveState:
         """The registered tensors (differentiable), cast to ``dtype``, in the tables' row order."""
         self._refresh()
         device = self.device
-        meshes = [s for s in self.core.table.shapes if not s.is_instance]
-        vertices = [s.vertices.to(dtype) for s in meshes]
+        meshes = self.core.table.meshes  # (not a pass over every shape: 10,000 instances)
+        vertices = [s.vertices if s.vertices.dtype == dtype else s.vertices.to(dtype) for s in meshes]
         normals = uv = None
         if self.table.face_has_normals is not None:
             normals = torch.cat([

@@ -52,11 +52,9 @@ def _check_active(
     return batch, flag.to(torch.uint8).contiguous()
 
 
-def _dtype(query: torch.dtype, shapes) -> torch.dtype:
-    dtype = query
-    for shape in shapes:
-        dtype = torch.promote_types(dtype, shape.vertices.dtype)
-    return dtype
+def _dtype(query: torch.dtype, scene) -> torch.dtype:
+    """``query`` promoted with the scene's vertex dtype (its meshes', promoted at ``sync()``)."""
+    return torch.promote_types(query, scene._state.vertex_dtype)
 
 
 def _bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device) -> torch.Tensor:
@@ -88,7 +86,7 @@ def nearest_edge_ray(scene, call: str, edges, ray: Ray, active: object, max_dist
     winner = _ops.edge_ray_search(scene, call, _search_rows(ray.o, batch, edges.centre),
                                   _convert.flat_float32(ray.d, batch, 3), _bound(ray.tmin, batch, device),
                                   _bound(ray.tmax, batch, device), flag, max_distance, n)
-    dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene._shapes)
+    dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene)
     vertices = placed_vertices(scene._shapes, dtype)
     o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
     d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
@@ -131,7 +129,7 @@ def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, t
         _ids(fields, winner, edges.topology)
         return fields
     n = batch.numel()
-    dtype = _dtype(points.dtype, scene._shapes)
+    dtype = _dtype(points.dtype, scene)
     vertices = placed_vertices(scene._shapes, dtype)
     p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, repeat, 3).reshape(n * repeat, 3)
     return evaluate_points(p, winner, edges.edge_v, vertices, edges.topology)
@@ -141,7 +139,7 @@ def silhouette_edges(scene, call: str, viewpoint: object) -> torch.Tensor:
     """``Scene.silhouette_edges`` after the lifecycle check."""
     viewpoint = _check.float_tensor(call, "viewpoint", viewpoint, last=3, ndim=1)
     _check.same_device(call, "viewpoint", viewpoint, scene._device, "the scene")
-    dtype = _dtype(viewpoint.dtype, scene._shapes)
+    dtype = _dtype(viewpoint.dtype, scene)
     vertices = placed_vertices(scene._shapes, dtype, detach=True)
     with _convert.outside_transforms():
         scene._edges.topology  # noqa: B018 - lazily built state, kept beyond this call

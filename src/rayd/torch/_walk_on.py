@@ -5,9 +5,14 @@ query reports the ``t`` of the live float64 vertices. Near ``tmin`` (or ``tmax``
 two can fall on either side of the bound: the closest-hit search then returns a face
 whose reported ``t <= tmin`` (masked to a miss by :func:`rayd.torch._interval.enforce`)
 and never looks at the face behind it, and the any-hit search counts a face whose
-reported ``t`` lies outside ``(tmin, tmax)``. For those rays alone, the first
-:data:`CANDIDATES` crossings (``intersect_all``, each checked on its reported ``t``)
-decide. float32 queries never come here.
+reported ``t`` lies outside ``(tmin, tmax)``. For those rays, the first
+:data:`CANDIDATES` crossings (the engine's all-hits search, each checked on its
+reported ``t``) decide. float32 queries never come here.
+
+No host synchronisation: on a device (CUDA) the re-check always runs, for every ray,
+masked to the doubtful ones (fixed-size work: one all-hits launch and the float64
+``t`` of ``N K`` candidates). On the CPU, where reading a tensor is no
+synchronisation, it is skipped when no ray is in doubt (:func:`on_host`).
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ from __future__ import annotations
 import torch
 
 from rayd.flags import RayFlags
-from rayd.torch import _convert
+from rayd.torch import _convert, _interval, _ops, _trace
 
 CANDIDATES = 8  # crossings looked at per doubtful ray (all within float32 rounding of a bound: rare beyond 2)
 
@@ -25,22 +30,45 @@ def traced() -> bool:
     return torch.compiler.is_compiling() or _convert.transforms_active()
 
 
+def on_host(t: torch.Tensor) -> bool:
+    """True where the re-check may branch on values (CPU tensors: a read is no host synchronisation)."""
+    return _interval.host_ok(t)
+
+
 def _rows(bound, batch: torch.Size):
     return bound.detach().expand(batch).reshape(-1) if isinstance(bound, torch.Tensor) else bound
 
 
+def _candidates(scene, ray, ignore, batch: torch.Size, doubt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(t, global_prim_id)``, (N, K) each, of the first crossings of the ``doubt`` rays ((N,) bool), ``t`` the
+    reported float64 ``t`` where it lies inside ``(tmin, tmax)`` and ``inf`` elsewhere (other rays: all ``inf``)."""
+    call = f"{scene._PREFIX}.intersect()"
+    n = doubt.shape[0]
+    _, _, rows, _ = _trace.prepare(scene, call, ray, doubt.reshape(batch), ignore)
+    gid = _ops.all_hits(scene, call, rows, n, CANDIDATES).reshape(n * CANDIDATES)
+    lanes = torch.Size((n, CANDIDATES))
+    t = t_of(scene, ray, lanes, gid, o_batch=batch).reshape(n, CANDIDATES)
+    tmin, tmax = (_rows(b, batch) for b in (ray.tmin, ray.tmax))
+    tmin = tmin.unsqueeze(-1) if isinstance(tmin, torch.Tensor) else tmin
+    tmax = tmax.unsqueeze(-1) if isinstance(tmax, torch.Tensor) else tmax
+    inside = (t > tmin) & (t < tmax)
+    return torch.where(inside, t, torch.inf), gid.reshape(n, CANDIDATES)
+
+
 def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """(N,) int32 closest winners, where a winner's reported ``t`` (float64 ``t``, (N,)) is ``<= tmin``
-    replaced by the closest crossing inside ``(tmin, tmax)`` on reported ``t`` (-1: none)."""
+    replaced by the closest crossing inside ``(tmin, tmax)`` on reported ``t`` (-1: none).
+
+    On the CPU, ``global_prim_id`` itself when no winner is in doubt; on a device always a new tensor.
+    """
     if traced():
         return global_prim_id
     redo = (global_prim_id >= 0) & (t.detach() <= _rows(ray.tmin, batch))
-    if not bool(redo.any()):
+    if on_host(t) and not bool(redo.any()):
         return global_prim_id
-    hits = scene.intersect_all(ray, CANDIDATES, redo.reshape(batch), RayFlags.Minimal, ignore=ignore)
-    ht = hits.t.detach().reshape(-1, CANDIDATES)
+    ht, gid = _candidates(scene, ray, ignore, batch, redo)
     best = ht.argmin(-1, keepdim=True)
-    found = hits.global_prim_id.reshape(-1, CANDIDATES).gather(-1, best).squeeze(-1)
+    found = gid.gather(-1, best).squeeze(-1)
     found = torch.where(ht.gather(-1, best).squeeze(-1) < torch.inf, found, -1)
     return torch.where(redo, found.to(global_prim_id.dtype), global_prim_id)
 
@@ -52,23 +80,36 @@ def confirm_blocked(scene, ray, ignore, batch: torch.Size, blocker: torch.Tensor
         return blocker >= 0
     blocked = (blocker >= 0) & (t > _rows(ray.tmin, batch)) & (t < _rows(ray.tmax, batch))
     doubt = (blocker >= 0) & ~blocked
-    if not bool(doubt.any()):
+    if on_host(t) and not bool(doubt.any()):
         return blocked
-    hits = scene.intersect_all(ray, CANDIDATES, doubt.reshape(batch), RayFlags.Minimal, ignore=ignore)
-    return blocked | (hits.global_prim_id.reshape(-1, CANDIDATES) >= 0).any(-1)
+    ht, _ = _candidates(scene, ray, ignore, batch, doubt)
+    return blocked | (doubt & (ht < torch.inf).any(-1))
 
 
-def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor) -> torch.Tensor:
-    """(N,) float64 reported ``t`` of the faces ``global_prim_id`` (``inf`` for -1), no gradient."""
+def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor,
+         o_batch: torch.Size | None = None) -> torch.Tensor:
+    """(N,) float64 reported ``t`` of the faces ``global_prim_id`` (``inf`` for -1), no gradient.
+
+    ``batch``: the rows' shape (``N`` = its size); the ray broadcasts to ``o_batch`` (default
+    ``batch``), whose rows are repeated along ``batch``'s last axis when the two differ.
+    """
     from rayd.torch._geometry import gather
     from rayd.torch._intersect import evaluate
 
     n = global_prim_id.shape[0]
     with torch.no_grad():
-        o = ray.o.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
-        d = ray.d.detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
-        rows = (global_prim_id >= 0).nonzero().squeeze(-1)  # the hits alone (host-side sizes are fine here)
-        geometry = gather(scene._state.table, scene._state.live(torch.float64), global_prim_id[rows])
-        t = torch.full((n,), torch.inf, dtype=torch.float64, device=global_prim_id.device)
-        t[rows] = evaluate(o[rows], d[rows], global_prim_id[rows], geometry, RayFlags.Minimal)["t"]
-    return t
+        o, d = (x.detach().to(torch.float64) for x in (ray.o, ray.d))
+        if o_batch is not None:  # rays (o_batch) -> candidate rows (o_batch, K)
+            o, d = (x.expand(tuple(o_batch) + (3,)).unsqueeze(-2) for x in (o, d))
+        o, d = (x.expand(tuple(batch) + (3,)).reshape(n, 3) for x in (o, d))
+        live = scene._state.live(torch.float64)
+        if on_host(global_prim_id):  # the hits alone (host-side sizes are fine on the CPU)
+            rows = (global_prim_id >= 0).nonzero().squeeze(-1)
+            t = torch.full((n,), torch.inf, dtype=torch.float64, device=global_prim_id.device)
+            geometry = gather(scene._state.table, live, global_prim_id[rows])
+            t[rows] = evaluate(o[rows], d[rows], global_prim_id[rows], geometry, RayFlags.Minimal)["t"]
+            return t
+        # Fixed-size: every row, misses on the stand-in (no nonzero: its size would need a host read).
+        geometry = gather(scene._state.table, live, global_prim_id)
+        t = evaluate(o, d, global_prim_id, geometry, RayFlags.Minimal)["t"]
+        return torch.where(global_prim_id >= 0, t, torch.inf)

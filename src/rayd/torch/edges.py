@@ -196,6 +196,7 @@ class SceneEdges(EdgeState):
         self._faces = [local[getattr(s, "base", i)] for i, s in enumerate(shapes)]
         self._points: torch.Tensor | None = None
         self._applied: torch.Tensor | None = None  # uint8, what the BVH sees (since sync)
+        self._silhouette_tables: tuple[torch.Tensor, torch.Tensor] | None = None  # (faces, offset) of silhouette()
 
     @property
     def edge_v(self) -> torch.Tensor:
@@ -286,10 +287,12 @@ class SceneEdges(EdgeState):
             The edges of the silhouette rule (:class:`rayd.core.edges.EdgeState`, ``silhouette``).
         """
         top = self.topology
-        mesh_faces = self._faces  # build-time faces, as the topology
-        faces = torch.cat([f + off for f, off in zip(mesh_faces, self._world_offsets)])
-        counts = torch.tensor([0] + [f.shape[0] for f in mesh_faces[:-1]], device=faces.device)
-        offset = counts.cumsum(0)[top.shape_id.long()]
+        if self._silhouette_tables is None:  # build-time constants, made at the first call
+            mesh_faces = self._faces  # build-time faces, as the topology
+            faces = torch.cat([f + off for f, off in zip(mesh_faces, self._world_offsets)])
+            counts = torch.tensor([0] + [f.shape[0] for f in mesh_faces[:-1]], device=faces.device)
+            self._silhouette_tables = (faces, counts.cumsum(0)[top.shape_id.long()])
+        faces, offset = self._silhouette_tables  # (no host-to-device copy per query)
         tri = world_vertices[faces]  # (F, 3, 3)
         normal = torch.linalg.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
         front = ((viewpoint - tri[:, 0]) * normal).sum(-1) > 0

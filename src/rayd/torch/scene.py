@@ -127,9 +127,13 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             dtype = self._output_dtype(ray.o, ray.d)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            on_device = dtype == torch.float64 and not _walk_on.traced() and not _walk_on.on_host(global_prim_id)
+            if on_device:  # the winners decided first, without a host read, then evaluated once
+                global_prim_id = _walk_on.walk_on(self, ray, ignore, batch, global_prim_id,
+                                                  _walk_on.t_of(self, ray, batch, global_prim_id))
             geometry = gather(state.table, state.live(dtype), global_prim_id)
             fields = evaluate(o, d, global_prim_id, geometry, flags)
-            if dtype == torch.float64:  # a winner the float32 search put past tmin: search behind it
+            if dtype == torch.float64 and not on_device:  # a winner the float32 search put past tmin: search behind it
                 found = _walk_on.walk_on(self, ray, ignore, batch, global_prim_id, fields["t"])
                 if found is not global_prim_id:
                     global_prim_id = found
@@ -183,9 +187,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         dtype = arrays[0].dtype
         for array in arrays[1:]:
             dtype = torch.promote_types(dtype, array.dtype)
-        for shape in self._core.table.meshes:  # instances share their mesh's vertices
-            dtype = torch.promote_types(dtype, shape.vertices.dtype)
-        return dtype
+        return torch.promote_types(dtype, self._state.vertex_dtype)  # the meshes' (instances share them)
 
     def _check_ray(self, call: str, ray: object) -> Ray:
         return _trace.check_ray(call, ray, self._device)
