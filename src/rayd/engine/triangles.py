@@ -26,7 +26,8 @@ DEFAULT_BVH_CONSTRUCTOR = "sah"
 #: over 63-bit Morton keys, leaves of up to ``ploc.MAX_LEAF`` triangles by SAH); no
 #: ``wp.Bvh`` is made (:attr:`TriangleScene.bvh` is ``None``) and the refit is always
 #: ``refit.FusedRefit``. Off by default until measured on the H200.
-CONSTRUCTORS = ("sah", "cubql", "ploc")
+#: ``"lbvh"``: Warp's CUDA LBVH (30-bit Morton keys; for comparison, CPU scenes keep SAH).
+CONSTRUCTORS = ("sah", "cubql", "ploc", "lbvh")
 CUBQL_LEAF_SIZE = 2
 CUBQL_MIN_TRIANGLES = 4096
 _constructor = os.environ.get("RAYD_BVH_CONSTRUCTOR", DEFAULT_BVH_CONSTRUCTOR).strip().lower()
@@ -36,7 +37,8 @@ if _constructor not in CONSTRUCTORS:
 
 def set_bvh_constructor(name: str) -> None:
     """Choose the builder of triangle BVHs built from now on: ``"sah"`` (Warp's, on the host),
-    ``"cubql"`` (Warp's cuBQL, CUDA only) or ``"ploc"`` (rayd's, on the scene's device).
+    ``"cubql"`` (Warp's cuBQL, CUDA only), ``"lbvh"`` (Warp's LBVH, CUDA only) or ``"ploc"``
+    (rayd's, on the scene's device).
 
     Args:
         name: the builder.
