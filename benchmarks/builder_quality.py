@@ -4,8 +4,8 @@ the inner nodes visited / triangles tested per closest-hit ray.
 Trees (all over the same padded triangle boxes of ``rayd.engine.TriangleScene``):
 
 - ``sah``: Warp's host SAH builder, leaf 1 (rayd's default tree);
-- ``ploc[:rR][:lL]``: rayd's PLOC (``rayd.engine.ploc``), radius R (default 16), leaves of
-  at most L triangles by SAH (default 1);
+- ``ploc[:rR][:lL]``: rayd's PLOC (``rayd.engine.ploc``), radius R (default ``ploc.RADIUS``), leaves of
+  at most L triangles by SAH (default ``ploc.MAX_LEAF``);
 - ``lbvh30`` / ``lbvh63``: Karras 2012 LBVH, one triangle per leaf, over 30-bit per-axis
   (what Warp's CUDA ``"lbvh"`` builder uses) or 63-bit cubic Morton keys of the box
   centres; its boxes are computed here on the host (a reference tree, not a builder).
@@ -37,6 +37,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rayd.engine import edge_lbvh, ploc, triangles  # noqa: E402
+
+DEFAULTS = (ploc.RADIUS, ploc.MAX_LEAF)  # what ``ploc`` alone means
 from rayd.engine.bvh_nodes import BvhNodes  # noqa: E402
 from rayd.engine.morton import BoxKeys, sorted_box_keys  # noqa: E402
 
@@ -200,7 +202,7 @@ def build(spec: str, points: wp.array, indices: wp.array) -> tuple[BvhNodes, dic
     if name in ("sah", "ploc"):
         kw = {o[0]: int(o[1:]) for o in opts}
         was_r, was_l = ploc.RADIUS, ploc.MAX_LEAF
-        ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", 16), kw.get("l", 1)
+        ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", DEFAULTS[0]), kw.get("l", DEFAULTS[1])
         try:
             tri = triangles.TriangleScene(points, indices, bvh_constructor=name, layout="warp")
         finally:
@@ -220,12 +222,17 @@ def main() -> None:
     ap.add_argument("--size", choices=("small", "full"), default="small",
                     help="full: terrain 2M (C1024) and sphere 1M; small: terrain 131k (C256), sphere 65k")
     ap.add_argument("--rays", type=int, default=65536, help="rays counted per workload (a fixed random subset)")
-    ap.add_argument("--trees", default="sah,ploc,ploc:l2,ploc:l4,ploc:r8,ploc:r32,lbvh30,lbvh63")
+    ap.add_argument("--trees", default="sah,ploc,ploc:r2:l1,ploc:r2:l2,ploc:r4:l4,ploc:r16:l1,lbvh30,lbvh63")
     ap.add_argument("--json", default=None, help="append one JSON line per (workload, tree)")
+    ap.add_argument("--scan", default=None, help="a scan of --mesh-dir instead (e.g. dragon_871k: bsphere rays)")
+    ap.add_argument("--mesh-dir", default="/work/meshes")
     args = ap.parse_args()
     full = args.size == "full"
     loads = [workloads.terrain(1024, 2048) if full else workloads.terrain(256, 512),
              workloads.sphere(513, 1024, 1 << 22) if full else workloads.sphere(129, 256, 1 << 18)]
+    if args.scan:
+        loads = [workloads.scan_bsphere(args.scan, 1 << 20, args.mesh_dir),
+                 workloads.scan_camera(args.scan, 1024, 1024, args.mesh_dir)]
     for w in loads:
         dev = args.device
         points = wp.array(w.vertices, dtype=wp.vec3, device=dev)

@@ -12,7 +12,8 @@ rayd's PLOC with radius R and leaves of up to L triangles, ``rayd.engine.ploc``)
 - ``closest_all_ms`` / ``closest_minimal_ms``: ``scene.intersect(ray)`` with ``RayFlags.All`` /
   ``Minimal``, median of 20 after 3 warm-ups;
 - ``same_prim``: fraction of rays with the ``sah`` scene's ``prim_id`` (ties may differ);
-- for ``ploc``: PLOC iterations and kernel launches of the tree build.
+- for ``ploc``: ``ploc_ms`` (``PlocBvh`` alone, over the scene's boxes), its PLOC passes
+  and kernel launches.
 
 Mitsuba 3 (``cuda_ad_rgb``: scene build, closest hit ``ray_intersect`` All) is timed in the
 same process for the ratio (``--no-mitsuba`` to skip). Writes ``builders_h200.jsonl`` and
@@ -39,6 +40,8 @@ import warp as wp  # noqa: E402
 import rayd.torch as rt  # noqa: E402
 from benchmarks import workloads  # noqa: E402
 from rayd.engine import ploc, triangles  # noqa: E402
+
+DEFAULTS = (ploc.RADIUS, ploc.MAX_LEAF)  # what ``ploc`` alone means
 
 
 DEVICE = "cuda"
@@ -67,14 +70,14 @@ def _configure(spec):
     name, *opts = spec.split(":")
     kw = {o[0]: int(o[1:]) for o in opts}
     triangles.set_bvh_constructor(name)
-    ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", 16), kw.get("l", 1)
+    ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", DEFAULTS[0]), kw.get("l", DEFAULTS[1])
     return name
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--builders", default="sah,cubql,lbvh,ploc,ploc:r2,ploc:r4,ploc:r2:l4,ploc:r4:l4,ploc:l4")
+    ap.add_argument("--builders", default="sah,cubql,lbvh,ploc,ploc:r2:l1,ploc:r2:l2,ploc:r4:l4,ploc:r16:l1")
     ap.add_argument("--no-mitsuba", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny workloads on the CPU (checks the script only)")
     args = ap.parse_args()
@@ -131,6 +134,7 @@ def main() -> None:
                 row["nodes"] = int(tri.nodes.lowers.shape[0])
                 if tri.tree is not None:
                     row["iterations"], row["launches"] = tri.tree.iterations, tri.tree.launches
+                    row["ploc_ms"] = _ms(lambda: ploc.PlocBvh(tri.lowers, tri.uppers, stream), 7)
                 row["closest_all_ms"] = _ms(lambda: scene.intersect(ray), 20, 3)
                 row["closest_minimal_ms"] = _ms(lambda: scene.intersect(ray, flags=rt.RayFlags.Minimal), 20, 3)
                 prim = scene.intersect(ray, flags=rt.RayFlags.Minimal).prim_id
@@ -146,7 +150,7 @@ def main() -> None:
     with open(out_path, "w") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
-    keys = ("tri_build_ms", "scene_build_ms", "closest_all_ms", "closest_minimal_ms", "same_prim", "iterations",
+    keys = ("tri_build_ms", "ploc_ms", "scene_build_ms", "closest_all_ms", "closest_minimal_ms", "same_prim", "iterations",
             "launches", "depth")
     print("\n| workload | builder | " + " | ".join(keys) + " |")
     print("|---|---|" + "---|" * len(keys))

@@ -102,11 +102,15 @@ def test_tree_valid_degenerate_boxes(device, case):
     else:
         lo, hi = _boxes(rng, n, spread=1e6, size=1e-3)
         hi[:10] = lo[:10] + np.float32(1e7)
-    bvh = PlocBvh(wp.array(lo, dtype=wp.vec3, device=device), wp.array(hi, dtype=wp.vec3, device=device))
-    check_tree(bvh.nodes, bvh.parents, lo, hi, n)
-    if case == "identical":
-        assert bvh.nodes.depth == 13  # a perfect binary tree over 4096 equal boxes
-    assert bvh.nodes.depth <= 62
+    for max_leaf in (1, 4):
+        bvh = PlocBvh(wp.array(lo, dtype=wp.vec3, device=device), wp.array(hi, dtype=wp.vec3, device=device),
+                      max_leaf=max_leaf)
+        check_tree(bvh.nodes, bvh.parents, lo, hi, n)
+        if case == "identical":
+            # a perfect binary tree over 4096 equal boxes of area A; with leaves of up to 4 the SAH
+            # collapses pairs (2 A < A + A + A) and fours (4 A < A + 2 A + 2 A): two levels fewer
+            assert bvh.nodes.depth == (13 if max_leaf == 1 else 11)
+        assert bvh.nodes.depth <= 62
 
 
 def test_bad_arguments():

@@ -10,7 +10,8 @@ Stages (every one a Warp kernel, so the same code builds on the CPU and on CUDA)
    closest pair is always mutual and equal boxes pair up (2k, 2k + 1) instead of
    chaining); mutual pairs merge into a new node that takes the place of the lower
    cluster; an exclusive scan compacts the clusters, keeping their order. Per
-   iteration: 3 kernels, one scan, one read of the cluster count.
+   iteration: 3 kernels and one scan; the cluster count stays on the device and the
+   host reads it every ``SYNC_EVERY`` iterations (to size the launches and stop).
    Each new node records, from its children (created in earlier iterations), its
    number of primitives, its SAH cost with the collapse decision (a subtree of at most
    ``max_leaf`` primitives becomes one leaf where ``C_I n A <= C_T A + cost(children)``,
@@ -23,7 +24,8 @@ Stages (every one a Warp kernel, so the same code builds on the CPU and on CUDA)
    parent of each node (for ``refit.FusedRefit``). The pre-order numbering makes the
    result independent of the order in which the device's threads allocated node ids.
 
-Costs: unit ``C_T = C_I = 1`` by default (``costs``).
+Costs: unit ``C_T = C_I = 1`` by default (``costs``). Defaults :data:`RADIUS` 2 and
+:data:`MAX_LEAF` 4 come from the counts of ``benchmarks/builder_quality.py``.
 
 References:
     Meister & Bittner 2018, "Parallel Locally-Ordered Clustering for Bounding Volume
@@ -45,11 +47,16 @@ from rayd.engine.morton import BoxKeys, sorted_box_keys
 
 wp.set_module_options({"enable_backward": False})
 
-#: Neighbours searched on either side of a cluster (Meister & Bittner use 16-25).
-RADIUS = int(os.environ.get("RAYD_PLOC_RADIUS", "16"))
+#: Neighbours searched on either side of a cluster. Meister & Bittner use 16-25; on rayd's
+#: terrain, sphere and dragon a radius of 2 gives the fewest nodes visited per closest-hit
+#: ray (within 1-9 % of Warp's host SAH tree, against 17-21 % at 16; benchmarks/README.md, #18).
+RADIUS = int(os.environ.get("RAYD_PLOC_RADIUS", "2"))
 
 #: Most primitives a leaf of the built tree holds (collapsing by SAH; 1 = no collapse).
-MAX_LEAF = int(os.environ.get("RAYD_PLOC_LEAF_SIZE", "1"))
+MAX_LEAF = int(os.environ.get("RAYD_PLOC_LEAF_SIZE", "4"))
+
+#: PLOC passes between two host reads of the cluster count (the loop's only host synchronisation).
+SYNC_EVERY = int(os.environ.get("RAYD_PLOC_SYNC_EVERY", "4"))
 
 _LEAF_BIT = wp.constant(-2147483648)  # bit 31 of an int32
 
@@ -97,9 +104,12 @@ def _leaves_kernel(lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.ve
 
 
 @wp.kernel
-def _nearest_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3), count: int, radius: int,
-                    nearest: wp.array(dtype=wp.int32)):
+def _nearest_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3), counts: wp.array(dtype=wp.int32),
+                    radius: int, nearest: wp.array(dtype=wp.int32)):
     i = wp.tid()
+    count = int(counts[0])
+    if i >= count:
+        return
     lo_i = cl_lo[i]
     hi_i = cl_hi[i]
     best_d = float(0.0)
@@ -120,16 +130,22 @@ def _nearest_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec
 
 
 @wp.kernel
-def _keep_kernel(nearest: wp.array(dtype=wp.int32), keep: wp.array(dtype=wp.int32)):
-    """1 for a cluster that survives the merge (no mutual neighbour, or the lower of a mutual pair)."""
+def _keep_kernel(counts: wp.array(dtype=wp.int32), nearest: wp.array(dtype=wp.int32), keep: wp.array(dtype=wp.int32)):
+    """1 for a cluster that survives the merge (no mutual neighbour, or the lower of a mutual pair); 0 past the end."""
     i = wp.tid()
-    j = int(nearest[i])
-    keep[i] = wp.where(int(nearest[j]) == i and j < i, 0, 1)
+    count = int(counts[0])
+    if i >= count:
+        keep[i] = 0
+    elif count == 1:
+        keep[i] = 1
+    else:
+        j = int(nearest[i])
+        keep[i] = wp.where(int(nearest[j]) == i and j < i, 0, 1)
 
 
 @wp.kernel
 def _merge_kernel(
-    count: int, max_leaf: int, c_t: float, c_i: float,
+    counts: wp.array(dtype=wp.int32), max_leaf: int, c_t: float, c_i: float,
     nearest: wp.array(dtype=wp.int32), keep: wp.array(dtype=wp.int32), position: wp.array(dtype=wp.int32),
     cl_node: wp.array(dtype=wp.int32), cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3),
     next_id: wp.array(dtype=wp.int32), next_count: wp.array(dtype=wp.int32),
@@ -139,6 +155,9 @@ def _merge_kernel(
     size: wp.array(dtype=wp.int32), height: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32),
 ):
     i = wp.tid()
+    count = int(counts[0])
+    if i >= count:
+        return
     if i == count - 1:
         next_count[0] = position[i] + keep[i]
     if keep[i] == 0:
@@ -148,7 +167,7 @@ def _merge_kernel(
     lo = cl_lo[i]
     hi = cl_hi[i]
     node = cl_node[i]
-    if int(nearest[j]) == i:  # mutual, and i < j: a new node in i's place
+    if count > 1 and int(nearest[j]) == i:  # mutual, and i < j: a new node in i's place
         a = node
         b = cl_node[j]
         lo = wp.min(lo, cl_lo[j])
@@ -253,14 +272,15 @@ class PlocBvh:
         max_leaf: most primitives per leaf, 1 to 8 (default :data:`MAX_LEAF`).
         radius: neighbours searched on either side (default :data:`RADIUS`).
         costs: ``(C_T, C_I)``, the SAH costs of a node and of a primitive test.
+        sync_every: passes between host reads of the cluster count (default :data:`SYNC_EVERY`).
 
     Attributes:
         nodes: :class:`rayd.engine.bvh_nodes.BvhNodes` of the tree (root 0, pre-order),
             owned by this object.
         parents: int32 (num_nodes,), parent of each node (``-1`` at the root).
         num_nodes: nodes of the tree.
-        iterations: PLOC iterations made; launches: kernel launches of the build
-            (copies and each scan or sort counted as one).
+        iterations: PLOC passes launched (up to ``sync_every - 1`` after the last merge);
+            launches: kernel launches of the build (copies and each scan or sort counted as one).
 
     Raises:
         ValueError: if there are no boxes or ``max_leaf`` is not in 1..8.
@@ -268,10 +288,11 @@ class PlocBvh:
 
     def __init__(self, lowers: wp.array, uppers: wp.array, stream: wp.Stream | None = None, *,
                  max_leaf: int | None = None, radius: int | None = None,
-                 costs: tuple[float, float] = (1.0, 1.0)) -> None:
+                 costs: tuple[float, float] = (1.0, 1.0), sync_every: int | None = None) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
         radius = RADIUS if radius is None else int(radius)
+        sync_every = max(1, SYNC_EVERY if sync_every is None else int(sync_every))
         if n < 1:
             raise ValueError("rayd.engine.PlocBvh(): needs at least one box")
         if not 1 <= max_leaf <= 8:
@@ -305,25 +326,30 @@ class PlocBvh:
         keep = wp.empty(n, dtype=wp.int32, device=dev)
         position = wp.empty(n, dtype=wp.int32, device=dev)
         next_id = wp.array([n], dtype=wp.int32, device=dev)
-        next_count = wp.empty(1, dtype=wp.int32, device=dev)
+        counts = [wp.array([n], dtype=wp.int32, device=dev), wp.empty(1, dtype=wp.int32, device=dev)]
+        # The cluster count stays on the device: each pass reads it there (threads past it return),
+        # launched over the count last read on the host, which reads it every ``sync_every`` passes
+        # (passes after the last merge change nothing).
         count, src, iterations = n, 0, 0
         limit = 64 + 8 * max(1, math.ceil(math.log2(n)))
         while count > 1:
             if iterations >= limit:  # cannot happen with the pair order above; guards the loop
                 raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {iterations} iterations")
-            dst = 1 - src
-            wp.launch(_nearest_kernel, count, [cl_lo[src], cl_hi[src], count, radius], [nearest], device=dev,
-                      stream=stream)
-            wp.launch(_keep_kernel, count, [nearest], [keep], device=dev, stream=stream)
-            wp.utils.array_scan(keep[:count], position[:count], inclusive=False)
-            wp.launch(_merge_kernel, count,
-                      [count, max_leaf, c_t, c_i, nearest, keep, position, cl_node[src], cl_lo[src], cl_hi[src]],
-                      [next_id, next_count, cl_node[dst], cl_lo[dst], cl_hi[dst], node_lo, node_hi, child, parent,
-                       leaves, cost, size, height, flag], device=dev, stream=stream)
-            launches += 4
-            count = int(next_count.numpy()[0])
-            src = dst
-            iterations += 1
+            for _ in range(sync_every):
+                dst = 1 - src
+                wp.launch(_nearest_kernel, count, [cl_lo[src], cl_hi[src], counts[src], radius], [nearest],
+                          device=dev, stream=stream)
+                wp.launch(_keep_kernel, count, [counts[src], nearest], [keep], device=dev, stream=stream)
+                wp.utils.array_scan(keep[:count], position[:count], inclusive=False)
+                wp.launch(_merge_kernel, count,
+                          [counts[src], max_leaf, c_t, c_i, nearest, keep, position, cl_node[src], cl_lo[src],
+                           cl_hi[src]],
+                          [next_id, counts[dst], cl_node[dst], cl_lo[dst], cl_hi[dst], node_lo, node_hi, child, parent,
+                           leaves, cost, size, height, flag], device=dev, stream=stream)
+                launches += 4
+                src = dst
+                iterations += 1
+            count = int(counts[src].numpy()[0])
         root = m - 1  # the last node made (the only one of the last iteration); leaf 0 when n == 1
         self.primitives = wp.empty(n, dtype=wp.int32, device=dev)
         pre = wp.empty(m, dtype=wp.int32, device=dev)
