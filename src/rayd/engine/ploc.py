@@ -332,22 +332,34 @@ class PlocBvh:
         # (passes after the last merge change nothing).
         count, src, iterations = n, 0, 0
         limit = 64 + 8 * max(1, math.ceil(math.log2(n)))
+        # The three kernels of a pass, recorded once per parity of the double buffers (their
+        # arguments are packed once: Warp's per-launch packing costs more host time than a
+        # small pass costs on the GPU); each pass only resizes them.
+        passes = []
+        for a in range(2 if n > 1 else 0):
+            b = 1 - a
+            passes.append((
+                wp.launch(_nearest_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius], [nearest], device=dev,
+                          stream=stream, record_cmd=True),
+                wp.launch(_keep_kernel, n, [counts[a], nearest], [keep], device=dev, stream=stream, record_cmd=True),
+                wp.launch(_merge_kernel, n,
+                          [counts[a], max_leaf, c_t, c_i, nearest, keep, position, cl_node[a], cl_lo[a], cl_hi[a]],
+                          [next_id, counts[b], cl_node[b], cl_lo[b], cl_hi[b], node_lo, node_hi, child, parent,
+                           leaves, cost, size, height, flag], device=dev, stream=stream, record_cmd=True),
+            ))
         while count > 1:
             if iterations >= limit:  # cannot happen with the pair order above; guards the loop
                 raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {iterations} iterations")
+            for cmd in passes[0] + passes[1]:
+                cmd.set_dim(count)
             for _ in range(sync_every):
-                dst = 1 - src
-                wp.launch(_nearest_kernel, count, [cl_lo[src], cl_hi[src], counts[src], radius], [nearest],
-                          device=dev, stream=stream)
-                wp.launch(_keep_kernel, count, [counts[src], nearest], [keep], device=dev, stream=stream)
+                near, keeping, merge = passes[src]
+                near.launch(stream)
+                keeping.launch(stream)
                 wp.utils.array_scan(keep[:count], position[:count], inclusive=False)
-                wp.launch(_merge_kernel, count,
-                          [counts[src], max_leaf, c_t, c_i, nearest, keep, position, cl_node[src], cl_lo[src],
-                           cl_hi[src]],
-                          [next_id, counts[dst], cl_node[dst], cl_lo[dst], cl_hi[dst], node_lo, node_hi, child, parent,
-                           leaves, cost, size, height, flag], device=dev, stream=stream)
+                merge.launch(stream)
                 launches += 4
-                src = dst
+                src = 1 - src
                 iterations += 1
             count = int(counts[src].numpy()[0])
         root = m - 1  # the last node made (the only one of the last iteration); leaf 0 when n == 1
