@@ -352,11 +352,12 @@ class PlocBvh:
                 raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {iterations} iterations")
             for cmd in passes[0] + passes[1]:
                 cmd.set_dim(count)
+            keep_now, position_now = keep[:count], position[:count]
             for _ in range(sync_every):
                 near, keeping, merge = passes[src]
                 near.launch(stream)
                 keeping.launch(stream)
-                wp.utils.array_scan(keep[:count], position[:count], inclusive=False)
+                wp.utils.array_scan(keep_now, position_now, inclusive=False)
                 merge.launch(stream)
                 launches += 4
                 src = 1 - src
