@@ -3,8 +3,9 @@
     python3 benchmarks/h200/builders.py [--out DIR] [--builders sah,cubql,lbvh,ploc,...] [--no-mitsuba]
 
 For terrain 2M (coherent, 4M rays) and the bumpy sphere 1M (incoherent, 4M rays), per
-builder (``sah``: Warp's host SAH; ``cubql``, ``lbvh``: Warp's GPU builders; ``ploc[:rR][:lL]``:
-rayd's PLOC with radius R and leaves of up to L triangles, ``rayd.engine.ploc``):
+builder (``sah``: Warp's host SAH; ``cubql``, ``lbvh``: Warp's GPU builders; ``ploc[:rR][:lL][:tT][:sS]``:
+rayd's PLOC with radius R, leaves of up to L triangles, the last passes from T clusters in
+one thread, a host read of the count every S passes, ``rayd.engine.ploc``):
 
 - ``tri_build_ms``: ``rayd.engine.TriangleScene(...)`` alone (boxes, tree, pair nodes,
   refit set-up), kernels warm (one build first), median of 7, synchronised;
@@ -41,7 +42,7 @@ import rayd.torch as rt  # noqa: E402
 from benchmarks import workloads  # noqa: E402
 from rayd.engine import ploc, triangles  # noqa: E402
 
-DEFAULTS = (ploc.RADIUS, ploc.MAX_LEAF)  # what ``ploc`` alone means
+DEFAULTS = (ploc.RADIUS, ploc.MAX_LEAF, ploc.TAIL, ploc.SYNC_EVERY)  # what ``ploc`` alone means
 
 
 DEVICE = "cuda"
@@ -71,13 +72,14 @@ def _configure(spec):
     kw = {o[0]: int(o[1:]) for o in opts}
     triangles.set_bvh_constructor(name)
     ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", DEFAULTS[0]), kw.get("l", DEFAULTS[1])
+    ploc.TAIL, ploc.SYNC_EVERY = kw.get("t", DEFAULTS[2]), kw.get("s", DEFAULTS[3])
     return name
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--builders", default="sah,cubql,lbvh,ploc,ploc:r2:l1,ploc:r2:l2,ploc:r4:l4,ploc:r16:l1")
+    ap.add_argument("--builders", default="sah,cubql,lbvh,ploc,ploc:t64,ploc:t256,ploc:t1024,ploc:s1,ploc:s8,ploc:r2:l1,ploc:r2:l2,ploc:r4:l4,ploc:r16:l1")
     ap.add_argument("--no-mitsuba", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny workloads on the CPU (checks the script only)")
     args = ap.parse_args()

@@ -222,3 +222,20 @@ def test_instances_of_ploc_bottom_levels(device):
     assert (out[0][0] >= 0).sum() > 500
     for x, y in zip(*out):
         torch.testing.assert_close(x, y, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("max_leaf", [1, 4])
+def test_tail_in_one_thread_builds_the_same_tree(device, max_leaf):
+    """``tail``: the passes finished by one thread give the tree of the parallel passes, bit for bit."""
+    lo, hi = _boxes(np.random.default_rng(9), 3000)
+    args = (wp.array(lo, dtype=wp.vec3, device=device), wp.array(hi, dtype=wp.vec3, device=device))
+    trees = [PlocBvh(*args, max_leaf=max_leaf, tail=t) for t in (0, 64, 5000)]
+    ref = tree_arrays(trees[0].nodes)
+    for bvh in trees[1:]:
+        check_tree(bvh.nodes, bvh.parents, lo, hi, 3000)
+        got = tree_arrays(bvh.nodes)
+        for key in ("lo", "hi", "left", "right", "leaf", "primitives"):
+            np.testing.assert_array_equal(got[key], ref[key])
+        np.testing.assert_array_equal(bvh.parents.numpy(), trees[0].parents.numpy())
+        assert bvh.nodes.depth == trees[0].nodes.depth
+    assert trees[2].launches < trees[1].launches < trees[0].launches

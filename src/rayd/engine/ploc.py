@@ -58,6 +58,10 @@ MAX_LEAF = int(os.environ.get("RAYD_PLOC_LEAF_SIZE", "4"))
 #: PLOC passes between two host reads of the cluster count (the loop's only host synchronisation).
 SYNC_EVERY = int(os.environ.get("RAYD_PLOC_SYNC_EVERY", "4"))
 
+#: Clusters left (at most, as last read) when one thread finishes the passes in one launch (the
+#: same passes, so the same tree; the last passes are launch-bound). 0 (default): never.
+TAIL = int(os.environ.get("RAYD_PLOC_TAIL", "0"))
+
 _LEAF_BIT = wp.constant(-2147483648)  # bit 31 of an int32
 
 
@@ -103,13 +107,9 @@ def _leaves_kernel(lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.ve
     flag[s] = 1
 
 
-@wp.kernel
-def _nearest_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3), counts: wp.array(dtype=wp.int32),
-                    radius: int, nearest: wp.array(dtype=wp.int32)):
-    i = wp.tid()
-    count = int(counts[0])
-    if i >= count:
-        return
+@wp.func
+def _nearest(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3), count: int, radius: int, i: int) -> int:
+    """The nearest neighbour of cluster ``i`` among ``i - radius .. i + radius`` (``-1`` if alone)."""
     lo_i = cl_lo[i]
     hi_i = cl_hi[i]
     best_d = float(0.0)
@@ -126,7 +126,16 @@ def _nearest_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec
                 best_lo = a
                 best_hi = b
                 best = j
-    nearest[i] = wp.int32(best)
+    return best
+
+
+@wp.kernel
+def _nearest_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3), counts: wp.array(dtype=wp.int32),
+                    radius: int, nearest: wp.array(dtype=wp.int32)):
+    i = wp.tid()
+    count = int(counts[0])
+    if i < count:
+        nearest[i] = wp.int32(_nearest(cl_lo, cl_hi, count, radius, i))
 
 
 @wp.kernel
@@ -141,6 +150,36 @@ def _keep_kernel(counts: wp.array(dtype=wp.int32), nearest: wp.array(dtype=wp.in
     else:
         j = int(nearest[i])
         keep[i] = wp.where(int(nearest[j]) == i and j < i, 0, 1)
+
+
+@wp.func
+def _make_node(node: int, a: int, b: int, lo: wp.vec3, hi: wp.vec3, max_leaf: int, c_t: float, c_i: float,
+               node_lo: wp.array(dtype=wp.vec3), node_hi: wp.array(dtype=wp.vec3), child: wp.array(dtype=wp.vec2i),
+               parent: wp.array(dtype=wp.int32), leaves: wp.array(dtype=wp.int32), cost: wp.array(dtype=float),
+               size: wp.array(dtype=wp.int32), height: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32)):
+    """Node ``node`` over children ``a``, ``b`` (box ``lo``..``hi``): links, counts, SAH cost and collapse decision."""
+    n = int(node_lo.shape[0] + 1) // 2
+    node_lo[node] = lo
+    node_hi[node] = hi
+    child[node - n] = wp.vec2i(a, b)
+    parent[a] = node
+    parent[b] = node
+    parent[node] = -1
+    prims = leaves[a] + leaves[b]
+    leaves[node] = prims
+    area = _half_area(lo, hi)
+    split = c_t * area + cost[a] + cost[b]
+    as_leaf = c_i * float(prims) * area
+    if prims <= max_leaf and as_leaf <= split:
+        cost[node] = as_leaf
+        size[node] = 1
+        height[node] = 1
+        flag[node] = 1
+    else:
+        cost[node] = split
+        size[node] = 1 + size[a] + size[b]
+        height[node] = 1 + wp.max(height[a], height[b])
+        flag[node] = 0
 
 
 @wp.kernel
@@ -173,31 +212,49 @@ def _merge_kernel(
         lo = wp.min(lo, cl_lo[j])
         hi = wp.max(hi, cl_hi[j])
         node = wp.atomic_add(next_id, 0, 1)
-        n = int(node_lo.shape[0] + 1) // 2
-        node_lo[node] = lo
-        node_hi[node] = hi
-        child[node - n] = wp.vec2i(a, b)
-        parent[a] = node
-        parent[b] = node
-        parent[node] = -1
-        prims = leaves[a] + leaves[b]
-        leaves[node] = prims
-        area = _half_area(lo, hi)
-        split = c_t * area + cost[a] + cost[b]
-        as_leaf = c_i * float(prims) * area
-        if prims <= max_leaf and as_leaf <= split:
-            cost[node] = as_leaf
-            size[node] = 1
-            height[node] = 1
-            flag[node] = 1
-        else:
-            cost[node] = split
-            size[node] = 1 + size[a] + size[b]
-            height[node] = 1 + wp.max(height[a], height[b])
-            flag[node] = 0
+        _make_node(node, a, b, lo, hi, max_leaf, c_t, c_i, node_lo, node_hi, child, parent, leaves, cost, size,
+                   height, flag)
     out_node[p] = node
     out_lo[p] = lo
     out_hi[p] = hi
+
+
+@wp.kernel
+def _tail_kernel(
+    counts: wp.array(dtype=wp.int32), radius: int, max_leaf: int, c_t: float, c_i: float,
+    nearest: wp.array(dtype=wp.int32), cl_node: wp.array(dtype=wp.int32), cl_lo: wp.array(dtype=wp.vec3),
+    cl_hi: wp.array(dtype=wp.vec3), next_id: wp.array(dtype=wp.int32),
+    node_lo: wp.array(dtype=wp.vec3), node_hi: wp.array(dtype=wp.vec3), child: wp.array(dtype=wp.vec2i),
+    parent: wp.array(dtype=wp.int32), leaves: wp.array(dtype=wp.int32), cost: wp.array(dtype=float),
+    size: wp.array(dtype=wp.int32), height: wp.array(dtype=wp.int32), flag: wp.array(dtype=wp.int32),
+):
+    """The remaining PLOC passes in one thread (the same passes, so the same tree), clusters compacted in place."""
+    count = int(counts[0])
+    while count > 1:
+        for i in range(count):
+            nearest[i] = wp.int32(_nearest(cl_lo, cl_hi, count, radius, i))
+        p = int(0)
+        for i in range(count):
+            j = int(nearest[i])
+            if int(nearest[j]) == i and j < i:
+                continue  # merged into j
+            lo = cl_lo[i]
+            hi = cl_hi[i]
+            node = cl_node[i]
+            if int(nearest[j]) == i:
+                lo = wp.min(lo, cl_lo[j])
+                hi = wp.max(hi, cl_hi[j])
+                made = int(next_id[0])
+                next_id[0] = made + 1
+                _make_node(made, node, cl_node[j], lo, hi, max_leaf, c_t, c_i, node_lo, node_hi, child, parent,
+                           leaves, cost, size, height, flag)
+                node = made
+            cl_node[p] = node  # p <= i < j: nothing still to be read is overwritten
+            cl_lo[p] = lo
+            cl_hi[p] = hi
+            p += 1
+        count = p
+    counts[0] = count
 
 
 @wp.kernel
@@ -273,6 +330,8 @@ class PlocBvh:
         radius: neighbours searched on either side (default :data:`RADIUS`).
         costs: ``(C_T, C_I)``, the SAH costs of a node and of a primitive test.
         sync_every: passes between host reads of the cluster count (default :data:`SYNC_EVERY`).
+        tail: once at most this many clusters are left (as last read), one thread finishes
+            the passes in one launch (default :data:`TAIL`; 0: never).
 
     Attributes:
         nodes: :class:`rayd.engine.bvh_nodes.BvhNodes` of the tree (root 0, pre-order),
@@ -288,11 +347,13 @@ class PlocBvh:
 
     def __init__(self, lowers: wp.array, uppers: wp.array, stream: wp.Stream | None = None, *,
                  max_leaf: int | None = None, radius: int | None = None,
-                 costs: tuple[float, float] = (1.0, 1.0), sync_every: int | None = None) -> None:
+                 costs: tuple[float, float] = (1.0, 1.0), sync_every: int | None = None,
+                 tail: int | None = None) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
         radius = RADIUS if radius is None else int(radius)
         sync_every = max(1, SYNC_EVERY if sync_every is None else int(sync_every))
+        tail = TAIL if tail is None else int(tail)
         if n < 1:
             raise ValueError("rayd.engine.PlocBvh(): needs at least one box")
         if not 1 <= max_leaf <= 8:
@@ -348,6 +409,13 @@ class PlocBvh:
                            leaves, cost, size, height, flag], device=dev, stream=stream, record_cmd=True),
             ))
         while count > 1:
+            if count <= tail:
+                wp.launch(_tail_kernel, 1,
+                          [counts[src], radius, max_leaf, c_t, c_i, nearest, cl_node[src], cl_lo[src], cl_hi[src]],
+                          [next_id, node_lo, node_hi, child, parent, leaves, cost, size, height, flag], device=dev,
+                          stream=stream)
+                launches += 1
+                break
             if iterations >= limit:  # cannot happen with the pair order above; guards the loop
                 raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {iterations} iterations")
             for cmd in passes[0] + passes[1]:
