@@ -5,7 +5,7 @@ Trees (all over the same padded triangle boxes of ``rayd.engine.TriangleScene``)
 
 - ``sah``: Warp's host SAH builder, leaf 1 (rayd's default tree);
 - ``ploc[:rR][:lL]``: rayd's PLOC (``rayd.engine.ploc``), radius R (default ``ploc.RADIUS``), leaves of
-  at most L triangles by SAH (default ``ploc.MAX_LEAF``);
+  at most L triangles by SAH (default ``ploc.MAX_LEAF``), ``:cC``: C_I = C / 10 (C_T = 1);
 - ``lbvh30`` / ``lbvh63``: Karras 2012 LBVH, one triangle per leaf, over 30-bit per-axis
   (what Warp's CUDA ``"lbvh"`` builder uses) or 63-bit cubic Morton keys of the box
   centres; its boxes are computed here on the host (a reference tree, not a builder).
@@ -203,10 +203,11 @@ def build(spec: str, points: wp.array, indices: wp.array) -> tuple[BvhNodes, dic
         kw = {o[0]: int(o[1:]) for o in opts}
         was_r, was_l = ploc.RADIUS, ploc.MAX_LEAF
         ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", DEFAULTS[0]), kw.get("l", DEFAULTS[1])
+        ploc.COSTS = (1.0, kw.get("c", 10) / 10.0)
         try:
             tri = triangles.TriangleScene(points, indices, bvh_constructor=name, layout="warp")
         finally:
-            ploc.RADIUS, ploc.MAX_LEAF = was_r, was_l
+            ploc.RADIUS, ploc.MAX_LEAF, ploc.COSTS = was_r, was_l, (1.0, 1.0)
         info = {"build_s": time.perf_counter() - t0}
         if tri.tree is not None:
             info.update(iterations=tri.tree.iterations, launches=tri.tree.launches)

@@ -5,7 +5,8 @@
 For terrain 2M (coherent, 4M rays) and the bumpy sphere 1M (incoherent, 4M rays), per
 builder (``sah``: Warp's host SAH; ``cubql``, ``lbvh``: Warp's GPU builders; ``ploc[:rR][:lL][:tT][:sS]``:
 rayd's PLOC with radius R, leaves of up to L triangles, the last passes from T clusters in
-one thread, a host read of the count every S passes, ``rayd.engine.ploc``):
+one thread, a host read of the count every S passes, ``:cC``: C_I = C / 10 (C_T = 1),
+``rayd.engine.ploc``):
 
 - ``tri_build_ms``: ``rayd.engine.TriangleScene(...)`` alone (boxes, tree, pair nodes,
   refit set-up), kernels warm (one build first), median of 7, synchronised;
@@ -73,6 +74,7 @@ def _configure(spec):
     triangles.set_bvh_constructor(name)
     ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", DEFAULTS[0]), kw.get("l", DEFAULTS[1])
     ploc.TAIL, ploc.SYNC_EVERY = kw.get("t", DEFAULTS[2]), kw.get("s", DEFAULTS[3])
+    ploc.COSTS = (1.0, kw.get("c", 10) / 10.0)
     return name
 
 

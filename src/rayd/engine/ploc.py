@@ -55,6 +55,9 @@ RADIUS = int(os.environ.get("RAYD_PLOC_RADIUS", "2"))
 #: Most primitives a leaf of the built tree holds (collapsing by SAH; 1 = no collapse).
 MAX_LEAF = int(os.environ.get("RAYD_PLOC_LEAF_SIZE", "4"))
 
+#: SAH costs ``(C_T, C_I)`` of a node and of a primitive test (they decide the leaf collapse).
+COSTS = (1.0, 1.0)
+
 #: PLOC passes between two host reads of the cluster count (the loop's only host synchronisation).
 SYNC_EVERY = int(os.environ.get("RAYD_PLOC_SYNC_EVERY", "4"))
 
@@ -328,7 +331,7 @@ class PlocBvh:
         stream: the stream to build on (``None`` on the CPU).
         max_leaf: most primitives per leaf, 1 to 8 (default :data:`MAX_LEAF`).
         radius: neighbours searched on either side (default :data:`RADIUS`).
-        costs: ``(C_T, C_I)``, the SAH costs of a node and of a primitive test.
+        costs: ``(C_T, C_I)``, the SAH costs of a node and of a primitive test (default :data:`COSTS`).
         sync_every: passes between host reads of the cluster count (default :data:`SYNC_EVERY`).
         tail: once at most this many clusters are left (as last read), one thread finishes
             the passes in one launch (default :data:`TAIL`; 0: never).
@@ -347,7 +350,7 @@ class PlocBvh:
 
     def __init__(self, lowers: wp.array, uppers: wp.array, stream: wp.Stream | None = None, *,
                  max_leaf: int | None = None, radius: int | None = None,
-                 costs: tuple[float, float] = (1.0, 1.0), sync_every: int | None = None,
+                 costs: tuple[float, float] | None = None, sync_every: int | None = None,
                  tail: int | None = None) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
@@ -362,6 +365,7 @@ class PlocBvh:
             raise ValueError(f"rayd.engine.PlocBvh(): 'radius' must be at least 1, got {radius}")
         dev = lowers.device
         self.device = dev
+        costs = COSTS if costs is None else costs
         c_t, c_i = float(costs[0]), float(costs[1])
         m = 2 * n - 1
         keys = BoxKeys(n, dev)
