@@ -18,7 +18,8 @@ def _tri(v, f, kind, face_base=0):
     try:
         return triangles.TriangleScene(wp.array(v, dtype=wp.vec3, device="cpu"),
                                        wp.array(f.ravel(), dtype=wp.int32, device="cpu"),
-                                       num_triangles=len(f) - face_base, face_base=face_base, layout="pair")
+                                       num_triangles=len(f) - face_base, face_base=face_base, layout="pair",
+                                       bvh_constructor="sah")  # Warp's tree: the one both refits apply to
     finally:
         triangles.set_refit(was)
 
