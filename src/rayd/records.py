@@ -131,3 +131,23 @@ class HitRecord(FieldRecord):
     def is_valid(self) -> Any:
         """True where the ray hit something (``prim_id >= 0``), in the frontend's bool type."""
         return self._fields["prim_id"] >= 0
+
+
+class ChainRecord(FieldRecord):
+    """Fields of a reflection chain (``ReflectionChain``): a slot is valid where it holds a hit."""
+
+    __slots__ = ()
+
+    def is_valid(self) -> Any:
+        """True in the slots that hold a hit (``global_prim_id >= 0``), in the frontend's bool type."""
+        return self._fields["global_prim_id"] >= 0
+
+
+class PathRecord(FieldRecord):
+    """Fields of specular paths (``SpecularPaths``, ``SpecularPathSet``): ``is_valid()`` is the ``valid`` field."""
+
+    __slots__ = ()
+
+    def is_valid(self) -> Any:
+        """The ``valid`` field (bool per path)."""
+        return self._fields["valid"]

@@ -36,6 +36,30 @@ def scalar_ignore(call: str, ignore: object, arrays: str) -> int | None:
     return ignore
 
 
+def check_ignore(call: str, batch: Any, ignore: object, arrays: str, one: Callable[[int], Any],
+                 many: Callable[[str, Any, object], tuple[Any, Any]]) -> tuple[Any, Any]:
+    """A query's ``ignore``: none, one ``global_prim_id`` for every ray, or an array of them.
+
+    Args:
+        call: the public call, for messages.
+        batch: the query's batch (shape or width) so far.
+        ignore: the user's ``ignore`` argument.
+        arrays: as for :func:`scalar_ignore`.
+        one: ``one(id)``: the frontend's value for one id (:func:`scalar_ignore`'s int).
+        many: ``many(call, batch, ignore)``: the frontend's checked array and the batch
+            with it broadcast in.
+
+    Returns:
+        ``(batch, ignore)``: ``ignore`` is ``None``, ``one(id)`` or ``many``'s array.
+    """
+    if ignore is None:
+        return batch, None
+    value = scalar_ignore(call, ignore, arrays)
+    if value is not None:
+        return batch, one(value)
+    return many(call, batch, ignore)
+
+
 def interval_bound(call: str, name: str, value: object, arrays: str, is_array: Callable[[object], bool],
                    check_array: Callable[[str, object], Any], type_name: Callable[[object], str]) -> Any:
     """A ``Ray`` bound (``tmin``/``tmax``): a Python float, or the frontend's checked float array.
