@@ -81,7 +81,8 @@ def _configure(spec):
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "/tmp/out"))
-    ap.add_argument("--builders", default="sah,cubql,lbvh,ploc,ploc:t64,ploc:t256,ploc:t1024,ploc:s1,ploc:s8,ploc:r2:l1,ploc:r2:l2,ploc:r4:l4,ploc:r16:l1")
+    ap.add_argument("--builders", default=("sah,cubql,lbvh,ploc,ploc:t64,ploc:t256,ploc:t1024,ploc:s1,ploc:s8,"
+                                           "ploc:r2:l1,ploc:r2:l2,ploc:r4:l4,ploc:r16:l1"))
     ap.add_argument("--no-mitsuba", action="store_true")
     ap.add_argument("--smoke", action="store_true", help="tiny workloads on the CPU (checks the script only)")
     args = ap.parse_args()
@@ -154,7 +155,8 @@ def main() -> None:
     with open(out_path, "w") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
-    keys = ("tri_build_ms", "ploc_ms", "scene_build_ms", "closest_all_ms", "closest_minimal_ms", "same_prim", "iterations",
+    keys = ("tri_build_ms", "ploc_ms", "scene_build_ms", "closest_all_ms", "closest_minimal_ms", "same_prim",
+            "iterations",
             "launches", "depth")
     print("\n| workload | builder | " + " | ".join(keys) + " |")
     print("|---|---|" + "---|" * len(keys))
