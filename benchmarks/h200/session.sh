@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One warm H200 call after the wheels are unpacked under /tmp/site (see ../shared/device/stage_wheels.sh):
-#   bash benchmarks/h200/session.sh tests|fences|bench|edges|ab|instances_ab|instances|instance_walks
+#   bash benchmarks/h200/session.sh tests|fences|bench|edges|ab|instances_ab|instances|instance_walks|builders|ploc_tests
 # Writes logs under $OUT (the device tool brings them back) and prints a short summary last.
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD/src
@@ -43,4 +43,16 @@ case "$what" in
   instances)
     timeout 200 python3 benchmarks/instances.py --device cuda --mitsuba --json "$OUT/instances_h200.jsonl" \
       > "$OUT/instances_h200.txt" 2>&1; tail -20 "$OUT/instances_h200.txt" ;;
+  builders)
+    # issue 18 "build": build ms (kernels warm) and closest-hit ms per triangle-BVH builder, beside Mitsuba
+    timeout 580 python3 benchmarks/h200/builders.py --out "$OUT" > "$OUT/builders_h200.txt" 2>&1
+    tail -32 "$OUT/builders_h200.txt" ;;
+  ploc_tests)
+    # the PLOC builder's own tests, then the engine and the ray/surface suites with it as the builder
+    timeout 280 python3 -m pytest -q -p no:cacheprovider -k cuda tests/engine/test_ploc.py tests/torch/test_watertight.py \
+      > "$OUT/ploc_tests_cuda.txt" 2>&1; tail -3 "$OUT/ploc_tests_cuda.txt"
+    RAYD_BVH_CONSTRUCTOR=ploc timeout 300 python3 -m pytest -q -p no:cacheprovider -k cuda tests/engine \
+      tests/torch/test_intersect_parity.py tests/torch/test_instances.py tests/torch/test_surface.py \
+      tests/torch/test_lifecycle.py tests/torch/test_occlusion.py > "$OUT/ploc_suite_cuda.txt" 2>&1
+    grep -E "FAILED|ERROR" "$OUT/ploc_suite_cuda.txt" | head -20; tail -2 "$OUT/ploc_suite_cuda.txt" ;;
 esac

@@ -19,7 +19,8 @@ def _tri(v, f, kind, face_base=0, order="climb", device="cpu"):
     try:
         return triangles.TriangleScene(wp.array(v, dtype=wp.vec3, device=device),
                                        wp.array(f.ravel(), dtype=wp.int32, device=device),
-                                       num_triangles=len(f) - face_base, face_base=face_base, layout="pair")
+                                       num_triangles=len(f) - face_base, face_base=face_base, layout="pair",
+                                       bvh_constructor="sah")  # Warp's tree: the one both refits apply to
     finally:
         triangles.set_refit(was)
         refit.set_refit_order(was_order)

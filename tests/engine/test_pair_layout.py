@@ -176,7 +176,8 @@ def test_pair_encoding_single_leaf_and_counts():
     assert tri.pairs.root == -1
     v, f = _soup(11, 40)
     tri = triangles.TriangleScene(wp.array(v, dtype=wp.vec3, device="cpu"),
-                                  wp.array(f.ravel(), dtype=wp.int32, device="cpu"), layout="pair")
+                                  wp.array(f.ravel(), dtype=wp.int32, device="cpu"), layout="pair",
+                                  bvh_constructor="sah")  # leaves of one triangle (RAYD_BVH_CONSTRUCTOR aside)
     pairs: PairNodes = tri.pairs
     links = pairs.links.numpy()[3::4, :2]
     assert pairs.root == 0 and links.shape[0] == 39  # F - 1 inner nodes with one triangle per leaf

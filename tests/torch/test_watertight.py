@@ -8,6 +8,24 @@ import reference
 import torch
 
 import rayd.torch as rt
+from rayd.engine import cpu_embree, triangles
+
+
+@pytest.fixture(autouse=True, params=["default", "ploc"])
+def bvh_constructor(request):
+    """Every test over the default builder and over rayd's PLOC builder (``set_bvh_constructor("ploc")``;
+    on the CPU with Embree off, so that the PLOC tree is the one walked)."""
+    if request.param == "default":
+        yield request.param
+        return
+    was, was_embree = triangles.bvh_constructor(), cpu_embree.active()
+    triangles.set_bvh_constructor("ploc")
+    cpu_embree.set_enabled(False)
+    try:
+        yield request.param
+    finally:
+        triangles.set_bvh_constructor(was)
+        cpu_embree.set_enabled(was_embree)
 
 
 def _build(vertices, faces, device):

@@ -23,6 +23,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
+from rayd.engine.morton import morton_code
 from rayd.engine.tree_refit import TreeRefit
 
 # Build kernels have no derivatives: skip generating adjoint code (faster first compile).
@@ -105,30 +106,9 @@ def _edges_morton_kernel(
     codes: wp.array(dtype=wp.int64),
     order: wp.array(dtype=wp.int32),
 ):
-    """Morton code of ``bits`` bits per axis (10: 30-bit keys, 21: 63-bit keys).
-
-    ``cubic``: one scale for all axes (the largest extent), so that a cell is a cube and
-    a flat scene spends no key bits on splits across its thin axis early.
-    """
+    """Morton code (``morton.morton_code``) of ``bits`` bits per axis (10: 30-bit keys, 21: 63-bit keys)."""
     e = wp.tid()
-    c = centroid[e]
-    code = wp.int64(0)
-    scale = float(1 << bits)
-    top = (1 << bits) - 1
-    big = wp.max(wp.max(bounds[3] - bounds[0], bounds[4] - bounds[1]), bounds[5] - bounds[2])
-    for k in range(3):
-        lo = bounds[k]
-        extent = bounds[3 + k] - lo
-        if cubic != 0:
-            extent = big
-        x = float(0.0)
-        if extent > 0.0:
-            x = wp.clamp((c[k] - lo) / extent, 0.0, 1.0)
-        if not wp.isfinite(x):
-            x = 0.0
-        q = wp.int64(wp.min(int(x * scale), top))
-        for b in range(bits):
-            code = code | (((q >> wp.int64(b)) & wp.int64(1)) << wp.int64(3 * b + 2 - k))
+    code = morton_code(centroid[e], bounds, bits, cubic)
     codes[e] = code
     order[e] = wp.int32(e)
 

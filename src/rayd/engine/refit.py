@@ -5,10 +5,11 @@ bottom-up kernel (issue 18, "Refit").
 passes (each thread folds a strided run of points, then 256 partial maxima are folded
 into one), not by an ``atomic_max`` of every point on one address.
 
-:class:`FusedRefit` refits a ``TriangleScene`` whose ``wp.Bvh`` came from Warp's host
-builder with one triangle per leaf (``2 F - 1`` nodes, parents recorded by Warp):
-one thread per leaf computes its padded triangle box (and the
-triangle's box in ``lowers``/``uppers``, and the leaf-ordered corners of
+:class:`FusedRefit` refits a ``TriangleScene`` whose tree has no unused node slots and a
+parent per node: a ``wp.Bvh`` from Warp's host builder with one triangle per leaf
+(``2 F - 1`` nodes, parents recorded by Warp), or a ``ploc.PlocBvh`` (leaves of one or
+more triangles): one thread per leaf computes its padded triangle boxes (the leaf's box,
+each triangle's box in ``lowers``/``uppers``, and the leaf-ordered corners of
 ``pair_nodes.PairNodes.tris``), then climbs with one atomic counter per node; the
 second child to arrive writes the parent's box into Warp's node arrays (which other
 queries read) and both children's boxes into the parent's pair node (Karras 2012,
@@ -144,18 +145,20 @@ def _union_into(
     upper_index: wp.array(dtype=wp.vec4i),
     number: wp.array(dtype=wp.int32),
     boxes: wp.array(dtype=wp.vec4),
+    has_pairs: int,
 ):
-    """Write inner node ``parent``'s box (the union of its children's) and its pair node."""
+    """Write inner node ``parent``'s box (the union of its children's) and (``has_pairs``) its pair node."""
     left = lower_index[parent][3]
     right = upper_index[parent][3] & 0x7FFFFFFF
     la = _load_l2(lowers, left)
     lb = _load_l2(uppers, left)
     ra = _load_l2(lowers, right)
     rb = _load_l2(uppers, right)
-    k = number[parent]
-    boxes[4 * k] = wp.vec4(la[0], la[1], la[2], lb[0])
-    boxes[4 * k + 1] = wp.vec4(lb[1], lb[2], ra[0], ra[1])
-    boxes[4 * k + 2] = wp.vec4(ra[2], rb[0], rb[1], rb[2])
+    if has_pairs != 0:
+        k = number[parent]
+        boxes[4 * k] = wp.vec4(la[0], la[1], la[2], lb[0])
+        boxes[4 * k + 1] = wp.vec4(lb[1], lb[2], ra[0], ra[1])
+        boxes[4 * k + 2] = wp.vec4(ra[2], rb[0], rb[1], rb[2])
     plo = wp.min(wp.vec3(la[0], la[1], la[2]), wp.vec3(ra[0], ra[1], ra[2]))
     phi = wp.max(wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(rb[0], rb[1], rb[2]))
     _write_box(lower_f, parent, plo, phi, 0)
@@ -181,27 +184,38 @@ def _fused_refit_kernel(
     number: wp.array(dtype=wp.int32),
     item_lowers: wp.array(dtype=wp.vec3),
     item_uppers: wp.array(dtype=wp.vec3),
+    has_pairs: int,
     tris: wp.array(dtype=wp.vec4),
     boxes: wp.array(dtype=wp.vec4),
     climb: int,
     second_fence: int,
 ):
-    n = leaf_nodes[wp.tid()]  # one triangle per leaf (Warp's host builder, leaf size 1)
-    slot = lower_index[n][3] & 0x7FFFFFFF
-    f = primitives[slot]
-    row = 3 * (face_base + f)
-    a = points[indices[row]]
-    b = points[indices[row + 1]]
-    c = points[indices[row + 2]]
-    tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
-    tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
-    tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
+    n = leaf_nodes[wp.tid()]
+    if n < 0:
+        return  # an unused entry (trees with leaves of several triangles)
+    first = lower_index[n][3] & 0x7FFFFFFF
+    end = upper_index[n][3] & 0x7FFFFFFF
     pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
     grow = wp.vec3(pad, pad, pad)
-    lo = wp.min(wp.min(a, b), c) - grow
-    hi = wp.max(wp.max(a, b), c) + grow
-    item_lowers[f] = lo
-    item_uppers[f] = hi
+    inf = float(1.0e30)
+    lo = wp.vec3(inf, inf, inf)
+    hi = wp.vec3(-inf, -inf, -inf)
+    for slot in range(first, end):
+        f = primitives[slot]
+        row = 3 * (face_base + f)
+        a = points[indices[row]]
+        b = points[indices[row + 1]]
+        c = points[indices[row + 2]]
+        if has_pairs != 0:
+            tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
+            tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
+            tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
+        tlo = wp.min(wp.min(a, b), c) - grow
+        thi = wp.max(wp.max(a, b), c) + grow
+        item_lowers[f] = tlo
+        item_uppers[f] = thi
+        lo = wp.min(lo, tlo)
+        hi = wp.max(hi, thi)
     _write_box(lower_f, n, lo, hi, 0)
     _write_box(upper_f, n, lo, hi, 1)
     if climb == 0:
@@ -214,7 +228,8 @@ def _fused_refit_kernel(
             return  # the sibling's thread finishes the parent
         if second_fence != 0:
             _fence()  # and reads what the sibling wrote before its own fence and increment
-        _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes)
+        _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes,
+                    has_pairs)
         node = parent
         parent = parents[node]
 
@@ -268,6 +283,7 @@ def _climb_refit_kernel(
     upper_index: wp.array(dtype=wp.vec4i),
     number: wp.array(dtype=wp.int32),
     boxes: wp.array(dtype=wp.vec4),
+    has_pairs: int,
 ):
     # "split", second launch: a thread per leaf climbs (the leaf boxes came from the first launch).
     node = leaf_nodes[wp.tid()]
@@ -276,7 +292,7 @@ def _climb_refit_kernel(
         _fence()
         if wp.atomic_add(counters, parent, 1) == 0:
             return
-        _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes)
+        _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes, has_pairs)
         node = parent
         parent = parents[node]
 
@@ -300,9 +316,11 @@ def _level_refit_kernel(
     upper_index: wp.array(dtype=wp.vec4i),
     number: wp.array(dtype=wp.int32),
     boxes: wp.array(dtype=wp.vec4),
+    has_pairs: int,
 ):
     # The inner nodes of one level: their children (deeper levels, leaves) were written by earlier launches.
-    _union_into(order[first + wp.tid()], lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes)
+    _union_into(order[first + wp.tid()], lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes,
+                has_pairs)
 
 
 @wp.kernel
@@ -357,16 +375,22 @@ def _leaf_list_kernel(lower_index: wp.array(dtype=wp.vec4i), position: wp.array(
 
 
 class FusedRefit:
-    """The fused refit of one ``TriangleScene`` with pair nodes (see the module docstring).
+    """The fused refit of one ``TriangleScene`` (see the module docstring).
 
-    Use :meth:`applies` first: it needs Warp's host-built layout with one triangle per leaf.
+    Args:
+        nodes: the tree's node views (Warp's packed layout).
+        parents: int32 (num_nodes,), parent of each node (``-1`` at the root).
+        num_triangles: F.
+
+    Leaves may hold several triangles (a slot range; ``single_slot=False`` says they may, and
+    order ``"split"`` then climbs as ``"climb"``). For a ``wp.Bvh`` use
+    :meth:`from_bvh` after :meth:`applies` (Warp's host-built layout, one triangle per leaf).
     """
 
-    def __init__(self, bvh: wp.Bvh, nodes: BvhNodes, num_triangles: int) -> None:
+    def __init__(self, nodes: BvhNodes, parents: wp.array, num_triangles: int, single_slot: bool = True) -> None:
         device = nodes.lowers.device
         count = nodes.lowers.shape[0]
-        words = wp.array(ptr=bvh.id, dtype=wp.uint64, shape=(6,), device=device).numpy()
-        self.parents = wp.array(ptr=int(words[2]), dtype=wp.int32, shape=(count,), device=device)
+        self.parents = parents
         self.lower_f = wp.array(ptr=nodes.lowers.ptr, dtype=float, shape=(4 * count,), device=device)
         self.upper_f = wp.array(ptr=nodes.uppers.ptr, dtype=float, shape=(4 * count,), device=device)
         self.counters = wp.zeros(count, dtype=wp.int32, device=device)
@@ -375,9 +399,11 @@ class FusedRefit:
         position = wp.empty(count, dtype=wp.int32, device=device)
         wp.launch(_leaf_flags_kernel, count, [nodes.lower_index], [flags], device=device)
         wp.utils.array_scan(flags, position, inclusive=False)
-        self.leaf_nodes = wp.empty(num_triangles, dtype=wp.int32, device=device)
+        self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
         wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
         self.order = refit_order()
+        if self.order == "split" and not single_slot:
+            self.order = "climb"  # the slot pass writes one leaf box per slot: leaves of one triangle only
         if self.order == "split":
             self.slot_leaf = wp.empty(num_triangles, dtype=wp.int32, device=device)
             wp.launch(_slot_leaf_kernel, count, [nodes.lower_index], [self.slot_leaf], device=device)
@@ -401,6 +427,14 @@ class FusedRefit:
             wp.launch(_level_order_kernel, count, [depth, nodes.lower_index, cursor], [self.level_nodes],
                       device=device)
 
+    @classmethod
+    def from_bvh(cls, bvh: wp.Bvh, nodes: BvhNodes, num_triangles: int) -> FusedRefit:
+        """The refit of a ``wp.Bvh`` (its parents array read from Warp's descriptor)."""
+        device = nodes.lowers.device
+        words = wp.array(ptr=bvh.id, dtype=wp.uint64, shape=(6,), device=device).numpy()
+        parents = wp.array(ptr=int(words[2]), dtype=wp.int32, shape=(nodes.lowers.shape[0],), device=device)
+        return cls(nodes, parents, num_triangles)
+
     @staticmethod
     def applies(bvh: wp.Bvh, nodes: BvhNodes, num_triangles: int) -> bool:
         """True for a tree of ``2 F - 1`` nodes (no unused slots), ``F`` leaves of one slot each
@@ -417,18 +451,26 @@ class FusedRefit:
         return int(bad[0]) == 0 and int(bad[1]) == f
 
     def run(self, tri, stream: wp.Stream | None) -> None:
-        """Refit ``tri`` (its magnitude already measured) in one launch over its leaves."""
+        """Refit ``tri`` (its magnitude already measured) in one launch over its leaves (and, where
+        ``tri.pairs`` exists, its pair nodes and leaf triangles)."""
         n, p = tri.nodes, tri.pairs
-        if self.order == "split":
+        if p is None:  # no pair nodes to write (has_pairs = 0): placeholders
+            if getattr(self, "_no_pairs", None) is None:
+                self._no_pairs = wp.empty(1, dtype=wp.vec4, device=tri.device)
+            number, tris, boxes = self.counters, self._no_pairs, self._no_pairs
+        else:
+            number, tris, boxes = p.number, p.tris, p.boxes
+        has_pairs = int(p is not None)
+        if self.order == "split" and p is not None:  # (without pair nodes: one launch, as "climb1")
             self.counters.zero_()
             self._launches.launch(
                 _slot_refit_kernel, self.num_triangles,
                 [tri.points, tri.indices, tri.face_base, tri.magnitude, n.primitives, self.slot_leaf, self.lower_f,
-                 self.upper_f, tri.lowers, tri.uppers, p.tris], tri.device, stream)
+                 self.upper_f, tri.lowers, tri.uppers, tris], tri.device, stream)
             self._launches.launch(
                 _climb_refit_kernel, self.num_triangles,
                 [self.leaf_nodes, self.parents, self.counters, n.lowers, n.uppers, self.lower_f, self.upper_f,
-                 n.lower_index, n.upper_index, p.number, p.boxes], tri.device, stream)
+                 n.lower_index, n.upper_index, number, boxes, has_pairs], tri.device, stream)
             return
         climb = self.order != "levels"
         if climb:
@@ -437,8 +479,8 @@ class FusedRefit:
             _fused_refit_kernel,
             self.num_triangles,
             [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, self.lower_f, self.upper_f,
-             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, p.number,
-             tri.lowers, tri.uppers, p.tris, p.boxes, int(climb), int(self.order == "climb")],
+             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, number,
+             tri.lowers, tri.uppers, has_pairs, tris, boxes, int(climb), int(self.order == "climb")],
             tri.device,
             stream,
         )
@@ -448,7 +490,7 @@ class FusedRefit:
             self._level_launches = [
                 wp.launch(_level_refit_kernel, size,
                           [self.level_nodes, first, n.lowers, n.uppers, self.lower_f, self.upper_f, n.lower_index,
-                           n.upper_index, p.number], [p.boxes], device=tri.device, record_cmd=True)
+                           n.upper_index, number], [boxes, has_pairs], device=tri.device, record_cmd=True)
                 for first, size in self.levels]
         for cmd in self._level_launches or ():
             cmd.launch(stream)

@@ -8,6 +8,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
+from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude
 from rayd.engine.runtime import LaunchCache, launch_stream
 
@@ -21,7 +22,12 @@ DEFAULT_BVH_CONSTRUCTOR = "sah"
 #: (experimental in Warp). Scenes of fewer than ``CUBQL_MIN_TRIANGLES`` triangles, and
 #: every CPU scene, keep the host SAH builder: a single-leaf cuBQL tree once made an
 #: edge search hang on the H200.
-CONSTRUCTORS = ("sah", "cubql")
+#: ``"ploc"``: rayd's own builder on the scene's device, CPU or CUDA (``ploc.py``: PLOC
+#: over 63-bit Morton keys, leaves of up to ``ploc.MAX_LEAF`` triangles by SAH); no
+#: ``wp.Bvh`` is made (:attr:`TriangleScene.bvh` is ``None``) and the refit is always
+#: ``refit.FusedRefit``. Off by default until measured on the H200.
+#: ``"lbvh"``: Warp's CUDA LBVH (30-bit Morton keys; for comparison, CPU scenes keep SAH).
+CONSTRUCTORS = ("sah", "cubql", "ploc", "lbvh")
 CUBQL_LEAF_SIZE = 2
 CUBQL_MIN_TRIANGLES = 4096
 _constructor = os.environ.get("RAYD_BVH_CONSTRUCTOR", DEFAULT_BVH_CONSTRUCTOR).strip().lower()
@@ -30,7 +36,16 @@ if _constructor not in CONSTRUCTORS:
 
 
 def set_bvh_constructor(name: str) -> None:
-    """Choose the builder of triangle BVHs built from now on (``"sah"`` or ``"cubql"``, CUDA only)."""
+    """Choose the builder of triangle BVHs built from now on: ``"sah"`` (Warp's, on the host),
+    ``"cubql"`` (Warp's cuBQL, CUDA only), ``"lbvh"`` (Warp's LBVH, CUDA only) or ``"ploc"``
+    (rayd's, on the scene's device).
+
+    Args:
+        name: the builder.
+
+    Raises:
+        ValueError: if ``name`` is none of :data:`CONSTRUCTORS`.
+    """
     global _constructor
     if name not in CONSTRUCTORS:
         raise ValueError(f"rayd.engine.set_bvh_constructor(): 'name' must be one of {CONSTRUCTORS}, got {name!r}")
@@ -128,7 +143,11 @@ def _magnitude_kernel(points: wp.array(dtype=wp.vec3), out: wp.array(dtype=float
 
 
 class TriangleScene:
-    """A ``wp.Bvh`` over ``F`` triangles ``indices[3 (face_base + f) + k]`` of ``points``.
+    """A BVH over ``F`` triangles ``indices[3 (face_base + f) + k]`` of ``points``.
+
+    The tree is a ``wp.Bvh`` (:attr:`bvh`) or, with the ``"ploc"`` builder, a
+    ``ploc.PlocBvh`` (:attr:`tree`); either way :attr:`nodes` views it in Warp's node
+    layout, which every rayd kernel reads.
 
     The frontend owns the storage: ``points`` is a Warp ``vec3`` view of a float32
     buffer the frontend fills at build time and refreshes before ``refit()``;
@@ -142,8 +161,8 @@ class TriangleScene:
         num_triangles: F (default: all of ``indices``); faces ``face_base ..
             face_base + F - 1`` are covered.
         face_base: first face of ``indices`` that this BVH covers.
-        bvh_constructor: ``"sah"``, ``"median"``, ``"lbvh"`` or ``"cubql"`` (the last two
-            CUDA only; default: :func:`bvh_constructor`, with its guards).
+        bvh_constructor: ``"sah"``, ``"median"``, ``"lbvh"``, ``"cubql"`` (these two CUDA
+            only) or ``"ploc"`` (``ploc.py``; default: :func:`bvh_constructor`, with its guards).
         layout: ``"pair"`` or ``"warp"`` (default: :func:`bvh_layout`); with ``"pair"``,
             :attr:`pairs` holds the child-pair nodes the search walks.
 
@@ -189,10 +208,20 @@ class TriangleScene:
         self._launches = LaunchCache()  # the refit's recorded launches
         layout = _layout if layout is None else layout
         self._reduce = layout == "pair" and _refit == "fused"
+        if bvh_constructor == "ploc":
+            self._reduce = True  # the fused refit is the only refit of a tree without a wp.Bvh
         with launch_stream(self.device, stream):
             self._bounds(stream)
-            self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=leaf_size)
-            self.nodes = read_nodes(self.bvh, num_triangles)
+            self.bvh = self.tree = None
+            if bvh_constructor == "ploc":
+                self.tree = PlocBvh(self.lowers, self.uppers, stream)
+                self.nodes = self.tree.nodes
+                if self.nodes.depth > MAX_DEPTH:
+                    self.tree = None
+                    bvh_constructor = self.constructor = "median"
+            if self.tree is None:
+                self.bvh = wp.Bvh(self.lowers, self.uppers, constructor=bvh_constructor, leaf_size=leaf_size)
+                self.nodes = read_nodes(self.bvh, num_triangles)
             if self.nodes.depth > MAX_DEPTH:
                 # Degenerate inputs can make SAH trees deeper than the traversal stack:
                 # a median split is balanced (depth about log2 F).
@@ -202,13 +231,16 @@ class TriangleScene:
             if layout == "pair" and leaf_size <= MAX_LEAF:
                 self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
             self.fused = None
-            if self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
-                self.fused = FusedRefit(self.bvh, self.nodes, num_triangles)
+            if self.tree is not None:
+                self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles,
+                                        single_slot=self.tree.num_nodes == 2 * num_triangles - 1)
+            elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
+                self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
 
     @property
     def id(self) -> int:
-        """The ``wp.Bvh`` id that query kernels take."""
-        return self.bvh.id
+        """The ``wp.Bvh`` id (0 for a tree rayd built itself: rayd's kernels read :attr:`nodes`)."""
+        return 0 if self.bvh is None else self.bvh.id
 
     def _bounds(self, stream: wp.Stream | None) -> None:
         # The padding follows the current magnitude, measured on the device (no host
