@@ -306,7 +306,7 @@ def usable(accel) -> bool:
 
 import warp as wp  # noqa: E402
 
-from rayd.engine.cpu_embree_kernels import _search_packets_kernel, _trace_kernel  # noqa: E402
+from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
 from rayd.engine.runtime import PerRow, run_parallel  # noqa: E402
 
 
@@ -323,16 +323,12 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
     query (a concurrent query on another thread allocates its own) and put back by :func:`search`."""
     cache = m.__dict__.pop("_scratch", None)  # atomic under the GIL
     if cache is None or cache["n"] != n:
-        cache = {"n": n, "origin": wp.empty(n, dtype=wp.vec3, device=dev),
-                 "direction": wp.empty(n, dtype=wp.vec3, device=dev),
-                 **{k: wp.empty(n, dtype=float, device=dev) for k in ("far", "start", "delta", "u", "v")},
-                 **{k: wp.empty(n, dtype=wp.int32, device=dev) for k in ("prim", "capped")},
-                 "redo": wp.empty(n, dtype=wp.uint8, device=dev)}
+        cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev)}
     return cache
 
 
 def _face_mode(accel, m: EmbreeMirror) -> int:
-    """Bits of the per-face checks a query may skip (see :func:`_finish_row`)."""
+    """Bits of the per-face checks a query may skip (see :func:`rayd.engine.cpu_embree_kernels._search16`)."""
     view = accel.view
     identity = getattr(accel, "_cpu_identity", None)
     if identity is None or identity[0] is not view.flat_global:
@@ -346,8 +342,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
 
     One Warp kernel per chunk of rays prepares Embree's rays, traces them 16 at a time
-    (:func:`rayd.engine.embree_api.intersect16`) and checks each winner; the chunks run on
-    all cores.
+    (``rtcIntersect16``) and checks each winner, a packet at a time in C++
+    (:func:`rayd.engine.cpu_embree_kernels._search16`); the chunks run on all cores.
 
     Args:
         accel: a :class:`SceneAccel` for which :func:`usable` holds.
@@ -363,18 +359,17 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     buf = _buffers(m, n, dev)
     args = [x.array if isinstance(x, PerRow) else x for x in rays.launch_args(n)]
     redo_count = wp.zeros(1, dtype=wp.int32, device=dev)
-    fixed = [*args, wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
-             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.fn, m.scene.ptr, embree_api.COHERENT_COS]
-    outputs = [buf[k] for k in ("origin", "direction", "far", "start", "delta", "prim", "capped", "u", "v")]
-    outputs += [global_prim_id, buf["redo"], redo_count]
     workers = os.cpu_count() or 1
     parts = max(1, min(8 * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
+    fused = [*args, wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.fn, m.scene.ptr, embree_api.COHERENT_COS]
+    fused_out = [global_prim_id, buf["redo"], redo_count]
 
     def run(k: int) -> None:
         lo, hi = bounds[k], bounds[k + 1]
         if hi > lo:
-            wp.launch(_search_packets_kernel, dim=(hi - lo + 15) // 16, inputs=[*fixed, lo, hi], outputs=outputs,
+            wp.launch(_search16_kernel, dim=(hi - lo + 15) // 16, inputs=[*fused, lo, hi], outputs=fused_out,
                       device=dev)
 
     run_parallel(run, parts)
