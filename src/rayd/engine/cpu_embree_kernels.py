@@ -87,6 +87,24 @@ _SEARCH16 = r"""
             ++live;
         }
     }
+    if (key_pass) {
+        // Sort keys only: the Morton code (10 bits per axis, over [-2 R, 2 R]^3) of each Embree
+        // origin (rays without an Embree ray last); returns 1 for an incoherent packet.
+        for (int j = 0; j < 16 && lo + j < hi; ++j) {
+            unsigned int code = 0x3FFFFFFFu;
+            if (valid[j]) {
+                code = 0u;
+                for (int a = 0; a < 3; ++a) {
+                    float q = (R[a * 16 + j] / (4.0f * radius) + 0.5f) * 1023.0f;
+                    unsigned int c = q > 0.0f ? (q < 1023.0f ? (unsigned int)q : 1023u) : 0u;
+                    for (int b = 0; b < 10; ++b) code |= ((c >> b) & 1u) << (3 * b + a);
+                }
+            }
+            wp::index(keys, lo + j) = (int)code;
+            wp::index(order, lo + j) = lo + j;
+        }
+        return (live > 1 && !coherent) ? 1 : 0;
+    }
     if (live > 0) {
         args.flags = coherent ? (1 << 16) : 0;  // RTC_RAY_QUERY_FLAG_COHERENT : _INCOHERENT
         ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
@@ -142,9 +160,12 @@ def _search16(
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, fn: wp.uint64, scene: wp.uint64, coherent_cos: float, lo: int, hi: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ) -> int:
     """Rows ``lo .. hi - 1`` (at most 16): Embree's rays, ``rtcIntersect16``, the checks; returns the
-    number of rows sent to Warp (``redo = 1``)."""
+    number of rows sent to Warp (``redo = 1``). With ``key_pass``, no trace: each row's sort key into
+    ``keys`` (the Morton code of its Embree origin; rays without one last), ``order[row] = row``,
+    and returns 1 when the packet is incoherent (see :data:`rayd.engine.embree_api.COHERENT_COS`)."""
     ...
 
 
@@ -159,12 +180,14 @@ def _search16_kernel(
     far_origin: float, edge: float,
     fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ):
-    """One packet of 16 rows from ``base`` (:func:`_search16`)."""
+    """One packet of 16 rows from ``base`` (:func:`_search16`); ``redo_count`` counts the rows sent to
+    Warp, or with ``key_pass`` the incoherent packets."""
     lo = base + wp.tid() * 16
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
                       degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, wp.min(lo + 16, n),
-                      out, redo)
+                      out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
