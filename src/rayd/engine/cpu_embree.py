@@ -6,7 +6,8 @@ or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust 
 ``rtcIntersect16`` packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one
 kernel per chunk of rays prepares Embree's rays, traces them and checks the winners
 (:mod:`rayd.engine.cpu_embree_kernels`), the chunks taken in turn by all cores
-(:func:`rayd.engine.runtime.run_parallel`). rayd's Warp search answers every ray Embree
+(:func:`rayd.engine.runtime.run_parallel`); large incoherent batches are traced in the Morton
+order of their Embree origins (``SORT_MIN_RAYS``), the answers put back in place. rayd's Warp search answers every ray Embree
 cannot answer exactly, so the winners are the Warp path's:
 
 - watertightness: Embree 4.4's robust test leaks within about 1e-7 (relative) of a mesh
