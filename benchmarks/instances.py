@@ -38,6 +38,7 @@ except ImportError:  # a source checkout without `pip install -e .`: use src/
 
 import rayd.torch as rt  # noqa: E402
 from benchmarks.measure import median, time_ms  # noqa: E402
+from rayd.engine.instances import instance_max_registers  # noqa: E402
 
 
 def uv_sphere(tris: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -168,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         "mesh_triangles": int(f.shape[0]),
         "rays": rays,
         "build_ms": build_ms,
+        # what the search depends on: the kernel's walk (RAYD_INSTANCE_WALK, RAYD_BVH_LAYOUT) and register cap
+        "search_walk": scene._core.accel.search_walk,
+        "instance_max_registers": instance_max_registers(),
         # In place first: the other two make the instances hold rows of first/second.
         "update_in_place_sync_ms": median_ms(update_in_place, sync),
         "update_all_transforms_sync_ms": median_ms(update_per_call, sync),

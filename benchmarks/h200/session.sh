@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One warm H200 call after the wheels are unpacked under /tmp/site (see ../shared/device/stage_wheels.sh):
-#   bash benchmarks/h200/session.sh tests|fences|bench
+#   bash benchmarks/h200/session.sh tests|fences|bench|edges|ab|instances_ab|instances|instance_walks
 # Writes logs under $OUT (the device tool brings them back) and prints a short summary last.
 set -uo pipefail
 export PYTHONPATH=/tmp/site:$PWD/src
@@ -34,6 +34,12 @@ case "$what" in
   instances_ab)
     for L in warp pair; do RAYD_BVH_LAYOUT=$L timeout 150 python3 benchmarks/instances.py --device cuda --mitsuba \
       --json "$OUT/instances_h200_$L.jsonl" > "$OUT/instances_h200_$L.txt" 2>&1; tail -2 "$OUT/instances_h200_$L.txt"; done ;;
+  instance_walks)
+    # issue 18: every instance walk variant and register cap in one process, Mitsuba beside (~3-5 min)
+    timeout 480 python3 benchmarks/instance_walks_ab.py --device cuda --mitsuba \
+      --variants nested,pairtop,unified,unified_cull,pairtop@96,unified@96 \
+      --json "$OUT/instance_walks_h200.jsonl" > "$OUT/instance_walks_h200.txt" 2>&1
+    echo "rc=$?" >> "$OUT/instance_walks_h200.txt"; tail -14 "$OUT/instance_walks_h200.txt" ;;
   instances)
     timeout 200 python3 benchmarks/instances.py --device cuda --mitsuba --json "$OUT/instances_h200.jsonl" \
       > "$OUT/instances_h200.txt" 2>&1; tail -20 "$OUT/instances_h200.txt" ;;

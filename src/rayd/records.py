@@ -104,6 +104,17 @@ class EdgeRecord(FieldRecord):
         return self._fields["global_edge_id"] >= 0
 
 
+class ClosestPointRecord(FieldRecord):
+    """Fields of a closest-point query (``Scene.closest_point``): a face was found where ``global_prim_id >= 0``."""
+
+    __slots__ = ()
+    _name = "rayd.ClosestPoint"
+
+    def is_valid(self) -> Any:
+        """True where a triangle was found (``global_prim_id >= 0``), in the frontend's bool type."""
+        return self._fields["global_prim_id"] >= 0
+
+
 class HitRecord(FieldRecord):
     """Fields of a closest-hit query, some present only when their ``RayFlags`` were given.
 
@@ -131,3 +142,23 @@ class HitRecord(FieldRecord):
     def is_valid(self) -> Any:
         """True where the ray hit something (``prim_id >= 0``), in the frontend's bool type."""
         return self._fields["prim_id"] >= 0
+
+
+class ChainRecord(FieldRecord):
+    """Fields of a reflection chain (``ReflectionChain``): a slot is valid where it holds a hit."""
+
+    __slots__ = ()
+
+    def is_valid(self) -> Any:
+        """True in the slots that hold a hit (``global_prim_id >= 0``), in the frontend's bool type."""
+        return self._fields["global_prim_id"] >= 0
+
+
+class PathRecord(FieldRecord):
+    """Fields of specular paths (``SpecularPaths``, ``SpecularPathSet``): ``is_valid()`` is the ``valid`` field."""
+
+    __slots__ = ()
+
+    def is_valid(self) -> Any:
+        """The ``valid`` field (bool per path)."""
+        return self._fields["valid"]

@@ -58,3 +58,17 @@ def test_torch_numpy_bool_ignore_is_a_type_error():
         scene.intersect(ray, ignore=np.bool_(True))
     assert scene.intersect(ray, ignore=np.int64(-1)).prim_id.item() == 0
     assert scene.intersect(ray, ignore=np.int32(0)).prim_id.item() == -1
+
+
+def test_check_ignore_none_one_many():
+    from rayd.core.rays import check_ignore
+
+    def many(call, batch, ignore):
+        return batch + 1, list(ignore)
+
+    assert check_ignore("rayd.x.f()", 3, None, "an array", lambda one: ("one", one), many) == (3, None)
+    assert check_ignore("rayd.x.f()", 3, 7, "an array", lambda one: ("one", one), many) == (3, ("one", 7))
+    assert check_ignore("rayd.x.f()", 3, (1, 2), "an array", lambda one: ("one", one), many) == (4, [1, 2])
+    message = r"^rayd.x.f\(\): 'ignore' must be a global_prim_id \(or -1\), got 2147483648$"
+    with pytest.raises(ValueError, match=message):
+        check_ignore("rayd.x.f()", 3, 2**31, "an array", lambda one: one, many)

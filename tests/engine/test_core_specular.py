@@ -117,3 +117,20 @@ def test_bounce_chain_first_segment_interval_is_open():
     specular.bounce_chain(_NpChainOps, 1, lambda b: plane, np.array([[0.0, 0, 1]]), np.array([[0.0, 0, -1]]),
                           (0.0, 1.0), lambda *args: out.append(args))  # t = 1 = tmax: outside (tmin, tmax)
     assert out[0][2].tolist() == [False] and out[0][1].tolist() == [0.0]
+
+
+def test_slot_planes_hand_derived():
+    # Face (0,0,2), (2,0,2), (0,1,2): normal = (2,0,0) x (0,1,0) = (0,0,2), plane z = 2 (offset 4);
+    # a degenerate face (all corners equal) has no plane; a slot without a winner does not count.
+    ops = SimpleNamespace(dot=lambda a, b: (a * b).sum(-1), cross=np.cross, where=np.where,
+                          rsqrt=lambda x: 1 / np.sqrt(x), scale=lambda x, v: x[..., None] * v,
+                          reported=lambda x: x.astype(np.float32).astype(np.float64))
+    v0 = np.array([[0.0, 0.0, 2.0], [1.0, 1.0, 1.0], [0.0, 0.0, 2.0]])
+    v1 = np.array([[2.0, 0.0, 2.0], [1.0, 1.0, 1.0], [2.0, 0.0, 2.0]])
+    v2 = np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0], [0.0, 1.0, 2.0]])
+    hit = np.array([True, True, False])
+    normal, unit, offset, ok = specular.slot_planes(ops, v0, v1, v2, hit)
+    np.testing.assert_array_equal(normal, [[0, 0, 2], [0, 0, 0], [0, 0, 2]])
+    np.testing.assert_array_equal(unit, [[0, 0, 1], [0, 0, 0], [0, 0, 1]])
+    np.testing.assert_array_equal(offset, [4, 0, 4])
+    np.testing.assert_array_equal(ok, [True, False, False])

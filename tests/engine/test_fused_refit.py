@@ -12,15 +12,17 @@ import warp as wp
 from rayd.engine import refit, triangles
 
 
-def _tri(v, f, kind, face_base=0):
-    was = triangles.refit_kind()
+def _tri(v, f, kind, face_base=0, order="climb", device="cpu"):
+    was, was_order = triangles.refit_kind(), refit.refit_order()
     triangles.set_refit(kind)
+    refit.set_refit_order(order)
     try:
-        return triangles.TriangleScene(wp.array(v, dtype=wp.vec3, device="cpu"),
-                                       wp.array(f.ravel(), dtype=wp.int32, device="cpu"),
+        return triangles.TriangleScene(wp.array(v, dtype=wp.vec3, device=device),
+                                       wp.array(f.ravel(), dtype=wp.int32, device=device),
                                        num_triangles=len(f) - face_base, face_base=face_base, layout="pair")
     finally:
         triangles.set_refit(was)
+        refit.set_refit_order(was_order)
 
 
 def _state(tri):
@@ -28,12 +30,15 @@ def _state(tri):
             tri.uppers.numpy(), tri.pairs.tris.numpy(), tri.magnitude.numpy()]
 
 
-@pytest.mark.parametrize("count,face_base", [(1, 0), (2, 0), (300, 0), (300, 17)])
-def test_fused_refit_equals_warp_refit(count, face_base):
+@pytest.mark.parametrize("order", refit.ORDERS)
+@pytest.mark.parametrize("count,face_base", [(1, 0), (2, 0), (300, 0), (300, 17), (5000, 3)])
+def test_fused_refit_equals_warp_refit(count, face_base, order, device):
     rng = np.random.default_rng(count)
     v = rng.uniform(-1, 1, (3 * count, 3)).astype(np.float32)
     f = rng.permutation(3 * count).reshape(-1, 3).astype(np.int32)
-    fused, plain = _tri(v, f, "fused", face_base), _tri(v, f, "warp", face_base)
+    fused = _tri(v, f, "fused", face_base, order, device)
+    plain = _tri(v, f, "warp", face_base, order, device)
+    assert fused.fused.order == order
     assert fused.fused is not None and plain.fused is None
     for a, b in zip(_state(fused), _state(plain)):
         np.testing.assert_array_equal(a, b)
@@ -44,6 +49,11 @@ def test_fused_refit_equals_warp_refit(count, face_base):
     for a, b in zip(_state(fused), _state(plain)):
         np.testing.assert_array_equal(a, b)
     assert fused.magnitude.numpy()[0] == np.abs(moved).max()
+
+
+def test_refit_order_is_checked():
+    with pytest.raises(ValueError, match="set_refit_order"):
+        refit.set_refit_order("sideways")
 
 
 def test_magnitude_reduction_many_points():

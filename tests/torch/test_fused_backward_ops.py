@@ -107,7 +107,9 @@ def test_backward_op_census(device):
     v.grad = None
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         forward = _loss(scene, ray)
-    fused = _children(prof.events(), "_FusedClosest")
+    # CUDA driver/runtime calls (cuLaunchKernel, ...) are recorded under the op on CUDA (seen on
+    # the H200): launches, not torch ops; the census counts torch ops.
+    fused = [n for n in _children(prof.events(), "_FusedClosest") if not n.startswith("cu")]
     assert [n for n in fused if n not in ("aten::empty", "aten::detach", "detach")] == []
     assert fused.count("aten::empty") == 3  # t, shape_id, prim_id
     with profile(activities=[ProfilerActivity.CPU]) as prof:

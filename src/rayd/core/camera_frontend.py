@@ -15,10 +15,14 @@ Hooks a :class:`CameraBase` subclass defines:
   (:class:`~rayd.core.frontend.PublicName`);
 - ``_array_scalar(name, value)``: the checked array intrinsic, or ``None`` if ``value``
   is not an array of the frontend;
-- ``_is_array(value)``: whether a checked intrinsic is an array (not a Python float);
+- ``_ARRAY``: the frontend's array type (``_is_array(value)``: whether a checked
+  intrinsic is one, not a Python float);
 - ``_array_focal(fov_y)``: the focal length of an array ``fov_y`` (differentiable);
 - ``_host_scalar(value)``: the Python float of an array intrinsic (detached);
-- ``_repr_tail()``: extra text for ``repr`` (default none).
+- ``_repr_tail()``: extra text for ``repr`` (default none);
+- ``_generate_rays(call, samples)``, ``_project(call, points)``: the public
+  ``generate_rays`` / ``project`` (documented by the frontend with
+  :func:`rayd.core.edges.document`) after naming the call.
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ class CameraBase(PublicName):
 
     _name = "rayd.Camera"
     _SCALAR = "a float"
+    _ARRAY: type = type(None)
 
     @property
     def _CALL(self) -> str:
@@ -59,8 +64,8 @@ class CameraBase(PublicName):
     def _array_scalar(self, name: str, value: object):  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _is_array(self, value: object) -> bool:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _is_array(self, value: object) -> bool:
+        return isinstance(value, self._ARRAY)
 
     def _array_focal(self, fov_y: object):  # pragma: no cover - abstract
         raise NotImplementedError
@@ -70,6 +75,19 @@ class CameraBase(PublicName):
 
     def _repr_tail(self) -> str:
         return ""
+
+    def _generate_rays(self, call: str, samples):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _project(self, call: str, points):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ public (documented per frontend)
+    def generate_rays(self, samples=None):
+        return self._generate_rays(f"{self._name}.generate_rays()", samples)
+
+    def project(self, points):
+        return self._project(f"{self._name}.project()", points)
 
     # ------------------------------------------------------------------ shared
     def _scalar(self, name: str, value: object):
@@ -222,13 +240,31 @@ class EdgeSamplesBase(PublicName, FieldRecord):
     """Bookkeeping of ``EdgeSamples``: a record (:class:`rayd.records.FieldRecord`: fields
     as attributes and in ``dir()``, ``detach()``, indexing), plus ``width``/``height``.
 
-    A subclass sets ``__len__`` and ``shape`` and maps its :class:`Ray` fields in
-    ``_map``; its ``_name`` (``"rayd.torch.EdgeSamples"``) comes from
-    :class:`~rayd.core.frontend.PublicName`.
+    A subclass sets ``shape`` (``len()`` is its first entry, N), ``_RAY`` (its ``Ray``)
+    and ``_map_ray_part(fn, name, x)``, how a field map applies to one part (``o``,
+    ``d``, ``tmin``, ``tmax``) of a ray field (e.g. passing scalar bounds through); its
+    ``_name`` (``"rayd.torch.EdgeSamples"``) comes from :class:`~rayd.core.frontend.PublicName`.
     """
 
     __slots__ = ("width", "height")
     _name = "rayd.EdgeSamples"
+    _RAY: type = type(None)
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def _map_ray_part(self, fn, name: str, x):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _map(self, fn):
+        """Map every field (each part of the ray fields, by ``_map_ray_part``) into a new record."""
+        def each(name: str, value):
+            if not isinstance(value, self._RAY):
+                return fn(name, value)
+            o, d, tmax, tmin = (self._map_ray_part(fn, name, x) for x in (value.o, value.d, value.tmax, value.tmin))
+            return self._RAY(o, d, tmax, tmin=tmin)
+
+        return self._replace({name: each(name, value) for name, value in self._fields.items()})
 
     def __init__(self, *, width: int, height: int, **fields) -> None:
         FieldRecord.__init__(self, **fields)

@@ -17,27 +17,37 @@ from __future__ import annotations
 
 import math
 import types
+from dataclasses import dataclass
 from typing import Any
 
-from rayd.core.checks import lifecycle
+from rayd.core.checks import lifecycle, max_distance as check_max_distance, top_k
 from rayd.core.frontend import PublicName
-from rayd.engine import edge_topology
+from rayd.core.topology import assemble, check_total, mesh_passes  # noqa: F401 - check_total re-exported
+from rayd.engine.nearest_edge import MAX_K
 
 
-def check_total(owner: str, total: int) -> None:
-    """Refuse a scene whose edge records (instances repeat their mesh's) overflow int32 ids."""
-    if total > edge_topology.MAX_RECORDS:
-        raise ValueError(
-            f"{owner} edge queries: the scene has {total} edge records (instances repeat their mesh's), more "
-            f"than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer instances or smaller meshes"
-        )
-
-
+@dataclass(frozen=True, repr=False)
 class TopologyBase(PublicName):
-    """``len()`` and ``repr()`` of an ``EdgeTopology`` (a frontend's dataclass provides ``num_edges``)."""
+    """The fields, ``num_edges``, ``len()`` and ``repr()`` of a frontend's ``EdgeTopology``.
+
+    A frozen dataclass of the seven (E,)-row fields of DESIGN.md ("Edges"); the
+    frontend's subclass documents them in its array types and says where they live
+    (``_where()``, for ``repr``).
+    """
 
     _name = "rayd.EdgeTopology"
-    num_edges: int
+    v: Any
+    faces: Any
+    opposite: Any
+    is_boundary: Any
+    shape_id: Any
+    edge_id: Any
+    global_edge_id: Any
+
+    @property
+    def num_edges(self) -> int:
+        """E, the number of edge records."""
+        return len(self.global_edge_id)
 
     def _where(self) -> str:  # pragma: no cover - frontends override
         return ""
@@ -59,22 +69,38 @@ class EdgeState:
 
     Hooks a frontend subclass defines:
 
-    - ``_live_shapes()``: the scene's shape records, in shape order (read live);
-    - ``_compute_topology()``: set ``_topology`` (and its own index arrays), the user
-      mask ``_mask`` (all True) and the buffer the BVH reads, then call ``_update_mask``;
+    - ``_mesh_records(base, stream)``: the engine's records of the mesh ``base`` (a shape
+      id of :func:`rayd.core.topology.mesh_passes`) as ``(count, arrays)``;
+    - ``_make_topology(records, plan)``: the frontend's ``EdgeTopology`` from the passes'
+      records (in pass order) gathered by the :class:`~rayd.core.topology.TopologyPlan`;
+      also sets its own index arrays, the user mask ``_mask`` (all True) and the buffer
+      the BVH reads (``_update_mask`` is called next, with the topology set);
     - ``_write_applied(stream, enabled)``: write ``mask & enabled[shape_id]`` into the
       BVH's flag buffer (``enabled`` is ``None`` when every shape is enabled);
     - ``_refresh_points(stream)``: write the world-space vertices into the BVH's buffer;
     - ``_build_bvh(stream)``: the engine's ``EdgeBvh`` over those buffers;
-    - ``_checked_mask(call, mask)``: the frontend's own copy of a valid user mask, else raise;
+    - ``_checked_mask(call, mask)``: ``(copy, count, shown)``: the frontend's own copy of
+      a user mask of the right type and device (else raise), its entry count (-1 if it
+      is not one-dimensional) and its shape as messages show it;
     - ``_copy_mask()``: a copy of ``_mask`` for the user;
-    - ``_refit(stream)`` (optional): refit the BVH (default ``_bvh.refit(stream)``).
+    - ``_refit(stream)`` (optional): refit the BVH (default ``_bvh.refit(stream)``);
+    - ``silhouette(...)`` (called by the frontend's ``silhouette_edges``): (E,) bool, the
+      silhouette rule: a face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
+      ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when it is
+      a boundary edge or exactly one of its two faces faces ``c``, and it is applied (not
+      masked out, its shape enabled).
 
     Args:
-        shapes: the scene's shape records at ``build()``, in shape order.
+        shapes: the scene's list of shape records, in shape order (the scene's own list,
+            read live: enable flags and vertices change after ``build()``).
+        arrays: the frontend's :class:`~rayd.core.protocol.ArrayProtocol` (its streams).
+        device: the scene's device name.
     """
 
-    def __init__(self, shapes: list) -> None:
+    def __init__(self, shapes: list, arrays: Any, device: str) -> None:
+        self._shapes = shapes
+        self._arrays = arrays
+        self._device_name = device
         self._world_offsets: list[int] = []  # first row of each shape in the world-space vertex copy
         total = 0
         for shape in shapes:
@@ -88,10 +114,10 @@ class EdgeState:
         self.pending = False
 
     # ------------------------------------------------------------------ hooks
-    def _live_shapes(self) -> list:  # pragma: no cover - abstract
+    def _mesh_records(self, base: int, stream) -> tuple[int, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _compute_topology(self) -> None:  # pragma: no cover - abstract
+    def _make_topology(self, records: list, plan: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _write_applied(self, stream, enabled: list[bool] | None) -> None:  # pragma: no cover - abstract
@@ -103,7 +129,7 @@ class EdgeState:
     def _build_bvh(self, stream) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _checked_mask(self, call: str, mask: object) -> Any:  # pragma: no cover - abstract
+    def _checked_mask(self, call: str, mask: object) -> tuple[Any, int, Any]:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _copy_mask(self) -> Any:  # pragma: no cover - abstract
@@ -112,9 +138,26 @@ class EdgeState:
     def _refit(self, stream) -> None:
         self._bvh.refit(stream)
 
+    # ------------------------------------------------------------------ topology
+    @property
+    def _owner(self) -> str:
+        """The scene's public name for messages (``"rayd.torch.Scene"``), from the frontend's module."""
+        return f"rayd.{type(self).__module__.split('.')[1]}.Scene"
+
+    def _compute_topology(self) -> None:
+        """One engine pass per mesh (shared by its instances), then the scene's rows by the
+        host plan of :func:`rayd.core.topology.assemble` (one gather per field, so the work
+        does not grow with the number of shapes), then the applied mask."""
+        owner, shapes = self._owner, self._shapes
+        stream = self._arrays.stream(self._device_name)
+        passes = {b: self._mesh_records(b, stream) for b in mesh_passes(owner, shapes)}
+        plan = assemble(owner, shapes, self._world_offsets, {b: count for b, (count, _) in passes.items()})
+        self._topology = self._make_topology([records for _, records in passes.values()], plan)
+        self._update_mask(stream)
+
     # ------------------------------------------------------------------ state
     def _enabled_now(self) -> list[bool]:
-        return [getattr(s, "enabled", True) for s in self._live_shapes()]
+        return [getattr(s, "enabled", True) for s in self._shapes]
 
     def _update_mask(self, stream) -> None:
         """``applied = mask & enabled[shape_id]`` (what the BVH sees), from the current enable flags."""
@@ -142,8 +185,17 @@ class EdgeState:
         return self._copy_mask()
 
     def set_mask(self, call: str, mask: object) -> None:
-        """Record a new edge mask (checked by the frontend); it takes effect at the next ``sync()``."""
-        self._mask = self._checked_mask(call, mask)
+        """Record a new edge mask; it takes effect at the next ``sync()``.
+
+        Raises:
+            TypeError, ValueError: as the frontend's ``_checked_mask``; ``ValueError`` if
+                the mask does not have one entry per edge.
+        """
+        checked, count, shown = self._checked_mask(call, mask)
+        e = self.topology.num_edges
+        if count != e:
+            raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got {shown}")
+        self._mask = checked
         self.pending = True
 
     def require_synced(self, call: str) -> None:
@@ -169,9 +221,19 @@ class EdgeState:
 class EdgeQueries:
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
 
-    Hooks: ``_PREFIX`` (``"rayd.torch.Scene"``) and ``_EDGE_QUERIES``, the frontend's
-    module with ``nearest_edge``, ``nearest_edges`` and ``silhouette_edges``
-    (``(scene, ...)`` functions doing the checks, the engine search and the evaluation).
+    Each method is the same sequence in both frontends, written here: the lifecycle
+    checks (``_require_ready``, then the edge state made ready), the checks that are
+    not about arrays (``k``, ``max_distance``), the choice between a point and a ray
+    query, then the frontend's search and evaluation.
+
+    Hooks: ``_PREFIX`` (``"rayd.torch.Scene"``), ``_RAY`` (its ``Ray``), ``_check_ray``
+    and ``_EDGE_QUERIES``, the frontend's module of ``(scene, call, ...)`` functions:
+    ``ready(scene, call)`` (the scene's edge state, synced and with its lazily built
+    parts made: :meth:`EdgeState.require_synced` and more), ``nearest_edge_ray(scene,
+    call, edges, ray, active, max_distance)``, ``nearest_edge_points(scene, call, edges,
+    points, active, max_distance)``, ``nearest_edges(scene, call, edges, points, k,
+    active, max_distance)`` (array checks, engine search, evaluation, record) and
+    ``silhouette_edges(scene, call, viewpoint)``.
     """
 
     _PREFIX = "rayd.Scene"
@@ -191,13 +253,28 @@ class EdgeQueries:
         return self._edges.mask()
 
     def nearest_edge(self, points_or_ray, active=None, *, max_distance: float = math.inf):
-        return self._EDGE_QUERIES.nearest_edge(self, points_or_ray, active, max_distance)
+        call = f"{self._PREFIX}.nearest_edge()"
+        self._require_ready(call)
+        queries = self._EDGE_QUERIES
+        edges = queries.ready(self, call)
+        max_distance = check_max_distance(call, max_distance)
+        if isinstance(points_or_ray, self._RAY):
+            ray = self._check_ray(call, points_or_ray)
+            return queries.nearest_edge_ray(self, call, edges, ray, active, max_distance)
+        return queries.nearest_edge_points(self, call, edges, points_or_ray, active, max_distance)
 
     def nearest_edges(self, points, k: int, active=None, *, max_distance: float = math.inf):
-        return self._EDGE_QUERIES.nearest_edges(self, points, k, active, max_distance)
+        call = f"{self._PREFIX}.nearest_edges()"
+        self._require_ready(call)
+        edges = self._EDGE_QUERIES.ready(self, call)
+        k = top_k(call, k, MAX_K)
+        max_distance = check_max_distance(call, max_distance)
+        return self._EDGE_QUERIES.nearest_edges(self, call, edges, points, k, active, max_distance)
 
     def silhouette_edges(self, viewpoint):
-        return self._EDGE_QUERIES.silhouette_edges(self, viewpoint)
+        call = f"{self._PREFIX}.silhouette_edges()"
+        self._require_ready(call)
+        return self._EDGE_QUERIES.silhouette_edges(self, call, viewpoint)
 
 
 def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, Any]] | None = None) -> type:

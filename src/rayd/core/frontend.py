@@ -7,15 +7,19 @@ own array library) and the queries, whose evaluation is frontend-specific.
 
 Hooks a subclass defines:
 
-- ``_PREFIX`` (``"rayd.torch.Scene"``), ``_MESH`` (its ``Mesh`` class);
+- ``_MESH`` (its ``Mesh`` class, whose :class:`~rayd.core.mesh.MeshBase` hooks check
+  vertices and single matrices here too); ``_PREFIX`` (``"rayd.torch.Scene"``) is set
+  from the subclass's module;
 - ``_arrays()``: its :class:`~rayd.core.protocol.ArrayProtocol`;
 - ``_mesh_device(mesh)``: the device name of a mesh;
 - ``_same_device(call, name, array)``: raise ``ValueError`` unless ``array`` is on the scene's device;
-- ``_check_vertices(call, name, array, count)``: a float (count, 3) array of the scene, else raise;
-- ``_check_transform(call, name, value, base)`` / ``_check_transforms(call, name, value, count)``;
-- ``_ids(call, name, value)``: a list of ints from the frontend's id containers;
+- ``_check_transforms(call, name, value, count)``: a checked batch of ``count`` matrices;
+- ``_ids(call, name, value)``: a list of ints from the frontend's id containers (default:
+  ``value`` itself, a Python int sequence);
 - ``_batch_entry(batch, k)``: the matrix ``k`` of a checked batch (differentiable view/gather);
-- ``_after_build()`` / ``_after_sync(todo)``: refresh the frontend's per-build state and edges.
+- ``_after_build()``: make the frontend's per-build state and edges (``self._edges``, an
+  :class:`~rayd.core.edges.EdgeState`); ``_after_sync()``: refresh what the frontend
+  caches after ``sync()`` has refreshed the edges (default: nothing).
 """
 
 from __future__ import annotations
@@ -56,7 +60,13 @@ class SceneBase:
     """Shared lifecycle of ``rayd.torch.Scene`` and ``rayd.drjit.Scene`` (see the module docstring)."""
 
     _PREFIX = "rayd.Scene"
-    _MESH: type = object
+    _MESH: Any = object
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        parts = cls.__module__.split(".")
+        if "_PREFIX" not in cls.__dict__ and parts[:2] in (["rayd", "torch"], ["rayd", "drjit"]):
+            cls._PREFIX = f"rayd.{parts[1]}.{cls.__name__}"
 
     def __init__(self) -> None:
         self._core = SceneCore(self._arrays(), self._PREFIX)
@@ -242,10 +252,32 @@ class SceneBase:
         call = f"{self._PREFIX}.sync()"
         self._table.require_built(call)
         self._before_sync()
-        self._after_sync(self._core.sync(call))
+        moved = self._core.sync(call)
+        self._edges.sync(self._core.arrays.stream(str(self._device)), moved=bool(moved))
+        self._after_sync()
 
     def _before_sync(self) -> None:
         """Frontend hook: re-read what an in-place change of a batch of matrices needs re-read."""
+
+    def _after_sync(self) -> None:
+        """Frontend hook: refresh what the frontend caches per sync (the edges are synced already)."""
+
+    # ------------------------------------------------------------------ argument checks
+    def _check_vertices(self, call: str, name: str, vertices: Any, count: int, mesh_id: int) -> Any:
+        """New vertices of mesh ``mesh_id``: a float array of ``count`` 3-vectors (the mesh's checks), else raise."""
+        vertices = self._MESH._check_float(call, name, vertices, 3)
+        if self._MESH._count(vertices) != count:
+            raise ValueError(f"{call}: '{name}' must have shape ({count}, 3) like mesh {mesh_id}, "
+                             f"got {self._MESH._shape_text(vertices)}")
+        return vertices
+
+    def _check_transform(self, call: str, name: str, value: Any, shape: Shape) -> Any:
+        """One checked matrix for ``shape`` (the mesh's check, on the device of the shape's vertices)."""
+        return self._MESH._check_transform(call, name, value, shape.mesh.vertices)
+
+    def _ids(self, call: str, name: str, value: Any) -> Any:
+        """The ids of a batch as the core reads them (a frontend may convert its own id arrays)."""
+        return value
 
     # ------------------------------------------------------------------ shared internals
     def _require_built(self, call: str) -> None:
@@ -256,6 +288,11 @@ class SceneBase:
 
     def _require_ready(self, call: str) -> None:
         self._table.require_ready(call)
+
+    def _synced_edges(self, call: str) -> Any:
+        """The scene's edges (:class:`~rayd.core.edges.EdgeState`), refusing edge masks that await ``sync()``."""
+        self._edges.require_synced(call)
+        return self._edges
 
     def __repr__(self) -> str:
         state = "ready" if self.is_ready() else ("built" if self._table.built else "not built")

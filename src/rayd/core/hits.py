@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
-from rayd.flags import RayFlags
+from rayd.flags import FIELD_FLAGS, RayFlags
 
 # A triangle and a ray that hits it head-on at t = 1: the evaluation point of misses.
 STAND_IN_TRIANGLE = ((0.0, 0.0, 0.0), (1.0, 0.0, 0.0), (0.0, 1.0, 0.0))
@@ -32,8 +32,32 @@ UP = (0.0, 0.0, 1.0)  # the normal of a degenerate face (and of the stand-in)
 
 SURFACE = RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV
 
+#: The id fields of a hit record: -1 on a miss.
+ID_FIELDS = ("prim_id", "shape_id", "global_prim_id")
+
 # (w) -> (per-row interpolated attribute, per-row bool: the face has that attribute)
 Interpolate = Callable[[Any], tuple[Any, Any]]
+
+
+def field_names(flags: RayFlags) -> tuple[str, ...]:
+    """The fields of a hit record made with ``flags``, in record order: ``t``, the ids, then the requested ones."""
+    return ("t", *ID_FIELDS, *(name for name, flag in FIELD_FLAGS.items() if flags & flag))
+
+
+def miss_value(name: str) -> float:
+    """What field ``name`` of a hit record holds on a miss: -1 for ids, ``inf`` for ``t``, else 0."""
+    if name in ID_FIELDS:
+        return -1
+    return math.inf if name == "t" else 0
+
+
+def as_misses(fields: dict[str, Any], ok: Any, select: Callable[[Any, Any, float], Any]) -> dict[str, Any]:
+    """``fields`` with every row where ``ok`` is false turned into a miss (:func:`miss_value`).
+
+    ``select(ok, value, fill)`` is the frontend's per-row choice (``ok`` is per row;
+    ``value`` may have trailing component dimensions).
+    """
+    return {name: select(ok, value, miss_value(name)) for name, value in fields.items()}
 
 
 def normalize(ops: Any, v: Any, fallback: Any) -> tuple[Any, Any]:

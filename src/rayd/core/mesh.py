@@ -15,6 +15,7 @@ Hooks a subclass defines:
 - ``_same_device(call, name, value, device, owner)``: raise ``ValueError`` unless on ``device``;
 - ``_rows(call, name, value)``: the row count n of a checked array (raising if malformed);
 - ``_count(value)``: the row count of a stored array (no checks);
+- ``_shape_text(value)``: its shape in messages (``(3, 3)``, ``width 3``);
 - ``_check_rows(call, name, value, count)``: raise ``ValueError`` unless it has ``count`` rows like 'vertices';
 - ``_check_transform(call, name, value, vertices)``: the checked (4, 4) matrix;
 - ``_check_face_range(call, name, faces, num_vertices)``: raise unless every index is in ``[0, V)``;
@@ -26,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 from rayd.core.frontend import PublicName
+from rayd.core.meshio import build_as, trimesh_arrays
 
 
 class MeshBase(PublicName):
@@ -56,6 +58,23 @@ class MeshBase(PublicName):
         self.normals = attributes["normals"]
         self.uv = attributes["uv"]
         self.to_world = to_world
+
+    @classmethod
+    def _from_trimesh(cls, call: str, mesh: Any, normals: bool, uv: bool, to_world: Any, convert: Any) -> Any:
+        """``from_trimesh``'s shared steps, after the frontend checked its own options.
+
+        The arrays of :func:`~rayd.core.meshio.trimesh_arrays` (float64 vertices, normals
+        and uv, int64 faces) are handed to ``convert(name, array)`` (``name`` one of
+        ``"vertices"``, ``"faces"``, ``"normals"``, ``"uv"``; absent ones stay ``None``)
+        and the mesh is made from them, its errors reported as ``call``'s.
+        """
+        arrays = dict(zip(("vertices", "faces", "normals", "uv"), trimesh_arrays(call, mesh, normals, uv)))
+
+        def make() -> Any:
+            made = {name: None if array is None else convert(name, array) for name, array in arrays.items()}
+            return cls(made["vertices"], made["faces"], normals=made["normals"], uv=made["uv"], to_world=to_world)
+
+        return build_as(call, f"{cls._name}()", make)
 
     @property
     def num_vertices(self) -> int:

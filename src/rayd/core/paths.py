@@ -27,6 +27,8 @@ from typing import Callable
 
 import numpy as np
 
+from rayd.core.checks import type_name
+
 #: Largest ``max_bounces`` / sequence length.
 MAX_BOUNCES = 16
 #: Segments of a specular path are tested on ``s in (EPSILON, 1 - EPSILON)`` of their length.
@@ -72,6 +74,33 @@ def check_line_of_sight(call: str, value: object) -> bool:
 def check_options(call: str, max_bounces: object, num_rays: object, line_of_sight: object) -> tuple[int, int, bool]:
     """``find_specular_paths``' options checked: ``(bounces, num_rays, line_of_sight)``."""
     return check_bounces(call, max_bounces), check_num_rays(call, num_rays), check_line_of_sight(call, line_of_sight)
+
+
+def check_find_arguments(scene_type: type, scene: object, sources: object, targets: object, max_bounces: object,
+                         num_rays: object, line_of_sight: object, check_points: Callable, check_device: Callable):
+    """The checks of ``find_specular_paths``, in order.
+
+    Returns ``(sources, targets, bounces, num_rays, line_of_sight)``.
+
+    Args:
+        scene_type: the frontend's ``Scene`` (its ``_PREFIX`` names the call:
+            ``rayd.torch.find_specular_paths()``).
+        check_points: ``check_points(call, name, value)``, the frontend's checked (K, 3)
+            float array, else raise.
+        check_device: ``check_device(call, name, value)``: raise unless on the scene's device.
+
+    Raises:
+        TypeError: ``scene`` is not a ``scene_type``; and as the checks.
+        RuntimeError: the scene is not ready.
+    """
+    call = f"{scene_type._PREFIX.rsplit('.', 1)[0]}.find_specular_paths()"
+    if not isinstance(scene, scene_type):
+        raise TypeError(f"{call}: 'scene' must be a {scene_type._PREFIX}, got {type_name(scene)}")
+    scene._require_ready(call)
+    points = [(name, check_points(call, name, value)) for name, value in (("sources", sources), ("targets", targets))]
+    for name, value in points:
+        check_device(call, name, value)
+    return (points[0][1], points[1][1]) + check_options(call, max_bounces, num_rays, line_of_sight)
 
 
 def length_check(validity, precision: object):

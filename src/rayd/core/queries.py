@@ -13,8 +13,9 @@ implements the hooks in its array library. :class:`RayQueries`' hooks:
   closest hits (``flags`` already checked);
 - ``_occluded(call, ray, active, ignore)``: bool per ray, True where any hit exists in
   ``(tmin, tmax)`` (inactive rays False);
-- ``_check_segment(call, start, end)``: the checked ``(start, end)`` points (types,
-  devices, broadcasting), as the segment ray is to be made from them;
+- ``_segment_points(start, end)``: the checked points as the segment ray is to be made
+  from them (default: as they are; Dr.Jit detaches them); the checks themselves (types,
+  devices, broadcasting) are the ``Ray`` class's hooks (:class:`rayd.core.rays.RayBase`);
 - ``_unblocked(call, ray, active, ignore)``: bool per segment ray, True where it is
   well formed, active and not occluded.
 
@@ -56,6 +57,20 @@ class RayQueries:
         start, end = self._check_segment(call, start, end)
         ray = self._RAY(start, end - start, 1.0 - VISIBILITY_EPSILON, tmin=VISIBILITY_EPSILON)
         return self._unblocked(call, ray, active, ignore)
+
+    def _check_segment(self, call: str, start: Any, end: Any) -> tuple[Any, Any]:
+        """``(start, end)`` of ``visible``: 3-vectors of the frontend, on the scene's device, whose batches broadcast."""
+        rays = self._RAY
+        start = rays._check_vectors(call, "start", start)
+        end = rays._check_vectors(call, "end", end)
+        device = rays._device_of(start)
+        rays._same_device(call, "start", start, self._device or device, "the scene")
+        rays._same_device(call, "end", end, device, "'start'")
+        rays._broadcast(call, [("start", rays._batch(start, True)), ("end", rays._batch(end, True))])
+        return self._segment_points(start, end)
+
+    def _segment_points(self, start: Any, end: Any) -> tuple[Any, Any]:
+        return start, end
 
 
 class AllHitsQueries:

@@ -1,4 +1,4 @@
-"""Ray rules shared by both frontends: the checks of ``Ray()`` arguments and of ``ignore`` ids.
+"""Ray rules shared by both frontends: ``Ray()``'s argument sequence, its checks and those of ``ignore`` ids.
 
 Messages start with the call and name the argument (DESIGN.md, "Errors"); each
 frontend passes its own call and the words for its array types (``"a float tensor"``,
@@ -7,10 +7,63 @@ frontend passes its own call and the words for its array types (``"a float tenso
 
 from __future__ import annotations
 
+import math
 import numbers
 from typing import Any, Callable
 
 import numpy as np
+
+from rayd.core.edges import document
+from rayd.core.frontend import PublicName
+
+
+class RayBase(PublicName):
+    """Shared construction of ``rayd.torch.Ray`` and ``rayd.drjit.Ray``: ``o + t d`` for ``tmin < t < tmax``.
+
+    ``Ray(o, d, tmax=inf, *, tmin=0)`` checks in one order for every array library:
+    ``o``, ``d``, their devices, ``tmax``, ``tmin`` (a float or a float array of the
+    frontend, :func:`interval_bound`), then that the batches broadcast. A frontend's
+    ``Ray`` subclasses this (its ``_name``, ``"rayd.torch.Ray"``, comes from
+    :class:`~rayd.core.frontend.PublicName`) and provides, as static hooks:
+
+    - ``_check_vectors(call, name, value)``: a float array of 3-vectors, else raise;
+    - ``_device_of(value)``: the device of a checked array;
+    - ``_same_device(call, name, value, device, owner)``: raise ``ValueError`` unless on ``device``;
+    - ``_ARRAYS`` (``"a float tensor"``), ``_is_array(value)``, ``_type_name(value)`` and
+      ``_check_bound(call, name, value)``: the words, test and checks for an array bound;
+    - ``_batch(value, vector)``: the batch of a checked array (of 3-vectors if ``vector``);
+    - ``_broadcast(call, named_batches)``: the common batch, else ``ValueError`` naming them;
+    - ``_set_batch(batch)``: store it (torch: ``shape``; Dr.Jit: ``width``);
+    - ``_per_row(t)``: ``t`` shaped to scale ``d`` row by row (for ``ray(t)``; default: ``t``).
+    """
+
+    _name = "rayd.Ray"
+
+    def __init__(self, o: Any, d: Any, tmax: Any = math.inf, *, tmin: Any = 0.0) -> None:
+        call = f"{self._name}()"
+        o = self._check_vectors(call, "o", o)
+        d = self._check_vectors(call, "d", d)
+        device = self._device_of(o)
+        self._same_device(call, "d", d, device, "'o'")
+        bounds = {}
+        for name, value in (("tmax", tmax), ("tmin", tmin)):
+            bounds[name] = interval_bound(call, name, value, self._ARRAYS, self._is_array,
+                                          lambda n, v: self._check_bound(call, n, v, device), self._type_name)
+        batches = [("o", self._batch(o, True)), ("d", self._batch(d, True))]
+        batches += [(n, self._batch(bounds[n], False)) for n in ("tmin", "tmax") if self._is_array(bounds[n])]
+        self._set_batch(self._broadcast(call, batches))
+        self.o = o
+        self.d = d
+        self.tmax = bounds["tmax"]
+        self.tmin = bounds["tmin"]
+
+    def __call__(self, t: Any) -> Any:
+        """The point ``o + t d``."""
+        return self.o + self._per_row(t) * self.d
+
+    @staticmethod
+    def _per_row(t: Any) -> Any:
+        return t
 
 
 def scalar_ignore(call: str, ignore: object, arrays: str) -> int | None:
@@ -36,6 +89,30 @@ def scalar_ignore(call: str, ignore: object, arrays: str) -> int | None:
     return ignore
 
 
+def check_ignore(call: str, batch: Any, ignore: object, arrays: str, one: Callable[[int], Any],
+                 many: Callable[[str, Any, object], tuple[Any, Any]]) -> tuple[Any, Any]:
+    """A query's ``ignore``: none, one ``global_prim_id`` for every ray, or an array of them.
+
+    Args:
+        call: the public call, for messages.
+        batch: the query's batch (shape or width) so far.
+        ignore: the user's ``ignore`` argument.
+        arrays: as for :func:`scalar_ignore`.
+        one: ``one(id)``: the frontend's value for one id (:func:`scalar_ignore`'s int).
+        many: ``many(call, batch, ignore)``: the frontend's checked array and the batch
+            with it broadcast in.
+
+    Returns:
+        ``(batch, ignore)``: ``ignore`` is ``None``, ``one(id)`` or ``many``'s array.
+    """
+    if ignore is None:
+        return batch, None
+    value = scalar_ignore(call, ignore, arrays)
+    if value is not None:
+        return batch, one(value)
+    return many(call, batch, ignore)
+
+
 def interval_bound(call: str, name: str, value: object, arrays: str, is_array: Callable[[object], bool],
                    check_array: Callable[[str, object], Any], type_name: Callable[[object], str]) -> Any:
     """A ``Ray`` bound (``tmin``/``tmax``): a Python float, or the frontend's checked float array.
@@ -58,3 +135,18 @@ def interval_bound(call: str, name: str, value: object, arrays: str, is_array: C
     if is_array(value):
         return check_array(name, value)
     raise TypeError(f"{call}: '{name}' must be a float or {arrays}, got {type_name(value)}")
+
+
+def document_ray(cls: type, array: str, call_doc: str) -> None:
+    """Give a frontend's ``Ray`` its signature's types and ``ray(t)``'s docstring.
+
+    Args:
+        cls: the frontend's ``Ray`` (a :class:`RayBase`; its class docstring documents
+            the constructor's arguments).
+        array: the name of the frontend's array type (``"torch.Tensor"``).
+        call_doc: the docstring of ``ray(t)`` in the frontend's words.
+    """
+    bound = f"float | {array}"
+    document(cls, {"__init__": None, "__call__": call_doc},
+             {"__init__": {"o": array, "d": array, "tmax": bound, "tmin": bound, "return": "None"},
+              "__call__": {"t": f"{array} | float", "return": array}})

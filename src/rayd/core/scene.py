@@ -30,7 +30,7 @@ from rayd.engine.assemble import bounds, face_range, first_nonfinite_vertex, pla
 from rayd.engine.frame import search_centre
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.reflect import shape_lookup
-from rayd.engine.runtime import launch_stream, warp_device
+from rayd.engine.runtime import LaunchCache, launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
 
 
@@ -54,6 +54,7 @@ class SceneCore:
         self.generation = 0  # counts builds (frontends key their per-build tables on it)
         self.centre: np.ndarray | None = None  # the search centre (engine/frame.py), chosen at build()
         self.shape_lookup = None  # engine.reflect.ShapeLookup, made at build()
+        self.launches = LaunchCache()  # sync()'s recorded launches (checks, placement)
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Any, vertices: Any, to_world: Any | None, dynamic: bool, device: str) -> int:
@@ -161,7 +162,7 @@ class SceneCore:
                     f"build(), got {count}; call build() to change the mesh"
                 )
             view, keep = self.arrays.vec3_view(shape.vertices)
-            bad = first_nonfinite_vertex(view, stream)
+            bad = first_nonfinite_vertex(view, stream, self.launches)
             if bad is not None:
                 what = "non-finite values" if bad[0] == "non-finite" else "values beyond the float32 range"
                 raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds {what} (first at row {bad[1]})")
@@ -182,13 +183,13 @@ class SceneCore:
         shape = self.table[shape_id]
         view, keep = self.arrays.vec3_view(shape.vertices)
         m = self.transforms.world[shape_id] if shape.matrix is not None else None
-        place_points(view, m, shape.vertex_offset, self.points, stream, self.centre)
+        place_points(view, m, shape.vertex_offset, self.points, stream, self.centre, self.launches)
         self.arrays.fence(self.device)
         del keep
 
     def _place_blas(self, base: int, stream: wp.Stream | None) -> None:
         view, keep = self.arrays.vec3_view(self.table[base].vertices)
-        place_points(view, None, self.blas[base][0], self.blas_points, stream)
+        place_points(view, None, self.blas[base][0], self.blas_points, stream, launches=self.launches)
         self.arrays.fence(self.device)
         del keep
 

@@ -82,6 +82,17 @@ class Shape:
         return "instance" if self.is_instance else "mesh"
 
 
+def face_flags(meshes: list[Shape], attribute: str) -> np.ndarray | None:
+    """Per face of ``meshes`` (in their order), whether its mesh has ``attribute`` (``"normals"``, ``"uv"``).
+
+    ``None`` when none of ``meshes`` has it (the evaluation then needs no such array).
+    """
+    has = [getattr(s.mesh, attribute) is not None for s in meshes]
+    if not any(has):
+        return None
+    return np.repeat(has, np.array([s.num_faces for s in meshes], dtype=np.int64))
+
+
 class ShapeTable:
     """The shapes of one scene, their numbering and their change state.
 

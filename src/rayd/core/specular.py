@@ -116,6 +116,28 @@ def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any
     return points, length
 
 
+def slot_planes(ops: Any, v0: Any, v1: Any, v2: Any, hit: Any) -> tuple[Any, Any, Any, Any]:
+    """The plane of every slot's winning face, for :func:`bounce_chain` (float64, the frontend's ops).
+
+    Args:
+        ops: as for :func:`bounce_chain`, plus ``cross(a, b)``, ``where(mask, a, b)``,
+            ``rsqrt(x)`` (a correctly rounded ``1 / sqrt``) and ``scale(x, v)`` (``x v``).
+        v0, v1, v2: the world corners of each slot's face (vectors).
+        hit: whether the slot has a winner (scalar-shaped bool).
+
+    Returns:
+        ``(normal, unit, offset, ok)``: ``normal = (v1 - v0) x (v2 - v0)``, the plane
+        ``x . normal = offset`` (``offset = v0 . normal``), the reported unit normal
+        ``g = normal / |normal|`` (rounded as the record reports it; ``normal`` itself
+        where the face is degenerate) and ``ok`` (a hit on a face of non-zero area).
+    """
+    normal = ops.cross(v1 - v0, v2 - v0)
+    sq = ops.dot(normal, normal)
+    plane = sq > 0
+    unit = ops.reported(ops.scale(ops.rsqrt(ops.where(plane, sq, 1.0)), normal))
+    return normal, unit, ops.dot(v0, normal), hit & plane
+
+
 def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d: Any, first_bounds: tuple,
                  emit: Callable[..., None], counted: Callable[[int], Any] | None = None) -> None:
     """The sequential solve of specular chains for their fixed winners, in the frontend's ops.

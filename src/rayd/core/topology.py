@@ -17,8 +17,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rayd.core.edges import check_total
 from rayd.engine import edge_topology
+
+
+def check_total(owner: str, total: int) -> None:
+    """Refuse a scene whose edge records (instances repeat their mesh's) overflow int32 ids."""
+    if total > edge_topology.MAX_RECORDS:
+        raise ValueError(
+            f"{owner} edge queries: the scene has {total} edge records (instances repeat their mesh's), more "
+            f"than the {edge_topology.MAX_RECORDS} int32 edge ids allow; use fewer instances or smaller meshes"
+        )
 
 
 @dataclass(frozen=True)
@@ -77,7 +85,7 @@ def assemble(owner: str, shapes: list, world_offsets: list[int], counts: dict[in
 
     Raises:
         ValueError: the scene's records (instances repeat their mesh's) overflow int32
-            edge ids (:func:`rayd.core.edges.check_total`).
+            edge ids (:func:`check_total`).
     """
     first: dict[int, int] = {}
     total = 0

@@ -76,6 +76,17 @@ def check_matrices(call: str, name: str, m: np.ndarray, batch: bool | None = Non
         raise ValueError(f"{call}: {where} {problem}")
 
 
+def checked_batch(call: str, name: str, value: object, count: int, host: object) -> object:
+    """``value``, a batch of ``count`` matrices whose type, shape and device are checked, once its values are.
+
+    ``host(value)`` is its (count, 4, 4) float64 host copy (one host read), not made for
+    ``count == 0`` (nothing to read: an empty batch is the partner of an empty id list).
+    """
+    if count:
+        check_matrices(call, name, host(value), batch=True)
+    return value
+
+
 def affine(m: np.ndarray) -> np.ndarray:
     """``m`` (..., 4, 4) with its last row replaced by (0, 0, 0, 1)."""
     m = np.array(m, dtype=np.float64, copy=True)

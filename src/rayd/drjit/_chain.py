@@ -22,8 +22,8 @@ import drjit as dr
 import warp as wp
 
 from rayd import engine
-from rayd.core import specular
-from rayd.drjit import _convert
+from rayd.core import segments, specular
+from rayd.drjit import _convert, _vector
 from rayd.drjit._intersect import _bound, locate
 
 
@@ -54,16 +54,13 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     shape = dr.gather(Int, flat, 3 * lane + 1)
     prim = dr.gather(Int, flat, 3 * lane + 2)
     _, hit, _, _, _, _, (v0, v1, v2), _ = locate(m, Array3, gid, scene._state.live_geometry(m, double))
-    v0 = Work(v0)
-    normal = dr.cross(Work(v1) - v0, Work(v2) - v0)
-    sq = dr.squared_norm(normal)
-    plane = sq > 0
-    # Not dr.rsqrt / a vector over a scalar: approximate on CUDA (see _intersect._normalize).
-    unit = normal * (1 / dr.sqrt(dr.select(plane, sq, 1)))
-    if not double:
-        unit = Work(Array3(unit))  # the reported geo_n
-    offset = dr.dot(v0, normal)
-    ok = hit & plane
+    ops = SimpleNamespace(
+        dot=dr.dot, select=dr.select, where=dr.select, divide=operator.truediv, cross=dr.cross, sqrt=dr.sqrt,
+        rsqrt=_vector.rsqrt, scale=_vector.scale,  # not dr.rsqrt / a vector over a scalar: approximate on CUDA
+        madd=lambda x, a, y, scale: x + a * y if scale == 1.0 else x + scale * a * y,
+        compared=lambda t: F64(Float(dr.detach(t))),  # compared in the output precision, as intersect does
+        reported=lambda x: x if double else Work(Array3(x)))
+    normal, unit, offset, ok = specular.slot_planes(ops, Work(v0), Work(v1), Work(v2), hit)
     first = dr.arange(UInt, n) * bounces
     o = Work(ray.o)
     d = Work(ray.d)
@@ -71,8 +68,7 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         o = dr.gather(Work, o, dr.zeros(UInt, n))
     if dr.width(d) != n:
         d = dr.gather(Work, d, dr.zeros(UInt, n))
-    sqd = dr.squared_norm(d)
-    length = dr.select(sqd > 0, dr.sqrt(dr.select(sqd > 0, sqd, 1)), 0)
+    length = segments.norm(ops, d)
     out = {"t": dr.full(Float, math.inf, total), "p": dr.zeros(Array3, total), "geo_n": dr.zeros(Array3, total),
            "d_out": dr.zeros(Array3, total), "image_source": dr.zeros(Array3, total)}
     valid_all = dr.zeros(m.Bool, total)
@@ -94,11 +90,6 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         count += dr.select(valid, 1, 0)
         path += t
 
-    ops = SimpleNamespace(
-        dot=dr.dot, select=dr.select, divide=operator.truediv,
-        madd=lambda x, a, y, scale: x + a * y if scale == 1.0 else x + scale * a * y,
-        compared=lambda t: F64(Float(dr.detach(t))),  # compared in the output precision, as intersect does
-        reported=lambda x: x if double else Work(Array3(x)))
     specular.bounce_chain(ops, bounces, slot, o, d, (_bound(F64, ray.tmin), _bound(F64, ray.tmax)), emit)
     out["prim_id"] = dr.select(valid_all, prim, -1)
     out["shape_id"] = dr.select(valid_all, shape, -1)

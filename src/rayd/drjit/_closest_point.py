@@ -23,16 +23,17 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import surface as _surface
+from rayd.core.edges import document
 from rayd.drjit import _check, _convert
-from rayd.drjit._geometry import apply
+from rayd.drjit._intersect import locate
 from rayd.drjit._nearest_edge import _check_points, _kind, _norm, _relative, _safe_div
 from rayd.drjit.intersection import DrjitRecord
 from rayd.engine import closest_point as _engine
 from rayd.engine import winding as _winding
-from rayd.records import FieldRecord
+from rayd.records import ClosestPointRecord
 
 
-class ClosestPoint(DrjitRecord, FieldRecord):
+class ClosestPoint(DrjitRecord, ClosestPointRecord):
     """The closest point on the scene's enabled triangles per query point.
 
     Attributes (N queries; Dr.Jit types of the scene's backend, ``.ad`` when any input was):
@@ -47,17 +48,16 @@ class ClosestPoint(DrjitRecord, FieldRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.drjit.ClosestPoint"
     _width_field = "distance"
-
-    def is_valid(self) -> dr.ArrayBase:
-        """(N,) ``Bool``: True where a triangle was found."""
-        return self._fields["global_prim_id"] >= 0
 
     @property
     def shape(self) -> tuple[int]:
         """The batch shape ``(N,)``."""
         return (dr.width(self._fields["distance"]),)
+
+
+document(ClosestPoint, {"is_valid": """(N,) ``Bool``: True where a triangle was found."""},
+         {"is_valid": {"return": dr.ArrayBase}})
 
 
 def closest_on_triangles(m: ModuleType, p, a, b, c):
@@ -106,23 +106,7 @@ def _safe_pos_div(num, den):
 def _corners(m: ModuleType, double: bool, gid, geometry):
     """``(found, shape, prim, a, b, c)``: world corners (float64) of the winners, stand-ins where none."""
     Array3 = m.Array3f64 if double else m.Array3f
-    Int, UInt = m.Int, m.UInt
-    found = gid >= 0
-    g = dr.select(found, gid, 0)
-    offsets = Int(geometry.global_offset)
-    num_shapes = dr.width(offsets)
-    if num_shapes == 1:
-        shape = dr.zeros(UInt, dr.width(g))
-    else:
-        index = dr.binary_search(0, num_shapes - 1, lambda i: dr.gather(Int, offsets, i) <= g)
-        shape = UInt(index - dr.select(dr.gather(Int, offsets, index) > g, 1, 0))
-    prim = g - dr.gather(Int, offsets, shape)
-    row = UInt(dr.gather(Int, Int(geometry.face_row), shape) + prim)
-    tri = dr.gather(m.Array3u, m.Array3u(geometry.faces), row)
-    v0, v1, v2 = (dr.gather(Array3, geometry.vertices, i) for i in (tri.x, tri.y, tri.z))
-    if geometry.transform is not None:
-        cols = tuple(dr.gather(Array3, col, shape) for col in geometry.transform)
-        v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
+    _, found, shape, prim, _, _, (v0, v1, v2), _ = locate(m, Array3, gid, geometry)
     Work = m.Array3f64
     a = dr.select(found, Work(v0), Work(0, 0, 0))
     b = dr.select(found, Work(v1), Work(1, 0, 0))

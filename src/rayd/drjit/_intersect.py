@@ -12,7 +12,6 @@ stand-in triangle and masked out with ``dr.select``: zero gradient, never NaN.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from types import ModuleType
 
@@ -142,14 +141,8 @@ def empty(m: ModuleType, double: bool, flags: RayFlags) -> dict[str, dr.ArrayBas
     Float = m.Float64 if double else m.Float
     Array3 = m.Array3f64 if double else m.Array3f
     Array2 = m.Array2f64 if double else m.Array2f
-    out = {"t": Float(), "prim_id": m.Int(), "shape_id": m.Int(), "global_prim_id": m.Int()}
-    if flags & RayFlags.Geometric:
-        out.update(p=Array3(), geo_n=Array3(), barycentric=Array3())
-    if flags & RayFlags.ShadingN:
-        out["n"] = Array3()
-    if flags & RayFlags.UV:
-        out["uv"] = Array2()
-    return out
+    kinds = {"t": Float, "p": Array3, "geo_n": Array3, "barycentric": Array3, "n": Array3, "uv": Array2}
+    return {name: kinds.get(name, m.Int)() for name in hits.field_names(flags)}
 
 
 def enforce(m: ModuleType, fields: dict[str, dr.ArrayBase], tmin: object, tmax: object) -> dict[str, dr.ArrayBase]:
@@ -162,15 +155,7 @@ def enforce(m: ModuleType, fields: dict[str, dr.ArrayBase], tmin: object, tmax: 
     t = fields["t"]
     t64 = m.Float64(dr.detach(t))  # float64 holds every float32 exactly: compares the values as given
     ok = (t64 > _bound(m.Float64, tmin)) & (t64 < _bound(m.Float64, tmax))
-    out = {}
-    for name, value in fields.items():
-        if name in ("prim_id", "shape_id", "global_prim_id"):
-            out[name] = dr.select(ok, value, -1)
-        elif name == "t":
-            out[name] = dr.select(ok, value, math.inf)
-        else:
-            out[name] = dr.select(ok, value, 0)
-    return out
+    return hits.as_misses(fields, ok, dr.select)
 
 
 def _bound(Float: type, bound: object) -> object:

@@ -17,7 +17,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import SceneCore
-from rayd.core.shapes import matrix_groups
+from rayd.core.shapes import face_flags, matrix_groups
 from rayd.drjit import _convert
 from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns
 from rayd.drjit._intersect import LiveGeometry
@@ -42,11 +42,9 @@ class LiveState:
         self._faces = plain.Array3u(dr.gather(plain.Array3i, flat, dr.arange(plain.UInt32, table.num_flat_faces)))
         if not table.num_flat_faces:
             self._faces = plain.Array3u()
-        counts = np.array([s.num_faces for s in meshes], dtype=np.int64)
-        has_normals = [s.mesh.normals is not None for s in meshes]
-        has_uv = [s.mesh.uv is not None for s in meshes]
-        self._face_has_normals = plain.Bool(np.repeat(has_normals, counts)) if any(has_normals) else None
-        self._face_has_uv = plain.Bool(np.repeat(has_uv, counts)) if any(has_uv) else None
+        has_normals, has_uv = face_flags(meshes, "normals"), face_flags(meshes, "uv")
+        self._face_has_normals = None if has_normals is None else plain.Bool(has_normals)
+        self._face_has_uv = None if has_uv is None else plain.Bool(has_uv)
         self._global_offset = plain.Int(host["global_offset"].astype(np.int32))
         self._face_row = plain.Int(host["face_row"].astype(np.int32))
         self.is_instance = host["is_instance"]

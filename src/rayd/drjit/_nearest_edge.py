@@ -96,8 +96,8 @@ def _empty(m: ModuleType, double: bool, ray: bool) -> dict[str, dr.ArrayBase]:
 
 
 # ---------------------------------------------------------------------- queries
-def _setup(scene, call: str) -> SceneEdges:
-    scene._require_ready(call)
+def ready(scene, call: str) -> SceneEdges:
+    """The scene's edges, synced (the hook of :class:`rayd.core.edges.EdgeQueries`; after ``_require_ready``)."""
     edges = scene._edges
     edges.require_synced(call)
     return edges
@@ -122,76 +122,67 @@ def _kind(scene, *query: dr.ArrayBase) -> tuple[ModuleType, bool]:
     return _convert.module(scene._backend, ad), double
 
 
-def nearest_edge(scene, query: object, active: object, max_distance: object) -> NearestEdge:
-    """``Scene.nearest_edge``: see its docstring."""
-    call = "rayd.drjit.Scene.nearest_edge()"
-    edges = _setup(scene, call)
-    max_distance = _check.max_distance(call, max_distance)
-    backend, device = scene._backend, scene._device
-    is_ray = isinstance(query, Ray)
-    if is_ray:
-        ray = scene._check_ray(call, query)
-        n, active = scene._check_active(call, ray, active)
-        m, double = _kind(scene, ray.o, ray.d, ray.tmin, ray.tmax)
-    else:
-        if not _convert.is_jit_array(query):
-            name = _convert.type_name(query)
-            hint = " (rayd.torch and rayd.drjit objects do not mix)" if name.startswith(("rayd.torch", "torch")) else ""
-            raise TypeError(
-                f"{call}: 'points_or_ray' must be a Dr.Jit 3-vector array (Array3f, Array3f64) or a rayd.drjit.Ray, "
-                f"got {name}{hint}"
-            )
-        points, n, active = _check_points(scene, call, query, active)
-        m, double = _kind(scene, points)
-    if n == 0:
-        return NearestEdge((0,), **_empty(m, double, is_ray))
+def _launch(scene, search, views: list, active, max_distance: float, winners) -> None:
+    """``search(bvh, *views, flag, max_distance, winners, stream)``: an engine search over the
+    query's Warp ``views`` with the ``active`` flags, on the current stream."""
+    device = scene._device
     stream = _convert.current_stream(device)
-    winner = _convert.empty_int32(n, backend)
-    flag = _convert.uint8(active, backend)
-    bvh = edges.bvh(stream)
-    if is_ray:
-        o, o_buffer = _convert.vec3_view(_relative(scene, ray.o), device)
-        d, d_buffer = _convert.vec3_view(ray.d, device)
-        tmin = _convert.float32(ray.tmin, backend)
-        tmax = _convert.float32(ray.tmax, backend)
-        views = [o, d, _convert.scalar_view(tmin, device), _convert.scalar_view(tmax, device)]
-        buffers = (o_buffer, d_buffer, tmin, tmax)
-        search = _search.nearest_edge_ray
-    else:
-        p, p_buffer = _convert.vec3_view(_relative(scene, points), device)
-        views, buffers, search = [p], (p_buffer,), _search.nearest_edge_point
-    views += [_convert.scalar_view(flag, device), max_distance, _convert.scalar_view(winner, device), stream]
+    flag = _convert.uint8(active, scene._backend)
+    bvh = scene._edges.bvh(stream)
     _convert.query_fence(device, after=False)
-    search(bvh, *views)
+    search(bvh, *views, _convert.scalar_view(flag, device), max_distance, winners, stream)
     _convert.query_fence(device, after=True)
-    del buffers, views  # kept alive until the engine's launch is done
-    geometry = scene._live_geometry(m, double)
-    if is_ray:
-        fields = evaluate_rays(m, double, ray, winner, edges, geometry)
-    else:
-        fields = evaluate_points(m, double, points, winner, edges, geometry)
-    return NearestEdge((n,), **fields)
 
 
-def nearest_edges(scene, points: object, k: object, active: object, max_distance: object) -> NearestEdge:
-    """``Scene.nearest_edges``: see its docstring."""
-    call = "rayd.drjit.Scene.nearest_edges()"
-    edges = _setup(scene, call)
-    k = _check.top_k(call, k, _search.MAX_K)
-    max_distance = _check.max_distance(call, max_distance)
+def nearest_edge_ray(scene, call: str, edges: SceneEdges, ray: Ray, active: object, max_distance: float) -> NearestEdge:
+    """``Scene.nearest_edge(ray)`` after the shared checks (rayd.core.edges.EdgeQueries)."""
     backend, device = scene._backend, scene._device
+    n, active = scene._check_active(call, ray, active)
+    m, double = _kind(scene, ray.o, ray.d, ray.tmin, ray.tmax)
+    if n == 0:
+        return NearestEdge((0,), **_empty(m, double, True))
+    winner = _convert.empty_int32(n, backend)
+    o, o_buffer = _convert.vec3_view(_relative(scene, ray.o), device)
+    d, d_buffer = _convert.vec3_view(ray.d, device)
+    tmin = _convert.float32(ray.tmin, backend)
+    tmax = _convert.float32(ray.tmax, backend)
+    views = [o, d, _convert.scalar_view(tmin, device), _convert.scalar_view(tmax, device)]
+    _launch(scene, _search.nearest_edge_ray, views, active, max_distance, _convert.scalar_view(winner, device))
+    del o_buffer, d_buffer, tmin, tmax, views  # kept alive until the engine's launch is done
+    return NearestEdge((n,), **evaluate_rays(m, double, ray, winner, edges, scene._live_geometry(m, double)))
+
+
+def nearest_edge_points(scene, call: str, edges: SceneEdges, points: object, active: object,
+                        max_distance: float) -> NearestEdge:
+    """``Scene.nearest_edge(points)`` after the shared checks."""
+    if not _convert.is_jit_array(points):
+        name = _convert.type_name(points)
+        hint = " (rayd.torch and rayd.drjit objects do not mix)" if name.startswith(("rayd.torch", "torch")) else ""
+        raise TypeError(
+            f"{call}: 'points_or_ray' must be a Dr.Jit 3-vector array (Array3f, Array3f64) or a rayd.drjit.Ray, "
+            f"got {name}{hint}"
+        )
+    points, n, active = _check_points(scene, call, points, active)
+    m, double = _kind(scene, points)
+    if n == 0:
+        return NearestEdge((0,), **_empty(m, double, False))
+    winner = _convert.empty_int32(n, scene._backend)
+    p, p_buffer = _convert.vec3_view(_relative(scene, points), scene._device)
+    _launch(scene, _search.nearest_edge_point, [p], active, max_distance, _convert.scalar_view(winner, scene._device))
+    del p_buffer
+    return NearestEdge((n,), **evaluate_points(m, double, points, winner, edges, scene._live_geometry(m, double)))
+
+
+def nearest_edges(scene, call: str, edges: SceneEdges, points: object, k: int, active: object,
+                  max_distance: float) -> NearestEdge:
+    """``Scene.nearest_edges`` after the shared checks (``k`` checked)."""
     points, n, active = _check_points(scene, call, points, active)
     m, double = _kind(scene, points)
     if n == 0:
         return NearestEdge((0, k), **_empty(m, double, False))
-    stream = _convert.current_stream(device)
-    winners, winners_view = _convert.int32_rows_buffer(n, k, backend, device)
-    flag = _convert.uint8(active, backend)
-    bvh = edges.bvh(stream)
-    p, p_buffer = _convert.vec3_view(_relative(scene, points), device)
-    _convert.query_fence(device, after=False)
-    _search.nearest_edges_point(bvh, p, _convert.scalar_view(flag, device), max_distance, winners_view, stream)
-    _convert.query_fence(device, after=True)
+    winners, winners_view = _convert.int32_rows_buffer(n, k, scene._backend, scene._device)
+    p, p_buffer = _convert.vec3_view(_relative(scene, points), scene._device)
+    _launch(scene, _search.nearest_edges_point, [p], active, max_distance, winners_view)
     del p_buffer
     lane = dr.arange(m.UInt, n * k)
     query = lane // k if dr.width(points) != 1 else dr.zeros(m.UInt, n * k)
@@ -201,10 +192,8 @@ def nearest_edges(scene, points: object, k: object, active: object, max_distance
     return NearestEdge((n, k), **fields)
 
 
-def silhouette_edges(scene, viewpoint: object) -> dr.ArrayBase:
-    """``Scene.silhouette_edges``: see its docstring."""
-    call = "rayd.drjit.Scene.silhouette_edges()"
-    scene._require_ready(call)
+def silhouette_edges(scene, call: str, viewpoint: object) -> dr.ArrayBase:
+    """``Scene.silhouette_edges`` after the lifecycle check."""
     viewpoint = _check.float_array(call, "viewpoint", viewpoint, 3)
     _check.same_backend(call, "viewpoint", viewpoint, scene._device, "the scene")
     if dr.width(viewpoint) != 1:

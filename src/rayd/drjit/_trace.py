@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.core.rays import scalar_ignore
+from rayd.core import rays as core_rays
 from rayd.drjit import _check, _convert
 from rayd.drjit.ray import Ray
 from rayd.engine.intersect import search
@@ -33,11 +33,11 @@ def check_active(call: str, ray: Ray, active: object, device: str) -> tuple[int,
 
 
 def check_ignore(call: str, n: int, ignore: object, device: str) -> tuple[int, dr.ArrayBase | int | None]:
-    if ignore is None:
-        return n, None
-    one = scalar_ignore(call, ignore, "a Dr.Jit Int/UInt array")
-    if one is not None:
-        return n, one
+    return core_rays.check_ignore(call, n, ignore, "a Dr.Jit Int/UInt array", lambda one: one,
+                                  lambda call, n, ignore: _ignore_ids(call, n, ignore, device))
+
+
+def _ignore_ids(call: str, n: int, ignore: object, device: str) -> tuple[int, dr.ArrayBase]:
     ignore = _check.index_flat(call, "ignore", ignore)
     _check.same_backend(call, "ignore", ignore, device, "the scene")
     n = _check.broadcast(call, [("ray", n), ("ignore", dr.width(ignore))])

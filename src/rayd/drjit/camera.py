@@ -12,11 +12,12 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import camera as _core
+from rayd.core.edges import document
 from rayd.core.camera_frontend import CameraBase, EdgeSamplesBase, check_sample_args, plan_samples, to_camera
 from rayd.core.checks import real
 from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
-from rayd.drjit._nearest_edge import _setup, _winner_segments
+from rayd.drjit._nearest_edge import _winner_segments, ready
 from rayd.drjit.mesh import check_transform
 from rayd.drjit.intersection import DrjitRecord
 from rayd.drjit.ray import Ray
@@ -39,6 +40,7 @@ class Camera(CameraBase):
     """
 
     _SCALAR = "a float or a width-1 Float array"
+    _ARRAY = dr.ArrayBase
 
     def __init__(self, width: int, height: int, *, fov_y=None, fx=None, fy=None, cx=None, cy=None,
                  to_world=None) -> None:
@@ -60,6 +62,39 @@ class Camera(CameraBase):
     def _arrays(self) -> list:
         return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]
 
+    def _generate_rays(self, call: str, samples) -> Ray:
+        m, double = self._namespace(samples)
+        Array2 = m.Array2f64 if double else m.Array2f
+        if samples is None:
+            lane = dr.arange(m.UInt, self.width * self.height)
+            samples = Array2(m.Float64(lane % self.width) + 0.5, m.Float64(lane // self.width) + 0.5)
+        else:
+            samples = _check.float_array(call, "samples", samples, 2)
+            samples = Array2(samples)
+        (fx, fy, cx, cy), placed = self._parts(m, double)
+        Array3 = m.Array3f64 if double else m.Array3f
+        if dr.width(samples) == 0:  # Dr.Jit does not broadcast width 0 against width 1
+            return Ray(placed[1] if placed is not None else Array3(0.0, 0.0, 0.0), Array3())
+        local = Array3((samples.x - cx) / fx, (samples.y - cy) / fy, 1.0)
+        if placed is None:
+            d, o = local, Array3(0.0, 0.0, 0.0)
+        else:
+            rows, o = placed
+            d = Array3(dr.dot(rows[0], local), dr.dot(rows[1], local), dr.dot(rows[2], local))
+        return Ray(o, _div3(Array3, d, dr.norm(d)))
+
+    def _project(self, call: str, points):
+        points = _check.float_array(call, "points", points, 3)
+        m, double = self._namespace(points)
+        if dr.width(points) == 0:  # Dr.Jit does not broadcast width 0 against width 1
+            return (m.Array2f64 if double else m.Array2f)(), (m.Float64 if double else m.Float)()
+        p = self.world_to_camera(m, double, points)
+        plane = p.z == 0  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
+        Array3 = m.Array3f64 if double else m.Array3f
+        xy = self.camera_to_pixels(m, double, Array3(dr.select(plane, 1, p.x), dr.select(plane, 1, p.y),
+                                                     dr.select(plane, 1, p.z)))
+        return dr.select(plane, 0, xy), p.z
+
     # ------------------------------------------------------------------ CameraBase hooks
     def _array_scalar(self, name: str, value: object):
         if not (isinstance(value, dr.ArrayBase) and dr.is_jit_v(value) and dr.depth_v(value) == 1
@@ -68,9 +103,6 @@ class Camera(CameraBase):
         if dr.width(value) != 1:
             raise ValueError(f"{self._CALL}: '{name}' must have width 1, got width {dr.width(value)}")
         return value
-
-    def _is_array(self, value: object) -> bool:
-        return isinstance(value, dr.ArrayBase)
 
     def _host_scalar(self, value) -> float:
         return float(dr.detach(value)[0])
@@ -93,79 +125,6 @@ class Camera(CameraBase):
         Array3 = m.Array3f64 if double else m.Array3f
         rows = tuple(Array3(M[i][0], M[i][1], M[i][2]) for i in range(3))
         return k, (rows, Array3(M[0][3], M[1][3], M[2][3]))
-
-    def generate_rays(self, samples=None) -> Ray:
-        """Camera rays through pixel positions.
-
-        Args:
-            samples: ``Array2f``/``Array2f64`` of width N (N may be 0), pixel coordinates
-                ``(x, y)`` on the camera's backend; default: every pixel centre, lane
-                ``j * width + i`` for pixel ``(i, j)``.
-
-        Returns:
-            :class:`Ray` with ``o`` the camera centre (width 1) and unit ``d`` (width N),
-            ``d = normalize(A ((x - cx) / fx, (y - cy) / fy, 1))`` (``A`` the linear part of
-            ``to_world``); float64 if the samples or any camera parameter are.
-
-        Gradients:
-            ``o``, ``d`` with respect to ``samples``, the intrinsics and ``to_world`` (Dr.Jit AD).
-
-        Raises:
-            TypeError: ``samples`` not a float Dr.Jit array.
-            ValueError: ``samples`` not a 2-vector array.
-        """
-        call = "rayd.drjit.Camera.generate_rays()"
-        m, double = self._namespace(samples)
-        Array2 = m.Array2f64 if double else m.Array2f
-        if samples is None:
-            lane = dr.arange(m.UInt, self.width * self.height)
-            samples = Array2(m.Float64(lane % self.width) + 0.5, m.Float64(lane // self.width) + 0.5)
-        else:
-            samples = _check.float_array(call, "samples", samples, 2)
-            samples = Array2(samples)
-        (fx, fy, cx, cy), placed = self._parts(m, double)
-        Array3 = m.Array3f64 if double else m.Array3f
-        if dr.width(samples) == 0:  # Dr.Jit does not broadcast width 0 against width 1
-            return Ray(placed[1] if placed is not None else Array3(0.0, 0.0, 0.0), Array3())
-        local = Array3((samples.x - cx) / fx, (samples.y - cy) / fy, 1.0)
-        if placed is None:
-            d, o = local, Array3(0.0, 0.0, 0.0)
-        else:
-            rows, o = placed
-            d = Array3(dr.dot(rows[0], local), dr.dot(rows[1], local), dr.dot(rows[2], local))
-        return Ray(o, _div3(Array3, d, dr.norm(d)))
-
-    def project(self, points):
-        """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
-
-        Args:
-            points: ``Array3f``/``Array3f64`` of width N (N may be 0), world positions.
-
-        Returns:
-            ``(xy, depth)``: ``Array2`` and ``Float`` of width N, ``P = A^-1 (p - t)``,
-            ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z`` (test
-            ``depth > 0``: points behind the camera get the mirrored projection; points
-            on the camera's plane, ``depth = 0``, the camera centre among them, have
-            none and get ``xy = 0`` with zero gradient, never NaN or inf).
-
-        Gradients:
-            With respect to ``points``, the intrinsics and ``to_world`` (Dr.Jit AD).
-
-        Raises:
-            TypeError: ``points`` not a float Dr.Jit array.
-            ValueError: ``points`` not a 3-vector array.
-        """
-        call = "rayd.drjit.Camera.project()"
-        points = _check.float_array(call, "points", points, 3)
-        m, double = self._namespace(points)
-        if dr.width(points) == 0:  # Dr.Jit does not broadcast width 0 against width 1
-            return (m.Array2f64 if double else m.Array2f)(), (m.Float64 if double else m.Float)()
-        p = self.world_to_camera(m, double, points)
-        plane = p.z == 0  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
-        Array3 = m.Array3f64 if double else m.Array3f
-        xy = self.camera_to_pixels(m, double, Array3(dr.select(plane, 1, p.x), dr.select(plane, 1, p.y),
-                                                     dr.select(plane, 1, p.z)))
-        return dr.select(plane, 0, xy), p.z
 
     def world_to_camera(self, m, double, points):
         """Camera-space positions of world points (differentiable)."""
@@ -229,14 +188,12 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
 
     __slots__ = ("m", "count")
     _width_field = "weight"
+    _RAY = Ray
 
     def __init__(self, *, m, count: int, **fields) -> None:
         super().__init__(**fields)
         self.m = m
         self.count = count
-
-    def __len__(self) -> int:
-        return dr.width(self.weight) if self.count else 0
 
     @property
     def shape(self) -> tuple[int]:
@@ -246,23 +203,12 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
     def _resize(self, count: int) -> None:
         self.count = count
 
-    def _map(self, fn):
-        n = self.count
-
-        def each(name: str, value):
-            if not isinstance(value, Ray):
-                return fn(name, value)
-
-            def part(x):  # a width-1 origin broadcasts: widen it to N lanes first
-                if not isinstance(x, dr.ArrayBase):
-                    return x
-                if dr.width(x) == 1 and n > 1:
-                    x = x + dr.zeros(type(x), n)
-                return fn(name, x)
-
-            return Ray(part(value.o), part(value.d), part(value.tmax), tmin=part(value.tmin))
-
-        return self._replace({name: each(name, value) for name, value in self._fields.items()})
+    def _map_ray_part(self, fn, name: str, x):
+        if not isinstance(x, dr.ArrayBase):
+            return x
+        if dr.width(x) == 1 and self.count > 1:  # a width-1 origin broadcasts: widen it to N lanes first
+            x = x + dr.zeros(type(x), self.count)
+        return fn(name, x)
 
     def boundary_term(self, f_inside, f_outside, *, filter: str = "box"):
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.
@@ -302,13 +248,57 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
         return image
 
 
+document(Camera, {
+    "generate_rays": """Camera rays through pixel positions.
+
+        Args:
+            samples: ``Array2f``/``Array2f64`` of width N (N may be 0), pixel coordinates
+                ``(x, y)`` on the camera's backend; default: every pixel centre, lane
+                ``j * width + i`` for pixel ``(i, j)``.
+
+        Returns:
+            :class:`Ray` with ``o`` the camera centre (width 1) and unit ``d`` (width N),
+            ``d = normalize(A ((x - cx) / fx, (y - cy) / fy, 1))`` (``A`` the linear part of
+            ``to_world``); float64 if the samples or any camera parameter are.
+
+        Gradients:
+            ``o``, ``d`` with respect to ``samples``, the intrinsics and ``to_world`` (Dr.Jit AD).
+
+        Raises:
+            TypeError: ``samples`` not a float Dr.Jit array.
+            ValueError: ``samples`` not a 2-vector array.
+        """,
+    "project": """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
+
+        Args:
+            points: ``Array3f``/``Array3f64`` of width N (N may be 0), world positions.
+
+        Returns:
+            ``(xy, depth)``: ``Array2`` and ``Float`` of width N, ``P = A^-1 (p - t)``,
+            ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z`` (test
+            ``depth > 0``: points behind the camera get the mirrored projection; points
+            on the camera's plane, ``depth = 0``, the camera centre among them, have
+            none and get ``xy = 0`` with zero gradient, never NaN or inf).
+
+        Gradients:
+            With respect to ``points``, the intrinsics and ``to_world`` (Dr.Jit AD).
+
+        Raises:
+            TypeError: ``points`` not a float Dr.Jit array.
+            ValueError: ``points`` not a 3-vector array.
+        """,
+}, {'generate_rays': {'return': 'Ray'}, 'project': {}})
+
+
+
 def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
     call = "rayd.drjit.Camera.sample_edges()"
     from rayd.drjit.scene import Scene
 
     num_samples = check_sample_args(call, scene, Scene, num_samples, generator, np.random.Generator,
                                     "numpy.random.Generator")
-    edges = _setup(scene, call)
+    scene._require_ready(call)
+    edges = ready(scene, call)
     from rayd.drjit._nearest_edge import _kind
 
     m, double = _kind(scene, *camera._arrays())

@@ -9,14 +9,11 @@ rayd.torch's. Edges with more than 8 faces yield the cyclic pairs of their faces
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import drjit as dr
 import numpy as np
 import warp as wp
 
-from rayd.core.edges import EdgeState, TopologyBase
-from rayd.core.topology import assemble, mesh_passes
+from rayd.core.edges import EdgeState, TopologyBase, document
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply, concat
 from rayd.engine.edge_topology import mesh_edges
@@ -26,7 +23,6 @@ from rayd.drjit.intersection import DrjitRecord
 from rayd.engine.runtime import launch_stream
 
 
-@dataclass(frozen=True, repr=False)
 class EdgeTopology(TopologyBase):
     """Scene-wide edge records, in shape order (lane = ``global_edge_id``), plain Dr.Jit arrays.
 
@@ -50,20 +46,6 @@ class EdgeTopology(TopologyBase):
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [(0, 1), (0, 2), (1, 2)]``, all boundary.
     """
-
-    v: dr.ArrayBase
-    faces: dr.ArrayBase
-    opposite: dr.ArrayBase
-    is_boundary: dr.ArrayBase
-    shape_id: dr.ArrayBase
-    edge_id: dr.ArrayBase
-    global_edge_id: dr.ArrayBase
-
-    @property
-    def num_edges(self) -> int:
-        """E, the number of edge records."""
-        return dr.width(self.global_edge_id)
-
 
     def _where(self) -> str:
         return f"type={_convert.type_name(self.v)}"
@@ -108,10 +90,6 @@ class NearestEdge(DrjitRecord, EdgeRecord):
         super().__init__(**fields)
         self._shape = shape
 
-    def is_valid(self) -> dr.ArrayBase:
-        """``Bool`` of the fields' width: True where an edge was found."""
-        return super().is_valid()
-
     @property
     def shape(self) -> tuple[int, ...]:
         """The query batch shape: ``(N,)``, or ``(N, k)`` for top-k."""
@@ -119,6 +97,10 @@ class NearestEdge(DrjitRecord, EdgeRecord):
 
     def _resize(self, count: int) -> None:
         self._shape = (count,) + tuple(self._shape[1:])
+
+
+document(NearestEdge, {"is_valid": """``Bool`` of the fields' width: True where an edge was found."""},
+         {"is_valid": {"return": dr.ArrayBase}})
 
 
 class SceneEdges(EdgeState):
@@ -129,13 +111,10 @@ class SceneEdges(EdgeState):
     """
 
     def __init__(self, scene) -> None:
-        super().__init__(scene._shapes)
+        super().__init__(scene._shapes, _convert.DrjitArrays(scene._device), scene._device)
         self._scene = scene
         self._backend = scene._backend
         self._device = scene._device
-
-    def _live_shapes(self) -> list:
-        return self._scene._shapes
 
     @property
     def rows(self) -> dr.ArrayBase:
@@ -143,13 +122,14 @@ class SceneEdges(EdgeState):
         self.topology  # noqa: B018
         return self._rows
 
-    def _mesh_records(self, shape, stream) -> tuple[dr.ArrayBase, ...]:
-        """``(v, faces, opposite)`` ``Array2i`` of one mesh, by the engine.
+    def _mesh_records(self, base: int, stream) -> tuple[int, tuple[dr.ArrayBase, ...]]:
+        """``(E_mesh, (v, faces, opposite))``, ``Array2i`` of one mesh, by the engine.
 
         From the faces ``build()`` snapshotted (the scene's face table, the ones the
         triangle BVH was built from), never the mesh's live face array.
         """
         plain = _convert.module(self._backend, False)
+        shape = self._shapes[base]
         mesh, scene = shape.mesh, self._scene
         row = dr.arange(plain.UInt, mesh.num_faces) + shape.face_row
         snapshot = dr.gather(plain.Array3u, scene._faces, row) - shape.vertex_offset
@@ -163,41 +143,26 @@ class SceneEdges(EdgeState):
             wp.copy(view, part, stream=stream)
             out.append(buffer)
         _convert.fence(self._device)
-        return tuple(dr.unravel(plain.Array2i, b.array, order="F") for b in out)
+        return records.num_edges, tuple(dr.unravel(plain.Array2i, b.array, order="F") for b in out)
 
-    def _compute_topology(self) -> None:
+    def _make_topology(self, records: list, plan) -> EdgeTopology:
         plain = _convert.module(self._backend, False)
-        stream = _convert.current_stream(self._device)
-        shapes = self._scene._shapes
-        # One engine pass per mesh; every shape (instances included) then gathers its
-        # mesh's records by index arrays built on the host (rayd.core.topology), so the
-        # traced expression does not grow with the number of shapes.
-        owner = "rayd.drjit.Scene"
-        per_mesh = {b: self._mesh_records(shapes[b], stream) for b in mesh_passes(owner, shapes)}
-        plan = assemble(owner, shapes, self._world_offsets, {b: dr.width(r[0]) for b, r in per_mesh.items()})
-        records = [concat([r[k] for r in per_mesh.values()]) for k in range(3)]
         source = plain.UInt(plan.source.astype(np.uint32))
-        v, faces, opposite = (dr.gather(plain.Array2i, r, source) for r in records)
-        num_edges = dr.width(faces)
-        self._topology = EdgeTopology(
-            v=v,
-            faces=faces,
-            opposite=opposite,
-            is_boundary=faces.y < 0,
-            shape_id=plain.Int(plan.shape_id),
-            edge_id=plain.Int(plan.edge_id),
-            global_edge_id=dr.arange(plain.Int, num_edges),
-        )
+        v, faces, opposite = (dr.gather(plain.Array2i, concat([r[k] for r in records]), source) for k in range(3))
+        num_edges = plan.num_edges
+        topology = EdgeTopology(v=v, faces=faces, opposite=opposite, is_boundary=faces.y < 0,
+                                shape_id=plain.Int(plan.shape_id), edge_id=plain.Int(plan.edge_id),
+                                global_edge_id=dr.arange(plain.Int, num_edges))
         self._rows = plain.Array2u(v + plain.Int(plan.vertex_shift))
-        dr.make_opaque(self._topology.v, self._topology.faces, self._topology.opposite, self._topology.is_boundary,
-                       self._topology.shape_id, self._topology.edge_id, self._topology.global_edge_id, self._rows)
+        dr.make_opaque(topology.v, topology.faces, topology.opposite, topology.is_boundary,
+                       topology.shape_id, topology.edge_id, topology.global_edge_id, self._rows)
         world_v = v + plain.Int(plan.world_shift)
         self._world_v_view, self._world_v = _convert.vec2i_view(world_v, self._device)
         self._mask = dr.full(plain.Bool, True, num_edges)
         self._applied = dr.full(plain.UInt8, 1, num_edges)
         dr.make_opaque(self._mask, self._applied)
         self._applied_view = _convert.scalar_view(self._applied, self._device)
-        self._update_mask(stream)
+        return topology
 
     def _write_applied(self, stream, enabled: list[bool] | None) -> None:
         """``applied = mask & enabled[shape_id]`` (what the BVH sees), written in place."""
@@ -259,22 +224,19 @@ class SceneEdges(EdgeState):
         dr.eval(mask)
         return mask
 
-    def _checked_mask(self, call: str, mask: object) -> dr.ArrayBase:
-        """The user's mask, checked: a ``Bool`` of width E on the scene's backend and device (copied).
+    def _checked_mask(self, call: str, mask: object) -> tuple[dr.ArrayBase, int, str]:
+        """The user's mask, checked: a ``Bool`` on the scene's backend and device (copied), its width.
 
         Raises:
             TypeError: ``mask`` is not a Dr.Jit ``Bool`` array.
-            ValueError: its width is not E, or it is on another backend or device.
+            ValueError: it is on another backend or device.
         """
         mask = _check.bool_array(call, "mask", mask)
         _check.same_backend(call, "mask", mask, self._device, "the scene")
-        e = self.topology.num_edges
-        if dr.width(mask) != e:
-            raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got width {dr.width(mask)}")
         plain = _convert.module(self._backend, False)
         checked = plain.Bool(dr.detach(mask))
         dr.make_opaque(checked)
-        return checked
+        return checked, dr.width(mask), f"width {dr.width(mask)}"
 
     def silhouette(self, m, geometry, viewpoint: dr.ArrayBase) -> dr.ArrayBase:
         """(E,) ``Bool``: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.
@@ -286,10 +248,7 @@ class SceneEdges(EdgeState):
             viewpoint: ``Array3f``/``Array3f64`` of width 1 in that float type.
 
         Returns:
-            A face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
-            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when
-            it is a boundary edge or exactly one of its two faces faces ``c``, and it is
-            applied (not masked out, its shape enabled).
+            The edges of the silhouette rule (:class:`rayd.core.edges.EdgeState`, ``silhouette``).
         """
         top = self.topology
         scene = self._scene

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import drjit as dr
 
+from rayd.core.edges import document
 from rayd.core.frontend import PublicName
 from rayd.records import HitRecord
 
@@ -99,11 +100,11 @@ class Intersection(DrjitRecord, HitRecord):
     __slots__ = ()
     _width_field = "t"
 
-    def is_valid(self) -> dr.ArrayBase:
-        """(N,) ``Bool``: True where the ray hit something."""
-        return super().is_valid()
-
     @property
     def shape(self) -> tuple[int]:
         """The batch shape ``(N,)``."""
         return (dr.width(self._fields["t"]),)
+
+
+document(Intersection, {"is_valid": """(N,) ``Bool``: True where the ray hit something."""},
+         {"is_valid": {"return": dr.ArrayBase}})

@@ -8,8 +8,7 @@ import numpy as np
 
 from rayd.drjit import _check, _convert
 from rayd.drjit._convert import host_matrices
-from rayd.core.transforms import check_matrices
-from rayd.core.meshio import build_as, trimesh_arrays
+from rayd.core.transforms import check_matrices, checked_batch
 from rayd.core.mesh import MeshBase
 
 class Mesh(MeshBase):
@@ -54,6 +53,7 @@ class Mesh(MeshBase):
     _rows = staticmethod(_check.common_width)
     _count = staticmethod(dr.width)
     _check_face_range = staticmethod(_check.face_range)
+    _shape_text = staticmethod(lambda value: f"width {dr.width(value)}")
 
     @staticmethod
     def _device_of(call: str, name: str, value: dr.ArrayBase) -> str:
@@ -109,21 +109,16 @@ class Mesh(MeshBase):
             raise ValueError(f"{call}: 'backend' must be 'llvm' or 'cuda', got {backend!r}")
         if dtype not in ("float32", "float64"):
             raise TypeError(f"{call}: 'dtype' must be 'float32' or 'float64', got {dtype!r}")
-        vertices, faces, vertex_normals, texcoords = trimesh_arrays(call, mesh, normals, uv)
         m = _convert.module(backend, ad)
         wide = dtype == "float64"
-        real = np.float64 if wide else np.float32
+        kinds = {"vertices": m.Array3f64 if wide else m.Array3f, "faces": m.Array3u,
+                 "normals": m.Array3f64 if wide else m.Array3f, "uv": m.Array2f64 if wide else m.Array2f}
 
-        def columns(kind: type, array: np.ndarray | None, numpy_dtype: type):
-            return None if array is None else kind(np.ascontiguousarray(array.T.astype(numpy_dtype)))
+        def columns(name: str, array: np.ndarray) -> dr.ArrayBase:
+            numpy_dtype = np.uint32 if name == "faces" else (np.float64 if wide else np.float32)
+            return kinds[name](np.ascontiguousarray(array.T.astype(numpy_dtype)))
 
-        return build_as(call, f"{cls._name}()", lambda: cls(
-            columns(m.Array3f64 if wide else m.Array3f, vertices, real),
-            columns(m.Array3u, faces, np.uint32),
-            normals=columns(m.Array3f64 if wide else m.Array3f, vertex_normals, real),
-            uv=columns(m.Array2f64 if wide else m.Array2f, texcoords, real),
-            to_world=to_world,
-        ))
+        return cls._from_trimesh(call, mesh, normals, uv, to_world, columns)
 
     @property
     def device(self) -> str:
@@ -147,13 +142,7 @@ def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> 
             _check_values(call, name, value)
             plain = _convert.module(_convert.backend_name(like), False)
             return (plain.Matrix4f64 if dr.type_v(value) == dr.VarType.Float64 else plain.Matrix4f)(value)
-    value = _check.jit_array(call, name, value)
-    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
-        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
-    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
-        raise ValueError(
-            f"{call}: '{name}' must have shape (4, 4): a Matrix4f or Matrix4f64, got {_convert.type_name(value)}"
-        )
+    value = _matrices(call, name, value, "have shape (4, 4): a Matrix4f or Matrix4f64")
     _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
     if dr.width(value) != 1:
         raise ValueError(f"{call}: '{name}' must hold one matrix (width 1), got width {dr.width(value)}")
@@ -168,20 +157,24 @@ def check_transforms(call: str, name: str, value: object, count: int, device: st
     list). ``device`` is ``None`` for an empty scene (no device check). Reads the batch
     once (one host synchronisation).
     """
-    value = _check.jit_array(call, name, value)
-    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
-        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
-    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
-        raise ValueError(
-            f"{call}: '{name}' must be a Matrix4f or Matrix4f64 of width {count}, got {_convert.type_name(value)}"
-        )
+    value = _matrices(call, name, value, f"be a Matrix4f or Matrix4f64 of width {count}")
     if device is not None:
         _check.same_backend(call, name, value, device, "the mesh")
     if dr.width(value) != count:
         raise ValueError(f"{call}: '{name}' must hold {count} matrices (one per shape id), got width {dr.width(value)}")
-    if count == 0:
-        return value
-    check_matrices(call, name, host_matrices(value), batch=True)
+    return checked_batch(call, name, value, count, host_matrices)
+
+
+def _matrices(call: str, name: str, value: object, expected: str) -> dr.ArrayBase:
+    """``value`` if it is a float32/float64 4x4 Dr.Jit matrix of the LLVM or CUDA backend, else the contract's error.
+
+    ``expected`` completes the shape message: ``'{name}' must {expected}, got <type>``.
+    """
+    value = _check.jit_array(call, name, value)
+    if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
+        raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
+    if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
+        raise ValueError(f"{call}: '{name}' must {expected}, got {_convert.type_name(value)}")
     return value
 
 

@@ -8,7 +8,6 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import paths as core_paths
-from rayd.core.checks import type_name
 from rayd.core.paths import NUM_RAYS
 from rayd.drjit import _check, _convert
 from rayd.drjit._scene_reflect import _rows
@@ -50,17 +49,12 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
     References:
         Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
     """
-    call = "rayd.drjit.find_specular_paths()"
     from rayd.drjit.scene import Scene  # noqa: PLC0415 - a local import: the scene module is the heavier one
 
-    if not isinstance(scene, Scene):
-        raise TypeError(f"{call}: 'scene' must be a rayd.drjit.Scene, got {type_name(scene)}")
-    scene._require_ready(call)
-    sources = _check.float_array(call, "sources", sources, 3)
-    targets = _check.float_array(call, "targets", targets, 3)
-    for name, value in (("sources", sources), ("targets", targets)):
-        _check.same_backend(call, name, value, scene.device, "the scene")
-    bounces, num_rays, line_of_sight = core_paths.check_options(call, max_bounces, num_rays, line_of_sight)
+    sources, targets, bounces, num_rays, line_of_sight = core_paths.check_find_arguments(
+        Scene, scene, sources, targets, max_bounces, num_rays, line_of_sight,
+        lambda call, name, value: _check.float_array(call, name, value, 3),
+        lambda call, name, value: _check.same_backend(call, name, value, scene.device, "the scene"))
     plain = _convert.module(scene.backend, False)
     num_s, num_t = dr.width(sources), dr.width(targets)
     _, double = scene._precision(sources, targets)

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import drjit as dr
 
-from rayd.core.rays import interval_bound
+from rayd.core.rays import RayBase, document_ray
 from rayd.drjit import _check, _convert
 
-_CALL = "rayd.drjit.Ray()"
 
-
-class Ray:
+class Ray(RayBase):
     """Rays ``o + t d``, counted as hits only for ``tmin < t < tmax``.
 
     Args:
@@ -41,27 +37,24 @@ class Ray:
             different backends or devices.
     """
 
-    def __init__(
-        self,
-        o: dr.ArrayBase,
-        d: dr.ArrayBase,
-        tmax: float | dr.ArrayBase = math.inf,
-        *,
-        tmin: float | dr.ArrayBase = 0.0,
-    ) -> None:
-        o = _check.float_array(_CALL, "o", o, 3)
-        d = _check.float_array(_CALL, "d", d, 3)
-        device = _convert.device_name(o)
-        _check.same_backend(_CALL, "d", d, device, "'o'")
-        tmax = _interval_bound("tmax", tmax, device)
-        tmin = _interval_bound("tmin", tmin, device)
-        widths = [("o", dr.width(o)), ("d", dr.width(d))]
-        widths += [(n, dr.width(b)) for n, b in (("tmin", tmin), ("tmax", tmax)) if isinstance(b, dr.ArrayBase)]
-        self.width = _check.broadcast(_CALL, widths)
-        self.o = o
-        self.d = d
-        self.tmax = tmax
-        self.tmin = tmin
+    # ------------------------------------------------------------------ RayBase hooks
+    _ARRAYS = "a Dr.Jit Float array"
+    _device_of = staticmethod(_convert.device_name)
+    _same_device = staticmethod(_check.same_backend)
+    _broadcast = staticmethod(_check.broadcast)
+    _is_array = staticmethod(_convert.is_jit_array)
+    _type_name = staticmethod(_convert.type_name)
+    _check_vectors = staticmethod(lambda call, name, value: _check.float_array(call, name, value, 3))
+    _batch = staticmethod(lambda value, vector: dr.width(value))
+
+    @staticmethod
+    def _check_bound(call: str, name: str, value: dr.ArrayBase, device: str) -> dr.ArrayBase:
+        value = _check.float_array(call, name, value, 1)
+        _check.same_backend(call, name, value, device, "'o'")
+        return value
+
+    def _set_batch(self, width: int) -> None:
+        self.width = width
 
     @property
     def device(self) -> str:
@@ -73,18 +66,8 @@ class Ray:
         """The batch shape ``(N,)``."""
         return (self.width,)
 
-    def __call__(self, t: dr.ArrayBase | float) -> dr.ArrayBase:
-        """The point ``o + t d``."""
-        return self.o + t * self.d
-
     def __repr__(self) -> str:
         return f"rayd.drjit.Ray(width={self.width}, type={_convert.type_name(self.o)})"
 
 
-def _interval_bound(name: str, value: object, device: str) -> float | dr.ArrayBase:
-    def check(name: str, value: dr.ArrayBase) -> dr.ArrayBase:
-        value = _check.float_array(_CALL, name, value, 1)
-        _check.same_backend(_CALL, name, value, device, "'o'")
-        return value
-
-    return interval_bound(_CALL, name, value, "a Dr.Jit Float array", _convert.is_jit_array, check, _convert.type_name)
+document_ray(Ray, "dr.ArrayBase", """The point ``o + t d``.""")

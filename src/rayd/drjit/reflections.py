@@ -10,7 +10,8 @@ from __future__ import annotations
 import drjit as dr
 
 from rayd.drjit.intersection import DrjitRecord
-from rayd.records import FieldRecord
+from rayd.core.edges import document
+from rayd.records import ChainRecord, FieldRecord, PathRecord
 
 
 class _SlotRecord(DrjitRecord, FieldRecord):
@@ -52,7 +53,7 @@ class _SlotRecord(DrjitRecord, FieldRecord):
         return new
 
 
-class ReflectionChain(_SlotRecord):
+class ReflectionChain(_SlotRecord, ChainRecord):
     """The specular chain of each ray (see ``rayd.torch.ReflectionChain``), shape ``(N, B)``.
 
     Slot fields (width ``N B``, slot ``b`` of ray ``i`` at lane ``i B + b``): ``t``
@@ -67,12 +68,8 @@ class ReflectionChain(_SlotRecord):
     _width_field = "t"
     _PER_ITEM = ("num_bounces", "path_length")
 
-    def is_valid(self) -> dr.ArrayBase:
-        """``Bool`` of width ``N B``: True in the slots that hold a hit."""
-        return self._fields["global_prim_id"] >= 0
 
-
-class SpecularPaths(_SlotRecord):
+class SpecularPaths(_SlotRecord, PathRecord):
     """Exact specular paths for given face sequences (see ``rayd.torch.SpecularPaths``), shape ``(N, B)``.
 
     Fields: ``points`` (width ``N B``, slot ``b`` of path ``i`` at lane ``i B + b``;
@@ -86,12 +83,8 @@ class SpecularPaths(_SlotRecord):
     __slots__ = ()
     _PER_ITEM = ("num_bounces", "length", "valid")
 
-    def is_valid(self) -> dr.ArrayBase:
-        """``Bool`` of width ``N``, the ``valid`` field."""
-        return self._fields["valid"]
 
-
-class SpecularPathSet(_SlotRecord):
+class SpecularPathSet(_SlotRecord, PathRecord):
     """The valid specular paths of each (source, target) pair (see ``rayd.torch.SpecularPathSet``).
 
     Shape ``(S, T, P, B)``; path ``p`` of pair ``(s, t)`` is item ``(s T + t) P + p``.
@@ -104,6 +97,10 @@ class SpecularPathSet(_SlotRecord):
     __slots__ = ()
     _PER_ITEM = ("num_bounces", "length", "valid")
 
-    def is_valid(self) -> dr.ArrayBase:
-        """``Bool`` of width ``S T P``, the ``valid`` field."""
-        return self._fields["valid"]
+
+document(ReflectionChain, {"is_valid": """``Bool`` of width ``N B``: True in the slots that hold a hit."""},
+         {"is_valid": {"return": dr.ArrayBase}})
+document(SpecularPaths, {"is_valid": """``Bool`` of width ``N``, the ``valid`` field."""},
+         {"is_valid": {"return": dr.ArrayBase}})
+document(SpecularPathSet, {"is_valid": """``Bool`` of width ``S T P``, the ``valid`` field."""},
+         {"is_valid": {"return": dr.ArrayBase}})

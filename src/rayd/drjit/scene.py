@@ -23,7 +23,7 @@ from rayd.drjit._scene_reflect import ReflectionQueries
 from rayd.drjit._scene_allhits import AllHitsQueries
 from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
-from rayd.drjit.mesh import Mesh, check_transform, check_transforms
+from rayd.drjit.mesh import Mesh, check_transforms
 from rayd.drjit.ray import Ray
 from rayd.flags import RayFlags
 
@@ -48,7 +48,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     stream.
     """
 
-    _PREFIX = "rayd.drjit.Scene"
     _MESH = Mesh
     _RAY = Ray
 
@@ -78,21 +77,8 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     def _same_device(self, call: str, name: str, array: dr.ArrayBase) -> None:
         _check.same_backend(call, name, array, self._device, "the scene")
 
-    def _check_vertices(self, call: str, name: str, vertices: object, count: int, mesh_id: int) -> dr.ArrayBase:
-        vertices = _check.float_array(call, name, vertices, 3)
-        if dr.width(vertices) != count:
-            raise ValueError(f"{call}: '{name}' must have shape ({count}, 3) like mesh {mesh_id}, "
-                             f"got width {dr.width(vertices)}")
-        return vertices
-
-    def _check_transform(self, call: str, name: str, value: object, base) -> dr.ArrayBase:
-        return check_transform(call, name, value, base.mesh.vertices)
-
     def _check_transforms(self, call: str, name: str, value: object, count: int) -> dr.ArrayBase:
         return check_transforms(call, name, value, count, self._device)
-
-    def _ids(self, call: str, name: str, value: object) -> object:
-        return value
 
     def _batch_entry(self, batch: dr.ArrayBase, k: int) -> dr.ArrayBase:
         return gather_matrix(batch, k, self._backend)
@@ -106,9 +92,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     def _after_build(self) -> None:
         self._state = LiveState(self._core, self._backend)
         self._edges = SceneEdges(self)
-
-    def _after_sync(self, todo: set[int]) -> None:
-        self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
 
     # ------------------------------------------------------------------ queries (RayQueries hooks)
     def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
@@ -132,12 +115,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             return _walk_on.confirm_blocked(self, m, ray, ignore, blocker)
         return blocker >= 0
 
-    def _check_segment(self, call: str, start: object, end: object) -> tuple[dr.ArrayBase, dr.ArrayBase]:
-        start = _check.float_array(call, "start", start, 3)
-        end = _check.float_array(call, "end", end, 3)
-        _check.same_backend(call, "start", start, self._device or _convert.device_name(start), "the scene")
-        _check.same_backend(call, "end", end, _convert.device_name(start), "'start'")
-        _check.broadcast(call, [("start", dr.width(start)), ("end", dr.width(end))])
+    def _segment_points(self, start: dr.ArrayBase, end: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
         return dr.detach(start), dr.detach(end)
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:

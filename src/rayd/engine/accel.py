@@ -73,6 +73,11 @@ class SceneAccel:
         else:
             view.blas_pair_boxes, view.blas_pair_links, view.blas_tris = pairs.boxes, pairs.links, pairs.tris
             view.inst_pair_base = view.inst_pair_root = wp.zeros(1, dtype=wp.int32, device=device)
+        view.tlas_pair_base, view.tlas_pair_root = 0, 0
+        view.inst_table = wp.zeros(1, dtype=wp.vec4i, device=device)
+        if instances is not None and getattr(instances, "tlas_pairs", None) is not None:
+            view.tlas_pair_base, view.tlas_pair_root = instances.tlas_pair_base, instances.tlas_pairs.root
+            view.inst_table = instances.table(inst_global)
         if instances is None:
             dummy_mat = wp.zeros(1, dtype=wp.mat44d, device=device)
             dummy_int = wp.zeros(1, dtype=wp.int32, device=device)
@@ -131,9 +136,15 @@ class SceneAccel:
 
     @property
     def search_walk(self) -> str:
-        """:attr:`walks`, with ``"_pair"`` appended where the BVHs are walked in the pair layout."""
+        """:attr:`walks`, with ``"_pair"`` appended where the BVHs are walked in the pair layout,
+        or, for instances walked with one shared stack, the instance walk's name
+        (``"instances_unified"``, ``"both_pairtop"``; ``instances.INSTANCE_WALKS``)."""
         walk = self.walks
-        return walk + "_pair" if self.layout == "pair" else walk
+        if self.layout != "pair":
+            return walk
+        if walk != "flat" and getattr(self.instances, "tlas_pairs", None) is not None:
+            return walk + "_" + self.instances.walk
+        return walk + "_pair"
 
     def set_flat_enabled(self, flag: bool) -> None:
         """Tell the search whether any mesh of the flat BVH is enabled (if none, it walks only the instances)."""

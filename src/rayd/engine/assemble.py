@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from rayd.engine.runtime import LaunchCache
+
 wp.set_module_options({"enable_backward": False})
 
 
@@ -100,12 +102,21 @@ def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, i
     return int(low.numpy()[0]), int(high.numpy()[0])
 
 
-def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[str, int] | None:
-    """``("non-finite" | "beyond float32", row)`` of the first bad vertex, else ``None`` (one host read)."""
+def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None,
+                           launches: LaunchCache | None = None) -> tuple[str, int] | None:
+    """``("non-finite" | "beyond float32", row)`` of the first bad vertex, else ``None`` (one host read).
+
+    ``launches``: the caller's recorded launches and scratch (see :class:`rayd.engine.runtime.LaunchCache`).
+    """
     if vertices.size == 0:
         return None
-    bad = wp.full(2, _NONE, dtype=wp.int32, device=vertices.device)
-    wp.launch(_finite_kernel, vertices.size, [vertices, bad], device=vertices.device, stream=stream)
+    if launches is None:
+        bad = wp.full(2, _NONE, dtype=wp.int32, device=vertices.device)
+        wp.launch(_finite_kernel, vertices.size, [vertices, bad], device=vertices.device, stream=stream)
+    else:
+        bad = launches.buffer("first_nonfinite_vertex", 2, wp.int32, vertices.device)
+        bad.fill_(_NONE)
+        launches.launch(_finite_kernel, vertices.size, [vertices, bad], vertices.device, stream)
     found = bad.numpy()
     if found[0] != _NONE:
         return "non-finite", int(found[0])
@@ -114,19 +125,28 @@ def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None) 
     return None
 
 
+_EYE = wp.mat44d(*np.eye(4).reshape(-1).tolist())
+_ZERO = wp.vec3d(0.0, 0.0, 0.0)
+
+
 def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,
-                 stream: wp.Stream | None = None, centre: np.ndarray | None = None) -> None:
+                 stream: wp.Stream | None = None, centre: np.ndarray | None = None,
+                 launches: LaunchCache | None = None) -> None:
     """``points[offset + i] = float32(m @ [vertices[i], 1] - centre)``, placed in float64, rounded once.
 
     ``m``: (4, 4) float64 (identity if ``None``); ``centre``: (3,) float64, the search
-    centre (:mod:`rayd.engine.frame`; zero if ``None``).
+    centre (:mod:`rayd.engine.frame`; zero if ``None``); ``launches``: the caller's
+    recorded launches (see :class:`rayd.engine.runtime.LaunchCache`).
     """
     if vertices.size == 0:
         return
-    mat = wp.mat44d(*(np.eye(4) if m is None else np.asarray(m, dtype=np.float64)).reshape(-1).tolist())
-    c = wp.vec3d(*(np.zeros(3) if centre is None else np.asarray(centre, dtype=np.float64)).tolist())
-    wp.launch(_place_points_kernel, vertices.size, [vertices, mat, c, offset, points], device=points.device,
-              stream=stream)
+    mat = _EYE if m is None else wp.mat44d(*np.asarray(m, dtype=np.float64).reshape(-1).tolist())
+    c = _ZERO if centre is None else wp.vec3d(*np.asarray(centre, dtype=np.float64).tolist())
+    args = [vertices, mat, c, offset, points]
+    if launches is None:
+        wp.launch(_place_points_kernel, vertices.size, args, device=points.device, stream=stream)
+    else:
+        launches.launch(_place_points_kernel, vertices.size, args, points.device, stream)
 
 
 def bounds(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[np.ndarray, np.ndarray] | None:

@@ -6,9 +6,9 @@
    equal codes broken by sorted position (Karras 2012), with the sorted range of each;
 3. the tree's depth (one small host read); the links of the packed nodes once, where a
    subtree of at most ``leaf_size`` segments becomes one leaf (its range of slots);
-4. refit in one launch (:meth:`Lbvh.refit`): a thread per segment writes its slot and
-   leaf box, then climbs with one atomic counter per node; the second child to arrive
-   writes the parent's box and the packed node (Karras 2012, sec. 4, as ``refit.py``).
+4. the packed leaves (subtrees of at most ``leaf_size`` segments, in slot order) for
+   the refit of :mod:`rayd.engine.tree_refit` (:meth:`Lbvh.refit_tree`): one launch, a
+   thread per leaf climbing with one atomic counter per node.
 
 Node layout: internal nodes ``0 .. n-2`` (root 0), leaves ``n-1 .. 2n-2``; leaf
 ``n-1+i`` holds the ``i``-th segment in Morton order (slot ``i`` of the packed tree).
@@ -23,9 +23,7 @@ from __future__ import annotations
 import numpy as np
 import warp as wp
 
-from rayd.engine.refit import _fence, _load_l2
-
-_INF = wp.constant(float("inf"))
+from rayd.engine.tree_refit import TreeRefit
 
 # Build kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
@@ -232,84 +230,48 @@ def _edges_links_kernel(
     node_link[4 * j + 3] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
 
 
-@wp.func
-def _xyz(v: wp.vec4) -> wp.vec3:
-    return wp.vec3(v[0], v[1], v[2])
-
-
 @wp.kernel
-def _edges_refit_kernel(
-    points: wp.array(dtype=wp.vec3),
-    edge_v: wp.array(dtype=wp.vec2i),
-    mask: wp.array(dtype=wp.uint8),
-    order: wp.array(dtype=wp.int32),
+def _edges_leaf_start_kernel(
     n: int,
     leaf_size: int,
     parent: wp.array(dtype=wp.int32),
-    left: wp.array(dtype=wp.int32),
-    right: wp.array(dtype=wp.int32),
-    counters: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec4),
-    upper: wp.array(dtype=wp.vec4),
-    seg: wp.array(dtype=wp.vec3),
-    slot_id: wp.array(dtype=wp.int32),
-    node_box: wp.array(dtype=wp.vec4),
-    root_box: wp.array(dtype=wp.vec3),
+    first: wp.array(dtype=wp.int32),
+    size: wp.array(dtype=wp.int32),
+    start: wp.array(dtype=wp.int32),
+    info: wp.array(dtype=wp.vec4i),
 ):
-    """Slot ``s``: its segment and leaf box, then the climb (see the module docstring).
+    """Node ``c`` (internal or leaf) is a packed leaf if it holds at most ``leaf_size``
+    segments and its parent more (or it is the root): flag its first slot."""
+    c = wp.tid()
+    count = int(1)
+    lo = c - (n - 1)
+    if c < n - 1:
+        count = int(size[c])
+        lo = int(first[c])
+    par = int(parent[c])
+    if count <= leaf_size:
+        if par < 0 or int(size[par]) > leaf_size:
+            start[lo] = wp.int32(1)
+            info[lo] = wp.vec4i(c, lo, count, par)
 
-    Each refit adds 2 to every internal node's counter; the child that finds it even
-    arrived first and stops (no reset launch between refits).
-    """
+
+@wp.kernel
+def _edges_leaf_compact_kernel(
+    start: wp.array(dtype=wp.int32),
+    index: wp.array(dtype=wp.int32),
+    info: wp.array(dtype=wp.vec4i),
+    leaves: wp.array(dtype=wp.vec4i),
+):
     s = wp.tid()
-    e = int(order[s])
-    ev = edge_v[e]
-    a = points[ev[0]]
-    b = points[ev[1]]
-    seg[2 * s] = a
-    seg[2 * s + 1] = b
-    inf = _INF
-    lo = wp.vec3(inf, inf, inf)
-    hi = wp.vec3(-inf, -inf, -inf)
-    if mask[e] != wp.uint8(0):
-        slot_id[s] = wp.int32(e)
-        lo = wp.min(a, b)
-        hi = wp.max(a, b)
-    else:
-        slot_id[s] = wp.int32(-1)
-    node = n - 1 + s
-    lower[node] = wp.vec4(lo[0], lo[1], lo[2], 0.0)
-    upper[node] = wp.vec4(hi[0], hi[1], hi[2], 0.0)
-    climbing = int(1)
-    while climbing != 0 and node > 0:
-        p = int(parent[node])
-        _fence()
-        if (wp.atomic_add(counters, p, 1) & 1) == 0:
-            climbing = 0  # the sibling's thread finishes the parent
-        else:
-            _fence()  # and reads what the sibling wrote before its own fence and increment
-            ca = int(left[p])
-            cb = int(right[p])
-            la = _xyz(_load_l2(lower, ca))
-            ha = _xyz(_load_l2(upper, ca))
-            lb = _xyz(_load_l2(lower, cb))
-            hb = _xyz(_load_l2(upper, cb))
-            plo = wp.min(la, lb)
-            phi = wp.max(ha, hb)
-            if p == 0 and n <= leaf_size:  # one leaf holds everything: (its box, an empty box)
-                la = plo
-                ha = phi
-                lb = wp.vec3(inf, inf, inf)
-                hb = wp.vec3(-inf, -inf, -inf)
-            node_box[4 * p] = wp.vec4(la[0], la[1], la[2], ha[0])
-            node_box[4 * p + 1] = wp.vec4(ha[1], ha[2], lb[0], lb[1])
-            node_box[4 * p + 2] = wp.vec4(lb[2], hb[0], hb[1], hb[2])
-            lower[p] = wp.vec4(plo[0], plo[1], plo[2], 0.0)
-            upper[p] = wp.vec4(phi[0], phi[1], phi[2], 0.0)
-            if p == 0:
-                root_box[0] = plo
-                root_box[1] = phi
-            node = p
+    if start[s] != 0:
+        leaves[int(index[s])] = info[s]
+
+
+@wp.kernel
+def _edges_children_kernel(left: wp.array(dtype=wp.int32), right: wp.array(dtype=wp.int32),
+                           children: wp.array(dtype=wp.vec2i)):
+    j = wp.tid()
+    children[j] = wp.vec2i(int(left[j]), int(right[j]))
 
 
 class Lbvh:
@@ -319,7 +281,6 @@ class Lbvh:
         order: int32 (n,), the edge of each leaf (Morton order) = of each packed slot.
         left, right: int32 (n - 1,), children of each internal node (``>= n - 1``: leaf).
         first, size: int32 (n - 1,), the sorted range of each internal node.
-        lower, upper: vec4 (2 n - 1,), node boxes (xyz), filled by :meth:`refit`.
         depth: levels of the tree (root = 1, leaves included).
         key_bits: Morton key length used (63 or 30).
 
@@ -350,9 +311,6 @@ class Lbvh:
                   outputs=[self.left, self.right, self.parent, self.first, self.size], device=dev)
         depth = wp.zeros(1, dtype=wp.int32, device=dev)
         wp.launch(_edges_depth_kernel, dim=n - 1, inputs=[self.parent], outputs=[depth], device=dev)
-        self.lower = wp.empty(2 * n - 1, dtype=wp.vec4, device=dev)
-        self.upper = wp.empty(2 * n - 1, dtype=wp.vec4, device=dev)
-        self.counters = wp.zeros(n - 1, dtype=wp.int32, device=dev)
         if stream is not None:
             wp.synchronize_stream(stream)
         self.depth = int(depth.numpy()[0]) + 2
@@ -363,11 +321,22 @@ class Lbvh:
         wp.launch(_edges_links_kernel, dim=n - 1, inputs=[n, leaf_size, self.left, self.right, self.first, self.size],
                   outputs=[node_link], device=node_link.device)
 
-    def refit(self, points: wp.array, edge_v: wp.array, mask: wp.array, leaf_size: int, seg: wp.array,
-              slot_id: wp.array, node_box: wp.array, root_box: wp.array) -> None:
-        """Slots, leaf and internal boxes, packed node boxes and the root box, in one launch."""
+    def refit_tree(self, leaf_size: int, stream) -> TreeRefit:
+        """The leaf-climb refit (:class:`rayd.engine.tree_refit.TreeRefit`) of this tree with
+        subtrees of at most ``leaf_size`` segments as leaves (one small host read: their count)."""
         n = self.num_edges
-        wp.launch(_edges_refit_kernel, dim=n,
-                  inputs=[points, edge_v, mask, self.order, n, leaf_size, self.parent, self.left, self.right],
-                  outputs=[self.counters, self.lower, self.upper, seg, slot_id, node_box, root_box],
-                  device=points.device)
+        dev = self.order.device
+        start = wp.zeros(n, dtype=wp.int32, device=dev)
+        info = wp.empty(n, dtype=wp.vec4i, device=dev)
+        wp.launch(_edges_leaf_start_kernel, dim=2 * n - 1, inputs=[n, leaf_size, self.parent, self.first, self.size],
+                  outputs=[start, info], device=dev)
+        index = wp.empty(n, dtype=wp.int32, device=dev)
+        wp.utils.array_scan(start, index, inclusive=False)
+        if stream is not None:
+            wp.synchronize_stream(stream)
+        count = int(index[n - 1:].numpy()[0]) + int(start[n - 1:].numpy()[0])
+        leaves = wp.empty(count, dtype=wp.vec4i, device=dev)
+        wp.launch(_edges_leaf_compact_kernel, dim=n, inputs=[start, index, info], outputs=[leaves], device=dev)
+        children = wp.empty(n - 1, dtype=wp.vec2i, device=dev)
+        wp.launch(_edges_children_kernel, dim=n - 1, inputs=[self.left, self.right], outputs=[children], device=dev)
+        return TreeRefit(children, self.parent, leaves, 2 * n - 1)

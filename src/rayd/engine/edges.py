@@ -5,15 +5,17 @@ cannot shrink a search radius as candidates are found, order children by distanc
 or keep a per-query top-k bound. Nearest-edge search needs all three, so the search
 kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
 
-* the tree comes from one of two builders, both running on the scene's device:
+* the tree comes from one of two builders (``DEFAULT_BUILDER`` per device):
 
-  - ``"sah"`` (default): ``wp.Bvh`` over the segment boxes with leaves of up to
-    ``leaf_size`` segments, built by cuBQL's binned-SAH GPU builder on CUDA
-    (``constructor="cubql"``) and by Warp's SAH builder on the CPU; refit by
-    ``wp.Bvh.refit`` (one launch, leaves climbing with per-node counters);
-  - ``"lbvh"``: our own Karras 2012 linear BVH over 63-bit Morton codes of the
-    segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), subtrees of up
-    to ``leaf_size`` segments collapsed into one leaf, refit in one launch.
+  - ``"sah"`` (CPU default): Warp's SAH tree (``wp.Bvh``) over the segment boxes with
+    leaves of up to ``leaf_size`` segments, built by Warp's host builder on every device
+    and converted on the host (:mod:`rayd.engine.edge_sah`), then copied to the device:
+    the same tree on CPU and CUDA. Its build takes 0.7-1.9 s for 1.6-3.1 M edges; on the
+    H200 its trees search 20-25 % faster than the LBVH's on the sphere, as fast on the
+    terrain (benchmarks/README.md, "Edges");
+  - ``"lbvh"`` (CUDA default): our own Karras 2012 linear BVH over 63-bit Morton codes of
+    the segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), built on the
+    device in 3-5 ms, subtrees of up to ``leaf_size`` segments collapsed into one leaf.
 
 * packed layout (what the searches read): internal node ``j`` (root 0) is one
   64-byte run holding both children's boxes and their links (as the triangle walk's
@@ -28,10 +30,10 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
-Refit (:meth:`EdgeBvh.refit`): segments and leaf boxes from the live endpoints and
-mask, internal boxes bottom up, packed boxes; no host synchronisation. ``"lbvh"``: one
-launch (a climb with atomic counters, :meth:`rayd.engine.edge_lbvh.Lbvh.refit`);
-``"sah"``: a slots launch, ``wp.Bvh.refit`` and one packing launch.
+Refit (:meth:`EdgeBvh.refit`), the same for both builders: segments and leaf boxes from
+the live endpoints and mask, internal and packed boxes bottom up, in two launches (a slots
+launch, then a thread per leaf climbing with atomic counters,
+:class:`rayd.engine.tree_refit.TreeRefit`); no host synchronisation.
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
@@ -44,13 +46,13 @@ from __future__ import annotations
 import os
 import warnings
 
+import numpy as np
 import warp as wp
 
-from rayd.engine.bvh_nodes import read_nodes
 from rayd.engine.edge_lbvh import Lbvh
+from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
-
-_INF = wp.constant(float("inf"))
+from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
 #: (``edge_lbvh.py``, built on the device in ~5 ms for 3 M edges; Warp's SAH builder runs on
@@ -60,11 +62,15 @@ _INF = wp.constant(float("inf"))
 #: 4: 257 / 276; the 30-bit per-axis keys of commit 811b89b with one segment per leaf: 562 / 241;
 #: benchmarks/README.md, "Edges"). On the CPU the SAH tree is kept (its host build is no slower
 #: there, its trees read 7 % fewer bytes on the sphere).
-DEFAULT_BUILDER = {"cpu": "sah", "cuda": "lbvh"}
+#: ``RAYD_EDGE_BVH_BUILDER`` (``"sah"`` or ``"lbvh"``) overrides the CUDA entry: the SAH tree
+#: where the query time matters more than a 1-2 s build (H200, 1 M points: sphere 43.9 -> 33.4 ms,
+#: top-8 54.7 -> 42.7 ms; benchmarks/results/h200-edges-12-02/edges_h200_b.txt).
+DEFAULT_BUILDER = {"cpu": "sah", "cuda": os.environ.get("RAYD_EDGE_BVH_BUILDER", "lbvh")}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
 #: ``wp.Bvh`` constructor of the ``"sah"`` builder on CUDA (``RAYD_EDGE_BVH_CONSTRUCTOR``:
-#: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, not yet validated on CUDA).
+#: ``"sah"``, Warp's host SAH, or ``"cubql"``, its GPU builder, whose tree is then also read
+#: back and converted on the host; not validated on CUDA).
 CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
 
 #: Segments per leaf when ``leaf_size=None``, per builder. LBVH leaves of 8 read 24-26 % fewer
@@ -78,50 +84,6 @@ LBVH_CUBIC = True
 
 # Build and search kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
-
-
-@wp.func
-def _empty_lo() -> wp.vec3:
-    return wp.vec3(_INF, _INF, _INF)
-
-
-@wp.func
-def _empty_hi() -> wp.vec3:
-    return wp.vec3(-_INF, -_INF, -_INF)
-
-
-@wp.kernel
-def _edges_slots_kernel(
-    points: wp.array(dtype=wp.vec3),
-    edge_v: wp.array(dtype=wp.vec2i),
-    mask: wp.array(dtype=wp.uint8),
-    slot_edge: wp.array(dtype=wp.int32),
-    box_by_slot: int,
-    box_base: int,
-    seg: wp.array(dtype=wp.vec3),
-    slot_id: wp.array(dtype=wp.int32),
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
-):
-    """Segments of slot ``s`` in leaf order, and their boxes (by slot or by edge)."""
-    s = wp.tid()
-    e = int(slot_edge[s])
-    ev = edge_v[e]
-    a = points[ev[0]]
-    b = points[ev[1]]
-    seg[2 * s] = a
-    seg[2 * s + 1] = b
-    box = e
-    if box_by_slot != 0:
-        box = box_base + s
-    if mask[e] != wp.uint8(0):
-        slot_id[s] = wp.int32(e)
-        lower[box] = wp.min(a, b)
-        upper[box] = wp.max(a, b)
-    else:
-        slot_id[s] = wp.int32(-1)
-        lower[box] = _empty_lo()
-        upper[box] = _empty_hi()
 
 
 @wp.kernel
@@ -139,94 +101,10 @@ def _edges_box_kernel(
     upper[e] = wp.max(a, b)
 
 
-@wp.func
-def _put_node(node_box: wp.array(dtype=wp.vec4), node_link: wp.array(dtype=wp.vec4i), j: int, lo_a: wp.vec3,
-              hi_a: wp.vec3, lo_b: wp.vec3, hi_b: wp.vec3, link: wp.vec4i):
-    """Packed node ``j``: both boxes in three ``vec4``, then the links (see the module docstring)."""
-    node_box[4 * j] = wp.vec4(lo_a[0], lo_a[1], lo_a[2], hi_a[0])
-    node_box[4 * j + 1] = wp.vec4(hi_a[1], hi_a[2], lo_b[0], lo_b[1])
-    node_box[4 * j + 2] = wp.vec4(lo_b[2], hi_b[0], hi_b[1], hi_b[2])
-    node_link[4 * j + 3] = link
-
-
 @wp.kernel
-def _edges_internal_flags_kernel(lower_index: wp.array(dtype=wp.vec4i), flags: wp.array(dtype=wp.int32)):
+def _edges_put_links_kernel(links: wp.array(dtype=wp.vec4i), node_link: wp.array(dtype=wp.vec4i)):
     j = wp.tid()
-    flags[j] = wp.int32(1)
-    if lower_index[j][3] < 0:
-        flags[j] = wp.int32(0)
-
-
-@wp.func
-def _warp_child(
-    lowers: wp.array(dtype=wp.vec4),
-    uppers: wp.array(dtype=wp.vec4),
-    lower_index: wp.array(dtype=wp.vec4i),
-    upper_index: wp.array(dtype=wp.vec4i),
-    packed: wp.array(dtype=wp.int32),
-    c: int,
-) -> wp.vec4i:
-    """(code, count, 0, 0) of ``wp.Bvh`` node ``c`` as a packed child."""
-    low = lower_index[c][3]
-    if low < 0:
-        first = low & 0x7FFFFFFF
-        last = upper_index[c][3] & 0x7FFFFFFF
-        return wp.vec4i(first, last - first, 0, 0)
-    return wp.vec4i(int(packed[c]) - 1, 0, 0, 0)
-
-
-@wp.kernel
-def _edges_pack_warp_kernel(
-    root: int,
-    lowers: wp.array(dtype=wp.vec4),
-    uppers: wp.array(dtype=wp.vec4),
-    lower_index: wp.array(dtype=wp.vec4i),
-    upper_index: wp.array(dtype=wp.vec4i),
-    packed: wp.array(dtype=wp.int32),
-    node_box: wp.array(dtype=wp.vec4),
-    node_link: wp.array(dtype=wp.vec4i),
-    root_box: wp.array(dtype=wp.vec3),
-):
-    """Packed node from ``wp.Bvh`` node ``i`` (inclusive scan ``packed`` of the internal flags)."""
-    i = wp.tid()
-    if i == root:
-        lo = lowers[i]
-        hi = uppers[i]
-        root_box[0] = wp.vec3(lo[0], lo[1], lo[2])
-        root_box[1] = wp.vec3(hi[0], hi[1], hi[2])
-    low = lower_index[i][3]
-    if low < 0:
-        if i == root:  # the whole tree is one leaf: packed root = (that leaf, nothing)
-            ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, i)
-            lo = lowers[i]
-            hi = uppers[i]
-            _put_node(node_box, node_link, 0, wp.vec3(lo[0], lo[1], lo[2]), wp.vec3(hi[0], hi[1], hi[2]),
-                      _empty_lo(), _empty_hi(), wp.vec4i(ca[0], 0, ca[1], 0))
-        return
-    j = int(packed[i]) - 1
-    a = int(low)
-    b = int(upper_index[i][3] & 0x7FFFFFFF)
-    la = lowers[a]
-    ua = uppers[a]
-    lb = lowers[b]
-    ub = uppers[b]
-    ca = _warp_child(lowers, uppers, lower_index, upper_index, packed, a)
-    cb = _warp_child(lowers, uppers, lower_index, upper_index, packed, b)
-    _put_node(node_box, node_link, j, wp.vec3(la[0], la[1], la[2]), wp.vec3(ua[0], ua[1], ua[2]),
-              wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(ub[0], ub[1], ub[2]), wp.vec4i(ca[0], cb[0], ca[1], cb[1]))
-
-
-@wp.kernel
-def _edges_pack_single_kernel(
-    lower: wp.array(dtype=wp.vec3),
-    upper: wp.array(dtype=wp.vec3),
-    node_box: wp.array(dtype=wp.vec4),
-    node_link: wp.array(dtype=wp.vec4i),
-    root_box: wp.array(dtype=wp.vec3),
-):
-    _put_node(node_box, node_link, 0, lower[0], upper[0], _empty_lo(), _empty_hi(), wp.vec4i(0, 0, 1, 0))
-    root_box[0] = lower[0]
-    root_box[1] = upper[0]
+    node_link[4 * j + 3] = links[j]
 
 
 class EdgeBvh:
@@ -245,7 +123,8 @@ class EdgeBvh:
             ``DEFAULT_BUILDER``.
         leaf_size: most segments per leaf (1 to 16; ``None``: ``DEFAULT_LEAF_SIZE``).
 
-    Building synchronises with the device a few times (small reads of tree sizes).
+    Building synchronises with the device a few times (small reads of tree sizes; the
+    ``"sah"`` builder copies the segment boxes to the host and its tree back).
 
     Raises:
         ValueError: if there are no edges, or for an unknown ``builder`` / ``leaf_size``.
@@ -267,7 +146,8 @@ class EdgeBvh:
         if builder is None:
             builder = DEFAULT_BUILDER["cpu" if points.device.is_cpu else "cuda"]
         if builder not in ("sah", "lbvh"):
-            raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' must be 'sah' or 'lbvh', got {builder!r}")
+            raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' (or RAYD_EDGE_BVH_BUILDER) must be 'sah' or "
+                             f"'lbvh', got {builder!r}")
         leaf_size = DEFAULT_LEAF_SIZE[builder] if leaf_size is None else int(leaf_size)
         if not 1 <= leaf_size <= 16:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'leaf_size' must be in [1, 16], got {leaf_size}")
@@ -285,20 +165,18 @@ class EdgeBvh:
             self.root_box = wp.empty(2, dtype=wp.vec3, device=dev)
             if self.builder == "single":
                 self.slot_edge = wp.zeros(1, dtype=wp.int32, device=dev)
-                self._lower = wp.empty(1, dtype=wp.vec3, device=dev)
-                self._upper = wp.empty(1, dtype=wp.vec3, device=dev)
+                self._tree = single_leaf_tree(1, dev)
                 self.num_inner = 1
                 self.depth = 2
+                links = np.array([[0, 0, 1, 0]], np.int32)
             elif self.builder == "lbvh":
                 self._build_lbvh(stream)
             else:
                 try:
-                    self._build_sah(stream)
-                except RuntimeError as error:  # no cuBQL in this Warp build, or an unexpected layout
+                    links = self._build_sah(stream)
+                except RuntimeError as error:  # e.g. no cuBQL in this Warp build
                     if dev.is_cpu:
                         raise
-                    # Not silent: the H200 rows labelled "sah" in results/h200-session4 have the depths
-                    # and search times of lbvh:1, which suggests such a fallback went unnoticed.
                     warnings.warn(f"rayd.engine.EdgeBvh(): the 'sah' builder failed on {dev} ({error}); "
                                   "building the 'lbvh' tree instead", RuntimeWarning, stacklevel=2)
                     self.fallback_error = str(error)
@@ -307,8 +185,11 @@ class EdgeBvh:
             self.node_box = wp.empty(4 * self.num_inner, dtype=wp.vec4, device=dev)
             # the same memory as int32: node_link[4 j + 3] = (code_a, code_b, count_a, count_b)
             self.node_link = wp.array(ptr=self.node_box.ptr, dtype=wp.vec4i, shape=self.node_box.shape, device=dev)
+            TreeRefit.clear_nodes(self.node_box)  # nodes inside collapsed LBVH subtrees stay empty
             if self.builder == "lbvh":
                 self._lbvh.write_links(self.node_link, self.leaf_size)
+            else:
+                self._write_links(links)
         self.refit(stream)
 
     def _build_lbvh(self, stream) -> None:
@@ -318,41 +199,37 @@ class EdgeBvh:
         self.slot_edge = self._lbvh.order
         self.num_inner = self.num_edges - 1
         self.depth = self._lbvh.depth
+        self._tree = self._lbvh.refit_tree(self.leaf_size, stream)
 
-    def _build_sah(self, stream) -> None:
+    def _build_sah(self, stream) -> np.ndarray:
+        """Warp's SAH tree, built on the host on every device (``rayd.engine.edge_sah``); its links."""
         n, dev = self.num_edges, self.device
         # Build over the full boxes of all edges (masked ones too, so that unmasking needs only a refit).
-        self._item_lower = wp.empty(n, dtype=wp.vec3, device=dev)
-        self._item_upper = wp.empty(n, dtype=wp.vec3, device=dev)
-        wp.launch(_edges_box_kernel, dim=n, inputs=[self.points, self.edge_v],
-                  outputs=[self._item_lower, self._item_upper], device=dev)
-        # Warp's SAH builder (on the host) on both devices: the same tree and layout on CPU and
-        # CUDA. cuBQL (Warp's GPU builder) is opt-in until its trees pass the CUDA suite: a
-        # cuBQL tree over a single leaf made the top-k search loop on the H200 (this session).
-        constructor = "sah" if dev.is_cpu else CUDA_CONSTRUCTOR
-        self._bvh = wp.Bvh(self._item_lower, self._item_upper, constructor=constructor, leaf_size=self.leaf_size)
-        nodes = read_nodes(self._bvh, n)
-        if nodes.depth >= MAX_DEPTH:  # deeper than the search stack: median splits (depth ~ log2 n)
-            self._bvh = wp.Bvh(self._item_lower, self._item_upper, constructor="median", leaf_size=self.leaf_size)
-            nodes = read_nodes(self._bvh, n)
-        counts = wp.array(ptr=self._bvh.id + 40, dtype=wp.int32, shape=(4,), device=dev).numpy()
-        self._num_src = int(counts[2])  # num_nodes
-        self._nodes = nodes
-        self._src_root = nodes.root
-        if nodes.root != 0:
-            raise RuntimeError("rayd.engine.EdgeBvh(): unexpected wp.Bvh layout (root not node 0); "
-                               "rayd needs warp-lang 1.19.0")
-        flags = wp.empty(self._num_src, dtype=wp.int32, device=dev)
-        self._packed = wp.empty(self._num_src, dtype=wp.int32, device=dev)
-        wp.launch(_edges_internal_flags_kernel, dim=self._num_src, inputs=[nodes.lower_index], outputs=[flags],
-                  device=dev)
-        wp.utils.array_scan(flags, self._packed, inclusive=True)
-        if stream is not None:
-            wp.synchronize_stream(stream)
-        self.num_inner = max(int(self._packed[self._num_src - 1:].numpy()[0]), 1)
-        self.slot_edge = nodes.primitives
-        # cuBQL converts trees deeper than Warp's query stack by merging deep subtrees into one leaf
-        self.depth = int(nodes.depth) + 1 if nodes.depth > 0 else 33
+        lower = wp.empty(n, dtype=wp.vec3, device=dev)
+        upper = wp.empty(n, dtype=wp.vec3, device=dev)
+        wp.launch(_edges_box_kernel, dim=n, inputs=[self.points, self.edge_v], outputs=[lower, upper], device=dev)
+        if dev.is_cpu or CUDA_CONSTRUCTOR != "cubql":
+            lo, hi = lower.numpy(), upper.numpy()
+            tree = warp_tree(lo, hi, self.leaf_size)
+            if tree.depth >= MAX_DEPTH:  # deeper than the search stack: median splits (depth ~ log2 n)
+                tree = warp_tree(lo, hi, self.leaf_size, constructor="median")
+        else:  # cuBQL's GPU builder (opt-in), converted on the host as well
+            tree = warp_tree(lower, upper, self.leaf_size, constructor="cubql", device=dev)
+            if tree.depth >= MAX_DEPTH:
+                raise RuntimeError(f"cuBQL tree deeper than {MAX_DEPTH} levels")
+        self.slot_edge = wp.array(tree.order, dtype=wp.int32, device=dev)
+        self.num_inner = tree.links.shape[0]
+        self.depth = tree.depth
+        self._tree = TreeRefit(wp.array(tree.children, dtype=wp.vec2i, device=dev),
+                               wp.array(tree.parent, dtype=wp.int32, device=dev),
+                               wp.array(tree.leaves, dtype=wp.vec4i, device=dev), tree.parent.shape[0])
+        return tree.links
+
+    def _write_links(self, links: np.ndarray) -> None:
+        """Packed links from the host (``(num_inner, 4)`` int32), into ``node_link[4 j + 3]``."""
+        words = wp.array(links, dtype=wp.vec4i, device=self.device)
+        wp.launch(_edges_put_links_kernel, dim=links.shape[0], inputs=[words], outputs=[self.node_link],
+                  device=self.device)
 
     def packed_nodes(self):
         """Host copy of the packed tree, for tests and measurements.
@@ -373,24 +250,6 @@ class EdgeBvh:
 
     def refit(self, stream: wp.Stream | None = None) -> None:
         """Refit the node boxes to the current ``points`` and ``mask`` (topology unchanged)."""
-        n = self.num_edges
-        dev = self.device
-        with launch_stream(dev, stream):
-            if self.builder == "sah":
-                wp.launch(_edges_slots_kernel, dim=n,
-                          inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 0, 0],
-                          outputs=[self.seg, self.slot_id, self._item_lower, self._item_upper], device=dev)
-                self._bvh.refit()
-                nd = self._nodes
-                wp.launch(_edges_pack_warp_kernel, dim=self._num_src,
-                          inputs=[self._src_root, nd.lowers, nd.uppers, nd.lower_index, nd.upper_index, self._packed],
-                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)
-            elif self.builder == "lbvh":
-                self._lbvh.refit(self.points, self.edge_v, self.mask, self.leaf_size, self.seg, self.slot_id,
-                                 self.node_box, self.root_box)
-            else:
-                wp.launch(_edges_slots_kernel, dim=1,
-                          inputs=[self.points, self.edge_v, self.mask, self.slot_edge, 1, 0],
-                          outputs=[self.seg, self.slot_id, self._lower, self._upper], device=dev)
-                wp.launch(_edges_pack_single_kernel, dim=1, inputs=[self._lower, self._upper],
-                          outputs=[self.node_box, self.node_link, self.root_box], device=dev)
+        with launch_stream(self.device, stream):
+            self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
+                             self.node_box, self.root_box)

@@ -2,14 +2,83 @@
 
 from __future__ import annotations
 
+import os
+
 import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
+from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
 
 # Bounds kernels have no derivatives: skip generating adjoint code (faster first compile).
 wp.set_module_options({"enable_backward": False})
+
+#: How a query walks instances (issue 18; ``instance_walk.py``): ``"nested"`` (Warp's nodes
+#: for the top level, a walk with its own stack per instance entered: the walk before
+#: issue 18's instance work), ``"pairtop"`` (the top level in the child-pair layout too,
+#: each BLAS walked in a loop nested in the top level's, one stack of refs per ray),
+#: ``"unified"`` (one loop and one stack for both levels: a marker on the stack leaves
+#: an instance), ``"unified_cull"`` (the same, popped BLAS nodes behind the closest hit
+#: skipped too). ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk`
+#: changes it for scenes built afterwards. All give the same winners.
+INSTANCE_WALKS = ("nested", "pairtop", "unified", "unified_cull")
+_walk = os.environ.get("RAYD_INSTANCE_WALK", "nested").strip().lower()
+if _walk not in INSTANCE_WALKS:
+    raise ValueError(f"rayd.engine: RAYD_INSTANCE_WALK must be one of {INSTANCE_WALKS}, got {_walk!r}")
+
+#: Entries of the one stack of the ``pairtop`` / ``unified`` walks: it holds the top level's
+#: (entry distance, ref) pairs, one marker and one leaf continuation pair, then the BLAS's refs
+#: (at most one push per level of each tree).
+SHARED_STACK = 96
+
+
+#: ``RAYD_INSTANCE_MAXREG=N``: the search kernels that walk instances get CUDA's
+#: ``__maxnreg__(N)`` (Warp's ``cuda_max_registers``); unset or 0: the compiler's choice.
+#: :func:`set_instance_max_registers` changes it for launches from then on.
+_max_registers = int(os.environ.get("RAYD_INSTANCE_MAXREG", "0") or 0)
+
+
+def set_instance_max_registers(count: int) -> None:
+    """Cap the registers per thread of the search kernels that walk instances (CUDA; 0: no cap).
+
+    Raises:
+        ValueError: ``count`` is negative or not an int.
+    """
+    global _max_registers
+    if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+        raise ValueError(f"rayd.engine.set_instance_max_registers(): 'count' must be an int >= 0, got {count!r}")
+    _max_registers = count
+
+
+def instance_max_registers() -> int:
+    """The register cap of the instance search kernels (0: none)."""
+    return _max_registers
+
+
+def set_instance_walk(name: str) -> None:
+    """Choose how scenes built from now on walk their instances (one of :data:`INSTANCE_WALKS`).
+
+    Raises:
+        ValueError: ``name`` is not one of :data:`INSTANCE_WALKS`.
+    """
+    global _walk
+    if name not in INSTANCE_WALKS:
+        raise ValueError(f"rayd.engine.set_instance_walk(): 'name' must be one of {INSTANCE_WALKS}, got {name!r}")
+    _walk = name
+
+
+def instance_walk() -> str:
+    """The instance walk scenes built now get (:data:`INSTANCE_WALKS`)."""
+    return _walk
+
+
+@wp.kernel
+def _instance_table_kernel(pair_base: wp.array(dtype=wp.int32), prim_base: wp.array(dtype=wp.int32),
+                           pair_root: wp.array(dtype=wp.int32), global_base: wp.array(dtype=wp.int32),
+                           table: wp.array(dtype=wp.vec4i)):
+    i = wp.tid()
+    table[i] = wp.vec4i(pair_base[i], prim_base[i], pair_root[i], global_base[i])
 
 
 @wp.kernel
@@ -100,7 +169,9 @@ class InstanceLevel:
         if self.has_pairs:
             pair_counts = [b.pairs.boxes.shape[0] for b in blas]
             self.pair_base = [sum(pair_counts[:k]) for k in range(len(blas))]
-            self.pair_boxes = wp.empty(sum(pair_counts), dtype=wp.vec4, device=self.device)
+            # Room after the BLAS nodes for the top level's pair nodes (at most count - 1 inner nodes).
+            self.tlas_pair_base = sum(pair_counts) // 4
+            self.pair_boxes = wp.zeros(sum(pair_counts) + 4 * max(1, self.count), dtype=wp.vec4, device=self.device)
             self.pair_links = wp.array(ptr=self.pair_boxes.ptr, dtype=wp.vec4i, shape=self.pair_boxes.shape,
                                        device=self.device)
             self.pair_tris = wp.empty(3 * max(1, sum(b.num_triangles for b in blas)), dtype=wp.vec4, device=self.device)
@@ -115,6 +186,48 @@ class InstanceLevel:
             if self.nodes.depth > MAX_DEPTH:
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=1)
                 self.nodes = read_nodes(self.bvh, self.count)
+            self.walk = self._choose_walk(stream)
+
+    def _choose_walk(self, stream: wp.Stream | None) -> str:
+        """:func:`instance_walk`, or ``"nested"`` where this scene cannot take the shared-stack walks.
+
+        Those need every BLAS in the pair layout, top-level leaves of at most
+        :data:`~rayd.engine.pair_nodes.MAX_LEAF` instances (the ref encoding) and both
+        levels' depths within :data:`SHARED_STACK`; then the top level's pair nodes are
+        made (``tlas_pairs``) and kept after the BLAS nodes in ``pair_boxes``.
+        """
+        self.tlas_pairs = None
+        walk = instance_walk()
+        if walk == "nested" or not self.has_pairs:
+            return "nested"
+        per_blas_level = 2 if walk == "unified_cull" else 1
+        if 2 * self.nodes.depth + per_blas_level * max(b.nodes.depth for b in self.blas) + 3 > SHARED_STACK:
+            return "nested"
+        low = self.nodes.lower_index.numpy()[:, 3]
+        high = self.nodes.upper_index.numpy()[:, 3]
+        leaf = low < 0
+        if leaf.any() and int(((high[leaf] & 0x7FFFFFFF) - (low[leaf] & 0x7FFFFFFF)).max()) > MAX_LEAF:
+            return "nested"
+        self.tlas_pairs = PairNodes(self.nodes, None, None, 0, stream)
+        self._copy_tlas_pairs(stream)
+        return walk
+
+    def _copy_tlas_pairs(self, stream: wp.Stream | None) -> None:
+        wp.copy(self.pair_boxes, self.tlas_pairs.boxes, 4 * self.tlas_pair_base, 0, self.tlas_pairs.boxes.shape[0],
+                stream=stream)
+
+    def table(self, inst_global: wp.array) -> wp.array:
+        """Per instance ``(first pair node, first primitive slot, root ref, first global_prim_id)``
+        of its BLAS, ``wp.array(dtype=wp.vec4i)`` (I,): one 128-bit load per instance entered.
+
+        Args:
+            inst_global: int32 (I,), the first ``global_prim_id`` of each instance.
+        """
+        table = wp.empty(self.count, dtype=wp.vec4i, device=self.device)
+        wp.launch(_instance_table_kernel, self.count,
+                  [self.inst_pair_base, self.inst_prim_base, self.inst_pair_root, inst_global], [table],
+                  device=self.device)
+        return table
 
     def _copy_nodes(self, stream: wp.Stream | None, primitives: bool) -> None:
         """Copy every BLAS's node boxes (and, at build, primitive lists) into the shared arrays."""
@@ -163,3 +276,6 @@ class InstanceLevel:
             else:
                 self.refresh_transforms(stream)
             self.bvh.refit()
+            if self.tlas_pairs is not None:
+                self.tlas_pairs.refresh(stream)
+                self._copy_tlas_pairs(stream)

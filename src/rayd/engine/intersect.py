@@ -11,6 +11,8 @@ import warp as wp
 
 from rayd.engine import cpu_embree
 from rayd.engine.accel import SceneAccel, flat_accel
+from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
+from rayd.engine.instances import instance_max_registers
 from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
@@ -21,10 +23,12 @@ from rayd.engine.triangles import TriangleScene
 wp.set_module_options({"enable_backward": False})
 
 
-def _search_kernel(trace_fn: wp.Function) -> wp.Kernel:
-    """The search kernel over ``trace_fn`` (each variant compiles only the walks it needs)."""
+def _search_kernel(trace_fn: wp.Function, max_registers: int = 0) -> wp.Kernel:
+    """The search kernel over ``trace_fn`` (each variant compiles only the walks it needs);
+    ``max_registers > 0``: CUDA's ``__maxnreg__`` (Warp's ``cuda_max_registers``; ignored on the CPU)."""
+    options = {"cuda_max_registers": max_registers} if max_registers > 0 else {}
 
-    @wp.kernel(enable_backward=False, module="unique")
+    @wp.kernel(enable_backward=False, module="unique", **options)
     def _intersect_search_kernel(
         scene: SceneView,
         o: wp.array(dtype=wp.vec3),
@@ -57,10 +61,22 @@ def _search_kernel(trace_fn: wp.Function) -> wp.Kernel:
 
 
 #: One search kernel per combination of parts a scene has; a kernel that also holds the
-#: instance walk needs more registers, which slowed the flat walk on the H200.
-_SEARCH_KERNELS = {"flat": _search_kernel(trace_flat), "instances": _search_kernel(trace_instances),
-                   "both": _search_kernel(trace), "flat_pair": _search_kernel(trace_flat_pair),
-                   "both_pair": _search_kernel(trace_pair), "instances_pair": _search_kernel(trace_instances_pair)}
+#: instance walk needs more registers, which slowed the flat walk on the H200. Made on first
+#: use, per walk and register cap (``instances.set_instance_max_registers``).
+_SEARCH_TRACES = {"flat": trace_flat, "instances": trace_instances, "both": trace, "flat_pair": trace_flat_pair,
+                  "both_pair": trace_pair, "instances_pair": trace_instances_pair,
+                  # the shared-stack instance walks (instance_walk.py; RAYD_INSTANCE_WALK)
+                  **_INSTANCE_TRACES}
+_SEARCH_KERNELS: dict[tuple[str, int], wp.Kernel] = {}
+
+
+def search_kernel(walk: str) -> wp.Kernel:
+    """The search kernel of ``walk`` (``SceneAccel.search_walk``) under the current register cap."""
+    cap = 0 if walk.startswith("flat") else instance_max_registers()
+    kernel = _SEARCH_KERNELS.get((walk, cap))
+    if kernel is None:
+        kernel = _SEARCH_KERNELS[(walk, cap)] = _search_kernel(_SEARCH_TRACES[walk], cap)
+    return kernel
 
 
 def search(
@@ -101,7 +117,7 @@ def _warp_search(accel: SceneAccel, rays: RayBatch, global_prim_id: wp.array, an
     """rayd's Warp search kernel over all rays (CPU launches split across cores)."""
     n = global_prim_id.shape[0]
     launch_rows(
-        _SEARCH_KERNELS[accel.search_walk],
+        search_kernel(accel.search_walk),
         n,
         [accel.view, *rays.launch_args(n), 1 if any_hit else 0],
         [global_prim_id],

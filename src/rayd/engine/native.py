@@ -9,6 +9,7 @@ and each entry is 16 bytes) and not written while a query runs.
 :func:`mul_rn` is a float32 product the CUDA compiler never contracts
 into a fused multiply-add (``__fmul_rn``), so the difference of two of them is rounded
 exactly as written on every device. On the CPU each is the plain operation.
+:func:`float_bits` / :func:`bits_float` reinterpret a float32 as an int32 and back.
 """
 
 from __future__ import annotations
@@ -55,4 +56,24 @@ def load4i(arr: wp.array(dtype=wp.vec4i), i: int) -> wp.vec4i:
 """)
 def mul_rn(a: float, b: float) -> float:
     """``a * b`` rounded to float32 on its own (never fused into an FMA)."""
+    ...
+
+
+@wp.func_native("""
+    union { float f; int i; } u;
+    u.f = x;
+    return u.i;
+""")
+def float_bits(x: float) -> int:
+    """The bits of float32 ``x`` as an int32 (to keep a distance on an int32 stack)."""
+    ...
+
+
+@wp.func_native("""
+    union { float f; int i; } u;
+    u.i = i;
+    return u.f;
+""")
+def bits_float(i: int) -> float:
+    """The float32 whose bits are ``i`` (inverse of :func:`float_bits`)."""
     ...

@@ -55,6 +55,9 @@ AUTO_SORT_MIN_QUERIES = 1 << 12
 #: with the sort) and pays well at 1 M (terrain 2 M: 39.9 -> 23.9 ms; sphere 1 M: 71.4 ->
 #: 45.8 ms); 256 k is between the two measured sizes.
 AUTO_SORT_MIN_QUERIES_CUDA = 1 << 18
+#: Threads per block of the search launches. On the H200 128 ran 1-7 % faster than Warp's
+#: default of 256 (``benchmarks/edge_search_ab.py``; benchmarks/README.md, "Edges").
+SEARCH_BLOCK_DIM = 128
 
 
 def _query_order(
@@ -94,6 +97,7 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         ],
         edges.device,
         stream,
+        block_dim=SEARCH_BLOCK_DIM,
     )
 
 

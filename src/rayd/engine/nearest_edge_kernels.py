@@ -16,6 +16,11 @@ from rayd.engine.edges import MAX_DEPTH
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
 MAX_K = 16
+#: ``cuda_max_registers`` of the search kernels (``None``: the compiler's choice), read when a
+#: kernel is first generated. On the H200 (``benchmarks/edge_search_ab.py``, 1 M points) the
+#: point search takes 67 registers by itself; capped at 64 it ran 2-7 % faster (48: slower,
+#: 96 -> 75 registers: slower); benchmarks/README.md, "Edges".
+SEARCH_MAX_REGISTERS: int | None = 64
 _STACK = MAX_DEPTH  # >= the deepest tree (SAH trees are checked; Karras trees: <= 62 levels from 62 key bits)
 
 _INF = wp.constant(float("inf"))
@@ -346,7 +351,8 @@ def _make_search_kernel(kind: int, counting: bool):
             out[i] = wp.int32(best_id)
 
     name = f"nearest_edge_search_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}"
-    return wp.kernel(search, name=name, enable_backward=False, module="unique")
+    options = {} if SEARCH_MAX_REGISTERS is None else {"cuda_max_registers": int(SEARCH_MAX_REGISTERS)}
+    return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
 
 _KERNELS: dict = {}

@@ -101,7 +101,9 @@ class PairNodes:
 
     Args:
         nodes: the views of the ``wp.Bvh`` (:func:`rayd.engine.bvh_nodes.read_nodes`).
-        points, indices, face_base: the triangles (as in ``TriangleScene``), for :attr:`tris`.
+        points, indices, face_base: the triangles (as in ``TriangleScene``), for :attr:`tris`;
+            ``points=None`` for a tree over boxes that are not triangles (the instances' top
+            level): :attr:`tris` is then one dummy entry and is never refreshed.
         stream: the stream to build on (``None`` on the CPU).
 
     Attributes:
@@ -111,7 +113,7 @@ class PairNodes:
         tris: ``wp.array(dtype=wp.vec4)`` (3 F,), the corners of the triangle in each slot.
     """
 
-    def __init__(self, nodes: BvhNodes, points: wp.array, indices: wp.array, face_base: int,
+    def __init__(self, nodes: BvhNodes, points: wp.array | None, indices: wp.array | None, face_base: int,
                  stream: wp.Stream | None = None) -> None:
         self.nodes = nodes
         self.points, self.indices, self.face_base = points, indices, face_base
@@ -134,7 +136,10 @@ class PairNodes:
             self.root = int(tail[2])
         self.boxes = wp.zeros(4 * max(1, inner), dtype=wp.vec4, device=device)
         self.links = wp.array(ptr=self.boxes.ptr, dtype=wp.vec4i, shape=self.boxes.shape, device=device)
-        self.tris = wp.empty(3 * nodes.primitives.shape[0], dtype=wp.vec4, device=device)
+        if points is not None:
+            self.tris = wp.empty(3 * nodes.primitives.shape[0], dtype=wp.vec4, device=device)
+        else:
+            self.tris = wp.zeros(1, dtype=wp.vec4, device=device)
         self.refresh(stream)
 
     @property
@@ -148,6 +153,8 @@ class PairNodes:
         wp.launch(_fill_pairs_kernel, n.lowers.shape[0],
                   [n.lowers, n.uppers, n.lower_index, n.upper_index, self.number], [self.boxes, self.links],
                   device=n.lowers.device, stream=stream)
+        if self.points is None:
+            return
         wp.launch(_leaf_tris_kernel, n.primitives.shape[0],
                   [self.points, self.indices, self.face_base, n.primitives], [self.tris],
                   device=n.lowers.device, stream=stream)

@@ -17,9 +17,13 @@ sec. 4's bottom-up pass; Warp's own refit does the same on Warp's nodes alone).
 
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
+from rayd.engine.runtime import LaunchCache
 
 wp.set_module_options({"enable_backward": False})
 
@@ -29,6 +33,37 @@ _MAG_PARTIALS = wp.constant(256)
 
 #: Box padding as in ``triangles.BOX_PADDING`` (a fraction of the magnitude).
 BOX_PADDING = wp.constant(1.0e-5)
+
+#: How :class:`FusedRefit` climbs (issue 18, "Refit"; ``RAYD_REFIT_ORDER`` sets it):
+#: ``"climb"``: one launch, a thread per leaf climbing with per-node arrival counters
+#: (fence before each counter, second arrival finishes the parent); ``"climb1"``: the
+#: same with one fence per level (the finishing thread reads its sibling's box from L2
+#: without a second fence); ``"levels"``: no atomics or fences, one launch for the
+#: leaves, then one launch per tree level from the deepest up (a node's children are
+#: complete when its level runs; launches are recorded once at build and replayed);
+#: ``"split"``: two launches, a thread per leaf slot for the corners and boxes (coalesced),
+#: then a thread per leaf climbing with one fence per level (as the edge refit, ``tree_refit.py``).
+ORDERS = ("climb", "climb1", "split", "levels")
+_order = os.environ.get("RAYD_REFIT_ORDER", "climb").strip().lower()
+if _order not in ORDERS:
+    raise ValueError(f"rayd.engine: RAYD_REFIT_ORDER must be one of {ORDERS}, got {_order!r}")
+
+
+def set_refit_order(name: str) -> None:
+    """Choose how fused refits of BVHs built from now on climb (``"climb"``, ``"climb1"``, ``"split"`` or ``"levels"``).
+
+    Raises:
+        ValueError: for another name.
+    """
+    global _order
+    if name not in ORDERS:
+        raise ValueError(f"rayd.engine.set_refit_order(): 'name' must be one of {ORDERS}, got {name!r}")
+    _order = name
+
+
+def refit_order() -> str:
+    """The climbing order fused refits of BVHs built now get."""
+    return _order
 
 
 @wp.func_native("""
@@ -72,14 +107,20 @@ def _magnitude_final_kernel(partial: wp.array(dtype=float), out: wp.array(dtype=
     wp.atomic_max(out, 0, partial[wp.tid()])
 
 
-def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None) -> None:
-    """``out[0] = max |coordinate|`` over ``points`` (``partial``: float32 scratch of 256)."""
+def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
+              launches: LaunchCache | None = None) -> None:
+    """``out[0] = max |coordinate|`` over ``points`` (``partial``: float32 scratch of 256;
+    ``launches``: the owner's recorded launches, if it keeps them)."""
     device = points.device
     threads = max(1, min(_MAG_THREADS, points.shape[0]))
     partial.zero_()
     out.zero_()
-    wp.launch(_magnitude_partial_kernel, threads, [points, threads], [partial], device=device, stream=stream)
-    wp.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial], [out], device=device, stream=stream)
+    if launches is None:
+        wp.launch(_magnitude_partial_kernel, threads, [points, threads], [partial], device=device, stream=stream)
+        wp.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial], [out], device=device, stream=stream)
+        return
+    launches.launch(_magnitude_partial_kernel, threads, [points, threads, partial], device, stream)
+    launches.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial, out], device, stream)
 
 
 @wp.func
@@ -90,6 +131,35 @@ def _write_box(node_f: wp.array(dtype=float), n: int, lo: wp.vec3, hi: wp.vec3, 
     node_f[base] = v[0]
     node_f[base + 1] = v[1]
     node_f[base + 2] = v[2]
+
+
+@wp.func
+def _union_into(
+    parent: int,
+    lowers: wp.array(dtype=wp.vec4),
+    uppers: wp.array(dtype=wp.vec4),
+    lower_f: wp.array(dtype=float),
+    upper_f: wp.array(dtype=float),
+    lower_index: wp.array(dtype=wp.vec4i),
+    upper_index: wp.array(dtype=wp.vec4i),
+    number: wp.array(dtype=wp.int32),
+    boxes: wp.array(dtype=wp.vec4),
+):
+    """Write inner node ``parent``'s box (the union of its children's) and its pair node."""
+    left = lower_index[parent][3]
+    right = upper_index[parent][3] & 0x7FFFFFFF
+    la = _load_l2(lowers, left)
+    lb = _load_l2(uppers, left)
+    ra = _load_l2(lowers, right)
+    rb = _load_l2(uppers, right)
+    k = number[parent]
+    boxes[4 * k] = wp.vec4(la[0], la[1], la[2], lb[0])
+    boxes[4 * k + 1] = wp.vec4(lb[1], lb[2], ra[0], ra[1])
+    boxes[4 * k + 2] = wp.vec4(ra[2], rb[0], rb[1], rb[2])
+    plo = wp.min(wp.vec3(la[0], la[1], la[2]), wp.vec3(ra[0], ra[1], ra[2]))
+    phi = wp.max(wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(rb[0], rb[1], rb[2]))
+    _write_box(lower_f, parent, plo, phi, 0)
+    _write_box(upper_f, parent, plo, phi, 1)
 
 
 @wp.kernel
@@ -113,6 +183,8 @@ def _fused_refit_kernel(
     item_uppers: wp.array(dtype=wp.vec3),
     tris: wp.array(dtype=wp.vec4),
     boxes: wp.array(dtype=wp.vec4),
+    climb: int,
+    second_fence: int,
 ):
     n = leaf_nodes[wp.tid()]  # one triangle per leaf (Warp's host builder, leaf size 1)
     slot = lower_index[n][3] & 0x7FFFFFFF
@@ -132,29 +204,127 @@ def _fused_refit_kernel(
     item_uppers[f] = hi
     _write_box(lower_f, n, lo, hi, 0)
     _write_box(upper_f, n, lo, hi, 1)
+    if climb == 0:
+        return  # "levels": the inner nodes are refitted level by level by _level_refit_kernel
     node = n
     parent = parents[n]
     while parent >= 0:
         _fence()
         if wp.atomic_add(counters, parent, 1) == 0:
             return  # the sibling's thread finishes the parent
-        _fence()  # and reads what the sibling wrote before its own fence and increment
-        left = lower_index[parent][3]
-        right = upper_index[parent][3] & 0x7FFFFFFF
-        la = _load_l2(lowers, left)
-        lb = _load_l2(uppers, left)
-        ra = _load_l2(lowers, right)
-        rb = _load_l2(uppers, right)
-        k = number[parent]
-        boxes[4 * k] = wp.vec4(la[0], la[1], la[2], lb[0])
-        boxes[4 * k + 1] = wp.vec4(lb[1], lb[2], ra[0], ra[1])
-        boxes[4 * k + 2] = wp.vec4(ra[2], rb[0], rb[1], rb[2])
-        plo = wp.min(wp.vec3(la[0], la[1], la[2]), wp.vec3(ra[0], ra[1], ra[2]))
-        phi = wp.max(wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(rb[0], rb[1], rb[2]))
-        _write_box(lower_f, parent, plo, phi, 0)
-        _write_box(upper_f, parent, plo, phi, 1)
+        if second_fence != 0:
+            _fence()  # and reads what the sibling wrote before its own fence and increment
+        _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes)
         node = parent
         parent = parents[node]
+
+
+@wp.kernel
+def _slot_refit_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    primitives: wp.array(dtype=wp.int32),
+    slot_leaf: wp.array(dtype=wp.int32),
+    lower_f: wp.array(dtype=float),
+    upper_f: wp.array(dtype=float),
+    item_lowers: wp.array(dtype=wp.vec3),
+    item_uppers: wp.array(dtype=wp.vec3),
+    tris: wp.array(dtype=wp.vec4),
+):
+    # "split", first launch: a thread per leaf slot (coalesced slot-order writes; two dependent loads
+    # before the corners instead of five), the triangle's corners, its padded box and its leaf's box.
+    slot = wp.tid()
+    f = primitives[slot]
+    row = 3 * (face_base + f)
+    a = points[indices[row]]
+    b = points[indices[row + 1]]
+    c = points[indices[row + 2]]
+    tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
+    tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
+    tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    grow = wp.vec3(pad, pad, pad)
+    lo = wp.min(wp.min(a, b), c) - grow
+    hi = wp.max(wp.max(a, b), c) + grow
+    item_lowers[f] = lo
+    item_uppers[f] = hi
+    n = slot_leaf[slot]
+    _write_box(lower_f, n, lo, hi, 0)
+    _write_box(upper_f, n, lo, hi, 1)
+
+
+@wp.kernel
+def _climb_refit_kernel(
+    leaf_nodes: wp.array(dtype=wp.int32),
+    parents: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    lowers: wp.array(dtype=wp.vec4),
+    uppers: wp.array(dtype=wp.vec4),
+    lower_f: wp.array(dtype=float),
+    upper_f: wp.array(dtype=float),
+    lower_index: wp.array(dtype=wp.vec4i),
+    upper_index: wp.array(dtype=wp.vec4i),
+    number: wp.array(dtype=wp.int32),
+    boxes: wp.array(dtype=wp.vec4),
+):
+    # "split", second launch: a thread per leaf climbs (the leaf boxes came from the first launch).
+    node = leaf_nodes[wp.tid()]
+    parent = parents[node]
+    while parent >= 0:
+        _fence()
+        if wp.atomic_add(counters, parent, 1) == 0:
+            return
+        _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes)
+        node = parent
+        parent = parents[node]
+
+
+@wp.kernel
+def _slot_leaf_kernel(lower_index: wp.array(dtype=wp.vec4i), slot_leaf: wp.array(dtype=wp.int32)):
+    n = wp.tid()
+    if lower_index[n][3] < 0:
+        slot_leaf[lower_index[n][3] & 0x7FFFFFFF] = n
+
+
+@wp.kernel
+def _level_refit_kernel(
+    order: wp.array(dtype=wp.int32),
+    first: int,
+    lowers: wp.array(dtype=wp.vec4),
+    uppers: wp.array(dtype=wp.vec4),
+    lower_f: wp.array(dtype=float),
+    upper_f: wp.array(dtype=float),
+    lower_index: wp.array(dtype=wp.vec4i),
+    upper_index: wp.array(dtype=wp.vec4i),
+    number: wp.array(dtype=wp.int32),
+    boxes: wp.array(dtype=wp.vec4),
+):
+    # The inner nodes of one level: their children (deeper levels, leaves) were written by earlier launches.
+    _union_into(order[first + wp.tid()], lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes)
+
+
+@wp.kernel
+def _depth_kernel(parents: wp.array(dtype=wp.int32), lower_index: wp.array(dtype=wp.vec4i),
+                  depth: wp.array(dtype=wp.int32), per_level: wp.array(dtype=wp.int32)):
+    n = wp.tid()
+    d = int(0)
+    p = parents[n]
+    while p >= 0:
+        d += 1
+        p = parents[p]
+    depth[n] = d
+    if lower_index[n][3] >= 0:  # inner node
+        wp.atomic_add(per_level, d, 1)
+
+
+@wp.kernel
+def _level_order_kernel(depth: wp.array(dtype=wp.int32), lower_index: wp.array(dtype=wp.vec4i),
+                        cursor: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32)):
+    n = wp.tid()
+    if lower_index[n][3] >= 0:
+        order[wp.atomic_add(cursor, depth[n], 1)] = n
 
 
 @wp.kernel
@@ -207,6 +377,29 @@ class FusedRefit:
         wp.utils.array_scan(flags, position, inclusive=False)
         self.leaf_nodes = wp.empty(num_triangles, dtype=wp.int32, device=device)
         wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
+        self.order = refit_order()
+        if self.order == "split":
+            self.slot_leaf = wp.empty(num_triangles, dtype=wp.int32, device=device)
+            wp.launch(_slot_leaf_kernel, count, [nodes.lower_index], [self.slot_leaf], device=device)
+        self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
+        self._level_launches: list[wp.Launch] | None = None
+        self._launches = LaunchCache()
+        if self.order == "levels":
+            depth = wp.empty(count, dtype=wp.int32, device=device)
+            per_level = wp.zeros(count + 1, dtype=wp.int32, device=device)
+            wp.launch(_depth_kernel, count, [self.parents, nodes.lower_index], [depth, per_level], device=device)
+            sizes = per_level.numpy()  # one host read at build
+            levels = [int(d) for d in np.nonzero(sizes)[0]][::-1]
+            starts = np.zeros(count + 1, dtype=np.int32)
+            at = 0
+            for d in levels:
+                starts[d] = at
+                self.levels.append((at, int(sizes[d])))
+                at += int(sizes[d])
+            cursor = wp.array(starts, dtype=wp.int32, device=device)
+            self.level_nodes = wp.empty(max(at, 1), dtype=wp.int32, device=device)
+            wp.launch(_level_order_kernel, count, [depth, nodes.lower_index, cursor], [self.level_nodes],
+                      device=device)
 
     @staticmethod
     def applies(bvh: wp.Bvh, nodes: BvhNodes, num_triangles: int) -> bool:
@@ -226,13 +419,36 @@ class FusedRefit:
     def run(self, tri, stream: wp.Stream | None) -> None:
         """Refit ``tri`` (its magnitude already measured) in one launch over its leaves."""
         n, p = tri.nodes, tri.pairs
-        self.counters.zero_()
-        wp.launch(
+        if self.order == "split":
+            self.counters.zero_()
+            self._launches.launch(
+                _slot_refit_kernel, self.num_triangles,
+                [tri.points, tri.indices, tri.face_base, tri.magnitude, n.primitives, self.slot_leaf, self.lower_f,
+                 self.upper_f, tri.lowers, tri.uppers, p.tris], tri.device, stream)
+            self._launches.launch(
+                _climb_refit_kernel, self.num_triangles,
+                [self.leaf_nodes, self.parents, self.counters, n.lowers, n.uppers, self.lower_f, self.upper_f,
+                 n.lower_index, n.upper_index, p.number, p.boxes], tri.device, stream)
+            return
+        climb = self.order != "levels"
+        if climb:
+            self.counters.zero_()
+        self._launches.launch(
             _fused_refit_kernel,
             self.num_triangles,
             [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, self.lower_f, self.upper_f,
-             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, p.number],
-            [tri.lowers, tri.uppers, p.tris, p.boxes],
-            device=tri.device,
-            stream=stream,
+             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, p.number,
+             tri.lowers, tri.uppers, p.tris, p.boxes, int(climb), int(self.order == "climb")],
+            tri.device,
+            stream,
         )
+        if self.levels and self._level_launches is None:
+            # Recorded once (the arrays are the tree's own, fixed for its life): a replay costs
+            # a few microseconds of host time, a wp.launch about ten.
+            self._level_launches = [
+                wp.launch(_level_refit_kernel, size,
+                          [self.level_nodes, first, n.lowers, n.uppers, self.lower_f, self.upper_f, n.lower_index,
+                           n.upper_index, p.number], [p.boxes], device=tri.device, record_cmd=True)
+                for first, size in self.levels]
+        for cmd in self._level_launches or ():
+            cmd.launch(stream)

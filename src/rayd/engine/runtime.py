@@ -150,20 +150,20 @@ def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> 
     run_parallel(run, parts)
 
 
-def launch_offset_rows(kernel, n: int, inputs: list, device, stream) -> None:
+def launch_offset_rows(kernel, n: int, inputs: list, device, stream, block_dim: int = 256) -> None:
     """Launch ``kernel`` over rows ``0 .. n - 1``; on the CPU, in chunks across cores.
 
     For kernels whose rows are not their thread ids (e.g. a thread reads its row through a
     sort order): the kernel's last input is ``base``, its row index is ``wp.tid() + base``,
     and ``inputs`` are the others, passed whole to every chunk. Chunks as in
     :func:`launch_rows` (the first launch of a kernel, and launches under ``CPU_SPLIT_MIN``
-    rows, run as one).
+    rows, run as one). ``block_dim``: threads per block of a CUDA launch.
     """
     if n == 0:
         return
     workers = _WORKERS
     if not device.is_cpu or n < CPU_SPLIT_MIN or workers < 2 or kernel.key not in _warmed:
-        wp.launch(kernel, dim=n, inputs=[*inputs, 0], device=device, stream=stream)
+        wp.launch(kernel, dim=n, inputs=[*inputs, 0], device=device, stream=stream, block_dim=block_dim)
         _warmed.add(kernel.key)
         return
     parts = min(CPU_CHUNKS_PER_CORE * workers, max(1, n // (CPU_SPLIT_MIN // 2)))
@@ -212,3 +212,64 @@ def run_parallel(run, parts: int) -> None:
         for f in futures:
             if not f.cancel():
                 f.result()
+
+
+def _signature(a: object) -> object:
+    """What a recorded launch argument is compared by: an array by its memory and layout (no
+    reference kept, so a cached launch does not keep a caller's array alive), anything else by value."""
+    if isinstance(a, wp.array):
+        return ("array", a.ptr, a.dtype, a.shape, a.strides, str(a.device))
+    if isinstance(a, (int, float, bool)):
+        return (type(a), a)
+    try:
+        return (type(a), tuple(a))  # Warp vectors and matrices (flat sequences of scalars)
+    except TypeError:
+        return ("object", id(a))  # never equal to another object's
+
+
+class LaunchCache:
+    """Recorded launches (``wp.launch(..., record_cmd=True)``) of kernels an owner launches again and
+    again with mostly the same arguments (a BVH's refit, the placement of a mesh's points).
+
+    ``wp.launch`` resolves the overload and packs every argument on each call (tens of
+    microseconds of host time); a replay repacks only the arguments that changed (an
+    array counts as unchanged when its pointer, dtype, shape and strides are) and costs a
+    few microseconds. One command per (kernel, device, argument dtypes); the cache keeps no
+    reference to the arguments (the packed pointers only), so it must not be replayed
+    under a Warp APIC capture.
+    """
+
+    __slots__ = ("_cmds", "_buffers")
+
+    def __init__(self) -> None:
+        self._cmds: dict = {}
+        self._buffers: dict = {}
+
+    def buffer(self, name: str, n: int, dtype, device) -> wp.array:
+        """A scratch array of ``n`` ``dtype`` kept for the owner's next calls (contents undefined)."""
+        key = (name, str(device))
+        buf = self._buffers.get(key)
+        if buf is None or buf.shape[0] != n or buf.dtype != dtype:
+            buf = self._buffers[key] = wp.empty(n, dtype=dtype, device=device)
+        return buf
+
+    def launch(self, kernel, dim: int, args: list, device, stream: wp.Stream | None = None) -> None:
+        """Launch ``kernel`` over ``dim`` threads with ``args`` (inputs then outputs, in order)."""
+        device = wp.get_device(device)
+        key = (kernel, str(device), tuple(getattr(a, "dtype", type(a)) for a in args))
+        entry = self._cmds.get(key)
+        if entry is None:
+            cmd = wp.launch(kernel, dim=dim, inputs=args, device=device, record_cmd=True)
+            entry = self._cmds[key] = [cmd, [_signature(a) for a in args], dim]
+        else:
+            cmd, last, last_dim = entry
+            for i, a in enumerate(args):
+                sig = _signature(a)
+                if sig != last[i]:
+                    cmd.set_param_at_index(i, a)
+                    last[i] = sig
+            if dim != last_dim:
+                cmd.set_dim(dim)
+                entry[2] = dim
+        cmd.fwd_args = None  # (kept by Warp for graph-capture replays only): no references to the arguments
+        cmd.launch(None if device.is_cpu else stream)

@@ -66,6 +66,9 @@ class SceneView:
     blas_tris: wp.array(dtype=wp.vec4)  # leaf-ordered corners of every BLAS (3 per slot)
     inst_pair_base: wp.array(dtype=wp.int32)  # first pair node of its BLAS per instance
     inst_pair_root: wp.array(dtype=wp.int32)  # root ref (local) of its BLAS per instance
+    tlas_pair_base: int  # first pair node of the top level in blas_pair_boxes (instance_walk.py)
+    tlas_pair_root: int  # root ref (local) of the top level in the pair layout
+    inst_table: wp.array(dtype=wp.vec4i)  # per instance: pair base, prim base, pair root, first global id
 
 
 @wp.func

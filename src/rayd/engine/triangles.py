@@ -9,7 +9,7 @@ import warp as wp
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.refit import FusedRefit, magnitude
-from rayd.engine.runtime import launch_stream
+from rayd.engine.runtime import LaunchCache, launch_stream
 
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
 #: Warp builds it on the host.
@@ -186,6 +186,7 @@ class TriangleScene:
         self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
         self._partial = wp.empty(256, dtype=float, device=self.device)
+        self._launches = LaunchCache()  # the refit's recorded launches
         layout = _layout if layout is None else layout
         self._reduce = layout == "pair" and _refit == "fused"
         with launch_stream(self.device, stream):
@@ -224,7 +225,7 @@ class TriangleScene:
 
     def _magnitude(self, stream: wp.Stream | None) -> None:
         if self._reduce:
-            magnitude(self.points, self.magnitude, self._partial, stream)
+            magnitude(self.points, self.magnitude, self._partial, stream, self._launches)
         else:
             self.magnitude.zero_()
             wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],

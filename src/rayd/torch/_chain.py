@@ -23,8 +23,8 @@ import operator
 
 import torch
 
-from rayd.core import specular
-from rayd.torch import _chain_fused, _interval, _ops
+from rayd.core import segments, specular
+from rayd.torch import _chain_fused, _interval, _ops, _vector
 
 
 def _dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -39,7 +39,12 @@ class _ChainOps:
 
     dot = staticmethod(_dot)
     select = staticmethod(torch.where)
+    where = staticmethod(torch.where)
     divide = staticmethod(operator.truediv)
+    cross = staticmethod(torch.linalg.cross)
+    rsqrt = staticmethod(torch.rsqrt)
+    sqrt = staticmethod(torch.sqrt)
+    scale = staticmethod(_vector.scale)
 
     def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
@@ -95,20 +100,12 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
         m = to_world[shape]  # (n, B, 4, 4) float64
         corners = corners.to(m.dtype) @ m[..., :3, :3].transpose(-1, -2) + m[..., None, :3, 3]
     corners = corners.double()
-    v0 = corners[..., 0, :]
-    normal = torch.linalg.cross(corners[..., 1, :] - v0, corners[..., 2, :] - v0)  # (n, B, 3)
-    sq = _dot(normal, normal)
-    plane = sq > 0
-    unit = normal * torch.rsqrt(torch.where(plane, sq, torch.ones_like(sq))).unsqueeze(-1)
-    if dtype != torch.float64:
-        unit = unit.to(dtype).double()  # the reported geo_n
-    offset = _dot(v0, normal)  # plane: x . normal = offset
-    ok = hit & plane
+    ops = _ChainOps(dtype)
+    v0, v1, v2 = corners.unbind(-2)
+    normal, unit, offset, ok = specular.slot_planes(ops, v0, v1, v2, hit)
     o = origin.double()
     d = direction.double()
-    sqd = _dot(d, d)
-    nonzero = sqd > 0
-    length = torch.where(nonzero, torch.sqrt(torch.where(nonzero, sqd, torch.ones_like(sqd))), torch.zeros_like(sqd))
+    length = segments.norm(ops, d)
     bounds = (_interval._rows(tmin, batch, gid), _interval._rows(tmax, batch, gid))
     ts, vectors, oks = [], [], []
 
@@ -119,7 +116,7 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
 
     slot = lambda b: (normal[:, b], unit[:, b], offset[:, b], ok[:, b])  # noqa: E731
     replay = None if counted is None else (lambda b: counted[:, b])
-    specular.bounce_chain(_ChainOps(dtype), bounces, slot, o, d, bounds, emit, replay)
+    specular.bounce_chain(ops, bounces, slot, o, d, bounds, emit, replay)
     valid = torch.stack(oks, dim=1)  # (n, B)
     t = torch.stack(ts, dim=1)  # 0 in empty slots
     vec = torch.where(valid[..., None, None], torch.stack(vectors, dim=1).reshape(n, bounces, 4, 3), 0.0).to(dtype)

@@ -20,8 +20,9 @@ import math
 import torch
 
 from rayd.core import surface as _surface
+from rayd.core.edges import document
 from rayd.engine import closest_point as _engine
-from rayd.records import FieldRecord
+from rayd.records import ClosestPointRecord
 from rayd.torch import _closest_fused, _convert, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
@@ -30,7 +31,7 @@ from rayd.torch.edges import placed_vertices
 from rayd.torch.intersection import TorchRecord
 
 
-class ClosestPoint(TorchRecord, FieldRecord):
+class ClosestPoint(TorchRecord, ClosestPointRecord):
     """The closest point on the scene's enabled triangles per query point.
 
     Attributes (``...`` is the query batch shape):
@@ -51,11 +52,6 @@ class ClosestPoint(TorchRecord, FieldRecord):
     """
 
     __slots__ = ()
-    _name = "rayd.torch.ClosestPoint"
-
-    def is_valid(self) -> torch.Tensor:
-        """(...) bool: True where a triangle was found."""
-        return self._fields["global_prim_id"] >= 0
 
     @property
     def shape(self) -> torch.Size:
@@ -63,11 +59,8 @@ class ClosestPoint(TorchRecord, FieldRecord):
         return self._fields["distance"].shape
 
 
-def _dtype(points: torch.Tensor, scene) -> torch.dtype:
-    dtype = points.dtype
-    for shape in scene._core.table.meshes:
-        dtype = torch.promote_types(dtype, shape.vertices.dtype)
-    return dtype
+document(ClosestPoint, {"is_valid": """(...) bool: True where a triangle was found."""},
+         {"is_valid": {"return": torch.Tensor}})
 
 
 def _prepare(call: str, device, points: object, active: object):
@@ -167,7 +160,7 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
     if _closest_fused.usable(points, state):  # float32, no gradient: one kernel writes the record
         fields = _closest_fused.closest_fused(points, batch, winner, state, geometric)
         return ClosestPoint(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
-    dtype = _dtype(points, scene)
+    dtype = scene._output_dtype(points)
     geometry = gather(state.table, state.live(dtype), winner)
     corners = geometry.corners.to(torch.float64)
     q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
@@ -215,7 +208,7 @@ def winding_number(scene, call: str, points: object, active: object, exact: bool
     device = scene._device
     core = scene._core
     n = batch.numel()
-    dtype = _dtype(points, scene)
+    dtype = scene._output_dtype(points)
     shapes = core.table.shapes
     wanted = differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in shapes)
     if wanted and not value_only:

@@ -74,26 +74,16 @@ class EdgeSamples(TorchRecord, EdgeSamplesBase):
     """
 
     __slots__ = ()
-
-    def __len__(self) -> int:
-        return int(self.weight.shape[0])
+    _RAY = Ray
 
     @property
     def shape(self) -> torch.Size:
         """``(N,)``."""
         return self._fields["weight"].shape
 
-    def _map(self, fn):
-        def each(name: str, value):
-            if not isinstance(value, Ray):
-                return fn(name, value)
-
-            def part(x):  # generated rays have scalar bounds; map batch-shaped tensors only
-                return fn(name, x) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
-
-            return Ray(part(value.o), part(value.d), part(value.tmax), tmin=part(value.tmin))
-
-        return self._replace({name: each(name, value) for name, value in self._fields.items()})
+    def _map_ray_part(self, fn, name: str, x):
+        # generated rays have scalar bounds; map batch-shaped tensors only
+        return fn(name, x) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
 
     def boundary_term(self, f_inside: torch.Tensor, f_outside: torch.Tensor, *, filter: str = "box") -> torch.Tensor:
         """The visibility-boundary part of an image's derivative, as an image of value zero.

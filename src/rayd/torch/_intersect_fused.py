@@ -27,6 +27,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 from rayd import engine
+from rayd.core import hits
 from rayd.flags import RayFlags
 from rayd.torch import _convert
 from rayd.torch._geometry import HitGeometry
@@ -215,16 +216,14 @@ def _rows(x: torch.Tensor, batch: torch.Size) -> torch.Tensor:
 
 
 def _record(out: tuple, global_prim_id: torch.Tensor, geometric: bool, flags: RayFlags) -> dict[str, torch.Tensor]:
-    fields = {"t": out[0], "shape_id": out[-2], "prim_id": out[-1], "global_prim_id": global_prim_id}
+    names = hits.field_names(flags)
+    values = {"t": out[0], "shape_id": out[-2], "prim_id": out[-1], "global_prim_id": global_prim_id}
     if geometric:
         _, p, geo_n, barycentric = out[:4]
-        if flags & RayFlags.Geometric:
-            fields.update(p=p, geo_n=geo_n, barycentric=barycentric)
-        if flags & RayFlags.ShadingN:
-            fields["n"] = geo_n  # no vertex normals: the shading normal is the geometric one
-        if flags & RayFlags.UV:
-            fields["uv"] = barycentric[:, 1:]  # no uv: (w1, w2)
-    return fields
+        values.update(p=p, geo_n=geo_n, barycentric=barycentric, n=geo_n)  # no vertex normals: n is geo_n
+        if "uv" in names:
+            values["uv"] = barycentric[:, 1:]  # no uv: (w1, w2)
+    return {name: values[name] for name in names if name in values}
 
 
 def intersect_fused(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertices: torch.Tensor, state,

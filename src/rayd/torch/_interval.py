@@ -14,10 +14,8 @@ import math
 import numpy as np
 import torch
 
+from rayd.core.hits import as_misses
 from rayd.torch import _convert
-
-_IDS = ("prim_id", "shape_id", "global_prim_id")
-
 
 def enforce(fields: dict[str, torch.Tensor], tmin: float | torch.Tensor, tmax: float | torch.Tensor,
             batch: torch.Size) -> dict[str, torch.Tensor]:
@@ -35,15 +33,12 @@ def enforce(fields: dict[str, torch.Tensor], tmin: float | torch.Tensor, tmax: f
         if np.array_equal(ok_np, hit) and bool(np.all(hit | (tn == math.inf))):
             return fields
     ok = (t > _rows(tmin, batch, t)) & (t < _rows(tmax, batch, t))
-    out = {}
-    for name, value in fields.items():
-        if name in _IDS:
-            out[name] = torch.where(ok, value, -1)
-        elif name == "t":
-            out[name] = torch.where(ok, value, torch.full((), math.inf, dtype=value.dtype, device=value.device))
-        else:
-            out[name] = torch.where(ok.reshape(ok.shape + (1,) * (value.dim() - 1)), value, 0)
-    return out
+    return as_misses(fields, ok, _select)
+
+
+def _select(ok: torch.Tensor, value: torch.Tensor, fill: float) -> torch.Tensor:
+    """``value`` where ``ok`` (per row), else ``fill`` (broadcast over component dims)."""
+    return torch.where(ok.reshape(ok.shape + (1,) * (value.dim() - 1)), value, fill)
 
 
 def _traced(t: torch.Tensor) -> bool:

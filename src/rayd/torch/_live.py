@@ -21,7 +21,7 @@ import torch
 import torch.autograd.forward_ad as forward_ad
 
 from rayd.core import SceneCore
-from rayd.core.shapes import matrix_groups
+from rayd.core.shapes import face_flags, matrix_groups
 from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
 
@@ -70,16 +70,14 @@ class LiveState:
         faces_flat = core.table.num_flat_faces
         faces = _convert.from_warp(core.indices)[: 3 * faces_flat].view(-1, 3)
         self.indices = _convert.from_warp(core.indices)[: 3 * faces_flat]  # int32 flat rows (fused kernels)
-        any_normals = any(s.mesh.normals is not None for s in meshes)
-        any_uv = any(s.mesh.uv is not None for s in meshes)
-        counts = np.array([s.num_faces for s in meshes], dtype=np.int64)
+        has_normals, has_uv = face_flags(meshes, "normals"), face_flags(meshes, "uv")
+        any_normals, any_uv = has_normals is not None, has_uv is not None
         self.table = ShapeTable(
             global_offset=dev(host["global_offset"]),
             face_row=dev(host["face_row"]),
             faces=faces.long(),
-            face_has_normals=dev(np.repeat([s.mesh.normals is not None for s in meshes], counts))
-            if any_normals else None,
-            face_has_uv=dev(np.repeat([s.mesh.uv is not None for s in meshes], counts)) if any_uv else None,
+            face_has_normals=dev(has_normals) if any_normals else None,
+            face_has_uv=dev(has_uv) if any_uv else None,
             shape_mesh=dev(np.array([mesh_index[s.base] for s in shapes], dtype=np.int64)),
             instance_rows=dev(host["instance_rows"]),
         )

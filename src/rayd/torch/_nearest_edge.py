@@ -21,8 +21,7 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core.checks import max_distance as check_max_distance, top_k
-from rayd.engine import nearest_edge as _search
+from rayd.core.checks import max_distance as check_max_distance  # noqa: F401 - re-exported
 from rayd.torch import _check, _convert, _ops
 from rayd.torch import _nearest_edge_fused as _fused
 from rayd.torch._edge_formulas import _ids, evaluate_points, evaluate_rays
@@ -74,48 +73,53 @@ def _search_rows(x: torch.Tensor, batch: torch.Size, centre: torch.Tensor | None
 
 
 # ---------------------------------------------------------------------- queries
-def nearest_edge(scene, query: object, active: object, max_distance: object) -> NearestEdge:
-    """``Scene.nearest_edge``: see its docstring."""
-    call = "rayd.torch.Scene.nearest_edge()"
-    scene._require_ready(call)
-    edges = _ready_edges(call, scene)
-    max_distance = check_max_distance(call, max_distance)
+# The hooks of rayd.core.edges.EdgeQueries: it checks the lifecycle, ``k`` and
+# ``max_distance`` and tells points from rays; these check the arrays, search and evaluate.
+def ready(scene, call: str):
+    """The scene's edges, synced, their lazily built state made (:func:`rayd.torch._ops.ready_edges`)."""
+    return _ready_edges(call, scene)
+
+
+def nearest_edge_ray(scene, call: str, edges, ray: Ray, active: object, max_distance: float) -> NearestEdge:
+    """``Scene.nearest_edge(ray)`` after the shared checks: engine search, evaluation, record."""
     device = scene._device
-    if isinstance(query, Ray):
-        ray = scene._check_ray(call, query)
-        batch, flag = _check_active(call, ray.shape, "ray", active, device)
-        n = batch.numel()
-        winner = _ops.edge_ray_search(scene, call, _search_rows(ray.o, batch, edges.centre),
-                                      _convert.flat_float32(ray.d, batch, 3), _bound(ray.tmin, batch, device),
-                                      _bound(ray.tmax, batch, device), flag, max_distance, n)
-        dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene._shapes)
-        vertices = placed_vertices(scene._shapes, dtype)
-        o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-        s0 = _interval(ray.tmin, batch, dtype, device)
-        s1 = _interval(ray.tmax, batch, dtype, device)
-        fields = evaluate_rays(o, d, s0, s1, winner, edges.edge_v, vertices, edges.topology)
-    else:
-        points = _check_points(call, query, device)
-        batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
-        n = batch.numel()
-        winner = _ops.edge_point_search(scene, call, _search_rows(points, batch, edges.centre), flag, max_distance, n)
-        fields = _evaluate_points(scene, edges, points, batch, 1, winner)
+    batch, flag = _check_active(call, ray.shape, "ray", active, device)
+    n = batch.numel()
+    winner = _ops.edge_ray_search(scene, call, _search_rows(ray.o, batch, edges.centre),
+                                  _convert.flat_float32(ray.d, batch, 3), _bound(ray.tmin, batch, device),
+                                  _bound(ray.tmax, batch, device), flag, max_distance, n)
+    dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene._shapes)
+    vertices = placed_vertices(scene._shapes, dtype)
+    o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+    d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+    s0 = _interval(ray.tmin, batch, dtype, device)
+    s1 = _interval(ray.tmax, batch, dtype, device)
+    fields = evaluate_rays(o, d, s0, s1, winner, edges.edge_v, vertices, edges.topology)
     return NearestEdge(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
 
 
-def nearest_edges(scene, points: object, k: object, active: object, max_distance: object) -> NearestEdge:
-    """``Scene.nearest_edges``: see its docstring."""
-    call = "rayd.torch.Scene.nearest_edges()"
-    scene._require_ready(call)
-    edges = _ready_edges(call, scene)
-    k = top_k(call, k, _search.MAX_K)
-    max_distance = check_max_distance(call, max_distance)
+def nearest_edge_points(scene, call: str, edges, points: object, active: object, max_distance: float) -> NearestEdge:
+    """``Scene.nearest_edge(points)`` after the shared checks."""
+    return _points_query(scene, call, edges, points, None, active, max_distance)
+
+
+def nearest_edges(scene, call: str, edges, points: object, k: int, active: object, max_distance: float) -> NearestEdge:
+    """``Scene.nearest_edges`` after the shared checks (``k`` checked)."""
+    return _points_query(scene, call, edges, points, k, active, max_distance)
+
+
+def _points_query(scene, call, edges, points, k, active, max_distance) -> NearestEdge:
+    """The nearest edge (``k`` None) or the ``k`` nearest of each point."""
     device = scene._device
     points = _check_points(call, points, device)
     batch, flag = _check_active(call, points.shape[:-1], "points", active, device)
     n = batch.numel()
-    winner = _ops.edge_point_search(scene, call, _search_rows(points, batch, edges.centre), flag, max_distance, n, k)
+    rows = _search_rows(points, batch, edges.centre)
+    if k is None:
+        winner = _ops.edge_point_search(scene, call, rows, flag, max_distance, n)
+        fields = _evaluate_points(scene, edges, points, batch, 1, winner)
+        return NearestEdge(**{name: v.reshape(tuple(batch) + v.shape[1:]) for name, v in fields.items()})
+    winner = _ops.edge_point_search(scene, call, rows, flag, max_distance, n, k)
     fields = _evaluate_points(scene, edges, points, batch, k, winner.reshape(-1))
     return NearestEdge(**{name: v.reshape(tuple(batch) + (k,) + v.shape[1:]) for name, v in fields.items()})
 
@@ -133,10 +137,8 @@ def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, t
     return evaluate_points(p, winner, edges.edge_v, vertices, edges.topology)
 
 
-def silhouette_edges(scene, viewpoint: object) -> torch.Tensor:
-    """``Scene.silhouette_edges``: see its docstring."""
-    call = "rayd.torch.Scene.silhouette_edges()"
-    scene._require_ready(call)
+def silhouette_edges(scene, call: str, viewpoint: object) -> torch.Tensor:
+    """``Scene.silhouette_edges`` after the lifecycle check."""
     viewpoint = _check.float_tensor(call, "viewpoint", viewpoint, last=3, ndim=1)
     _check.same_device(call, "viewpoint", viewpoint, scene._device, "the scene")
     dtype = _dtype(viewpoint.dtype, scene._shapes)

@@ -128,8 +128,7 @@ def ready_edges(call: str, scene):
     ``torch.compile`` traces, the topology must exist already (it is read by the traced
     evaluation); the BVH is built or refitted by the op when the graph runs.
     """
-    edges = scene._edges
-    edges.require_synced(call)
+    edges = scene._synced_edges(call)
     if torch.compiler.is_compiling():
         if edges._topology is None:
             raise _check.lifecycle(call, "under torch.compile the scene's edge topology must exist before tracing; "

@@ -4,15 +4,10 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core.rays import scalar_ignore
+from rayd.core.checks import type_name
+from rayd.core import rays as core_rays
 from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
-
-
-def type_name(value: object) -> str:
-    """The public name of ``value``'s type (rayd's own types with their module)."""
-    cls = type(value)
-    return f"{cls.__module__}.{cls.__qualname__}" if cls.__module__.startswith("rayd") else cls.__name__
 
 
 def check_ray(call: str, ray: object, device: torch.device) -> Ray:
@@ -35,11 +30,12 @@ def check_active(call: str, ray: Ray, active: object, device: torch.device) -> t
 
 def check_ignore(call: str, batch: torch.Size, ignore: object,
                  device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
-    if ignore is None:
-        return batch, None
-    one = scalar_ignore(call, ignore, "an integer tensor")
-    if one is not None:
-        return batch, torch.full((1,), one, dtype=torch.int32, device=device)
+    return core_rays.check_ignore(call, batch, ignore, "an integer tensor",
+                                  lambda one: torch.full((1,), one, dtype=torch.int32, device=device),
+                                  lambda call, batch, ignore: _ignore_ids(call, batch, ignore, device))
+
+
+def _ignore_ids(call: str, batch: torch.Size, ignore: object, device: torch.device) -> tuple[torch.Size, torch.Tensor]:
     ignore = _check.index_tensor(call, "ignore", ignore)
     _check.same_device(call, "ignore", ignore, device, "the scene")
     batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])

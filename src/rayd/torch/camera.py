@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core import camera as _core
+from rayd.core.edges import document
 from rayd.core.camera_frontend import CameraBase
 from rayd.core.transforms import check_matrices
 from rayd.torch import _check, _convert
@@ -49,6 +50,7 @@ class Camera(CameraBase):
     """
 
     _SCALAR = "a float or a 0-dim float tensor"
+    _ARRAY = torch.Tensor
 
     def __init__(
         self,
@@ -119,90 +121,6 @@ class Camera(CameraBase):
             _check.same_device(call, name, value, device, "the camera")
 
     # ------------------------------------------------------------------ queries
-    def generate_rays(self, samples: torch.Tensor | None = None) -> Ray:
-        """Camera rays through pixel positions.
-
-        Args:
-            samples: (..., 2) float32/float64 pixel coordinates ``(x, y)``; default: every
-                pixel centre, shape ``(height, width, 2)`` with ``samples[j, i] = (i + 0.5,
-                j + 0.5)``, in the camera's dtype and on its device (the CPU if it has no
-                tensors).
-
-        Returns:
-            :class:`Ray` with ``o`` (..., 3) the camera centre (``to_world``'s
-            translation, expanded) and ``d`` (..., 3) unit directions, ``tmin = 0``,
-            ``tmax = inf``: ``t`` is a distance in world units. Concretely,
-            ``d = normalize(A @ ((x - cx) / fx, (y - cy) / fy, 1))`` with ``A`` the
-            linear part of ``to_world``.
-
-        Gradients:
-            ``o`` and ``d`` are differentiable with respect to ``samples``, the
-            intrinsics and ``to_world`` (promoted dtype of them all).
-
-        Raises:
-            TypeError: ``samples`` not a float tensor.
-            ValueError: its last dimension is not 2, or it is on another device than
-                the camera's tensors.
-        """
-        call = "rayd.torch.Camera.generate_rays()"
-        if samples is None:
-            device = self.device or torch.device("cpu")
-            ys = torch.arange(self.height, dtype=self.dtype, device=device) + 0.5
-            xs = torch.arange(self.width, dtype=self.dtype, device=device) + 0.5
-            gy, gx = torch.meshgrid(ys, xs, indexing="ij")
-            samples = torch.stack((gx, gy), dim=-1)
-        else:
-            samples = _check.float_tensor(call, "samples", samples, last=2)
-            self._check_device(call, "samples", samples)
-        dtype = torch.promote_types(samples.dtype, self.dtype)
-        samples = samples.to(dtype)
-        x, y = samples.unbind(-1)
-        local = torch.stack(((x - self.cx) / self.fx, (y - self.cy) / self.fy, torch.ones_like(x)), dim=-1)
-        placed = self._matrix(dtype, samples.device)
-        if placed is None:
-            d, o = local, torch.zeros(3, dtype=dtype, device=samples.device)
-        else:
-            a, o = placed
-            d = local @ a.transpose(0, 1)
-        d = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
-        return Ray(o.expand(d.shape), d)
-
-    def project(self, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
-
-        Args:
-            points: (..., 3) float32/float64 world positions.
-
-        Returns:
-            ``(xy, depth)``: (..., 2) pixel coordinates and (...) camera-space ``z``.
-            Concretely, ``P = A^-1 (p - t)`` (``to_world = [A t]``) and
-            ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z``. Points behind
-            the camera (``depth < 0``) get the mirrored projection; points on the
-            camera's plane (``depth = 0``, the camera centre among them) have none and
-            get ``xy = 0`` with zero gradient (never NaN or inf, as for misses). Test
-            ``depth > 0`` where it matters.
-
-        Gradients:
-            Differentiable with respect to ``points``, the intrinsics and ``to_world``.
-
-        Raises:
-            TypeError: ``points`` not a float tensor.
-            ValueError: its last dimension is not 3, or it is on another device.
-        """
-        call = "rayd.torch.Camera.project()"
-        points = _check.float_tensor(call, "points", points, last=3)
-        self._check_device(call, "points", points)
-        dtype = torch.promote_types(points.dtype, self.dtype)
-        p = points.to(dtype)
-        placed = self._matrix(dtype, p.device)
-        if placed is not None:
-            a, t = placed
-            p = (p - t) @ _inverse(a).transpose(0, 1)
-        depth = p[..., 2]
-        plane = (depth == 0)[..., None]  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
-        xy = self.camera_to_pixels(torch.where(plane, torch.ones_like(p), p))
-        return torch.where(plane, torch.zeros_like(xy), xy), depth
-
     def sample_edges(self, scene, num_samples: int, *, generator: torch.Generator | None = None):
         """Sample the images of the scene's silhouette and boundary edges, uniformly in image length.
 
@@ -263,6 +181,43 @@ class Camera(CameraBase):
         a, t = placed
         return (points.to(a.dtype) - t) @ _inverse(a).transpose(0, 1)
 
+    def _generate_rays(self, call: str, samples: torch.Tensor | None) -> Ray:
+        if samples is None:
+            device = self.device or torch.device("cpu")
+            ys = torch.arange(self.height, dtype=self.dtype, device=device) + 0.5
+            xs = torch.arange(self.width, dtype=self.dtype, device=device) + 0.5
+            gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+            samples = torch.stack((gx, gy), dim=-1)
+        else:
+            samples = _check.float_tensor(call, "samples", samples, last=2)
+            self._check_device(call, "samples", samples)
+        dtype = torch.promote_types(samples.dtype, self.dtype)
+        samples = samples.to(dtype)
+        x, y = samples.unbind(-1)
+        local = torch.stack(((x - self.cx) / self.fx, (y - self.cy) / self.fy, torch.ones_like(x)), dim=-1)
+        placed = self._matrix(dtype, samples.device)
+        if placed is None:
+            d, o = local, torch.zeros(3, dtype=dtype, device=samples.device)
+        else:
+            a, o = placed
+            d = local @ a.transpose(0, 1)
+        d = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
+        return Ray(o.expand(d.shape), d)
+
+    def _project(self, call: str, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        points = _check.float_tensor(call, "points", points, last=3)
+        self._check_device(call, "points", points)
+        dtype = torch.promote_types(points.dtype, self.dtype)
+        p = points.to(dtype)
+        placed = self._matrix(dtype, p.device)
+        if placed is not None:
+            a, t = placed
+            p = (p - t) @ _inverse(a).transpose(0, 1)
+        depth = p[..., 2]
+        plane = (depth == 0)[..., None]  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
+        xy = self.camera_to_pixels(torch.where(plane, torch.ones_like(p), p))
+        return torch.where(plane, torch.zeros_like(xy), xy), depth
+
     # ------------------------------------------------------------------ CameraBase hooks
     def _array_scalar(self, name: str, value: object) -> torch.Tensor | None:
         if not isinstance(value, torch.Tensor):
@@ -272,9 +227,6 @@ class Camera(CameraBase):
             raise ValueError(f"{self._CALL}: '{name}' must be a 0-dim tensor, got shape {tuple(value.shape)}")
         return value
 
-    def _is_array(self, value: object) -> bool:
-        return isinstance(value, torch.Tensor)
-
     def _array_focal(self, fov_y: torch.Tensor) -> torch.Tensor:
         return (0.5 * self.height) / torch.tan(torch.deg2rad(fov_y) / 2)
 
@@ -283,6 +235,57 @@ class Camera(CameraBase):
 
     def _repr_tail(self) -> str:
         return f", to_world={'set' if self.to_world is not None else 'identity'}"
+
+
+document(Camera, {
+    "generate_rays": """Camera rays through pixel positions.
+
+        Args:
+            samples: (..., 2) float32/float64 pixel coordinates ``(x, y)``; default: every
+                pixel centre, shape ``(height, width, 2)`` with ``samples[j, i] = (i + 0.5,
+                j + 0.5)``, in the camera's dtype and on its device (the CPU if it has no
+                tensors).
+
+        Returns:
+            :class:`Ray` with ``o`` (..., 3) the camera centre (``to_world``'s
+            translation, expanded) and ``d`` (..., 3) unit directions, ``tmin = 0``,
+            ``tmax = inf``: ``t`` is a distance in world units. Concretely,
+            ``d = normalize(A @ ((x - cx) / fx, (y - cy) / fy, 1))`` with ``A`` the
+            linear part of ``to_world``.
+
+        Gradients:
+            ``o`` and ``d`` are differentiable with respect to ``samples``, the
+            intrinsics and ``to_world`` (promoted dtype of them all).
+
+        Raises:
+            TypeError: ``samples`` not a float tensor.
+            ValueError: its last dimension is not 2, or it is on another device than
+                the camera's tensors.
+        """,
+    "project": """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
+
+        Args:
+            points: (..., 3) float32/float64 world positions.
+
+        Returns:
+            ``(xy, depth)``: (..., 2) pixel coordinates and (...) camera-space ``z``.
+            Concretely, ``P = A^-1 (p - t)`` (``to_world = [A t]``) and
+            ``xy = (fx P_x / P_z + cx, fy P_y / P_z + cy)``, ``depth = P_z``. Points behind
+            the camera (``depth < 0``) get the mirrored projection; points on the
+            camera's plane (``depth = 0``, the camera centre among them) have none and
+            get ``xy = 0`` with zero gradient (never NaN or inf, as for misses). Test
+            ``depth > 0`` where it matters.
+
+        Gradients:
+            Differentiable with respect to ``points``, the intrinsics and ``to_world``.
+
+        Raises:
+            TypeError: ``points`` not a float tensor.
+            ValueError: its last dimension is not 3, or it is on another device.
+        """,
+}, {"generate_rays": {"samples": "torch.Tensor | None", "return": "Ray"},
+    "project": {"points": "torch.Tensor", "return": "tuple[torch.Tensor, torch.Tensor]"}})
+
 
 
 def _inverse(a: torch.Tensor) -> torch.Tensor:

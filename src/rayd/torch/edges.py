@@ -17,13 +17,10 @@ its other edge.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import warp as wp
 
-from rayd.core.edges import EdgeState, TopologyBase
-from rayd.core.topology import assemble, mesh_passes
+from rayd.core.edges import EdgeState, TopologyBase, document
 from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
 from rayd.engine.edges import EdgeBvh
 from rayd.records import EdgeRecord
@@ -32,7 +29,6 @@ from rayd.engine.runtime import launch_stream
 from rayd.torch import _check, _convert
 
 
-@dataclass(frozen=True, repr=False)
 class EdgeTopology(TopologyBase):
     """Scene-wide edge records, in shape order (row index = ``global_edge_id``).
 
@@ -56,20 +52,6 @@ class EdgeTopology(TopologyBase):
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [[0, 1], [0, 2], [1, 2]]``, all boundary.
     """
-
-    v: torch.Tensor
-    faces: torch.Tensor
-    opposite: torch.Tensor
-    is_boundary: torch.Tensor
-    shape_id: torch.Tensor
-    edge_id: torch.Tensor
-    global_edge_id: torch.Tensor
-
-    @property
-    def num_edges(self) -> int:
-        """E, the number of edge records."""
-        return self.v.shape[0]
-
 
     def _where(self) -> str:
         return f"device={self.v.device}"
@@ -109,14 +91,14 @@ class NearestEdge(TorchRecord, EdgeRecord):
 
     __slots__ = ()
 
-    def is_valid(self) -> torch.Tensor:
-        """(...) bool: True where an edge was found."""
-        return super().is_valid()
-
     @property
     def shape(self) -> torch.Size:
         """The query batch shape (``[..., k]`` for top-k)."""
         return self._fields["distance"].shape
+
+
+document(NearestEdge, {"is_valid": """(...) bool: True where an edge was found."""},
+         {"is_valid": {"return": torch.Tensor}})
 
 
 def mesh_edges(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor, ...]:
@@ -200,8 +182,7 @@ class SceneEdges(EdgeState):
 
     def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor,
                  centre: torch.Tensor | None = None) -> None:
-        super().__init__(shapes)
-        self._shapes = shapes
+        super().__init__(shapes, _convert.TorchArrays(), str(device))
         self._device = device
         self.centre = centre
         # Mesh-local build-time faces of every shape (an instance shares its mesh's).
@@ -216,9 +197,6 @@ class SceneEdges(EdgeState):
         self._points: torch.Tensor | None = None
         self._applied: torch.Tensor | None = None  # uint8, what the BVH sees (since sync)
 
-    def _live_shapes(self) -> list:
-        return self._shapes
-
     @property
     def edge_v(self) -> torch.Tensor:
         """(E, 2) int32 endpoints of every edge as rows of the world-space vertices, computed on first use.
@@ -229,15 +207,15 @@ class SceneEdges(EdgeState):
         self.topology  # noqa: B018
         return self._edge_v
 
-    def _compute_topology(self) -> None:
+    def _mesh_records(self, base: int, stream) -> tuple[int, tuple[torch.Tensor, ...]]:
+        records = _mesh_records(self._faces[base], self._shapes[base].mesh.num_vertices)
+        return records[0].shape[0], records
+
+    def _make_topology(self, records: list, plan) -> EdgeTopology:
         device = self._device
-        owner = "rayd.torch.Scene"
-        passes = mesh_passes(owner, self._shapes)
-        records = {b: _mesh_records(self._faces[b], self._shapes[b].mesh.num_vertices) for b in passes}
-        plan = assemble(owner, self._shapes, self._world_offsets, {b: r[0].shape[0] for b, r in records.items()})
 
         def rows(k: int) -> torch.Tensor:
-            parts = [r[k] for r in records.values()]
+            parts = [r[k] for r in records]
             if not parts:
                 return torch.empty((0, 2), dtype=torch.int32, device=device)
             return torch.cat(parts)[torch.from_numpy(plan.source).to(device)]
@@ -248,18 +226,11 @@ class SceneEdges(EdgeState):
         v, edge_faces = rows(0), rows(1)
         e = plan.num_edges
         self._edge_v = (v + column(plan.world_shift)[:, None]).contiguous()  # never `edge_topology().v` itself
-        self._topology = EdgeTopology(
-            v=v,
-            faces=edge_faces,
-            opposite=rows(2),
-            is_boundary=edge_faces[:, 1] < 0,
-            shape_id=column(plan.shape_id),
-            edge_id=column(plan.edge_id),
-            global_edge_id=torch.arange(e, dtype=torch.int32, device=device),
-        )
         self._mask = torch.ones(e, dtype=torch.bool, device=device)
         self._applied = torch.ones(e, dtype=torch.uint8, device=device)
-        self._update_mask(None)
+        return EdgeTopology(v=v, faces=edge_faces, opposite=rows(2), is_boundary=edge_faces[:, 1] < 0,
+                            shape_id=column(plan.shape_id), edge_id=column(plan.edge_id),
+                            global_edge_id=torch.arange(e, dtype=torch.int32, device=device))
 
     def _write_applied(self, stream, enabled: list[bool] | None) -> None:
         applied = self._mask
@@ -291,21 +262,18 @@ class SceneEdges(EdgeState):
     def _copy_mask(self) -> torch.Tensor:
         return self._mask.clone()
 
-    def _checked_mask(self, call: str, mask: object) -> torch.Tensor:
-        """The user's mask, checked: a (E,) bool tensor on the scene's device (copied).
+    def _checked_mask(self, call: str, mask: object) -> tuple[torch.Tensor, int, tuple[int, ...]]:
+        """The user's mask, checked: a bool tensor on the scene's device (copied), its length, its shape.
 
         Raises:
             TypeError: ``mask`` is not a bool tensor.
-            ValueError: its shape is not (E,) or it is on another device.
+            ValueError: it is on another device.
         """
         mask = _check.tensor(call, "mask", mask)
         if mask.dtype != torch.bool:
             raise TypeError(f"{call}: 'mask' must have dtype bool, got {mask.dtype}")
-        e = self.topology.num_edges
-        if tuple(mask.shape) != (e,):
-            raise ValueError(f"{call}: 'mask' must have shape ({e},) (one entry per edge), got {tuple(mask.shape)}")
         _check.same_device(call, "mask", mask, self._device, "the scene")
-        return _convert.primal(mask).clone()
+        return _convert.primal(mask).clone(), mask.shape[0] if mask.dim() == 1 else -1, tuple(mask.shape)
 
     def silhouette(self, world_vertices: torch.Tensor, viewpoint: torch.Tensor) -> torch.Tensor:
         """(E,) bool: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.
@@ -315,10 +283,7 @@ class SceneEdges(EdgeState):
             viewpoint: (3,) in the same dtype.
 
         Returns:
-            A face ``(v0, v1, v2)`` faces the viewpoint ``c`` when
-            ``dot((v1 - v0) x (v2 - v0), c - v0) > 0``; an edge is a silhouette edge when
-            it is a boundary edge or exactly one of its two faces faces ``c``, and it is
-            applied (not masked out, its shape enabled).
+            The edges of the silhouette rule (:class:`rayd.core.edges.EdgeState`, ``silhouette``).
         """
         top = self.topology
         mesh_faces = self._faces  # build-time faces, as the topology

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.edges import document
 from rayd.core.frontend import PublicName
 from rayd.records import HitRecord
 
@@ -101,11 +102,11 @@ class Intersection(TorchRecord, HitRecord):
 
     __slots__ = ()
 
-    def is_valid(self) -> torch.Tensor:
-        """(...) bool: True where the ray hit something."""
-        return super().is_valid()
-
     @property
     def shape(self) -> torch.Size:
         """The ray batch shape ``...``."""
         return self._fields["t"].shape
+
+
+document(Intersection, {"is_valid": """(...) bool: True where the ray hit something."""},
+         {"is_valid": {"return": torch.Tensor}})

@@ -7,8 +7,7 @@ import numpy as np
 import torch
 
 from rayd.torch import _check, _convert
-from rayd.core.transforms import check_matrices
-from rayd.core.meshio import build_as, trimesh_arrays
+from rayd.core.transforms import check_matrices, checked_batch
 from rayd.core.mesh import MeshBase
 
 class Mesh(MeshBase):
@@ -69,6 +68,10 @@ class Mesh(MeshBase):
         return int(value.shape[0])
 
     @staticmethod
+    def _shape_text(value: torch.Tensor) -> str:
+        return str(tuple(value.shape))
+
+    @staticmethod
     def _check_rows(call: str, name: str, value: torch.Tensor, count: int) -> None:
         if value.shape[0] != count:
             raise ValueError(
@@ -122,16 +125,14 @@ class Mesh(MeshBase):
                 :class:`Mesh` raises.
         """
         call = f"{cls._name}.from_trimesh()"
-        vertices, faces, vertex_normals, texcoords = trimesh_arrays(call, mesh, normals, uv)
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{call}: 'dtype' must be torch.float32 or torch.float64, got {dtype}")
 
-        def tensor(array: np.ndarray | None, kind: torch.dtype) -> torch.Tensor | None:
-            return None if array is None else torch.as_tensor(array, dtype=kind, device=device).contiguous()
+        def tensor(name: str, array: np.ndarray) -> torch.Tensor:
+            kind = torch.int32 if name == "faces" else dtype
+            return torch.as_tensor(array, dtype=kind, device=device).contiguous()
 
-        return build_as(call, f"{cls._name}()", lambda: cls(
-            tensor(vertices, dtype), tensor(faces, torch.int32), normals=tensor(vertex_normals, dtype),
-            uv=tensor(texcoords, dtype), to_world=to_world))
+        return cls._from_trimesh(call, mesh, normals, uv, to_world, tensor)
 
     @property
     def device(self) -> torch.device:
@@ -154,10 +155,7 @@ def check_transforms(call: str, name: str, value: object, count: int, device: to
                          f"{tuple(value.shape)}")
     if device is not None:  # None: a scene without shapes (only an empty id list gets here)
         _check.same_device(call, name, value, device, "the mesh")
-    if count == 0:
-        return value
-    check_matrices(call, name, _host(value), batch=True)
-    return value
+    return checked_batch(call, name, value, count, _host)
 
 
 def check_transform(call: str, name: str, value: object, device: torch.device) -> torch.Tensor:

@@ -6,15 +6,15 @@ from __future__ import annotations
 import torch
 
 from rayd.core import paths as core_paths
-from rayd.core.checks import type_name
+from rayd.core.edges import document
 from rayd.core.paths import NUM_RAYS
-from rayd.records import FieldRecord
+from rayd.records import PathRecord
 from rayd.torch import _check, _convert
 from rayd.torch.intersection import TorchRecord
 from rayd.torch.ray import Ray
 
 
-class SpecularPathSet(TorchRecord, FieldRecord):
+class SpecularPathSet(TorchRecord, PathRecord):
     """The valid specular paths of each (source, target) pair, padded to ``P`` slots.
 
     Attributes (``S`` sources, ``T`` targets, ``P`` paths, ``B`` = ``max_bounces``):
@@ -31,14 +31,14 @@ class SpecularPathSet(TorchRecord, FieldRecord):
 
     __slots__ = ()
 
-    def is_valid(self) -> torch.Tensor:
-        """(S, T, P) bool, the ``valid`` field."""
-        return self._fields["valid"]
-
     @property
     def shape(self) -> torch.Size:
         """``(S, T, P)``."""
         return self._fields["valid"].shape
+
+
+document(SpecularPathSet, {"is_valid": """(S, T, P) bool, the ``valid`` field."""},
+         {"is_valid": {"return": torch.Tensor}})
 
 
 def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max_bounces: int, *,
@@ -80,17 +80,12 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
     References:
         Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
     """
-    call = "rayd.torch.find_specular_paths()"
     from rayd.torch.scene import Scene  # noqa: PLC0415 - a local import: the scene module is the heavier one
 
-    if not isinstance(scene, Scene):
-        raise TypeError(f"{call}: 'scene' must be a rayd.torch.Scene, got {type_name(scene)}")
-    scene._require_ready(call)
-    sources = _check.float_tensor(call, "sources", sources, last=3, ndim=2)
-    targets = _check.float_tensor(call, "targets", targets, last=3, ndim=2)
-    for name, value in (("sources", sources), ("targets", targets)):
-        _check.same_device(call, name, value, scene.device, "the scene")
-    bounces, num_rays, line_of_sight = core_paths.check_options(call, max_bounces, num_rays, line_of_sight)
+    sources, targets, bounces, num_rays, line_of_sight = core_paths.check_find_arguments(
+        Scene, scene, sources, targets, max_bounces, num_rays, line_of_sight,
+        lambda call, name, value: _check.float_tensor(call, name, value, last=3, ndim=2),
+        lambda call, name, value: _check.same_device(call, name, value, scene.device, "the scene"))
     device = scene.device
     dtype = scene._output_dtype(sources, targets)
 

@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import math
-
 import torch
 
-from rayd.core.rays import interval_bound
+from rayd.core.rays import RayBase, document_ray
 from rayd.torch import _check
 
-_CALL = "rayd.torch.Ray()"
 
-
-class Ray:
+class Ray(RayBase):
     """Rays ``o + t d``, counted as hits only for ``tmin < t < tmax``.
 
     Args:
@@ -39,47 +35,51 @@ class Ray:
             broadcast, or tensors on different devices.
     """
 
-    def __init__(
-        self,
-        o: torch.Tensor,
-        d: torch.Tensor,
-        tmax: float | torch.Tensor = math.inf,
-        *,
-        tmin: float | torch.Tensor = 0.0,
-    ) -> None:
-        o = _check.float_tensor(_CALL, "o", o, last=3)
-        d = _check.float_tensor(_CALL, "d", d, last=3)
-        _check.same_device(_CALL, "d", d, o.device, "'o'")
-        tmax = _interval_bound("tmax", tmax, o.device)
-        tmin = _interval_bound("tmin", tmin, o.device)
-        shapes = [("o", o.shape[:-1]), ("d", d.shape[:-1])]
-        shapes += [(n, b.shape) for n, b in (("tmin", tmin), ("tmax", tmax)) if isinstance(b, torch.Tensor)]
-        self.shape = _check.broadcast(_CALL, shapes)
-        self.o = o
-        self.d = d
-        self.tmax = tmax
-        self.tmin = tmin
+    # ------------------------------------------------------------------ RayBase hooks
+    _ARRAYS = "a float tensor"
+    _same_device = staticmethod(_check.same_device)
+    _broadcast = staticmethod(_check.broadcast)
+
+    @staticmethod
+    def _check_vectors(call: str, name: str, value: object) -> torch.Tensor:
+        return _check.float_tensor(call, name, value, last=3)
+
+    @staticmethod
+    def _device_of(value: torch.Tensor) -> torch.device:
+        return value.device
+
+    @staticmethod
+    def _is_array(value: object) -> bool:
+        return isinstance(value, torch.Tensor)
+
+    @staticmethod
+    def _type_name(value: object) -> str:
+        return type(value).__name__
+
+    @staticmethod
+    def _check_bound(call: str, name: str, value: torch.Tensor, device: torch.device) -> torch.Tensor:
+        value = _check.float_tensor(call, name, value)
+        _check.same_device(call, name, value, device, "'o'")
+        return value
+
+    @staticmethod
+    def _batch(value: torch.Tensor, vector: bool) -> torch.Size:
+        return value.shape[:-1] if vector else value.shape
+
+    def _set_batch(self, batch: torch.Size) -> None:
+        self.shape = batch
+
+    @staticmethod
+    def _per_row(t: torch.Tensor | float) -> torch.Tensor | float:
+        return t.unsqueeze(-1) if isinstance(t, torch.Tensor) else t
 
     @property
     def device(self) -> torch.device:
         """The device of the ray tensors."""
         return self.o.device
 
-    def __call__(self, t: torch.Tensor | float) -> torch.Tensor:
-        """The point ``o + t d`` (``t`` broadcast against the batch shape)."""
-        if isinstance(t, torch.Tensor):
-            t = t.unsqueeze(-1)
-        return self.o + t * self.d
-
     def __repr__(self) -> str:
         return f"rayd.torch.Ray(shape={tuple(self.shape)}, dtype={self.o.dtype}, device={self.device})"
 
 
-def _interval_bound(name: str, value: object, device: torch.device) -> float | torch.Tensor:
-    def check(name: str, value: torch.Tensor) -> torch.Tensor:
-        value = _check.float_tensor(_CALL, name, value)
-        _check.same_device(_CALL, name, value, device, "'o'")
-        return value
-
-    return interval_bound(_CALL, name, value, "a float tensor", lambda v: isinstance(v, torch.Tensor), check,
-                          lambda v: type(v).__name__)
+document_ray(Ray, "torch.Tensor", """The point ``o + t d`` (``t`` broadcast against the batch shape).""")

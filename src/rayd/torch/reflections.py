@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from rayd.records import FieldRecord
+from rayd.core.edges import document
+from rayd.records import ChainRecord, PathRecord
 from rayd.torch.intersection import TorchRecord
 
 
-class ReflectionChain(TorchRecord, FieldRecord):
+class ReflectionChain(TorchRecord, ChainRecord):
     """The specular chain of each ray: up to ``B`` closest hits, one slot per bounce.
 
     Attributes (``...`` is the ray batch shape, ``B`` = ``max_bounces``):
@@ -34,10 +35,6 @@ class ReflectionChain(TorchRecord, FieldRecord):
 
     __slots__ = ()
 
-    def is_valid(self) -> torch.Tensor:
-        """(..., B) bool: True in the slots that hold a hit."""
-        return self._fields["global_prim_id"] >= 0
-
     @property
     def shape(self) -> torch.Size:
         """The ray batch shape ``...``."""
@@ -49,7 +46,7 @@ class ReflectionChain(TorchRecord, FieldRecord):
         return int(self._fields["t"].shape[-1])
 
 
-class SpecularPaths(TorchRecord, FieldRecord):
+class SpecularPaths(TorchRecord, PathRecord):
     """Exact specular paths for given face sequences (image method).
 
     Attributes (``...`` is the batch shape, ``B`` the sequence length):
@@ -66,11 +63,13 @@ class SpecularPaths(TorchRecord, FieldRecord):
 
     __slots__ = ()
 
-    def is_valid(self) -> torch.Tensor:
-        """(...) bool, the ``valid`` field."""
-        return self._fields["valid"]
-
     @property
     def shape(self) -> torch.Size:
         """The batch shape ``...``."""
         return self._fields["valid"].shape
+
+
+document(ReflectionChain, {"is_valid": """(..., B) bool: True in the slots that hold a hit."""},
+         {"is_valid": {"return": torch.Tensor}})
+document(SpecularPaths, {"is_valid": """(...) bool, the ``valid`` field."""},
+         {"is_valid": {"return": torch.Tensor}})

@@ -25,7 +25,7 @@ from rayd.torch._scene_reflect import ReflectionQueries
 from rayd.torch._scene_allhits import AllHitsQueries
 from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
-from rayd.torch.mesh import Mesh, check_transform, check_transforms
+from rayd.torch.mesh import Mesh, check_transforms
 from rayd.torch.ray import Ray
 
 class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQueries, SceneBase):
@@ -49,7 +49,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     current torch stream, without host synchronisation in queries.
     """
 
-    _PREFIX = "rayd.torch.Scene"
     _MESH = Mesh
     _RAY = Ray
 
@@ -67,16 +66,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     def _same_device(self, call: str, name: str, array: torch.Tensor) -> None:
         _check.same_device(call, name, array, self._device, "the scene")
-
-    def _check_vertices(self, call: str, name: str, vertices: object, count: int, mesh_id: int) -> torch.Tensor:
-        vertices = _check.float_tensor(call, name, vertices, last=3, ndim=2)
-        if vertices.shape[0] != count:
-            raise ValueError(f"{call}: '{name}' must have shape ({count}, 3) like mesh {mesh_id}, "
-                             f"got {tuple(vertices.shape)}")
-        return vertices
-
-    def _check_transform(self, call: str, name: str, value: object, base) -> torch.Tensor:
-        return check_transform(call, name, value, self._device)
 
     def _check_transforms(self, call: str, name: str, value: object, count: int) -> torch.Tensor:
         return check_transforms(call, name, value, count, self._device)
@@ -112,8 +101,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         for dtype in (torch.float32, torch.float64):  # cached constants: the same graph before and after
             stand_in(dtype, self._device)
 
-    def _after_sync(self, todo: set[int]) -> None:
-        self._edges.sync(_convert.current_stream(self._device), moved=bool(todo))
+    def _after_sync(self) -> None:
         self._state.prepare()
 
     def _require_ready(self, call: str) -> None:
@@ -156,14 +144,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             t = _walk_on.t_of(self, ray, batch, blocker)
             return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
         return (blocker >= 0).reshape(batch)
-
-    def _check_segment(self, call: str, start: object, end: object) -> tuple[torch.Tensor, torch.Tensor]:
-        start = _check.float_tensor(call, "start", start, last=3)
-        end = _check.float_tensor(call, "end", end, last=3)
-        _check.same_device(call, "start", start, self._device or start.device, "the scene")
-        _check.same_device(call, "end", end, start.device, "'start'")
-        _check.broadcast(call, [("start", start.shape[:-1]), ("end", end.shape[:-1])])
-        return start, end
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, n, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)

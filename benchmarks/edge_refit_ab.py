@@ -1,0 +1,95 @@
+"""Edge-BVH refit variants (issue 11): the leaf-climb refit in one or two launches, per tree.
+
+For the issue-size terrain 2 M and sphere 1 M edge sets, builds each tree of ``--trees``
+and times ``TreeRefit.refit(split=bool(m))`` for each mode ``m`` of ``--modes`` (0: one
+launch, a thread per leaf gathering its segments; 1: a slots launch, then the leaf climb;
+:mod:`rayd.engine.tree_refit`): one refit synchronised per call (median of ``--reps``, what
+``benchmarks/edges.py`` reports) and ``--reps`` refits back to back then one
+synchronisation (per refit). Checks that every mode writes the same packed boxes.
+
+Usage::
+
+    python3 benchmarks/edge_refit_ab.py --device cuda
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import warp as wp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from rayd.engine.edges import EdgeBvh  # noqa: E402
+
+from benchmarks.edge_trees import unique_edges  # noqa: E402
+from benchmarks.edges import workloads  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--device", default="cuda")
+    parser.add_argument("--size", choices=["full", "cpu"], default="full")
+    parser.add_argument("--only", nargs="*", default=["terrain_2M_1M", "sphere_1M_1M"])
+    parser.add_argument("--trees", nargs="*", default=["lbvh:8", "lbvh:4", "lbvh:1", "sah:4"])
+    parser.add_argument("--modes", nargs="*", type=int, default=[0, 1])
+    parser.add_argument("--reps", type=int, default=20)
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    wp.config.quiet = True
+    device = wp.get_device("cuda:0" if args.device == "cuda" else args.device)
+    print(f"# edge refit variants, device {device}, size {args.size}")
+    for name, spec in workloads(args.size).items():
+        if name not in args.only:
+            continue
+        vertices, faces = spec["mesh"]()
+        ends = unique_edges(faces)
+        pts = wp.array(vertices, dtype=wp.vec3, device=device)
+        ev = wp.array(ends, dtype=wp.vec2i, device=device)
+        mask = wp.array(np.ones(len(ends), np.uint8), dtype=wp.uint8, device=device)
+        for tree_spec in args.trees:
+            builder, leaf = tree_spec.split(":")
+            bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=int(leaf))
+            tree = bvh._tree
+            reference = None
+            for mode in args.modes:
+                run = lambda: tree.refit(pts, ev, mask, bvh.slot_edge, bvh.seg, bvh.slot_id, bvh.node_box,  # noqa: E731
+                                         bvh.root_box, split=bool(mode))
+                run()
+                wp.synchronize_device(device)
+                single = []
+                for _ in range(args.reps):
+                    start = time.perf_counter()
+                    run()
+                    wp.synchronize_device(device)
+                    single.append((time.perf_counter() - start) * 1e3)
+                start = time.perf_counter()
+                for _ in range(args.reps):
+                    run()
+                wp.synchronize_device(device)
+                batch = (time.perf_counter() - start) * 1e3 / args.reps
+                boxes = bvh.node_box.numpy()
+                if reference is None:
+                    reference = boxes.copy()
+                same = bool(np.array_equal(boxes, reference, equal_nan=True))
+                row = {"benchmark": "edge_refit_ab", "workload": name, "tree": tree_spec, "edges": len(ends),
+                       "leaves": tree.num_leaves, "depth": bvh.depth, "mode": mode,
+                       "refit_ms": round(statistics.median(single), 4), "refit_batch_ms": round(batch, 4),
+                       "same_boxes": same}
+                print(f"{name:15s} {tree_spec:7s} leaves {tree.num_leaves:8d} depth {bvh.depth:2d} mode {mode}: "
+                      f"refit {row['refit_ms']:.3f} ms (synchronised), {batch:.3f} ms (back to back)  same {same}",
+                      flush=True)
+                if args.json:
+                    with args.json.open("a") as f:
+                        f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,395 @@
+"""Instance walks with one stack per ray, both levels in the child-pair layout (issue 18).
+
+``pair_walk._walk_top_level_pair`` walks Warp's nodes of the top level with two
+zero-filled 64-entry stacks (refs and entry distances) and, for every instance entered,
+calls a BLAS walk with a third one. The walks here read the top level's pair nodes
+(``InstanceLevel.tlas_pairs``, kept after the BLAS nodes in ``blas_pair_boxes``: one
+fetch of 64 bytes per inner node, as for a BLAS), keep one int32 stack of
+:data:`~rayd.engine.instances.SHARED_STACK` entries for both levels (a top-level entry is
+two: its entry distance's bits, then its ref, so that a popped node behind the closest hit
+so far is skipped, as the nested walk does), and read an instance's BLAS location and
+first ``global_prim_id`` in one 128-bit load (``inst_table``):
+
+- :func:`trace_instances_pairtop`: the BLAS walk is a loop nested in the top level's
+  (``RAYD_INSTANCE_WALK=pairtop``); it pushes above the top level's refs and stops
+  when the stack is back where it started.
+- :func:`trace_instances_unified`: one loop for both levels (``unified``): entering an
+  instance pushes a marker and switches the ray to object space, so every iteration
+  runs the same node test whichever level a lane is in (lanes of a warp stay together
+  across levels); popping the marker switches back to the world ray. ``unified_cull``
+  also skips popped BLAS nodes behind the closest hit so far (their entry distance on the
+  stack too).
+
+Both keep the arithmetic of ``pair_walk`` (float64 transforms of the ray into object
+space, ``_approach`` per level, the float32 sheared test and the float64 confirmation
+of candidates, near child first, nearer-or-left first on ties), so the winners are
+the same, and the same nodes are visited (a popped BLAS node is not culled against the
+closest hit so far, in both: its children are).
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.instances import SHARED_STACK
+from rayd.engine.native import bits_float, float_bits, load4, load4i
+from rayd.engine.pair_walk import _flat_pair_search, _slab
+from rayd.engine.traversal import SceneView, _approach, _start_at_tmin
+from rayd.engine.watertight import INF, confirmed_t, ray_shear, safe_direction, sheared_t
+
+wp.set_module_options({"enable_backward": False})
+
+#: Stack entry that marks "leave the instance" (below every leaf ref the layout makes).
+_MARKER = wp.constant(-2147483647)
+_STACK = wp.constant(SHARED_STACK)
+
+
+@wp.func
+def _world_shift(view: SceneView, o: wp.vec3, d: wp.vec3) -> float:
+    """``_approach`` of the ray to the top level's root box (as ``pair_walk._walk_top_level_pair``)."""
+    root = view.tlas_root
+    lo = view.tlas_lowers[root]
+    hi = view.tlas_uppers[root]
+    magnitude = wp.max(wp.max(wp.max(wp.abs(lo[0]), wp.abs(lo[1])), wp.max(wp.abs(lo[2]), wp.abs(hi[0]))),
+                       wp.max(wp.abs(hi[1]), wp.abs(hi[2])))
+    return _approach(o, d, magnitude)
+
+
+@wp.func
+def _confirmed(view: SceneView, inst: int, o_in: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
+    """``confirmed_t`` of a candidate of instance ``inst`` from the ray as given, taken into object
+    space in float64 here (the rare branch: the transformed ray is not held through the walk)."""
+    m = view.inst_to_object[inst]
+    return confirmed_t(wp.transform_point(m, wp.vec3d(o_in)), wp.transform_vector(m, wp.vec3d(d)), a, b, c)
+
+
+@wp.func
+def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                  any_hit: int) -> tuple[float, int]:
+    """Top level and each BLAS in the pair layout, the BLAS loop nested, one stack: (t, global id) or (tmax, -1)."""
+    winner = int(-1)
+    shift = _world_shift(view, o_in, d)
+    if shift < 0.0:
+        return tmax, winner
+    o = o_in + shift * d
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    best = tmax
+    stack = wp.vector(dtype=wp.int32, length=_STACK)
+    count = int(0)
+    tbase = view.tlas_pair_base
+    ref = view.tlas_pair_root
+    while True:
+        if ref >= 0:
+            g = 4 * (tbase + ref)
+            b0 = load4(view.blas_pair_boxes, g)
+            b1 = load4(view.blas_pair_boxes, g + 1)
+            b2 = load4(view.blas_pair_boxes, g + 2)
+            reach = best - shift
+            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
+            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            if t_left < INF or t_right < INF:
+                links = load4i(view.blas_pair_links, g + 3)
+                if t_left < INF and t_right < INF:  # the far child goes on the stack with its entry distance
+                    if t_right < t_left:
+                        stack[count] = float_bits(t_left)
+                        stack[count + 1] = links[0]
+                        ref = links[1]
+                    else:
+                        stack[count] = float_bits(t_right)
+                        stack[count + 1] = links[1]
+                        ref = links[0]
+                    count += 2
+                elif t_left < INF:
+                    ref = links[0]
+                else:
+                    ref = links[1]
+                continue
+        else:
+            code = -1 - ref
+            first = code >> 3
+            for slot in range(first, first + (code & 7) + 1):
+                inst = view.tlas_primitives[slot]
+                if view.shape_enabled[view.inst_shape[inst]] != wp.uint8(0):
+                    m = view.inst_to_object[inst]
+                    o64 = wp.transform_point(m, wp.vec3d(o))
+                    c64 = wp.transform_point(m, wp.vec3d(o_in))
+                    d64 = wp.transform_vector(m, wp.vec3d(d))
+                    dl = wp.vec3(d64)
+                    s = _approach(wp.vec3(o64), dl, view.blas_magnitude[0])
+                    if s >= 0.0:
+                        ol = wp.vec3(o64 + wp.float64(s) * d64)
+                        s = s + shift
+                        inv_dl = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
+                        k, sh = ray_shear(dl)
+                        row = load4i(view.inst_table, inst)
+                        nbase = row[0]
+                        pbase = row[1]
+                        gbase = row[3]
+                        bottom = count
+                        r = row[2]
+                        while True:
+                            if r >= 0:
+                                gb = 4 * (nbase + r)
+                                n0 = load4(view.blas_pair_boxes, gb)
+                                n1 = load4(view.blas_pair_boxes, gb + 1)
+                                n2 = load4(view.blas_pair_boxes, gb + 2)
+                                reach_b = best - s
+                                tl = _slab(ol, inv_dl, n0[0], n0[1], n0[2], n0[3], n1[0], n1[1], reach_b)
+                                tr = _slab(ol, inv_dl, n1[2], n1[3], n2[0], n2[1], n2[2], n2[3], reach_b)
+                                if tl < INF or tr < INF:
+                                    lk = load4i(view.blas_pair_links, gb + 3)
+                                    if tl < INF and tr < INF:
+                                        if tr < tl:
+                                            stack[count] = lk[0]
+                                            r = lk[1]
+                                        else:
+                                            stack[count] = lk[1]
+                                            r = lk[0]
+                                        count += 1
+                                    elif tl < INF:
+                                        r = lk[0]
+                                    else:
+                                        r = lk[1]
+                                    continue
+                            else:
+                                leaf = -1 - r
+                                start = pbase + (leaf >> 3)
+                                for tri in range(start, start + (leaf & 7) + 1):
+                                    a4 = load4(view.blas_tris, 3 * tri)
+                                    e4 = load4(view.blas_tris, 3 * tri + 1)
+                                    f4 = load4(view.blas_tris, 3 * tri + 2)
+                                    a = wp.vec3(a4[0], a4[1], a4[2])
+                                    b = wp.vec3(e4[0], e4[1], e4[2])
+                                    c = wp.vec3(f4[0], f4[1], f4[2])
+                                    t = sheared_t(ol, k, sh, a, b, c) + s
+                                    if t > tmin and t < best:
+                                        f = view.blas_primitives[tri]
+                                        if gbase + f != ignore:
+                                            t = confirmed_t(c64, d64, a, b, c)
+                                            if t > tmin and t < best:
+                                                best = t
+                                                winner = gbase + f
+                                if winner >= 0 and any_hit != 0:
+                                    return best, winner
+                            if count == bottom:
+                                break
+                            count -= 1
+                            r = stack[count]
+        # Pop the next top-level node still in front of the closest hit so far.
+        done = int(1)
+        while count > 0:
+            count -= 2
+            if bits_float(stack[count]) < best - shift:
+                ref = stack[count + 1]
+                done = int(0)
+                break
+        if done != 0:
+            break
+    return best, winner
+
+
+@wp.func
+def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                  any_hit: int, cull: int) -> tuple[float, int]:
+    """Both levels in one loop and one stack (a marker leaves an instance): (t, global id) or (tmax, -1).
+
+    ``cull`` (a constant per kernel): BLAS entries carry their entry distance too, and a popped
+    BLAS node behind the closest hit so far is skipped (``unified_cull``; fewer node fetches
+    for closest hit, twice the BLAS part of the stack).
+    """
+    winner = int(-1)
+    shift = _world_shift(view, o_in, d)
+    if shift < 0.0:
+        return tmax, winner
+    best = tmax
+    stack = wp.vector(dtype=wp.int32, length=_STACK)
+    count = int(0)
+    # The ray of the level being walked: world at the top level, object space in a BLAS.
+    o = o_in + shift * d
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    off = shift
+    base = view.tlas_pair_base
+    level = int(0)
+    k = wp.vec3i(0, 0, 0)
+    sh = wp.vec3(0.0, 0.0, 0.0)
+    inst = int(0)
+    pbase = int(0)
+    gbase = int(0)
+    ref = view.tlas_pair_root
+    while True:
+        if ref >= 0:
+            g = 4 * (base + ref)
+            b0 = load4(view.blas_pair_boxes, g)
+            b1 = load4(view.blas_pair_boxes, g + 1)
+            b2 = load4(view.blas_pair_boxes, g + 2)
+            reach = best - off
+            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
+            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            if t_left < INF or t_right < INF:
+                links = load4i(view.blas_pair_links, g + 3)
+                if t_left < INF and t_right < INF:
+                    far = links[0]
+                    t_far = t_left
+                    ref = links[1]
+                    if t_right >= t_left:
+                        far = links[1]
+                        t_far = t_right
+                        ref = links[0]
+                    if level == 0 or cull != 0:  # top-level entries carry their entry distance (culled when popped)
+                        stack[count] = float_bits(t_far)
+                        count += 1
+                    stack[count] = far
+                    count += 1
+                elif t_left < INF:
+                    ref = links[0]
+                else:
+                    ref = links[1]
+                continue
+        elif level == 0:
+            code = -1 - ref
+            first = code >> 3
+            rest = code & 7
+            if rest > 0:  # the leaf's other instances come next (one continuation ref, never culled)
+                stack[count] = float_bits(-INF)
+                stack[count + 1] = -1 - (8 * (first + 1) + rest - 1)
+                count += 2
+            leaf_inst = view.tlas_primitives[first]
+            if view.shape_enabled[view.inst_shape[leaf_inst]] != wp.uint8(0):
+                m = view.inst_to_object[leaf_inst]
+                o64 = wp.transform_point(m, wp.vec3d(o))
+                d64 = wp.transform_vector(m, wp.vec3d(d))
+                dl = wp.vec3(d64)
+                s = _approach(wp.vec3(o64), dl, view.blas_magnitude[0])
+                if s >= 0.0:
+                    o = wp.vec3(o64 + wp.float64(s) * d64)
+                    off = s + shift
+                    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
+                    k, sh = ray_shear(dl)
+                    inst = leaf_inst
+                    row = load4i(view.inst_table, inst)
+                    base = row[0]
+                    pbase = row[1]
+                    gbase = row[3]
+                    level = 1
+                    stack[count] = _MARKER
+                    count += 1
+                    ref = row[2]
+                    continue
+        else:
+            code = -1 - ref
+            start = pbase + (code >> 3)
+            for tri in range(start, start + (code & 7) + 1):
+                a4 = load4(view.blas_tris, 3 * tri)
+                e4 = load4(view.blas_tris, 3 * tri + 1)
+                f4 = load4(view.blas_tris, 3 * tri + 2)
+                a = wp.vec3(a4[0], a4[1], a4[2])
+                b = wp.vec3(e4[0], e4[1], e4[2])
+                c = wp.vec3(f4[0], f4[1], f4[2])
+                t = sheared_t(o, k, sh, a, b, c) + off
+                if t > tmin and t < best:
+                    f = view.blas_primitives[tri]
+                    if gbase + f != ignore:
+                        t = _confirmed(view, inst, o_in, d, a, b, c)
+                        if t > tmin and t < best:
+                            best = t
+                            winner = gbase + f
+            if winner >= 0 and any_hit != 0:
+                return best, winner
+        # Pop: a marker returns to the top level, whose entries behind the closest hit are skipped.
+        done = int(1)
+        while count > 0:
+            count -= 1
+            ref = stack[count]
+            if ref == _MARKER:
+                level = 0  # the world ray again (recomputed: fewer registers held across the BLAS)
+                o = o_in + shift * d
+                inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+                off = shift
+                base = view.tlas_pair_base
+                continue
+            if level == 0 or cull != 0:
+                count -= 1
+                if bits_float(stack[count]) >= best - off:
+                    continue
+            done = int(0)
+            break
+        if done != 0:
+            break
+    return best, winner
+
+
+@wp.func
+def trace_instances_pairtop(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                            any_hit: int) -> int:
+    """``traversal.trace_instances`` with :func:`_walk_pairtop`."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _walk_pairtop(view, o, d, tmin, tmax, ignore, any_hit)
+    return winner
+
+
+@wp.func
+def trace_instances_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                            any_hit: int) -> int:
+    """``traversal.trace_instances`` with :func:`_walk_unified`."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 0)
+    return winner
+
+
+@wp.func
+def trace_instances_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                                 any_hit: int) -> int:
+    """``traversal.trace_instances`` with :func:`_walk_unified`, BLAS pops culled."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 1)
+    return winner
+
+
+@wp.func
+def trace_pairtop(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                  any_hit: int) -> int:
+    """``pair_walk.trace_pair`` with :func:`_walk_pairtop` for the instances."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+    if winner >= 0 and any_hit != 0:
+        return winner
+    if view.num_instances > 0:
+        t, found = _walk_pairtop(view, o, d, tmin, best, ignore, any_hit)
+        if found >= 0:
+            winner = found
+    return winner
+
+
+@wp.func
+def trace_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                  any_hit: int) -> int:
+    """``pair_walk.trace_pair`` with :func:`_walk_unified` for the instances."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+    if winner >= 0 and any_hit != 0:
+        return winner
+    if view.num_instances > 0:
+        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 0)
+        if found >= 0:
+            winner = found
+    return winner
+
+
+@wp.func
+def trace_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                       any_hit: int) -> int:
+    """``pair_walk.trace_pair`` with :func:`_walk_unified` (BLAS pops culled) for the instances."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+    if winner >= 0 and any_hit != 0:
+        return winner
+    if view.num_instances > 0:
+        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 1)
+        if found >= 0:
+            winner = found
+    return winner
+
+#: The trace functions per ``accel.search_walk`` name of the shared-stack walks.
+TRACES = {"instances_pairtop": trace_instances_pairtop, "instances_unified": trace_instances_unified,
+          "instances_unified_cull": trace_instances_unified_cull, "both_pairtop": trace_pairtop,
+          "both_unified": trace_unified, "both_unified_cull": trace_unified_cull}
