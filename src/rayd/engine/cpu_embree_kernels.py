@@ -1,146 +1,14 @@
-"""Warp kernels of the Embree CPU path (:mod:`rayd.engine.cpu_embree`): per packet of 16 rays,
-Embree's rays (:func:`_prepare_row`), ``rtcIntersect16`` (:func:`rayd.engine.embree_api.intersect16`),
-then the checks that send a ray to rayd's Warp search (:func:`_finish_row`)."""
+"""Warp kernels of the Embree CPU path (:mod:`rayd.engine.cpu_embree`): per packet of 16 rays
+(:func:`_search16`, C++ inside a Warp kernel), Embree's rays, ``rtcIntersect16``, then the checks
+that send a ray to rayd's Warp search; and :func:`_trace_kernel`, Embree alone (tests, benchmarks)."""
 
 from __future__ import annotations
 
 import warp as wp
 
 from rayd.engine import embree_api
-from rayd.engine.traversal import ray_is_wellformed
 
 wp.set_module_options({"enable_backward": False})
-
-
-@wp.func
-def _prepare_row(
-    i: int, o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
-    active: wp.array(dtype=wp.uint8), active_stride: int,
-    centre: wp.vec3d, radius: float, band: float,
-    origin: wp.array(dtype=wp.vec3), direction: wp.array(dtype=wp.vec3), far: wp.array(dtype=float),
-    start: wp.array(dtype=float), delta: wp.array(dtype=float),
-):
-    """Embree's ray of row ``i``: origin ``o + (max(tmin, sphere entry) - delta) d - c`` (float64),
-    ``tfar`` up to ``min(tmax, sphere exit) + delta`` (-1: a miss without a search)."""
-    oi = o[i * o_stride]
-    di = d[i * d_stride]
-    t0 = tmin[i * tmin_stride]
-    t1 = tmax[i * tmax_stride]
-    origin[i] = wp.vec3(0.0, 0.0, 0.0)
-    direction[i] = wp.vec3(1.0, 1.0, 1.0)
-    far[i] = -1.0
-    start[i] = 0.0
-    delta[i] = 0.0
-    if active[i * active_stride] != wp.uint8(0) and ray_is_wellformed(oi, di, t0, t1):
-        od = wp.vec3d(wp.float64(oi[0]), wp.float64(oi[1]), wp.float64(oi[2])) - centre
-        dd = wp.vec3d(wp.float64(di[0]), wp.float64(di[1]), wp.float64(di[2]))
-        dl = wp.float64(band) * (wp.length(od) + wp.float64(radius)) / wp.length(dd)
-        # Clip to the sphere of radius 1.8 R around the centre (it holds every vertex): Embree's
-        # origin then lies within it (small rounding), and a ray that misses it is a miss.
-        rs = wp.float64(1.8) * wp.float64(radius)
-        dd2 = wp.dot(dd, dd)
-        b = wp.dot(od, dd)
-        disc = b * b - dd2 * (wp.dot(od, od) - rs * rs)
-        if disc >= wp.float64(0.0):
-            sq = wp.sqrt(disc)
-            lo = wp.max(wp.float64(t0), (-b - sq) / dd2)
-            hi = wp.min(wp.float64(t1), (-b + sq) / dd2)
-            if hi > lo:
-                s0 = lo - dl
-                p = od + s0 * dd
-                origin[i] = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
-                direction[i] = di
-                far[i] = float(hi - s0 + dl)
-                start[i] = float(s0)
-                delta[i] = float(dl)
-
-
-@wp.func
-def _finish_row(
-    i: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
-    ignore: wp.array(dtype=wp.int32), ignore_stride: int,
-    flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
-    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int, far_origin: float,
-    origin: wp.array(dtype=wp.vec3), tfar: wp.array(dtype=float), start: wp.array(dtype=float),
-    delta: wp.array(dtype=float), prim: wp.array(dtype=wp.int32), capped: wp.array(dtype=wp.int32),
-    u: wp.array(dtype=float), v: wp.array(dtype=float), edge: float,
-    out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
-) -> int:
-    """Row ``i``'s winner ``global_prim_id``, or -1 and ``redo = 1`` where Warp must decide;
-    returns ``redo``."""
-    out[i] = -1
-    redo[i] = wp.uint8(0)
-    if tfar[i] < 0.0:  # inactive or malformed: a miss, not searched
-        return 0
-    if capped[i] > 0 or wp.length(origin[i]) > far_origin:
-        redo[i] = wp.uint8(1)
-        return 1
-    f = prim[i]
-    if f < 0:
-        di = d[i * d_stride]
-        if di[0] == 0.0 or di[1] == 0.0 or di[2] == 0.0:
-            redo[i] = wp.uint8(1)
-            return 1
-        return 0
-    t = wp.float64(tfar[i]) + wp.float64(start[i])
-    dl = wp.float64(delta[i])
-    bad = t <= wp.float64(tmin[i * tmin_stride]) + dl or t >= wp.float64(tmax[i * tmax_stride]) - dl
-    near_edge = wp.min(wp.min(u[i], v[i]), 1.0 - u[i] - v[i]) < edge  # a tie: Warp's pick
-    if bad or near_edge or not wp.isfinite(t):
-        redo[i] = wp.uint8(1)
-        return 1
-    # Per-face tables only where they can matter (random reads: on incoherent rays a cache miss
-    # each, 65 of 270 ms on the sphere): bit 0 of face_mode, global id = face id; bit 1, every
-    # shape enabled; bit 2, no degenerate face or sliver.
-    g = f
-    if face_mode & 1 == 0:
-        g = flat_global[f]
-    if face_mode & 2 == 0:
-        if shape_enabled[flat_shape[f]] == wp.uint8(0):
-            redo[i] = wp.uint8(1)
-            return 1
-    if face_mode & 4 == 0:
-        if degenerate[f] != wp.uint8(0):
-            redo[i] = wp.uint8(1)
-            return 1
-    if g == ignore[i * ignore_stride]:
-        redo[i] = wp.uint8(1)
-        return 1
-    out[i] = g
-    return 0
-
-
-@wp.kernel(enable_backward=False)
-def _search_packets_kernel(
-    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
-    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
-    centre: wp.vec3d, radius: float, band: float,
-    flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
-    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float,
-    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int,
-    origin: wp.array(dtype=wp.vec3), direction: wp.array(dtype=wp.vec3), far: wp.array(dtype=float),
-    start: wp.array(dtype=float), delta: wp.array(dtype=float), prim: wp.array(dtype=wp.int32),
-    capped: wp.array(dtype=wp.int32), u: wp.array(dtype=float), v: wp.array(dtype=float),
-    out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
-):
-    """One packet of 16 rows from ``base``: Embree's rays, ``rtcIntersect16``, then the checks."""
-    lo = base + wp.tid() * 16
-    hi = wp.min(lo + 16, n)
-    for i in range(lo, hi):
-        _prepare_row(i, o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
-                     centre, radius, band, origin, direction, far, start, delta)
-    embree_api.intersect16(fn, scene, origin, direction, far, prim, capped, u, v, lo, hi, coherent_cos)
-    count = int(0)
-    for i in range(lo, hi):
-        count += _finish_row(i, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, ignore, ignore_stride,
-                             flat_global, flat_shape, shape_enabled, degenerate, face_mode, far_origin,
-                             origin, far, start, delta, prim, capped, u, v, edge, out, redo)
-    if count > 0:
-        wp.atomic_add(redo_count, 0, count)
 
 
 @wp.kernel(enable_backward=False)
@@ -150,3 +18,176 @@ def _trace_kernel(fn: wp.uint64, scene: wp.uint64, n: int, origin: wp.array(dtyp
                   coherent_cos: float):
     lo = wp.tid() * 16
     embree_api.intersect16(fn, scene, origin, direction, far, prim, geom, u, v, lo, wp.min(lo + 16, n), coherent_cos)
+
+
+# One packet of 16 rays in C++ (Warp's CPU code calls out of line for isfinite/isnan and reads
+# every row through per-row scratch arrays; here everything stays in registers and the stack):
+# the same steps as _prepare_row, rtcIntersect16 and _finish_row, in the same float32/float64
+# arithmetic, so that the winners and the rays sent to Warp are unchanged.
+_SEARCH16 = r"""
+    #pragma clang fp contract(off)
+    typedef void (*rtc_intersect16_t)(const int*, void*, void*, void*);
+    struct { int flags; unsigned int features; void* context; void* filter; void* intersect; float width; void* pad[2]; }
+        args = {0, 0xFFFFFFFFu, nullptr, nullptr, nullptr, 0.0f, {nullptr, nullptr}};
+    alignas(64) float R[16 * 32];  // RTCRayHit16: 12 ray fields, then the hit (room for instance ids)
+    alignas(64) int valid[16];
+    double S0[16], DL[16];
+    unsigned int* U = (unsigned int*)R;
+    const double cx = centre[0], cy = centre[1], cz = centre[2];
+    const double rad = (double)radius, rs = 1.8 * (double)radius;
+    int live = 0, first = -1, count = 0;
+    float fx = 0.0f, fy = 0.0f, fz = 0.0f;
+    bool coherent = true;
+    for (int j = 0; j < 16; ++j) {
+        int i = lo + j;
+        bool ok = false;
+        R[0 * 16 + j] = 0.0f; R[1 * 16 + j] = 0.0f; R[2 * 16 + j] = 0.0f; R[3 * 16 + j] = 0.0f;
+        R[4 * 16 + j] = 1.0f; R[5 * 16 + j] = 1.0f; R[6 * 16 + j] = 1.0f; R[7 * 16 + j] = 0.0f;
+        R[8 * 16 + j] = -1.0f;
+        U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
+        U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
+        S0[j] = 0.0; DL[j] = 0.0;
+        if (i < hi) {
+            wp::vec3 oi = wp::index(o, i * o_stride), di = wp::index(d, i * d_stride);
+            float t0 = wp::index(tmin, i * tmin_stride), t1 = wp::index(tmax, i * tmax_stride);
+            bool wellformed = __builtin_isfinite(oi[0]) && __builtin_isfinite(oi[1]) && __builtin_isfinite(oi[2])
+                && __builtin_isfinite(di[0]) && __builtin_isfinite(di[1]) && __builtin_isfinite(di[2])
+                && __builtin_isfinite(t0) && !__builtin_isnan(t1)
+                && !(di[0] == 0.0f && di[1] == 0.0f && di[2] == 0.0f) && t1 > t0;
+            if (wp::index(active, i * active_stride) != 0 && wellformed) {
+                double ox = (double)oi[0] - cx, oy = (double)oi[1] - cy, oz = (double)oi[2] - cz;
+                double dx = (double)di[0], dy = (double)di[1], dz = (double)di[2];
+                double oo = ox * ox + oy * oy + oz * oz, dd2 = dx * dx + dy * dy + dz * dz;
+                double dl = (double)band * (__builtin_sqrt(oo) + rad) / __builtin_sqrt(dd2);
+                double b = ox * dx + oy * dy + oz * dz;
+                double disc = b * b - dd2 * (oo - rs * rs);
+                if (disc >= 0.0) {
+                    double sq = __builtin_sqrt(disc);
+                    double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
+                    double lo_t = (double)t0 > ta ? (double)t0 : ta;
+                    double hi_t = (double)t1 < tb ? (double)t1 : tb;
+                    if (hi_t > lo_t) {
+                        double s0 = lo_t - dl;
+                        R[0 * 16 + j] = (float)(ox + s0 * dx); R[1 * 16 + j] = (float)(oy + s0 * dy);
+                        R[2 * 16 + j] = (float)(oz + s0 * dz);
+                        R[4 * 16 + j] = di[0]; R[5 * 16 + j] = di[1]; R[6 * 16 + j] = di[2];
+                        R[8 * 16 + j] = (float)(hi_t - s0 + dl);
+                        S0[j] = (double)(float)s0; DL[j] = (double)(float)dl;
+                        ok = true;
+                    }
+                }
+            }
+        }
+        valid[j] = ok ? -1 : 0;
+        if (ok) {
+            float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
+            float inv = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
+            if (first < 0) { first = j; fx = dx * inv; fy = dy * inv; fz = dz * inv; }
+            else if ((dx * fx + dy * fy + dz * fz) * inv < coherent_cos) coherent = false;
+            ++live;
+        }
+    }
+    if (key_pass) {
+        // Sort keys only: the Morton code (10 bits per axis, over [-2 R, 2 R]^3) of each Embree
+        // origin (rays without an Embree ray last); returns 1 for an incoherent packet.
+        for (int j = 0; j < 16 && lo + j < hi; ++j) {
+            unsigned int code = 0x3FFFFFFFu;
+            if (valid[j]) {
+                code = 0u;
+                for (int a = 0; a < 3; ++a) {
+                    float q = (R[a * 16 + j] / (4.0f * radius) + 0.5f) * 1023.0f;
+                    unsigned int c = q > 0.0f ? (q < 1023.0f ? (unsigned int)q : 1023u) : 0u;
+                    for (int b = 0; b < 10; ++b) code |= ((c >> b) & 1u) << (3 * b + a);
+                }
+            }
+            wp::index(keys, lo + j) = (int)code;
+            wp::index(order, lo + j) = lo + j;
+        }
+        return (live > 1 && !coherent) ? 1 : 0;
+    }
+    if (live > 0) {
+        args.flags = coherent ? (1 << 16) : 0;  // RTC_RAY_QUERY_FLAG_COHERENT : _INCOHERENT
+        ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
+    }
+    for (int j = 0; j < 16; ++j) {
+        int i = lo + j;
+        if (i >= hi) break;
+        int res = -1, again = 0;
+        if (valid[j]) {
+            bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
+            float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
+            wp::vec3 di = wp::index(d, i * d_stride);
+            if ((hit && U[18 * 16 + j] > 0u) || sqrtf(px * px + py * py + pz * pz) > far_origin) {
+                again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
+            } else if (!hit) {
+                again = (di[0] == 0.0f || di[1] == 0.0f || di[2] == 0.0f) ? 1 : 0;
+            } else {
+                int f = (int)U[17 * 16 + j];
+                double t = (double)R[8 * 16 + j] + S0[j];
+                double dl = DL[j];
+                bool bad = t <= (double)wp::index(tmin, i * tmin_stride) + dl
+                    || t >= (double)wp::index(tmax, i * tmax_stride) - dl;
+                float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
+                float w = 1.0f - bu - bv;
+                float m = bu < bv ? bu : bv;
+                m = m < w ? m : w;
+                if (bad || m < edge || !__builtin_isfinite(t)) {
+                    again = 1;
+                } else {
+                    int g = (face_mode & 1) ? f : wp::index(flat_global, f);
+                    if (!(face_mode & 2) && wp::index(shape_enabled, wp::index(flat_shape, f)) == 0) again = 1;
+                    else if (!(face_mode & 4) && wp::index(degenerate, f) != 0) again = 1;
+                    else if (g == wp::index(ignore, i * ignore_stride)) again = 1;
+                    else res = g;
+                }
+            }
+        }
+        wp::index(out, i) = res;
+        wp::index(redo, i) = (uint8_t)again;
+        count += again;
+    }
+    return count;
+"""
+
+
+@wp.func_native(_SEARCH16)
+def _search16(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
+    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
+    centre: wp.vec3d, radius: float, band: float,
+    flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
+    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
+    far_origin: float, edge: float, fn: wp.uint64, scene: wp.uint64, coherent_cos: float, lo: int, hi: int,
+    out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
+) -> int:
+    """Rows ``lo .. hi - 1`` (at most 16): Embree's rays, ``rtcIntersect16``, the checks; returns the
+    number of rows sent to Warp (``redo = 1``). With ``key_pass``, no trace: each row's sort key into
+    ``keys`` (the Morton code of its Embree origin; rays without one last), ``order[row] = row``,
+    and returns 1 when the packet is incoherent (see :data:`rayd.engine.embree_api.COHERENT_COS`)."""
+    ...
+
+
+@wp.kernel(enable_backward=False)
+def _search16_kernel(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
+    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
+    centre: wp.vec3d, radius: float, band: float,
+    flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
+    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
+    far_origin: float, edge: float,
+    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int,
+    out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
+):
+    """One packet of 16 rows from ``base`` (:func:`_search16`); ``redo_count`` counts the rows sent to
+    Warp, or with ``key_pass`` the incoherent packets."""
+    lo = base + wp.tid() * 16
+    count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
+                      ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
+                      degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, wp.min(lo + 16, n),
+                      out, redo, keys, order, key_pass)
+    if count > 0:
+        wp.atomic_add(redo_count, 0, count)

@@ -123,11 +123,12 @@ class Scene:
         RuntimeError: Embree reports an error (e.g. out of memory).
     """
 
-    def __init__(self, meshes, quality: int | None = None, geometry_quality: int | None = None) -> None:
+    def __init__(self, meshes, quality: int | None = None, geometry_quality: int | None = None,
+                 robust: bool = True) -> None:
         lib = library()
         self._lib = lib
         self.ptr = lib.rtcNewScene(_device)
-        lib.rtcSetSceneFlags(self.ptr, _RTC_SCENE_FLAG_ROBUST)
+        lib.rtcSetSceneFlags(self.ptr, _RTC_SCENE_FLAG_ROBUST if robust else 0)
         if quality is not None:
             lib.rtcSetSceneBuildQuality(self.ptr, quality)
         for geom_id, (vertices, faces) in enumerate(meshes):

@@ -28,7 +28,7 @@ from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of 
     _make_search_kernel,
     _nearest_edge_order_kernel,
 )
-from rayd.engine.runtime import launch_stream
+from rayd.engine.runtime import launch_offset_rows, launch_stream
 
 # Host functions only; the kernels live in nearest_edge_kernels.py.
 wp.set_module_options({"enable_backward": False})
@@ -87,16 +87,16 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
     counting = counts is not None
     if counts is None:
         counts = _dummy_counts(edges.device)
-    wp.launch(
+    launch_offset_rows(
         _kernel(kind, counting),
-        dim=n,
-        inputs=[
+        n,
+        [
             edges.node_box, edges.node_link, edges.seg, edges.slot_id,
             q0, _stride(q0, n), dummy3, _stride(dummy3, n), tmin, _stride(tmin, n), tmax, _stride(tmax, n),
             active, _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts,
         ],
-        device=edges.device,
-        stream=stream,
+        edges.device,
+        stream,
         block_dim=SEARCH_BLOCK_DIM,
     )
 

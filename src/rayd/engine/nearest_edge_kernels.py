@@ -196,8 +196,9 @@ def _make_search_kernel(kind: int, counting: bool):
         order: wp.array(dtype=wp.int32),
         use_order: int,
         counts: wp.array(dtype=wp.vec2i),
+        base: int,
     ):
-        i = wp.tid()
+        i = wp.tid() + base  # a chunk of the queries (CPU launches split across cores)
         if use_order != 0:
             i = int(order[i])
         bound = max_distance_sq  # squared search radius: max_distance, then the best (k-th best)

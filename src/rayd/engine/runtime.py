@@ -150,6 +150,33 @@ def launch_rows(kernel, n: int, inputs: list, outputs: list, device, stream) -> 
     run_parallel(run, parts)
 
 
+def launch_offset_rows(kernel, n: int, inputs: list, device, stream, block_dim: int = 256) -> None:
+    """Launch ``kernel`` over rows ``0 .. n - 1``; on the CPU, in chunks across cores.
+
+    For kernels whose rows are not their thread ids (e.g. a thread reads its row through a
+    sort order): the kernel's last input is ``base``, its row index is ``wp.tid() + base``,
+    and ``inputs`` are the others, passed whole to every chunk. Chunks as in
+    :func:`launch_rows` (the first launch of a kernel, and launches under ``CPU_SPLIT_MIN``
+    rows, run as one). ``block_dim``: threads per block of a CUDA launch.
+    """
+    if n == 0:
+        return
+    workers = _WORKERS
+    if not device.is_cpu or n < CPU_SPLIT_MIN or workers < 2 or kernel.key not in _warmed:
+        wp.launch(kernel, dim=n, inputs=[*inputs, 0], device=device, stream=stream, block_dim=block_dim)
+        _warmed.add(kernel.key)
+        return
+    parts = min(CPU_CHUNKS_PER_CORE * workers, max(1, n // (CPU_SPLIT_MIN // 2)))
+    bounds = [n * k // parts for k in range(parts + 1)]
+
+    def run(k: int) -> None:
+        lo, hi = bounds[k], bounds[k + 1]
+        if hi > lo:
+            wp.launch(kernel, dim=hi - lo, inputs=[*inputs, lo], device=device)
+
+    run_parallel(run, parts)
+
+
 #: CPU launches are split in up to this many chunks per core, taken in turn (see :func:`run_parallel`).
 CPU_CHUNKS_PER_CORE = 4
 

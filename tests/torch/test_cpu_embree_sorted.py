@@ -1,0 +1,66 @@
+"""The CPU Embree path's sorted tracing (rayd.engine.cpu_embree.SORT_MIN_RAYS): an incoherent batch
+is traced in a Morton order of its rays and its answers are put back in place; they equal the
+batch traced in turn and the Warp path."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from edge_reference import bumpy_sphere
+
+import rayd.torch as rt
+from rayd.engine import cpu_embree
+
+pytestmark = pytest.mark.skipif(not cpu_embree.active(), reason="the CPU Embree path is not active")
+
+N = 20_000
+
+
+PERMUTED = []
+
+
+def _hits(scene, ray, sort_min: int, embree: bool = True):
+    was, real = cpu_embree.SORT_MIN_RAYS, cpu_embree._permuted
+    cpu_embree._permuted = lambda *a: PERMUTED.append(1) or real(*a)
+    cpu_embree.SORT_MIN_RAYS = sort_min
+    cpu_embree.set_enabled(embree)
+    try:
+        scene.intersect(ray)  # the first query on a geometry is Warp's (WARM_QUERIES)
+        return scene.intersect(ray), scene.shadow_test(ray)
+    finally:
+        cpu_embree.SORT_MIN_RAYS, cpu_embree._permuted = was, real
+        cpu_embree.set_enabled(True)
+
+
+def test_sorted_batch_equals_in_turn_and_warp():
+    v, f = bumpy_sphere(48, 96)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.build()
+    g = torch.Generator().manual_seed(5)
+    o = 3.0 * torch.nn.functional.normalize(torch.randn(N, 3, generator=g), dim=1)
+    d = torch.rand(N, 3, generator=g) - 0.5 - o  # towards the unit cube: incoherent packets
+    d[::7] *= -1.0  # some rays away from the sphere: misses
+    ray = rt.Ray(o, d)
+    before = dict(cpu_embree.stats)
+    sorted_hit, sorted_shadow = _hits(scene, ray, 16384)
+    assert cpu_embree.stats["rays"] > before["rays"] and PERMUTED  # Embree answered, in sorted order
+    PERMUTED.clear()
+    turn_hit, turn_shadow = _hits(scene, ray, 1 << 40)
+    assert not PERMUTED
+    warp_hit, warp_shadow = _hits(scene, ray, 16384, embree=False)
+    assert 0.5 < float(sorted_hit.is_valid().float().mean()) < 0.95
+    for other in (turn_hit, warp_hit):
+        assert torch.equal(sorted_hit.prim_id, other.prim_id)
+        assert torch.equal(sorted_hit.t, other.t)
+    assert torch.equal(sorted_shadow, turn_shadow) and torch.equal(sorted_shadow, warp_shadow)
+
+
+def test_incoherence_sample():
+    n = 1 << 15
+    same = torch.tensor([[0.0, 0.0, -1.0]]).expand(n, 3).contiguous()
+    spread = torch.nn.functional.normalize(torch.randn(n, 3, generator=torch.Generator().manual_seed(1)), dim=1)
+    from rayd.torch import _convert
+
+    assert not cpu_embree._incoherent(_convert.vec3_view(same), n)
+    assert cpu_embree._incoherent(_convert.vec3_view(spread), n)
