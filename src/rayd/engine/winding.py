@@ -59,6 +59,7 @@ import math
 
 import warp as wp
 
+from rayd.engine import occupancy
 from rayd.engine.accel import SceneAccel
 from rayd.engine.closest_point import morton_order, sorts
 from rayd.engine.runtime import PerRow, launch_rows, launch_stream, per_row
@@ -317,6 +318,15 @@ def winding_number(
     head = [accel.view, data.flat, data.blas, 1 if accel.flat_enabled else 0, int(num_faces), beta2, int(order),
             float(refine)]
     device = accel.device
+    if refine > 0.0 and not exact:
+        cells = occupancy.grid(accel, num_faces, stream, n)
+        if cells is not None:  # contains() on the CPU: the occupancy grid first, the walk for the rest
+            rows = occupancy.decide(accel, cells, points, active, out, n)
+            if rows is not None:
+                launch_rows(_WINDING_KERNELS[True], rows.shape[0],
+                            [*head, PerRow(rows), points, 0 if points.shape[0] == 1 else 1, active,
+                             0 if active.shape[0] == 1 else 1, out], [], device, stream)
+            return
     if not exact and sorts(n):  # the exact sum visits every face in the same order: nothing to gain
         with launch_stream(device, stream):
             rows = morton_order(accel, points, n, stream)
