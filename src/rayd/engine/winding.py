@@ -299,6 +299,12 @@ def winding_number(
         order: 1 (dipole), 2 (+ first moment) or 3 (+ second moment).
         refine: points whose hierarchical value lies within ``refine`` of 0.5 are
             recomputed exactly (so that ``w > 0.5`` is the exact decision there).
+            ``refine > 0`` marks a query for the decision ``w > 0.5`` only
+            (``contains``, ``signed_distance``): on the CPU the occupancy grid
+            (:mod:`rayd.engine.occupancy`) answers the points it decides, with the
+            integer winding number of the closed-up surface (the same decision as the
+            exact ``w``; the value itself where the surface is closed), and the walk
+            the others.
 
     Concretely: the exact sum, or the hierarchy of the module docstring; float64
     arithmetic on the float32 search-frame vertices and points, float64 instance
