@@ -104,11 +104,13 @@ def test_segment_crossings_count_signed_faces():
     scene.contains(torch.zeros(1, 3))  # builds the grid (and the accel view)
     import warp as wp
 
+    from rayd.engine import occupancy_query
+
     @wp.kernel
-    def run(view: occupancy.SceneView, p0: wp.array(dtype=wp.vec3d), p1: wp.array(dtype=wp.vec3d),
+    def run(view: occupancy_query.SceneView, p0: wp.array(dtype=wp.vec3d), p1: wp.array(dtype=wp.vec3d),
             out: wp.array(dtype=wp.vec2i)):
         i = wp.tid()
-        out[i] = occupancy.segment_crossings(view, p0[i], p1[i])
+        out[i] = occupancy_query.segment_crossings(view, p0[i], p1[i])
 
     p0 = np.array([[-2.0, 0.013, 0.021], [2.0, 0.013, 0.021], [0.0, 0.013, 0.021]])
     p1 = np.array([[2.0, 0.013, 0.021], [0.0, 0.013, 0.021], [2.0, 0.013, 0.021]])

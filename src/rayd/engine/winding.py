@@ -59,7 +59,7 @@ import math
 
 import warp as wp
 
-from rayd.engine import occupancy
+from rayd.engine import occupancy, occupancy_query
 from rayd.engine.accel import SceneAccel
 from rayd.engine.closest_point import morton_order, sorts
 from rayd.engine.runtime import PerRow, launch_rows, launch_stream, per_row
@@ -327,7 +327,7 @@ def winding_number(
     if refine > 0.0 and not exact:
         cells = occupancy.grid(accel, num_faces, stream, n)
         if cells is not None:  # contains() on the CPU: the occupancy grid first, the walk for the rest
-            rows = occupancy.decide(accel, cells, points, active, out, n)
+            rows = occupancy_query.decide(accel, cells, points, active, out, n)
             if rows is not None:
                 launch_rows(_WINDING_KERNELS[True], rows.shape[0],
                             [*head, PerRow(rows), points, 0 if points.shape[0] == 1 else 1, active,
