@@ -27,7 +27,10 @@ def test_surface_bench_agrees(tmp_path):
                          "--json", str(out)])
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert lines == rows
-    timed = [r for r in rows if r["query"] != "build"]
+    first = [r for r in rows if r["query"] == "occupancy_first_call"]
+    assert len(first) == 1 and first[0]["engine"] == "rayd" and first[0]["ms"] > 0
+    timed = [r for r in rows if r["query"] not in ("build", "occupancy_first_call")]
+    assert all(r["cpu_ms"] > 0 for r in timed)
     assert {(r["engine"], r["query"]) for r in timed} == {(e, q) for e in ("rayd", "warp", "brute")
                                                           for q in surface.QUERIES}
     for r in timed:

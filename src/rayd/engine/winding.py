@@ -59,6 +59,7 @@ import math
 
 import warp as wp
 
+from rayd.engine import occupancy, occupancy_query
 from rayd.engine.accel import SceneAccel
 from rayd.engine.closest_point import morton_order, sorts
 from rayd.engine.runtime import PerRow, launch_rows, launch_stream, per_row
@@ -298,6 +299,12 @@ def winding_number(
         order: 1 (dipole), 2 (+ first moment) or 3 (+ second moment).
         refine: points whose hierarchical value lies within ``refine`` of 0.5 are
             recomputed exactly (so that ``w > 0.5`` is the exact decision there).
+            ``refine > 0`` marks a query for the decision ``w > 0.5`` only
+            (``contains``, ``signed_distance``): on the CPU the occupancy grid
+            (:mod:`rayd.engine.occupancy`) answers the points it decides, with the
+            integer winding number of the closed-up surface (the same decision as the
+            exact ``w``; the value itself where the surface is closed), and the walk
+            the others.
 
     Concretely: the exact sum, or the hierarchy of the module docstring; float64
     arithmetic on the float32 search-frame vertices and points, float64 instance
@@ -317,6 +324,15 @@ def winding_number(
     head = [accel.view, data.flat, data.blas, 1 if accel.flat_enabled else 0, int(num_faces), beta2, int(order),
             float(refine)]
     device = accel.device
+    if refine > 0.0 and not exact:
+        cells = occupancy.grid(accel, num_faces, stream, n)
+        if cells is not None:  # contains() on the CPU: the occupancy grid first, the walk for the rest
+            rows = occupancy_query.decide(accel, cells, points, active, out, n)
+            if rows is not None:
+                launch_rows(_WINDING_KERNELS[True], rows.shape[0],
+                            [*head, PerRow(rows), points, 0 if points.shape[0] == 1 else 1, active,
+                             0 if active.shape[0] == 1 else 1, out], [], device, stream)
+            return
     if not exact and sorts(n):  # the exact sum visits every face in the same order: nothing to gain
         with launch_stream(device, stream):
             rows = morton_order(accel, points, n, stream)
