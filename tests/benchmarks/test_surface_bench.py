@@ -29,7 +29,9 @@ def test_surface_bench_agrees(tmp_path):
     assert lines == rows
     first = [r for r in rows if r["query"] == "occupancy_first_call"]
     assert len(first) == 1 and first[0]["engine"] == "rayd" and first[0]["ms"] > 0
-    timed = [r for r in rows if r["query"] not in ("build", "occupancy_first_call")]
+    second = [r for r in rows if r["query"] == "occupancy_second_call"]
+    assert len(second) == 1 and second[0]["engine"] == "rayd" and second[0]["ms"] > 0
+    timed = [r for r in rows if r["query"] not in ("build", "occupancy_first_call", "occupancy_second_call")]
     assert all(r["cpu_ms"] > 0 for r in timed)
     assert {(r["engine"], r["query"]) for r in timed} == {(e, q) for e in ("rayd", "warp", "brute")
                                                           for q in surface.QUERIES}

@@ -34,6 +34,7 @@ def test_grid_contains_matches_torch_and_exact(m, backend, monkeypatch):
         pytest.skip("the occupancy grid is CPU-only")
     monkeypatch.setattr(occupancy, "GRID_CELLS", 40)
     monkeypatch.setattr(occupancy, "GRID_MIN_POINTS", 0)
+    monkeypatch.setattr(occupancy, "GRID_AFTER_QUERIES", 0)
     sphere = trimesh.creation.icosphere(subdivisions=3)
     v = np.asarray(sphere.vertices, np.float64)
     f = np.asarray(sphere.faces)

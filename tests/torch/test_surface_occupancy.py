@@ -26,6 +26,7 @@ def small_grid(monkeypatch):
     """A 48-cell grid (the default 256 costs seconds per scene to build on a loaded CI core)."""
     monkeypatch.setattr(occupancy, "GRID_CELLS", 48)
     monkeypatch.setattr(occupancy, "GRID_MIN_POINTS", 0)
+    monkeypatch.setattr(occupancy, "GRID_AFTER_QUERIES", 0)
 
 
 def _points(vertices, rng, n=1500, offset=1e-4):
@@ -135,8 +136,13 @@ def test_default_grid_on_a_disabled_mesh_and_refit(monkeypatch):
     scene.build()
     q = torch.tensor([[0.0, 0.0, 0.0], [5.0, 5.0, 5.0], [0.9, 0.0, 0.0], [1.1, 0.0, 0.0]])
     assert scene.contains(q).tolist() == [True, True, True, False]
-    assert scene._core.accel._occupancy[1] is not None
+    assert getattr(scene._core.accel, "_occupancy", None) is None  # the first large query walks
+    assert scene.contains(q).tolist() == [True, True, True, False]
+    assert scene._core.accel._occupancy[1] is not None  # the second builds the grid
     scene.set_shape_enabled(far, False)
     scene.update_mesh_vertices(0, torch.as_tensor(2.0 * v, dtype=torch.float32))
     scene.sync()
     assert scene.contains(q).tolist() == [True, False, True, True]
+    stale = scene._core.accel._occupancy[0]
+    assert scene.contains(q).tolist() == [True, False, True, True]
+    assert scene._core.accel._occupancy[0] != stale  # rebuilt for the new geometry
