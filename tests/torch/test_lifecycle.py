@@ -274,3 +274,22 @@ def test_sixteen_million_rays_fit_in_memory(cuda_device):
     # Inputs are 400 MB; the record with every field is ~1.1 GB; allow room for autograd.
     assert peak < 6 * 2**30, f"peak {peak / 2**30:.2f} GiB for 16 M rays"
     assert torch.isfinite(v.grad).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_ray_batch_on_the_device_path(device, dtype, monkeypatch):
+    """The same on the CUDA code path (no host reads: float64's masked walk-on), forced on the CPU
+    too: an empty batch gives an empty record and a zero gradient (it raised on CUDA in float64)."""
+    from rayd.torch import _interval
+
+    monkeypatch.setattr(_interval, "host_ok", lambda *arrays: False)
+    v, f = _tri(device, dtype=dtype, requires_grad=True)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f), dynamic=True)
+    scene.build()
+    ray = rt.Ray(torch.zeros((0, 3), dtype=dtype, device=device), torch.zeros((0, 3), dtype=dtype, device=device))
+    hit = scene.intersect(ray)
+    assert hit.t.shape == (0,) and hit.t.dtype == dtype
+    assert scene.shadow_test(ray).shape == (0,)
+    hit.t.sum().backward()
+    assert v.grad is not None and torch.count_nonzero(v.grad) == 0

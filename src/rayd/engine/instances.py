@@ -20,10 +20,13 @@ wp.set_module_options({"enable_backward": False})
 #: each BLAS walked in a loop nested in the top level's, one stack of refs per ray),
 #: ``"unified"`` (one loop and one stack for both levels: a marker on the stack leaves
 #: an instance), ``"unified_cull"`` (the same, popped BLAS nodes behind the closest hit
-#: skipped too). ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk`
-#: changes it for scenes built afterwards. All give the same winners.
-INSTANCE_WALKS = ("nested", "pairtop", "unified", "unified_cull")
-_walk = os.environ.get("RAYD_INSTANCE_WALK", "nested").strip().lower()
+#: skipped too), or ``"auto"`` (the default: ``"unified"`` on CUDA, where the H200 of
+#: session 11 traced 1,000 instances 2.9x faster with it than nested, closest hit and any
+#: hit, ``benchmarks/results/h200-session11/``; ``"nested"`` on the CPU, where it was not
+#: faster). ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk` changes it
+#: for scenes built afterwards. All give the same winners.
+INSTANCE_WALKS = ("auto", "nested", "pairtop", "unified", "unified_cull")
+_walk = os.environ.get("RAYD_INSTANCE_WALK", "auto").strip().lower()
 if _walk not in INSTANCE_WALKS:
     raise ValueError(f"rayd.engine: RAYD_INSTANCE_WALK must be one of {INSTANCE_WALKS}, got {_walk!r}")
 
@@ -198,6 +201,8 @@ class InstanceLevel:
         """
         self.tlas_pairs = None
         walk = instance_walk()
+        if walk == "auto":
+            walk = "unified" if self.nodes.lowers.device.is_cuda else "nested"
         if walk == "nested" or not self.has_pairs:
             return "nested"
         per_blas_level = 2 if walk == "unified_cull" else 1

@@ -61,7 +61,7 @@ def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor,
 
     On the CPU, ``global_prim_id`` itself when no winner is in doubt; on a device always a new tensor.
     """
-    if traced():
+    if traced() or global_prim_id.numel() == 0:  # (an empty batch: nothing to re-check, and no launch)
         return global_prim_id
     redo = (global_prim_id >= 0) & (t.detach() <= _rows(ray.tmin, batch))
     if on_host(t) and not bool(redo.any()):
@@ -76,7 +76,7 @@ def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor,
 def confirm_blocked(scene, ray, ignore, batch: torch.Size, blocker: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """(N,) bool occlusion: an any-hit ``blocker`` whose reported ``t`` ((N,) float64) lies in ``(tmin, tmax)``,
     or, where it does not, any of the first crossings inside ``(tmin, tmax)`` on reported ``t``."""
-    if traced():
+    if traced() or blocker.numel() == 0:
         return blocker >= 0
     blocked = (blocker >= 0) & (t > _rows(ray.tmin, batch)) & (t < _rows(ray.tmax, batch))
     doubt = (blocker >= 0) & ~blocked

@@ -127,7 +127,8 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             dtype = self._output_dtype(ray.o, ray.d)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-            on_device = dtype == torch.float64 and not _walk_on.traced() and not _walk_on.on_host(global_prim_id)
+            on_device = (n > 0 and dtype == torch.float64 and not _walk_on.traced()
+                         and not _walk_on.on_host(global_prim_id))
             if on_device:  # the winners decided first, without a host read, then evaluated once
                 global_prim_id = _walk_on.walk_on(self, ray, ignore, batch, global_prim_id,
                                                   _walk_on.t_of(self, ray, batch, global_prim_id))
