@@ -241,13 +241,19 @@ def _cap_ok(dims: tuple, lo: np.ndarray, cell: float, info: np.ndarray) -> np.nd
     return ok
 
 
-def build_grid(accel: SceneAccel, num_faces: int, stream=None) -> OccupancyGrid | None:
-    """The occupancy grid of ``accel``'s enabled flat faces (see the module docstring); ``None`` without SciPy or faces."""
+def build_grid(accel: SceneAccel, num_faces: int, stream=None, exact=None) -> OccupancyGrid | None:
+    """The occupancy grid of ``accel``'s enabled flat faces (see the module docstring); ``None`` without SciPy or faces.
+
+    ``exact``: the exact winding-number sum, ``exact(accel, num_faces, points, active, out, stream)``
+    (:func:`rayd.engine.winding.winding_number_exact`, passed in by its module: no import cycle).
+    """
     try:
         from scipy import ndimage
     except ImportError:
         return None
-    from rayd.engine.winding import winding_number_exact
+    if exact is None:
+        raise ValueError("rayd.engine.occupancy.build_grid(): 'exact' (the exact winding-number sum) is required")
+    winding_number_exact = exact
 
     points, faces = _enabled_faces(accel)
     if len(faces) == 0:
@@ -329,8 +335,10 @@ def _partners(values: np.ndarray, allowed: np.ndarray) -> np.ndarray:
     return partner
 
 
-def grid(accel: SceneAccel, num_faces: int, stream=None, n: int = GRID_MIN_POINTS) -> OccupancyGrid | None:
-    """The occupancy grid of ``accel`` for a query of ``n`` points (cached on ``accel``).
+def grid(accel: SceneAccel, num_faces: int, stream=None, n: int = GRID_MIN_POINTS,
+         exact=None) -> OccupancyGrid | None:
+    """The occupancy grid of ``accel`` for a query of ``n`` points (cached on ``accel``); ``exact``:
+    the exact winding-number sum the grid's construction uses (see :func:`build_grid`).
 
     Built by the query after the first :data:`GRID_AFTER_QUERIES` (one) of at least
     :data:`GRID_MIN_POINTS` points on the same geometry (unchanged since a build, a refit or a change of the enable flags), then used
@@ -353,6 +361,6 @@ def grid(accel: SceneAccel, num_faces: int, stream=None, n: int = GRID_MIN_POINT
     if walked < GRID_AFTER_QUERIES:
         accel._occupancy_asked = (key, walked + 1)  # an early large query of this geometry: walk
         return None
-    built = build_grid(accel, num_faces, stream)
+    built = build_grid(accel, num_faces, stream, exact)
     accel._occupancy = (key, built)
     return built

@@ -325,7 +325,7 @@ def winding_number(
             float(refine)]
     device = accel.device
     if refine > 0.0 and not exact:
-        cells = occupancy.grid(accel, num_faces, stream, n)
+        cells = occupancy.grid(accel, num_faces, stream, n, winding_number_exact)
         if cells is not None:  # contains() on the CPU: the occupancy grid first, the walk for the rest
             rows = occupancy_query.decide(accel, cells, points, active, out, n)
             if rows is not None:
