@@ -1,6 +1,6 @@
 """`update_mesh_vertices` + `sync()` per fused-refit order, one process (issue 18, "update").
 
-    python3 benchmarks/h200/refit_orders.py [--orders climb,climb1,split,levels] [--builders sah,ploc]
+    python3 benchmarks/h200/refit_orders.py [--orders climb,climb1,levels] [--builders sah,ploc]
 
 Terrain 2M on CUDA (a small terrain on the CPU): per (builder, order) a new scene, then the
 wall time of update+sync (synchronised, median of 30 after 5) and the GPU time of the

@@ -41,17 +41,18 @@ BOX_PADDING = wp.constant(1.0e-5)
 #: same with one fence per level (the finishing thread reads its sibling's box from L2
 #: without a second fence); ``"levels"``: no atomics or fences, one launch for the
 #: leaves, then one launch per tree level from the deepest up (a node's children are
-#: complete when its level runs; launches are recorded once at build and replayed);
-#: ``"split"``: two launches, a thread per leaf slot for the corners and boxes (coalesced),
-#: then a thread per leaf climbing with one fence per level (as the edge refit, ``tree_refit.py``).
-ORDERS = ("climb", "climb1", "split", "levels")
+#: complete when its level runs; launches are recorded once at build and replayed). On the H200
+#: (session 11, ``benchmarks/h200/refit_orders.py``, terrain 2 M) the refit kernels took 0.755 /
+#: 0.691 / 1.546 ms, so ``"climb1"`` is the default (a slot pass plus a leaf climb, as the
+#: edge refit does, took 0.788 ms and was dropped).
+ORDERS = ("climb", "climb1", "levels")
 _order = os.environ.get("RAYD_REFIT_ORDER", "climb1").strip().lower()  # the fastest on the H200 (session 11)
 if _order not in ORDERS:
     raise ValueError(f"rayd.engine: RAYD_REFIT_ORDER must be one of {ORDERS}, got {_order!r}")
 
 
 def set_refit_order(name: str) -> None:
-    """Choose how fused refits of BVHs built from now on climb (``"climb"``, ``"climb1"``, ``"split"`` or ``"levels"``).
+    """Choose how fused refits of BVHs built from now on climb (``"climb"``, ``"climb1"`` or ``"levels"``).
 
     Raises:
         ValueError: for another name.
@@ -235,76 +236,6 @@ def _fused_refit_kernel(
 
 
 @wp.kernel
-def _slot_refit_kernel(
-    points: wp.array(dtype=wp.vec3),
-    indices: wp.array(dtype=wp.int32),
-    face_base: int,
-    magnitude: wp.array(dtype=float),
-    primitives: wp.array(dtype=wp.int32),
-    slot_leaf: wp.array(dtype=wp.int32),
-    lower_f: wp.array(dtype=float),
-    upper_f: wp.array(dtype=float),
-    item_lowers: wp.array(dtype=wp.vec3),
-    item_uppers: wp.array(dtype=wp.vec3),
-    tris: wp.array(dtype=wp.vec4),
-):
-    # "split", first launch: a thread per leaf slot (coalesced slot-order writes; two dependent loads
-    # before the corners instead of five), the triangle's corners, its padded box and its leaf's box.
-    slot = wp.tid()
-    f = primitives[slot]
-    row = 3 * (face_base + f)
-    a = points[indices[row]]
-    b = points[indices[row + 1]]
-    c = points[indices[row + 2]]
-    tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
-    tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
-    tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
-    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
-    grow = wp.vec3(pad, pad, pad)
-    lo = wp.min(wp.min(a, b), c) - grow
-    hi = wp.max(wp.max(a, b), c) + grow
-    item_lowers[f] = lo
-    item_uppers[f] = hi
-    n = slot_leaf[slot]
-    _write_box(lower_f, n, lo, hi, 0)
-    _write_box(upper_f, n, lo, hi, 1)
-
-
-@wp.kernel
-def _climb_refit_kernel(
-    leaf_nodes: wp.array(dtype=wp.int32),
-    parents: wp.array(dtype=wp.int32),
-    counters: wp.array(dtype=wp.int32),
-    lowers: wp.array(dtype=wp.vec4),
-    uppers: wp.array(dtype=wp.vec4),
-    lower_f: wp.array(dtype=float),
-    upper_f: wp.array(dtype=float),
-    lower_index: wp.array(dtype=wp.vec4i),
-    upper_index: wp.array(dtype=wp.vec4i),
-    number: wp.array(dtype=wp.int32),
-    boxes: wp.array(dtype=wp.vec4),
-    has_pairs: int,
-):
-    # "split", second launch: a thread per leaf climbs (the leaf boxes came from the first launch).
-    node = leaf_nodes[wp.tid()]
-    parent = parents[node]
-    while parent >= 0:
-        _fence()
-        if wp.atomic_add(counters, parent, 1) == 0:
-            return
-        _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes, has_pairs)
-        node = parent
-        parent = parents[node]
-
-
-@wp.kernel
-def _slot_leaf_kernel(lower_index: wp.array(dtype=wp.vec4i), slot_leaf: wp.array(dtype=wp.int32)):
-    n = wp.tid()
-    if lower_index[n][3] < 0:
-        slot_leaf[lower_index[n][3] & 0x7FFFFFFF] = n
-
-
-@wp.kernel
 def _level_refit_kernel(
     order: wp.array(dtype=wp.int32),
     first: int,
@@ -382,12 +313,11 @@ class FusedRefit:
         parents: int32 (num_nodes,), parent of each node (``-1`` at the root).
         num_triangles: F.
 
-    Leaves may hold several triangles (a slot range; ``single_slot=False`` says they may, and
-    order ``"split"`` then climbs as ``"climb"``). For a ``wp.Bvh`` use
+    Leaves may hold several triangles (a slot range). For a ``wp.Bvh`` use
     :meth:`from_bvh` after :meth:`applies` (Warp's host-built layout, one triangle per leaf).
     """
 
-    def __init__(self, nodes: BvhNodes, parents: wp.array, num_triangles: int, single_slot: bool = True) -> None:
+    def __init__(self, nodes: BvhNodes, parents: wp.array, num_triangles: int) -> None:
         device = nodes.lowers.device
         count = nodes.lowers.shape[0]
         self.parents = parents
@@ -402,11 +332,6 @@ class FusedRefit:
         self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
         wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
         self.order = refit_order()
-        if self.order == "split" and not single_slot:
-            self.order = "climb"  # the slot pass writes one leaf box per slot: leaves of one triangle only
-        if self.order == "split":
-            self.slot_leaf = wp.empty(num_triangles, dtype=wp.int32, device=device)
-            wp.launch(_slot_leaf_kernel, count, [nodes.lower_index], [self.slot_leaf], device=device)
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._level_launches: list[wp.Launch] | None = None
         self._launches = LaunchCache()
@@ -461,17 +386,6 @@ class FusedRefit:
         else:
             number, tris, boxes = p.number, p.tris, p.boxes
         has_pairs = int(p is not None)
-        if self.order == "split" and p is not None:  # (without pair nodes: one launch, as "climb1")
-            self.counters.zero_()
-            self._launches.launch(
-                _slot_refit_kernel, self.num_triangles,
-                [tri.points, tri.indices, tri.face_base, tri.magnitude, n.primitives, self.slot_leaf, self.lower_f,
-                 self.upper_f, tri.lowers, tri.uppers, tris], tri.device, stream)
-            self._launches.launch(
-                _climb_refit_kernel, self.num_triangles,
-                [self.leaf_nodes, self.parents, self.counters, n.lowers, n.uppers, self.lower_f, self.upper_f,
-                 n.lower_index, n.upper_index, number, boxes, has_pairs], tri.device, stream)
-            return
         climb = self.order != "levels"
         if climb:
             self.counters.zero_()

@@ -232,8 +232,7 @@ class TriangleScene:
                 self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
             self.fused = None
             if self.tree is not None:
-                self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles,
-                                        single_slot=self.tree.num_nodes == 2 * num_triangles - 1)
+                self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles)
             elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
 
