@@ -96,7 +96,7 @@ def main() -> None:
             torch.cuda.synchronize()
             peak_torch = torch.cuda.max_memory_allocated() - base
             peak_warp = (wp.get_mempool_used_mem_high(dev) - wbase) if wp.is_mempool_enabled(dev) else 0
-            out_bytes = sum(v.numel() * v.element_size() for v in hit.__dict__.values() if isinstance(v, torch.Tensor))
+            out_bytes = sum(v.numel() * v.element_size() for v in (getattr(hit, f) for f in hit.fields) if isinstance(v, torch.Tensor))
         else:
             hit = scene.intersect(ray)
             out_bytes = None

@@ -94,19 +94,21 @@ class SceneCore:
         meshes = table.meshes
         if not meshes or sum(s.num_faces for s in meshes) == 0:
             raise ValueError(f"{call}: the scene is empty; add a mesh with at least one face first")
-        self._check_meshes(call, [i for i, s in enumerate(table) if not s.is_instance], faces=True)
         device = warp_device(self.device)
         stream = self.arrays.stream(self.device)
-        table.number()
-        self.transforms.reset(table, call)
-        self.centre = self._search_centre(stream)
+        # Every Warp operation of the build (fills, uploads, copies) on the frontend's stream,
+        # ordered with its launches: Warp's own current stream is not (see engine.runtime.read_back).
         with launch_stream(device, stream):
+            self._check_meshes(call, [i for i, s in enumerate(table) if not s.is_instance], faces=True)
+            table.number()
+            self.transforms.reset(table, call)
+            self.centre = self._search_centre(stream)
             self._build_flat(device, stream)
             self._build_instances(device, stream)
             self.accel = SceneAccel(device, self.flat, self.flat_global, self.flat_shape, self.shape_enabled,
                                     self.level, self.inst_shape, self.inst_global)
             self.shape_lookup = self._shape_lookup(device)
-        self._apply_enabled(stream)
+            self._apply_enabled(stream)
         self.arrays.fence(self.device)
         table.finish_build()
         self.generation += 1
@@ -121,12 +123,12 @@ class SceneCore:
         """
         table = self.table
         todo, moved = table.sync_plan(call)
-        self._check_meshes(call, moved, faces=False)
-        if todo:
-            self.transforms.read(table, sorted(todo), call)
         stream = self.arrays.stream(self.device)
         device = self.accel.device
-        with launch_stream(device, stream):
+        with launch_stream(device, stream):  # as in build()
+            self._check_meshes(call, moved, faces=False)
+            if todo:
+                self.transforms.read(table, sorted(todo), call)
             for shape_id in moved:
                 self._place_flat(shape_id, stream)
             if moved:
@@ -140,8 +142,8 @@ class SceneCore:
                 if blas_moved or any(i in todo or table[i].base in todo for i in self.instance_ids):
                     self._write_instance_transforms()
                     self.level.update(blas_moved, stream)
-        if table.enabled_dirty:
-            self._apply_enabled(stream)
+            if table.enabled_dirty:
+                self._apply_enabled(stream)
         self.arrays.fence(self.device)
         table.finish_sync(todo)
         return todo

@@ -16,6 +16,7 @@ calling thread).
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import functools
 import importlib
@@ -141,7 +142,14 @@ def current_stream(device: str) -> wp.Stream | None:
         return None
     dr.flush_thread()
     handle = _jit_cuda_stream()
-    return cached_stream(device, handle, lambda: wp.Stream(to_warp_device(device), cuda_stream=handle))
+    stream = cached_stream(device, handle, lambda: wp.Stream(to_warp_device(device), cuda_stream=handle))
+    scope = getattr(_query, "scope", None)
+    if scope is not None and not getattr(_query, "scoped", False):
+        # Inside a public query: Warp's implicit work (output fills, uploads, copies) goes
+        # on this stream too, ordered with the launches, until the query returns.
+        scope.enter_context(wp.ScopedStream(stream, sync_enter=True))
+        _query.scoped = True
+    return stream
 
 
 def fence(device: str) -> None:
@@ -195,14 +203,18 @@ def one_fence(method: Callable) -> Callable:
         depth = getattr(_query, "depth", 0)
         if depth == 0:
             _query.device = None
+            _query.scope, _query.scoped = contextlib.ExitStack(), False
         _query.depth = depth + 1
         try:
             return method(*args, **kwargs)
         finally:
             _query.depth = depth
-            if depth == 0 and _query.device is not None:
-                device, _query.device = _query.device, None
-                fence(device)
+            if depth == 0:
+                scope, _query.scope, _query.scoped = _query.scope, None, False
+                scope.close()
+                if _query.device is not None:
+                    device, _query.device = _query.device, None
+                    fence(device)
 
     return query
 

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
-from rayd.engine.runtime import LaunchCache
+from rayd.engine.runtime import LaunchCache, launch_stream, read_back
 
 wp.set_module_options({"enable_backward": False})
 
@@ -96,10 +96,12 @@ def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, i
     """``(min, max)`` of a flat int32/int64/uint32 face view (one host read), ``None`` if empty."""
     if faces.size == 0:
         return None
-    low = wp.full(1, 2**62, dtype=wp.int64, device=faces.device)
-    high = wp.full(1, -(2**62), dtype=wp.int64, device=faces.device)
-    wp.launch(_face_range_kernel, faces.size, [faces, low, high], device=faces.device, stream=stream)
-    return int(low.numpy()[0]), int(high.numpy()[0])
+    with launch_stream(faces.device, stream):  # the fills on the stream of the launch
+        low = wp.full(1, 2**62, dtype=wp.int64, device=faces.device)
+        high = wp.full(1, -(2**62), dtype=wp.int64, device=faces.device)
+        wp.launch(_face_range_kernel, faces.size, [faces, low, high], device=faces.device, stream=stream)
+    low, high = read_back(stream, low, high)
+    return int(low[0]), int(high[0])
 
 
 def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None,
@@ -110,14 +112,15 @@ def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None,
     """
     if vertices.size == 0:
         return None
-    if launches is None:
-        bad = wp.full(2, _NONE, dtype=wp.int32, device=vertices.device)
-        wp.launch(_finite_kernel, vertices.size, [vertices, bad], device=vertices.device, stream=stream)
-    else:
-        bad = launches.buffer("first_nonfinite_vertex", 2, wp.int32, vertices.device)
-        bad.fill_(_NONE)
-        launches.launch(_finite_kernel, vertices.size, [vertices, bad], vertices.device, stream)
-    found = bad.numpy()
+    with launch_stream(vertices.device, stream):  # the fill on the stream of the launch
+        if launches is None:
+            bad = wp.full(2, _NONE, dtype=wp.int32, device=vertices.device)
+            wp.launch(_finite_kernel, vertices.size, [vertices, bad], device=vertices.device, stream=stream)
+        else:
+            bad = launches.buffer("first_nonfinite_vertex", 2, wp.int32, vertices.device)
+            bad.fill_(_NONE)
+            launches.launch(_finite_kernel, vertices.size, [vertices, bad], vertices.device, stream)
+    (found,) = read_back(stream, bad)
     if found[0] != _NONE:
         return "non-finite", int(found[0])
     if found[1] != _NONE:
@@ -153,10 +156,11 @@ def bounds(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[np.ndar
     """The float64 bounding box ``(lower (3,), upper (3,))`` of a ``vec3``/``vec3d`` view (one host read)."""
     if vertices.size == 0:
         return None
-    low = wp.full(3, np.inf, dtype=wp.float64, device=vertices.device)
-    high = wp.full(3, -np.inf, dtype=wp.float64, device=vertices.device)
-    wp.launch(_bounds_kernel, vertices.size, [vertices, low, high], device=vertices.device, stream=stream)
-    return low.numpy(), high.numpy()
+    with launch_stream(vertices.device, stream):  # the fills on the stream of the launch
+        low = wp.full(3, np.inf, dtype=wp.float64, device=vertices.device)
+        high = wp.full(3, -np.inf, dtype=wp.float64, device=vertices.device)
+        wp.launch(_bounds_kernel, vertices.size, [vertices, low, high], device=vertices.device, stream=stream)
+    return read_back(stream, low, high)
 
 
 def place_faces(faces: wp.array, vertex_offset: int, row: int, indices: wp.array,

@@ -10,6 +10,7 @@ import sys
 import tempfile
 from collections.abc import Iterator
 
+import numpy as np
 import warp as wp
 
 #: The line Warp's native library prints (to the C stderr, at ``wp.init()``) when it
@@ -93,6 +94,18 @@ def launch_stream(device: wp.context.Device, stream: wp.Stream | None) -> Iterat
     else:
         with wp.ScopedStream(stream, sync_enter=False):
             yield
+
+
+def read_back(stream: wp.Stream | None, *arrays: wp.array) -> tuple[np.ndarray, ...]:
+    """Host copies of ``arrays`` once the work queued on ``stream`` has finished.
+
+    ``wp.array.numpy()`` copies on the CUDA legacy default stream, which does not wait
+    for non-blocking streams (Dr.Jit's, PyTorch's side streams): reading without waiting
+    for ``stream`` first could return what the buffers held before the launch.
+    """
+    if stream is not None:
+        wp.synchronize_stream(stream)
+    return tuple(a.numpy() for a in arrays)
 
 
 #: CPU launches of at least this many threads are split across the machine's cores
