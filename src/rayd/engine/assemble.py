@@ -42,14 +42,25 @@ def _place_points_kernel(
 
 
 @wp.kernel
-def _bounds_kernel(vertices: wp.array(dtype=Any), low: wp.array(dtype=wp.float64),
+def _bounds_kernel(vertices: wp.array(dtype=Any), threads: int, low: wp.array(dtype=wp.float64),
                    high: wp.array(dtype=wp.float64)):
+    # Each thread reduces rows i, i + threads, ... (coalesced) and adds one atomic per axis:
+    # an atomic per row on the same three addresses serialised (~1.3 ms for 1 M rows on an H200).
     i = wp.tid()
-    v = vertices[i]
+    big = wp.float64(1.7976931348623157e308)  # the largest float64: bounds are of finite rows
+    lo = wp.vec3d(big, big, big)
+    hi = -lo
+    r = i
+    while r < vertices.shape[0]:
+        v = vertices[r]
+        for k in range(3):
+            x = wp.float64(v[k])
+            lo[k] = wp.min(lo[k], x)
+            hi[k] = wp.max(hi[k], x)
+        r += threads
     for k in range(3):
-        x = wp.float64(v[k])
-        wp.atomic_min(low, k, x)
-        wp.atomic_max(high, k, x)
+        wp.atomic_min(low, k, lo[k])
+        wp.atomic_max(high, k, hi[k])
 
 
 @wp.kernel
@@ -64,11 +75,21 @@ def _place_faces_kernel(
 
 
 @wp.kernel
-def _face_range_kernel(faces: wp.array(dtype=Any), low: wp.array(dtype=wp.int64), high: wp.array(dtype=wp.int64)):
+def _face_range_kernel(faces: wp.array(dtype=Any), threads: int, low: wp.array(dtype=wp.int64),
+                       high: wp.array(dtype=wp.int64)):
+    # As _bounds_kernel: a strided reduction per thread, then one atomic pair per thread (an
+    # atomic pair per index on one address took 6-10 ms for 6 M indices on an H200).
     j = wp.tid()
-    f = wp.int64(faces[j])
-    wp.atomic_min(low, 0, f)
-    wp.atomic_max(high, 0, f)
+    lo = wp.int64(4611686018427387904)  # 2**62
+    hi = wp.int64(-4611686018427387904)
+    r = j
+    while r < faces.shape[0]:
+        f = wp.int64(faces[r])
+        lo = wp.min(lo, f)
+        hi = wp.max(hi, f)
+        r += threads
+    wp.atomic_min(low, 0, lo)
+    wp.atomic_max(high, 0, hi)
 
 
 @wp.kernel
@@ -90,6 +111,8 @@ def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32))
 
 
 _NONE = 2**31 - 1
+#: Threads of the min/max reductions (each reduces a strided share, then adds one atomic).
+_REDUCE_THREADS = 32768
 
 
 def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, int] | None:
@@ -99,7 +122,8 @@ def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, i
     with launch_stream(faces.device, stream):  # the fills on the stream of the launch
         low = wp.full(1, 2**62, dtype=wp.int64, device=faces.device)
         high = wp.full(1, -(2**62), dtype=wp.int64, device=faces.device)
-        wp.launch(_face_range_kernel, faces.size, [faces, low, high], device=faces.device, stream=stream)
+        threads = min(faces.size, _REDUCE_THREADS)
+        wp.launch(_face_range_kernel, threads, [faces, threads, low, high], device=faces.device, stream=stream)
     low, high = read_back(stream, low, high)
     return int(low[0]), int(high[0])
 
@@ -159,7 +183,8 @@ def bounds(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[np.ndar
     with launch_stream(vertices.device, stream):  # the fills on the stream of the launch
         low = wp.full(3, np.inf, dtype=wp.float64, device=vertices.device)
         high = wp.full(3, -np.inf, dtype=wp.float64, device=vertices.device)
-        wp.launch(_bounds_kernel, vertices.size, [vertices, low, high], device=vertices.device, stream=stream)
+        threads = min(vertices.size, _REDUCE_THREADS)
+        wp.launch(_bounds_kernel, threads, [vertices, threads, low, high], device=vertices.device, stream=stream)
     return read_back(stream, low, high)
 
 
