@@ -239,3 +239,63 @@ def test_tail_in_one_thread_builds_the_same_tree(device, max_leaf):
         np.testing.assert_array_equal(bvh.parents.numpy(), trees[0].parents.numpy())
         assert bvh.nodes.depth == trees[0].nodes.depth
     assert trees[2].launches < trees[1].launches < trees[0].launches
+
+
+@contextlib.contextmanager
+def pair_walk(name):
+    was = triangles.pair_walk()
+    triangles.set_pair_walk(name)
+    try:
+        yield
+    finally:
+        triangles.set_pair_walk(was)
+
+
+@pytest.mark.parametrize("walk", ["ww", "wws"])
+@pytest.mark.parametrize("tree", ["sah", "ploc", "ploc:l1", "ploc:l2"])
+def test_while_while_walks_answer_as_the_if_if_walk(device, walk, tree):
+    """``pair_walk_ww``'s walks over SAH and PLOC trees (leaves of 1, 2, up to 4 triangles) give the
+    if-if walk's closest hits (prim, t, p bit for bit) and any-hit answers, before and after a refit,
+    for rays from outside, rays starting inside the soup, and rays with a ``tmin``/``tmax`` window."""
+    from rayd.engine import ploc
+
+    name, *opts = tree.split(":")
+    v, f = _soup(11, 3000, 0.06)
+    rng = np.random.default_rng(3)
+    o = np.concatenate([3.0 * rng.standard_normal((4000, 3)), rng.uniform(-0.5, 0.5, (2000, 3))]).astype(np.float32)
+    d = (rng.uniform(-1, 1, (6000, 3)) - 0.3 * o).astype(np.float32)
+    tmin = torch.tensor(rng.uniform(0.0, 0.3, 6000).astype(np.float32), device=device)
+    tmax = torch.tensor(rng.uniform(0.5, 4.0, 6000).astype(np.float32), device=device)
+    rays = [rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device)),
+            rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device), tmax=tmax, tmin=tmin)]
+    saved = ploc.MAX_LEAF
+    scenes = {}
+    try:
+        ploc.MAX_LEAF = int(opts[0][1:]) if opts else saved
+        for w in ("ifif", walk):
+            with constructor(name, "pair"), pair_walk(w):
+                scenes[w] = _scene(v, f, device)
+                assert scenes[w]._core.accel.flat.walk == w
+    finally:
+        ploc.MAX_LEAF = saved
+    moved = torch.tensor((v * 0.8 - 0.1).astype(np.float32), device=device)
+    from rayd.engine import intersect
+
+    for step in range(2):
+        for ray in rays:
+            with constructor(name, "pair"):  # Embree off: rayd's walks answer
+                a, b = (scenes[k].intersect(ray) for k in ("ifif", walk))
+                shadow = [scenes[k].shadow_test(ray) for k in ("ifif", walk)]
+            assert (a.prim_id >= 0).sum() > 1000
+            for key in ("prim_id", "t", "p"):
+                torch.testing.assert_close(getattr(a, key), getattr(b, key), rtol=0, atol=0, msg=key)
+            torch.testing.assert_close(shadow[0], shadow[1], rtol=0, atol=0)
+        assert ("flat_pair" + walk, 0) in intersect._SEARCH_KERNELS  # the walk under test ran
+        for s in scenes.values():
+            s.update_mesh_vertices(0, moved)
+            s.sync()
+
+
+def test_pair_walk_names():
+    with pytest.raises(ValueError, match="set_pair_walk"):
+        triangles.set_pair_walk("while")

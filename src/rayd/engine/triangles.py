@@ -82,6 +82,33 @@ def bvh_layout() -> str:
     return _layout
 
 
+#: Walk of the flat search over pair nodes (``pair_walk_ww.py``; read when a scene is built):
+#: ``"ifif"`` (``pair_walk``'s one loop, the default), ``"ww"`` (while-while: the same hits bit
+#: for bit, the warp's lanes test leaves together) or ``"wws"`` (speculative while-while, a warp
+#: vote on CUDA). ``RAYD_PAIR_WALK`` sets the default; :func:`set_pair_walk` changes it.
+PAIR_WALKS = ("ifif", "ww", "wws")
+_pair_walk = os.environ.get("RAYD_PAIR_WALK", "ifif").strip().lower()
+if _pair_walk not in PAIR_WALKS:
+    raise ValueError(f"rayd.engine: RAYD_PAIR_WALK must be one of {PAIR_WALKS}, got {_pair_walk!r}")
+
+
+def set_pair_walk(name: str) -> None:
+    """Choose the flat search walk of pair-layout scenes built from now on (``"ifif"``, ``"ww"``, ``"wws"``).
+
+    Raises:
+        ValueError: for another name.
+    """
+    global _pair_walk
+    if name not in PAIR_WALKS:
+        raise ValueError(f"rayd.engine.set_pair_walk(): 'name' must be one of {PAIR_WALKS}, got {name!r}")
+    _pair_walk = name
+
+
+def pair_walk() -> str:
+    """The flat search walk scenes built now get."""
+    return _pair_walk
+
+
 #: Refit of pair-layout BVHs: ``"fused"`` (``refit.py``: magnitude by a reduction, one
 #: bottom-up kernel that also refreshes the pair nodes and leaf triangles) or
 #: ``"warp"`` (per-vertex ``atomic_max``, Warp's refit, then a copy into the pair
@@ -192,6 +219,7 @@ class TriangleScene:
         self.face_base = face_base
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
+        self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
