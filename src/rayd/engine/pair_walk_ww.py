@@ -15,7 +15,7 @@ costlier one) runs about twice as often per warp for the same tests per ray
   bit for bit; only how the warp's lanes line up changes.
 - ``"wws"`` (*speculative*): a lane that reaches a leaf keeps it pending and goes on
   opening inner nodes until every active lane of the warp has one (a warp vote,
-  ``__all_sync``; on the CPU each thread votes alone, which is ``"ww"`` with one leaf kept
+  ``__ballot_sync``; on the CPU each thread votes alone, which is ``"ww"`` with one leaf kept
   pending). Leaves are tested in the order they were found, so the closest hit is the
   same; nodes opened while a leaf is pending are tested against the hit before it.
 
@@ -40,13 +40,15 @@ wp.set_module_options({"enable_backward": False})
 
 @wp.func_native("""
 #if defined(__CUDA_ARCH__)
-    return __all_sync(__activemask(), p != 0) ? 1 : 0;
+    unsigned int lanes = __activemask();
+    return __ballot_sync(lanes, p != 0) == lanes ? 1 : 0;
 #else
     return p != 0 ? 1 : 0;
 #endif
 """)
 def warp_all(p: int) -> int:
-    """1 if ``p`` is nonzero in every active lane of this warp (CUDA ``__all_sync``); on the CPU, ``p != 0``."""
+    """1 if ``p`` is nonzero in every active lane of this warp (CUDA ``__ballot_sync`` over ``__activemask()``;
+    Warp's JIT runtime, ``cuda_crt.h``, has these two but no ``__all_sync``); on the CPU, ``p != 0``."""
     ...
 
 
