@@ -22,7 +22,8 @@ the driver at every synchronisation):
 - ``stages`` (``--stages``): one more ``scene_build``, synchronised around each stage of
   ``Scene.build()`` (inclusive ms per stage, summed over calls; the synchronisations add a
   little), with ``host_reads`` (``wp.array.numpy`` and torch ``item``/``tolist``/``cpu``
-  calls) and ``launches`` (``wp.launch`` calls) of that build.
+  calls) and ``launches`` (``wp.launch`` calls) of that build, and ``ploc.*``: the PLOC build's
+  own stages (``ploc.PROFILE``: keys and sort, groups of passes by cluster count, layout, emit).
 
 Sizes: ``--sizes terrain:C:S,sphere:R:SEG:RAYS`` (default the two above).
 
@@ -143,6 +144,7 @@ def _stages(fn):
         saved.append((obj, attr, getattr(obj, attr)))
         setattr(obj, attr, counted(getattr(obj, attr), key))
     # classes imported by name elsewhere keep their own reference: patch the engine's uses too
+    ploc.PROFILE = {}
     try:
         _sync()
         t0 = time.perf_counter()
@@ -152,6 +154,8 @@ def _stages(fn):
     finally:
         for obj, attr, f in reversed(saved):
             setattr(obj, attr, f)
+        times.update({"ploc." + k: v for k, v in ploc.PROFILE.items()})
+        ploc.PROFILE = None
     return {k: round(v, 3) for k, v in times.items()}, counts
 
 

@@ -44,6 +44,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.morton import BoxKeys, sorted_box_keys
+from rayd.engine.runtime import StageTimer
 
 wp.set_module_options({"enable_backward": False})
 
@@ -64,6 +65,12 @@ SYNC_EVERY = int(os.environ.get("RAYD_PLOC_SYNC_EVERY", "4"))
 #: Clusters left (at most, as last read) when one thread finishes the passes in one launch (the
 #: same passes, so the same tree; the last passes are launch-bound). 0 (default): never.
 TAIL = int(os.environ.get("RAYD_PLOC_TAIL", "0"))
+
+#: Benchmarks only (``benchmarks/h200/builders.py --stages``): a dict to receive synchronised stage
+#: times in ms (``keys``, ``passes_large`` / ``passes_mid`` / ``passes_small``: groups of passes
+#: starting from more than 65,536 / more than 1,024 / at most 1,024 clusters, ``tail``, ``layout``,
+#: ``emit``), or ``None`` (the default: no synchronisation is added).
+PROFILE: dict | None = None
 
 _LEAF_BIT = wp.constant(-2147483648)  # bit 31 of an int32
 
@@ -368,6 +375,7 @@ class PlocBvh:
         costs = COSTS if costs is None else costs
         c_t, c_i = float(costs[0]), float(costs[1])
         m = 2 * n - 1
+        stages = StageTimer(PROFILE, dev)
         keys = BoxKeys(n, dev)
         launches = sorted_box_keys(lowers, uppers, keys, stream)
         order = keys.order[:n]
@@ -387,6 +395,7 @@ class PlocBvh:
                   [cl_node[0], cl_lo[0], cl_hi[0], node_lo, node_hi, parent, leaves, cost, size, height, flag],
                   device=dev, stream=stream)
         launches += 1
+        stages.mark("keys")
         nearest = wp.empty(n, dtype=wp.int32, device=dev)
         keep = wp.empty(n, dtype=wp.int32, device=dev)
         position = wp.empty(n, dtype=wp.int32, device=dev)
@@ -419,6 +428,7 @@ class PlocBvh:
                           [next_id, node_lo, node_hi, child, parent, leaves, cost, size, height, flag], device=dev,
                           stream=stream)
                 launches += 1
+                stages.mark("tail")
                 break
             if iterations >= limit:  # cannot happen with the pair order above; guards the loop
                 raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {iterations} iterations")
@@ -434,7 +444,9 @@ class PlocBvh:
                 launches += 4
                 src = 1 - src
                 iterations += 1
+            group = "passes_large" if count > 65536 else ("passes_mid" if count > 1024 else "passes_small")
             count = int(counts[src].numpy()[0])
+            stages.mark(group)
         root = m - 1  # the last node made (the only one of the last iteration); leaf 0 when n == 1
         self.primitives = wp.empty(n, dtype=wp.int32, device=dev)
         pre = wp.empty(m, dtype=wp.int32, device=dev)
@@ -445,6 +457,7 @@ class PlocBvh:
         wp.launch(_info_kernel, 1, [root, size, height], [info], device=dev, stream=stream)
         launches += 2
         num_nodes, depth = (int(x) for x in info.numpy())
+        stages.mark("layout")
         self._lower = wp.empty(4 * num_nodes, dtype=float, device=dev)
         self._upper = wp.empty(4 * num_nodes, dtype=float, device=dev)
         lower_i = wp.array(ptr=self._lower.ptr, dtype=wp.int32, shape=(4 * num_nodes,), device=dev)
@@ -453,6 +466,7 @@ class PlocBvh:
         wp.launch(_emit_kernel, m, [n, node_lo, node_hi, child, parent, leaves, flag, pre, slot],
                   [self._lower, self._upper, lower_i, upper_i, self.parents], device=dev, stream=stream)
         launches += 1
+        stages.mark("emit")
         self.num_nodes = num_nodes
         self.iterations = iterations
         self.launches = launches
