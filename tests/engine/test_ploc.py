@@ -299,3 +299,34 @@ def test_while_while_walks_answer_as_the_if_if_walk(device, walk, tree):
 def test_pair_walk_names():
     with pytest.raises(ValueError, match="set_pair_walk"):
         triangles.set_pair_walk("while")
+
+
+@pytest.mark.parametrize("max_leaf", [1, 2, 4])
+@pytest.mark.parametrize("count", [1, 2, 3, 700])
+def test_emitted_pairs_equal_pair_nodes_and_refit_setup(device, max_leaf, count):
+    """The pair nodes, leaf corners and refit leaf list the PLOC build emits (``ploc_emit.py``) are,
+    bit for bit, what ``PairNodes`` and ``FusedRefit`` compute from the finished tree."""
+    from rayd.engine.pair_nodes import PairNodes
+    from rayd.engine.refit import FusedRefit
+
+    v, f = _soup(count + 5, count, 0.1)
+    points = wp.array(v, dtype=wp.vec3, device=device)
+    indices = wp.array(f.ravel(), dtype=wp.int32, device=device)
+    from rayd.engine import ploc
+
+    saved = ploc.MAX_LEAF
+    ploc.MAX_LEAF = max_leaf
+    try:
+        tri = triangles.TriangleScene(points, indices, bvh_constructor="ploc", layout="pair")
+    finally:
+        ploc.MAX_LEAF = saved
+    assert tri.tree.pairs is not None
+    ref = PairNodes(tri.nodes, points, indices, 0)
+    assert tri.pairs.root == ref.root
+    np.testing.assert_array_equal(tri.pairs.number.numpy(), ref.number.numpy())
+    np.testing.assert_array_equal(tri.pairs.boxes.numpy().view(np.int32), ref.boxes.numpy().view(np.int32))
+    np.testing.assert_array_equal(tri.pairs.tris.numpy(), ref.tris.numpy())
+    leaves = FusedRefit(tri.nodes, tri.tree.parents, tri.num_triangles).leaf_nodes.numpy()
+    mine = tri.fused.leaf_nodes.numpy()
+    np.testing.assert_array_equal(mine, leaves[: len(mine)])
+    assert (leaves[len(mine):] == -1).all()

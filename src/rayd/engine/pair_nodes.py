@@ -153,6 +153,17 @@ class PairNodes:
             self.tris = wp.zeros(1, dtype=wp.vec4, device=device)
         self.refresh(stream)
 
+    @classmethod
+    def from_arrays(cls, nodes: BvhNodes, points: wp.array, indices: wp.array, face_base: int, number: wp.array,
+                    boxes: wp.array, root: int, tris: wp.array) -> PairNodes:
+        """Pair nodes already written by the tree's builder (``ploc_emit.py``: the same arrays this
+        class's constructor computes, without its passes and host read)."""
+        p = cls.__new__(cls)
+        p.nodes, p.points, p.indices, p.face_base = nodes, points, indices, face_base
+        p.number, p.boxes, p.root, p.tris = number, boxes, root, tris
+        p.links = wp.array(ptr=boxes.ptr, dtype=wp.vec4i, shape=boxes.shape, device=boxes.device)
+        return p
+
     @property
     def nbytes(self) -> int:
         """Bytes held by the node layout and the leaf triangles."""

@@ -44,6 +44,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.morton import BoxKeys, sorted_box_keys
+from rayd.engine.ploc_emit import emit_tree
 from rayd.engine.runtime import StageTimer
 
 wp.set_module_options({"enable_backward": False})
@@ -71,6 +72,11 @@ TAIL = int(os.environ.get("RAYD_PLOC_TAIL", "0"))
 #: starting from more than 65,536 / more than 1,024 / at most 1,024 clusters, ``tail``, ``layout``,
 #: ``emit``), or ``None`` (the default: no synchronisation is added).
 PROFILE: dict | None = None
+
+#: Emit the pair nodes, leaf corners and refit leaf list in the build (``triangles`` given) instead
+#: of ``PairNodes``' and ``FusedRefit``'s passes over the finished tree (the same arrays, fewer
+#: launches and host reads). ``RAYD_PLOC_EMIT_PAIRS=0`` turns it off (for A/B).
+EMIT_PAIRS = os.environ.get("RAYD_PLOC_EMIT_PAIRS", "1").strip() != "0"
 
 _LEAF_BIT = wp.constant(-2147483648)  # bit 31 of an int32
 
@@ -267,69 +273,6 @@ def _tail_kernel(
     counts[0] = count
 
 
-@wp.kernel
-def _layout_kernel(n: int, order: wp.array(dtype=wp.int32), child: wp.array(dtype=wp.vec2i),
-                   parent: wp.array(dtype=wp.int32), leaves: wp.array(dtype=wp.int32), size: wp.array(dtype=wp.int32),
-                   flag: wp.array(dtype=wp.int32), pre: wp.array(dtype=wp.int32), slot: wp.array(dtype=wp.int32),
-                   primitives: wp.array(dtype=wp.int32)):
-    """Pre-order position (``-1`` below a collapsed leaf) and first slot of node ``v``; the primitive of each slot."""
-    v = wp.tid()
-    position = int(0)
-    first = int(0)
-    kept = int(1)
-    c = v
-    p = int(parent[c])
-    while p >= 0:
-        if flag[p] != 0:
-            kept = 0
-        left = child[p - n][0]
-        position += 1
-        if c != left:
-            position += size[left]
-            first += leaves[left]
-        c = p
-        p = int(parent[c])
-    pre[v] = wp.where(kept != 0, position, -1)
-    slot[v] = first
-    if v < n:
-        primitives[first] = order[v]
-
-
-@wp.kernel
-def _emit_kernel(n: int, node_lo: wp.array(dtype=wp.vec3), node_hi: wp.array(dtype=wp.vec3),
-                 child: wp.array(dtype=wp.vec2i), parent: wp.array(dtype=wp.int32), leaves: wp.array(dtype=wp.int32),
-                 flag: wp.array(dtype=wp.int32), pre: wp.array(dtype=wp.int32), slot: wp.array(dtype=wp.int32),
-                 lower_f: wp.array(dtype=float), upper_f: wp.array(dtype=float), lower_i: wp.array(dtype=wp.int32),
-                 upper_i: wp.array(dtype=wp.int32), parents_out: wp.array(dtype=wp.int32)):
-    """Warp's packed node ``pre[v]`` from node ``v`` (see the module docstring)."""
-    v = wp.tid()
-    k = int(pre[v])
-    if k < 0:
-        return
-    lo = node_lo[v]
-    hi = node_hi[v]
-    for a in range(3):
-        lower_f[4 * k + a] = lo[a]
-        upper_f[4 * k + a] = hi[a]
-    if flag[v] != 0:
-        first = int(slot[v])
-        lower_i[4 * k + 3] = first | _LEAF_BIT
-        upper_i[4 * k + 3] = (first + leaves[v]) | _LEAF_BIT
-    else:
-        ab = child[v - n]
-        lower_i[4 * k + 3] = pre[ab[0]]
-        upper_i[4 * k + 3] = pre[ab[1]]
-    p = int(parent[v])
-    parents_out[k] = wp.where(p >= 0, pre[wp.max(p, 0)], -1)
-
-
-@wp.kernel
-def _info_kernel(root: int, size: wp.array(dtype=wp.int32), height: wp.array(dtype=wp.int32),
-                 info: wp.array(dtype=wp.int32)):
-    info[0] = size[root]
-    info[1] = height[root]
-
-
 class PlocBvh:
     """A PLOC BVH over ``n`` boxes (see the module docstring), built on the boxes' device.
 
@@ -342,12 +285,18 @@ class PlocBvh:
         sync_every: passes between host reads of the cluster count (default :data:`SYNC_EVERY`).
         tail: once at most this many clusters are left (as last read), one thread finishes
             the passes in one launch (default :data:`TAIL`; 0: never).
+        triangles: ``(points, indices, face_base)`` when the boxes are these triangles' (as in
+            ``TriangleScene``): the build then also emits the child-pair nodes and leaf corners of
+            ``pair_nodes.PairNodes`` and the fused refit's leaf list (``ploc_emit.py``), unless
+            :data:`EMIT_PAIRS` is off.
 
     Attributes:
         nodes: :class:`rayd.engine.bvh_nodes.BvhNodes` of the tree (root 0, pre-order),
             owned by this object.
         parents: int32 (num_nodes,), parent of each node (``-1`` at the root).
         num_nodes: nodes of the tree.
+        pairs: ``ploc_emit.EmittedPairs`` (``number``, ``boxes``, ``links``, ``tris``, ``root``) or ``None``.
+        leaf_nodes: int32 (leaves,), the node of each leaf in slot order (with ``pairs``), or ``None``.
         iterations: PLOC passes launched (up to ``sync_every - 1`` after the last merge);
             launches: kernel launches of the build (copies and each scan or sort counted as one).
 
@@ -358,7 +307,7 @@ class PlocBvh:
     def __init__(self, lowers: wp.array, uppers: wp.array, stream: wp.Stream | None = None, *,
                  max_leaf: int | None = None, radius: int | None = None,
                  costs: tuple[float, float] | None = None, sync_every: int | None = None,
-                 tail: int | None = None) -> None:
+                 tail: int | None = None, triangles: tuple | None = None) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
         radius = RADIUS if radius is None else int(radius)
@@ -448,38 +397,13 @@ class PlocBvh:
             count = int(counts[src].numpy()[0])
             stages.mark(group)
         root = m - 1  # the last node made (the only one of the last iteration); leaf 0 when n == 1
-        self.primitives = wp.empty(n, dtype=wp.int32, device=dev)
-        pre = wp.empty(m, dtype=wp.int32, device=dev)
-        slot = wp.empty(m, dtype=wp.int32, device=dev)
-        wp.launch(_layout_kernel, m, [n, order, child, parent, leaves, size, flag], [pre, slot, self.primitives],
-                  device=dev, stream=stream)
-        info = wp.empty(2, dtype=wp.int32, device=dev)
-        wp.launch(_info_kernel, 1, [root, size, height], [info], device=dev, stream=stream)
-        launches += 2
-        num_nodes, depth = (int(x) for x in info.numpy())
-        stages.mark("layout")
-        self._lower = wp.empty(4 * num_nodes, dtype=float, device=dev)
-        self._upper = wp.empty(4 * num_nodes, dtype=float, device=dev)
-        lower_i = wp.array(ptr=self._lower.ptr, dtype=wp.int32, shape=(4 * num_nodes,), device=dev)
-        upper_i = wp.array(ptr=self._upper.ptr, dtype=wp.int32, shape=(4 * num_nodes,), device=dev)
-        self.parents = wp.empty(num_nodes, dtype=wp.int32, device=dev)
-        wp.launch(_emit_kernel, m, [n, node_lo, node_hi, child, parent, leaves, flag, pre, slot],
-                  [self._lower, self._upper, lower_i, upper_i, self.parents], device=dev, stream=stream)
-        launches += 1
-        stages.mark("emit")
-        self.num_nodes = num_nodes
+        tree = emit_tree(n, order, child, parent, leaves, size, height, flag, node_lo, node_hi, root, stages,
+                         stream, triangles=triangles if EMIT_PAIRS else None)
+        self.primitives, self.parents, self.num_nodes, self.nodes = (tree.primitives, tree.parents, tree.num_nodes,
+                                                                     tree.nodes)
+        self.pairs, self.leaf_nodes, self._keep = tree.pairs, tree.leaf_nodes, tree
         self.iterations = iterations
-        self.launches = launches
-        self.nodes = BvhNodes(
-            lowers=wp.array(ptr=self._lower.ptr, dtype=wp.vec4, shape=(num_nodes,), device=dev),
-            uppers=wp.array(ptr=self._upper.ptr, dtype=wp.vec4, shape=(num_nodes,), device=dev),
-            lower_index=wp.array(ptr=self._lower.ptr, dtype=wp.vec4i, shape=(num_nodes,), device=dev),
-            upper_index=wp.array(ptr=self._upper.ptr, dtype=wp.vec4i, shape=(num_nodes,), device=dev),
-            primitives=self.primitives,
-            root=0,
-            depth=depth,
-        )
-
+        self.launches = launches + tree.launches
 
 def tree_arrays(nodes: BvhNodes) -> dict[str, np.ndarray]:
     """Host copies of a tree (for tests and benchmarks): ``lo``, ``hi`` (M, 3), ``left``, ``right`` (M,)

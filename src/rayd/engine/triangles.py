@@ -242,7 +242,8 @@ class TriangleScene:
             self._bounds(stream)
             self.bvh = self.tree = None
             if bvh_constructor == "ploc":
-                self.tree = PlocBvh(self.lowers, self.uppers, stream)
+                self.tree = PlocBvh(self.lowers, self.uppers, stream,
+                                    triangles=(points, indices, face_base) if layout == "pair" else None)
                 self.nodes = self.tree.nodes
                 if self.nodes.depth > MAX_DEPTH:
                     self.tree = None
@@ -256,11 +257,16 @@ class TriangleScene:
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=leaf_size)
                 self.nodes = read_nodes(self.bvh, num_triangles)
             self.pairs = None
-            if layout == "pair" and leaf_size <= MAX_LEAF:
+            emitted = self.tree.pairs if self.tree is not None else None
+            if emitted is not None:  # written by the PLOC build itself
+                self.pairs = PairNodes.from_arrays(self.nodes, points, indices, face_base, emitted.number,
+                                                   emitted.boxes, emitted.root, emitted.tris)
+            elif layout == "pair" and leaf_size <= MAX_LEAF:
                 self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
             self.fused = None
             if self.tree is not None:
-                self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles)
+                self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles,
+                                        self.tree.leaf_nodes if emitted is not None else None)
             elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
 
