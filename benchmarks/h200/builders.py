@@ -6,7 +6,8 @@ For terrain 2M (coherent, 4M rays) and the bumpy sphere 1M (incoherent, 4M rays)
 builder (``sah``: Warp's host SAH; ``cubql``, ``lbvh``: Warp's GPU builders; ``ploc[:rR][:lL][:tT][:sS]``:
 rayd's PLOC with radius R, leaves of up to L triangles, the last passes from T clusters in
 one thread, a host read of the count every S passes, ``:cC``: C_I = C / 10 (C_T = 1),
-``rayd.engine.ploc``; any builder ``+ww`` / ``+wws``: the flat search walks the pair nodes
+``:e0``: pair nodes and refit set-up by ``PairNodes``/``FusedRefit`` after the build instead of
+emitted by it, ``rayd.engine.ploc``; any builder ``+ww`` / ``+wws``: the flat search walks the pair nodes
 while-while / speculatively, ``rayd.engine.pair_walk_ww``; ``+pool``: Warp's CUDA memory pool
 keeps freed memory, release threshold 4 GiB, instead of the default 0, which returns it to
 the driver at every synchronisation):
@@ -94,6 +95,7 @@ def _configure(spec):
     ploc.RADIUS, ploc.MAX_LEAF = kw.get("r", DEFAULTS[0]), kw.get("l", DEFAULTS[1])
     ploc.TAIL, ploc.SYNC_EVERY = kw.get("t", DEFAULTS[2]), kw.get("s", DEFAULTS[3])
     ploc.COSTS = (1.0, kw.get("c", 10) / 10.0)
+    ploc.EMIT_PAIRS = bool(kw.get("e", 1))
     return name
 
 
@@ -104,16 +106,22 @@ def _stages(fn):
     import rayd.torch.scene as torch_scene
     from rayd.torch import _ops
 
-    targets = [
+    from rayd.engine.pair_nodes import PairNodes
+    from rayd.engine.refit import FusedRefit
+    from rayd.torch._live import LiveState
+    from rayd.torch.edges import SceneEdges
+
+    targets = [  # classes are timed through their __init__ (their names stay classes)
         (rt.Mesh, "__init__", "Mesh()"), (core_scene.SceneCore, "build", "core.build"),
         (core_scene.SceneCore, "_check_meshes", "check_meshes"), (core_scene.SceneCore, "_search_centre", "centre"),
         (core_scene.SceneCore, "_build_flat", "build_flat"), (core_scene.SceneCore, "_place_flat", "place_points"),
-        (core_scene, "place_faces", "place_faces"), (core_scene, "TriangleScene", "TriangleScene"),
-        (tri_mod.TriangleScene, "_bounds", "tri.bounds"), (tri_mod, "PlocBvh", "PlocBvh"),
-        (tri_mod, "PairNodes", "PairNodes"), (tri_mod, "FusedRefit", "FusedRefit"),
-        (core_scene, "SceneAccel", "SceneAccel"), (core_scene.SceneCore, "_shape_lookup", "shape_lookup"),
+        (core_scene, "place_faces", "place_faces"), (core_scene, "place_face_ids", "place_face_ids"),
+        (tri_mod.TriangleScene, "__init__", "TriangleScene"),
+        (tri_mod.TriangleScene, "_bounds", "tri.bounds"), (ploc.PlocBvh, "__init__", "PlocBvh"),
+        (PairNodes, "__init__", "PairNodes"), (FusedRefit, "__init__", "FusedRefit"),
+        (core_scene.SceneAccel, "__init__", "SceneAccel"), (core_scene.SceneCore, "_shape_lookup", "shape_lookup"),
         (core_scene.SceneCore, "_apply_enabled", "apply_enabled"), (torch_scene.Scene, "_after_build", "after_build"),
-        (torch_scene, "LiveState", "LiveState"), (torch_scene, "SceneEdges", "SceneEdges"),
+        (LiveState, "__init__", "LiveState"), (SceneEdges, "__init__", "SceneEdges"),
         (_ops, "register", "ops.register"), (torch_scene, "stand_in", "stand_in"),
     ]
     times, counts, saved = {}, {"host_reads": 0, "launches": 0}, []
@@ -136,14 +144,13 @@ def _stages(fn):
         return run
 
     for obj, attr, label in targets:
-        saved.append((obj, attr, obj.__dict__[attr] if attr in obj.__dict__ else getattr(obj, attr)))
+        saved.append((obj, attr, obj.__dict__.get(attr, None) if isinstance(obj, type) else getattr(obj, attr)))
         setattr(obj, attr, timed(getattr(obj, attr), label))
     for obj, attr, key in ((wp.array, "numpy", "host_reads"), (torch.Tensor, "item", "host_reads"),
                            (torch.Tensor, "tolist", "host_reads"), (torch.Tensor, "cpu", "host_reads"),
                            (wp, "launch", "launches")):
         saved.append((obj, attr, getattr(obj, attr)))
         setattr(obj, attr, counted(getattr(obj, attr), key))
-    # classes imported by name elsewhere keep their own reference: patch the engine's uses too
     ploc.PROFILE = {}
     try:
         _sync()
@@ -153,7 +160,10 @@ def _stages(fn):
         times["total"] = (time.perf_counter() - t0) * 1e3
     finally:
         for obj, attr, f in reversed(saved):
-            setattr(obj, attr, f)
+            if f is None:
+                delattr(obj, attr)  # it was inherited
+            else:
+                setattr(obj, attr, f)
         times.update({"ploc." + k: v for k, v in ploc.PROFILE.items()})
         ploc.PROFILE = None
     return {k: round(v, 3) for k, v in times.items()}, counts
@@ -222,6 +232,16 @@ def main() -> None:
 
             row = {"workload": w.name, "triangles": w.num_triangles, "rays": w.num_rays, "builder": spec}
             host_sah = name == "sah" or (name == "cubql" and DEVICE == "cpu")
+            # Warm every kernel of this configuration on a tiny scene first (so that a host-SAH build,
+            # timed once and without a warm-up run, does not include first-use compilation).
+            tiny = workloads.terrain(8, 8)
+            ts = rt.Scene()
+            ts.add_mesh(rt.Mesh(torch.tensor(tiny.vertices, device=DEVICE), torch.tensor(tiny.faces, device=DEVICE)))
+            ts.build()
+            tray = rt.Ray(torch.tensor(tiny.o, device=DEVICE), torch.tensor(tiny.d, device=DEVICE))
+            ts.intersect(tray)
+            ts.intersect(tray, flags=rt.RayFlags.Minimal)
+            del ts
             reps = 1 if host_sah else args.build_repeats
             try:
                 row["tri_build_ms"] = _ms(tri_build, reps, 0 if host_sah else 1)
