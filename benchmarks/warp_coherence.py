@@ -17,6 +17,8 @@ own ray order), and reports per warp:
   ``simt_ww``: the same for a while-while walk (Aila & Laine 2009: each lane runs inner
   nodes until it reaches a leaf; the warp then runs every lane's leaf together: the
   j-th leaf visits of all lanes cost the longest inner run before them plus the largest leaf);
+  ``simt_split``: the if-if walk testing one triangle per iteration (a leaf of c triangles is
+  c iterations);
 - ``node_lines`` / ``tri_lines``: distinct 128-byte lines of pair nodes (64 B each) and
   of leaf corners (48 B per slot) the warp touches (the L1 traffic if nothing is
   shared between warps), and ``lines`` their sum;
@@ -191,12 +193,26 @@ def warp_costs(steps: np.ndarray, num_steps: np.ndarray, depth: np.ndarray) -> d
             leaf_j = [(r[1][j] if j < r[1].size else 0) for r in runs]
             cost += max(inner_j) + max(leaf_j)
         ww.append(cost)
+    # One triangle per iteration: a leaf of c triangles becomes c iterations of one test each.
+    split = []
+    for k in range(w.shape[0]):
+        seqs = []
+        for lane in range(32):
+            seq = w[k, lane, : nw[k, lane]]
+            reps = np.where(seq < 0, ((-1 - seq) & 7) + 1, 1)
+            seqs.append(np.repeat(seq < 0, reps))
+        longest = max(x.size for x in seqs)
+        kind = np.full((32, longest), -1, np.int8)
+        for lane, x in enumerate(seqs):
+            kind[lane, : x.size] = x
+        split.append(int((kind == 0).any(0).sum() + (kind == 1).any(0).sum()))
     tests = count.sum(2)
     return {
         "steps_mean": float(n.mean()), "steps_max": float(nw.max(1).mean()),
         "inner_per_ray": float(inner.sum(2).mean()), "tests_per_ray": float(tests.mean()),
         "simt": float(simt.mean()), "simt_inner": float(simt_inner.mean()), "simt_leaf": float(simt_leaf.mean()),
-        "simt_ww": float(np.mean(ww)), "node_lines": float(node_lines.mean()), "tri_lines": float(tri_lines.mean()),
+        "simt_ww": float(np.mean(ww)), "simt_split": float(np.mean(split)),
+        "node_lines": float(node_lines.mean()), "tri_lines": float(tri_lines.mean()),
         "lines": float((node_lines + tri_lines).mean()), "depth_max": float(depth.reshape(-1, 32).max(1).mean()),
         "overflow": int((num_steps > cap).sum()),
     }

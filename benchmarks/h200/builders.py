@@ -185,7 +185,8 @@ def main() -> None:
     args = ap.parse_args()
     global DEVICE
     DEVICE = args.device or ("cpu" if args.smoke else "cuda")
-    sizes = args.sizes or ("terrain:32:64,sphere:17:32:4096" if args.smoke else "terrain:1024:2048,sphere:513:1024:4194304")
+    sizes = args.sizes or ("terrain:32:64,sphere:17:32:4096" if args.smoke
+                           else "terrain:1024:2048,sphere:513:1024:4194304")
     loads = []
     for item in sizes.split(","):
         kind, *nums = item.split(":")
@@ -275,7 +276,8 @@ def main() -> None:
     with open(out_path, "w") as fh:
         for r in rows:
             fh.write(json.dumps(r) + "\n")
-    keys = ("tri_build_ms", "ploc_ms", "scene_build_ms", "host_reads", "closest_all_ms", "closest_minimal_ms", "same_prim",
+    keys = ("tri_build_ms", "ploc_ms", "scene_build_ms", "host_reads", "closest_all_ms", "closest_minimal_ms",
+            "same_prim",
             "iterations",
             "launches", "depth")
     print("\n| workload | builder | " + " | ".join(keys) + " |")

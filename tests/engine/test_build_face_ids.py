@@ -12,7 +12,7 @@ import rayd.torch as rt
 
 
 def _expected(sizes, instance_after):
-    """(flat_global, flat_shape) for meshes of ``sizes`` faces, with an instance of mesh 0 after mesh ``instance_after``."""
+    """(flat_global, flat_shape) for meshes of ``sizes`` faces, an instance of mesh 0 after mesh ``instance_after``."""
     glob, shape, offset, shape_id = [], [], 0, 0
     for k, n in enumerate(sizes):
         glob.append(np.arange(n) + offset)

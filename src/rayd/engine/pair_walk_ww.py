@@ -1,4 +1,4 @@
-"""While-while walks of the flat child-pair nodes (issue 18, "build": trees whose leaves sit at
+"""While-while and one-triangle walks of the flat child-pair nodes (issue 18, "build": trees whose leaves sit at
 uneven depths).
 
 ``pair_walk._walk_flat_pairs`` is an *if-if* loop: each iteration either opens an inner
@@ -13,6 +13,11 @@ costlier one) runs about twice as often per warp for the same tests per ray
   walk ends); the leaf loop then runs for every lane that has one. A lane visits the same
   nodes and tests the same triangles in the same order as the if-if walk: the same hits,
   bit for bit; only how the warp's lanes line up changes.
+- ``"one"`` (*if-if, one triangle per iteration*): ``pair_walk``'s loop, but an iteration at a
+  leaf tests one triangle and keeps the rest of the leaf as the next ref, so a lane at a leaf of
+  four triangles does not hold the warp for four tests while the others open nodes (the SAH
+  tree's leaves hold one triangle). The same nodes and tests in the same order: the same hits,
+  bit for bit.
 - ``"wws"`` (*speculative*): a lane that reaches a leaf keeps it pending and goes on
   opening inner nodes until every active lane of the warp has one (a warp vote,
   ``__ballot_sync``; on the CPU each thread votes alone, which is ``"ww"`` with one leaf kept
@@ -129,6 +134,60 @@ def _make_walk(speculative: bool) -> wp.Function:
     return walk
 
 
+@wp.func
+def _walk_one(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+              any_hit: int) -> tuple[float, int]:
+    """``pair_walk._walk_flat_pairs`` testing one triangle per iteration (see the module docstring)."""
+    o = o0 + s * d
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    k, sh = ray_shear(d)
+    best = tmax
+    face = int(-1)
+    stack = wp.vector(dtype=wp.int32, length=64)
+    count = int(0)
+    ref = view.flat_pair_root
+    while True:
+        if ref >= 0:
+            b0 = load4(view.flat_pair_boxes, 4 * ref)
+            b1 = load4(view.flat_pair_boxes, 4 * ref + 1)
+            b2 = load4(view.flat_pair_boxes, 4 * ref + 2)
+            reach = best - s
+            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
+            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            if t_left < INF or t_right < INF:
+                links = load4i(view.flat_pair_links, 4 * ref + 3)
+                if t_left < INF and t_right < INF:
+                    if t_right < t_left:
+                        stack[count] = links[0]
+                        ref = links[1]
+                    else:
+                        stack[count] = links[1]
+                        ref = links[0]
+                    count += 1
+                elif t_left < INF:
+                    ref = links[0]
+                else:
+                    ref = links[1]
+                continue
+        else:
+            code = -1 - ref
+            first = code >> 3
+            t, f = _slot_face(view, first, o, k, sh, s, o0, d, tmin, best, ignore)
+            if t < best:
+                best = t
+                face = f
+            if face >= 0 and any_hit != 0:
+                return best, face
+            if (code & 7) != 0:  # the leaf's next triangle at the next iteration
+                ref = -1 - (code + 7)  # first + 1, count - 1
+                continue
+        if count == 0:
+            break
+        count -= 1
+        ref = stack[count]
+    return best, face
+
+
 _walk_ww = _make_walk(False)
 _walk_wws = _make_walk(True)
 
@@ -150,4 +209,4 @@ def _make_trace(walk: wp.Function) -> wp.Function:
 
 
 #: The flat trace functions per walk name (``intersect`` keys its search kernels by ``"flat_pair" + name``).
-TRACES = {"ww": _make_trace(_walk_ww), "wws": _make_trace(_walk_wws)}
+TRACES = {"ww": _make_trace(_walk_ww), "wws": _make_trace(_walk_wws), "one": _make_trace(_walk_one)}

@@ -84,16 +84,18 @@ def bvh_layout() -> str:
 
 #: Walk of the flat search over pair nodes (``pair_walk_ww.py``; read when a scene is built):
 #: ``"ifif"`` (``pair_walk``'s one loop, the default), ``"ww"`` (while-while: the same hits bit
-#: for bit, the warp's lanes test leaves together) or ``"wws"`` (speculative while-while, a warp
-#: vote on CUDA). ``RAYD_PAIR_WALK`` sets the default; :func:`set_pair_walk` changes it.
-PAIR_WALKS = ("ifif", "ww", "wws")
+#: for bit, the warp's lanes test leaves together), ``"wws"`` (speculative while-while, a warp
+#: vote on CUDA) or ``"one"`` (if-if testing one triangle per iteration; the same hits bit for
+#: bit). ``RAYD_PAIR_WALK`` sets the default; :func:`set_pair_walk` changes it.
+PAIR_WALKS = ("ifif", "ww", "wws", "one")
 _pair_walk = os.environ.get("RAYD_PAIR_WALK", "ifif").strip().lower()
 if _pair_walk not in PAIR_WALKS:
     raise ValueError(f"rayd.engine: RAYD_PAIR_WALK must be one of {PAIR_WALKS}, got {_pair_walk!r}")
 
 
 def set_pair_walk(name: str) -> None:
-    """Choose the flat search walk of pair-layout scenes built from now on (``"ifif"``, ``"ww"``, ``"wws"``).
+    """Choose the flat search walk of pair-layout scenes built from now on (``"ifif"``, ``"ww"``, ``"wws"``,
+    ``"one"``).
 
     Raises:
         ValueError: for another name.
