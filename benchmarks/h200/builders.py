@@ -6,7 +6,7 @@ For terrain 2M (coherent, 4M rays) and the bumpy sphere 1M (incoherent, 4M rays)
 builder (``sah``: Warp's host SAH; ``cubql``, ``lbvh``: Warp's GPU builders; ``ploc[:rR][:lL][:tT][:sS]``:
 rayd's PLOC with radius R, leaves of up to L triangles, the last passes from T clusters in
 one thread, a host read of the count every S passes, ``:cC``: C_I = C / 10 (C_T = 1),
-``:e0``: pair nodes and refit set-up by ``PairNodes``/``FusedRefit`` after the build instead of
+``:k1``: nearest neighbours and survivors in one kernel per pass, ``:e0``: pair nodes and refit set-up by ``PairNodes``/``FusedRefit`` after the build instead of
 emitted by it, ``rayd.engine.ploc``; any builder ``+one`` / ``+ww`` / ``+wws``: the flat search
 walks the pair nodes one triangle per iteration / while-while / speculatively,
 ``rayd.engine.pair_walk_ww``; ``+pool``: Warp's CUDA memory pool
@@ -97,6 +97,7 @@ def _configure(spec):
     ploc.TAIL, ploc.SYNC_EVERY = kw.get("t", DEFAULTS[2]), kw.get("s", DEFAULTS[3])
     ploc.COSTS = (1.0, kw.get("c", 10) / 10.0)
     ploc.EMIT_PAIRS = bool(kw.get("e", 1))
+    ploc.FUSED_KEEP = kw.get("k", 0)
     return name
 
 

@@ -241,6 +241,23 @@ def test_tail_in_one_thread_builds_the_same_tree(device, max_leaf):
     assert trees[2].launches < trees[1].launches < trees[0].launches
 
 
+@pytest.mark.parametrize("max_leaf", [1, 4])
+@pytest.mark.parametrize("count", [1, 2, 3, 3000])
+def test_fused_keep_builds_the_same_tree(device, max_leaf, count):
+    """``fused_keep``: nearest neighbours and survivors in one kernel give the tree of two kernels, bit for
+    bit, with one launch per pass fewer."""
+    lo, hi = _boxes(np.random.default_rng(count), count)
+    args = (wp.array(lo, dtype=wp.vec3, device=device), wp.array(hi, dtype=wp.vec3, device=device))
+    trees = [PlocBvh(*args, max_leaf=max_leaf, fused_keep=k) for k in (False, True)]
+    ref, got = (tree_arrays(t.nodes) for t in trees)
+    check_tree(trees[1].nodes, trees[1].parents, lo, hi, count)
+    for key in ("lo", "hi", "left", "right", "leaf", "primitives"):
+        np.testing.assert_array_equal(got[key], ref[key])
+    np.testing.assert_array_equal(trees[1].parents.numpy(), trees[0].parents.numpy())
+    assert trees[1].iterations == trees[0].iterations
+    assert trees[0].launches - trees[1].launches == trees[0].iterations
+
+
 @contextlib.contextmanager
 def pair_walk(name):
     was = triangles.pair_walk()

@@ -67,6 +67,11 @@ SYNC_EVERY = int(os.environ.get("RAYD_PLOC_SYNC_EVERY", "4"))
 #: same passes, so the same tree; the last passes are launch-bound). 0 (default): never.
 TAIL = int(os.environ.get("RAYD_PLOC_TAIL", "0"))
 
+#: 1: each pass finds the nearest neighbours and the survivors in one kernel (a thread also
+#: recomputes its neighbour's nearest neighbour: twice the search, one launch and one pass over
+#: ``nearest`` fewer; the same tree). 0 (default): a kernel each.
+FUSED_KEEP = int(os.environ.get("RAYD_PLOC_FUSED_KEEP", "0"))
+
 #: Benchmarks only (``benchmarks/h200/builders.py --stages``): a dict to receive synchronised stage
 #: times in ms (``keys``, ``passes_large`` / ``passes_mid`` / ``passes_small``: groups of passes
 #: starting from more than 65,536 / more than 1,024 / at most 1,024 clusters, ``tail``, ``layout``,
@@ -166,6 +171,24 @@ def _keep_kernel(counts: wp.array(dtype=wp.int32), nearest: wp.array(dtype=wp.in
     else:
         j = int(nearest[i])
         keep[i] = wp.where(int(nearest[j]) == i and j < i, 0, 1)
+
+
+@wp.kernel
+def _nearest_keep_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3),
+                         counts: wp.array(dtype=wp.int32), radius: int, nearest: wp.array(dtype=wp.int32),
+                         keep: wp.array(dtype=wp.int32)):
+    """``_nearest_kernel`` and ``_keep_kernel`` in one (the neighbour's nearest neighbour recomputed)."""
+    i = wp.tid()
+    count = int(counts[0])
+    if i >= count:
+        keep[i] = 0
+        return
+    j = _nearest(cl_lo, cl_hi, count, radius, i)
+    nearest[i] = wp.int32(j)
+    if count == 1:
+        keep[i] = 1
+    else:
+        keep[i] = wp.where(_nearest(cl_lo, cl_hi, count, radius, j) == i and j < i, 0, 1)
 
 
 @wp.func
@@ -285,6 +308,7 @@ class PlocBvh:
         sync_every: passes between host reads of the cluster count (default :data:`SYNC_EVERY`).
         tail: once at most this many clusters are left (as last read), one thread finishes
             the passes in one launch (default :data:`TAIL`; 0: never).
+        fused_keep: one kernel for the nearest neighbours and the survivors (default :data:`FUSED_KEEP`).
         triangles: ``(points, indices, face_base)`` when the boxes are these triangles' (as in
             ``TriangleScene``): the build then also emits the child-pair nodes and leaf corners of
             ``pair_nodes.PairNodes`` and the fused refit's leaf list (``ploc_emit.py``), unless
@@ -307,12 +331,14 @@ class PlocBvh:
     def __init__(self, lowers: wp.array, uppers: wp.array, stream: wp.Stream | None = None, *,
                  max_leaf: int | None = None, radius: int | None = None,
                  costs: tuple[float, float] | None = None, sync_every: int | None = None,
-                 tail: int | None = None, triangles: tuple | None = None) -> None:
+                 tail: int | None = None, triangles: tuple | None = None,
+                 fused_keep: bool | None = None) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
         radius = RADIUS if radius is None else int(radius)
         sync_every = max(1, SYNC_EVERY if sync_every is None else int(sync_every))
         tail = TAIL if tail is None else int(tail)
+        fused_keep = bool(FUSED_KEEP if fused_keep is None else fused_keep)
         if n < 1:
             raise ValueError("rayd.engine.PlocBvh(): needs at least one box")
         if not 1 <= max_leaf <= 8:
@@ -361,10 +387,16 @@ class PlocBvh:
         passes = []
         for a in range(2 if n > 1 else 0):
             b = 1 - a
+            if fused_keep:
+                before = (wp.launch(_nearest_keep_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius],
+                                    [nearest, keep], device=dev, stream=stream, record_cmd=True),)
+            else:
+                before = (wp.launch(_nearest_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius], [nearest],
+                                    device=dev, stream=stream, record_cmd=True),
+                          wp.launch(_keep_kernel, n, [counts[a], nearest], [keep], device=dev, stream=stream,
+                                    record_cmd=True))
             passes.append((
-                wp.launch(_nearest_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius], [nearest], device=dev,
-                          stream=stream, record_cmd=True),
-                wp.launch(_keep_kernel, n, [counts[a], nearest], [keep], device=dev, stream=stream, record_cmd=True),
+                before,
                 wp.launch(_merge_kernel, n,
                           [counts[a], max_leaf, c_t, c_i, nearest, keep, position, cl_node[a], cl_lo[a], cl_hi[a]],
                           [next_id, counts[b], cl_node[b], cl_lo[b], cl_hi[b], node_lo, node_hi, child, parent,
@@ -381,16 +413,16 @@ class PlocBvh:
                 break
             if iterations >= limit:  # cannot happen with the pair order above; guards the loop
                 raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {iterations} iterations")
-            for cmd in passes[0] + passes[1]:
+            for cmd in passes[0][0] + passes[1][0] + (passes[0][1], passes[1][1]):
                 cmd.set_dim(count)
             keep_now, position_now = keep[:count], position[:count]
             for _ in range(sync_every):
-                near, keeping, merge = passes[src]
-                near.launch(stream)
-                keeping.launch(stream)
+                before, merge = passes[src]
+                for cmd in before:
+                    cmd.launch(stream)
                 wp.utils.array_scan(keep_now, position_now, inclusive=False)
                 merge.launch(stream)
-                launches += 4
+                launches += 2 + len(before)
                 src = 1 - src
                 iterations += 1
             group = "passes_large" if count > 65536 else ("passes_mid" if count > 1024 else "passes_small")
