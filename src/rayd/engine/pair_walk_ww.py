@@ -16,8 +16,9 @@ costlier one) runs about twice as often per warp for the same tests per ray
 - ``"one"`` (*if-if, one triangle per iteration*): ``pair_walk``'s loop, but an iteration at a
   leaf tests one triangle and keeps the rest of the leaf as the next ref, so a lane at a leaf of
   four triangles does not hold the warp for four tests while the others open nodes (the SAH
-  tree's leaves hold one triangle). The same nodes and tests in the same order: the same hits,
-  bit for bit.
+  tree's leaves hold one triangle). The same nodes and tests in the same order: the same closest
+  hits, bit for bit (an any-hit walk stops at the first triangle that blocks, so it may name
+  another blocker of the same leaf).
 - ``"wws"`` (*speculative*): a lane that reaches a leaf keeps it pending and goes on
   opening inner nodes until every active lane of the warp has one (a warp vote,
   ``__ballot_sync``; on the CPU each thread votes alone, which is ``"ww"`` with one leaf kept
