@@ -239,3 +239,112 @@ def test_tail_in_one_thread_builds_the_same_tree(device, max_leaf):
         np.testing.assert_array_equal(bvh.parents.numpy(), trees[0].parents.numpy())
         assert bvh.nodes.depth == trees[0].nodes.depth
     assert trees[2].launches < trees[1].launches < trees[0].launches
+
+
+@pytest.mark.parametrize("max_leaf", [1, 4])
+@pytest.mark.parametrize("count", [1, 2, 3, 3000])
+def test_fused_keep_builds_the_same_tree(device, max_leaf, count):
+    """``fused_keep``: nearest neighbours and survivors in one kernel give the tree of two kernels, bit for
+    bit, with one launch per pass fewer."""
+    lo, hi = _boxes(np.random.default_rng(count), count)
+    args = (wp.array(lo, dtype=wp.vec3, device=device), wp.array(hi, dtype=wp.vec3, device=device))
+    trees = [PlocBvh(*args, max_leaf=max_leaf, fused_keep=k) for k in (False, True)]
+    ref, got = (tree_arrays(t.nodes) for t in trees)
+    check_tree(trees[1].nodes, trees[1].parents, lo, hi, count)
+    for key in ("lo", "hi", "left", "right", "leaf", "primitives"):
+        np.testing.assert_array_equal(got[key], ref[key])
+    np.testing.assert_array_equal(trees[1].parents.numpy(), trees[0].parents.numpy())
+    assert trees[1].iterations == trees[0].iterations
+    assert trees[0].launches - trees[1].launches == trees[0].iterations
+
+
+@contextlib.contextmanager
+def pair_walk(name):
+    was = triangles.pair_walk()
+    triangles.set_pair_walk(name)
+    try:
+        yield
+    finally:
+        triangles.set_pair_walk(was)
+
+
+@pytest.mark.parametrize("walk", ["ww", "wws", "one"])
+@pytest.mark.parametrize("tree", ["sah", "ploc", "ploc:l1", "ploc:l2"])
+def test_while_while_walks_answer_as_the_if_if_walk(device, walk, tree):
+    """``pair_walk_ww``'s walks (while-while, speculative, one triangle per iteration) over SAH and PLOC
+    trees (leaves of 1, 2, up to 4 triangles) give the
+    if-if walk's closest hits (prim, t, p bit for bit) and any-hit answers, before and after a refit,
+    for rays from outside, rays starting inside the soup, and rays with a ``tmin``/``tmax`` window."""
+    from rayd.engine import ploc
+
+    name, *opts = tree.split(":")
+    v, f = _soup(11, 3000, 0.06)
+    rng = np.random.default_rng(3)
+    o = np.concatenate([3.0 * rng.standard_normal((4000, 3)), rng.uniform(-0.5, 0.5, (2000, 3))]).astype(np.float32)
+    d = (rng.uniform(-1, 1, (6000, 3)) - 0.3 * o).astype(np.float32)
+    tmin = torch.tensor(rng.uniform(0.0, 0.3, 6000).astype(np.float32), device=device)
+    tmax = torch.tensor(rng.uniform(0.5, 4.0, 6000).astype(np.float32), device=device)
+    rays = [rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device)),
+            rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device), tmax=tmax, tmin=tmin)]
+    saved = ploc.MAX_LEAF
+    scenes = {}
+    try:
+        ploc.MAX_LEAF = int(opts[0][1:]) if opts else saved
+        for w in ("ifif", walk):
+            with constructor(name, "pair"), pair_walk(w):
+                scenes[w] = _scene(v, f, device)
+                assert scenes[w]._core.accel.flat.walk == w
+    finally:
+        ploc.MAX_LEAF = saved
+    moved = torch.tensor((v * 0.8 - 0.1).astype(np.float32), device=device)
+    from rayd.engine import intersect
+
+    for step in range(2):
+        for ray in rays:
+            with constructor(name, "pair"):  # Embree off: rayd's walks answer
+                a, b = (scenes[k].intersect(ray) for k in ("ifif", walk))
+                shadow = [scenes[k].shadow_test(ray) for k in ("ifif", walk)]
+            assert (a.prim_id >= 0).sum() > 1000
+            for key in ("prim_id", "t", "p"):
+                torch.testing.assert_close(getattr(a, key), getattr(b, key), rtol=0, atol=0, msg=key)
+            torch.testing.assert_close(shadow[0], shadow[1], rtol=0, atol=0)
+        assert ("flat_pair" + walk, 0) in intersect._SEARCH_KERNELS  # the walk under test ran
+        for s in scenes.values():
+            s.update_mesh_vertices(0, moved)
+            s.sync()
+
+
+def test_pair_walk_names():
+    with pytest.raises(ValueError, match="set_pair_walk"):
+        triangles.set_pair_walk("while")
+
+
+@pytest.mark.parametrize("max_leaf", [1, 2, 4])
+@pytest.mark.parametrize("count", [1, 2, 3, 700])
+def test_emitted_pairs_equal_pair_nodes_and_refit_setup(device, max_leaf, count):
+    """The pair nodes, leaf corners and refit leaf list the PLOC build emits (``ploc_emit.py``) are,
+    bit for bit, what ``PairNodes`` and ``FusedRefit`` compute from the finished tree."""
+    from rayd.engine.pair_nodes import PairNodes
+    from rayd.engine.refit import FusedRefit
+
+    v, f = _soup(count + 5, count, 0.1)
+    points = wp.array(v, dtype=wp.vec3, device=device)
+    indices = wp.array(f.ravel(), dtype=wp.int32, device=device)
+    from rayd.engine import ploc
+
+    saved = ploc.MAX_LEAF
+    ploc.MAX_LEAF = max_leaf
+    try:
+        tri = triangles.TriangleScene(points, indices, bvh_constructor="ploc", layout="pair")
+    finally:
+        ploc.MAX_LEAF = saved
+    assert tri.tree.pairs is not None
+    ref = PairNodes(tri.nodes, points, indices, 0)
+    assert tri.pairs.root == ref.root
+    np.testing.assert_array_equal(tri.pairs.number.numpy(), ref.number.numpy())
+    np.testing.assert_array_equal(tri.pairs.boxes.numpy().view(np.int32), ref.boxes.numpy().view(np.int32))
+    np.testing.assert_array_equal(tri.pairs.tris.numpy(), ref.tris.numpy())
+    leaves = FusedRefit(tri.nodes, tri.tree.parents, tri.num_triangles).leaf_nodes.numpy()
+    mine = tri.fused.leaf_nodes.numpy()
+    np.testing.assert_array_equal(mine, leaves[: len(mine)])
+    assert (leaves[len(mine):] == -1).all()

@@ -26,12 +26,23 @@ from rayd.core.protocol import ArrayProtocol
 from rayd.core.shapes import Shape, ShapeTable
 from rayd.core.transforms import TransformTable
 from rayd.engine.accel import SceneAccel
-from rayd.engine.assemble import bounds, face_range, first_nonfinite_vertex, place_faces, place_points
+from rayd.engine.assemble import (
+    bounds,
+    face_range,
+    first_nonfinite_vertex,
+    place_face_ids,
+    place_faces,
+    place_points,
+)
 from rayd.engine.frame import search_centre
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.reflect import shape_lookup
 from rayd.engine.runtime import LaunchCache, launch_stream, warp_device
 from rayd.engine.triangles import TriangleScene
+
+
+#: Scenes of at most this many meshes get their per-face ids written by a kernel per mesh.
+_DEVICE_IDS_MAX_MESHES = 16
 
 
 class SceneCore:
@@ -200,19 +211,31 @@ class SceneCore:
         self.points = wp.empty(max(1, table.num_flat_vertices), dtype=wp.vec3, device=device)
         self.indices = wp.empty(max(3, 3 * table.num_flat_faces), dtype=wp.int32, device=device)
         flat_global, flat_shape = [], []
-        for shape_id, shape in enumerate(table):
-            if shape.is_instance:
-                continue
+        meshes = [i for i, s in enumerate(table) if not s.is_instance]
+        # Per-face ids written on the device for scenes of a few meshes (no host arrays of F entries
+        # nor their host-to-device copies); many small meshes keep one host-built copy (one launch per
+        # mesh would cost more).
+        on_device = len(meshes) <= _DEVICE_IDS_MAX_MESHES
+        if on_device:
+            self.flat_global = wp.empty(table.num_flat_faces, dtype=wp.int32, device=device)
+            self.flat_shape = wp.empty(table.num_flat_faces, dtype=wp.int32, device=device)
+        for shape_id in meshes:
+            shape = table[shape_id]
             self._place_flat(shape_id, stream)
             if shape.num_faces:
                 fview, keep = self.arrays.index_view(shape.mesh.faces)
                 place_faces(fview, shape.vertex_offset, shape.face_row, self.indices, stream)
                 self.arrays.fence(self.device)
                 del keep
-            flat_global.append(np.arange(shape.num_faces, dtype=np.int32) + shape.face_offset)
-            flat_shape.append(np.full(shape.num_faces, shape_id, dtype=np.int32))
-        self.flat_global = wp.array(np.concatenate(flat_global), dtype=wp.int32, device=device)
-        self.flat_shape = wp.array(np.concatenate(flat_shape), dtype=wp.int32, device=device)
+            if on_device:
+                place_face_ids(shape.num_faces, shape.face_row, shape.face_offset, shape_id, self.flat_global,
+                               self.flat_shape, stream)
+            else:
+                flat_global.append(np.arange(shape.num_faces, dtype=np.int32) + shape.face_offset)
+                flat_shape.append(np.full(shape.num_faces, shape_id, dtype=np.int32))
+        if not on_device:
+            self.flat_global = wp.array(np.concatenate(flat_global), dtype=wp.int32, device=device)
+            self.flat_shape = wp.array(np.concatenate(flat_shape), dtype=wp.int32, device=device)
         self.shape_enabled = wp.array(np.ones(len(table), dtype=np.uint8), dtype=wp.uint8, device=device)
         self.flat = TriangleScene(self.points, self.indices, stream, num_triangles=table.num_flat_faces)
 

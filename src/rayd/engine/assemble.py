@@ -188,6 +188,24 @@ def bounds(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[np.ndar
     return read_back(stream, low, high)
 
 
+@wp.kernel
+def _face_ids_kernel(row: int, first_global: int, shape_id: int, flat_global: wp.array(dtype=wp.int32),
+                     flat_shape: wp.array(dtype=wp.int32)):
+    j = wp.tid()
+    flat_global[row + j] = wp.int32(first_global + j)
+    flat_shape[row + j] = wp.int32(shape_id)
+
+
+def place_face_ids(num_faces: int, row: int, first_global: int, shape_id: int, flat_global: wp.array,
+                   flat_shape: wp.array, stream: wp.Stream | None = None) -> None:
+    """Write ``flat_global[row + j] = first_global + j`` and ``flat_shape[row + j] = shape_id`` for
+    ``j < num_faces`` on the arrays' device (int32 arrays; no host copy of the per-face ids)."""
+    if num_faces == 0:
+        return
+    wp.launch(_face_ids_kernel, num_faces, [row, first_global, shape_id, flat_global, flat_shape],
+              device=flat_global.device, stream=stream)
+
+
 def place_faces(faces: wp.array, vertex_offset: int, row: int, indices: wp.array,
                 stream: wp.Stream | None = None) -> None:
     """Write the flat face entries ``faces + vertex_offset`` into ``indices`` from triangle ``row`` on."""

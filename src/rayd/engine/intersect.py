@@ -14,6 +14,7 @@ from rayd.engine.accel import SceneAccel, flat_accel
 from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
 from rayd.engine.instances import instance_max_registers
 from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
+from rayd.engine.pair_walk_ww import TRACES as _WW_TRACES
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
@@ -66,7 +67,9 @@ def _search_kernel(trace_fn: wp.Function, max_registers: int = 0) -> wp.Kernel:
 _SEARCH_TRACES = {"flat": trace_flat, "instances": trace_instances, "both": trace, "flat_pair": trace_flat_pair,
                   "both_pair": trace_pair, "instances_pair": trace_instances_pair,
                   # the shared-stack instance walks (instance_walk.py; RAYD_INSTANCE_WALK)
-                  **_INSTANCE_TRACES}
+                  **_INSTANCE_TRACES,
+                  # the while-while flat walks (pair_walk_ww.py; RAYD_PAIR_WALK)
+                  **{"flat_pair" + k: v for k, v in _WW_TRACES.items()}}
 _SEARCH_KERNELS: dict[tuple[str, int], wp.Kernel] = {}
 
 
@@ -116,8 +119,11 @@ def _warp_search(accel: SceneAccel, rays: RayBatch, global_prim_id: wp.array, an
                  stream: wp.Stream | None) -> None:
     """rayd's Warp search kernel over all rays (CPU launches split across cores)."""
     n = global_prim_id.shape[0]
+    walk = accel.search_walk
+    if walk == "flat_pair" and getattr(accel.flat, "walk", "ifif") != "ifif":
+        walk += accel.flat.walk
     launch_rows(
-        search_kernel(accel.search_walk),
+        search_kernel(walk),
         n,
         [accel.view, *rays.launch_args(n), 1 if any_hit else 0],
         [global_prim_id],

@@ -22,7 +22,6 @@ vertex index -> point.
 
 from __future__ import annotations
 
-import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
@@ -37,6 +36,18 @@ MAX_LEAF = 8
 def _inner_flags_kernel(lower_index: wp.array(dtype=wp.vec4i), flags: wp.array(dtype=wp.int32)):
     n = wp.tid()
     flags[n] = wp.where(lower_index[n][3] < 0, 0, 1)
+
+
+@wp.kernel
+def _tail_kernel(number: wp.array(dtype=wp.int32), flags: wp.array(dtype=wp.int32),
+                 lower_index: wp.array(dtype=wp.vec4i), upper_index: wp.array(dtype=wp.vec4i), root: int,
+                 info: wp.array(dtype=wp.int32)):
+    last = number.shape[0] - 1
+    info[0] = number[last]
+    info[1] = flags[last]
+    info[2] = number[root]
+    info[3] = lower_index[root][3]
+    info[4] = upper_index[root][3]
 
 
 @wp.func
@@ -123,11 +134,11 @@ class PairNodes:
         self.number = wp.empty(count, dtype=wp.int32, device=device)
         wp.launch(_inner_flags_kernel, count, [nodes.lower_index], [flags], device=device, stream=stream)
         wp.utils.array_scan(flags, self.number, inclusive=False)
-        # One small read at build: the root's ref and the number of inner nodes.
-        tail = np.concatenate([self.number[count - 1:].numpy(), flags[count - 1:].numpy(),
-                               self.number[nodes.root:nodes.root + 1].numpy(),
-                               nodes.lower_index[nodes.root:nodes.root + 1].numpy()[:, 3],
-                               nodes.upper_index[nodes.root:nodes.root + 1].numpy()[:, 3]])
+        # One small read at build (one host synchronisation): the root's ref and the number of inner nodes.
+        info = wp.empty(5, dtype=wp.int32, device=device)
+        wp.launch(_tail_kernel, 1, [self.number, flags, nodes.lower_index, nodes.upper_index, nodes.root], [info],
+                  device=device, stream=stream)
+        tail = info.numpy()
         inner = int(tail[0] + tail[1])
         if tail[3] < 0:
             first = int(tail[3]) & 0x7FFFFFFF
@@ -141,6 +152,17 @@ class PairNodes:
         else:
             self.tris = wp.zeros(1, dtype=wp.vec4, device=device)
         self.refresh(stream)
+
+    @classmethod
+    def from_arrays(cls, nodes: BvhNodes, points: wp.array, indices: wp.array, face_base: int, number: wp.array,
+                    boxes: wp.array, root: int, tris: wp.array) -> PairNodes:
+        """Pair nodes already written by the tree's builder (``ploc_emit.py``: the same arrays this
+        class's constructor computes, without its passes and host read)."""
+        p = cls.__new__(cls)
+        p.nodes, p.points, p.indices, p.face_base = nodes, points, indices, face_base
+        p.number, p.boxes, p.root, p.tris = number, boxes, root, tris
+        p.links = wp.array(ptr=boxes.ptr, dtype=wp.vec4i, shape=boxes.shape, device=boxes.device)
+        return p
 
     @property
     def nbytes(self) -> int:

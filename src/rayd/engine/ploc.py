@@ -44,6 +44,8 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.morton import BoxKeys, sorted_box_keys
+from rayd.engine.ploc_emit import emit_tree
+from rayd.engine.runtime import StageTimer
 
 wp.set_module_options({"enable_backward": False})
 
@@ -64,6 +66,22 @@ SYNC_EVERY = int(os.environ.get("RAYD_PLOC_SYNC_EVERY", "4"))
 #: Clusters left (at most, as last read) when one thread finishes the passes in one launch (the
 #: same passes, so the same tree; the last passes are launch-bound). 0 (default): never.
 TAIL = int(os.environ.get("RAYD_PLOC_TAIL", "0"))
+
+#: 1: each pass finds the nearest neighbours and the survivors in one kernel (a thread also
+#: recomputes its neighbour's nearest neighbour: twice the search, one launch and one pass over
+#: ``nearest`` fewer; the same tree). 0 (default): a kernel each.
+FUSED_KEEP = int(os.environ.get("RAYD_PLOC_FUSED_KEEP", "0"))
+
+#: Benchmarks only (``benchmarks/h200/builders.py --stages``): a dict to receive synchronised stage
+#: times in ms (``keys``, ``passes_large`` / ``passes_mid`` / ``passes_small``: groups of passes
+#: starting from more than 65,536 / more than 1,024 / at most 1,024 clusters, ``tail``, ``layout``,
+#: ``emit``), or ``None`` (the default: no synchronisation is added).
+PROFILE: dict | None = None
+
+#: Emit the pair nodes, leaf corners and refit leaf list in the build (``triangles`` given) instead
+#: of ``PairNodes``' and ``FusedRefit``'s passes over the finished tree (the same arrays, fewer
+#: launches and host reads). ``RAYD_PLOC_EMIT_PAIRS=0`` turns it off (for A/B).
+EMIT_PAIRS = os.environ.get("RAYD_PLOC_EMIT_PAIRS", "1").strip() != "0"
 
 _LEAF_BIT = wp.constant(-2147483648)  # bit 31 of an int32
 
@@ -153,6 +171,24 @@ def _keep_kernel(counts: wp.array(dtype=wp.int32), nearest: wp.array(dtype=wp.in
     else:
         j = int(nearest[i])
         keep[i] = wp.where(int(nearest[j]) == i and j < i, 0, 1)
+
+
+@wp.kernel
+def _nearest_keep_kernel(cl_lo: wp.array(dtype=wp.vec3), cl_hi: wp.array(dtype=wp.vec3),
+                         counts: wp.array(dtype=wp.int32), radius: int, nearest: wp.array(dtype=wp.int32),
+                         keep: wp.array(dtype=wp.int32)):
+    """``_nearest_kernel`` and ``_keep_kernel`` in one (the neighbour's nearest neighbour recomputed)."""
+    i = wp.tid()
+    count = int(counts[0])
+    if i >= count:
+        keep[i] = 0
+        return
+    j = _nearest(cl_lo, cl_hi, count, radius, i)
+    nearest[i] = wp.int32(j)
+    if count == 1:
+        keep[i] = 1
+    else:
+        keep[i] = wp.where(_nearest(cl_lo, cl_hi, count, radius, j) == i and j < i, 0, 1)
 
 
 @wp.func
@@ -260,69 +296,6 @@ def _tail_kernel(
     counts[0] = count
 
 
-@wp.kernel
-def _layout_kernel(n: int, order: wp.array(dtype=wp.int32), child: wp.array(dtype=wp.vec2i),
-                   parent: wp.array(dtype=wp.int32), leaves: wp.array(dtype=wp.int32), size: wp.array(dtype=wp.int32),
-                   flag: wp.array(dtype=wp.int32), pre: wp.array(dtype=wp.int32), slot: wp.array(dtype=wp.int32),
-                   primitives: wp.array(dtype=wp.int32)):
-    """Pre-order position (``-1`` below a collapsed leaf) and first slot of node ``v``; the primitive of each slot."""
-    v = wp.tid()
-    position = int(0)
-    first = int(0)
-    kept = int(1)
-    c = v
-    p = int(parent[c])
-    while p >= 0:
-        if flag[p] != 0:
-            kept = 0
-        left = child[p - n][0]
-        position += 1
-        if c != left:
-            position += size[left]
-            first += leaves[left]
-        c = p
-        p = int(parent[c])
-    pre[v] = wp.where(kept != 0, position, -1)
-    slot[v] = first
-    if v < n:
-        primitives[first] = order[v]
-
-
-@wp.kernel
-def _emit_kernel(n: int, node_lo: wp.array(dtype=wp.vec3), node_hi: wp.array(dtype=wp.vec3),
-                 child: wp.array(dtype=wp.vec2i), parent: wp.array(dtype=wp.int32), leaves: wp.array(dtype=wp.int32),
-                 flag: wp.array(dtype=wp.int32), pre: wp.array(dtype=wp.int32), slot: wp.array(dtype=wp.int32),
-                 lower_f: wp.array(dtype=float), upper_f: wp.array(dtype=float), lower_i: wp.array(dtype=wp.int32),
-                 upper_i: wp.array(dtype=wp.int32), parents_out: wp.array(dtype=wp.int32)):
-    """Warp's packed node ``pre[v]`` from node ``v`` (see the module docstring)."""
-    v = wp.tid()
-    k = int(pre[v])
-    if k < 0:
-        return
-    lo = node_lo[v]
-    hi = node_hi[v]
-    for a in range(3):
-        lower_f[4 * k + a] = lo[a]
-        upper_f[4 * k + a] = hi[a]
-    if flag[v] != 0:
-        first = int(slot[v])
-        lower_i[4 * k + 3] = first | _LEAF_BIT
-        upper_i[4 * k + 3] = (first + leaves[v]) | _LEAF_BIT
-    else:
-        ab = child[v - n]
-        lower_i[4 * k + 3] = pre[ab[0]]
-        upper_i[4 * k + 3] = pre[ab[1]]
-    p = int(parent[v])
-    parents_out[k] = wp.where(p >= 0, pre[wp.max(p, 0)], -1)
-
-
-@wp.kernel
-def _info_kernel(root: int, size: wp.array(dtype=wp.int32), height: wp.array(dtype=wp.int32),
-                 info: wp.array(dtype=wp.int32)):
-    info[0] = size[root]
-    info[1] = height[root]
-
-
 class PlocBvh:
     """A PLOC BVH over ``n`` boxes (see the module docstring), built on the boxes' device.
 
@@ -335,12 +308,19 @@ class PlocBvh:
         sync_every: passes between host reads of the cluster count (default :data:`SYNC_EVERY`).
         tail: once at most this many clusters are left (as last read), one thread finishes
             the passes in one launch (default :data:`TAIL`; 0: never).
+        fused_keep: one kernel for the nearest neighbours and the survivors (default :data:`FUSED_KEEP`).
+        triangles: ``(points, indices, face_base)`` when the boxes are these triangles' (as in
+            ``TriangleScene``): the build then also emits the child-pair nodes and leaf corners of
+            ``pair_nodes.PairNodes`` and the fused refit's leaf list (``ploc_emit.py``), unless
+            :data:`EMIT_PAIRS` is off.
 
     Attributes:
         nodes: :class:`rayd.engine.bvh_nodes.BvhNodes` of the tree (root 0, pre-order),
             owned by this object.
         parents: int32 (num_nodes,), parent of each node (``-1`` at the root).
         num_nodes: nodes of the tree.
+        pairs: ``ploc_emit.EmittedPairs`` (``number``, ``boxes``, ``links``, ``tris``, ``root``) or ``None``.
+        leaf_nodes: int32 (leaves,), the node of each leaf in slot order (with ``pairs``), or ``None``.
         iterations: PLOC passes launched (up to ``sync_every - 1`` after the last merge);
             launches: kernel launches of the build (copies and each scan or sort counted as one).
 
@@ -351,12 +331,14 @@ class PlocBvh:
     def __init__(self, lowers: wp.array, uppers: wp.array, stream: wp.Stream | None = None, *,
                  max_leaf: int | None = None, radius: int | None = None,
                  costs: tuple[float, float] | None = None, sync_every: int | None = None,
-                 tail: int | None = None) -> None:
+                 tail: int | None = None, triangles: tuple | None = None,
+                 fused_keep: bool | None = None) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
         radius = RADIUS if radius is None else int(radius)
         sync_every = max(1, SYNC_EVERY if sync_every is None else int(sync_every))
         tail = TAIL if tail is None else int(tail)
+        fused_keep = bool(FUSED_KEEP if fused_keep is None else fused_keep)
         if n < 1:
             raise ValueError("rayd.engine.PlocBvh(): needs at least one box")
         if not 1 <= max_leaf <= 8:
@@ -368,6 +350,7 @@ class PlocBvh:
         costs = COSTS if costs is None else costs
         c_t, c_i = float(costs[0]), float(costs[1])
         m = 2 * n - 1
+        stages = StageTimer(PROFILE, dev)
         keys = BoxKeys(n, dev)
         launches = sorted_box_keys(lowers, uppers, keys, stream)
         order = keys.order[:n]
@@ -387,6 +370,7 @@ class PlocBvh:
                   [cl_node[0], cl_lo[0], cl_hi[0], node_lo, node_hi, parent, leaves, cost, size, height, flag],
                   device=dev, stream=stream)
         launches += 1
+        stages.mark("keys")
         nearest = wp.empty(n, dtype=wp.int32, device=dev)
         keep = wp.empty(n, dtype=wp.int32, device=dev)
         position = wp.empty(n, dtype=wp.int32, device=dev)
@@ -403,10 +387,16 @@ class PlocBvh:
         passes = []
         for a in range(2 if n > 1 else 0):
             b = 1 - a
+            if fused_keep:
+                before = (wp.launch(_nearest_keep_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius],
+                                    [nearest, keep], device=dev, stream=stream, record_cmd=True),)
+            else:
+                before = (wp.launch(_nearest_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius], [nearest],
+                                    device=dev, stream=stream, record_cmd=True),
+                          wp.launch(_keep_kernel, n, [counts[a], nearest], [keep], device=dev, stream=stream,
+                                    record_cmd=True))
             passes.append((
-                wp.launch(_nearest_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius], [nearest], device=dev,
-                          stream=stream, record_cmd=True),
-                wp.launch(_keep_kernel, n, [counts[a], nearest], [keep], device=dev, stream=stream, record_cmd=True),
+                before,
                 wp.launch(_merge_kernel, n,
                           [counts[a], max_leaf, c_t, c_i, nearest, keep, position, cl_node[a], cl_lo[a], cl_hi[a]],
                           [next_id, counts[b], cl_node[b], cl_lo[b], cl_hi[b], node_lo, node_hi, child, parent,
@@ -419,53 +409,33 @@ class PlocBvh:
                           [next_id, node_lo, node_hi, child, parent, leaves, cost, size, height, flag], device=dev,
                           stream=stream)
                 launches += 1
+                stages.mark("tail")
                 break
             if iterations >= limit:  # cannot happen with the pair order above; guards the loop
                 raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {iterations} iterations")
-            for cmd in passes[0] + passes[1]:
+            for cmd in passes[0][0] + passes[1][0] + (passes[0][1], passes[1][1]):
                 cmd.set_dim(count)
             keep_now, position_now = keep[:count], position[:count]
             for _ in range(sync_every):
-                near, keeping, merge = passes[src]
-                near.launch(stream)
-                keeping.launch(stream)
+                before, merge = passes[src]
+                for cmd in before:
+                    cmd.launch(stream)
                 wp.utils.array_scan(keep_now, position_now, inclusive=False)
                 merge.launch(stream)
-                launches += 4
+                launches += 2 + len(before)
                 src = 1 - src
                 iterations += 1
+            group = "passes_large" if count > 65536 else ("passes_mid" if count > 1024 else "passes_small")
             count = int(counts[src].numpy()[0])
+            stages.mark(group)
         root = m - 1  # the last node made (the only one of the last iteration); leaf 0 when n == 1
-        self.primitives = wp.empty(n, dtype=wp.int32, device=dev)
-        pre = wp.empty(m, dtype=wp.int32, device=dev)
-        slot = wp.empty(m, dtype=wp.int32, device=dev)
-        wp.launch(_layout_kernel, m, [n, order, child, parent, leaves, size, flag], [pre, slot, self.primitives],
-                  device=dev, stream=stream)
-        info = wp.empty(2, dtype=wp.int32, device=dev)
-        wp.launch(_info_kernel, 1, [root, size, height], [info], device=dev, stream=stream)
-        launches += 2
-        num_nodes, depth = (int(x) for x in info.numpy())
-        self._lower = wp.empty(4 * num_nodes, dtype=float, device=dev)
-        self._upper = wp.empty(4 * num_nodes, dtype=float, device=dev)
-        lower_i = wp.array(ptr=self._lower.ptr, dtype=wp.int32, shape=(4 * num_nodes,), device=dev)
-        upper_i = wp.array(ptr=self._upper.ptr, dtype=wp.int32, shape=(4 * num_nodes,), device=dev)
-        self.parents = wp.empty(num_nodes, dtype=wp.int32, device=dev)
-        wp.launch(_emit_kernel, m, [n, node_lo, node_hi, child, parent, leaves, flag, pre, slot],
-                  [self._lower, self._upper, lower_i, upper_i, self.parents], device=dev, stream=stream)
-        launches += 1
-        self.num_nodes = num_nodes
+        tree = emit_tree(n, order, child, parent, leaves, size, height, flag, node_lo, node_hi, root, stages,
+                         stream, triangles=triangles if EMIT_PAIRS else None)
+        self.primitives, self.parents, self.num_nodes, self.nodes = (tree.primitives, tree.parents, tree.num_nodes,
+                                                                     tree.nodes)
+        self.pairs, self.leaf_nodes, self._keep = tree.pairs, tree.leaf_nodes, tree
         self.iterations = iterations
-        self.launches = launches
-        self.nodes = BvhNodes(
-            lowers=wp.array(ptr=self._lower.ptr, dtype=wp.vec4, shape=(num_nodes,), device=dev),
-            uppers=wp.array(ptr=self._upper.ptr, dtype=wp.vec4, shape=(num_nodes,), device=dev),
-            lower_index=wp.array(ptr=self._lower.ptr, dtype=wp.vec4i, shape=(num_nodes,), device=dev),
-            upper_index=wp.array(ptr=self._upper.ptr, dtype=wp.vec4i, shape=(num_nodes,), device=dev),
-            primitives=self.primitives,
-            root=0,
-            depth=depth,
-        )
-
+        self.launches = launches + tree.launches
 
 def tree_arrays(nodes: BvhNodes) -> dict[str, np.ndarray]:
     """Host copies of a tree (for tests and benchmarks): ``lo``, ``hi`` (M, 3), ``left``, ``right`` (M,)

@@ -312,12 +312,15 @@ class FusedRefit:
         nodes: the tree's node views (Warp's packed layout).
         parents: int32 (num_nodes,), parent of each node (``-1`` at the root).
         num_triangles: F.
+        leaf_nodes: optional int32, the node of every leaf in node order (its builder's; else
+            found here by a scan of leaf flags, padded with ``-1`` to F entries).
 
     Leaves may hold several triangles (a slot range). For a ``wp.Bvh`` use
     :meth:`from_bvh` after :meth:`applies` (Warp's host-built layout, one triangle per leaf).
     """
 
-    def __init__(self, nodes: BvhNodes, parents: wp.array, num_triangles: int) -> None:
+    def __init__(self, nodes: BvhNodes, parents: wp.array, num_triangles: int,
+                 leaf_nodes: wp.array | None = None) -> None:
         device = nodes.lowers.device
         count = nodes.lowers.shape[0]
         self.parents = parents
@@ -325,12 +328,15 @@ class FusedRefit:
         self.upper_f = wp.array(ptr=nodes.uppers.ptr, dtype=float, shape=(4 * count,), device=device)
         self.counters = wp.zeros(count, dtype=wp.int32, device=device)
         self.num_triangles = num_triangles
-        flags = wp.empty(count, dtype=wp.int32, device=device)
-        position = wp.empty(count, dtype=wp.int32, device=device)
-        wp.launch(_leaf_flags_kernel, count, [nodes.lower_index], [flags], device=device)
-        wp.utils.array_scan(flags, position, inclusive=False)
-        self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
-        wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
+        if leaf_nodes is not None:  # the leaves in node order, from the builder (ploc_emit.py)
+            self.leaf_nodes = leaf_nodes
+        else:
+            flags = wp.empty(count, dtype=wp.int32, device=device)
+            position = wp.empty(count, dtype=wp.int32, device=device)
+            wp.launch(_leaf_flags_kernel, count, [nodes.lower_index], [flags], device=device)
+            wp.utils.array_scan(flags, position, inclusive=False)
+            self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
+            wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
         self.order = refit_order()
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._level_launches: list[wp.Launch] | None = None
@@ -391,7 +397,7 @@ class FusedRefit:
             self.counters.zero_()
         self._launches.launch(
             _fused_refit_kernel,
-            self.num_triangles,
+            self.leaf_nodes.shape[0],
             [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, self.lower_f, self.upper_f,
              n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, number,
              tri.lowers, tri.uppers, has_pairs, tris, boxes, int(climb), int(self.order == "climb")],

@@ -8,6 +8,7 @@ import ctypes
 import os
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 import numpy as np
@@ -286,3 +287,29 @@ class LaunchCache:
                 entry[2] = dim
         cmd.fwd_args = None  # (kept by Warp for graph-capture replays only): no references to the arguments
         cmd.launch(None if device.is_cpu else stream)
+
+
+class StageTimer:
+    """Synchronised stage timers for benchmarks: :meth:`mark` adds the ms since the last mark (or
+    since construction) to ``profile[name]``, synchronising ``device`` first; with ``profile=None``
+    every call is a no-op (no synchronisation is added).
+
+    Args:
+        profile: a dict to receive the times, or ``None``.
+        device: the Warp device whose work is timed.
+    """
+
+    def __init__(self, profile: dict | None, device) -> None:
+        self.profile, self.device, self.t = profile, device, 0.0
+        if profile is not None:
+            wp.synchronize_device(device)
+            self.t = time.perf_counter()
+
+    def mark(self, name: str) -> None:
+        """Add the time since the last mark to ``profile[name]`` (ms)."""
+        if self.profile is None:
+            return
+        wp.synchronize_device(self.device)
+        now = time.perf_counter()
+        self.profile[name] = self.profile.get(name, 0.0) + (now - self.t) * 1e3
+        self.t = now

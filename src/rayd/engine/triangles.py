@@ -82,6 +82,35 @@ def bvh_layout() -> str:
     return _layout
 
 
+#: Walk of the flat search over pair nodes (``pair_walk_ww.py``; read when a scene is built):
+#: ``"ifif"`` (``pair_walk``'s one loop, the default), ``"ww"`` (while-while: the same hits bit
+#: for bit, the warp's lanes test leaves together), ``"wws"`` (speculative while-while, a warp
+#: vote on CUDA) or ``"one"`` (if-if testing one triangle per iteration; the same hits bit for
+#: bit). ``RAYD_PAIR_WALK`` sets the default; :func:`set_pair_walk` changes it.
+PAIR_WALKS = ("ifif", "ww", "wws", "one")
+_pair_walk = os.environ.get("RAYD_PAIR_WALK", "ifif").strip().lower()
+if _pair_walk not in PAIR_WALKS:
+    raise ValueError(f"rayd.engine: RAYD_PAIR_WALK must be one of {PAIR_WALKS}, got {_pair_walk!r}")
+
+
+def set_pair_walk(name: str) -> None:
+    """Choose the flat search walk of pair-layout scenes built from now on (``"ifif"``, ``"ww"``, ``"wws"``,
+    ``"one"``).
+
+    Raises:
+        ValueError: for another name.
+    """
+    global _pair_walk
+    if name not in PAIR_WALKS:
+        raise ValueError(f"rayd.engine.set_pair_walk(): 'name' must be one of {PAIR_WALKS}, got {name!r}")
+    _pair_walk = name
+
+
+def pair_walk() -> str:
+    """The flat search walk scenes built now get."""
+    return _pair_walk
+
+
 #: Refit of pair-layout BVHs: ``"fused"`` (``refit.py``: magnitude by a reduction, one
 #: bottom-up kernel that also refreshes the pair nodes and leaf triangles) or
 #: ``"warp"`` (per-vertex ``atomic_max``, Warp's refit, then a copy into the pair
@@ -192,6 +221,7 @@ class TriangleScene:
         self.face_base = face_base
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
+        self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
@@ -214,7 +244,8 @@ class TriangleScene:
             self._bounds(stream)
             self.bvh = self.tree = None
             if bvh_constructor == "ploc":
-                self.tree = PlocBvh(self.lowers, self.uppers, stream)
+                self.tree = PlocBvh(self.lowers, self.uppers, stream,
+                                    triangles=(points, indices, face_base) if layout == "pair" else None)
                 self.nodes = self.tree.nodes
                 if self.nodes.depth > MAX_DEPTH:
                     self.tree = None
@@ -228,11 +259,16 @@ class TriangleScene:
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=leaf_size)
                 self.nodes = read_nodes(self.bvh, num_triangles)
             self.pairs = None
-            if layout == "pair" and leaf_size <= MAX_LEAF:
+            emitted = self.tree.pairs if self.tree is not None else None
+            if emitted is not None:  # written by the PLOC build itself
+                self.pairs = PairNodes.from_arrays(self.nodes, points, indices, face_base, emitted.number,
+                                                   emitted.boxes, emitted.root, emitted.tris)
+            elif layout == "pair" and leaf_size <= MAX_LEAF:
                 self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
             self.fused = None
             if self.tree is not None:
-                self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles)
+                self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles,
+                                        self.tree.leaf_nodes if emitted is not None else None)
             elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
 
