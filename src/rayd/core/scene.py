@@ -264,7 +264,7 @@ class SceneCore:
             del keep
         for base in bases:
             tri = TriangleScene(self.blas_points, self.blas_indices, stream, num_triangles=table[base].num_faces,
-                                face_base=offsets[base][1])
+                                face_base=offsets[base][1], instanced=True)
             slots[base] = len(blas)
             self.blas[base] = (offsets[base][0], tri)
             blas.append(tri)

@@ -25,8 +25,8 @@ costlier one) runs about twice as often per warp for the same tests per ray
   pending). Leaves are tested in the order they were found, so the closest hit is the
   same; nodes opened while a leaf is pending are tested against the hit before it.
 
-Selected per scene by ``triangles.set_pair_walk`` / ``RAYD_PAIR_WALK`` (default ``"ifif"``,
-``pair_walk``'s); only the flat search kernel (``intersect.search``) uses them.
+Selected per scene by ``triangles.set_pair_walk`` / ``RAYD_PAIR_WALK`` (default ``"auto"``: ``"ww"`` on CUDA, ``"ifif"``
+(``pair_walk``'s) on the CPU); only the flat search kernel (``intersect.search``) uses them.
 
 References:
     Aila & Laine 2009, "Understanding the Efficiency of Ray Traversal on GPUs", HPG.

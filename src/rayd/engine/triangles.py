@@ -12,9 +12,12 @@ from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude
 from rayd.engine.runtime import LaunchCache, launch_stream
 
-#: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
-#: Warp builds it on the host.
-DEFAULT_BVH_CONSTRUCTOR = "sah"
+#: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
+#: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
+#: 1.03-1.06x of the best tree measured, H200 session 12) and ``"sah"`` (Warp's, on the
+#: host) on the CPU and for the meshes that instances share (their walks were measured
+#: over SAH trees).
+DEFAULT_BVH_CONSTRUCTOR = "auto"
 
 #: Optional GPU builder (issue 18, route 5): ``RAYD_BVH_CONSTRUCTOR=cubql`` (or
 #: :func:`set_bvh_constructor`) builds CUDA triangle BVHs with Warp 1.19's cuBQL
@@ -27,7 +30,7 @@ DEFAULT_BVH_CONSTRUCTOR = "sah"
 #: ``wp.Bvh`` is made (:attr:`TriangleScene.bvh` is ``None``) and the refit is always
 #: ``refit.FusedRefit``. Off by default until measured on the H200.
 #: ``"lbvh"``: Warp's CUDA LBVH (30-bit Morton keys; for comparison, CPU scenes keep SAH).
-CONSTRUCTORS = ("sah", "cubql", "ploc", "lbvh")
+CONSTRUCTORS = ("auto", "sah", "cubql", "ploc", "lbvh")
 CUBQL_LEAF_SIZE = 2
 CUBQL_MIN_TRIANGLES = 4096
 _constructor = os.environ.get("RAYD_BVH_CONSTRUCTOR", DEFAULT_BVH_CONSTRUCTOR).strip().lower()
@@ -36,8 +39,8 @@ if _constructor not in CONSTRUCTORS:
 
 
 def set_bvh_constructor(name: str) -> None:
-    """Choose the builder of triangle BVHs built from now on: ``"sah"`` (Warp's, on the host),
-    ``"cubql"`` (Warp's cuBQL, CUDA only), ``"lbvh"`` (Warp's LBVH, CUDA only) or ``"ploc"``
+    """Choose the builder of triangle BVHs built from now on: ``"auto"`` (the default: see
+    :data:`DEFAULT_BVH_CONSTRUCTOR`), ``"sah"`` (Warp's, on the host), ``"cubql"`` (Warp's cuBQL, CUDA only), ``"lbvh"`` (Warp's LBVH, CUDA only) or ``"ploc"``
     (rayd's, on the scene's device).
 
     Args:
@@ -83,19 +86,21 @@ def bvh_layout() -> str:
 
 
 #: Walk of the flat search over pair nodes (``pair_walk_ww.py``; read when a scene is built):
-#: ``"ifif"`` (``pair_walk``'s one loop, the default), ``"ww"`` (while-while: the same hits bit
+#: ``"auto"`` (the default: ``"ww"`` on CUDA, where it traced the SAH tree 1-7 % and the PLOC
+#: tree 22-30 % faster than ``"ifif"`` on the H200, session 12; ``"ifif"`` on the CPU),
+#: ``"ifif"`` (``pair_walk``'s one loop), ``"ww"`` (while-while: the same hits bit
 #: for bit, the warp's lanes test leaves together), ``"wws"`` (speculative while-while, a warp
 #: vote on CUDA) or ``"one"`` (if-if testing one triangle per iteration; the same hits bit for
 #: bit). ``RAYD_PAIR_WALK`` sets the default; :func:`set_pair_walk` changes it.
-PAIR_WALKS = ("ifif", "ww", "wws", "one")
-_pair_walk = os.environ.get("RAYD_PAIR_WALK", "ifif").strip().lower()
+PAIR_WALKS = ("auto", "ifif", "ww", "wws", "one")
+_pair_walk = os.environ.get("RAYD_PAIR_WALK", "auto").strip().lower()
 if _pair_walk not in PAIR_WALKS:
     raise ValueError(f"rayd.engine: RAYD_PAIR_WALK must be one of {PAIR_WALKS}, got {_pair_walk!r}")
 
 
 def set_pair_walk(name: str) -> None:
-    """Choose the flat search walk of pair-layout scenes built from now on (``"ifif"``, ``"ww"``, ``"wws"``,
-    ``"one"``).
+    """Choose the flat search walk of pair-layout scenes built from now on (``"auto"``, ``"ifif"``, ``"ww"``,
+    ``"wws"``, ``"one"``).
 
     Raises:
         ValueError: for another name.
@@ -194,6 +199,7 @@ class TriangleScene:
             only) or ``"ploc"`` (``ploc.py``; default: :func:`bvh_constructor`, with its guards).
         layout: ``"pair"`` or ``"warp"`` (default: :func:`bvh_layout`); with ``"pair"``,
             :attr:`pairs` holds the child-pair nodes the search walks.
+        instanced: the BVH of a mesh that instances share (``"auto"`` builds it by SAH).
 
     Raises:
         ValueError: if there are no triangles.
@@ -209,6 +215,7 @@ class TriangleScene:
         face_base: int = 0,
         bvh_constructor: str | None = None,
         layout: str | None = None,
+        instanced: bool = False,
     ) -> None:
         if num_triangles is None:
             num_triangles = indices.size // 3
@@ -222,10 +229,14 @@ class TriangleScene:
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
+        if self.walk == "auto":
+            self.walk = "ifif" if self.device.is_cpu else "ww"
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
                 bvh_constructor = "sah"
+        if bvh_constructor == "auto":
+            bvh_constructor = "sah" if self.device.is_cpu or instanced else "ploc"
         if self.device.is_cpu and bvh_constructor in ("lbvh", "cubql"):
             bvh_constructor = "sah"
         if bvh_constructor == "cubql":
