@@ -19,7 +19,7 @@ import torch
 import warp as wp
 
 import rayd.torch as rt
-from rayd.engine import cpu_embree, triangles
+from rayd.engine import cpu_embree, triangles, wide_nodes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from benchmarks import workloads  # noqa: E402
@@ -164,13 +164,19 @@ def test_several_meshes_disabled_shapes_and_instances(device):
     _same(_hits(pair, ray), _hits(wide, ray))
 
 
-def test_collapse_covers_every_leaf_once_and_copies_pair_boxes():
+@pytest.mark.parametrize("collapse", ["sah", "greedy"])
+def test_collapse_covers_every_leaf_once_and_copies_pair_boxes(collapse):
     v, f = workloads.bumpy_sphere_mesh(17, 32)
     pts = wp.array(v, dtype=wp.vec3, device="cpu")
-    tri = triangles.TriangleScene(pts, wp.array(f.ravel(), dtype=wp.int32, device="cpu"), layout="wide4",
-                                  bvh_constructor="sah")
+    was = wide_nodes.COLLAPSE
+    wide_nodes.COLLAPSE = collapse
+    try:
+        tri = triangles.TriangleScene(pts, wp.array(f.ravel(), dtype=wp.int32, device="cpu"), layout="wide4",
+                                      bvh_constructor="sah")
+    finally:
+        wide_nodes.COLLAPSE = was
     wide, pairs = tri.wide, tri.pairs
-    assert wide is not None and wide.root == 0 and 0 < wide.stack_need <= 64
+    assert wide is not None and wide.collapse == collapse and wide.root == 0 and 0 < wide.stack_need <= 64
 
     def check():
         data = wide.data.numpy().reshape(-1, 8, 4)[: wide.count]
@@ -188,12 +194,29 @@ def test_collapse_covers_every_leaf_once_and_copies_pair_boxes():
         np.testing.assert_array_equal(got[used], child[codes[used]])
         assert (got[~used][:, :3] > got[~used][:, 3:]).all()  # empty slots: lo > hi on every axis
         np.testing.assert_array_equal(refs[~used], np.broadcast_to(refs[:, :1], refs.shape)[~used])
-        assert used.sum() / wide.count > 3.0  # the greedy fill leaves few slots empty
+        assert used.sum() / wide.count > 3.0  # few slots empty (sah: 3.50 children per node, greedy: 3.20)
 
     check()
     pts.assign((v * 1.5 - 0.25).astype(np.float32))
     tri.refit()
     check()
+
+
+def test_sah_collapse_fills_a_balanced_tree():
+    """A balanced tree of 128 leaves (depth 7): the cost programme needs the fewest wide nodes,
+    ceil(127 / 3) = 43 (170 = 42 + 128 children, all but two slots used); the greedy rule, 85
+    (the last level's get two leaves each)."""
+    v, f = workloads.terrain_mesh(8)
+    tri = triangles.TriangleScene(wp.array(v, dtype=wp.vec3, device="cpu"),
+                                  wp.array(f.ravel(), dtype=wp.int32, device="cpu"), layout="pair",
+                                  bvh_constructor="sah")
+    assert tri.nodes.depth <= 8
+    sah = wide_nodes.WideNodes(tri.pairs, tri.nodes.depth, collapse="sah")
+    greedy = wide_nodes.WideNodes(tri.pairs, tri.nodes.depth, collapse="greedy")
+    assert sah.count == 43 and greedy.count == 85
+    assert (sah.links.numpy().reshape(-1, 8, 4)[:43, 7] >= 0).sum() == 42 + 128
+    with pytest.raises(ValueError, match="collapse"):
+        wide_nodes.WideNodes(tri.pairs, tri.nodes.depth, collapse="optimal")
 
 
 def test_single_leaf_tree():

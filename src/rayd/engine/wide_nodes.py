@@ -15,27 +15,45 @@ An empty slot has the box ``lo = +1e38``, ``hi = -1e38``: a slab test that takes
 near plane by the sign of the ray's direction (``wide_walk.py``) rejects it on every
 axis; its ref repeats child 0's so that even an accepted empty slot is harmless.
 
-Collapse (greedy, largest child first; Ylitie, Karras & Laine 2017, "Efficient incoherent
-ray traversal on GPUs through compressed wide BVHs", HPG, sec. 4 collapse the binary tree
-by SAH; this is the simpler greedy rule Wald et al. 2008 used for 4-wide trees): a wide
-node starts with the two children of its pair node and, while it has fewer than four,
-opens the inner child of largest surface area. It runs level by level on the device (two
-launches per level, ``depth`` levels, no host read in between); children of one wide node
-are numbered contiguously. The boxes are the pair nodes' (padded, see ``triangles.py``), so
-the wide walk tests the same boxes as the pair walk, fewer of them.
+Collapse: ``"sah"`` (the default, ``RAYD_WIDE_COLLAPSE``) chooses which pair nodes become wide
+nodes by the dynamic programme of Ylitie, Karras & Laine 2017 ("Efficient incoherent ray
+traversal on GPUs through compressed wide BVHs", HPG, sec. 4), here with the binary tree's
+leaves kept as they are: bottom-up, each pair node ``n`` gets ``F(n, m)``, the least total
+surface area of the wide nodes that represent its subtree as at most ``m`` children of a
+wide node (``m = 1``: ``n`` itself a wide node, ``A(n) + D(n, 4)``; else the better of
+``F(n, m - 1)`` and ``D(n, m)``, the best split of ``m`` slots between its two children), which
+is proportional to the wide nodes a uniformly random ray visits (each visit tests all four
+slots at once, and the leaves are the same in every collapse). One launch climbs the pair
+tree with a counter per node (as the fused refit does); the wide nodes are then made top down,
+level by level (two launches per level, ``depth`` levels, no host read in between), each
+following the programme's choices; children of one wide node are numbered contiguously.
+``"greedy"``: a wide node starts with the two children of its pair node and opens the inner
+child of largest surface area while it has fewer than four (Wald et al. 2008's rule; fills
+balanced trees of odd depth badly: the last level's wide nodes get two leaves each). The boxes
+are the pair nodes' (padded, see ``triangles.py``), so the wide walk tests the same boxes as
+the pair walk, fewer of them.
 """
 
 from __future__ import annotations
 
+import os
+
 import warp as wp
 
 from rayd.engine.pair_nodes import PairNodes
+from rayd.engine.refit import _fence, _load_l2
 
 wp.set_module_options({"enable_backward": False})
 
 #: Entries of the wide walk's stack; a tree whose walk could need more keeps the pair walk.
 STACK = 64
 _EMPTY_LO = wp.constant(1.0e38)
+
+#: How pair nodes are grouped into wide nodes (read when a tree is built): ``"sah"`` or ``"greedy"``.
+COLLAPSES = ("sah", "greedy")
+COLLAPSE = os.environ.get("RAYD_WIDE_COLLAPSE", "sah").strip().lower()
+if COLLAPSE not in COLLAPSES:
+    raise ValueError(f"rayd.engine: RAYD_WIDE_COLLAPSE must be one of {COLLAPSES}, got {COLLAPSE!r}")
 
 
 @wp.func
@@ -84,21 +102,82 @@ def _write_boxes(boxes: wp.array(dtype=wp.vec4), codes: wp.vec4i, w: int, data: 
 
 
 @wp.kernel
-def _collapse_kernel(
-    boxes: wp.array(dtype=wp.vec4),
-    links: wp.array(dtype=wp.vec4i),
-    level: wp.array(dtype=wp.int32),
-    counter: wp.array(dtype=wp.int32),
-    src: wp.array(dtype=wp.int32),
-    need: wp.array(dtype=wp.int32),
-    data: wp.array(dtype=wp.vec4),
-    wlinks: wp.array(dtype=wp.vec4i),
-):
-    """One level: wide nodes ``level[0] .. level[1] - 1`` (their pair nodes in ``src``) pick their children."""
-    w = level[0] + wp.tid()
-    if w >= level[1]:
+def _parent_kernel(links: wp.array(dtype=wp.vec4i), parent: wp.array(dtype=wp.int32)):
+    k = wp.tid()
+    pl = links[4 * k + 3]
+    if pl[0] == pl[1]:
+        return  # a slot of Warp's node array that no node reaches (its pair entry stays zero)
+    if pl[0] >= 0:
+        parent[pl[0]] = k
+    if pl[1] >= 0:
+        parent[pl[1]] = k
+
+
+@wp.func
+def _subtree_cost(cost: wp.array(dtype=wp.vec4), ref: int) -> wp.vec4:
+    """``F(ref, m)``, m = 1..4 (a leaf costs nothing: it is in every collapse once)."""
+    if ref < 0:
+        return wp.vec4(0.0)
+    return _load_l2(cost, ref)
+
+
+@wp.func
+def _split_cost(fl: wp.vec4, fr: wp.vec4, m: int) -> float:
+    """``D(n, m)``: the best split of ``m`` (2..4) slots between children costing ``fl``, ``fr``."""
+    best = fl[0] + fr[m - 2]
+    for a in range(2, m):
+        best = wp.min(best, fl[a - 1] + fr[m - a - 1])
+    return best
+
+
+@wp.func
+def _split_slots(fl: wp.vec4, fr: wp.vec4, m: int) -> int:
+    """The left child's share of the best split of ``m`` slots (fewest slots on ties)."""
+    best = fl[0] + fr[m - 2]
+    share = int(1)
+    for a in range(2, m):
+        c = fl[a - 1] + fr[m - a - 1]
+        if c < best:
+            best = c
+            share = a
+    return share
+
+
+@wp.kernel
+def _cost_kernel(boxes: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), parent: wp.array(dtype=wp.int32),
+                 arrive: wp.array(dtype=wp.int32), cost: wp.array(dtype=wp.vec4)):
+    """``cost[k] = F(k, 1..4)`` bottom up: a thread per pair node with leaf children only climbs while
+    it is the last child to arrive (a counter per node with two inner children)."""
+    k = wp.tid()
+    pl = links[4 * k + 3]
+    if pl[0] >= 0 or pl[1] >= 0:
         return
-    p = src[w]
+    while True:
+        pl = links[4 * k + 3]
+        fl = _subtree_cost(cost, pl[0])
+        fr = _subtree_cost(cost, pl[1])
+        lo_l, hi_l = _child_box(boxes, 2 * k)
+        lo_r, hi_r = _child_box(boxes, 2 * k + 1)
+        d4 = _split_cost(fl, fr, 4)
+        f1 = _half_area(wp.min(lo_l, lo_r), wp.max(hi_l, hi_r)) + d4
+        f2 = wp.min(f1, _split_cost(fl, fr, 2))
+        f3 = wp.min(f2, _split_cost(fl, fr, 3))
+        cost[k] = wp.vec4(f1, f2, f3, wp.min(f3, d4))
+        _fence()
+        up = parent[k]
+        if up < 0:
+            return
+        ul = links[4 * up + 3]
+        if ul[0] >= 0 and ul[1] >= 0:
+            if wp.atomic_add(arrive, up, 1) == 0:
+                return  # the sibling's thread finishes the parent
+            _fence()
+        k = up
+
+
+@wp.func
+def _greedy_children(boxes: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), p: int) -> tuple[wp.vec4i, wp.vec4i, int]:
+    """(box codes, refs, count) of the wide node at pair node ``p``: open the largest inner child while < 4."""
     pl = links[4 * p + 3]
     codes = wp.vec4i(2 * p, 2 * p + 1, -1, -1)
     refs = wp.vec4i(pl[0], pl[1], 0, 0)
@@ -121,6 +200,76 @@ def _collapse_kernel(
             codes[n] = 2 * q + 1
             refs[n] = ql[1]
             n += 1
+    return codes, refs, n
+
+
+@wp.func
+def _sah_children(links: wp.array(dtype=wp.vec4i), cost: wp.array(dtype=wp.vec4), p: int) -> tuple[wp.vec4i, wp.vec4i, int]:
+    """(box codes, refs, count) of the wide node at pair node ``p``, as the cost programme chose."""
+    pl = links[4 * p + 3]
+    share = _split_slots(_subtree_cost(cost, pl[0]), _subtree_cost(cost, pl[1]), 4)
+    codes = wp.vec4i(2 * p, 2 * p + 1, -1, -1)
+    refs = wp.vec4i(pl[0], pl[1], 0, 0)
+    budget = wp.vec4i(share, 4 - share, 0, 0)
+    n = int(2)
+    for _step in range(8):
+        opened = int(0)
+        for j in range(4):
+            if opened == 0 and j < n and budget[j] > 1:
+                q = refs[j]
+                if q < 0:
+                    budget[j] = 1
+                else:
+                    ql = links[4 * q + 3]
+                    fl = _subtree_cost(cost, ql[0])
+                    fr = _subtree_cost(cost, ql[1])
+                    best = cost[q][0]
+                    slots = int(1)
+                    for m in range(2, budget[j] + 1):
+                        c = _split_cost(fl, fr, m)
+                        if c < best:
+                            best = c
+                            slots = m
+                    if slots == 1:
+                        budget[j] = 1
+                    else:
+                        a = _split_slots(fl, fr, slots)
+                        codes[j] = 2 * q
+                        refs[j] = ql[0]
+                        budget[j] = a
+                        codes[n] = 2 * q + 1
+                        refs[n] = ql[1]
+                        budget[n] = slots - a
+                        n += 1
+                        opened = 1
+    return codes, refs, n
+
+
+@wp.kernel
+def _collapse_kernel(
+    boxes: wp.array(dtype=wp.vec4),
+    links: wp.array(dtype=wp.vec4i),
+    cost: wp.array(dtype=wp.vec4),
+    sah: int,
+    level: wp.array(dtype=wp.int32),
+    counter: wp.array(dtype=wp.int32),
+    src: wp.array(dtype=wp.int32),
+    need: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+):
+    """One level: wide nodes ``level[0] .. level[1] - 1`` (their pair nodes in ``src``) pick their children."""
+    w = level[0] + wp.tid()
+    if w >= level[1]:
+        return
+    p = src[w]
+    codes = wp.vec4i()
+    refs = wp.vec4i()
+    n = int(0)
+    if sah != 0:
+        codes, refs, n = _sah_children(links, cost, p)
+    else:
+        codes, refs, n = _greedy_children(boxes, links, p)
     inner = int(0)
     for j in range(4):
         if j < n and refs[j] >= 0:
@@ -164,6 +313,10 @@ class WideNodes:
         pairs: the tree's child-pair nodes (their leaf triangles are shared, not copied).
         depth: an upper bound of the tree's depth (``BvhNodes.depth``): the number of levels collapsed.
         stream: the stream to build on (``None`` on the CPU).
+        collapse: ``"sah"`` or ``"greedy"`` (default :data:`COLLAPSE`).
+
+    Raises:
+        ValueError: for an unknown ``collapse``.
 
     Attributes:
         data: ``wp.array(dtype=wp.vec4)`` (8 W,), W wide nodes (at least one entry).
@@ -174,8 +327,12 @@ class WideNodes:
         ok: ``stack_need <= STACK`` (else the scene keeps the pair walk).
     """
 
-    def __init__(self, pairs: PairNodes, depth: int, stream: wp.Stream | None = None) -> None:
+    def __init__(self, pairs: PairNodes, depth: int, stream: wp.Stream | None = None,
+                 collapse: str | None = None) -> None:
         self.pairs = pairs
+        self.collapse = COLLAPSE if collapse is None else collapse
+        if self.collapse not in COLLAPSES:
+            raise ValueError(f"rayd.engine.WideNodes(): 'collapse' must be one of {COLLAPSES}, got {collapse!r}")
         device = pairs.boxes.device
         inner = pairs.boxes.shape[0] // 4
         self.data = wp.zeros(8 * max(1, inner), dtype=wp.vec4, device=device)
@@ -187,11 +344,19 @@ class WideNodes:
         src = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
         need = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
         wp.copy(src, wp.array([pairs.root], dtype=wp.int32, device=device), 0, 0, 1, stream=stream)
+        sah = int(self.collapse == "sah")
+        cost = wp.zeros(max(1, inner) if sah else 1, dtype=wp.vec4, device=device)
+        if sah:
+            parent = wp.full(max(1, inner), -1, dtype=wp.int32, device=device)
+            arrive = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
+            wp.launch(_parent_kernel, inner, [pairs.links], [parent], device=device, stream=stream)
+            wp.launch(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive], [cost], device=device,
+                      stream=stream)
         level = wp.array([0, 1], dtype=wp.int32, device=device)
         counter = wp.array([1, 0], dtype=wp.int32, device=device)  # wide nodes so far, deepest stack
         width = 1
         for _ in range(max(1, depth)):
-            wp.launch(_collapse_kernel, min(width, inner), [pairs.boxes, pairs.links, level, counter, src, need],
+            wp.launch(_collapse_kernel, min(width, inner), [pairs.boxes, pairs.links, cost, sah, level, counter, src, need],
                       [self.data, self.links], device=device, stream=stream)
             wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
             width *= 4
