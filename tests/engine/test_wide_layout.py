@@ -215,6 +215,8 @@ def test_sah_collapse_fills_a_balanced_tree():
     greedy = wide_nodes.WideNodes(tri.pairs, tri.nodes.depth, collapse="greedy")
     assert sah.count == 43 and greedy.count == 85
     assert (sah.links.numpy().reshape(-1, 8, 4)[:43, 7] >= 0).sum() == 42 + 128
+    shallow = wide_nodes.WideNodes(tri.pairs, 2)  # fewer levels than the tree has: not used
+    assert not shallow.ok
     with pytest.raises(ValueError, match="collapse"):
         wide_nodes.WideNodes(tri.pairs, tri.nodes.depth, collapse="optimal")
 

@@ -176,7 +176,8 @@ def _cost_kernel(boxes: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i)
 
 
 @wp.func
-def _greedy_children(boxes: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), p: int) -> tuple[wp.vec4i, wp.vec4i, int]:
+def _greedy_children(boxes: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i),
+                     p: int) -> tuple[wp.vec4i, wp.vec4i, int]:
     """(box codes, refs, count) of the wide node at pair node ``p``: open the largest inner child while < 4."""
     pl = links[4 * p + 3]
     codes = wp.vec4i(2 * p, 2 * p + 1, -1, -1)
@@ -204,7 +205,8 @@ def _greedy_children(boxes: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.ve
 
 
 @wp.func
-def _sah_children(links: wp.array(dtype=wp.vec4i), cost: wp.array(dtype=wp.vec4), p: int) -> tuple[wp.vec4i, wp.vec4i, int]:
+def _sah_children(links: wp.array(dtype=wp.vec4i), cost: wp.array(dtype=wp.vec4),
+                  p: int) -> tuple[wp.vec4i, wp.vec4i, int]:
     """(box codes, refs, count) of the wide node at pair node ``p``, as the cost programme chose."""
     pl = links[4 * p + 3]
     share = _split_slots(_subtree_cost(cost, pl[0]), _subtree_cost(cost, pl[1]), 4)
@@ -324,7 +326,8 @@ class WideNodes:
         root: the root's ref (the pair root's leaf ref when the tree is a single leaf).
         count: W.
         stack_need: the most stack entries a walk of this tree can hold.
-        ok: ``stack_need <= STACK`` (else the scene keeps the pair walk).
+        ok: every node was made within ``depth`` levels and ``stack_need <= STACK`` (else the scene
+            keeps the pair walk).
     """
 
     def __init__(self, pairs: PairNodes, depth: int, stream: wp.Stream | None = None,
@@ -356,14 +359,24 @@ class WideNodes:
         counter = wp.array([1, 0], dtype=wp.int32, device=device)  # wide nodes so far, deepest stack
         width = 1
         for _ in range(max(1, depth)):
-            wp.launch(_collapse_kernel, min(width, inner), [pairs.boxes, pairs.links, cost, sah, level, counter, src, need],
-                      [self.data, self.links], device=device, stream=stream)
+            wp.launch(_collapse_kernel, min(width, inner),
+                      [pairs.boxes, pairs.links, cost, sah, level, counter, src, need], [self.data, self.links],
+                      device=device, stream=stream)
             wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
             width *= 4
-        tail = counter.numpy()  # one small read at build
+        tail = counter.numpy()  # small reads at build
+        done = level.numpy()
         self.count, self.stack_need = int(tail[0]), int(tail[1])
         self.root = 0
-        self.ok = self.stack_need <= STACK and self.count <= inner
+        # every wide node made (a depth below the true one would leave some unfilled) and the stack suffices
+        self.ok = self.stack_need <= STACK and int(done[0]) == int(done[1]) == self.count
+        if self.ok and self.count < inner:  # keep only the nodes made (about 0.4 of the pair nodes)
+            data = wp.empty(8 * self.count, dtype=wp.vec4, device=device)
+            wp.copy(data, self.data, 0, 0, 8 * self.count, stream=stream)
+            if stream is not None:
+                wp.synchronize_stream(stream)  # before the full-size array is released
+            self.data = data
+            self.links = wp.array(ptr=data.ptr, dtype=wp.vec4i, shape=data.shape, device=device)
 
     @property
     def nbytes(self) -> int:
