@@ -364,6 +364,8 @@ class WideNodes:
                       device=device, stream=stream)
             wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
             width *= 4
+        if stream is not None:
+            wp.synchronize_stream(stream)  # .numpy() copies on the legacy default stream (runtime.read_back)
         tail = counter.numpy()  # small reads at build
         done = level.numpy()
         self.count, self.stack_need = int(tail[0]), int(tail[1])
