@@ -6,7 +6,8 @@
 
 A variant is ``layout[:constructor][+warprefit]``: ``layout`` the node layout the search
 walks (``warp``: Warp's nodes, the code before issue 18; ``pair``: rayd's child-pair
-nodes, ``rayd.engine.pair_nodes``, with leaf-ordered triangles and the per-ray shear),
+nodes, ``rayd.engine.pair_nodes``, with leaf-ordered triangles and the per-ray shear;
+``wide4``: 4-wide nodes collapsed from the pair nodes, ``rayd.engine.wide_nodes``),
 ``constructor`` the triangle BVH builder (``sah`` default, ``cubql``: Warp 1.19's GPU
 binned-SAH builder, CUDA only), ``+warprefit`` Warp's refit plus a copy instead of the
 fused refit (``rayd.engine.refit``). Every variant is a separate
@@ -17,7 +18,8 @@ and ``Minimal``, any hit (``shadow_test``), forward+backward (sum of ``t`` over 
 the vertex tensor), ``update_mesh_vertices`` + ``sync()`` (refit), ``build()``. The
 other engines (``benchmarks/engines``) are timed on closest hit only, after the variants.
 
-Clock: wall time on CUDA; on the CPU the process's CPU time (all threads) is the figure
+On the CPU, Embree is turned off (``cpu_embree.set_enabled(False)``; ``--embree`` keeps it), so
+the variants timed are rayd's own walks. Clock: wall time on CUDA; on the CPU the process's CPU time (all threads) is the figure
 (``--clock wall`` for wall time): on a shared machine it is much less sensitive to other
 processes than wall time, though not to their use of caches and memory bandwidth.
 
@@ -127,6 +129,8 @@ class Variant:
         out = {"warp_nodes": int(flat.nodes.lowers.capacity * 2)}
         if getattr(flat, "pairs", None) is not None:
             out["pair_layout"] = int(flat.pairs.nbytes)
+        if getattr(flat, "wide", None) is not None:
+            out["wide_layout"] = int(flat.wide.nbytes)
         return out
 
 
@@ -277,6 +281,7 @@ def main(argv=None):
     p.add_argument("--build-repeats", type=int, default=3)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--output", default=None)
+    p.add_argument("--embree", action="store_true", help="CPU: keep Embree serving flat scenes (default: off)")
     p.add_argument("--clock", choices=("wall", "cpu"), default=None,
                    help="default: wall on CUDA, cpu (process time) on the CPU")
     args = p.parse_args(argv)
@@ -287,6 +292,10 @@ def main(argv=None):
     if args.device is None:
         args.device = "cuda" if torch.cuda.is_available() else "cpu"
     CLOCK["clock"] = args.clock or ("wall" if args.device == "cuda" else "cpu")
+    if args.device == "cpu" and not args.embree:
+        from rayd.engine import cpu_embree
+
+        cpu_embree.set_enabled(False)
     names = (args.workloads or DEFAULT_WORKLOADS[args.device]).split(",")
     factories = {}
     for dev in ("cpu", "cuda"):

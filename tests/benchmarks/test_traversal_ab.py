@@ -15,12 +15,12 @@ from benchmarks import traversal_ab  # noqa: E402
 def test_traversal_ab_tiny(tmp_path, capsys):
     out = tmp_path / "ab.json"
     traversal_ab.main(["--device", "cpu", "--workloads", "terrain_C8_S16,sphere_256_2000rays", "--variants",
-                       "warp,pair+warprefit,pair", "--engines", "", "--repeats", "2", "--warmup", "1",
+                       "warp,pair+warprefit,pair,wide4", "--engines", "", "--repeats", "2", "--warmup", "1",
                        "--build-repeats", "1", "--output", str(out)])
     data = json.loads(out.read_text())
     assert data["clock"] == "cpu" and len(data["results"]) == 2
     for res in data["results"]:
-        assert set(res["variants"]) == {"warp", "pair+warprefit", "pair"}
+        assert set(res["variants"]) == {"warp", "pair+warprefit", "pair", "wide4"}
         for spec, rec in res["variants"].items():
             assert rec["same_winner"] == 1.0 and rec["same_hit_miss"] == 1.0, spec
             assert rec["max_t_rel_diff"] == 0.0, spec
@@ -28,4 +28,5 @@ def test_traversal_ab_tiny(tmp_path, capsys):
                 assert rec[f"{metric}_ms"] >= 0.0
         assert "pair_layout" in res["variants"]["pair"]["accel_bytes"]
         assert "pair_layout" not in res["variants"]["warp"]["accel_bytes"]
+        assert "wide_layout" in res["variants"]["wide4"]["accel_bytes"]
     assert "| closest_all |" in capsys.readouterr().out

@@ -11,20 +11,25 @@ import rayd.torch as rt
 from rayd.engine import cpu_embree, triangles
 
 
-@pytest.fixture(autouse=True, params=["default", "ploc"])
+@pytest.fixture(autouse=True, params=["default", "ploc", "wide4"])
 def bvh_constructor(request):
-    """Every test over the default builder and over rayd's PLOC builder (``set_bvh_constructor("ploc")``;
-    on the CPU with Embree off, so that the PLOC tree is the one walked)."""
+    """Every test over the default builder, over rayd's PLOC builder (``set_bvh_constructor("ploc")``)
+    and over the 4-wide node layout (``set_bvh_layout("wide4")``, ``engine.wide_nodes``); the last two
+    on the CPU with Embree off, so that rayd's tree and walk are the ones tested."""
     if request.param == "default":
         yield request.param
         return
-    was, was_embree = triangles.bvh_constructor(), cpu_embree.active()
-    triangles.set_bvh_constructor("ploc")
+    was, was_layout, was_embree = triangles.bvh_constructor(), triangles.bvh_layout(), cpu_embree.active()
+    if request.param == "ploc":
+        triangles.set_bvh_constructor("ploc")
+    else:
+        triangles.set_bvh_layout("wide4")
     cpu_embree.set_enabled(False)
     try:
         yield request.param
     finally:
         triangles.set_bvh_constructor(was)
+        triangles.set_bvh_layout(was_layout)
         cpu_embree.set_enabled(was_embree)
 
 

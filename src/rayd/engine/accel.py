@@ -10,6 +10,7 @@ from rayd.engine.instances import InstanceLevel
 from rayd.engine.pair_nodes import dummy_pairs
 from rayd.engine.traversal import SceneView
 from rayd.engine.triangles import TriangleScene
+from rayd.engine.wide_nodes import dummy_wide
 
 
 class SceneAccel:
@@ -62,6 +63,9 @@ class SceneAccel:
         self._pairs = pairs
         view.flat_pair_boxes, view.flat_pair_links, view.flat_pair_root = pairs.boxes, pairs.links, pairs.root
         view.flat_tris = pairs.tris
+        wide = flat.wide if getattr(flat, "wide", None) is not None else dummy_wide(device)
+        self._wide = wide
+        view.flat_wide_data, view.flat_wide_links, view.flat_wide_root = wide.data, wide.links, wide.root
         view.flat_global = flat_global
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled
@@ -136,12 +140,15 @@ class SceneAccel:
 
     @property
     def search_walk(self) -> str:
-        """:attr:`walks`, with ``"_pair"`` appended where the BVHs are walked in the pair layout,
+        """:attr:`walks`, with ``"_pair"`` appended where the BVHs are walked in the pair layout
+        (``"flat_wide"`` for a flat scene whose BVH has 4-wide nodes, ``wide_nodes.py``),
         or, for instances walked with one shared stack, the instance walk's name
         (``"instances_unified"``, ``"both_pairtop"``; ``instances.INSTANCE_WALKS``)."""
         walk = self.walks
         if self.layout != "pair":
             return walk
+        if walk == "flat" and getattr(self.flat, "wide", None) is not None:
+            return "flat_wide"
         if walk != "flat" and getattr(self.instances, "tlas_pairs", None) is not None:
             return walk + "_" + self.instances.walk
         return walk + "_pair"

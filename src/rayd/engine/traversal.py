@@ -37,6 +37,9 @@ class SceneView:
     flat_pair_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
     flat_pair_root: int  # ref of the root in the pair layout
     flat_tris: wp.array(dtype=wp.vec4)  # corners of the triangle in each leaf slot (3 per slot, xyz)
+    flat_wide_data: wp.array(dtype=wp.vec4)  # 4-wide nodes (see wide_nodes.py; one dummy node without them)
+    flat_wide_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
+    flat_wide_root: int  # ref of the root in the wide layout
     shape_enabled: wp.array(dtype=wp.uint8)  # per shape id
     all_enabled: int
     num_instances: int

@@ -11,6 +11,7 @@ from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude
 from rayd.engine.runtime import LaunchCache, launch_stream
+from rayd.engine.wide_nodes import WideNodes
 
 #: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
 #: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
@@ -63,17 +64,23 @@ def bvh_constructor() -> str:
 LEAF_SIZE = int(os.environ.get("RAYD_BVH_LEAF_SIZE", "1"))
 
 #: Node layout the closest/any-hit search walks (read when a scene is built):
-#: ``"pair"`` (rayd's child-pair nodes, ``pair_nodes.py``) or ``"warp"`` (Warp's own
-#: nodes, one box per node). ``RAYD_BVH_LAYOUT`` sets the default; :func:`set_bvh_layout`
-#: changes it for scenes built afterwards (both kinds may live in one process, for A/B).
-LAYOUTS = ("pair", "warp")
+#: ``"pair"`` (rayd's child-pair nodes, ``pair_nodes.py``), ``"warp"`` (Warp's own
+#: nodes, one box per node) or ``"wide4"`` (the pair nodes plus 4-wide nodes collapsed from
+#: them, ``wide_nodes.py``: flat scenes walk the wide nodes, instances keep the pair walk).
+#: ``RAYD_BVH_LAYOUT`` sets the default; :func:`set_bvh_layout` changes it for scenes built
+#: afterwards (the kinds may live in one process, for A/B).
+LAYOUTS = ("pair", "warp", "wide4")
 _layout = os.environ.get("RAYD_BVH_LAYOUT", "pair").strip().lower()
 if _layout not in LAYOUTS:
     raise ValueError(f"rayd.engine: RAYD_BVH_LAYOUT must be one of {LAYOUTS}, got {_layout!r}")
 
 
 def set_bvh_layout(name: str) -> None:
-    """Choose the node layout of triangle BVHs built from now on (``"pair"`` or ``"warp"``)."""
+    """Choose the node layout of triangle BVHs built from now on (``"pair"``, ``"warp"`` or ``"wide4"``).
+
+    Raises:
+        ValueError: if ``name`` is none of :data:`LAYOUTS`.
+    """
     global _layout
     if name not in LAYOUTS:
         raise ValueError(f"rayd.engine.set_bvh_layout(): 'name' must be one of {LAYOUTS}, got {name!r}")
@@ -197,8 +204,10 @@ class TriangleScene:
         face_base: first face of ``indices`` that this BVH covers.
         bvh_constructor: ``"sah"``, ``"median"``, ``"lbvh"``, ``"cubql"`` (these two CUDA
             only) or ``"ploc"`` (``ploc.py``; default: :func:`bvh_constructor`, with its guards).
-        layout: ``"pair"`` or ``"warp"`` (default: :func:`bvh_layout`); with ``"pair"``,
-            :attr:`pairs` holds the child-pair nodes the search walks.
+        layout: ``"pair"``, ``"warp"`` or ``"wide4"`` (default: :func:`bvh_layout`); with ``"pair"``
+            and ``"wide4"``, :attr:`pairs` holds the child-pair nodes; with ``"wide4"``,
+            :attr:`wide` the 4-wide nodes the flat search walks (``None`` where the tree's walk
+            could overflow the wide stack: the pair walk then serves).
         instanced: the BVH of a mesh that instances share (``"auto"`` builds it by SAH).
 
     Raises:
@@ -248,7 +257,7 @@ class TriangleScene:
         self._partial = wp.empty(256, dtype=float, device=self.device)
         self._launches = LaunchCache()  # the refit's recorded launches
         layout = _layout if layout is None else layout
-        self._reduce = layout == "pair" and _refit == "fused"
+        self._reduce = layout in ("pair", "wide4") and _refit == "fused"
         if bvh_constructor == "ploc":
             self._reduce = True  # the fused refit is the only refit of a tree without a wp.Bvh
         with launch_stream(self.device, stream):
@@ -256,7 +265,7 @@ class TriangleScene:
             self.bvh = self.tree = None
             if bvh_constructor == "ploc":
                 self.tree = PlocBvh(self.lowers, self.uppers, stream,
-                                    triangles=(points, indices, face_base) if layout == "pair" else None)
+                                    triangles=(points, indices, face_base) if layout in ("pair", "wide4") else None)
                 self.nodes = self.tree.nodes
                 if self.nodes.depth > MAX_DEPTH:
                     self.tree = None
@@ -269,13 +278,17 @@ class TriangleScene:
                 # a median split is balanced (depth about log2 F).
                 self.bvh = wp.Bvh(self.lowers, self.uppers, constructor="median", leaf_size=leaf_size)
                 self.nodes = read_nodes(self.bvh, num_triangles)
-            self.pairs = None
+            self.pairs = self.wide = None
             emitted = self.tree.pairs if self.tree is not None else None
             if emitted is not None:  # written by the PLOC build itself
                 self.pairs = PairNodes.from_arrays(self.nodes, points, indices, face_base, emitted.number,
                                                    emitted.boxes, emitted.root, emitted.tris)
-            elif layout == "pair" and leaf_size <= MAX_LEAF:
+            elif layout in ("pair", "wide4") and leaf_size <= MAX_LEAF:
                 self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
+            if layout == "wide4" and self.pairs is not None:
+                self.wide = WideNodes(self.pairs, self.nodes.depth, stream)
+                if not self.wide.ok:
+                    self.wide = None
             self.fused = None
             if self.tree is not None:
                 self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles,
@@ -320,6 +333,8 @@ class TriangleScene:
                 self.bvh.refit()
                 if self.pairs is not None:
                     self.pairs.refresh(stream)
+            if self.wide is not None:
+                self.wide.refresh(stream)
         self.version += 1
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()

@@ -1,0 +1,132 @@
+"""Closest/any-hit walk of the flat BVH in rayd's 4-wide layout (``wide_nodes.py``).
+
+One wide node is seven 128-bit loads (the six box rows of its four children and their
+refs). The slab test takes each axis's near and far plane by the sign of the ray's
+direction (chosen once per ray: the rows ``lo``/``hi`` swap for a negative component),
+which is the min/max slab test of ``pair_walk._slab`` for every box with ``lo <= hi`` and
+rejects an empty slot (``lo > hi``). The children hit are sorted by entry distance (a
+five-comparator network); the nearest is walked next and the others pushed far first on
+a stack of int32 refs (a popped node is not re-tested: its children are, in the fetch that
+reads them). Leaves, their triangles (``PairNodes.tris``), the per-ray shear and the float64
+confirmation are those of ``pair_walk`` (``_slot_face``), so the same triangles are
+candidates and the winner's ``t`` is the same; instances keep the pair walk.
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.native import load4, load4i
+from rayd.engine.pair_walk import _slot_face
+from rayd.engine.traversal import SceneView, _approach, _start_at_tmin
+from rayd.engine.watertight import INF, ray_shear, safe_direction
+from rayd.engine.wide_nodes import STACK
+
+wp.set_module_options({"enable_backward": False})
+
+
+@wp.func
+def _sort2(da: float, ra: int, db: float, rb: int) -> tuple[float, int, float, int]:
+    """The two (distance, ref) pairs in ascending distance."""
+    if db < da:
+        return db, rb, da, ra
+    return da, ra, db, rb
+
+
+@wp.func
+def _near_rows(inv_d: wp.vec3) -> wp.vec3i:
+    """Per axis, the row offset (0 or 1) of the near plane: ``lo`` for a positive direction."""
+    return wp.vec3i(wp.where(inv_d[0] >= 0.0, 0, 1), wp.where(inv_d[1] >= 0.0, 0, 1), wp.where(inv_d[2] >= 0.0, 0, 1))
+
+
+@wp.func
+def _children(data: wp.array(dtype=wp.vec4), base: int, near: wp.vec3i, o: wp.vec3, inv_d: wp.vec3,
+              reach: float) -> wp.vec4:
+    """Entry distance of the ray into each of the four children of the node at row ``base`` (+inf: missed)."""
+    nx = load4(data, base + near[0])
+    fx = load4(data, base + 1 - near[0])
+    ny = load4(data, base + 2 + near[1])
+    fy = load4(data, base + 3 - near[1])
+    nz = load4(data, base + 4 + near[2])
+    fz = load4(data, base + 5 - near[2])
+    out = wp.vec4(INF)
+    for j in range(4):
+        enter = wp.max(wp.max((nx[j] - o[0]) * inv_d[0], (ny[j] - o[1]) * inv_d[1]),
+                       wp.max((nz[j] - o[2]) * inv_d[2], 0.0))
+        leave = wp.min(wp.min((fx[j] - o[0]) * inv_d[0], (fy[j] - o[1]) * inv_d[1]), (fz[j] - o[2]) * inv_d[2])
+        if leave >= enter and enter < reach:
+            out[j] = enter
+    return out
+
+
+@wp.func
+def _walk_flat_wide(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                    any_hit: int) -> tuple[float, int]:
+    """Near-child-first walk of the flat wide nodes: (t, face) or (tmax, -1); ``s`` as in ``traversal.py``."""
+    o = o0 + s * d
+    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    near = _near_rows(inv_d)
+    k, sh = ray_shear(d)
+    best = tmax
+    face = int(-1)
+    stack = wp.vector(dtype=wp.int32, length=STACK)
+    count = int(0)
+    ref = view.flat_wide_root
+    while True:
+        if ref >= 0:
+            base = 8 * ref
+            t = _children(view.flat_wide_data, base, near, o, inv_d, best - s)
+            if t[0] < INF or t[1] < INF or t[2] < INF or t[3] < INF:
+                r = load4i(view.flat_wide_links, base + 6)
+                d0, r0, d1, r1 = _sort2(t[0], r[0], t[1], r[1])
+                d2, r2, d3, r3 = _sort2(t[2], r[2], t[3], r[3])
+                d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
+                d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
+                d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
+                if d3 < INF:
+                    stack[count] = r3
+                    count += 1
+                if d2 < INF:
+                    stack[count] = r2
+                    count += 1
+                if d1 < INF:
+                    stack[count] = r1
+                    count += 1
+                ref = r0
+                continue
+        else:
+            code = -1 - ref
+            first = code >> 3
+            for slot in range(first, first + (code & 7) + 1):
+                th, f = _slot_face(view, slot, o, k, sh, s, o0, d, tmin, best, ignore)
+                if th < best:
+                    best = th
+                    face = f
+            if face >= 0 and any_hit != 0:
+                return best, face
+        if count == 0:
+            break
+        count -= 1
+        ref = stack[count]
+    return best, face
+
+
+@wp.func
+def _flat_wide_search(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                      any_hit: int) -> tuple[float, int]:
+    """The flat BVH's closest (or any) hit over the wide nodes: (t, global id) or (tmax, -1)."""
+    s = _approach(o, d, view.flat_magnitude[0])
+    if s >= 0.0:
+        t, face = _walk_flat_wide(view, o, s, d, tmin, tmax, ignore, any_hit)
+        if face >= 0:
+            return t, view.flat_global[face]
+    return tmax, -1
+
+
+@wp.func
+def trace_flat_wide(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                    any_hit: int) -> int:
+    """``traversal.trace_flat`` over the wide layout."""
+    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+    t, winner = _flat_wide_search(view, o, d, tmin, tmax, ignore, any_hit)
+    return winner
