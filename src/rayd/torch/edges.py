@@ -89,8 +89,6 @@ class NearestEdge(TorchRecord, EdgeRecord):
     keeps all k slots of each selected query).
     """
 
-    __slots__ = ()
-
     @property
     def shape(self) -> torch.Size:
         """The query batch shape (``[..., k]`` for top-k)."""
