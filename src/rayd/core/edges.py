@@ -237,7 +237,7 @@ class EdgeQueries:
     """
 
     _PREFIX = "rayd.Scene"
-    _EDGE_QUERIES: Any = None
+    _EDGE_QUERIES: Any = None  # bound from the frontend's ``_parts.edge_queries`` (rayd.core.frontend)
 
     def edge_topology(self):
         self._require_current(f"{self._PREFIX}.edge_topology()")
@@ -293,11 +293,20 @@ def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, A
     """
     for name, doc in docs.items():
         base = getattr(cls, name)
-        method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
-        method.__kwdefaults__ = base.__kwdefaults__
-        method.__annotations__ = {**base.__annotations__, **((annotations or {}).get(name, {}))}
-        method.__doc__ = doc
-        method.__module__ = cls.__module__
-        method.__qualname__ = f"{cls.__qualname__}.{name}"
-        setattr(cls, name, method)
+        if isinstance(base, property):  # a property: its getter copied the same way
+            getter = _copy(cls, name, base.fget, doc, (annotations or {}).get(name, {}))
+            setattr(cls, name, property(getter, base.fset, base.fdel, doc))
+            continue
+        setattr(cls, name, _copy(cls, name, base, doc, (annotations or {}).get(name, {})))
     return cls
+
+
+def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]) -> Any:
+    """A copy of function ``base`` (same code) as ``cls.name``, with ``doc`` and extra ``annotations``."""
+    method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
+    method.__kwdefaults__ = base.__kwdefaults__
+    method.__annotations__ = {**base.__annotations__, **annotations}
+    method.__doc__ = doc
+    method.__module__ = cls.__module__
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    return method

@@ -336,7 +336,7 @@ def vec3_rows(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]
 class DrjitArrays:
     """rayd.core's array protocol (:mod:`rayd.core.protocol`) for Dr.Jit arrays of one device."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         self.device = device
 
     def version(self, array: dr.ArrayBase) -> tuple[int, ...]:

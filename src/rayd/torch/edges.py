@@ -170,19 +170,20 @@ class SceneEdges(EdgeState):
     ``build()`` changes nothing until the next ``build()``.
 
     Args:
-        shapes: the scene's list of shape records, in shape order (read live; meshes
-            carry ``vertex_offset``, their first row in the flat vertex buffer).
-        device: the scene's device.
-        faces: (F_meshes, 3) int64, the build-time face table: every mesh's faces (not
-            instances') in shape order, offset by the mesh's ``vertex_offset``.
-        centre: the scene's search centre (engine/frame.py): the engine's copy is relative to it.
+        scene: the :class:`rayd.torch.Scene`, just built: its list of shape records, in
+            shape order (read live; meshes carry ``vertex_offset``, their first row in
+            the flat vertex buffer), its device, and from its live state the build-time
+            face table ``(F_meshes, 3)`` int64 (every mesh's faces, not instances', in
+            shape order, offset by the mesh's ``vertex_offset``) and the search centre
+            (engine/frame.py: the engine's copy is relative to it).
     """
 
-    def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor,
-                 centre: torch.Tensor | None = None) -> None:
+    def __init__(self, scene) -> None:
+        shapes, device = scene._shapes, scene._device
+        faces = scene._state.table.faces
         super().__init__(shapes, _convert.TorchArrays(), str(device))
         self._device = device
-        self.centre = centre
+        self.centre = scene._state.centre
         # Mesh-local build-time faces of every shape (an instance shares its mesh's).
         local: dict[int, torch.Tensor] = {}
         row = 0
