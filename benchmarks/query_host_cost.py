@@ -11,8 +11,10 @@ alternate the runs::
       PYTHONPATH=$PWD/src python3 benchmarks/query_host_cost.py --label branch
     done
 
-Prints one JSON line per run: ``{"label", "rayd", "frontend", "query", "rays", "us_per_call"}``
-rows under ``"rows"``. ``--device cuda`` times the torch frontend on the GPU (host time
+Prints one JSON line per run: ``{"label", "rayd", "rows"}``, each row ``{"frontend", "query",
+"rays", "us_per_call", "python_calls"}``; ``python_calls`` counts the Python-level function
+calls of one call (profiler ``call`` + ``c_call`` events), a figure the machine's load does
+not move. torch runs on one intra-op thread. ``--device cuda`` times the torch frontend on the GPU (host time
 per call still; the kernels are asynchronous).
 """
 
@@ -20,12 +22,29 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
 
 #: The scene: one unit quad (two triangles) in z = 0, so that the kernels are cheap and
 #: the figure is mostly the host's work per call (checks, hand-over, records).
 QUAD_V = [[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 1.0, 0.0]]
 QUAD_F = [[0, 1, 2], [0, 2, 3]]
+
+
+def _calls(fn) -> int:
+    """Python-level function calls (``call`` + ``c_call`` profiler events) of one ``fn()``: a count, not a time."""
+    count = [0]
+
+    def profile(frame, event, arg):
+        if event in ("call", "c_call"):
+            count[0] += 1
+
+    sys.setprofile(profile)
+    try:
+        fn()
+    finally:
+        sys.setprofile(None)
+    return count[0]
 
 
 def _best(fn, calls: int, repeats: int) -> float:
@@ -66,7 +85,8 @@ def torch_rows(n: int, calls: int, repeats: int, device: str) -> list[dict]:
 
     rows = []
     for name, fn in (("Ray+intersect", intersect), ("nearest_edge", edge), ("closest_point", closest)):
-        rows.append({"frontend": "torch", "query": name, "rays": n, "us_per_call": round(_best(fn, calls, repeats), 2)})
+        us = round(_best(fn, calls, repeats), 2)
+        rows.append({"frontend": "torch", "query": name, "rays": n, "us_per_call": us, "python_calls": _calls(fn)})
         sync()
     return rows
 
@@ -95,7 +115,8 @@ def drjit_rows(n: int, calls: int, repeats: int) -> list[dict]:
     def closest():
         dr.eval(scene.closest_point(points).distance)
 
-    return [{"frontend": "drjit", "query": name, "rays": n, "us_per_call": round(_best(fn, calls, repeats), 2)}
+    return [{"frontend": "drjit", "query": name, "rays": n, "us_per_call": round(_best(fn, calls, repeats), 2),
+             "python_calls": _calls(fn)}
             for name, fn in (("Ray+intersect", intersect), ("closest_point", closest))]
 
 
@@ -108,8 +129,11 @@ def main() -> None:
     parser.add_argument("--device", default="cpu", help="torch device (cpu or cuda)")
     parser.add_argument("--no-drjit", action="store_true", help="time only rayd.torch")
     args = parser.parse_args()
+    import torch
+
     import rayd
 
+    torch.set_num_threads(1)  # process time of this thread's work, not of spinning intra-op threads
     rows = torch_rows(args.rays, args.calls, args.repeats, args.device)
     if not args.no_drjit and args.device == "cpu":
         rows += drjit_rows(args.rays, args.calls // 4, args.repeats)
