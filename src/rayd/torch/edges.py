@@ -232,11 +232,10 @@ class SceneEdges(EdgeState):
                             shape_id=column(plan.shape_id), edge_id=column(plan.edge_id),
                             global_edge_id=torch.arange(e, dtype=torch.int32, device=device))
 
-    def _write_applied(self, stream, enabled: list[bool] | None) -> None:
-        applied = self._mask
-        if enabled is not None:
-            flags = torch.tensor(enabled, dtype=torch.bool, device=self._device)
-            applied = applied & flags[self.topology.shape_id.long()]
+    def _per_edge(self, enabled: list[bool]) -> torch.Tensor:
+        return torch.tensor(enabled, dtype=torch.bool, device=self._device)[self.topology.shape_id.long()]
+
+    def _write_applied(self, stream, applied: torch.Tensor) -> None:
         self._applied.copy_(applied)
 
     def _refresh_points(self, stream) -> None:
