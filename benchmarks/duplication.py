@@ -20,6 +20,7 @@ Usage::
     python3 benchmarks/duplication.py            # the figure and the top files
     python3 benchmarks/duplication.py --lines    # also every shared line
     python3 benchmarks/duplication.py --root DIR # another checkout (e.g. a `git archive` export)
+    python3 benchmarks/duplication.py --kinds    # also the figure split by kind of line (no effect on it)
 
 Writes nothing; ``benchmarks/results/duplication.txt`` holds its output.
 """
@@ -112,9 +113,36 @@ def measure(root: pathlib.Path = ROOT):
     return total, per_file, shared
 
 
+_HEADER = re.compile(r"^(class |def |@|(_core_edges\.)?document\(|\) ->|[a-z_]+: .*=.*,$|[a-z_]+: [A-Za-z]+,$)")
+
+
+def kinds(shared: dict) -> collections.Counter:
+    """The shared lines split by kind (a reading aid; the figure itself counts every line alike).
+
+    - ``header``: class statements, ``def`` lines and parameter lines of signatures, decorators,
+      ``document(`` calls: the parallel public types and hooks both frontends implement;
+    - ``idiom``: a line standing in other files on the two sides, or in four or more places
+      (``return value``, ``if active is not None:``): words in common, not one piece of logic;
+    - ``body``: the rest: the same statement in the two versions of one file.
+    """
+    out: collections.Counter = collections.Counter()
+    for text, (tplaces, dplaces) in shared.items():
+        n = min(len(tplaces), len(dplaces))
+        tfiles = {p.rsplit(":", 1)[0].rsplit("/", 1)[-1] for p in tplaces}
+        dfiles = {p.rsplit(":", 1)[0].rsplit("/", 1)[-1] for p in dplaces}
+        if _HEADER.match(text):
+            out["header"] += n
+        elif not (tfiles & dfiles) or len(tplaces) + len(dplaces) > 3:
+            out["idiom"] += n
+        else:
+            out["body"] += n
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--lines", action="store_true", help="list every shared line")
+    parser.add_argument("--kinds", action="store_true", help="also split the figure by kind of line")
     parser.add_argument("--root", type=pathlib.Path, default=ROOT, help="checkout to measure (default: this one)")
     args = parser.parse_args()
     total, per_file, shared = measure(args.root.resolve())
@@ -122,6 +150,11 @@ def main() -> None:
     print("by rayd.torch file:")
     for name, n in per_file.most_common():
         print(f"  {n:4d}  {name}")
+    if args.kinds:
+        print("by kind (header: class/def/signature/decorator/document lines; idiom: in other files or 4+ places;"
+              " body: the rest):")
+        for kind, n in kinds(shared).most_common():
+            print(f"  {n:4d}  {kind}")
     if args.lines:
         print("shared lines:")
         for text, (tplaces, dplaces) in sorted(shared.items(), key=lambda kv: kv[1][0][0]):

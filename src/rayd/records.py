@@ -14,8 +14,25 @@ from typing import Any
 from rayd.flags import FIELD_FLAGS, RayFlags
 
 
-class FieldRecord:
-    """Fields by name, read as attributes; ``_name`` is the public name used in messages."""
+class _Slotted(type):
+    """The metaclass of records: a record class that declares no ``__slots__`` gets ``()``.
+
+    A record never has an instance ``__dict__`` (its state is ``_fields`` plus the slots
+    its classes declare, which :meth:`FieldRecord._replace` copies), so every subclass,
+    the frontends' mixins (``TorchRecord``, ``DrjitRecord``) included, is slotted
+    without saying so.
+    """
+
+    def __new__(mcls, name: str, bases: tuple, namespace: dict, **kwargs: Any) -> type:
+        namespace.setdefault("__slots__", ())
+        return super().__new__(mcls, name, bases, namespace, **kwargs)
+
+
+class FieldRecord(metaclass=_Slotted):
+    """Fields by name, read as attributes; ``_name`` is the public name used in messages.
+
+    Subclasses are slotted (``__slots__ = ()`` unless they declare their own, :class:`_Slotted`).
+    """
 
     __slots__ = ("_fields",)
     _name = "rayd.Record"
@@ -90,7 +107,6 @@ class FieldRecord:
 class EdgeRecord(FieldRecord):
     """Fields of a nearest-edge query; ``ray_t`` / ``ray_point`` only for ray queries."""
 
-    __slots__ = ()
     _name = "rayd.NearestEdge"
 
     def _missing(self, name: str) -> str | None:
@@ -107,7 +123,6 @@ class EdgeRecord(FieldRecord):
 class ClosestPointRecord(FieldRecord):
     """Fields of a closest-point query (``Scene.closest_point``): a face was found where ``global_prim_id >= 0``."""
 
-    __slots__ = ()
     _name = "rayd.ClosestPoint"
 
     def is_valid(self) -> Any:
@@ -147,8 +162,6 @@ class HitRecord(FieldRecord):
 class ChainRecord(FieldRecord):
     """Fields of a reflection chain (``ReflectionChain``): a slot is valid where it holds a hit."""
 
-    __slots__ = ()
-
     def is_valid(self) -> Any:
         """True in the slots that hold a hit (``global_prim_id >= 0``), in the frontend's bool type."""
         return self._fields["global_prim_id"] >= 0
@@ -156,8 +169,6 @@ class ChainRecord(FieldRecord):
 
 class PathRecord(FieldRecord):
     """Fields of specular paths (``SpecularPaths``, ``SpecularPathSet``): ``is_valid()`` is the ``valid`` field."""
-
-    __slots__ = ()
 
     def is_valid(self) -> Any:
         """The ``valid`` field (bool per path)."""

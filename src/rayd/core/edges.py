@@ -75,8 +75,10 @@ class EdgeState:
       records (in pass order) gathered by the :class:`~rayd.core.topology.TopologyPlan`;
       also sets its own index arrays, the user mask ``_mask`` (all True) and the buffer
       the BVH reads (``_update_mask`` is called next, with the topology set);
-    - ``_write_applied(stream, enabled)``: write ``mask & enabled[shape_id]`` into the
-      BVH's flag buffer (``enabled`` is ``None`` when every shape is enabled);
+    - ``_per_edge(enabled)``: the (E,) bool array ``enabled[shape_id]`` of a per-shape list
+      of Python bools (only called when some shape is disabled);
+    - ``_write_applied(stream, applied)``: write the (E,) bool array ``applied`` into the
+      BVH's flag buffer;
     - ``_refresh_points(stream)``: write the world-space vertices into the BVH's buffer;
     - ``_build_bvh(stream)``: the engine's ``EdgeBvh`` over those buffers;
     - ``_checked_mask(call, mask)``: ``(copy, count, shown)``: the frontend's own copy of
@@ -120,7 +122,10 @@ class EdgeState:
     def _make_topology(self, records: list, plan: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _write_applied(self, stream, enabled: list[bool] | None) -> None:  # pragma: no cover - abstract
+    def _per_edge(self, enabled: list[bool]) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _write_applied(self, stream, applied: Any) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _refresh_points(self, stream) -> None:  # pragma: no cover - abstract
@@ -162,7 +167,8 @@ class EdgeState:
     def _update_mask(self, stream) -> None:
         """``applied = mask & enabled[shape_id]`` (what the BVH sees), from the current enable flags."""
         self._enabled = self._enabled_now()
-        self._write_applied(stream, None if all(self._enabled) else self._enabled)
+        applied = self._mask if all(self._enabled) else self._mask & self._per_edge(self._enabled)
+        self._write_applied(stream, applied)
 
     @property
     def topology(self) -> Any:
@@ -237,7 +243,7 @@ class EdgeQueries:
     """
 
     _PREFIX = "rayd.Scene"
-    _EDGE_QUERIES: Any = None
+    _EDGE_QUERIES: Any = None  # bound from the frontend's ``_parts.edge_queries`` (rayd.core.frontend)
 
     def edge_topology(self):
         self._require_current(f"{self._PREFIX}.edge_topology()")
@@ -293,11 +299,20 @@ def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, A
     """
     for name, doc in docs.items():
         base = getattr(cls, name)
-        method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
-        method.__kwdefaults__ = base.__kwdefaults__
-        method.__annotations__ = {**base.__annotations__, **((annotations or {}).get(name, {}))}
-        method.__doc__ = doc
-        method.__module__ = cls.__module__
-        method.__qualname__ = f"{cls.__qualname__}.{name}"
-        setattr(cls, name, method)
+        if isinstance(base, property):  # a property: its getter copied the same way
+            getter = _copy(cls, name, base.fget, doc, (annotations or {}).get(name, {}))
+            setattr(cls, name, property(getter, base.fset, base.fdel, doc))
+            continue
+        setattr(cls, name, _copy(cls, name, base, doc, (annotations or {}).get(name, {})))
     return cls
+
+
+def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]) -> Any:
+    """A copy of function ``base`` (same code) as ``cls.name``, with ``doc`` and extra ``annotations``."""
+    method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
+    method.__kwdefaults__ = base.__kwdefaults__
+    method.__annotations__ = {**base.__annotations__, **annotations}
+    method.__doc__ = doc
+    method.__module__ = cls.__module__
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    return method

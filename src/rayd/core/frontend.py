@@ -5,25 +5,36 @@ hand the arrays to :class:`rayd.core.SceneCore`, done — so it is written once 
 A frontend subclass provides the hooks below (argument checks and conversions in its
 own array library) and the queries, whose evaluation is frontend-specific.
 
-Hooks a subclass defines:
+What a frontend binds, once: its package ``rayd.<frontend>`` has a module ``_parts``
+that names (by importing them) the pieces written in its array library, read here when
+the ``Scene`` subclass is made (:meth:`SceneBase.__init_subclass__`):
 
-- ``_MESH`` (its ``Mesh`` class, whose :class:`~rayd.core.mesh.MeshBase` hooks check
-  vertices and single matrices here too); ``_PREFIX`` (``"rayd.torch.Scene"``) is set
-  from the subclass's module;
-- ``_arrays()``: its :class:`~rayd.core.protocol.ArrayProtocol`;
+- ``Mesh``, ``Ray``: its public types (``_MESH``, ``_RAY``; ``Mesh``'s
+  :class:`~rayd.core.mesh.MeshBase` hooks check vertices and single matrices here too);
+- ``Arrays``: its :class:`~rayd.core.protocol.ArrayProtocol` class (made with no arguments);
+- ``LiveState(scene)``, ``SceneEdges(scene)``: the per-build state the queries read and
+  the edges (an :class:`~rayd.core.edges.EdgeState`), made by ``build()`` in that order;
+  ``sync()`` calls ``LiveState.synced()`` after it has synced the edges;
+- ``check_ray(call, ray, device)``, ``check_transforms(call, name, value, count, device)``:
+  a checked ``Ray`` of the scene's device, a checked batch of ``count`` matrices;
+- ``edge_queries``, ``surface``: the modules of the edge and surface queries
+  (:class:`~rayd.core.edges.EdgeQueries`, :class:`~rayd.core.surface.SurfaceQueries`).
+
+``_PREFIX`` (``"rayd.torch.Scene"``) is set from the subclass's module. Hooks a subclass
+defines as methods:
+
 - ``_mesh_device(mesh)``: the device name of a mesh;
 - ``_same_device(call, name, array)``: raise ``ValueError`` unless ``array`` is on the scene's device;
-- ``_check_transforms(call, name, value, count)``: a checked batch of ``count`` matrices;
 - ``_ids(call, name, value)``: a list of ints from the frontend's id containers (default:
   ``value`` itself, a Python int sequence);
 - ``_batch_entry(batch, k)``: the matrix ``k`` of a checked batch (differentiable view/gather);
-- ``_after_build()``: make the frontend's per-build state and edges (``self._edges``, an
-  :class:`~rayd.core.edges.EdgeState`); ``_after_sync()``: refresh what the frontend
-  caches after ``sync()`` has refreshed the edges (default: nothing).
+- ``_built()``: anything else the frontend makes at ``build()``, after the live state and
+  the edges (default: nothing); ``_before_sync()``: re-read in-place changed batches.
 """
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
@@ -60,23 +71,33 @@ class SceneBase:
     """Shared lifecycle of ``rayd.torch.Scene`` and ``rayd.drjit.Scene`` (see the module docstring)."""
 
     _PREFIX = "rayd.Scene"
+    _PARTS: Any = None  # the frontend's ``_parts`` module (module docstring)
     _MESH: Any = object
+    _RAY: Any = None
+    _EDGE_QUERIES: Any = None
+    _SURFACE: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         parts = cls.__module__.split(".")
-        if "_PREFIX" not in cls.__dict__ and parts[:2] in (["rayd", "torch"], ["rayd", "drjit"]):
-            cls._PREFIX = f"rayd.{parts[1]}.{cls.__name__}"
+        if parts[:2] in (["rayd", "torch"], ["rayd", "drjit"]):
+            if "_PREFIX" not in cls.__dict__:
+                cls._PREFIX = f"rayd.{parts[1]}.{cls.__name__}"
+            cls._PARTS = bound = importlib.import_module(f"rayd.{parts[1]}._parts")
+            cls._MESH, cls._RAY = bound.Mesh, bound.Ray
+            cls._EDGE_QUERIES, cls._SURFACE = bound.edge_queries, bound.surface
 
     def __init__(self) -> None:
-        self._core = SceneCore(self._arrays(), self._PREFIX)
+        self._core = SceneCore(self._PARTS.Arrays(), self._PREFIX)
         self._device: Any = None
         self._edges: Any = None
         self._state: Any = None
 
     # ------------------------------------------------------------------ hooks (frontends)
-    def _arrays(self):  # pragma: no cover - abstract
-        raise NotImplementedError
+    @property
+    def device(self) -> Any:
+        """The scene's device (that of its meshes), ``None`` while it is empty."""
+        return self._device
 
     @property
     def _table(self) -> ShapeTable:
@@ -161,7 +182,12 @@ class SceneBase:
                 non-finite vertices.
         """
         self._core.build(f"{self._PREFIX}.build()")
-        self._after_build()
+        self._state = self._PARTS.LiveState(self)
+        self._edges = self._PARTS.SceneEdges(self)
+        self._built()
+
+    def _built(self) -> None:
+        """Frontend hook: what else it makes at ``build()`` (after the live state and the edges)."""
 
     def update_mesh_vertices(self, mesh_id: int, vertices: Any) -> None:
         """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
@@ -254,13 +280,10 @@ class SceneBase:
         self._before_sync()
         moved = self._core.sync(call)
         self._edges.sync(self._core.arrays.stream(str(self._device)), moved=bool(moved))
-        self._after_sync()
+        self._state.synced()
 
     def _before_sync(self) -> None:
         """Frontend hook: re-read what an in-place change of a batch of matrices needs re-read."""
-
-    def _after_sync(self) -> None:
-        """Frontend hook: refresh what the frontend caches per sync (the edges are synced already)."""
 
     # ------------------------------------------------------------------ argument checks
     def _check_vertices(self, call: str, name: str, vertices: Any, count: int, mesh_id: int) -> Any:
@@ -274,6 +297,14 @@ class SceneBase:
     def _check_transform(self, call: str, name: str, value: Any, shape: Shape) -> Any:
         """One checked matrix for ``shape`` (the mesh's check, on the device of the shape's vertices)."""
         return self._MESH._check_transform(call, name, value, shape.mesh.vertices)
+
+    def _check_transforms(self, call: str, name: str, value: Any, count: int) -> Any:
+        """A checked batch of ``count`` matrices on the scene's device (the frontend's ``check_transforms``)."""
+        return self._PARTS.check_transforms(call, name, value, count, self._device)
+
+    def _check_ray(self, call: str, ray: Any) -> Any:
+        """``ray`` if it is the frontend's ``Ray`` on the scene's device (the frontend's ``check_ray``), else raise."""
+        return self._PARTS.check_ray(call, ray, self._device)
 
     def _ids(self, call: str, name: str, value: Any) -> Any:
         """The ids of a batch as the core reads them (a frontend may convert its own id arrays)."""

@@ -47,7 +47,6 @@ class ClosestPoint(DrjitRecord, ClosestPointRecord):
     Float fields are differentiable for the fixed winning triangle (DESIGN.md). Never NaN.
     """
 
-    __slots__ = ()
     _width_field = "distance"
 
     @property

@@ -29,6 +29,7 @@ import drjit as dr
 import numpy as np
 import warp as wp
 
+from rayd.core.frontend import type_name  # noqa: F401 - one rule for messages (drjit.llvm.ad.Array3f, torch.Tensor)
 from rayd.core.protocol import cached_stream
 from rayd.engine import warp_device
 
@@ -38,17 +39,6 @@ _BACKENDS = {dr.JitBackend.LLVM: "llvm", dr.JitBackend.CUDA: "cuda"}
 def is_jit_array(value: object) -> bool:
     """True for a Dr.Jit array of the LLVM or CUDA backend (not ``drjit.scalar``)."""
     return isinstance(value, dr.ArrayBase) and dr.backend_v(value) in _BACKENDS
-
-
-def type_name(value: object) -> str:
-    """``module.Name`` of ``value``'s type, e.g. ``drjit.llvm.ad.Array3f`` or ``torch.Tensor``."""
-    cls = type(value)
-    module = cls.__module__
-    if module.startswith("torch"):
-        module = "torch"
-    if module == "builtins":
-        return cls.__name__
-    return f"{module}.{cls.__qualname__}"
 
 
 def backend_name(value: dr.ArrayBase) -> str:
@@ -348,7 +338,7 @@ def vec3_rows(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]
 class DrjitArrays:
     """rayd.core's array protocol (:mod:`rayd.core.protocol`) for Dr.Jit arrays of one device."""
 
-    def __init__(self, device: str) -> None:
+    def __init__(self, device: str = "cpu") -> None:
         self.device = device
 
     def version(self, array: dr.ArrayBase) -> tuple[int, ...]:

@@ -16,7 +16,6 @@ from types import ModuleType
 import drjit as dr
 import numpy as np
 
-from rayd.core import SceneCore
 from rayd.core.shapes import face_flags, matrix_groups
 from rayd.drjit import _convert
 from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns
@@ -27,13 +26,13 @@ class LiveState:
     """Dr.Jit tables of one build of a scene and its cached transform columns.
 
     Args:
-        core: the scene's :class:`~rayd.core.SceneCore`, just built.
-        backend: ``'llvm'`` or ``'cuda'``.
+        scene: the :class:`rayd.drjit.Scene`, just built (its core and backend,
+            ``'llvm'`` or ``'cuda'``, are read).
     """
 
-    def __init__(self, core: SceneCore, backend: str) -> None:
-        self.core = core
-        self.backend = backend
+    def __init__(self, scene) -> None:
+        self.core = core = scene._core
+        self.backend = backend = scene._backend
         plain = _convert.module(backend, False)
         table = core.table
         host = table.tables()

@@ -6,7 +6,6 @@ The methods themselves are written once in ``rayd.core.edges``; the work is in `
 from __future__ import annotations
 
 from rayd.core import edges as _core_edges
-from rayd.drjit import _nearest_edge
 
 
 class EdgeQueries(_core_edges.EdgeQueries):
@@ -15,8 +14,6 @@ class EdgeQueries(_core_edges.EdgeQueries):
     Mixed into :class:`rayd.drjit.Scene`, whose lifecycle checks and edge bookkeeping
     (``_require_current``, ``_edges``) they use.
     """
-
-    _EDGE_QUERIES = _nearest_edge
 
 
 _core_edges.document(EdgeQueries, {

@@ -9,7 +9,6 @@ import drjit as dr
 
 from rayd.core import surface as _core_surface
 from rayd.core.edges import document
-from rayd.drjit import _closest_point
 from rayd.drjit._closest_point import ClosestPoint
 
 
@@ -18,8 +17,6 @@ class SurfaceQueries(_core_surface.SurfaceQueries):
 
     Mixed into :class:`rayd.drjit.Scene`. All four take meshes and instances.
     """
-
-    _SURFACE = _closest_point
 
 
 document(SurfaceQueries, {

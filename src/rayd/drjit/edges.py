@@ -164,12 +164,13 @@ class SceneEdges(EdgeState):
         self._applied_view = _convert.scalar_view(self._applied, self._device)
         return topology
 
-    def _write_applied(self, stream, enabled: list[bool] | None) -> None:
-        """``applied = mask & enabled[shape_id]`` (what the BVH sees), written in place."""
+    def _per_edge(self, enabled: list[bool]) -> dr.ArrayBase:
         plain = _convert.module(self._backend, False)
-        applied = self._mask
-        if enabled is not None:
-            applied = applied & dr.gather(plain.Bool, plain.Bool(enabled), plain.UInt(self._topology.shape_id))
+        return dr.gather(plain.Bool, plain.Bool(enabled), plain.UInt(self._topology.shape_id))
+
+    def _write_applied(self, stream, applied: dr.ArrayBase) -> None:
+        """``applied`` (what the BVH sees), written in place into the BVH's flag buffer."""
+        plain = _convert.module(self._backend, False)
         flags = plain.UInt8(dr.select(applied, 1, 0))
         dr.eval(flags)
         _convert.fence(self._device)

@@ -6,10 +6,10 @@ import drjit as dr
 
 from rayd.core.edges import document
 from rayd.core.frontend import PublicName
-from rayd.records import HitRecord
+from rayd.records import FieldRecord, HitRecord
 
 
-class DrjitRecord(PublicName):
+class DrjitRecord(PublicName, FieldRecord):
     """The Dr.Jit parts of a record: ``detach()`` and selecting queries (``record[mask]``).
 
     Mixed into :class:`Intersection` and :class:`~rayd.drjit.NearestEdge` ahead of their
@@ -17,8 +17,6 @@ class DrjitRecord(PublicName):
     for top-k records, slot ``j`` of query ``i`` at lane ``i k + j``); an index selects
     queries, so a top-k record keeps all k slots of each selected query.
     """
-
-    __slots__ = ()
 
     def _detach_field(self, value: dr.ArrayBase) -> dr.ArrayBase:
         return dr.detach(value)
@@ -97,7 +95,6 @@ class Intersection(DrjitRecord, HitRecord):
     into a record of the same fields and flags.
     """
 
-    __slots__ = ()
     _width_field = "t"
 
     @property

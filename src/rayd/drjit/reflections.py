@@ -64,7 +64,6 @@ class ReflectionChain(_SlotRecord, ChainRecord):
     Selecting rays (``chain[mask]``, mask of width N) keeps every slot of each.
     """
 
-    __slots__ = ()
     _width_field = "t"
     _PER_ITEM = ("num_bounces", "path_length")
 
@@ -80,7 +79,6 @@ class SpecularPaths(_SlotRecord, PathRecord):
     vertices and transforms, for the fixed sequence; invalid paths carry zero gradient.
     """
 
-    __slots__ = ()
     _PER_ITEM = ("num_bounces", "length", "valid")
 
 
@@ -94,7 +92,6 @@ class SpecularPathSet(_SlotRecord, PathRecord):
     Paths of a pair are sorted by length. Indexing selects sources.
     """
 
-    __slots__ = ()
     _PER_ITEM = ("num_bounces", "length", "valid")
 
 

@@ -21,9 +21,8 @@ from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit._scene_surface import SurfaceQueries
 from rayd.drjit._scene_reflect import ReflectionQueries
 from rayd.drjit._scene_allhits import AllHitsQueries
-from rayd.drjit.edges import SceneEdges
 from rayd.drjit.intersection import Intersection
-from rayd.drjit.mesh import Mesh, check_transforms
+from rayd.drjit.mesh import Mesh
 from rayd.drjit.ray import Ray
 from rayd.flags import RayFlags
 
@@ -48,27 +47,16 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     stream.
     """
 
-    _MESH = Mesh
-    _RAY = Ray
-
     def __init__(self) -> None:
         super().__init__()
         self._backend: str | None = None
-
-    @property
-    def device(self) -> str | None:
-        """The scene's device, ``'cpu'`` (LLVM) or ``'cuda:<ordinal>'``; ``None`` while empty."""
-        return self._device
 
     @property
     def backend(self) -> str | None:
         """The scene's Dr.Jit backend, ``'llvm'`` or ``'cuda'``; ``None`` while empty."""
         return self._backend
 
-    # ------------------------------------------------------------------ SceneBase hooks
-    def _arrays(self) -> _convert.DrjitArrays:
-        return _convert.DrjitArrays("cpu")
-
+    # ------------------------------------------------------------------ SceneBase hooks (and rayd.drjit._parts)
     def _mesh_device(self, mesh: Mesh) -> str:
         self._backend = mesh.backend
         self._core.arrays.device = mesh.device  # the protocol works on the scene's device
@@ -76,9 +64,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     def _same_device(self, call: str, name: str, array: dr.ArrayBase) -> None:
         _check.same_backend(call, name, array, self._device, "the scene")
-
-    def _check_transforms(self, call: str, name: str, value: object, count: int) -> dr.ArrayBase:
-        return check_transforms(call, name, value, count, self._device)
 
     def _batch_entry(self, batch: dr.ArrayBase, k: int) -> dr.ArrayBase:
         return gather_matrix(batch, k, self._backend)
@@ -88,13 +73,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         for shape in self._table:  # a batch changed in place: take the new values (differentiably)
             if shape.source is not None and self._table.matrix_changed(shape, memo):
                 shape.to_world = gather_matrix(shape.source, shape.source_index, self._backend)
-
-    def _after_build(self) -> None:
-        self._state = LiveState(self._core, self._backend)
-        self._edges = SceneEdges(self)
-
-    def _after_sync(self) -> None:
-        self._state.synced()
 
     # ------------------------------------------------------------------ queries (RayQueries hooks)
     def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
@@ -146,9 +124,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         ad = shapes_ad or any(_convert.is_ad(a) for a in arrays)
         return _convert.module(self._backend, ad), double
 
-    def _check_ray(self, call: str, ray: object) -> Ray:
-        return _trace.check_ray(call, ray, self._device)
-
     def _check_active(self, call: str, ray: Ray, active: object):
         return _trace.check_active(call, ray, active, self._device)
 
@@ -171,6 +146,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
 
 document(Scene, {
+    "device": """The scene's device, ``'cpu'`` (LLVM) or ``'cuda:<ordinal>'``; ``None`` while empty.""",
     "intersect": """Closest hit of each ray, differentiable for the fixed winning triangle.
 
     Args:
@@ -244,7 +220,7 @@ document(Scene, {
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
-})
+}, {"device": {"return": "str | None"}})
 
 # One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence):
 # the frontend's part of each query is wrapped, so the public methods keep running the core's own code.
@@ -252,6 +228,3 @@ for _name in ("_intersect", "_occluded", "_unblocked", "_intersect_all", "_count
               "_trace_reflections", "_specular_paths"):
     setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
 del _name
-Scene._EDGE_QUERIES = _convert.Fenced(Scene._EDGE_QUERIES, ("nearest_edge_ray", "nearest_edge_points", "nearest_edges",
-                                                             "silhouette_edges"))
-Scene._SURFACE = _convert.Fenced(Scene._SURFACE, ("closest_point", "winding_number", "contains", "signed_distance"))

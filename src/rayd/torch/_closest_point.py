@@ -51,8 +51,6 @@ class ClosestPoint(TorchRecord, ClosestPointRecord):
     Supports ``detach()``, ``to(device)`` and indexing of the batch dims.
     """
 
-    __slots__ = ()
-
     @property
     def shape(self) -> torch.Size:
         """The query batch shape ``...``."""

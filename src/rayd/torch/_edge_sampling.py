@@ -73,7 +73,6 @@ class EdgeSamples(TorchRecord, EdgeSamplesBase):
     ``height`` with every field (the rays' ``o`` and ``d`` too) mapped.
     """
 
-    __slots__ = ()
     _RAY = Ray
 
     @property

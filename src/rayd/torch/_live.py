@@ -20,7 +20,6 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from rayd.core import SceneCore
 from rayd.core.shapes import face_flags, matrix_groups
 from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
@@ -52,13 +51,12 @@ class LiveState:
     """Torch tables of one build of a scene, and the cached placements of its current sync.
 
     Args:
-        core: the scene's :class:`~rayd.core.SceneCore`, just built.
-        device: the scene's torch device.
+        scene: the :class:`rayd.torch.Scene`, just built (its core and device are read).
     """
 
-    def __init__(self, core: SceneCore, device: torch.device) -> None:
-        self.core = core
-        self.device = device
+    def __init__(self, scene) -> None:
+        self.core = core = scene._core
+        self.device = device = scene._device
         shapes = core.table.shapes
         meshes = [s for s in shapes if not s.is_instance]
         host = core.table.tables()
@@ -118,6 +116,10 @@ class LiveState:
             self._world = torch.as_tensor(transforms.world).to(self.device)
             self._normal = None
             self.any_matrix = transforms.has_any(self.core.table)
+
+    def synced(self) -> None:
+        """After ``sync()``: :meth:`prepare`."""
+        self.prepare()
 
     def prepare(self) -> None:
         """Refresh the device tables now (after ``build()``/``sync()``), so that traced queries only read them.

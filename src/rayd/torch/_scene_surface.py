@@ -9,7 +9,6 @@ import torch
 
 from rayd.core import surface as _core_surface
 from rayd.core.edges import document
-from rayd.torch import _closest_point
 from rayd.torch._closest_point import ClosestPoint
 
 
@@ -20,8 +19,6 @@ class SurfaceQueries(_core_surface.SurfaceQueries):
     (``_require_ready``, ``_state``, ``_core``) they use. All four take meshes and
     instances.
     """
-
-    _SURFACE = _closest_point
 
 
 document(SurfaceQueries, {

@@ -89,8 +89,6 @@ class NearestEdge(TorchRecord, EdgeRecord):
     keeps all k slots of each selected query).
     """
 
-    __slots__ = ()
-
     @property
     def shape(self) -> torch.Size:
         """The query batch shape (``[..., k]`` for top-k)."""
@@ -172,19 +170,20 @@ class SceneEdges(EdgeState):
     ``build()`` changes nothing until the next ``build()``.
 
     Args:
-        shapes: the scene's list of shape records, in shape order (read live; meshes
-            carry ``vertex_offset``, their first row in the flat vertex buffer).
-        device: the scene's device.
-        faces: (F_meshes, 3) int64, the build-time face table: every mesh's faces (not
-            instances') in shape order, offset by the mesh's ``vertex_offset``.
-        centre: the scene's search centre (engine/frame.py): the engine's copy is relative to it.
+        scene: the :class:`rayd.torch.Scene`, just built: its list of shape records, in
+            shape order (read live; meshes carry ``vertex_offset``, their first row in
+            the flat vertex buffer), its device, and from its live state the build-time
+            face table ``(F_meshes, 3)`` int64 (every mesh's faces, not instances', in
+            shape order, offset by the mesh's ``vertex_offset``) and the search centre
+            (engine/frame.py: the engine's copy is relative to it).
     """
 
-    def __init__(self, shapes: list, device: torch.device, faces: torch.Tensor,
-                 centre: torch.Tensor | None = None) -> None:
+    def __init__(self, scene) -> None:
+        shapes, device = scene._shapes, scene._device
+        faces = scene._state.table.faces
         super().__init__(shapes, _convert.TorchArrays(), str(device))
         self._device = device
-        self.centre = centre
+        self.centre = scene._state.centre
         # Mesh-local build-time faces of every shape (an instance shares its mesh's).
         local: dict[int, torch.Tensor] = {}
         row = 0
@@ -233,11 +232,10 @@ class SceneEdges(EdgeState):
                             shape_id=column(plan.shape_id), edge_id=column(plan.edge_id),
                             global_edge_id=torch.arange(e, dtype=torch.int32, device=device))
 
-    def _write_applied(self, stream, enabled: list[bool] | None) -> None:
-        applied = self._mask
-        if enabled is not None:
-            flags = torch.tensor(enabled, dtype=torch.bool, device=self._device)
-            applied = applied & flags[self.topology.shape_id.long()]
+    def _per_edge(self, enabled: list[bool]) -> torch.Tensor:
+        return torch.tensor(enabled, dtype=torch.bool, device=self._device)[self.topology.shape_id.long()]
+
+    def _write_applied(self, stream, applied: torch.Tensor) -> None:
         self._applied.copy_(applied)
 
     def _refresh_points(self, stream) -> None:

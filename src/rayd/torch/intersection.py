@@ -6,17 +6,15 @@ import torch
 
 from rayd.core.edges import document
 from rayd.core.frontend import PublicName
-from rayd.records import HitRecord
+from rayd.records import FieldRecord, HitRecord
 
 
-class TorchRecord(PublicName):
+class TorchRecord(PublicName, FieldRecord):
     """The torch parts of a record: ``detach()``, ``to()``, ``cpu()`` and indexing.
 
     Mixed into :class:`Intersection` and :class:`~rayd.torch.NearestEdge` ahead of their
     backend-neutral base (``rayd.records``), which supplies the generic machinery.
     """
-
-    __slots__ = ()
 
     def _detach_field(self, value: torch.Tensor) -> torch.Tensor:
         return value.detach()
@@ -99,8 +97,6 @@ class Intersection(TorchRecord, HitRecord):
     same fields and flags; the index applies to the batch dims, so ``hit[mask].p`` is
     ``(M, 3)``).
     """
-
-    __slots__ = ()
 
     @property
     def shape(self) -> torch.Size:

@@ -29,8 +29,6 @@ class SpecularPathSet(TorchRecord, PathRecord):
     (reverse and forward mode) with respect to sources, targets, vertices and transforms.
     """
 
-    __slots__ = ()
-
     @property
     def shape(self) -> torch.Size:
         """``(S, T, P)``."""

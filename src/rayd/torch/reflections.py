@@ -33,8 +33,6 @@ class ReflectionChain(TorchRecord, ChainRecord):
     Supports ``detach()``, ``to(device)`` and indexing of the batch dims.
     """
 
-    __slots__ = ()
-
     @property
     def shape(self) -> torch.Size:
         """The ray batch shape ``...``."""
@@ -60,8 +58,6 @@ class SpecularPaths(TorchRecord, PathRecord):
     respect to the source, the target, vertices and transforms, for the fixed face
     sequence; invalid paths carry zero gradient. Never NaN.
     """
-
-    __slots__ = ()
 
     @property
     def shape(self) -> torch.Size:

@@ -18,14 +18,12 @@ from rayd.flags import RayFlags
 from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace, _walk_on
 from rayd.torch._geometry import gather
 from rayd.torch._intersect import _stand_in as stand_in, evaluate
-from rayd.torch._live import LiveState
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch._scene_surface import SurfaceQueries
 from rayd.torch._scene_reflect import ReflectionQueries
 from rayd.torch._scene_allhits import AllHitsQueries
-from rayd.torch.edges import SceneEdges
 from rayd.torch.intersection import Intersection
-from rayd.torch.mesh import Mesh, check_transforms
+from rayd.torch.mesh import Mesh
 from rayd.torch.ray import Ray
 
 class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQueries, SceneBase):
@@ -49,26 +47,12 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     current torch stream, without host synchronisation in queries.
     """
 
-    _MESH = Mesh
-    _RAY = Ray
-
-    @property
-    def device(self) -> torch.device | None:
-        """The scene's device (that of its meshes), ``None`` while it is empty."""
-        return self._device
-
-    # ------------------------------------------------------------------ SceneBase hooks
-    def _arrays(self) -> _convert.TorchArrays:
-        return _convert.TorchArrays()
-
+    # ------------------------------------------------------------------ SceneBase hooks (and rayd.torch._parts)
     def _mesh_device(self, mesh: Mesh) -> torch.device:
         return torch.device(_convert.device_name(mesh.device))
 
     def _same_device(self, call: str, name: str, array: torch.Tensor) -> None:
         _check.same_device(call, name, array, self._device, "the scene")
-
-    def _check_transforms(self, call: str, name: str, value: object, count: int) -> torch.Tensor:
-        return check_transforms(call, name, value, count, self._device)
 
     def _ids(self, call: str, name: str, value: object) -> object:
         if isinstance(value, torch.Tensor):
@@ -93,16 +77,11 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     sync.__doc__ = SceneBase.sync.__doc__
 
-    def _after_build(self) -> None:
-        self._state = LiveState(self._core, self._device)
-        self._edges = SceneEdges(self._shapes, self._device, self._state.table.faces, self._state.centre)
+    def _built(self) -> None:
         _ops.register(self)  # the key by which compiled graphs and vmap reach this scene
         self._state.prepare()  # device tables of the transforms made now, not in a traced query
         for dtype in (torch.float32, torch.float64):  # cached constants: the same graph before and after
             stand_in(dtype, self._device)
-
-    def _after_sync(self) -> None:
-        self._state.prepare()
 
     def _require_ready(self, call: str) -> None:
         """The lifecycle check of a query (SceneBase's), deferred to run time under ``torch.compile``.
@@ -190,11 +169,9 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             dtype = torch.promote_types(dtype, array.dtype)
         return torch.promote_types(dtype, self._state.vertex_dtype)  # the meshes' (instances share them)
 
-    def _check_ray(self, call: str, ray: object) -> Ray:
-        return _trace.check_ray(call, ray, self._device)
-
 
 document(Scene, {
+    "device": """The scene's device (that of its meshes), ``None`` while it is empty.""",
     "intersect": """Closest hit of each ray, differentiable for the fixed winning triangle.
 
     Args:
@@ -266,4 +243,4 @@ document(Scene, {
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
-})
+}, {"device": {"return": "torch.device | None"}})
