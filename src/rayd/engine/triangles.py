@@ -192,6 +192,9 @@ class TriangleScene:
         self.face_base = face_base
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
+        # Whether refits must rewrite lowers/uppers (the per-triangle boxes): an owner that reads
+        # them only at build may clear it (the fused refit's "noitems" variant then skips them).
+        self.keep_item_boxes = True
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:

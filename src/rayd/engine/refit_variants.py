@@ -1,0 +1,210 @@
+"""Variants of the fused refit that move fewer bytes per node (issue 18, "update").
+
+``RAYD_REFIT_VARIANT`` (or :func:`set_refit_variant`) names a comma-separated set of flags;
+the empty set (the default) keeps ``refit._fused_refit_kernel`` as it is. Any flag selects
+:func:`_variant_refit_kernel` instead, which climbs like the ``"climb1"`` order (one fence
+before each counter, the finishing thread reads from L2 without a second fence) and:
+
+- ``"sibling"``: the finishing thread keeps its own child's box in registers and reads
+  only the sibling's box (two 16-byte L2 loads, not four);
+- ``"pairslot"`` (implies ``"sibling"``; trees with pair nodes): each node's box is written,
+  by the thread that finishes it, into its half of the parent's pair node (6 floats at
+  ``16 k + 6 side``), and the finishing thread reads the sibling's half from there (two
+  16-byte L2 loads of the same 48-byte node); the parent no longer writes its pair node
+  whole. A per-node ``slot`` (``2 k + side``, ``-1`` at the root), made once, replaces the
+  reads of the parent's child indices and pair number;
+- ``"noitems"``: the per-triangle boxes ``TriangleScene.lowers``/``uppers`` (24 bytes per
+  triangle) are not rewritten where the scene says nothing reads them after the build
+  (``TriangleScene.keep_item_boxes = False``, set by the scene core for its flat scene;
+  instanced meshes keep them, their object bounds are read from them).
+
+Every variant computes the same boxes as the default (unions by min/max are exact), so
+the refit's result is bit-identical; ``tests/engine/test_refit_variants.py`` checks it.
+"""
+
+from __future__ import annotations
+
+import os
+
+import warp as wp
+
+from rayd.engine.refit import BOX_PADDING, _fence, _load_l2, _write_box
+
+wp.set_module_options({"enable_backward": False})
+
+FLAGS = ("sibling", "pairslot", "noitems")
+
+
+def _parse(text: str, where: str) -> frozenset[str]:
+    names = frozenset(t.strip().lower() for t in text.split(",") if t.strip())
+    bad = sorted(names - set(FLAGS))
+    if bad:
+        raise ValueError(f"rayd.engine: {where} takes a comma-separated subset of {FLAGS}, got {bad}")
+    return names
+
+
+_variant = _parse(os.environ.get("RAYD_REFIT_VARIANT", ""), "RAYD_REFIT_VARIANT")
+
+
+def set_refit_variant(names: str) -> None:
+    """Choose the variant flags of fused refits of BVHs built from now on (``""``: the default kernel).
+
+    Raises:
+        ValueError: for a name not in :data:`FLAGS`.
+    """
+    global _variant
+    _variant = _parse(names, "rayd.engine.set_refit_variant()")
+
+
+def refit_variant() -> frozenset[str]:
+    """The variant flags fused refits of BVHs built now get (empty: the default kernel)."""
+    return _variant
+
+
+@wp.func
+def _write_half(boxes_f: wp.array(dtype=float), s: int, lo: wp.vec3, hi: wp.vec3):
+    """Store a child's box as its half ``s & 1`` of pair node ``s >> 1`` (6 floats)."""
+    base = 16 * (s >> 1) + 6 * (s & 1)
+    boxes_f[base] = lo[0]
+    boxes_f[base + 1] = lo[1]
+    boxes_f[base + 2] = lo[2]
+    boxes_f[base + 3] = hi[0]
+    boxes_f[base + 4] = hi[1]
+    boxes_f[base + 5] = hi[2]
+
+
+@wp.kernel
+def _slots_kernel(lower_index: wp.array(dtype=wp.vec4i), upper_index: wp.array(dtype=wp.vec4i),
+                  number: wp.array(dtype=wp.int32), slots: wp.array(dtype=wp.int32)):
+    n = wp.tid()
+    low = lower_index[n][3]
+    if low < 0:
+        return
+    right = upper_index[n][3] & 0x7FFFFFFF
+    count = lower_index.shape[0]
+    if low >= count or right >= count:
+        return  # an unused slot of Warp's node array
+    slots[low] = 2 * number[n]
+    slots[right] = 2 * number[n] + 1
+
+
+@wp.kernel
+def _variant_refit_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    lowers: wp.array(dtype=wp.vec4),
+    uppers: wp.array(dtype=wp.vec4),
+    lower_f: wp.array(dtype=float),
+    upper_f: wp.array(dtype=float),
+    lower_index: wp.array(dtype=wp.vec4i),
+    upper_index: wp.array(dtype=wp.vec4i),
+    parents: wp.array(dtype=wp.int32),
+    leaf_nodes: wp.array(dtype=wp.int32),
+    primitives: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    number: wp.array(dtype=wp.int32),
+    slots: wp.array(dtype=wp.int32),
+    item_lowers: wp.array(dtype=wp.vec3),
+    item_uppers: wp.array(dtype=wp.vec3),
+    has_pairs: int,
+    tris: wp.array(dtype=wp.vec4),
+    boxes: wp.array(dtype=wp.vec4),
+    boxes_f: wp.array(dtype=float),
+    items: int,
+    pairslot: int,
+):
+    n = leaf_nodes[wp.tid()]
+    if n < 0:
+        return
+    first = lower_index[n][3] & 0x7FFFFFFF
+    end = upper_index[n][3] & 0x7FFFFFFF
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    grow = wp.vec3(pad, pad, pad)
+    inf = float(1.0e30)
+    lo = wp.vec3(inf, inf, inf)
+    hi = wp.vec3(-inf, -inf, -inf)
+    for slot in range(first, end):
+        f = primitives[slot]
+        row = 3 * (face_base + f)
+        a = points[indices[row]]
+        b = points[indices[row + 1]]
+        c = points[indices[row + 2]]
+        if has_pairs != 0:
+            tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
+            tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
+            tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
+        tlo = wp.min(wp.min(a, b), c) - grow
+        thi = wp.max(wp.max(a, b), c) + grow
+        if items != 0:
+            item_lowers[f] = tlo
+            item_uppers[f] = thi
+        lo = wp.min(lo, tlo)
+        hi = wp.max(hi, thi)
+    _write_box(lower_f, n, lo, hi, 0)
+    _write_box(upper_f, n, lo, hi, 1)
+    s = int(-1)
+    if pairslot != 0:
+        s = slots[n]
+        if s >= 0:
+            _write_half(boxes_f, s, lo, hi)
+    node = n
+    parent = parents[n]
+    while parent >= 0:
+        _fence()
+        if wp.atomic_add(counters, parent, 1) == 0:
+            return  # the sibling's thread finishes the parent
+        slo = wp.vec3()
+        shi = wp.vec3()
+        if pairslot != 0:
+            k = s >> 1
+            if (s & 1) == 0:  # this node is the left child: the sibling's half is floats 6..11
+                q = _load_l2(boxes, 4 * k + 1)
+                r = _load_l2(boxes, 4 * k + 2)
+                slo = wp.vec3(q[2], q[3], r[0])
+                shi = wp.vec3(r[1], r[2], r[3])
+            else:
+                q = _load_l2(boxes, 4 * k)
+                r = _load_l2(boxes, 4 * k + 1)
+                slo = wp.vec3(q[0], q[1], q[2])
+                shi = wp.vec3(q[3], r[0], r[1])
+        else:
+            left = lower_index[parent][3]
+            right = upper_index[parent][3] & 0x7FFFFFFF
+            is_left = left == node
+            sib = wp.where(is_left, right, left)
+            sa = _load_l2(lowers, sib)
+            sb = _load_l2(uppers, sib)
+            slo = wp.vec3(sa[0], sa[1], sa[2])
+            shi = wp.vec3(sb[0], sb[1], sb[2])
+            if has_pairs != 0:
+                k = number[parent]
+                llo = wp.where(is_left, lo, slo)
+                lhi = wp.where(is_left, hi, shi)
+                rlo = wp.where(is_left, slo, lo)
+                rhi = wp.where(is_left, shi, hi)
+                boxes[4 * k] = wp.vec4(llo[0], llo[1], llo[2], lhi[0])
+                boxes[4 * k + 1] = wp.vec4(lhi[1], lhi[2], rlo[0], rlo[1])
+                boxes[4 * k + 2] = wp.vec4(rlo[2], rhi[0], rhi[1], rhi[2])
+        lo = wp.min(lo, slo)
+        hi = wp.max(hi, shi)
+        _write_box(lower_f, parent, lo, hi, 0)
+        _write_box(upper_f, parent, lo, hi, 1)
+        node = parent
+        parent = parents[node]
+        if pairslot != 0:
+            s = slots[node]
+            if s >= 0:
+                _write_half(boxes_f, s, lo, hi)
+
+
+def make_slots(nodes, number: wp.array, stream: wp.Stream | None) -> wp.array:
+    """int32 (num_nodes,): ``2 k + side`` of each node in its parent's pair node ``k`` (``-1`` at the root
+    and at unused node slots)."""
+    device = nodes.lowers.device
+    count = nodes.lowers.shape[0]
+    slots = wp.full(count, -1, dtype=wp.int32, device=device)
+    wp.launch(_slots_kernel, count, [nodes.lower_index, nodes.upper_index, number], [slots], device=device,
+              stream=stream)
+    return slots
