@@ -14,20 +14,20 @@ import torch
 import warp as wp
 
 import rayd.torch as rt
-from rayd.engine import refit, refit_variants, triangles
+from rayd.engine import refit, triangles
 
-VARIANTS = ["sibling", "pairslot", "noitems", "sibling,noitems", "pairslot,noitems"]
+VARIANTS = ["sibling", "pairslot", "noitems", "acqrel", "sibling,noitems", "pairslot,noitems", "pairslot,acqrel,noitems"]
 
 
 @contextlib.contextmanager
 def _variant(names: str, constructor: str = "sah"):
-    was, was_c = refit_variants.refit_variant(), triangles.bvh_constructor()
-    refit_variants.set_refit_variant(names)
+    was, was_c = refit.refit_variant(), triangles.bvh_constructor()
+    refit.set_refit_variant(names)
     triangles.set_bvh_constructor(constructor)
     try:
         yield
     finally:
-        refit_variants.set_refit_variant(",".join(sorted(was)))
+        refit.set_refit_variant(",".join(sorted(was)))
         triangles.set_bvh_constructor(was_c)
 
 
@@ -58,7 +58,7 @@ def test_variant_equals_default_and_fresh_build(count, face_base, names, constru
     keep = "noitems" not in names
     var = _tri(v, f, face_base, device, names, constructor, keep_items=keep)
     base = _tri(v, f, face_base, device, "", constructor, keep_items=True)
-    assert var.fused is not None and var.fused.variant == refit_variants._parse(names, "test")
+    assert var.fused is not None and var.fused.variant == refit.parse_variant(names, "test")
     assert base.fused is not None and not base.fused.variant
     moved = (v * rng.uniform(0.5, 3.0, (len(v), 1)) + 7.0).astype(np.float32)
     for step in range(2):  # two refits: the second starts from refitted (not built) boxes
@@ -79,8 +79,8 @@ def test_variant_equals_default_and_fresh_build(count, face_base, names, constru
 
 def test_variant_names_are_checked():
     with pytest.raises(ValueError, match="set_refit_variant"):
-        refit_variants.set_refit_variant("sibling,sideways")
-    assert refit_variants.refit_variant() == refit_variants._variant
+        refit.set_refit_variant("sibling,sideways")
+    assert refit.refit_variant() == refit._variant
 
 
 def test_levels_order_ignores_variant(device):

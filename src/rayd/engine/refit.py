@@ -51,6 +51,42 @@ if _order not in ORDERS:
     raise ValueError(f"rayd.engine: RAYD_REFIT_ORDER must be one of {ORDERS}, got {_order!r}")
 
 
+#: Flags of the fused refit's variants (``refit_variants.py``; ``RAYD_REFIT_VARIANT``, comma-separated,
+#: sets them; empty, the default: ``_fused_refit_kernel`` below).
+VARIANT_FLAGS = ("sibling", "pairslot", "acqrel", "noitems")
+
+
+def parse_variant(text: str, where: str) -> frozenset[str]:
+    """The set of variant flags named in ``text`` (comma-separated; ``""``: none).
+
+    Raises:
+        ValueError: starting with ``where`` (the call and argument) for a name not in :data:`VARIANT_FLAGS`.
+    """
+    names = frozenset(t.strip().lower() for t in text.split(",") if t.strip())
+    bad = sorted(names - set(VARIANT_FLAGS))
+    if bad:
+        raise ValueError(f"{where} must be a comma-separated subset of {VARIANT_FLAGS}, got {bad}")
+    return names
+
+
+_variant = parse_variant(os.environ.get("RAYD_REFIT_VARIANT", ""), "rayd.engine: RAYD_REFIT_VARIANT")
+
+
+def set_refit_variant(names: str) -> None:
+    """Choose the variant flags of fused refits of BVHs built from now on (``""``: the default kernel).
+
+    Raises:
+        ValueError: for a name not in :data:`VARIANT_FLAGS`.
+    """
+    global _variant
+    _variant = parse_variant(names, "rayd.engine.set_refit_variant(): 'names'")
+
+
+def refit_variant() -> frozenset[str]:
+    """The variant flags fused refits of BVHs built now get (empty: the default kernel)."""
+    return _variant
+
+
 def set_refit_order(name: str) -> None:
     """Choose how fused refits of BVHs built from now on climb (``"climb"``, ``"climb1"`` or ``"levels"``).
 
@@ -332,12 +368,9 @@ class FusedRefit:
         self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
         wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
         self.order = refit_order()
-        from rayd.engine import refit_variants  # (imports this module)
-
-        self._variants = refit_variants
-        # The variant kernel's flags (refit_variants.py); empty: the kernel above. It climbs like "climb1".
-        self.variant = refit_variants.refit_variant() if self.order != "levels" else frozenset()
-        self._slots: wp.array | None = None
+        # The variant kernel's flags (refit_variants.py, which runs it); empty: the kernel above.
+        self.variant = refit_variant() if self.order != "levels" else frozenset()
+        self.slots: wp.array | None = None  # (the "pairslot" variant's, made at its first run)
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._level_launches: list[wp.Launch] | None = None
         self._launches = LaunchCache()
@@ -392,9 +425,6 @@ class FusedRefit:
         else:
             number, tris, boxes = p.number, p.tris, p.boxes
         has_pairs = int(p is not None)
-        if self.variant:
-            self._run_variant(tri, number, tris, boxes, has_pairs, stream)
-            return
         climb = self.order != "levels"
         if climb:
             self.counters.zero_()
@@ -418,25 +448,3 @@ class FusedRefit:
         for cmd in self._level_launches or ():
             cmd.launch(stream)
 
-    def _run_variant(self, tri, number: wp.array, tris: wp.array, boxes: wp.array, has_pairs: int,
-                     stream: wp.Stream | None) -> None:
-        """One launch of ``refit_variants._variant_refit_kernel`` with this refit's flags."""
-        v = self._variants
-        n = tri.nodes
-        pairslot = int("pairslot" in self.variant and has_pairs != 0)
-        if pairslot and self._slots is None:
-            self._slots = v.make_slots(n, number, stream)
-            self._boxes_f = wp.array(ptr=boxes.ptr, dtype=float, shape=(4 * boxes.shape[0],), device=tri.device)
-        slots = self._slots if pairslot else self.counters
-        boxes_f = self._boxes_f if pairslot else self.lower_f
-        items = int(not ("noitems" in self.variant and not getattr(tri, "keep_item_boxes", True)))
-        self.counters.zero_()
-        self._launches.launch(
-            v._variant_refit_kernel,
-            self.num_triangles,
-            [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, self.lower_f, self.upper_f,
-             n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, number, slots,
-             tri.lowers, tri.uppers, has_pairs, tris, boxes, boxes_f, items, pairslot],
-            tri.device,
-            stream,
-        )

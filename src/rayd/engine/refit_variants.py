@@ -1,6 +1,6 @@
 """Variants of the fused refit that move fewer bytes per node (issue 18, "update").
 
-``RAYD_REFIT_VARIANT`` (or :func:`set_refit_variant`) names a comma-separated set of flags;
+``RAYD_REFIT_VARIANT`` (or ``refit.set_refit_variant``) names a comma-separated set of flags;
 the empty set (the default) keeps ``refit._fused_refit_kernel`` as it is. Any flag selects
 :func:`_variant_refit_kernel` instead, which climbs like the ``"climb1"`` order (one fence
 before each counter, the finishing thread reads from L2 without a second fence) and:
@@ -13,6 +13,9 @@ before each counter, the finishing thread reads from L2 without a second fence) 
   16-byte L2 loads of the same 48-byte node); the parent no longer writes its pair node
   whole. A per-node ``slot`` (``2 k + side``, ``-1`` at the root), made once, replaces the
   reads of the parent's child indices and pair number;
+- ``"acqrel"``: each arrival is one ``atom.add.acq_rel.gpu`` (release of this thread's box
+  writes, acquire of the sibling's) instead of ``__threadfence()`` then a relaxed add (the
+  CPU build: a plain atomic add, its threads see each other's writes);
 - ``"noitems"``: the per-triangle boxes ``TriangleScene.lowers``/``uppers`` (24 bytes per
   triangle) are not rewritten where the scene says nothing reads them after the build
   (``TriangleScene.keep_item_boxes = False``, set by the scene core for its flat scene;
@@ -24,41 +27,29 @@ the refit's result is bit-identical; ``tests/engine/test_refit_variants.py`` che
 
 from __future__ import annotations
 
-import os
-
 import warp as wp
 
-from rayd.engine.refit import BOX_PADDING, _fence, _load_l2, _write_box
+from rayd.engine.refit import BOX_PADDING, VARIANT_FLAGS, FusedRefit, _fence, _load_l2, _write_box
 
 wp.set_module_options({"enable_backward": False})
 
-FLAGS = ("sibling", "pairslot", "noitems")
+FLAGS = VARIANT_FLAGS  # (chosen by refit.set_refit_variant / RAYD_REFIT_VARIANT)
 
 
-def _parse(text: str, where: str) -> frozenset[str]:
-    names = frozenset(t.strip().lower() for t in text.split(",") if t.strip())
-    bad = sorted(names - set(FLAGS))
-    if bad:
-        raise ValueError(f"rayd.engine: {where} takes a comma-separated subset of {FLAGS}, got {bad}")
-    return names
-
-
-_variant = _parse(os.environ.get("RAYD_REFIT_VARIANT", ""), "RAYD_REFIT_VARIANT")
-
-
-def set_refit_variant(names: str) -> None:
-    """Choose the variant flags of fused refits of BVHs built from now on (``""``: the default kernel).
-
-    Raises:
-        ValueError: for a name not in :data:`FLAGS`.
-    """
-    global _variant
-    _variant = _parse(names, "rayd.engine.set_refit_variant()")
-
-
-def refit_variant() -> frozenset[str]:
-    """The variant flags fused refits of BVHs built now get (empty: the default kernel)."""
-    return _variant
+@wp.func_native("""
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
+    int old;
+    asm volatile("atom.add.acq_rel.gpu.s32 %0, [%1], 1;" : "=r"(old) : "l"(wp::address(arr, i)) : "memory");
+    return old;
+#else
+    return wp::atomic_add(arr, i, 1);
+#endif
+""")
+def _arrive(arr: wp.array(dtype=wp.int32), i: int) -> int:
+    """``atomic_add(arr, i, 1)`` with release and acquire semantics at device scope (PTX
+    ``atom.add.acq_rel.gpu``): it publishes this thread's earlier writes and, for the second arrival,
+    makes the sibling's visible, with no separate ``__threadfence`` (a sequentially consistent fence)."""
+    ...
 
 
 @wp.func
@@ -114,6 +105,7 @@ def _variant_refit_kernel(
     boxes_f: wp.array(dtype=float),
     items: int,
     pairslot: int,
+    acqrel: int,
 ):
     n = leaf_nodes[wp.tid()]
     if n < 0:
@@ -152,8 +144,13 @@ def _variant_refit_kernel(
     node = n
     parent = parents[n]
     while parent >= 0:
-        _fence()
-        if wp.atomic_add(counters, parent, 1) == 0:
+        arrived = int(0)
+        if acqrel != 0:
+            arrived = _arrive(counters, parent)
+        else:
+            _fence()
+            arrived = wp.atomic_add(counters, parent, 1)
+        if arrived == 0:
             return  # the sibling's thread finishes the parent
         slo = wp.vec3()
         shi = wp.vec3()
@@ -208,3 +205,33 @@ def make_slots(nodes, number: wp.array, stream: wp.Stream | None) -> wp.array:
     wp.launch(_slots_kernel, count, [nodes.lower_index, nodes.upper_index, number], [slots], device=device,
               stream=stream)
     return slots
+
+
+def run_variant(fused: FusedRefit, tri, stream: wp.Stream | None) -> None:
+    """Refit ``tri`` (its magnitude already measured) by one launch of :func:`_variant_refit_kernel` with
+    ``fused.variant``'s flags (``fused``: ``tri``'s :class:`~rayd.engine.refit.FusedRefit`)."""
+    n, p = tri.nodes, tri.pairs
+    if p is None:  # no pair nodes to write: placeholders
+        if getattr(fused, "_no_pairs", None) is None:
+            fused._no_pairs = wp.empty(1, dtype=wp.vec4, device=tri.device)
+        number, tris, boxes = fused.counters, fused._no_pairs, fused._no_pairs
+    else:
+        number, tris, boxes = p.number, p.tris, p.boxes
+    has_pairs = int(p is not None)
+    pairslot = int("pairslot" in fused.variant and has_pairs != 0)
+    if pairslot and fused.slots is None:
+        fused.slots = make_slots(n, number, stream)
+        fused.boxes_f = wp.array(ptr=boxes.ptr, dtype=float, shape=(4 * boxes.shape[0],), device=tri.device)
+    slots = fused.slots if pairslot else fused.counters
+    boxes_f = fused.boxes_f if pairslot else fused.lower_f
+    items = int(not ("noitems" in fused.variant and not tri.keep_item_boxes))
+    fused.counters.zero_()
+    fused._launches.launch(
+        _variant_refit_kernel,
+        fused.num_triangles,
+        [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, fused.lower_f, fused.upper_f,
+         n.lower_index, n.upper_index, fused.parents, fused.leaf_nodes, n.primitives, fused.counters, number, slots,
+         tri.lowers, tri.uppers, has_pairs, tris, boxes, boxes_f, items, pairslot, int("acqrel" in fused.variant)],
+        tri.device,
+        stream,
+    )

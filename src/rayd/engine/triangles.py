@@ -10,6 +10,7 @@ from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude
+from rayd.engine.refit_variants import run_variant
 from rayd.engine.runtime import LaunchCache, launch_stream
 
 #: BVH construction used by ``build()``. SAH traverses fastest (measured on an H200);
@@ -270,7 +271,10 @@ class TriangleScene:
         with launch_stream(self.device, stream):
             if self.fused is not None:
                 self._magnitude(stream)
-                self.fused.run(self, stream)
+                if self.fused.variant:
+                    run_variant(self.fused, self, stream)
+                else:
+                    self.fused.run(self, stream)
             else:
                 self._bounds(stream)
                 self.bvh.refit()
