@@ -161,6 +161,35 @@ def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Str
     launches.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial, out], device, stream)
 
 
+@wp.kernel
+def _magnitude_partial_reset_kernel(points: wp.array(dtype=wp.vec3), threads: int, partial: wp.array(dtype=float),
+                                    out: wp.array(dtype=float)):
+    i = wp.tid()
+    if i == 0:
+        out[0] = 0.0  # (the previous refit, earlier on the stream, has read it)
+    m = float(0.0)
+    for k in range(i, points.shape[0], threads):
+        p = points[k]
+        m = wp.max(m, wp.max(wp.max(wp.abs(p[0]), wp.abs(p[1])), wp.abs(p[2])))
+    wp.atomic_max(partial, i % _MAG_PARTIALS, m)
+
+
+@wp.kernel
+def _magnitude_final_reset_kernel(partial: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_max(out, 0, partial[i])
+    partial[i] = 0.0  # zero again for the next call
+
+
+def magnitude_zeroed(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
+                     launches: LaunchCache) -> None:
+    """:func:`magnitude` in two launches and no memsets: ``partial`` (float32 (256,)) must hold zeros on
+    entry (``wp.zeros`` once) and holds zeros again on return; ``out[0]`` is cleared by the first launch."""
+    threads = max(1, min(_MAG_THREADS, points.shape[0]))
+    launches.launch(_magnitude_partial_reset_kernel, threads, [points, threads, partial, out], points.device, stream)
+    launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
+
+
 @wp.func
 def _write_box(node_f: wp.array(dtype=float), n: int, lo: wp.vec3, hi: wp.vec3, half: int):
     """Store ``lo`` (half 0: Warp's lower half) or ``hi`` into node ``n``'s xyz, keeping its index word."""

@@ -21,6 +21,9 @@ before each counter, the finishing thread reads from L2 without a second fence) 
   (``TriangleScene.keep_item_boxes = False``, set by the scene core for its flat scene;
   instanced meshes keep them, their object bounds are read from them).
 
+Every variant leaves its arrival counters zero (the second arrival clears the parent's), so a
+variant refit is one launch with no memset before it.
+
 Every variant computes the same boxes as the default (unions by min/max are exact), so
 the refit's result is bit-identical; ``tests/engine/test_refit_variants.py`` checks it.
 """
@@ -152,6 +155,7 @@ def _variant_refit_kernel(
             arrived = wp.atomic_add(counters, parent, 1)
         if arrived == 0:
             return  # the sibling's thread finishes the parent
+        counters[parent] = 0  # (the counter's last use in this launch: zero for the next, no memset)
         slo = wp.vec3()
         shi = wp.vec3()
         if pairslot != 0:
@@ -225,7 +229,7 @@ def run_variant(fused: FusedRefit, tri, stream: wp.Stream | None) -> None:
     slots = fused.slots if pairslot else fused.counters
     boxes_f = fused.boxes_f if pairslot else fused.lower_f
     items = int(not ("noitems" in fused.variant and not tri.keep_item_boxes))
-    fused.counters.zero_()
+    # (no counters.zero_(): the kernel leaves every counter zero; they start as wp.zeros)
     fused._launches.launch(
         _variant_refit_kernel,
         fused.num_triangles,

@@ -9,7 +9,7 @@ import warp as wp
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
-from rayd.engine.refit import FusedRefit, magnitude
+from rayd.engine.refit import FusedRefit, magnitude_zeroed
 from rayd.engine.refit_variants import run_variant
 from rayd.engine.runtime import LaunchCache, launch_stream
 
@@ -208,7 +208,7 @@ class TriangleScene:
         self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
-        self._partial = wp.empty(256, dtype=float, device=self.device)
+        self._partial = wp.zeros(256, dtype=float, device=self.device)  # (zero between refits: magnitude_zeroed)
         self._launches = LaunchCache()  # the refit's recorded launches
         layout = _layout if layout is None else layout
         self._reduce = layout == "pair" and _refit == "fused"
@@ -260,7 +260,7 @@ class TriangleScene:
 
     def _magnitude(self, stream: wp.Stream | None) -> None:
         if self._reduce:
-            magnitude(self.points, self.magnitude, self._partial, stream, self._launches)
+            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches)
         else:
             self.magnitude.zero_()
             wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
