@@ -16,7 +16,8 @@ import warp as wp
 import rayd.torch as rt
 from rayd.engine import refit, triangles
 
-VARIANTS = ["sibling", "pairslot", "noitems", "acqrel", "sibling,noitems", "pairslot,noitems", "pairslot,acqrel,noitems"]
+VARIANTS = ["sibling", "pairslot", "noitems", "acqrel", "late", "sibling,noitems", "pairslot,noitems", "sibling,late",
+            "pairslot,acqrel,noitems", "pairslot,acqrel,late,noitems"]
 
 
 @contextlib.contextmanager

@@ -16,6 +16,9 @@ before each counter, the finishing thread reads from L2 without a second fence) 
 - ``"acqrel"``: each arrival is one ``atom.add.acq_rel.gpu`` (release of this thread's box
   writes, acquire of the sibling's) instead of ``__threadfence()`` then a relaxed add (the
   CPU build: a plain atomic add, its threads see each other's writes);
+- ``"late"``: the leaf's corners (48 bytes per triangle) and triangle boxes are written when
+  its thread stops climbing, not before its first fence (no fence waits for them; the
+  corners are read again, from L1/L2);
 - ``"noitems"``: the per-triangle boxes ``TriangleScene.lowers``/``uppers`` (24 bytes per
   triangle) are not rewritten where the scene says nothing reads them after the build
   (``TriangleScene.keep_item_boxes = False``, set by the scene core for its flat scene;
@@ -67,6 +70,28 @@ def _write_half(boxes_f: wp.array(dtype=float), s: int, lo: wp.vec3, hi: wp.vec3
     boxes_f[base + 5] = hi[2]
 
 
+@wp.func
+def _leaf_writes(points: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), face_base: int, pad: float,
+                 primitives: wp.array(dtype=wp.int32), first: int, end: int, item_lowers: wp.array(dtype=wp.vec3),
+                 item_uppers: wp.array(dtype=wp.vec3), has_pairs: int, tris: wp.array(dtype=wp.vec4), items: int):
+    """The leaf's triangle corners (slot order) and, with ``items``, its triangles' boxes (the corners are
+    read again: L1/L2 hits, they were read by this thread's leaf pass)."""
+    grow = wp.vec3(pad, pad, pad)
+    for slot in range(first, end):
+        f = primitives[slot]
+        row = 3 * (face_base + f)
+        a = points[indices[row]]
+        b = points[indices[row + 1]]
+        c = points[indices[row + 2]]
+        if has_pairs != 0:
+            tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
+            tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
+            tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
+        if items != 0:
+            item_lowers[f] = wp.min(wp.min(a, b), c) - grow
+            item_uppers[f] = wp.max(wp.max(a, b), c) + grow
+
+
 @wp.kernel
 def _slots_kernel(lower_index: wp.array(dtype=wp.vec4i), upper_index: wp.array(dtype=wp.vec4i),
                   number: wp.array(dtype=wp.int32), slots: wp.array(dtype=wp.int32)):
@@ -109,6 +134,7 @@ def _variant_refit_kernel(
     items: int,
     pairslot: int,
     acqrel: int,
+    late: int,
 ):
     n = leaf_nodes[wp.tid()]
     if n < 0:
@@ -126,13 +152,13 @@ def _variant_refit_kernel(
         a = points[indices[row]]
         b = points[indices[row + 1]]
         c = points[indices[row + 2]]
-        if has_pairs != 0:
+        if has_pairs != 0 and late == 0:
             tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
             tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
             tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
         tlo = wp.min(wp.min(a, b), c) - grow
         thi = wp.max(wp.max(a, b), c) + grow
-        if items != 0:
+        if items != 0 and late == 0:
             item_lowers[f] = tlo
             item_uppers[f] = thi
         lo = wp.min(lo, tlo)
@@ -154,7 +180,7 @@ def _variant_refit_kernel(
             _fence()
             arrived = wp.atomic_add(counters, parent, 1)
         if arrived == 0:
-            return  # the sibling's thread finishes the parent
+            break  # the sibling's thread finishes the parent
         counters[parent] = 0  # (the counter's last use in this launch: zero for the next, no memset)
         slo = wp.vec3()
         shi = wp.vec3()
@@ -198,6 +224,9 @@ def _variant_refit_kernel(
             s = slots[node]
             if s >= 0:
                 _write_half(boxes_f, s, lo, hi)
+    if late != 0:  # after the climb: no fence of it waited for these writes
+        _leaf_writes(points, indices, face_base, pad, primitives, first, end, item_lowers, item_uppers, has_pairs,
+                     tris, items)
 
 
 def make_slots(nodes, number: wp.array, stream: wp.Stream | None) -> wp.array:
@@ -235,7 +264,8 @@ def run_variant(fused: FusedRefit, tri, stream: wp.Stream | None) -> None:
         fused.num_triangles,
         [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, fused.lower_f, fused.upper_f,
          n.lower_index, n.upper_index, fused.parents, fused.leaf_nodes, n.primitives, fused.counters, number, slots,
-         tri.lowers, tri.uppers, has_pairs, tris, boxes, boxes_f, items, pairslot, int("acqrel" in fused.variant)],
+         tri.lowers, tri.uppers, has_pairs, tris, boxes, boxes_f, items, pairslot, int("acqrel" in fused.variant),
+         int("late" in fused.variant)],
         tri.device,
         stream,
     )
