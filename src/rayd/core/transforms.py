@@ -160,7 +160,7 @@ class TransformTable:
             base = np.array([s.base for s in table], dtype=np.int64)
             world[inst] = self.own[inst] @ self.own[base[inst]]
         self.world = world
-        # which shapes' own matrices are exactly the identity (a vertex-only sync of such shapes skips the recomposition)
+        # the shapes whose own matrix is exactly the identity (a vertex-only sync of them recomposes nothing)
         self._identity = np.all(self.own == np.eye(4), axis=(1, 2))
         self.generation += 1
 
