@@ -42,8 +42,8 @@ from rayd.engine import refit, triangles  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--orders", default="climb1")
 ap.add_argument("--builders", default="sah")
-ap.add_argument("--variants", default="default,sibling,pairslot,acqrel,late,noitems,sibling+acqrel+late+noitems,"
-                                       "pairslot+acqrel+late+noitems")
+ap.add_argument("--variants", default="default,sibling,pairslot,acqrel,late,wide,noitems,"
+                                       "sibling+acqrel+late+wide+noitems,pairslot+acqrel+late+wide+noitems")
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 ap.add_argument("--size", type=int, default=0, help="terrain of 2 size^2 triangles (0: 2 M on CUDA, 32 k on the CPU)")
 ap.add_argument("--repeats", type=int, default=30)

@@ -17,7 +17,7 @@ import rayd.torch as rt
 from rayd.engine import refit, triangles
 
 VARIANTS = ["sibling", "pairslot", "noitems", "acqrel", "late", "sibling,noitems", "pairslot,noitems", "sibling,late",
-            "pairslot,acqrel,noitems", "pairslot,acqrel,late,noitems"]
+            "pairslot,acqrel,noitems", "pairslot,acqrel,late,noitems", "wide", "pairslot,acqrel,late,wide,noitems"]
 
 
 @contextlib.contextmanager
@@ -42,7 +42,8 @@ def _tri(v, f, face_base, device, names, constructor, keep_items):
 
 
 def _state(tri, items=True):
-    out = [tri.nodes.lowers.numpy()[:, :3], tri.nodes.uppers.numpy()[:, :3], tri.pairs.boxes.numpy()[
+    # Warp's node halves as bits: xyz and the index word (which the "wide" variant writes back)
+    out = [tri.nodes.lowers.numpy().view(np.int32), tri.nodes.uppers.numpy().view(np.int32), tri.pairs.boxes.numpy()[
         np.arange(tri.pairs.boxes.shape[0]) % 4 != 3], tri.pairs.tris.numpy(), tri.magnitude.numpy()]
     if items:
         out += [tri.lowers.numpy(), tri.uppers.numpy()]

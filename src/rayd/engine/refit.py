@@ -53,7 +53,7 @@ if _order not in ORDERS:
 
 #: Flags of the fused refit's variants (``refit_variants.py``; ``RAYD_REFIT_VARIANT``, comma-separated,
 #: sets them; empty, the default: ``_fused_refit_kernel`` below).
-VARIANT_FLAGS = ("sibling", "pairslot", "acqrel", "late", "noitems")
+VARIANT_FLAGS = ("sibling", "pairslot", "acqrel", "late", "wide", "noitems")
 
 
 def parse_variant(text: str, where: str) -> frozenset[str]:

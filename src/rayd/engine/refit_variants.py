@@ -19,6 +19,8 @@ before each counter, the finishing thread reads from L2 without a second fence) 
 - ``"late"``: the leaf's corners (48 bytes per triangle) and triangle boxes are written when
   its thread stops climbing, not before its first fence (no fence waits for them; the
   corners are read again, from L1/L2);
+- ``"wide"``: a node's box is written as two 16-byte stores (xyz and its index word, read
+  again and written back unchanged) instead of six 4-byte stores;
 - ``"noitems"``: the per-triangle boxes ``TriangleScene.lowers``/``uppers`` (24 bytes per
   triangle) are not rewritten where the scene says nothing reads them after the build
   (``TriangleScene.keep_item_boxes = False``, set by the scene core for its flat scene;
@@ -56,6 +58,34 @@ def _arrive(arr: wp.array(dtype=wp.int32), i: int) -> int:
     ``atom.add.acq_rel.gpu``): it publishes this thread's earlier writes and, for the second arrival,
     makes the sibling's visible, with no separate ``__threadfence`` (a sequentially consistent fence)."""
     ...
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    return __int_as_float(x);
+#else
+    union { int i; float f; } u;
+    u.i = x;
+    return u.f;
+#endif
+""")
+def _bits_as_float(x: int) -> float:
+    """The float whose bits are ``x`` (no conversion), to store an index word with its box's xyz."""
+    ...
+
+
+@wp.func
+def _write_node(lowers: wp.array(dtype=wp.vec4), uppers: wp.array(dtype=wp.vec4), lower_f: wp.array(dtype=float),
+                upper_f: wp.array(dtype=float), lower_index: wp.array(dtype=wp.vec4i),
+                upper_index: wp.array(dtype=wp.vec4i), n: int, lo: wp.vec3, hi: wp.vec3, wide: int):
+    """Node ``n``'s box into Warp's halves: 6 scalar stores (``wide`` 0), or two 16-byte stores that
+    write the index words back unchanged (``wide`` 1; they are read again, 8 bytes)."""
+    if wide != 0:
+        lowers[n] = wp.vec4(lo[0], lo[1], lo[2], _bits_as_float(lower_index[n][3]))
+        uppers[n] = wp.vec4(hi[0], hi[1], hi[2], _bits_as_float(upper_index[n][3]))
+    else:
+        _write_box(lower_f, n, lo, hi, 0)
+        _write_box(upper_f, n, lo, hi, 1)
 
 
 @wp.func
@@ -135,6 +165,7 @@ def _variant_refit_kernel(
     pairslot: int,
     acqrel: int,
     late: int,
+    wide: int,
 ):
     n = leaf_nodes[wp.tid()]
     if n < 0:
@@ -163,8 +194,7 @@ def _variant_refit_kernel(
             item_uppers[f] = thi
         lo = wp.min(lo, tlo)
         hi = wp.max(hi, thi)
-    _write_box(lower_f, n, lo, hi, 0)
-    _write_box(upper_f, n, lo, hi, 1)
+    _write_node(lowers, uppers, lower_f, upper_f, lower_index, upper_index, n, lo, hi, wide)
     s = int(-1)
     if pairslot != 0:
         s = slots[n]
@@ -216,8 +246,7 @@ def _variant_refit_kernel(
                 boxes[4 * k + 2] = wp.vec4(rlo[2], rhi[0], rhi[1], rhi[2])
         lo = wp.min(lo, slo)
         hi = wp.max(hi, shi)
-        _write_box(lower_f, parent, lo, hi, 0)
-        _write_box(upper_f, parent, lo, hi, 1)
+        _write_node(lowers, uppers, lower_f, upper_f, lower_index, upper_index, parent, lo, hi, wide)
         node = parent
         parent = parents[node]
         if pairslot != 0:
@@ -265,7 +294,7 @@ def run_variant(fused: FusedRefit, tri, stream: wp.Stream | None) -> None:
         [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, fused.lower_f, fused.upper_f,
          n.lower_index, n.upper_index, fused.parents, fused.leaf_nodes, n.primitives, fused.counters, number, slots,
          tri.lowers, tri.uppers, has_pairs, tris, boxes, boxes_f, items, pairslot, int("acqrel" in fused.variant),
-         int("late" in fused.variant)],
+         int("late" in fused.variant), int("wide" in fused.variant)],
         tri.device,
         stream,
     )
