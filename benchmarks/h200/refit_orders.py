@@ -1,14 +1,30 @@
-"""`update_mesh_vertices` + `sync()` per fused-refit order, one process (issue 18, "update").
+"""`update_mesh_vertices` + `sync()` per fused-refit order and variant, one process (issue 18, "update").
 
-    python3 benchmarks/h200/refit_orders.py [--orders climb,climb1,levels] [--builders sah,ploc]
+    python3 benchmarks/h200/refit_orders.py [--orders climb1] [--builders sah,ploc]
+        [--variants default,sibling,pairslot,noitems,pairslot+noitems] [--warp] [--edges]
+        [--json $OUT/refit_variants.json] [--device cpu --size 64]
 
-Terrain 2M on CUDA (a small terrain on the CPU): per (builder, order) a new scene, then the
-wall time of update+sync (synchronised, median of 30 after 5) and the GPU time of the
-refit's kernels alone (CUDA events around ``TriangleScene.refit``).
+Terrain 2M on CUDA (``--size``: a terrain of 2 size^2 triangles; 128 by default on the CPU):
+per (builder, order, variant) a new scene, then
+
+- ``update+sync``: wall time of update + sync (synchronised before and after; median of 30 after 5);
+- ``host``: the same calls' host time alone (timer stopped when ``sync()`` returns, before the
+  device synchronize; it includes sync()'s one wait, for the finite-check flags);
+- ``refit GPU``: CUDA events around ``TriangleScene.refit`` (magnitude + refit kernels), median;
+- ``kernel``: torch.profiler, GPU time of the refit kernel alone per update+sync, and the
+  kernels/memsets/copies per update+sync (all of them, with ``--list``).
+
+``--edges``: also update+sync after one nearest-edge query (the edge BVH exists; its refit is
+deferred to the next edge query, so the figure should equal update+sync). ``--warp``: Warp's
+``wp.Mesh.refit`` over the same terrain in the same process (``wp.copy`` of the points + refit,
+CUDA events), the goal's reference (``<= 1.3 x`` of it). A variant is ``+``-joined flags of
+``RAYD_REFIT_VARIANT`` (``default``: none).
 """
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
 import sys
 import time
@@ -17,21 +33,35 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
 import torch  # noqa: E402
+import warp as wp  # noqa: E402
 
 import rayd.torch as rt  # noqa: E402
 from benchmarks import workloads  # noqa: E402
 from rayd.engine import refit, triangles  # noqa: E402
 
 ap = argparse.ArgumentParser()
-ap.add_argument("--orders", default=",".join(refit.ORDERS))
+ap.add_argument("--orders", default="climb1")
 ap.add_argument("--builders", default="sah")
+ap.add_argument("--variants", default="default,sibling,pairslot,acqrel,late,wide,noitems,"
+                                       "sibling+acqrel+late+wide+noitems,pairslot+acqrel+late+wide+noitems")
+ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+ap.add_argument("--size", type=int, default=0, help="terrain of 2 size^2 triangles (0: 2 M on CUDA, 32 k on the CPU)")
+ap.add_argument("--repeats", type=int, default=30)
+ap.add_argument("--warp", action="store_true")
+ap.add_argument("--edges", action="store_true")
+ap.add_argument("--list", action="store_true", help="print every kernel of one update+sync")
+ap.add_argument("--json", default=None)
 a = ap.parse_args()
-cuda = torch.cuda.is_available()
-dev = "cuda" if cuda else "cpu"
-w = workloads.terrain(1024, 2048) if cuda else workloads.terrain(128, 256)
+dev = a.device
+cuda = dev.startswith("cuda")
+if a.size:
+    w = workloads.terrain(a.size, 2 * a.size)
+else:
+    w = workloads.terrain(1024, 2048) if cuda else workloads.terrain(128, 256)
 V = torch.tensor(w.vertices, device=dev)
 F = torch.tensor(w.faces, device=dev)
 sets = [V, V * 1.0001]
+records = []
 
 
 def sync():
@@ -39,39 +69,125 @@ def sync():
         torch.cuda.synchronize()
 
 
-print(f"terrain {w.num_triangles:,d} tris on {dev}")
-for builder in a.builders.split(","):
-    for order in a.orders.split(","):
-        triangles.set_bvh_constructor(builder)
-        refit.set_refit_order(order)
-        scene = rt.Scene()
-        scene.add_mesh(rt.Mesh(V.clone(), F), dynamic=True)
-        scene.build()
-        k = 0
-        times = []
-        for i in range(35):
+def update_loop(scene, repeats, edge_pts=None):
+    k, wall, host = 0, [], []
+    for i in range(repeats + 5):
+        k ^= 1
+        sync()
+        t0 = time.perf_counter()
+        scene.update_mesh_vertices(0, sets[k])
+        scene.sync()
+        t1 = time.perf_counter()
+        sync()
+        t2 = time.perf_counter()
+        if edge_pts is not None and i == 2:
+            scene.nearest_edge(edge_pts)  # (once in the warm-up: the edge BVH exists, then is left stale)
+        if i >= 5:
+            wall.append((t2 - t0) * 1e3)
+            host.append((t1 - t0) * 1e6)
+    return statistics.median(wall), min(wall), statistics.median(host)
+
+
+def kernel_census(scene, kernel_prefixes):
+    """(GPU ms of kernels whose name starts with one of ``kernel_prefixes``, kernels+copies per call, rows)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    k = 0
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(5):
             k ^= 1
-            sync()
-            t0 = time.perf_counter()
             scene.update_mesh_vertices(0, sets[k])
             scene.sync()
-            sync()
-            if i >= 5:
-                times.append((time.perf_counter() - t0) * 1e3)
-        gpu = float("nan")
-        if cuda:
-            flat = scene._core.flat
-            ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
-            g = []
-            for _ in range(20):
-                ev[0].record()
-                flat.refit()
-                ev[1].record()
-                torch.cuda.synchronize()
-                g.append(ev[0].elapsed_time(ev[1]))
-            gpu = statistics.median(g[5:])
-        print(f"builder {builder:6s} order {order:7s} update+sync {statistics.median(times):7.3f} ms "
-              f"(min {min(times):.3f})  refit GPU {gpu:7.3f} ms  fused={scene._core.flat.fused is not None}", flush=True)
-        del scene
+        sync()
+    ev = [e for e in prof.key_averages() if e.device_type != DeviceType.CPU and e.self_device_time_total > 0]
+    refit_ms = sum(e.self_device_time_total for e in ev if e.key.startswith(kernel_prefixes)) / 5 / 1e3
+    rows = [(e.count / 5, e.self_device_time_total / e.count, e.key[:90]) for e in ev]
+    return refit_ms, sum(e.count for e in ev) / 5, rows
+
+
+def refit_events(scene):
+    flat = scene._core.flat
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    g = []
+    for _ in range(25):
+        ev[0].record()
+        flat.refit(wp.stream_from_torch(torch.cuda.current_stream()))
+        ev[1].record()
+        torch.cuda.synchronize()
+        g.append(ev[0].elapsed_time(ev[1]))
+    return statistics.median(g[5:])
+
+
+def measure(builder: str, order: str, variant: str, flags: str) -> dict:
+    """One scene built with this builder, refit order and variant flags; its figures (and one printed line)."""
+    triangles.set_bvh_constructor(builder)
+    refit.set_refit_order(order)
+    refit.set_refit_variant(flags)
+    t0 = time.perf_counter()
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(V.clone(), F), dynamic=True)
+    scene.build()
+    build_s = time.perf_counter() - t0
+    fused = scene._core.flat.fused
+    med, low, host = update_loop(scene, a.repeats)
+    rec = dict(builder=builder, order=order, variant=variant, triangles=w.num_triangles, device=dev,
+               update_sync_ms=med, update_sync_min_ms=low, host_us=host, build_s=build_s,
+               fused=fused is not None, variant_used=sorted(fused.variant) if fused else None)
+    line = (f"builder {builder:4s} order {order:6s} variant {variant:24s} update+sync {med:7.3f} ms "
+            f"(min {low:.3f}) host {host:7.1f} us")
+    if cuda:
+        rec["refit_gpu_ms"] = refit_events(scene)
+        rec["refit_kernel_ms"], rec["kernels_per_call"], rows = kernel_census(
+            scene, ("_fused_refit_kernel", "_variant_refit_kernel", "_level_refit_kernel"))
+        line += (f"  refit GPU {rec['refit_gpu_ms']:6.3f} ms  kernel {rec['refit_kernel_ms']:6.3f} ms  "
+                 f"{rec['kernels_per_call']:.0f} kernels+copies/call")
+        if a.list:
+            line += "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows)
+    if a.edges:
+        e_med, _, e_host = update_loop(scene, a.repeats, edge_pts=pts)
+        rec.update(edges_update_sync_ms=e_med, edges_host_us=e_host)
+        line += f"  | after an edge query: update+sync {e_med:7.3f} ms host {e_host:7.1f} us"
+    print(line, flush=True)
+    return rec
+
+
+print(f"terrain {w.num_triangles:,d} tris on {dev}", flush=True)
+pts = torch.tensor(w.o[:1], device=dev)
+for builder in a.builders.split(","):
+    for order in a.orders.split(","):
+        for variant in a.variants.split(","):
+            flags = "" if variant == "default" else variant.replace("+", ",")
+            try:
+                records.append(measure(builder, order, variant, flags))
+            except Exception as error:  # (one variant failing must not lose the others' figures)
+                print(f"builder {builder} order {order} variant {variant}: FAILED {type(error).__name__}: {error}",
+                      flush=True)
+                records.append(dict(builder=builder, order=order, variant=variant, error=repr(error)))
+if a.warp and cuda:
+    wdev = wp.device_from_torch(V.device)
+    p0 = wp.array(w.vertices.astype("float32"), dtype=wp.vec3, device=wdev)
+    p1 = wp.array((w.vertices * 1.0001).astype("float32"), dtype=wp.vec3, device=wdev)
+    mesh = wp.Mesh(points=wp.clone(p0), indices=wp.array(w.faces.astype("int32").ravel(), dtype=wp.int32, device=wdev))
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)]
+    g = []
+    stream = wp.stream_from_torch(torch.cuda.current_stream())
+    with wp.ScopedStream(stream):
+        for i in range(35):
+            wp.copy(mesh.points, p1 if i % 2 else p0)
+            ev[0].record()
+            mesh.refit()
+            ev[1].record()
+            torch.cuda.synchronize()
+            g.append(ev[0].elapsed_time(ev[1]))
+    wref = statistics.median(g[5:])
+    print(f"warp wp.Mesh.refit {wref:.3f} ms (goal <= 1.3 x = {1.3 * wref:.3f} ms of update+sync)", flush=True)
+    records.append(dict(engine="warp", refit_ms=wref, triangles=w.num_triangles))
 triangles.set_bvh_constructor("sah")
-refit.set_refit_order("climb")
+refit.set_refit_order("climb1")
+refit.set_refit_variant("")
+if a.json:
+    Path(os.path.dirname(a.json) or ".").mkdir(parents=True, exist_ok=True)
+    with open(a.json, "w") as fh:
+        json.dump(records, fh, indent=1)
+    print("wrote", a.json)

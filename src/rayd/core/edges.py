@@ -114,6 +114,9 @@ class EdgeState:
         self._bvh: Any = None
         self._enabled: list[bool] = []  # the enable flags the BVH's mask was made with
         self.pending = False
+        # What sync() left for the next edge query (the BVH is refitted lazily, issue 18 "update"):
+        # None (nothing), "refit" (the applied mask changed) or "points" (vertices moved: refresh then refit).
+        self._stale: str | None = None
 
     # ------------------------------------------------------------------ hooks
     def _mesh_records(self, base: int, stream) -> tuple[int, Any]:  # pragma: no cover - abstract
@@ -178,12 +181,25 @@ class EdgeState:
         return self._topology
 
     def bvh(self, stream) -> Any:
-        """The engine's edge BVH over the current (synced) vertices, built on first use."""
+        """The engine's edge BVH over the current (synced) vertices, built on first use and
+        refitted here, on the first use after a ``sync()`` that moved vertices or changed the
+        applied mask (so a ``sync()`` with no edge query after it costs no edge refit)."""
         if self._bvh is None:
             self.topology  # noqa: B018 - computes the topology, the edge rows and the masks
             self._refresh_points(stream)
             self._bvh = self._build_bvh(stream)
+            self._stale = None
+        elif self._stale is not None:
+            if self._stale == "points":
+                self._refresh_points(stream)
+            self._refit(stream)
+            self._stale = None
         return self._bvh
+
+    @property
+    def refit_pending(self) -> bool:
+        """True while the edge BVH awaits the refit the last ``sync()`` deferred to the next edge query."""
+        return self._bvh is not None and self._stale is not None
 
     def mask(self) -> Any:
         """(E,) bool: the mask last given to ``set_mask`` (all True by default); a copy."""
@@ -210,7 +226,12 @@ class EdgeState:
             raise lifecycle(call, "the edge mask changed since the last sync(); call sync() first")
 
     def sync(self, stream, moved: bool) -> None:
-        """Apply a pending mask and enable flags; refit the BVH if anything ``moved`` or changed."""
+        """Apply a pending mask and enable flags; mark the BVH for a refit (done by :meth:`bvh`, at
+        the next edge query) if anything ``moved`` or changed.
+
+        The refit reads the scene's vertices and transforms then; they are the synced ones,
+        since any later change makes the scene pending and edge queries raise until ``sync()``.
+        """
         if self._topology is None:
             self.pending = False
             return
@@ -219,9 +240,10 @@ class EdgeState:
             self._update_mask(stream)
             self.pending = False
         if self._bvh is not None and (moved or changed):
-            if moved:
-                self._refresh_points(stream)
-            self._refit(stream)
+            if moved or self._stale == "points":
+                self._stale = "points"
+            else:
+                self._stale = "refit"
 
 
 class EdgeQueries:

@@ -27,6 +27,7 @@ from rayd.core.shapes import Shape, ShapeTable
 from rayd.core.transforms import TransformTable
 from rayd.engine.accel import SceneAccel
 from rayd.engine.assemble import (
+    DeferredChecks,
     bounds,
     face_range,
     first_nonfinite_vertex,
@@ -66,6 +67,7 @@ class SceneCore:
         self.centre: np.ndarray | None = None  # the search centre (engine/frame.py), chosen at build()
         self.shape_lookup = None  # engine.reflect.ShapeLookup, made at build()
         self.launches = LaunchCache()  # sync()'s recorded launches (checks, placement)
+        self.checks = DeferredChecks()  # sync()'s finite checks, read after its launches
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Any, vertices: Any, to_world: Any | None, dynamic: bool, device: str) -> int:
@@ -134,15 +136,20 @@ class SceneCore:
         """
         table = self.table
         todo, moved = table.sync_plan(call)
+        self._check_widths(call, moved)
         stream = self.arrays.stream(self.device)
         device = self.accel.device
         with launch_stream(device, stream):  # as in build()
-            self._check_meshes(call, moved, faces=False)
             if todo:
                 self.transforms.read(table, sorted(todo), call)
-            for shape_id in moved:
-                self._place_flat(shape_id, stream)
             if moved:
+                # Each moved mesh placed and checked in one kernel; the flags are read once, below,
+                # after the refit is enqueued (a failed check leaves the scene pending, so nothing
+                # placed or refitted here is ever queried before a sync() that succeeds).
+                flags = self.checks.begin(len(moved), device)
+                for k, shape_id in enumerate(moved):
+                    self._place_flat(shape_id, stream, (flags, k))
+                self.checks.copy(stream)
                 self.flat.refit(stream)
             if self.level is not None:
                 blas_moved = False
@@ -153,9 +160,14 @@ class SceneCore:
                 if blas_moved or any(i in todo or table[i].base in todo for i in self.instance_ids):
                     self._write_instance_transforms()
                     self.level.update(blas_moved, stream)
-            if table.enabled_dirty:
+            found = None
+            if moved:  # the one host read of sync(): waits for the placements, not for the refit
+                found = next(((i, bad) for i, bad in zip(moved, self.checks.results()) if bad is not None), None)
+            if found is None and table.enabled_dirty:
                 self._apply_enabled(stream)
         self.arrays.fence(self.device)
+        if found is not None:
+            self._raise_nonfinite(call, *found)  # (the scene stays pending)
         table.finish_sync(todo)
         return todo
 
@@ -177,8 +189,7 @@ class SceneCore:
             view, keep = self.arrays.vec3_view(shape.vertices)
             bad = first_nonfinite_vertex(view, stream, self.launches)
             if bad is not None:
-                what = "non-finite values" if bad[0] == "non-finite" else "values beyond the float32 range"
-                raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds {what} (first at row {bad[1]})")
+                self._raise_nonfinite(call, shape_id, bad)
             del keep
             if faces and shape.num_faces:
                 if rows:
@@ -192,11 +203,30 @@ class SceneCore:
                     )
                 del keep
 
-    def _place_flat(self, shape_id: int, stream: wp.Stream | None) -> None:
+    def _check_widths(self, call: str, shape_ids: list[int]) -> None:
+        """At ``sync()``: each mesh's vertex count unchanged since build (its values are checked as it is placed)."""
+        rows = getattr(self.arrays, "rows", None)
+        if rows is None:
+            return
+        for shape_id in shape_ids:
+            shape = self.table[shape_id]
+            count = rows(call, f"vertices of mesh {shape_id}", shape.vertices)
+            if count != shape.built_vertices:
+                raise ValueError(
+                    f"{call}: 'vertices' of mesh {shape_id} must keep the width {shape.built_vertices} it had at "
+                    f"build(), got {count}; call build() to change the mesh"
+                )
+
+    @staticmethod
+    def _raise_nonfinite(call: str, shape_id: int, bad: tuple[str, int]) -> None:
+        what = "non-finite values" if bad[0] == "non-finite" else "values beyond the float32 range"
+        raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds {what} (first at row {bad[1]})")
+
+    def _place_flat(self, shape_id: int, stream: wp.Stream | None, checks: tuple | None = None) -> None:
         shape = self.table[shape_id]
         view, keep = self.arrays.vec3_view(shape.vertices)
         m = self.transforms.world[shape_id] if shape.matrix is not None else None
-        place_points(view, m, shape.vertex_offset, self.points, stream, self.centre, self.launches)
+        place_points(view, m, shape.vertex_offset, self.points, stream, self.centre, self.launches, checks)
         self.arrays.fence(self.device)
         del keep
 
@@ -238,6 +268,7 @@ class SceneCore:
             self.flat_shape = wp.array(np.concatenate(flat_shape), dtype=wp.int32, device=device)
         self.shape_enabled = wp.array(np.ones(len(table), dtype=np.uint8), dtype=wp.uint8, device=device)
         self.flat = TriangleScene(self.points, self.indices, stream, num_triangles=table.num_flat_faces)
+        self.flat.keep_item_boxes = False  # nothing reads the flat scene's triangle boxes after build()
 
     def _build_instances(self, device: wp.context.Device, stream: wp.Stream | None) -> None:
         table = self.table

@@ -105,11 +105,13 @@ class TransformTable:
         self.arrays = arrays
         self.own = np.zeros((0, 4, 4))
         self.world = np.zeros((0, 4, 4))
+        self._identity = np.zeros(0, dtype=bool)
         self.generation = 0
 
     def reset(self, table: ShapeTable, call: str | None = None) -> None:
         """Read (and, with ``call``, check again) every shape's matrix (at ``build()``)."""
         self.own = np.repeat(np.eye(4)[None], len(table), axis=0)
+        self.world = np.zeros((0, 4, 4))  # (read() then recomposes and counts a new generation)
         self.read(table, range(len(table)), call)
 
     def read(self, table: ShapeTable, shape_ids: Iterable[int], call: str | None = None) -> None:
@@ -120,12 +122,17 @@ class TransformTable:
         or is non-finite, beyond float32 or singular (the rules of :func:`transform_problem`).
         """
         sources: dict[int, np.ndarray] = {}
+        changed = self.world.shape[0] != len(table)
         for i in shape_ids:
             shape = table[i]
             src = shape.matrix
             if src is None:
+                if not changed and self._identity[i]:
+                    continue  # still the identity: nothing to recompose (no new generation)
                 self.own[i] = np.eye(4)
+                changed = True
                 continue
+            changed = True
             key = id(src)
             if key not in sources:
                 try:
@@ -145,12 +152,16 @@ class TransformTable:
                 if found is not None:
                     raise ValueError(f"{call}: the matrix of {shape.kind} {i} (changed in place) {found[1]}")
             self.own[i] = affine(batch[index])
+        if not changed:
+            return  # every listed shape without a matrix kept the identity: own, world and generation hold
         world = self.own.copy()
         inst = np.array([s.is_instance for s in table], dtype=bool)
         if inst.any():
             base = np.array([s.base for s in table], dtype=np.int64)
             world[inst] = self.own[inst] @ self.own[base[inst]]
         self.world = world
+        # the shapes whose own matrix is exactly the identity (a vertex-only sync of them recomposes nothing)
+        self._identity = np.all(self.own == np.eye(4), axis=(1, 2))
         self.generation += 1
 
     def has_any(self, table: ShapeTable) -> bool:

@@ -158,18 +158,28 @@ _ZERO = wp.vec3d(0.0, 0.0, 0.0)
 
 def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,
                  stream: wp.Stream | None = None, centre: np.ndarray | None = None,
-                 launches: LaunchCache | None = None) -> None:
+                 launches: LaunchCache | None = None, checks: tuple[wp.array, int] | None = None) -> None:
     """``points[offset + i] = float32(m @ [vertices[i], 1] - centre)``, placed in float64, rounded once.
 
     ``m``: (4, 4) float64 (identity if ``None``); ``centre``: (3,) float64, the search
     centre (:mod:`rayd.engine.frame`; zero if ``None``); ``launches``: the caller's
-    recorded launches (see :class:`rayd.engine.runtime.LaunchCache`).
+    recorded launches (see :class:`rayd.engine.runtime.LaunchCache`); ``checks``:
+    ``(flags, k)`` of a :class:`DeferredChecks` (``flags`` from its ``begin``, ``k`` the
+    mesh's position there): the same kernel also flags the first non-finite or
+    beyond-float32 vertex.
     """
     if vertices.size == 0:
         return
     mat = _EYE if m is None else wp.mat44d(*np.asarray(m, dtype=np.float64).reshape(-1).tolist())
     c = _ZERO if centre is None else wp.vec3d(*np.asarray(centre, dtype=np.float64).tolist())
     args = [vertices, mat, c, offset, points]
+    if checks is not None:
+        args += [checks[0], 2 * checks[1]]
+        if launches is None:
+            wp.launch(_place_checked_kernel, vertices.size, args, device=points.device, stream=stream)
+        else:
+            launches.launch(_place_checked_kernel, vertices.size, args, points.device, stream)
+        return
     if launches is None:
         wp.launch(_place_points_kernel, vertices.size, args, device=points.device, stream=stream)
     else:
@@ -213,3 +223,90 @@ def place_faces(faces: wp.array, vertex_offset: int, row: int, indices: wp.array
         return
     wp.launch(_place_faces_kernel, faces.size, [faces, vertex_offset, row, indices], device=indices.device,
               stream=stream)
+
+
+@wp.kernel
+def _place_checked_kernel(
+    vertices: wp.array(dtype=Any),
+    m: wp.mat44d,
+    centre: wp.vec3d,
+    offset: int,
+    points: wp.array(dtype=wp.vec3),
+    bad: wp.array(dtype=wp.int32),
+    at: int,
+):
+    # _finite_kernel's flags (into bad[at], bad[at + 1]) and _place_points_kernel's placement in one pass
+    i = wp.tid()
+    v = vertices[i]
+    p = wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
+    finite = True
+    small = True
+    for k in range(3):
+        if not wp.isfinite(p[k]):
+            finite = False
+        elif wp.abs(p[k]) > wp.float64(3.4028234663852886e38):
+            small = False
+    if not finite:
+        wp.atomic_min(bad, at, wp.int32(i))
+    if not small:
+        wp.atomic_min(bad, at + 1, wp.int32(i))
+    q = wp.vec3d(
+        m[0, 0] * p[0] + m[0, 1] * p[1] + m[0, 2] * p[2] + m[0, 3] - centre[0],
+        m[1, 0] * p[0] + m[1, 1] * p[1] + m[1, 2] * p[2] + m[1, 3] - centre[1],
+        m[2, 0] * p[0] + m[2, 1] * p[1] + m[2, 2] * p[2] + m[2, 3] - centre[2],
+    )
+    points[offset + i] = wp.vec3(float(q[0]), float(q[1]), float(q[2]))
+
+
+class DeferredChecks:
+    """The finite checks of the meshes one ``sync()`` places, read once after the sync's launches.
+
+    :meth:`begin` clears one flag pair per mesh (one device fill); :func:`place_points`
+    with ``checks`` places a mesh and flags its first non-finite (or beyond-float32)
+    vertex in the same kernel; :meth:`copy` enqueues the flags' copy into pinned host
+    memory and records an event; :meth:`results` waits for that event only (not for
+    the refit launched after it) and reads the flags. One host synchronisation per
+    ``sync()``, as before, but after the refit is enqueued instead of before.
+    """
+
+    def __init__(self) -> None:
+        self._dev: wp.array | None = None
+        self._host: wp.array | None = None
+        self._event = None
+        self.count = 0
+
+    def begin(self, count: int, device) -> wp.array:
+        """Clear the flags of ``count`` meshes; returns the device flags (2 per mesh)."""
+        device = wp.get_device(device)
+        if self._dev is None or self._dev.shape[0] < 2 * count or self._dev.device != device:
+            self._dev = wp.empty(2 * max(count, 1), dtype=wp.int32, device=device)
+            self._host = wp.empty(self._dev.shape[0], dtype=wp.int32, device="cpu", pinned=device.is_cuda)
+        self._dev.fill_(_NONE)
+        self._event = None
+        self.count = count
+        return self._dev
+
+    def copy(self, stream: wp.Stream | None) -> None:
+        """Enqueue the flags' copy to the host (after every placement) and record an event."""
+        if self._dev.device.is_cuda:
+            stream = stream if stream is not None else wp.get_stream(self._dev.device)
+            wp.copy(self._host, self._dev, stream=stream)
+            self._event = stream.record_event()
+        else:
+            wp.copy(self._host, self._dev)
+
+    def results(self) -> list[tuple[str, int] | None]:
+        """Per mesh, in :meth:`begin` order: ``("non-finite" | "beyond float32", row)`` or ``None``."""
+        if self._event is not None:
+            wp.synchronize_event(self._event)
+            self._event = None
+        found = self._host.numpy()
+        out: list[tuple[str, int] | None] = []
+        for k in range(self.count):
+            if found[2 * k] != _NONE:
+                out.append(("non-finite", int(found[2 * k])))
+            elif found[2 * k + 1] != _NONE:
+                out.append(("beyond float32", int(found[2 * k + 1])))
+            else:
+                out.append(None)
+        return out

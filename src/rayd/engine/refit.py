@@ -51,6 +51,42 @@ if _order not in ORDERS:
     raise ValueError(f"rayd.engine: RAYD_REFIT_ORDER must be one of {ORDERS}, got {_order!r}")
 
 
+#: Flags of the fused refit's variants (``refit_variants.py``; ``RAYD_REFIT_VARIANT``, comma-separated,
+#: sets them; empty, the default: ``_fused_refit_kernel`` below).
+VARIANT_FLAGS = ("sibling", "pairslot", "acqrel", "late", "wide", "noitems")
+
+
+def parse_variant(text: str, where: str) -> frozenset[str]:
+    """The set of variant flags named in ``text`` (comma-separated; ``""``: none).
+
+    Raises:
+        ValueError: starting with ``where`` (the call and argument) for a name not in :data:`VARIANT_FLAGS`.
+    """
+    names = frozenset(t.strip().lower() for t in text.split(",") if t.strip())
+    bad = sorted(names - set(VARIANT_FLAGS))
+    if bad:
+        raise ValueError(f"{where} must be a comma-separated subset of {VARIANT_FLAGS}, got {bad}")
+    return names
+
+
+_variant = parse_variant(os.environ.get("RAYD_REFIT_VARIANT", ""), "rayd.engine: RAYD_REFIT_VARIANT")
+
+
+def set_refit_variant(names: str) -> None:
+    """Choose the variant flags of fused refits of BVHs built from now on (``""``: the default kernel).
+
+    Raises:
+        ValueError: for a name not in :data:`VARIANT_FLAGS`.
+    """
+    global _variant
+    _variant = parse_variant(names, "rayd.engine.set_refit_variant(): 'names'")
+
+
+def refit_variant() -> frozenset[str]:
+    """The variant flags fused refits of BVHs built now get (empty: the default kernel)."""
+    return _variant
+
+
 def set_refit_order(name: str) -> None:
     """Choose how fused refits of BVHs built from now on climb (``"climb"``, ``"climb1"`` or ``"levels"``).
 
@@ -123,6 +159,35 @@ def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Str
         return
     launches.launch(_magnitude_partial_kernel, threads, [points, threads, partial], device, stream)
     launches.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial, out], device, stream)
+
+
+@wp.kernel
+def _magnitude_partial_reset_kernel(points: wp.array(dtype=wp.vec3), threads: int, partial: wp.array(dtype=float),
+                                    out: wp.array(dtype=float)):
+    i = wp.tid()
+    if i == 0:
+        out[0] = 0.0  # (the previous refit, earlier on the stream, has read it)
+    m = float(0.0)
+    for k in range(i, points.shape[0], threads):
+        p = points[k]
+        m = wp.max(m, wp.max(wp.max(wp.abs(p[0]), wp.abs(p[1])), wp.abs(p[2])))
+    wp.atomic_max(partial, i % _MAG_PARTIALS, m)
+
+
+@wp.kernel
+def _magnitude_final_reset_kernel(partial: wp.array(dtype=float), out: wp.array(dtype=float)):
+    i = wp.tid()
+    wp.atomic_max(out, 0, partial[i])
+    partial[i] = 0.0  # zero again for the next call
+
+
+def magnitude_zeroed(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
+                     launches: LaunchCache) -> None:
+    """:func:`magnitude` in two launches and no memsets: ``partial`` (float32 (256,)) must hold zeros on
+    entry (``wp.zeros`` once) and holds zeros again on return; ``out[0]`` is cleared by the first launch."""
+    threads = max(1, min(_MAG_THREADS, points.shape[0]))
+    launches.launch(_magnitude_partial_reset_kernel, threads, [points, threads, partial, out], points.device, stream)
+    launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
 
 
 @wp.func
@@ -338,6 +403,9 @@ class FusedRefit:
             self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
             wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
         self.order = refit_order()
+        # The variant kernel's flags (refit_variants.py, which runs it); empty: the kernel above.
+        self.variant = refit_variant() if self.order != "levels" else frozenset()
+        self.slots: wp.array | None = None  # (the "pairslot" variant's, made at its first run)
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._level_launches: list[wp.Launch] | None = None
         self._launches = LaunchCache()
@@ -414,3 +482,4 @@ class FusedRefit:
                 for first, size in self.levels]
         for cmd in self._level_launches or ():
             cmd.launch(stream)
+

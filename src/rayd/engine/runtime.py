@@ -235,6 +235,10 @@ def _signature(a: object) -> object:
         return ("array", a.ptr, a.dtype, a.shape, a.strides, str(a.device))
     if isinstance(a, (int, float, bool)):
         return (type(a), a)
+    if isinstance(a, ctypes.Array):
+        # Warp vectors and matrices are ctypes arrays: their bytes compare in well under a
+        # microsecond, a tuple of a matrix's rows (Warp's own __eq__ per row) in hundreds.
+        return (type(a), bytes(a))
     try:
         return (type(a), tuple(a))  # Warp vectors and matrices (flat sequences of scalars)
     except TypeError:

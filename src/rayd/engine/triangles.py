@@ -9,7 +9,8 @@ import warp as wp
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
-from rayd.engine.refit import FusedRefit, magnitude
+from rayd.engine.refit import FusedRefit, magnitude_zeroed
+from rayd.engine.refit_variants import run_variant
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 
@@ -240,6 +241,9 @@ class TriangleScene:
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if self.walk == "auto":
             self.walk = "ifif" if self.device.is_cpu else "ww"
+        # Whether refits must rewrite lowers/uppers (the per-triangle boxes): an owner that reads
+        # them only at build may clear it (the fused refit's "noitems" variant then skips them).
+        self.keep_item_boxes = True
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
@@ -254,7 +258,7 @@ class TriangleScene:
         self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
-        self._partial = wp.empty(256, dtype=float, device=self.device)
+        self._partial = wp.zeros(256, dtype=float, device=self.device)  # (zero between refits: magnitude_zeroed)
         self._launches = LaunchCache()  # the refit's recorded launches
         layout = _layout if layout is None else layout
         self._reduce = layout in ("pair", "wide4") and _refit == "fused"
@@ -316,7 +320,7 @@ class TriangleScene:
 
     def _magnitude(self, stream: wp.Stream | None) -> None:
         if self._reduce:
-            magnitude(self.points, self.magnitude, self._partial, stream, self._launches)
+            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches)
         else:
             self.magnitude.zero_()
             wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
@@ -327,7 +331,10 @@ class TriangleScene:
         with launch_stream(self.device, stream):
             if self.fused is not None:
                 self._magnitude(stream)
-                self.fused.run(self, stream)
+                if self.fused.variant:
+                    run_variant(self.fused, self, stream)
+                else:
+                    self.fused.run(self, stream)
             else:
                 self._bounds(stream)
                 self.bvh.refit()
