@@ -82,10 +82,17 @@ CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
 #: Segments per leaf when ``leaf_size=None``, per builder. LBVH leaves of 8 read 24-26 % fewer
 #: nodes than leaves of 4 for 33-41 % more (contiguous) segment tests, and searched 1-36 % faster
 #: on the CPU (benchmarks/README.md, "Edges"); to be confirmed on the H200 (``--trees``).
-DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 8, "ploc": 4}
+DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 8, "ploc": 8}
 #: Padding of the segment boxes the ``"ploc"`` builder clusters, as a fraction of the mean
 #: segment length (``RAYD_EDGE_PLOC_PAD``; see ``edge_ploc.py``).
 PLOC_PAD = float(os.environ.get("RAYD_EDGE_PLOC_PAD", "0.5"))
+#: PLOC's neighbour radius for edge trees (``None``: ``ploc.py``'s default, 2) and its SAH costs
+#: ``(C_T, C_I)``: a node visit costs 3 segment tests (``RAYD_EDGE_PLOC_NODE_COST``), so leaves of
+#: up to 8 collapse more often than with unit costs. Counts of issue-size trees (CPU,
+#: benchmarks/README.md "Issue 11, fourth pass"): C_T = 3, leaves of 8 visit 9-30 % fewer nodes
+#: than C_T = 1, leaves of 4, for 30-44 % more (contiguous) segment tests.
+PLOC_RADIUS: int | None = None
+PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_NODE_COST", "3")), 1.0)
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -215,7 +222,8 @@ class EdgeBvh:
     def _build_ploc(self, stream):
         """rayd's PLOC tree over the padded segment boxes, built on the device (``rayd.engine.edge_ploc``);
         its links (a device array; host links for a tree that is one leaf)."""
-        tree = PlocEdgeTree(self.points, self.edge_v, self.leaf_size, PLOC_PAD, stream)
+        tree = PlocEdgeTree(self.points, self.edge_v, self.leaf_size, PLOC_PAD, stream, radius=PLOC_RADIUS,
+                            costs=PLOC_COSTS)
         if tree.depth >= MAX_DEPTH:  # deeper than the search stack (not seen): the LBVH
             warnings.warn(f"rayd.engine.EdgeBvh(): the 'ploc' tree has {tree.depth} levels; building the 'lbvh' "
                           "tree instead", RuntimeWarning, stacklevel=3)
