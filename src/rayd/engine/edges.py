@@ -68,9 +68,11 @@ from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 #: 4: 257 / 276; the 30-bit per-axis keys of commit 811b89b with one segment per leaf: 562 / 241;
 #: benchmarks/README.md, "Edges"). On the CPU the SAH tree is kept (its host build is no slower
 #: there, its trees read 7 % fewer bytes on the sphere).
-#: ``RAYD_EDGE_BVH_BUILDER`` (``"sah"`` or ``"lbvh"``) overrides the CUDA entry: the SAH tree
+#: ``RAYD_EDGE_BVH_BUILDER`` (``"sah"``, ``"lbvh"`` or ``"ploc"``) overrides the CUDA entry: the SAH tree
 #: where the query time matters more than a 1-2 s build (H200, 1 M points: sphere 43.9 -> 33.4 ms,
 #: top-8 54.7 -> 42.7 ms; benchmarks/results/h200-edges-12-02/edges_h200_b.txt).
+#: ``"ploc"``: the PLOC tree, built on the device (opt-in until the H200 has timed it; CPU counts
+#: in benchmarks/README.md, "Issue 11, fourth pass").
 DEFAULT_BUILDER = {"cpu": "sah", "cuda": os.environ.get("RAYD_EDGE_BVH_BUILDER", "lbvh")}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
@@ -87,10 +89,10 @@ DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 8, "ploc": 8}
 #: segment length (``RAYD_EDGE_PLOC_PAD``; see ``edge_ploc.py``).
 PLOC_PAD = float(os.environ.get("RAYD_EDGE_PLOC_PAD", "0.5"))
 #: PLOC's neighbour radius for edge trees (``None``: ``ploc.py``'s default, 2) and its SAH costs
-#: ``(C_T, C_I)``: a node visit costs 3 segment tests (``RAYD_EDGE_PLOC_NODE_COST``), so leaves of
-#: up to 8 collapse more often than with unit costs. Counts of issue-size trees (CPU,
-#: benchmarks/README.md "Issue 11, fourth pass"): C_T = 3, leaves of 8 visit 9-30 % fewer nodes
-#: than C_T = 1, leaves of 4, for 30-44 % more (contiguous) segment tests.
+#: ``(C_T, C_I)`` = (3, 1) (``RAYD_EDGE_PLOC_NODE_COST``), so leaves of up to 8 collapse more often
+#: than with unit costs. Counts of issue-size trees (CPU, benchmarks/README.md "Issue 11, fourth
+#: pass"): C_T = 3, leaves of 8 visit 26-30 % fewer nodes than C_T = 1, leaves of 4, for 30-55 %
+#: more (contiguous) segment tests, and read the fewest bytes per query (C_T = 2: 0-1 % more).
 PLOC_RADIUS: int | None = None
 PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_NODE_COST", "3")), 1.0)
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
