@@ -11,6 +11,7 @@ import torch
 from edge_reference import bumpy_sphere, point_distances, ray_distances, segments
 from test_edges_queries import (  # noqa: F401 - rerun here over the PLOC tree
     test_edge_mask,
+    test_misses_and_max_distance,
     test_edges_follow_a_refit,
     test_instances_repeat_their_mesh_edges,
     test_point_parity_close_to_a_terrain,
@@ -21,6 +22,7 @@ from test_edges_queries import (  # noqa: F401 - rerun here over the PLOC tree
     test_top_k_order_and_parity,
     test_top_k_ties_by_id_and_unfilled_slots,
 )
+from test_edges_robustness import test_many_copies_of_one_triangle  # noqa: F401 - equal boxes: PLOC's ties
 
 import rayd.torch as rt
 from rayd.engine import edges
