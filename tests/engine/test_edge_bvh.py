@@ -256,3 +256,42 @@ def test_ploc_leaf_size_above_8_is_an_error(device):
     points, ends = _segments(0, e=50)
     with pytest.raises(ValueError, match="1..8"):
         _build(device, points, ends, builder="ploc", leaf_size=16)
+
+
+@pytest.mark.parametrize("leaf_size", [1, 4, 8])
+@pytest.mark.parametrize("num_edges", [2, 5, 9, 1500])
+def test_compact_lbvh_is_the_same_tree_with_fewer_rows(device, monkeypatch, leaf_size, num_edges):
+    from rayd.engine import edges
+
+    points, ends = _segments(15, e=num_edges)
+    mask = np.random.default_rng(16).random(num_edges) > 0.25
+    plain, _ = _build(device, points, ends, mask, builder="lbvh", leaf_size=leaf_size)
+    monkeypatch.setattr(edges, "LBVH_COMPACT", True)
+    compact, (wp_points, _, wp_mask) = _build(device, points, ends, mask, builder="lbvh", leaf_size=leaf_size)
+    assert sorted(_walk_packed(compact, points, ends, mask)) == list(range(num_edges))
+    if num_edges > leaf_size:
+        assert compact.num_inner == len(compact._tree.leaves.numpy()) - 1 <= plain.num_inner
+    dev = _dev(device)
+    rng = np.random.default_rng(17)
+    q = wp.array(rng.random((400, 3)).astype(np.float32), dtype=wp.vec3, device=dev)
+    d = wp.array(rng.normal(size=(400, 3)).astype(np.float32), dtype=wp.vec3, device=dev)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    t0 = wp.zeros(1, dtype=float, device=dev)
+    t1 = wp.array(np.full(1, 0.3, np.float32), dtype=float, device=dev)
+    got = []
+    for bvh in (plain, compact):
+        out = wp.empty(400, dtype=wp.int32, device=dev)
+        counts = wp.zeros(400, dtype=wp.vec2i, device=dev)
+        search.nearest_edge_point(bvh, q, one, np.inf, out, counts=counts)
+        ray = wp.empty(400, dtype=wp.int32, device=dev)
+        search.nearest_edge_ray(bvh, q, d, t0, t1, one, np.inf, ray)
+        top = wp.empty((400, 4), dtype=wp.int32, device=dev)
+        search.nearest_edges_point(bvh, q, one, np.inf, top)
+        got.append((out.numpy(), counts.numpy(), ray.numpy(), top.numpy()))
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)  # the same answers after the same node visits
+    points = (points * np.array([1.5, 0.7, 1.0]) + 0.1).astype(np.float32)
+    wp_points.assign(wp.array(points, dtype=wp.vec3, device=dev))
+    wp_mask.fill_(1)
+    compact.refit()
+    assert sorted(_walk_packed(compact, points, ends, np.ones(num_edges, bool))) == list(range(num_edges))

@@ -95,6 +95,10 @@ PLOC_PAD = float(os.environ.get("RAYD_EDGE_PLOC_PAD", "0.5"))
 #: more (contiguous) segment tests, and read the fewest bytes per query (C_T = 2: 0-1 % more).
 PLOC_RADIUS: int | None = None
 PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_NODE_COST", "3")), 1.0)
+#: Store only the LBVH's packed internal nodes (``Lbvh.compact``: rows ranked, no holes for the
+#: Karras nodes inside collapsed leaves; the same tree and walk, a 4-5 x smaller node array with
+#: leaves of 8). Opt-in (``RAYD_EDGE_LBVH_COMPACT=1``) until the H200 has timed it.
+LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -206,10 +210,10 @@ class EdgeBvh:
             # the same memory as int32: node_link[4 j + 3] = (code_a, code_b, count_a, count_b)
             self.node_link = wp.array(ptr=self.node_box.ptr, dtype=wp.vec4i, shape=self.node_box.shape, device=dev)
             TreeRefit.clear_nodes(self.node_box)  # nodes inside collapsed LBVH subtrees stay empty
-            if self.builder == "lbvh":
+            if self.builder == "lbvh" and self._lbvh_links is None:
                 self._lbvh.write_links(self.node_link, self.leaf_size)
             else:
-                self._write_links(links)
+                self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
         self.refit(stream)
 
     def _build_lbvh(self, stream) -> None:
@@ -217,9 +221,13 @@ class EdgeBvh:
         if self._lbvh.depth >= MAX_DEPTH:  # deeper than the search stack (63-bit keys only): 30-bit keys
             self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=30, cubic=LBVH_CUBIC)
         self.slot_edge = self._lbvh.order
-        self.num_inner = self.num_edges - 1
         self.depth = self._lbvh.depth
-        self._tree = self._lbvh.refit_tree(self.leaf_size, stream)
+        self._lbvh_links = None
+        if LBVH_COMPACT and self.num_edges > self.leaf_size:
+            self._tree, self._lbvh_links, self.num_inner = self._lbvh.compact(self.leaf_size, stream)
+        else:
+            self.num_inner = self.num_edges - 1
+            self._tree = self._lbvh.refit_tree(self.leaf_size, stream)
 
     def _build_ploc(self, stream):
         """rayd's PLOC tree over the padded segment boxes, built on the device (``rayd.engine.edge_ploc``);
