@@ -10,6 +10,13 @@ Usage::
     python benchmarks/edge_trees.py --device cpu --size cpu
     python benchmarks/edge_trees.py --device cpu --size full --points 4096   # issue-size trees, few queries
     python benchmarks/edge_trees.py --points 2000 --necessary   # + nodes any correct walk must enter
+    python benchmarks/edge_trees.py --rays --profile --trees lbvh:8 sah:4 ploc:4   # + ray counts, work by distance
+
+Workloads: those of ``benchmarks/edges.py`` plus ``scan_dragon`` (the Stanford dragon scan from
+``get_meshes.sh``: 871 k triangles with ``--size full``, 48 k with ``--size cpu``; skipped when the
+file is missing), its points uniform in its bounding box. ``--rays``: also ray queries from the
+same points, random directions, segments of 2 % of the box diagonal. ``--profile``: the point
+queries' work by decile of their nearest distance (share of all node visits, mean visits).
 """
 
 from __future__ import annotations
@@ -29,10 +36,24 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
-from benchmarks.edges import box_points, make_tree, workloads  # noqa: E402
+from benchmarks.edges import box_points, make_tree  # noqa: E402
+from benchmarks.edges import workloads as edge_workloads  # noqa: E402
+from benchmarks.workloads import load_scan  # noqa: E402
 
 #: ``lbvh30a:1`` is the CUDA default tree of commit 811b89b.
 TREES = [("lbvh30a", 1), ("lbvh", 1), ("lbvh", 2), ("lbvh", 4), ("lbvh", 8), ("sah", 4)]
+
+
+def workloads(size: str) -> dict[str, dict]:
+    """``benchmarks/edges.py``'s workloads plus the dragon scan when its file is present."""
+    out = edge_workloads(size)
+    name = "dragon_871k" if size == "full" else "dragon_48k"
+    try:
+        load_scan(name)
+    except FileNotFoundError:
+        return out
+    out["scan_dragon"] = {"mesh": lambda: load_scan(name), "points": out["terrain_2M_1M"]["points"], "k": 1}
+    return out
 
 
 def unique_edges(faces: np.ndarray) -> np.ndarray:
@@ -80,8 +101,35 @@ def necessary_nodes(bvh: EdgeBvh, q: np.ndarray, bound_sq: np.ndarray) -> np.nda
     return need
 
 
+def ray_counts(bvh: EdgeBvh, origins: np.ndarray, vertices: np.ndarray, device: str) -> np.ndarray:
+    """(visited, tested) per ray query: from ``origins``, random unit directions, length 2 % of the diagonal."""
+    rng = np.random.default_rng(11)
+    d = rng.normal(size=origins.shape)
+    d = (d / np.linalg.norm(d, axis=1, keepdims=True)).astype(np.float32)
+    span = 0.02 * float(np.linalg.norm(vertices.max(0) - vertices.min(0)))
+    n = len(origins)
+    counts = wp.zeros(n, dtype=wp.vec2i, device=device)
+    out = wp.empty(n, dtype=wp.int32, device=device)
+    search.nearest_edge_ray(bvh, wp.array(origins, dtype=wp.vec3, device=device), wp.array(d, dtype=wp.vec3,
+                            device=device), wp.zeros(1, dtype=float, device=device),
+                            wp.array([span], dtype=float, device=device), wp.array(np.ones(1, np.uint8),
+                            dtype=wp.uint8, device=device), np.inf, out, counts=counts)
+    return counts.numpy()
+
+
+def distance_profile(visited: np.ndarray, dist: np.ndarray, diag: float) -> list:
+    """Per decile of the nearest distance: (upper distance / diagonal, share of all visits, mean visits)."""
+    order = np.argsort(dist)
+    total = float(visited.sum())
+    rows = []
+    for part in np.array_split(order, 10):
+        rows.append((round(float(dist[part].max()) / diag, 4), round(float(visited[part].sum()) / total, 3),
+                     round(float(visited[part].mean()), 1)))
+    return rows
+
+
 def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_points: int, k_override,
-            necessary: bool = False) -> dict:
+            necessary: bool = False, rays: bool = False, profile: bool = False) -> dict:
     vertices, faces = spec["mesh"]()
     ends = unique_edges(faces)
     dev = device
@@ -107,13 +155,22 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     fn(bvh, q, one, np.inf, out, counts=counts)
     c = counts.numpy()
     extra = {}
-    if necessary:  # float64 distance to the k-th chosen edge = the final radius
+    if rays:
+        r = ray_counts(bvh, q.numpy(), vertices, dev)
+        extra["ray_visited_mean"] = round(float(r[:, 0].mean()), 1)
+        extra["ray_tested_mean"] = round(float(r[:, 1].mean()), 1)
+    if necessary or profile:  # float64 distance to the k-th chosen edge = the final radius
         qn = q.numpy().astype(np.float64)
         ids = out.numpy().reshape(n, -1)[:, -1]
         a, b = vertices[ends[ids, 0]].astype(np.float64), vertices[ends[ids, 1]].astype(np.float64)
         ab = b - a
         t = np.clip(((qn - a) * ab).sum(1) / np.maximum((ab * ab).sum(1), 1e-300), 0.0, 1.0)
-        bound_sq = ((qn - a - t[:, None] * ab) ** 2).sum(1) * (1.0 + 1.0 / 1024.0)
+        dist_sq = ((qn - a - t[:, None] * ab) ** 2).sum(1)
+        bound_sq = dist_sq * (1.0 + 1.0 / 1024.0)
+        if profile:
+            diag = float(np.linalg.norm(vertices.max(0) - vertices.min(0)))
+            extra["profile"] = distance_profile(c[:, 0], np.sqrt(dist_sq), diag)
+    if necessary:
         extra["necessary_mean"] = round(float(necessary_nodes(bvh, qn, bound_sq).mean()), 1)
     fn(bvh, q, one, np.inf, out)  # warm-up of the plain kernel
     wp.synchronize_device(dev)
@@ -140,21 +197,34 @@ def main() -> None:
     parser.add_argument("--json", type=Path)
     parser.add_argument("--necessary", action="store_true",
                         help="also count the nodes any correct walk must enter (NumPy, slow on large trees)")
+    parser.add_argument("--rays", action="store_true", help="also count ray queries (see the module docstring)")
+    parser.add_argument("--profile", action="store_true", help="work by decile of the nearest distance")
     args = parser.parse_args()
     wp.init()
     trees = [(t.split(":")[0], int(t.split(":")[1])) for t in args.trees] if args.trees else TREES
     print(f"{'workload':20s} {'tree':8s} {'edges':>8s} {'depth':>5s} {'SAH':>7s} {'visited':>8s} {'tested':>8s} "
           f"{'p99 vis':>7s} {'build':>9s} {'refit':>8s} {'search':>9s}")
+    warm = wp.array(np.random.default_rng(0).random((64, 3)).astype(np.float32), dtype=wp.vec3, device=args.device)
+    warm_e = wp.array(np.stack([np.arange(63), np.arange(1, 64)], 1).astype(np.int32), dtype=wp.vec2i,
+                      device=args.device)
+    for builder, leaf in trees:  # load every builder's kernels first: build_ms is the build alone
+        make_tree(warm, warm_e, wp.array(np.ones(63, np.uint8), dtype=wp.uint8, device=args.device), builder, leaf)
     for name, spec in workloads(args.size).items():
         if args.only and name not in args.only:
             continue
         for builder, leaf in trees:
-            row = measure(name, spec, args.device, builder, leaf, args.points, None, args.necessary)
+            row = measure(name, spec, args.device, builder, leaf, args.points, None, args.necessary, args.rays,
+                          args.profile)
             row["size"] = args.size
             print(f"{name:20s} {builder + ':' + str(leaf):8s} {row['edges']:8d} {row['depth']:5d} {row['sah_cost']:7.1f} "
                   f"{row['visited_mean']:8.1f} {row['tested_mean']:8.1f} {row['visited_p99']:7d} "
                   f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m"
-                  + (f"  necessary {row['necessary_mean']:.1f}" if "necessary_mean" in row else ""), flush=True)
+                  + (f"  necessary {row['necessary_mean']:.1f}" if "necessary_mean" in row else "")
+                  + (f"  rays {row['ray_visited_mean']:.1f} / {row['ray_tested_mean']:.1f}" if "ray_visited_mean" in row
+                     else ""), flush=True)
+            if "profile" in row:
+                print("    by distance decile (max dist / diag, share of visits, mean visits): "
+                      + " ".join(f"{d:.3f}:{s:.2f}:{m:.0f}" for d, s, m in row["profile"]), flush=True)
             if args.json:
                 with args.json.open("a") as f:
                     f.write(json.dumps(row) + "\n")

@@ -64,9 +64,30 @@ GOAL_MS = {"terrain_73k_65k": 1.0, "terrain_2M_1M": 10.0, "sphere_1M_1M": 20.0, 
 
 
 def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
-    """``EdgeBvh`` of a tree spec: ``sah``, ``lbvh`` (the defaults) or ``lbvh<bits><c|a>``
-    (Morton key bits 30 / 63, ``c`` cubic cells, ``a`` per-axis scaling), e.g. ``lbvh30a``
-    is the tree of commit 811b89b."""
+    """``EdgeBvh`` of a tree spec: ``sah``, ``lbvh``, ``ploc`` (the builders' defaults),
+    ``lbvh<bits><c|a>`` (Morton key bits 30 / 63, ``c`` cubic cells, ``a`` per-axis scaling;
+    ``lbvh30a`` is the tree of commit 811b89b), ``lbvhc`` (the LBVH, compact node array) or ``ploc-p<pad>-r<radius>-t<C_T>`` (any of the
+    parts: box padding in mean segment lengths, PLOC radius, node cost with ``C_I = 1``)."""
+    if builder.startswith("ploc-"):  # ploc-p<pad>-r<radius>-t<C_T>: PLOC knobs (edges.PLOC_*)
+        saved = edges_module.PLOC_PAD, edges_module.PLOC_RADIUS, edges_module.PLOC_COSTS
+        for part in builder.split("-")[1:]:
+            if part[0] == "p":
+                edges_module.PLOC_PAD = float(part[1:])
+            elif part[0] == "r":
+                edges_module.PLOC_RADIUS = int(part[1:])
+            elif part[0] == "t":
+                edges_module.PLOC_COSTS = (float(part[1:]), 1.0)
+        try:
+            return EdgeBvh(pts, ev, mask, stream, builder="ploc", leaf_size=leaf)
+        finally:
+            edges_module.PLOC_PAD, edges_module.PLOC_RADIUS, edges_module.PLOC_COSTS = saved
+    if builder == "lbvhc":  # the LBVH with only its packed internal nodes stored (edges.LBVH_COMPACT)
+        saved = edges_module.LBVH_COMPACT
+        edges_module.LBVH_COMPACT = True
+        try:
+            return EdgeBvh(pts, ev, mask, stream, builder="lbvh", leaf_size=leaf)
+        finally:
+            edges_module.LBVH_COMPACT = saved
     if builder.startswith("lbvh") and builder != "lbvh":
         saved = edges_module.LBVH_KEY_BITS, edges_module.LBVH_CUBIC
         edges_module.LBVH_KEY_BITS, edges_module.LBVH_CUBIC = int(builder[4:-1]), builder[-1] == "c"

@@ -74,7 +74,8 @@ def _walk_packed(bvh, points, ends, mask):
     return slots
 
 
-@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 8), ("lbvh", 1), ("lbvh", 4), ("lbvh", 16)])
+@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 8), ("lbvh", 1), ("lbvh", 4), ("lbvh", 16),
+                                               ("ploc", 1), ("ploc", 4), ("ploc", 8)])
 @pytest.mark.parametrize("num_edges", [1, 2, 3, 5, 1500])
 def test_hierarchy_is_a_tree_whose_boxes_contain_their_children(device, num_edges, builder, leaf_size):
     points, ends = _segments(0, e=num_edges)
@@ -184,7 +185,8 @@ def test_edge_modules_import_without_torch():
     assert result.stdout.strip().endswith("ok")
 
 
-@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 16), ("lbvh", 1), ("lbvh", 4), ("lbvh", 16)])
+@pytest.mark.parametrize("builder,leaf_size", [("sah", 1), ("sah", 4), ("sah", 16), ("lbvh", 1), ("lbvh", 4), ("lbvh", 16),
+                                               ("ploc", 1), ("ploc", 4), ("ploc", 8)])
 def test_every_tree_matches_brute_force_and_breaks_ties_by_id(device, builder, leaf_size):
     # each segment three times under shuffled ids: every query has an exact three-way tie
     points, ends = _segments(8, e=300)
@@ -219,3 +221,77 @@ def test_every_tree_matches_brute_force_and_breaks_ties_by_id(device, builder, l
     np.testing.assert_allclose(np.take_along_axis(dist, top.numpy(), 1), np.sort(dist, 1)[:, :5], rtol=1e-5,
                                atol=1e-7)
     assert order.shape == dist.shape
+
+
+@pytest.mark.parametrize("builder,leaf_size", [("lbvh", 8), ("sah", 4), ("ploc", 4), ("ploc", 8)])
+def test_ray_search_matches_brute_force_on_every_tree(device, builder, leaf_size):
+    points, ends = _segments(12, e=1200)
+    mask = np.random.default_rng(13).random(len(ends)) > 0.2
+    bvh, _ = _build(device, points, ends, mask, builder=builder, leaf_size=leaf_size)
+    dev = _dev(device)
+    rng = np.random.default_rng(14)
+    o = (rng.random((400, 3)) * 1.6 - 0.3).astype(np.float32)
+    d = rng.normal(size=(400, 3)).astype(np.float32)
+    t0 = wp.array(np.zeros(1, np.float32), dtype=float, device=dev)
+    t1 = wp.array(np.full(1, 0.25, np.float32), dtype=float, device=dev)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    out = wp.empty(400, dtype=wp.int32, device=dev)
+    search.nearest_edge_ray(bvh, wp.array(o, dtype=wp.vec3, device=dev), wp.array(d, dtype=wp.vec3, device=dev), t0,
+                            t1, one, np.inf, out)
+    # float64 brute force: segment-segment distance sampled finely on the ray part, then refined
+    a, b = points[ends[:, 0]].astype(np.float64), points[ends[:, 1]].astype(np.float64)
+    s = np.linspace(0.0, 0.25, 257)
+    best = np.full((400, len(ends)), np.inf)
+    for si in s:
+        best = np.minimum(best, _point_segment(o + si * d.astype(np.float64), a, b))
+    best[:, ~mask] = np.inf
+    got = out.numpy()
+    assert np.all(mask[got])
+    # the chosen edge is within the sampling error (0.25 / 256 * |d|) of the best edge
+    slack = 0.25 / 256 * np.linalg.norm(d, axis=1) + 1e-6
+    assert np.all(best[np.arange(400), got] <= best.min(1) + slack)
+
+
+def test_ploc_leaf_size_above_8_is_an_error(device):
+    points, ends = _segments(0, e=50)
+    with pytest.raises(ValueError, match="1..8"):
+        _build(device, points, ends, builder="ploc", leaf_size=16)
+
+
+@pytest.mark.parametrize("leaf_size", [1, 4, 8])
+@pytest.mark.parametrize("num_edges", [2, 5, 9, 1500])
+def test_compact_lbvh_is_the_same_tree_with_fewer_rows(device, monkeypatch, leaf_size, num_edges):
+    from rayd.engine import edges
+
+    points, ends = _segments(15, e=num_edges)
+    mask = np.random.default_rng(16).random(num_edges) > 0.25
+    plain, _ = _build(device, points, ends, mask, builder="lbvh", leaf_size=leaf_size)
+    monkeypatch.setattr(edges, "LBVH_COMPACT", True)
+    compact, (wp_points, _, wp_mask) = _build(device, points, ends, mask, builder="lbvh", leaf_size=leaf_size)
+    assert sorted(_walk_packed(compact, points, ends, mask)) == list(range(num_edges))
+    if num_edges > leaf_size:
+        assert compact.num_inner == len(compact._tree.leaves.numpy()) - 1 <= plain.num_inner
+    dev = _dev(device)
+    rng = np.random.default_rng(17)
+    q = wp.array(rng.random((400, 3)).astype(np.float32), dtype=wp.vec3, device=dev)
+    d = wp.array(rng.normal(size=(400, 3)).astype(np.float32), dtype=wp.vec3, device=dev)
+    one = wp.array(np.ones(1, np.uint8), dtype=wp.uint8, device=dev)
+    t0 = wp.zeros(1, dtype=float, device=dev)
+    t1 = wp.array(np.full(1, 0.3, np.float32), dtype=float, device=dev)
+    got = []
+    for bvh in (plain, compact):
+        out = wp.empty(400, dtype=wp.int32, device=dev)
+        counts = wp.zeros(400, dtype=wp.vec2i, device=dev)
+        search.nearest_edge_point(bvh, q, one, np.inf, out, counts=counts)
+        ray = wp.empty(400, dtype=wp.int32, device=dev)
+        search.nearest_edge_ray(bvh, q, d, t0, t1, one, np.inf, ray)
+        top = wp.empty((400, 4), dtype=wp.int32, device=dev)
+        search.nearest_edges_point(bvh, q, one, np.inf, top)
+        got.append((out.numpy(), counts.numpy(), ray.numpy(), top.numpy()))
+    for a, b in zip(*got):
+        np.testing.assert_array_equal(a, b)  # the same answers after the same node visits
+    points = (points * np.array([1.5, 0.7, 1.0]) + 0.1).astype(np.float32)
+    wp_points.assign(wp.array(points, dtype=wp.vec3, device=dev))
+    wp_mask.fill_(1)
+    compact.refit()
+    assert sorted(_walk_packed(compact, points, ends, np.ones(num_edges, bool))) == list(range(num_edges))

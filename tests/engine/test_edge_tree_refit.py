@@ -52,7 +52,8 @@ def _packed_leaves(bvh: EdgeBvh) -> list[tuple[int, int]]:
     return sorted(found)
 
 
-@pytest.mark.parametrize("builder,leaf_size", [("lbvh", 1), ("lbvh", 8), ("sah", 1), ("sah", 4)])
+@pytest.mark.parametrize("builder,leaf_size", [("lbvh", 1), ("lbvh", 8), ("sah", 1), ("sah", 4), ("ploc", 1),
+                                               ("ploc", 8)])
 @pytest.mark.parametrize("num_edges", [2, 3, 700])
 def test_one_refit_thread_per_packed_leaf(device, builder, leaf_size, num_edges):
     rng = np.random.default_rng(num_edges)
@@ -72,7 +73,7 @@ def test_one_refit_thread_per_packed_leaf(device, builder, leaf_size, num_edges)
     np.testing.assert_array_equal(root, [points[ends].reshape(-1, 3).min(0), points[ends].reshape(-1, 3).max(0)])
 
 
-@pytest.mark.parametrize("builder", ["lbvh", "sah"])
+@pytest.mark.parametrize("builder", ["lbvh", "sah", "ploc"])
 def test_split_and_one_launch_refits_write_the_same_tree(device, builder):
     rng = np.random.default_rng(5)
     points = rng.random((400, 3)).astype(np.float32)

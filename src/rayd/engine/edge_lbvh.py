@@ -254,6 +254,67 @@ def _edges_children_kernel(left: wp.array(dtype=wp.int32), right: wp.array(dtype
     children[j] = wp.vec2i(int(left[j]), int(right[j]))
 
 
+@wp.kernel
+def _edges_kept_kernel(leaf_size: int, size: wp.array(dtype=wp.int32), kept: wp.array(dtype=wp.int32)):
+    """1 for a Karras internal node that stays a packed internal node (the root, or more than ``leaf_size`` segments)."""
+    j = wp.tid()
+    kept[j] = wp.where(j == 0 or int(size[j]) > leaf_size, 1, 0)
+
+
+@wp.func
+def _compact_id(n: int, leaf_size: int, size: wp.array(dtype=wp.int32), rank: wp.array(dtype=wp.int32), k: int,
+                c: int) -> int:
+    """Node id of Karras node ``c`` in the compact tree: its row if it stays internal, else ``k + c``."""
+    if c < n - 1:
+        if int(size[c]) > leaf_size:
+            return int(rank[c])
+    return k + c
+
+
+@wp.kernel
+def _edges_compact_kernel(
+    n: int, leaf_size: int, k: int, left: wp.array(dtype=wp.int32), right: wp.array(dtype=wp.int32),
+    parent: wp.array(dtype=wp.int32), first: wp.array(dtype=wp.int32), size: wp.array(dtype=wp.int32),
+    kept: wp.array(dtype=wp.int32), rank: wp.array(dtype=wp.int32),
+    children: wp.array(dtype=wp.vec2i), parent_c: wp.array(dtype=wp.int32), links: wp.array(dtype=wp.vec4i),
+):
+    """Kept Karras node ``j`` as row ``rank[j]``: children's ids, its parent's row, the packed links."""
+    j = wp.tid()
+    if kept[j] == 0:
+        return
+    row = int(rank[j])
+    a = int(left[j])
+    b = int(right[j])
+    ca = _link_child(n, leaf_size, first, size, a)
+    cb = _link_child(n, leaf_size, first, size, b)
+    if ca[1] == 0:
+        ca = wp.vec2i(int(rank[ca[0]]), 0)
+    if cb[1] == 0:
+        cb = wp.vec2i(int(rank[cb[0]]), 0)
+    links[row] = wp.vec4i(ca[0], cb[0], ca[1], cb[1])
+    ia = _compact_id(n, leaf_size, size, rank, k, a)
+    ib = _compact_id(n, leaf_size, size, rank, k, b)
+    children[row] = wp.vec2i(ia, ib)
+    parent_c[ia] = row
+    parent_c[ib] = row
+    p = int(parent[j])
+    if p >= 0:
+        parent_c[row] = int(rank[p])
+    else:
+        parent_c[row] = -1
+
+
+@wp.kernel
+def _edges_compact_leaves_kernel(n: int, leaf_size: int, k: int, size: wp.array(dtype=wp.int32),
+                                 rank: wp.array(dtype=wp.int32), leaves: wp.array(dtype=wp.vec4i)):
+    """Packed leaf ``t``'s node id and parent in the compact numbering."""
+    t = wp.tid()
+    leaf = leaves[t]
+    c = int(leaf[0])
+    par = int(leaf[3])
+    leaves[t] = wp.vec4i(_compact_id(n, leaf_size, size, rank, k, c), leaf[1], leaf[2], int(rank[par]))
+
+
 class Lbvh:
     """A Karras 2012 hierarchy over ``n >= 2`` segments (see the module docstring).
 
@@ -320,3 +381,32 @@ class Lbvh:
         children = wp.empty(n - 1, dtype=wp.vec2i, device=dev)
         wp.launch(_edges_children_kernel, dim=n - 1, inputs=[self.left, self.right], outputs=[children], device=dev)
         return TreeRefit(children, self.parent, leaves, 2 * n - 1)
+
+    def compact(self, leaf_size: int, stream) -> tuple[TreeRefit, wp.array, int]:
+        """The same tree with only the packed internal nodes stored (rows ``0 .. k-1`` by rank of
+        their Karras index; the root stays 0): ``(refit, links, k)``, ``links`` vec4i (k,).
+
+        The Karras nodes inside collapsed leaves are dropped, so a tree with leaves of ``L``
+        segments stores about ``n / L`` internal nodes instead of ``n - 1``. Requires
+        ``n > leaf_size`` (else the whole tree is one leaf). One host read (``k``) besides
+        :meth:`refit_tree`'s.
+        """
+        n = self.num_edges
+        dev = self.order.device
+        tree = self.refit_tree(leaf_size, stream)
+        kept = wp.empty(n - 1, dtype=wp.int32, device=dev)
+        wp.launch(_edges_kept_kernel, dim=n - 1, inputs=[leaf_size, self.size], outputs=[kept], device=dev)
+        rank = wp.empty(n - 1, dtype=wp.int32, device=dev)
+        wp.utils.array_scan(kept, rank, inclusive=False)
+        if stream is not None:
+            wp.synchronize_stream(stream)
+        k = int(rank[n - 2:].numpy()[0]) + int(kept[n - 2:].numpy()[0])
+        children = wp.empty(k, dtype=wp.vec2i, device=dev)
+        parent = wp.full(k + 2 * n - 1, -1, dtype=wp.int32, device=dev)
+        links = wp.empty(k, dtype=wp.vec4i, device=dev)
+        wp.launch(_edges_compact_kernel, dim=n - 1,
+                  inputs=[n, leaf_size, k, self.left, self.right, self.parent, self.first, self.size, kept, rank],
+                  outputs=[children, parent, links], device=dev)
+        wp.launch(_edges_compact_leaves_kernel, dim=tree.num_leaves, inputs=[n, leaf_size, k, self.size, rank],
+                  outputs=[tree.leaves], device=dev)
+        return TreeRefit(children, parent, tree.leaves, k + 2 * n - 1), links, k

@@ -5,7 +5,7 @@ cannot shrink a search radius as candidates are found, order children by distanc
 or keep a per-query top-k bound. Nearest-edge search needs all three, so the search
 kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
 
-* the tree comes from one of two builders (``DEFAULT_BUILDER`` per device):
+* the tree comes from one of three builders (``DEFAULT_BUILDER`` per device):
 
   - ``"sah"`` (CPU default): Warp's SAH tree (``wp.Bvh``) over the segment boxes with
     leaves of up to ``leaf_size`` segments, built by Warp's host builder on every device
@@ -16,6 +16,11 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   - ``"lbvh"`` (CUDA default): our own Karras 2012 linear BVH over 63-bit Morton codes of
     the segment midpoints in cubic cells (:mod:`rayd.engine.edge_lbvh`), built on the
     device in 3-5 ms, subtrees of up to ``leaf_size`` segments collapsed into one leaf.
+  - ``"ploc"`` (opt-in, ``RAYD_EDGE_BVH_BUILDER=ploc`` on CUDA): rayd's PLOC builder
+    (:mod:`rayd.engine.ploc`, Meister & Bittner 2018) over the segment boxes padded by
+    ``PLOC_PAD`` mean segment lengths, built on the device and converted there
+    (:mod:`rayd.engine.edge_ploc`); leaves of up to ``leaf_size`` (at most 8) segments,
+    collapsed by SAH.
 
 * packed layout (what the searches read): internal node ``j`` (root 0) is one
   64-byte run holding both children's boxes and their links (as the triangle walk's
@@ -30,7 +35,7 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
-Refit (:meth:`EdgeBvh.refit`), the same for both builders: segments and leaf boxes from
+Refit (:meth:`EdgeBvh.refit`), the same for all builders: segments and leaf boxes from
 the live endpoints and mask, internal and packed boxes bottom up, in two launches (a slots
 launch, then a thread per leaf climbing with atomic counters,
 :class:`rayd.engine.tree_refit.TreeRefit`); no host synchronisation.
@@ -50,6 +55,7 @@ import numpy as np
 import warp as wp
 
 from rayd.engine.edge_lbvh import Lbvh
+from rayd.engine.edge_ploc import PlocEdgeTree
 from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
 from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
@@ -62,9 +68,11 @@ from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 #: 4: 257 / 276; the 30-bit per-axis keys of commit 811b89b with one segment per leaf: 562 / 241;
 #: benchmarks/README.md, "Edges"). On the CPU the SAH tree is kept (its host build is no slower
 #: there, its trees read 7 % fewer bytes on the sphere).
-#: ``RAYD_EDGE_BVH_BUILDER`` (``"sah"`` or ``"lbvh"``) overrides the CUDA entry: the SAH tree
+#: ``RAYD_EDGE_BVH_BUILDER`` (``"sah"``, ``"lbvh"`` or ``"ploc"``) overrides the CUDA entry: the SAH tree
 #: where the query time matters more than a 1-2 s build (H200, 1 M points: sphere 43.9 -> 33.4 ms,
 #: top-8 54.7 -> 42.7 ms; benchmarks/results/h200-edges-12-02/edges_h200_b.txt).
+#: ``"ploc"``: the PLOC tree, built on the device (opt-in until the H200 has timed it; CPU counts
+#: in benchmarks/README.md, "Issue 11, fourth pass").
 DEFAULT_BUILDER = {"cpu": "sah", "cuda": os.environ.get("RAYD_EDGE_BVH_BUILDER", "lbvh")}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
@@ -76,7 +84,21 @@ CUDA_CONSTRUCTOR = os.environ.get("RAYD_EDGE_BVH_CONSTRUCTOR", "sah")
 #: Segments per leaf when ``leaf_size=None``, per builder. LBVH leaves of 8 read 24-26 % fewer
 #: nodes than leaves of 4 for 33-41 % more (contiguous) segment tests, and searched 1-36 % faster
 #: on the CPU (benchmarks/README.md, "Edges"); to be confirmed on the H200 (``--trees``).
-DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 8}
+DEFAULT_LEAF_SIZE = {"sah": 4, "lbvh": 8, "ploc": 8}
+#: Padding of the segment boxes the ``"ploc"`` builder clusters, as a fraction of the mean
+#: segment length (``RAYD_EDGE_PLOC_PAD``; see ``edge_ploc.py``).
+PLOC_PAD = float(os.environ.get("RAYD_EDGE_PLOC_PAD", "0.5"))
+#: PLOC's neighbour radius for edge trees (``None``: ``ploc.py``'s default, 2) and its SAH costs
+#: ``(C_T, C_I)`` = (3, 1) (``RAYD_EDGE_PLOC_NODE_COST``), so leaves of up to 8 collapse more often
+#: than with unit costs. Counts of issue-size trees (CPU, benchmarks/README.md "Issue 11, fourth
+#: pass"): C_T = 3, leaves of 8 visit 26-30 % fewer nodes than C_T = 1, leaves of 4, for 30-55 %
+#: more (contiguous) segment tests, and read the fewest bytes per query (C_T = 2: 0-1 % more).
+PLOC_RADIUS: int | None = None
+PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_NODE_COST", "3")), 1.0)
+#: Store only the LBVH's packed internal nodes (``Lbvh.compact``: rows ranked, no holes for the
+#: Karras nodes inside collapsed leaves; the same tree and walk, a 4-5 x smaller node array with
+#: leaves of 8). Opt-in (``RAYD_EDGE_LBVH_COMPACT=1``) until the H200 has timed it.
+LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -119,9 +141,9 @@ class EdgeBvh:
             edge's endpoints (row = ``global_edge_id``).
         mask: ``wp.array(dtype=wp.uint8)`` of shape (E,); 0 hides an edge from queries.
         stream: the stream to build on (``None`` on the CPU).
-        builder: ``"sah"`` or ``"lbvh"`` (see the module docstring); ``None``:
+        builder: ``"sah"``, ``"lbvh"`` or ``"ploc"`` (see the module docstring); ``None``:
             ``DEFAULT_BUILDER``.
-        leaf_size: most segments per leaf (1 to 16; ``None``: ``DEFAULT_LEAF_SIZE``).
+        leaf_size: most segments per leaf (1 to 16, 1 to 8 for ``"ploc"``; ``None``: ``DEFAULT_LEAF_SIZE``).
 
     Building synchronises with the device a few times (small reads of tree sizes; the
     ``"sah"`` builder copies the segment boxes to the host and its tree back).
@@ -145,9 +167,9 @@ class EdgeBvh:
             raise ValueError("rayd.engine.EdgeBvh(): 'edge_v' must hold at least one edge")
         if builder is None:
             builder = DEFAULT_BUILDER["cpu" if points.device.is_cpu else "cuda"]
-        if builder not in ("sah", "lbvh"):
-            raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' (or RAYD_EDGE_BVH_BUILDER) must be 'sah' or "
-                             f"'lbvh', got {builder!r}")
+        if builder not in ("sah", "lbvh", "ploc"):
+            raise ValueError(f"rayd.engine.EdgeBvh(): 'builder' (or RAYD_EDGE_BVH_BUILDER) must be 'sah', "
+                             f"'lbvh' or 'ploc', got {builder!r}")
         leaf_size = DEFAULT_LEAF_SIZE[builder] if leaf_size is None else int(leaf_size)
         if not 1 <= leaf_size <= 16:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'leaf_size' must be in [1, 16], got {leaf_size}")
@@ -171,6 +193,8 @@ class EdgeBvh:
                 links = np.array([[0, 0, 1, 0]], np.int32)
             elif self.builder == "lbvh":
                 self._build_lbvh(stream)
+            elif self.builder == "ploc":
+                links = self._build_ploc(stream)
             else:
                 try:
                     links = self._build_sah(stream)
@@ -186,10 +210,10 @@ class EdgeBvh:
             # the same memory as int32: node_link[4 j + 3] = (code_a, code_b, count_a, count_b)
             self.node_link = wp.array(ptr=self.node_box.ptr, dtype=wp.vec4i, shape=self.node_box.shape, device=dev)
             TreeRefit.clear_nodes(self.node_box)  # nodes inside collapsed LBVH subtrees stay empty
-            if self.builder == "lbvh":
+            if self.builder == "lbvh" and self._lbvh_links is None:
                 self._lbvh.write_links(self.node_link, self.leaf_size)
             else:
-                self._write_links(links)
+                self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
         self.refit(stream)
 
     def _build_lbvh(self, stream) -> None:
@@ -197,9 +221,34 @@ class EdgeBvh:
         if self._lbvh.depth >= MAX_DEPTH:  # deeper than the search stack (63-bit keys only): 30-bit keys
             self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=30, cubic=LBVH_CUBIC)
         self.slot_edge = self._lbvh.order
-        self.num_inner = self.num_edges - 1
         self.depth = self._lbvh.depth
-        self._tree = self._lbvh.refit_tree(self.leaf_size, stream)
+        self._lbvh_links = None
+        if LBVH_COMPACT and self.num_edges > self.leaf_size:
+            self._tree, self._lbvh_links, self.num_inner = self._lbvh.compact(self.leaf_size, stream)
+        else:
+            self.num_inner = self.num_edges - 1
+            self._tree = self._lbvh.refit_tree(self.leaf_size, stream)
+
+    def _build_ploc(self, stream):
+        """rayd's PLOC tree over the padded segment boxes, built on the device (``rayd.engine.edge_ploc``);
+        its links (a device array; host links for a tree that is one leaf)."""
+        tree = PlocEdgeTree(self.points, self.edge_v, self.leaf_size, PLOC_PAD, stream, radius=PLOC_RADIUS,
+                            costs=PLOC_COSTS)
+        if tree.depth >= MAX_DEPTH:  # deeper than the search stack (not seen): the LBVH
+            warnings.warn(f"rayd.engine.EdgeBvh(): the 'ploc' tree has {tree.depth} levels; building the 'lbvh' "
+                          "tree instead", RuntimeWarning, stacklevel=3)
+            self.builder = "lbvh"
+            self._build_lbvh(stream)
+            return None
+        self.slot_edge = tree.order
+        self.num_inner = tree.num_inner
+        self.depth = tree.depth
+        if tree.links is None:  # one leaf holds every segment
+            self._tree = single_leaf_tree(self.num_edges, self.device)
+            self.depth = 2
+            return np.array([[0, 0, self.num_edges, 0]], np.int32)
+        self._tree = tree.refit
+        return tree.links
 
     def _build_sah(self, stream) -> np.ndarray:
         """Warp's SAH tree, built on the host on every device (``rayd.engine.edge_sah``); its links."""
@@ -225,9 +274,9 @@ class EdgeBvh:
                                wp.array(tree.leaves, dtype=wp.vec4i, device=dev), tree.parent.shape[0])
         return tree.links
 
-    def _write_links(self, links: np.ndarray) -> None:
-        """Packed links from the host (``(num_inner, 4)`` int32), into ``node_link[4 j + 3]``."""
-        words = wp.array(links, dtype=wp.vec4i, device=self.device)
+    def _write_links(self, links) -> None:
+        """Packed links (``(num_inner, 4)`` int32 on the host, or a vec4i device array) into ``node_link[4 j + 3]``."""
+        words = links if isinstance(links, wp.array) else wp.array(links, dtype=wp.vec4i, device=self.device)
         wp.launch(_edges_put_links_kernel, dim=links.shape[0], inputs=[words], outputs=[self.node_link],
                   device=self.device)
 
