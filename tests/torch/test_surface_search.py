@@ -46,6 +46,7 @@ def _brute(points, tri):
 
 
 def _scene(v, f, device, layout, instance=False, disable=None):
+    was = triangles.bvh_layout()
     triangles.set_bvh_layout(layout)
     try:
         scene = rt.Scene()
@@ -60,7 +61,7 @@ def _scene(v, f, device, layout, instance=False, disable=None):
             scene.set_shape_enabled([mid, half][disable], False)
         scene.build()
     finally:
-        triangles.set_bvh_layout("pair")
+        triangles.set_bvh_layout(was)
     return scene
 
 
