@@ -290,7 +290,7 @@ def run_variant(fused: FusedRefit, tri, stream: wp.Stream | None) -> None:
     # (no counters.zero_(): the kernel leaves every counter zero; they start as wp.zeros)
     fused._launches.launch(
         _variant_refit_kernel,
-        fused.num_triangles,
+        fused.leaf_nodes.shape[0],  # one thread per leaf (a builder may list only its leaves: ploc_emit.py)
         [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, fused.lower_f, fused.upper_f,
          n.lower_index, n.upper_index, fused.parents, fused.leaf_nodes, n.primitives, fused.counters, number, slots,
          tri.lowers, tri.uppers, has_pairs, tris, boxes, boxes_f, items, pairslot, int("acqrel" in fused.variant),
