@@ -103,12 +103,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         if n == 0:
             return _convert.module(self._backend, False).Bool()
-        d = ray.d
-        wellformed = dr.all(dr.isfinite(ray.o)) & dr.all(dr.isfinite(d)) & dr.any(d != 0)
-        result = (blocker < 0) & wellformed
-        if active is not None:
-            result = result & dr.detach(active)
-        return result
+        return _trace.unblocked(ray, blocker, active)
 
     # ------------------------------------------------------------------ internals
     def _precision(self, *arrays: dr.ArrayBase) -> tuple:
