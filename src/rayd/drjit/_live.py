@@ -81,17 +81,12 @@ class LiveState:
         if self._precision is None:
             shapes = self.core.table.shapes
             self._precision = (any(_convert.is_double(s.vertices) for s in self.core.table.meshes),
-                               any(self.shape_is_ad(s) for s in shapes))
+                               any(shape_is_ad(s) for s in shapes))
         return self._precision
 
     def synced(self) -> None:
         """Forget what :meth:`precision` found (the registered arrays may have been replaced)."""
         self._precision = None
-
-    @staticmethod
-    def shape_is_ad(shape) -> bool:
-        arrays = (shape.vertices, shape.mesh.normals, shape.mesh.uv, shape.to_world)
-        return any(a is not None and _convert.is_ad(a) for a in arrays)
 
     def world_columns(self, Array3: type) -> tuple:
         """Every shape's placement as width-S ``Array3`` columns (no gradients), from the host table; cached."""
@@ -198,6 +193,12 @@ class LiveState:
             transform=transform,
             normal_transform=normal_transform,
         )
+
+
+def shape_is_ad(shape) -> bool:
+    """True if any array a shape registered (vertices, normals, uv, transform) is a Dr.Jit AD array."""
+    arrays = (shape.vertices, shape.mesh.normals, shape.mesh.uv, shape.to_world)
+    return any(a is not None and _convert.is_ad(a) for a in arrays)
 
 
 def gather_matrix(source: dr.ArrayBase, k: int, backend: str) -> dr.ArrayBase:

@@ -7,7 +7,7 @@ import contextlib
 import torch
 import warp as wp
 
-from rayd.core.protocol import cached_stream
+from rayd.core.protocol import ArraysBase, cached_stream
 from rayd.engine import warp_device
 
 try:  # functorch transforms (torch.func.jvp, grad, ...) wrap tensors without storage
@@ -136,11 +136,10 @@ def vec3_rows(tensor: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
 _VERSION = __import__("operator").attrgetter("_version")
 
 
-class TorchArrays:
-    """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors."""
+class TorchArrays(ArraysBase):
+    """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors (``fence``: ArraysBase's no-op)."""
 
-    def version(self, array: torch.Tensor) -> int | None:
-        return version(array)
+    version = staticmethod(version)
 
     def versions(self, arrays: list[torch.Tensor]) -> list[int | None]:
         try:  # one pass in C over plain tensors
@@ -165,9 +164,6 @@ class TorchArrays:
 
     def stream(self, device: str) -> wp.Stream | None:
         return current_stream(torch.device(device))
-
-    def fence(self, device: str) -> None:
-        return None
 
 
 def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):

@@ -117,10 +117,6 @@ class LiveState:
             self._normal = None
             self.any_matrix = transforms.has_any(self.core.table)
 
-    def synced(self) -> None:
-        """After ``sync()``: :meth:`prepare`."""
-        self.prepare()
-
     def prepare(self) -> None:
         """Refresh the device tables now (after ``build()``/``sync()``), so that traced queries only read them.
 
@@ -137,6 +133,8 @@ class LiveState:
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         self.vertex_dtype = dtype
         self._flat_vertices = None
+
+    synced = prepare  # after ``sync()`` (rayd.core.frontend.SceneBase): the same refresh
 
     def flat_vertices(self) -> torch.Tensor:
         """(V_m, 3) the meshes' registered vertices, detached and concatenated in mesh order (no gradient).

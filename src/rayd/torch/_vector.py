@@ -31,9 +31,8 @@ def constant(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.T
         return cached
     with _convert.outside_transforms():
         value = torch.tensor(values, dtype=dtype).to(device)
-    if _convert.is_wrapped(value):  # pragma: no cover - torch without _DisableFuncTorch
-        return value
-    _CONSTANTS[key] = value
+    if not _convert.is_wrapped(value):  # (wrapped: torch without _DisableFuncTorch; not cached)
+        _CONSTANTS[key] = value
     return value
 
 
