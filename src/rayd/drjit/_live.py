@@ -16,6 +16,7 @@ from types import ModuleType
 import drjit as dr
 import numpy as np
 
+from rayd.core.live import vertex_attributes
 from rayd.core.shapes import face_flags, matrix_groups
 from rayd.drjit import _convert
 from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns
@@ -166,18 +167,9 @@ class LiveState:
         Array2 = m.Array2f64 if double else m.Array2f
         rows = self._mesh_rows  # meshes with vertices (width 0 adds no rows)
         vertices = concat([Array3(s.vertices) for s in rows])
-        normals = uv = None
-        if self._face_has_normals is not None:
-            normals = concat(
-                [
-                    Array3(s.mesh.normals) if s.mesh.normals is not None else dr.zeros(Array3, s.mesh.num_vertices)
-                    for s in rows
-                ]
-            )
-        if self._face_has_uv is not None:
-            uv = concat(
-                [Array2(s.mesh.uv) if s.mesh.uv is not None else dr.zeros(Array2, s.mesh.num_vertices) for s in rows]
-            )
+        kinds = {3: Array3, 2: Array2}
+        normals, uv = vertex_attributes(rows, (self._face_has_normals is not None, self._face_has_uv is not None),
+                                        lambda array, k: kinds[k](array), lambda n, k: dr.zeros(kinds[k], n), concat)
         transform = normal_transform = None
         if self._groups()[1]:  # any shape has a matrix
             transform, normal_transform = self.transform_columns(m, Array3, normals is not None)

@@ -20,6 +20,7 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
+from rayd.core.live import vertex_attributes
 from rayd.core.shapes import face_flags, matrix_groups
 from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
@@ -225,17 +226,11 @@ class LiveState:
         device = self.device
         meshes = self.core.table.meshes  # (not a pass over every shape: 10,000 instances)
         vertices = [s.vertices if s.vertices.dtype == dtype else s.vertices.to(dtype) for s in meshes]
-        normals = uv = None
-        if self.table.face_has_normals is not None:
-            normals = torch.cat([
-                s.mesh.normals.to(dtype) if s.mesh.normals is not None
-                else torch.zeros((s.num_vertices, 3), dtype=dtype, device=device) for s in meshes
-            ])
-        if self.table.face_has_uv is not None:
-            uv = torch.cat([
-                s.mesh.uv.to(dtype) if s.mesh.uv is not None
-                else torch.zeros((s.num_vertices, 2), dtype=dtype, device=device) for s in meshes
-            ])
+        table = self.table
+        normals, uv = vertex_attributes(
+            meshes, (table.face_has_normals is not None, table.face_has_uv is not None),
+            lambda array, _: array.to(dtype), lambda rows, k: torch.zeros((rows, k), dtype=dtype, device=device),
+            torch.cat)
         to_world = normal_matrix = None
         if self.any_matrix:
             to_world = self.world()  # float64: corners are placed in float64 (_geometry.gather)
