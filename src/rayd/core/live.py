@@ -10,8 +10,37 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import numpy as np
+
+from rayd.core.shapes import face_flags
+
 #: The per-vertex attributes a mesh may carry besides its positions: (name, components).
 ATTRIBUTES = (("normals", 3), ("uv", 2))
+
+
+class LiveBase:
+    """What both frontends' ``LiveState`` (their ``_parts.LiveState``) read the same way at ``build()``.
+
+    ``LiveState(scene)`` keeps the scene's :class:`~rayd.core.SceneCore` as ``core``, reads
+    its host tables once and hands them, with the per-face flags of the meshes that carry
+    normals and uv (:func:`rayd.core.shapes.face_flags` over the meshes with faces), to
+    the frontend's ``_tables(scene, host, has_normals, has_uv)``, which makes its own
+    arrays of them.
+
+    Args:
+        scene: the frontend's ``Scene``, just built.
+    """
+
+    def __init__(self, scene: Any) -> None:
+        self.core = core = scene._core
+        table = core.table
+        meshes = [s for s in table.shapes if not s.is_instance and s.num_faces]
+        self._tables(scene, table.tables(), face_flags(meshes, "normals"), face_flags(meshes, "uv"))
+
+    def _tables(self, scene: Any, host: dict[str, np.ndarray], has_normals: np.ndarray | None,
+                has_uv: np.ndarray | None) -> None:
+        """Make the frontend's arrays of one build (``host``: :meth:`rayd.core.shapes.ShapeTable.tables`)."""
+        raise NotImplementedError
 
 
 def vertex_attributes(meshes: Sequence[Any], wanted: tuple[bool, bool], take: Callable[[Any, int], Any],

@@ -68,7 +68,6 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         o = dr.gather(Work, o, dr.zeros(UInt, n))
     if dr.width(d) != n:
         d = dr.gather(Work, d, dr.zeros(UInt, n))
-    length = segments.norm(ops, d)
     out = {"t": dr.full(Float, math.inf, total), "p": dr.zeros(Array3, total), "geo_n": dr.zeros(Array3, total),
            "d_out": dr.zeros(Array3, total), "image_source": dr.zeros(Array3, total)}
     valid_all = dr.zeros(m.Bool, total)
@@ -95,5 +94,5 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     out["shape_id"] = dr.select(valid_all, shape, -1)
     out["global_prim_id"] = dr.select(valid_all, gid, -1)
     out["num_bounces"] = count
-    out["path_length"] = Float(path * length)
+    out["path_length"] = Float(path * segments.norm(ops, d))
     return out

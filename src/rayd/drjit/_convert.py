@@ -274,9 +274,7 @@ def float32(value: dr.ArrayBase | float, backend: str) -> dr.ArrayBase:
 def uint8(value: dr.ArrayBase | None, backend: str) -> dr.ArrayBase:
     """A flat uint8 array from a Bool mask (``None``: a single 1, all rays active)."""
     plain = module(backend, False)
-    if value is None:
-        return dr.full(plain.UInt8, 1, 1)
-    return plain.UInt8(dr.detach(value))
+    return dr.full(plain.UInt8, 1, 1) if value is None else plain.UInt8(dr.detach(value))
 
 
 def int32(value: dr.ArrayBase | int, backend: str) -> dr.ArrayBase:

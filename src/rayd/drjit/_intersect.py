@@ -159,6 +159,4 @@ def enforce(m: ModuleType, fields: dict[str, dr.ArrayBase], tmin: object, tmax: 
 
 def _bound(Float: type, bound: object) -> object:
     """A bound as a number or a non-differentiable ``Float`` array."""
-    if isinstance(bound, (int, float)):
-        return bound
-    return Float(dr.detach(bound))
+    return bound if isinstance(bound, (int, float)) else Float(dr.detach(bound))

@@ -62,9 +62,9 @@ def deepcopy_scene(scene, memo: dict):
     table = scene._core.table
     if table.built and not table.structure_changed:
         new.build()
-        edges = scene._edges
-        if edges is not None and edges._mask is not None and not bool(edges._mask.all()):
-            new.set_edge_mask(edges._mask.clone())
+        mask = getattr(scene._edges, "_mask", None)  # (no edge state: None)
+        if mask is not None and not bool(mask.all()):
+            new.set_edge_mask(mask.clone())
         if new.has_pending_updates():
             new.sync()
     return new

@@ -20,8 +20,8 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from rayd.core.live import vertex_attributes
-from rayd.core.shapes import face_flags, matrix_groups
+from rayd.core.live import LiveBase, vertex_attributes
+from rayd.core.shapes import matrix_groups
 from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
 
@@ -48,28 +48,24 @@ def affine(m: torch.Tensor) -> torch.Tensor:
     return torch.cat((m[..., :3, :], last), dim=-2)
 
 
-class LiveState:
+class LiveState(LiveBase):
     """Torch tables of one build of a scene, and the cached placements of its current sync.
 
     Args:
         scene: the :class:`rayd.torch.Scene`, just built (its core and device are read).
     """
 
-    def __init__(self, scene) -> None:
-        self.core = core = scene._core
+    def _tables(self, scene, host: dict, has_normals: np.ndarray | None, has_uv: np.ndarray | None) -> None:
         self.device = device = scene._device
-        shapes = core.table.shapes
-        meshes = [s for s in shapes if not s.is_instance]
-        host = core.table.tables()
+        shapes = self.core.table.shapes
         mesh_index = {sid: k for k, sid in enumerate(host["mesh_rows"].tolist())}
 
         def dev(values: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(values).to(device)
 
-        faces_flat = core.table.num_flat_faces
-        faces = _convert.from_warp(core.indices)[: 3 * faces_flat].view(-1, 3)
-        self.indices = _convert.from_warp(core.indices)[: 3 * faces_flat]  # int32 flat rows (fused kernels)
-        has_normals, has_uv = face_flags(meshes, "normals"), face_flags(meshes, "uv")
+        faces_flat = self.core.table.num_flat_faces
+        faces = _convert.from_warp(self.core.indices)[: 3 * faces_flat].view(-1, 3)
+        self.indices = _convert.from_warp(self.core.indices)[: 3 * faces_flat]  # int32 flat rows (fused kernels)
         any_normals, any_uv = has_normals is not None, has_uv is not None
         self.table = ShapeTable(
             global_offset=dev(host["global_offset"]),
@@ -83,7 +79,7 @@ class LiveState:
         inst = host["instance_rows"]
         self.instance_base = dev(host["base"][inst])
         self.any_matrix = False
-        self.plain = not core.instance_ids and not any_normals and not any_uv
+        self.plain = not self.core.instance_ids and not any_normals and not any_uv
         self._generation = self._groups_generation = -1
         self._world = self._own = self._normal = None
         self._batch_groups: list = []
@@ -98,7 +94,7 @@ class LiveState:
         # search's global_prim_id, and so every row, fits int32).
         self.int32_tables = (self.table.global_offset.to(torch.int32), self.table.face_row.clamp(min=0).to(torch.int32))
         # The search centre (engine/frame.py), for ray origins handed to the engine.
-        self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
+        self.centre = None if self.core.centre is None else torch.as_tensor(self.core.centre, dtype=torch.float64).to(device)
 
     # ------------------------------------------------------------------ transforms
     def _refresh(self) -> None:
