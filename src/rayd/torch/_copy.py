@@ -43,10 +43,9 @@ def deepcopy_scene(scene, memo: dict):
             group[2].append(shape.source_index)
         else:
             to_world = _tensor(shape.to_world, memo)
-        if shape.is_instance:
-            if to_world is None:  # placeholder until its batch is set
-                to_world = torch.eye(4, dtype=torch.float64, device=scene._device)
-            new.add_instance(shape.base, to_world)
+        if shape.is_instance:  # (no matrix yet: a placeholder until its batch is set below)
+            new.add_instance(shape.base, to_world if to_world is not None
+                             else torch.eye(4, dtype=torch.float64, device=scene._device))
             continue
         mesh = shape.mesh
         copied = Mesh(_tensor(shape.vertices, memo), _tensor(mesh.faces, memo), normals=_tensor(mesh.normals, memo),

@@ -56,16 +56,17 @@ class LiveState(LiveBase):
     """
 
     def _tables(self, scene, host: dict, has_normals: np.ndarray | None, has_uv: np.ndarray | None) -> None:
+        core = scene._core
         self.device = device = scene._device
-        shapes = self.core.table.shapes
+        shapes = core.table.shapes
         mesh_index = {sid: k for k, sid in enumerate(host["mesh_rows"].tolist())}
 
         def dev(values: np.ndarray) -> torch.Tensor:
             return torch.as_tensor(values).to(device)
 
-        faces_flat = self.core.table.num_flat_faces
-        faces = _convert.from_warp(self.core.indices)[: 3 * faces_flat].view(-1, 3)
-        self.indices = _convert.from_warp(self.core.indices)[: 3 * faces_flat]  # int32 flat rows (fused kernels)
+        faces_flat = core.table.num_flat_faces
+        faces = _convert.from_warp(core.indices)[: 3 * faces_flat].view(-1, 3)
+        self.indices = _convert.from_warp(core.indices)[: 3 * faces_flat]  # int32 flat rows (fused kernels)
         any_normals, any_uv = has_normals is not None, has_uv is not None
         self.table = ShapeTable(
             global_offset=dev(host["global_offset"]),
@@ -79,7 +80,7 @@ class LiveState(LiveBase):
         inst = host["instance_rows"]
         self.instance_base = dev(host["base"][inst])
         self.any_matrix = False
-        self.plain = not self.core.instance_ids and not any_normals and not any_uv
+        self.plain = not core.instance_ids and not any_normals and not any_uv
         self._generation = self._groups_generation = -1
         self._world = self._own = self._normal = None
         self._batch_groups: list = []
@@ -94,7 +95,7 @@ class LiveState(LiveBase):
         # search's global_prim_id, and so every row, fits int32).
         self.int32_tables = (self.table.global_offset.to(torch.int32), self.table.face_row.clamp(min=0).to(torch.int32))
         # The search centre (engine/frame.py), for ray origins handed to the engine.
-        self.centre = None if self.core.centre is None else torch.as_tensor(self.core.centre, dtype=torch.float64).to(device)
+        self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
 
     # ------------------------------------------------------------------ transforms
     def _refresh(self) -> None:
