@@ -38,11 +38,8 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     ids = plain.TensorXi(dr.empty(plain.Int, n * bounces * 3), shape=(n, bounces, 3))
     t_search = plain.TensorXf(dr.empty(plain.Float, n * bounces), shape=(n, bounces))
     dr.make_opaque(ids, t_search)
-    _convert.query_fence(device, after=False)
-    engine.trace_chain(scene._core.accel, scene._core.shape_lookup, rays,
-                       wp.from_dlpack(_convert._capsule(ids, device)),
-                       wp.from_dlpack(_convert._capsule(t_search, device)), _convert.current_stream(device))
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, engine.trace_chain, scene._core.accel, scene._core.shape_lookup, rays,
+                    wp.from_dlpack(_convert._capsule(ids, device)), wp.from_dlpack(_convert._capsule(t_search, device)))
     del keep, rays, t_search
     Float = m.Float64 if double else m.Float
     Array3 = m.Array3f64 if double else m.Array3f

@@ -128,14 +128,11 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
     if n == 0:
         return ClosestPoint(**_empty(m, double))
     backend, device = scene._backend, scene._device
-    stream = _convert.current_stream(device)
     winner = _convert.empty_int32(n, backend)
     flag = _convert.uint8(active, backend)
     p_view, p_buffer = _convert.vec3_view(_relative(scene, points), device)
-    _convert.query_fence(device, after=False)
-    _engine.closest_point_search(scene._core.accel, p_view, _convert.scalar_view(flag, device), max_distance,
-                                 _convert.scalar_view(winner, device), stream)
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, _engine.closest_point_search, scene._core.accel, p_view, _convert.scalar_view(flag, device),
+                    max_distance, _convert.scalar_view(winner, device))
     del p_buffer
     gid = m.Int(winner)
     found, shape, prim, a, b, c = _corners(m, double, gid, scene._live_geometry(m, double))
@@ -175,16 +172,12 @@ def winding_number(scene, call: str, points: object, active: object, exact: bool
     if n == 0:
         return Float()
     backend, device = scene._backend, scene._device
-    stream = _convert.current_stream(device)
     out = dr.empty(plain.Float64, n)
     dr.make_opaque(out)
     flag = _convert.uint8(active, backend)
     p_view, p_buffer = _convert.vec3_view(_relative(scene, points), device)
-    _convert.query_fence(device, after=False)
-    _winding.winding_number(scene._core.accel, scene._core.table.num_flat_faces, p_view,
-                            _convert.scalar_view(flag, device), _convert.scalar_view(out, device), stream,
-                            exact=exact, refine=refine)
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, _winding.winding_number, scene._core.accel, scene._core.table.num_flat_faces, p_view,
+                    _convert.scalar_view(flag, device), _convert.scalar_view(out, device), exact=exact, refine=refine)
     del p_buffer
     return Float(out)
 

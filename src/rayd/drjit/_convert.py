@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import drjit as dr
 import numpy as np
@@ -183,6 +184,19 @@ def query_fence(device: str, after: bool) -> None:
             _query.device = device
         else:
             fence(device)
+
+
+def launch(device: str, engine_function: Callable, *args, **kwargs) -> Any:
+    """``engine_function(*args, stream, **kwargs)`` on ``device``'s current Dr.Jit stream, between the query fences.
+
+    The one place a query's engine launch is fenced (:func:`query_fence` before and after,
+    as :data:`QUERY_FENCES` says); ``stream`` (:func:`current_stream`) is the launch's last
+    positional argument. Returns what ``engine_function`` returns.
+    """
+    query_fence(device, after=False)
+    result = engine_function(*args, current_stream(device), **kwargs)
+    query_fence(device, after=True)
+    return result
 
 
 def one_fence(method: Callable) -> Callable:

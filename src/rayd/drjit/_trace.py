@@ -54,11 +54,7 @@ def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit
     out = _convert.empty_int32(n, backend)
     if n == 0:
         return n, out
-    stream = _convert.current_stream(device)
-    out_view = _convert.scalar_view(out, device)
-    _convert.query_fence(device, after=False)
-    search(scene._core.accel, rays, out_view, any_hit, stream)
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, search, scene._core.accel, rays, _convert.scalar_view(out, device), any_hit)
     # The buffers behind ``rays`` stay referenced until here; on CUDA, Dr.Jit frees and
     # reuses memory in stream order, after the engine's launch.
     del keep, rays
