@@ -14,10 +14,6 @@ import numpy as np
 
 from rayd.core.shapes import face_flags
 
-#: The per-vertex attributes a mesh may carry besides its positions: (name, components).
-ATTRIBUTES = (("normals", 3), ("uv", 2))
-
-
 class LiveBase:
     """What both frontends' ``LiveState`` (their ``_parts.LiveState``) read the same way at ``build()``.
 
@@ -57,15 +53,18 @@ def vertex_attributes(meshes: Sequence[Any], wanted: tuple[bool, bool], take: Ca
 
     Returns:
         ``(normals, uv)``, each (sum of V, 3) / (sum of V, 2) or ``None`` where not wanted.
+        Without either, no call beyond this one (it runs in every query).
     """
-    out = []
-    for (name, components), want in zip(ATTRIBUTES, wanted):
-        if not want:
-            out.append(None)
-            continue
-        parts = []
-        for s in meshes:
-            array = getattr(s.mesh, name)
-            parts.append(zeros(s.mesh.num_vertices, components) if array is None else take(array, components))
-        out.append(concat(parts))
-    return out[0], out[1]
+    normals = _attribute(meshes, "normals", 3, take, zeros, concat) if wanted[0] else None
+    uv = _attribute(meshes, "uv", 2, take, zeros, concat) if wanted[1] else None
+    return normals, uv
+
+
+def _attribute(meshes: Sequence[Any], name: str, components: int, take: Callable[[Any, int], Any],
+               zeros: Callable[[int, int], Any], concat: Callable[[list], Any]) -> Any:
+    """One attribute (``"normals"`` or ``"uv"``) of every mesh, concatenated (``zeros`` rows where a mesh has none)."""
+    parts = []
+    for s in meshes:
+        array = getattr(s.mesh, name)
+        parts.append(zeros(s.mesh.num_vertices, components) if array is None else take(array, components))
+    return concat(parts)

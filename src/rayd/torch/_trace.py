@@ -84,10 +84,8 @@ def prepare(scene, call: str, ray: object, active: object,
     else:
         skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
         skip = skip.to(torch.int32).contiguous()
-    o = ray.o
-    centre = scene._state.centre
-    if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
-        o = _convert.primal(o).to(torch.float64) - centre
+    centre = scene._state.centre  # (o - c) in float64, then rounded (engine/frame.py)
+    o = ray.o if centre is None else _convert.primal(ray.o).to(torch.float64) - centre
     made = scene._state.bound_rows
     rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
             bound(ray.tmin, batch, device, made), bound(ray.tmax, batch, device, made), flag, skip)
