@@ -17,6 +17,8 @@ the ``Scene`` subclass is made (:meth:`SceneBase.__init_subclass__`):
   ``sync()`` calls ``LiveState.synced()`` after it has synced the edges;
 - ``check_ray(call, ray, device)``, ``check_transforms(call, name, value, count, device)``:
   a checked ``Ray`` of the scene's device, a checked batch of ``count`` matrices;
+- ``check_active``, ``check_ignore``: a ray query's mask and ignore-id checks
+  (:func:`rayd.core.query_args.query_arguments`);
 - ``edge_queries``, ``surface``: the modules of the edge and surface queries
   (:class:`~rayd.core.edges.EdgeQueries`, :class:`~rayd.core.surface.SurfaceQueries`).
 

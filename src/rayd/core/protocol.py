@@ -58,6 +58,18 @@ class ArrayProtocol(Protocol):
         """Wait for queued frontend work where the frontend requires it."""
 
 
+class ArraysBase:
+    """Defaults for a frontend's protocol class (subclass it and write the rest of :class:`ArrayProtocol`).
+
+    - :meth:`fence`: nothing to wait for (a frontend whose arrays order their work on
+      the stream that :meth:`ArrayProtocol.stream` names, as torch's do).
+    """
+
+    def fence(self, device: str) -> None:
+        """Wait for queued frontend work where the frontend requires it: here, never (a no-op)."""
+        return None
+
+
 _streams: dict[tuple[str, int], Any] = {}
 
 

@@ -38,11 +38,8 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     ids = plain.TensorXi(dr.empty(plain.Int, n * bounces * 3), shape=(n, bounces, 3))
     t_search = plain.TensorXf(dr.empty(plain.Float, n * bounces), shape=(n, bounces))
     dr.make_opaque(ids, t_search)
-    _convert.query_fence(device, after=False)
-    engine.trace_chain(scene._core.accel, scene._core.shape_lookup, rays,
-                       wp.from_dlpack(_convert._capsule(ids, device)),
-                       wp.from_dlpack(_convert._capsule(t_search, device)), _convert.current_stream(device))
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, engine.trace_chain, scene._core.accel, scene._core.shape_lookup, rays,
+                    wp.from_dlpack(_convert._capsule(ids, device)), wp.from_dlpack(_convert._capsule(t_search, device)))
     del keep, rays, t_search
     Float = m.Float64 if double else m.Float
     Array3 = m.Array3f64 if double else m.Array3f
@@ -68,7 +65,6 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         o = dr.gather(Work, o, dr.zeros(UInt, n))
     if dr.width(d) != n:
         d = dr.gather(Work, d, dr.zeros(UInt, n))
-    length = segments.norm(ops, d)
     out = {"t": dr.full(Float, math.inf, total), "p": dr.zeros(Array3, total), "geo_n": dr.zeros(Array3, total),
            "d_out": dr.zeros(Array3, total), "image_source": dr.zeros(Array3, total)}
     valid_all = dr.zeros(m.Bool, total)
@@ -95,5 +91,5 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     out["shape_id"] = dr.select(valid_all, shape, -1)
     out["global_prim_id"] = dr.select(valid_all, gid, -1)
     out["num_bounces"] = count
-    out["path_length"] = Float(path * length)
+    out["path_length"] = Float(path * segments.norm(ops, d))
     return out

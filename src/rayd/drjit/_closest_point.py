@@ -23,6 +23,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import surface as _surface
+from rayd.core.closest import region_weights
 from rayd.core.edges import document
 from rayd.drjit import _check, _convert
 from rayd.drjit._intersect import locate
@@ -62,18 +63,8 @@ document(ClosestPoint, {"is_valid": """(N,) ``Bool``: True where a triangle was 
 def closest_on_triangles(m: ModuleType, p, a, b, c):
     """``Array3f64`` barycentric weights of the closest points of triangles ``abc`` to ``p`` (Ericson 5.1.5)."""
     Work = m.Array3f64
-    ab, ac, d, vs = _surface.voronoi(p, a, b, c, dr.dot)
-    r_a, r_b, r_ab, r_c, r_ac, r_bc, r_face = _surface.regions(d, vs)  # masks: no derivative
-    t_ab, t_ac, t_bc, v, w, den = _surface.parameters(d, vs, _safe_pos_div)
-    degenerate = r_face & ~dr.detach(den > 0)
-    weights = Work(1 - v - w, v, w)
-    weights = dr.select(degenerate, Work(1, 0, 0), weights)
-    weights = dr.select(r_bc, Work(0, 1 - t_bc, t_bc), weights)
-    weights = dr.select(r_ac, Work(1 - t_ac, 0, t_ac), weights)
-    weights = dr.select(r_c, Work(0, 0, 1), weights)
-    weights = dr.select(r_ab, Work(1 - t_ab, t_ab, 0), weights)
-    weights = dr.select(r_b, Work(0, 1, 0), weights)
-    weights = dr.select(r_a, Work(1, 0, 0), weights)
+    w0, w1, w2, ab, ac = region_weights(p, a, b, c, dr.dot, _safe_pos_div, dr.select)
+    weights = Work(w0, w1, w2)
     n = dr.detach(dr.cross(ab, ac))
     sliver = dr.dot(n, n) <= _engine.SLIVER * dr.detach(dr.dot(ab, ab) * dr.dot(ac, ac))
     return dr.select(sliver, _on_sides(m, p, a, b, c), weights)
@@ -128,14 +119,11 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
     if n == 0:
         return ClosestPoint(**_empty(m, double))
     backend, device = scene._backend, scene._device
-    stream = _convert.current_stream(device)
     winner = _convert.empty_int32(n, backend)
     flag = _convert.uint8(active, backend)
     p_view, p_buffer = _convert.vec3_view(_relative(scene, points), device)
-    _convert.query_fence(device, after=False)
-    _engine.closest_point_search(scene._core.accel, p_view, _convert.scalar_view(flag, device), max_distance,
-                                 _convert.scalar_view(winner, device), stream)
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, _engine.closest_point_search, scene._core.accel, p_view, _convert.scalar_view(flag, device),
+                    max_distance, _convert.scalar_view(winner, device))
     del p_buffer
     gid = m.Int(winner)
     found, shape, prim, a, b, c = _corners(m, double, gid, scene._live_geometry(m, double))
@@ -175,16 +163,12 @@ def winding_number(scene, call: str, points: object, active: object, exact: bool
     if n == 0:
         return Float()
     backend, device = scene._backend, scene._device
-    stream = _convert.current_stream(device)
     out = dr.empty(plain.Float64, n)
     dr.make_opaque(out)
     flag = _convert.uint8(active, backend)
     p_view, p_buffer = _convert.vec3_view(_relative(scene, points), device)
-    _convert.query_fence(device, after=False)
-    _winding.winding_number(scene._core.accel, scene._core.table.num_flat_faces, p_view,
-                            _convert.scalar_view(flag, device), _convert.scalar_view(out, device), stream,
-                            exact=exact, refine=refine)
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, _winding.winding_number, scene._core.accel, scene._core.table.num_flat_faces, p_view,
+                    _convert.scalar_view(flag, device), _convert.scalar_view(out, device), exact=exact, refine=refine)
     del p_buffer
     return Float(out)
 

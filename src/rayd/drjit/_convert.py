@@ -24,6 +24,7 @@ import os
 import threading
 from collections.abc import Callable
 from types import ModuleType
+from typing import Any
 
 import drjit as dr
 import numpy as np
@@ -185,6 +186,19 @@ def query_fence(device: str, after: bool) -> None:
             fence(device)
 
 
+def launch(device: str, engine_function: Callable, *args, **kwargs) -> Any:
+    """``engine_function(*args, stream, **kwargs)`` on ``device``'s current Dr.Jit stream, between the query fences.
+
+    The one place a query's engine launch is fenced (:func:`query_fence` before and after,
+    as :data:`QUERY_FENCES` says); ``stream`` (:func:`current_stream`) is the launch's last
+    positional argument. Returns what ``engine_function`` returns.
+    """
+    query_fence(device, after=False)
+    result = engine_function(*args, current_stream(device), **kwargs)
+    query_fence(device, after=True)
+    return result
+
+
 def one_fence(method: Callable) -> Callable:
     """``method`` (the frontend's part of a ``Scene`` query) with its launches' fences made one, at its end."""
 
@@ -274,9 +288,7 @@ def float32(value: dr.ArrayBase | float, backend: str) -> dr.ArrayBase:
 def uint8(value: dr.ArrayBase | None, backend: str) -> dr.ArrayBase:
     """A flat uint8 array from a Bool mask (``None``: a single 1, all rays active)."""
     plain = module(backend, False)
-    if value is None:
-        return dr.full(plain.UInt8, 1, 1)
-    return plain.UInt8(dr.detach(value))
+    return dr.full(plain.UInt8, 1, 1) if value is None else plain.UInt8(dr.detach(value))
 
 
 def int32(value: dr.ArrayBase | int, backend: str) -> dr.ArrayBase:

@@ -47,9 +47,7 @@ def normal_columns(cols: Columns) -> Columns:
 
 def world(points: dr.ArrayBase, to_world: dr.ArrayBase | None) -> dr.ArrayBase:
     """``to_world @ [p, 1]`` for every point (identity if ``None``)."""
-    if to_world is None:
-        return points
-    return apply(columns(to_world, type(points)), points)
+    return points if to_world is None else apply(columns(to_world, type(points)), points)
 
 
 def concat(parts: list[dr.ArrayBase]) -> dr.ArrayBase:

@@ -152,14 +152,11 @@ def enforce(m: ModuleType, fields: dict[str, dr.ArrayBase], tmin: object, tmax: 
     snapshot; a float64 or transformed scene is evaluated from other numbers, so a
     winner can fall on the wrong side of a bound by float32 rounding: it becomes a miss.
     """
-    t = fields["t"]
-    t64 = m.Float64(dr.detach(t))  # float64 holds every float32 exactly: compares the values as given
+    t64 = m.Float64(dr.detach(fields["t"]))  # float64 holds every float32 exactly: compares the values as given
     ok = (t64 > _bound(m.Float64, tmin)) & (t64 < _bound(m.Float64, tmax))
     return hits.as_misses(fields, ok, dr.select)
 
 
 def _bound(Float: type, bound: object) -> object:
     """A bound as a number or a non-differentiable ``Float`` array."""
-    if isinstance(bound, (int, float)):
-        return bound
-    return Float(dr.detach(bound))
+    return bound if isinstance(bound, (int, float)) else Float(dr.detach(bound))

@@ -16,13 +16,14 @@ from types import ModuleType
 import drjit as dr
 import numpy as np
 
-from rayd.core.shapes import face_flags, matrix_groups
+from rayd.core.live import LiveBase, vertex_attributes
+from rayd.core.shapes import matrix_groups
 from rayd.drjit import _convert
 from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns
 from rayd.drjit._intersect import LiveGeometry
 
 
-class LiveState:
+class LiveState(LiveBase):
     """Dr.Jit tables of one build of a scene and its cached transform columns.
 
     Args:
@@ -30,18 +31,14 @@ class LiveState:
             ``'llvm'`` or ``'cuda'``, are read).
     """
 
-    def __init__(self, scene) -> None:
-        self.core = core = scene._core
+    def _tables(self, scene, host: dict, has_normals: np.ndarray | None, has_uv: np.ndarray | None) -> None:
         self.backend = backend = scene._backend
         plain = _convert.module(backend, False)
-        table = core.table
-        host = table.tables()
-        meshes = [s for s in table.shapes if not s.is_instance and s.num_faces]
-        flat = _convert.from_warp_int32(core.indices, 3 * table.num_flat_faces, backend)
+        table = self.core.table
+        flat = _convert.from_warp_int32(self.core.indices, 3 * table.num_flat_faces, backend)
         self._faces = plain.Array3u(dr.gather(plain.Array3i, flat, dr.arange(plain.UInt32, table.num_flat_faces)))
         if not table.num_flat_faces:
             self._faces = plain.Array3u()
-        has_normals, has_uv = face_flags(meshes, "normals"), face_flags(meshes, "uv")
         self._face_has_normals = None if has_normals is None else plain.Bool(has_normals)
         self._face_has_uv = None if has_uv is None else plain.Bool(has_uv)
         self._global_offset = plain.Int(host["global_offset"].astype(np.int32))
@@ -51,7 +48,7 @@ class LiveState:
         dr.make_opaque(self._faces, self._global_offset, self._face_row)
         dr.eval(self._face_has_normals, self._face_has_uv)
         self._columns_cache: dict = {}
-        self._generation = core.transforms.generation
+        self._generation = self.core.transforms.generation
         # Per transform refresh: the registered matrices grouped by source array, and whether any
         # shape has one (a query reads them without a pass over the shapes: 10,000 instances).
         self._groups_cache: tuple | None = None
@@ -81,31 +78,24 @@ class LiveState:
         if self._precision is None:
             shapes = self.core.table.shapes
             self._precision = (any(_convert.is_double(s.vertices) for s in self.core.table.meshes),
-                               any(self.shape_is_ad(s) for s in shapes))
+                               any(shape_is_ad(s) for s in shapes))
         return self._precision
 
     def synced(self) -> None:
         """Forget what :meth:`precision` found (the registered arrays may have been replaced)."""
         self._precision = None
 
-    @staticmethod
-    def shape_is_ad(shape) -> bool:
-        arrays = (shape.vertices, shape.mesh.normals, shape.mesh.uv, shape.to_world)
-        return any(a is not None and _convert.is_ad(a) for a in arrays)
-
     def world_columns(self, Array3: type) -> tuple:
         """Every shape's placement as width-S ``Array3`` columns (no gradients), from the host table; cached."""
         self._fresh()
         key = (Array3, "world")
-        cached = self._columns_cache.get(key)
-        if cached is None:
+        if key not in self._columns_cache:
             dtype = np.float64 if dr.type_v(Array3) == dr.VarType.Float64 else np.float32
             world = self.core.transforms.world
-            cached = tuple(
+            self._columns_cache[key] = tuple(
                 Array3(*(np.ascontiguousarray(world[:, i, j], dtype=dtype) for i in range(3))) for j in range(4)
             )
-            self._columns_cache[key] = cached
-        return cached
+        return self._columns_cache[key]
 
     def transform_columns(self, m: ModuleType, Array3: type, with_normals: bool) -> tuple[tuple, tuple | None]:
         """Width-S placement columns (and normal-transform columns) for the differentiable evaluation.
@@ -171,18 +161,9 @@ class LiveState:
         Array2 = m.Array2f64 if double else m.Array2f
         rows = self._mesh_rows  # meshes with vertices (width 0 adds no rows)
         vertices = concat([Array3(s.vertices) for s in rows])
-        normals = uv = None
-        if self._face_has_normals is not None:
-            normals = concat(
-                [
-                    Array3(s.mesh.normals) if s.mesh.normals is not None else dr.zeros(Array3, s.mesh.num_vertices)
-                    for s in rows
-                ]
-            )
-        if self._face_has_uv is not None:
-            uv = concat(
-                [Array2(s.mesh.uv) if s.mesh.uv is not None else dr.zeros(Array2, s.mesh.num_vertices) for s in rows]
-            )
+        kinds = {3: Array3, 2: Array2}
+        normals, uv = vertex_attributes(rows, (self._face_has_normals is not None, self._face_has_uv is not None),
+                                        lambda array, k: kinds[k](array), lambda n, k: dr.zeros(kinds[k], n), concat)
         transform = normal_transform = None
         if self._groups()[1]:  # any shape has a matrix
             transform, normal_transform = self.transform_columns(m, Array3, normals is not None)
@@ -198,6 +179,12 @@ class LiveState:
             transform=transform,
             normal_transform=normal_transform,
         )
+
+
+def shape_is_ad(shape) -> bool:
+    """True if any array a shape registered (vertices, normals, uv, transform) is a Dr.Jit AD array."""
+    arrays = (shape.vertices, shape.mesh.normals, shape.mesh.uv, shape.to_world)
+    return any(a is not None and _convert.is_ad(a) for a in arrays)
 
 
 def gather_matrix(source: dr.ArrayBase, k: int, backend: str) -> dr.ArrayBase:

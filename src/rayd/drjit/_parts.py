@@ -8,7 +8,7 @@ launches are followed by the query fences of ``RAYD_DRJIT_QUERY_FENCES``.
 from rayd.drjit import _closest_point, _convert, _nearest_edge
 from rayd.drjit._convert import DrjitArrays as Arrays  # noqa: F401
 from rayd.drjit._live import LiveState  # noqa: F401
-from rayd.drjit._trace import check_ray  # noqa: F401
+from rayd.drjit._trace import check_active, check_ignore, check_ray  # noqa: F401
 from rayd.drjit.edges import SceneEdges  # noqa: F401
 from rayd.drjit.mesh import Mesh, check_transforms  # noqa: F401
 from rayd.drjit.ray import Ray  # noqa: F401

@@ -61,14 +61,11 @@ class AllHitsQueries(_core_queries.AllHitsQueries):
         if n == 0:
             return Intersections((0, k), flags, **empty(m, double, flags))
         plain = _convert.module(self._backend, False)
-        device = self._device
         gid = _convert.empty_int32(n * k, self._backend)
         t32 = dr.empty(plain.Float, n * k)
         dr.make_opaque(t32)
-        views = (_convert.scalar_view(t32, device), _convert.scalar_view(gid, device))
-        _convert.query_fence(device, after=False)
-        engine_all_hits.all_hits(self._core.accel, rays, k, *views, _convert.current_stream(device))
-        _convert.query_fence(device, after=True)
+        views = (_convert.scalar_view(t32, self._device), _convert.scalar_view(gid, self._device))
+        _convert.launch(self._device, engine_all_hits.all_hits, self._core.accel, rays, k, *views)
         del keep, rays, views
         UInt = m.UInt
         lane = dr.arange(UInt, n * k)
@@ -86,11 +83,8 @@ class AllHitsQueries(_core_queries.AllHitsQueries):
         out = _convert.empty_int32(n, self._backend)
         if n == 0:
             return out
-        device = self._device
-        view = _convert.scalar_view(out, device)
-        _convert.query_fence(device, after=False)
-        engine_all_hits.count_hits(self._core.accel, rays, view, _convert.current_stream(device))
-        _convert.query_fence(device, after=True)
+        view = _convert.scalar_view(out, self._device)
+        _convert.launch(self._device, engine_all_hits.count_hits, self._core.accel, rays, view)
         del keep, rays, view
         return out
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import drjit as dr
 
 from rayd.core import rays as core_rays
+from rayd.core.query_args import query_arguments, ray_checker
 from rayd.drjit import _check, _convert
 from rayd.drjit.ray import Ray
 from rayd.engine.intersect import search
@@ -16,11 +17,7 @@ def not_ours(value: object) -> str:
     return f"{name} (rayd.torch and rayd.drjit objects do not mix)" if name.startswith("rayd.torch") else name
 
 
-def check_ray(call: str, ray: object, device: str) -> Ray:
-    if not isinstance(ray, Ray):
-        raise TypeError(f"{call}: 'ray' must be a rayd.drjit.Ray, got {not_ours(ray)}")
-    _check.same_backend(call, "ray.o", ray.o, device, "the scene")
-    return ray
+check_ray = ray_checker(Ray, not_ours)
 
 
 def check_active(call: str, ray: Ray, active: object, device: str) -> tuple[int, dr.ArrayBase | None]:
@@ -57,11 +54,7 @@ def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit
     out = _convert.empty_int32(n, backend)
     if n == 0:
         return n, out
-    stream = _convert.current_stream(device)
-    out_view = _convert.scalar_view(out, device)
-    _convert.query_fence(device, after=False)
-    search(scene._core.accel, rays, out_view, any_hit, stream)
-    _convert.query_fence(device, after=True)
+    _convert.launch(device, search, scene._core.accel, rays, _convert.scalar_view(out, device), any_hit)
     # The buffers behind ``rays`` stay referenced until here; on CUDA, Dr.Jit frees and
     # reuses memory in stream order, after the engine's launch.
     del keep, rays
@@ -74,11 +67,8 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object) -> tu
     The RayBatch (``None`` when N = 0) views float32 search-frame copies (origins minus
     the scene's centre); keep the returned buffers alive until the launch has run.
     """
-    scene._require_ready(call)
+    ray, n, active, ignore = query_arguments(scene, call, ray, active, ignore)
     backend, device = scene._backend, scene._device
-    ray = check_ray(call, ray, device)
-    n, active = check_active(call, ray, active, device)
-    n, ignore = check_ignore(call, n, ignore, device)
     if n == 0:
         return n, None, (), ray
     o = ray.o
@@ -101,3 +91,12 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object) -> tu
         _convert.scalar_view(skip, device),
     )
     return n, rays, (o_buffer, d_buffer, tmin, tmax, flag, skip), ray
+
+
+def unblocked(ray: Ray, blocker: dr.ArrayBase, active: dr.ArrayBase | None) -> dr.ArrayBase:
+    """Width-N ``Bool`` ``visible``: no ``blocker`` (-1 = none), finite endpoints, a non-zero direction and
+    ``active`` (if given)."""
+    d = ray.d
+    result = (blocker < 0) & (dr.all(dr.isfinite(ray.o)) & dr.all(dr.isfinite(d)) & dr.any(d != 0))
+    return result if active is None else result & dr.detach(active)
+

@@ -20,10 +20,10 @@ from types import ModuleType
 
 import drjit as dr
 
+from rayd.core.query_args import CANDIDATES
 from rayd.drjit._intersect import _bound, evaluate
 from rayd.flags import RayFlags
 
-CANDIDATES = 8  # crossings looked at per doubtful ray (all within float32 rounding of a bound: rare beyond 2)
 
 
 def t_of(scene, m: ModuleType, ray, global_prim_id: dr.ArrayBase) -> dr.ArrayBase:

@@ -54,18 +54,9 @@ class Mesh(MeshBase):
     _count = staticmethod(dr.width)
     _check_face_range = staticmethod(_check.face_range)
     _shape_text = staticmethod(lambda value: f"width {dr.width(value)}")
-
-    @staticmethod
-    def _device_of(call: str, name: str, value: dr.ArrayBase) -> str:
-        return _convert.device_name(value)
-
-    @staticmethod
-    def _check_rows(call: str, name: str, value: dr.ArrayBase, count: int) -> None:
-        _check.width(call, name, value, count, "'vertices'")
-
-    @staticmethod
-    def _check_transform(call: str, name: str, value: object, vertices: dr.ArrayBase) -> dr.ArrayBase:
-        return check_transform(call, name, value, vertices)
+    _device_of = staticmethod(lambda call, name, value: _convert.device_name(value))
+    _check_rows = staticmethod(lambda call, name, value, count: _check.width(call, name, value, count, "'vertices'"))
+    _check_transform = staticmethod(lambda call, name, value, vertices: check_transform(call, name, value, vertices))
 
     def _where(self) -> str:
         return f"type={_convert.type_name(self.vertices)}"

@@ -46,12 +46,7 @@ class Ray(RayBase):
     _type_name = staticmethod(_convert.type_name)
     _check_vectors = staticmethod(lambda call, name, value: _check.float_array(call, name, value, 3))
     _batch = staticmethod(lambda value, vector: dr.width(value))
-
-    @staticmethod
-    def _check_bound(call: str, name: str, value: dr.ArrayBase, device: str) -> dr.ArrayBase:
-        value = _check.float_array(call, name, value, 1)
-        _check.same_backend(call, name, value, device, "'o'")
-        return value
+    _check_bound = staticmethod(_check.ray_bound)
 
     def _set_batch(self, width: int) -> None:
         self.width = width

@@ -16,7 +16,7 @@ from rayd.core.frontend import SceneBase
 from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.drjit import _check, _convert, _trace, _walk_on
 from rayd.drjit._intersect import empty, enforce, evaluate
-from rayd.drjit._live import LiveState, gather_matrix
+from rayd.drjit._live import gather_matrix, shape_is_ad
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit._scene_surface import SurfaceQueries
 from rayd.drjit._scene_reflect import ReflectionQueries
@@ -81,10 +81,9 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags)
-        if double:  # a winner the float32 search put past tmin: the first crossings decide
+        if double:  # a winner the float32 search put past tmin: the first crossings decide (masked, no host read)
             found = _walk_on.walk_on(self, m, ray, ignore, global_prim_id, fields["t"])
-            if found is not global_prim_id:
-                fields = evaluate(m, double, ray.o, ray.d, found, self._state.live_geometry(m, double), flags)
+            fields = evaluate(m, double, ray.o, ray.d, found, self._state.live_geometry(m, double), flags)
         return Intersection(flags, **enforce(m, fields, ray.tmin, ray.tmax))
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:
@@ -103,12 +102,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
         if n == 0:
             return _convert.module(self._backend, False).Bool()
-        d = ray.d
-        wellformed = dr.all(dr.isfinite(ray.o)) & dr.all(dr.isfinite(d)) & dr.any(d != 0)
-        result = (blocker < 0) & wellformed
-        if active is not None:
-            result = result & dr.detach(active)
-        return result
+        return _trace.unblocked(ray, blocker, active)
 
     # ------------------------------------------------------------------ internals
     def _precision(self, *arrays: dr.ArrayBase) -> tuple:
@@ -119,7 +113,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             meshes_double, shapes_ad = self._state.precision()
         else:
             meshes_double = any(_convert.is_double(s.vertices) for s in self._table.meshes)
-            shapes_ad = any(LiveState.shape_is_ad(s) for s in self._shapes)
+            shapes_ad = any(shape_is_ad(s) for s in self._shapes)
         double = meshes_double or any(_convert.is_double(a) for a in arrays)
         ad = shapes_ad or any(_convert.is_ad(a) for a in arrays)
         return _convert.module(self._backend, ad), double
@@ -128,7 +122,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return _trace.check_active(call, ray, active, self._device)
 
     def _shape_is_ad(self, shape) -> bool:
-        return LiveState.shape_is_ad(shape)
+        return shape_is_ad(shape)
 
     def _live_geometry(self, m, double: bool):
         return self._state.live_geometry(m, double)

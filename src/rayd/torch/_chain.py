@@ -105,7 +105,6 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
     normal, unit, offset, ok = specular.slot_planes(ops, v0, v1, v2, hit)
     o = origin.double()
     d = direction.double()
-    length = segments.norm(ops, d)
     bounds = (_interval._rows(tmin, batch, gid), _interval._rows(tmax, batch, gid))
     ts, vectors, oks = [], [], []
 
@@ -125,5 +124,5 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
     return {"t": torch.where(valid, t.to(dtype), inf), "p": vec[:, :, 0], "geo_n": vec[:, :, 1],
             "d_out": vec[:, :, 2], "image_source": vec[:, :, 3], "prim_id": ids[..., 2], "shape_id": ids[..., 1],
             "global_prim_id": ids[..., 0], "num_bounces": valid.sum(-1).to(torch.int32),
-            "path_length": (t.sum(-1) * length).to(dtype)}
+            "path_length": (t.sum(-1) * segments.norm(ops, d)).to(dtype)}
 

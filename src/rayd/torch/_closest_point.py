@@ -20,6 +20,7 @@ import math
 import torch
 
 from rayd.core import surface as _surface
+from rayd.core.closest import region_weights
 from rayd.core.edges import document
 from rayd.engine import closest_point as _engine
 from rayd.records import ClosestPointRecord
@@ -85,26 +86,7 @@ def closest_on_triangles(p: torch.Tensor, a: torch.Tensor, b: torch.Tensor, c: t
     evaluated with torch ops (differentiable for the fixed region).
     """
     dot = _dot
-    ab, ac, d, vs = _surface.voronoi(p, a, b, c, dot)
-    r_a, r_b, r_ab, r_c, r_ac, r_bc, r_face = _surface.regions(d, vs)  # bool: no gradient
-    zero = torch.zeros_like(d[0])
-    one = torch.ones_like(d[0])
-    t_ab, t_ac, t_bc, v, w, den = _surface.parameters(d, vs, _safe_div)
-    options = [
-        (r_a, (one, zero, zero)),
-        (r_b, (zero, one, zero)),
-        (r_ab, (1 - t_ab, t_ab, zero)),
-        (r_c, (zero, zero, one)),
-        (r_ac, (1 - t_ac, zero, t_ac)),
-        (r_bc, (zero, 1 - t_bc, t_bc)),
-    ]
-    w0, w1, w2 = 1 - v - w, v, w
-    face_degenerate = r_face & ~(den > 0)  # the engine returns vertex a there
-    w0 = torch.where(face_degenerate, one, w0)
-    w1 = torch.where(face_degenerate, zero, w1)
-    w2 = torch.where(face_degenerate, zero, w2)
-    for mask, (x0, x1, x2) in reversed(options):
-        w0, w1, w2 = torch.where(mask, x0, w0), torch.where(mask, x1, w1), torch.where(mask, x2, w2)
+    w0, w1, w2, ab, ac = region_weights(p, a, b, c, dot, _safe_div, torch.where)
     weights = torch.stack((w0, w1, w2), -1)
     with torch.no_grad():
         n = torch.linalg.cross(ab, ac)

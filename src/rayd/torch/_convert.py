@@ -7,7 +7,7 @@ import contextlib
 import torch
 import warp as wp
 
-from rayd.core.protocol import cached_stream
+from rayd.core.protocol import ArraysBase, cached_stream
 from rayd.engine import warp_device
 
 try:  # functorch transforms (torch.func.jvp, grad, ...) wrap tensors without storage
@@ -136,40 +136,6 @@ def vec3_rows(tensor: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
 _VERSION = __import__("operator").attrgetter("_version")
 
 
-class TorchArrays:
-    """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors."""
-
-    def version(self, array: torch.Tensor) -> int | None:
-        return version(array)
-
-    def versions(self, arrays: list[torch.Tensor]) -> list[int | None]:
-        try:  # one pass in C over plain tensors
-            return list(map(_VERSION, arrays))
-        except (RuntimeError, AttributeError):
-            return [version(a) for a in arrays]
-
-    def vec3_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
-        return vec3_rows(array)
-
-    def index_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
-        value = primal(primal(array).reshape(-1).contiguous())  # ops inside torch.func re-wrap
-        return wp.from_torch(value), value
-
-    def host_matrices(self, array: torch.Tensor):
-        return host_matrices(array)
-
-    def rows(self, call: str, name: str, array: torch.Tensor) -> int:
-        if array.dim() != 2 or array.shape[1] != 3:
-            raise ValueError(f"{call}: '{name}' must have shape (n, 3), got {tuple(array.shape)} (changed in place?)")
-        return int(array.shape[0])
-
-    def stream(self, device: str) -> wp.Stream | None:
-        return current_stream(torch.device(device))
-
-    def fence(self, device: str) -> None:
-        return None
-
-
 def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):
     """``value`` as a NumPy array on the host (detached; ``dtype`` if given), also inside
     ``torch.func`` transforms, whose ops (even on plain tensors) return wrappers without
@@ -233,3 +199,32 @@ def outside_transforms():
         return contextlib.nullcontext()
     disable = getattr(torch._C, "_DisableFuncTorch", None)
     return disable() if disable is not None else contextlib.nullcontext()
+
+
+class TorchArrays(ArraysBase):
+    """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors (``fence``: ArraysBase's no-op)."""
+
+    version = staticmethod(version)
+
+    def versions(self, arrays: list[torch.Tensor]) -> list[int | None]:
+        try:  # one pass in C over plain tensors
+            return list(map(_VERSION, arrays))
+        except (RuntimeError, AttributeError):
+            return [version(a) for a in arrays]
+
+    def vec3_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
+        return vec3_rows(array)
+
+    def index_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
+        value = primal(primal(array).reshape(-1).contiguous())  # ops inside torch.func re-wrap
+        return wp.from_torch(value), value
+
+    host_matrices = staticmethod(host_matrices)
+
+    def rows(self, call: str, name: str, array: torch.Tensor) -> int:
+        if array.dim() != 2 or array.shape[1] != 3:
+            raise ValueError(f"{call}: '{name}' must have shape (n, 3), got {tuple(array.shape)} (changed in place?)")
+        return int(array.shape[0])
+
+    def stream(self, device: str) -> wp.Stream | None:
+        return current_stream(torch.device(device))

@@ -43,10 +43,9 @@ def deepcopy_scene(scene, memo: dict):
             group[2].append(shape.source_index)
         else:
             to_world = _tensor(shape.to_world, memo)
-        if shape.is_instance:
-            if to_world is None:  # placeholder until its batch is set
-                to_world = torch.eye(4, dtype=torch.float64, device=scene._device)
-            new.add_instance(shape.base, to_world)
+        if shape.is_instance:  # (no matrix yet: a placeholder until its batch is set below)
+            new.add_instance(shape.base, to_world if to_world is not None
+                             else torch.eye(4, dtype=torch.float64, device=scene._device))
             continue
         mesh = shape.mesh
         copied = Mesh(_tensor(shape.vertices, memo), _tensor(mesh.faces, memo), normals=_tensor(mesh.normals, memo),
@@ -62,9 +61,9 @@ def deepcopy_scene(scene, memo: dict):
     table = scene._core.table
     if table.built and not table.structure_changed:
         new.build()
-        edges = scene._edges
-        if edges is not None and edges._mask is not None and not bool(edges._mask.all()):
-            new.set_edge_mask(edges._mask.clone())
+        mask = getattr(scene._edges, "_mask", None)  # (no edge state: None)
+        if mask is not None and not bool(mask.all()):
+            new.set_edge_mask(mask.clone())
         if new.has_pending_updates():
             new.sync()
     return new

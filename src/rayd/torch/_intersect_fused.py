@@ -134,21 +134,21 @@ class _FusedClosest(torch.autograd.Function):
         views = ctx.views or _views(o_rows, d_rows, global_prim_id, vertices, indices)
         ctx.views = None
         adj = [None if g is None else _convert.vec3_view(g) for g in (grad_o, grad_d, grad_v)]
-        stream = _convert.current_stream(device)
         if all(g is None for g in grads[1:]):  # only t carries a gradient: the adjoint of t alone
             if grads[0] is not None:
                 scratch = torch.empty(n, dtype=torch.float32, device=device)
                 # global_prim_id holds the forward's reported winners (singular ones are -1),
                 # which evaluate_t_adjoint relies on instead of re-testing them.
                 engine.evaluate_t_adjoint(*views, _convert.scalar_view(scratch),
-                                          _convert.scalar_view(grads[0].contiguous()), *adj, stream)
+                                          _convert.scalar_view(grads[0].contiguous()), *adj,
+                                          _convert.current_stream(device))
         else:
             full = [
                 (g if g is not None else _zeros(shape, device)).contiguous()
                 for g, shape in zip(grads, ((n,), (n, 3), (n, 3), (n, 3)))
             ]
             engine.evaluate_hits_adjoint(*views, _out_views(_empty_outputs(n, device)), _out_views(full), *adj,
-                                         stream)
+                                         _convert.current_stream(device))
         return (grad_o, grad_d, grad_v, *rest)
 
 

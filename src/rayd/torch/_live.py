@@ -20,7 +20,8 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from rayd.core.shapes import face_flags, matrix_groups
+from rayd.core.live import LiveBase, vertex_attributes
+from rayd.core.shapes import matrix_groups
 from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
 
@@ -47,19 +48,17 @@ def affine(m: torch.Tensor) -> torch.Tensor:
     return torch.cat((m[..., :3, :], last), dim=-2)
 
 
-class LiveState:
+class LiveState(LiveBase):
     """Torch tables of one build of a scene, and the cached placements of its current sync.
 
     Args:
         scene: the :class:`rayd.torch.Scene`, just built (its core and device are read).
     """
 
-    def __init__(self, scene) -> None:
-        self.core = core = scene._core
+    def _tables(self, scene, host: dict, has_normals: np.ndarray | None, has_uv: np.ndarray | None) -> None:
+        core = scene._core
         self.device = device = scene._device
         shapes = core.table.shapes
-        meshes = [s for s in shapes if not s.is_instance]
-        host = core.table.tables()
         mesh_index = {sid: k for k, sid in enumerate(host["mesh_rows"].tolist())}
 
         def dev(values: np.ndarray) -> torch.Tensor:
@@ -68,7 +67,6 @@ class LiveState:
         faces_flat = core.table.num_flat_faces
         faces = _convert.from_warp(core.indices)[: 3 * faces_flat].view(-1, 3)
         self.indices = _convert.from_warp(core.indices)[: 3 * faces_flat]  # int32 flat rows (fused kernels)
-        has_normals, has_uv = face_flags(meshes, "normals"), face_flags(meshes, "uv")
         any_normals, any_uv = has_normals is not None, has_uv is not None
         self.table = ShapeTable(
             global_offset=dev(host["global_offset"]),
@@ -117,10 +115,6 @@ class LiveState:
             self._normal = None
             self.any_matrix = transforms.has_any(self.core.table)
 
-    def synced(self) -> None:
-        """After ``sync()``: :meth:`prepare`."""
-        self.prepare()
-
     def prepare(self) -> None:
         """Refresh the device tables now (after ``build()``/``sync()``), so that traced queries only read them.
 
@@ -137,6 +131,8 @@ class LiveState:
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         self.vertex_dtype = dtype
         self._flat_vertices = None
+
+    synced = prepare  # after ``sync()`` (rayd.core.frontend.SceneBase): the same refresh
 
     def flat_vertices(self) -> torch.Tensor:
         """(V_m, 3) the meshes' registered vertices, detached and concatenated in mesh order (no gradient).
@@ -227,17 +223,11 @@ class LiveState:
         device = self.device
         meshes = self.core.table.meshes  # (not a pass over every shape: 10,000 instances)
         vertices = [s.vertices if s.vertices.dtype == dtype else s.vertices.to(dtype) for s in meshes]
-        normals = uv = None
-        if self.table.face_has_normals is not None:
-            normals = torch.cat([
-                s.mesh.normals.to(dtype) if s.mesh.normals is not None
-                else torch.zeros((s.num_vertices, 3), dtype=dtype, device=device) for s in meshes
-            ])
-        if self.table.face_has_uv is not None:
-            uv = torch.cat([
-                s.mesh.uv.to(dtype) if s.mesh.uv is not None
-                else torch.zeros((s.num_vertices, 2), dtype=dtype, device=device) for s in meshes
-            ])
+        table = self.table
+        normals, uv = vertex_attributes(
+            meshes, (table.face_has_normals is not None, table.face_has_uv is not None),
+            lambda array, _: array.to(dtype), lambda rows, k: torch.zeros((rows, k), dtype=dtype, device=device),
+            torch.cat)
         to_world = normal_matrix = None
         if self.any_matrix:
             to_world = self.world()  # float64: corners are placed in float64 (_geometry.gather)

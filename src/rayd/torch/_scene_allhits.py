@@ -78,11 +78,8 @@ def _compact(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch
         return out
     invalid = (out["global_prim_id"] < 0).to(torch.int8)
     order = torch.sort(invalid, dim=1, stable=True).indices
-    result = {}
-    for name, v in out.items():
-        index = order.reshape((n, k) + (1,) * (v.dim() - 2)).expand(v.shape)
-        result[name] = torch.gather(v, 1, index)
-    return result
+    return {name: torch.gather(v, 1, order.reshape((n, k) + (1,) * (v.dim() - 2)).expand(v.shape))
+            for name, v in out.items()}
 
 
 document(AllHitsQueries, {

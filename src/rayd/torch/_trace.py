@@ -6,15 +6,11 @@ import torch
 
 from rayd.core.checks import type_name
 from rayd.core import rays as core_rays
+from rayd.core.query_args import query_arguments, ray_checker
 from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
 
-
-def check_ray(call: str, ray: object, device: torch.device) -> Ray:
-    if not isinstance(ray, Ray):
-        raise TypeError(f"{call}: 'ray' must be a rayd.torch.Ray, got {type_name(ray)}")
-    _check.same_device(call, "ray.o", ray.o, device, "the scene")
-    return ray
+check_ray = ray_checker(Ray, type_name)
 
 
 def check_active(call: str, ray: Ray, active: object, device: torch.device) -> tuple[torch.Size, torch.Tensor | None]:
@@ -72,11 +68,8 @@ def prepare(scene, call: str, ray: object, active: object,
     centre), directions and bounds, uint8 active flags, int32 ignore ids; each (N, ...) or
     a single row for all rays (a stride-0 broadcast in the engine).
     """
-    scene._require_ready(call)
+    ray, batch, active, ignore = query_arguments(scene, call, ray, active, ignore)
     device = scene._device
-    ray = check_ray(call, ray, device)
-    batch, active = check_active(call, ray, active, device)
-    batch, ignore = check_ignore(call, batch, ignore, device)
     n = batch.numel()
     if n == 0:
         return batch, n, None, ray
@@ -91,19 +84,20 @@ def prepare(scene, call: str, ray: object, active: object,
     else:
         skip = ignore.reshape(1) if ignore.numel() == 1 else ignore.expand(batch).reshape(-1)
         skip = skip.to(torch.int32).contiguous()
-    o = ray.o
-    centre = scene._state.centre
-    if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
-        o = _convert.primal(o).to(torch.float64) - centre
+    centre = scene._state.centre  # (o - c) in float64, then rounded (engine/frame.py)
+    o = ray.o if centre is None else _convert.primal(ray.o).to(torch.float64) - centre
     made = scene._state.bound_rows
     rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
             bound(ray.tmin, batch, device, made), bound(ray.tmax, batch, device, made), flag, skip)
     return batch, n, rows, ray
 
 
-def wellformed(ray: Ray, batch: torch.Size) -> torch.Tensor:
-    """(batch) bool: finite endpoints and a non-zero direction (for ``visible``)."""
+
+def unblocked(ray: Ray, batch: torch.Size, blocker: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
+    """(batch) bool ``visible``: no ``blocker`` ((N,) int32, -1 = none), finite endpoints, a non-zero
+    direction and ``active`` (if given)."""
     o = _convert.primal(ray.o)
     d = _convert.primal(ray.d)
     ok = torch.isfinite(o).all(-1) & torch.isfinite(d).all(-1) & (d != 0).any(-1)
-    return ok.expand(batch)
+    result = (blocker < 0).reshape(batch) & ok.expand(batch)
+    return result if active is None else result & _convert.primal(active).expand(batch)

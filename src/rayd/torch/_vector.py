@@ -31,9 +31,8 @@ def constant(values: tuple, dtype: torch.dtype, device: torch.device) -> torch.T
         return cached
     with _convert.outside_transforms():
         value = torch.tensor(values, dtype=dtype).to(device)
-    if _convert.is_wrapped(value):  # pragma: no cover - torch without _DisableFuncTorch
-        return value
-    _CONSTANTS[key] = value
+    if not _convert.is_wrapped(value):  # (wrapped: torch without _DisableFuncTorch; not cached)
+        _CONSTANTS[key] = value
     return value
 
 
@@ -67,9 +66,7 @@ def where3(mask: torch.Tensor, a: object, b: object) -> torch.Tensor:
     return torch.where(mask.unsqueeze(-1), a, b)
 
 
-def sqrt(x: torch.Tensor) -> torch.Tensor:
-    """Elementwise square root."""
-    return torch.sqrt(x)
+sqrt = torch.sqrt  # elementwise square root (the function itself: no wrapper call)
 
 
 def clamp(x: torch.Tensor, lo: object, hi: object) -> torch.Tensor:

@@ -19,10 +19,9 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.query_args import CANDIDATES
 from rayd.flags import RayFlags
 from rayd.torch import _convert, _interval, _ops, _trace
-
-CANDIDATES = 8  # crossings looked at per doubtful ray (all within float32 rounding of a bound: rare beyond 2)
 
 
 def traced() -> bool:
@@ -76,10 +75,11 @@ def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor,
 def confirm_blocked(scene, ray, ignore, batch: torch.Size, blocker: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
     """(N,) bool occlusion: an any-hit ``blocker`` whose reported ``t`` ((N,) float64) lies in ``(tmin, tmax)``,
     or, where it does not, any of the first crossings inside ``(tmin, tmax)`` on reported ``t``."""
+    hit = blocker >= 0
     if traced() or blocker.numel() == 0:
-        return blocker >= 0
-    blocked = (blocker >= 0) & (t > _rows(ray.tmin, batch)) & (t < _rows(ray.tmax, batch))
-    doubt = (blocker >= 0) & ~blocked
+        return hit
+    blocked = hit & (t > _rows(ray.tmin, batch)) & (t < _rows(ray.tmax, batch))
+    doubt = hit & ~blocked
     if on_host(t) and not bool(doubt.any()):
         return blocked
     ht, _ = _candidates(scene, ray, ignore, batch, doubt)

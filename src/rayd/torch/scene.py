@@ -131,10 +131,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, n, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
-        result = (blocker < 0).reshape(batch) & _trace.wellformed(ray, batch)
-        if active is not None:
-            result = result & _convert.primal(active).expand(batch)
-        return result
+        return _trace.unblocked(ray, batch, blocker, active)
 
     # ------------------------------------------------------------------ copies
     def __deepcopy__(self, memo: dict) -> "Scene":
