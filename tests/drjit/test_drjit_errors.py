@@ -326,3 +326,18 @@ def test_ragged_arrays_and_width_changes_are_value_errors(m):
         scene.sync()
     with pytest.raises(ValueError, match=r"rayd.drjit.Mesh\(\): 'vertices' is ragged"):
         rd.Mesh(m.Array3f(m.Float([0, 1]), m.Float([0]), m.Float([0])), f)
+
+
+def test_scene_copy_deepcopy_and_pickle_are_clear_errors(m):
+    import copy
+    import pickle
+
+    scene = _built(m)
+    for fn, pattern in ((copy.copy, r"copy.copy\(rayd.drjit.Scene\): a shallow copy would share"),
+                        (copy.deepcopy, r"copy.deepcopy\(rayd.drjit.Scene\) is not supported"),
+                        (pickle.dumps, r"pickle.dumps\(rayd.drjit.Scene\): .*cannot be pickled")):
+        with pytest.raises(TypeError, match=pattern):
+            fn(scene)
+    # the original is untouched and still answers
+    assert scene.num_meshes == 1
+    assert float(scene.intersect(_ray(m)).t[0]) == 1.0

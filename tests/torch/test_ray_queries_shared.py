@@ -3,6 +3,8 @@ its own words; visible's open interval (VISIBILITY_EPSILON, relative to the segm
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
@@ -14,7 +16,8 @@ from rayd.torch import scene as torch_scene
 def test_methods_run_the_core_code_with_frontend_docstrings():
     for name in ("intersect", "shadow_test", "visible"):
         method = getattr(rt.Scene, name)
-        assert method.__code__ is getattr(queries.RayQueries, name).__code__
+        assert getattr(method, '_rayd_serialised', False)  # run under the engine lock
+        assert inspect.unwrap(method).__code__ is getattr(queries.RayQueries, name).__code__
         assert method.__doc__ and "tensor" in method.__doc__
         assert method.__qualname__ == f"Scene.{name}"
     assert torch_scene.VISIBILITY_EPSILON == queries.VISIBILITY_EPSILON == 1e-4

@@ -37,12 +37,15 @@ defines as methods:
 from __future__ import annotations
 
 import importlib
+import inspect
+import types
 from typing import Any
 
 import numpy as np
 
 from rayd.core.scene import SceneCore
 from rayd.core.shapes import Shape, ShapeTable
+from rayd.engine.runtime import serialised
 
 
 def type_name(value: object) -> str:
@@ -94,6 +97,21 @@ class SceneBase:
         self._device: Any = None
         self._edges: Any = None
         self._state: Any = None
+
+    # ------------------------------------------------------------------ copies
+    def __copy__(self):
+        raise TypeError(f"copy.copy({self._PREFIX}): a shallow copy would share the BVHs and the change "
+                        f"tracking of the original; {self._DEEPCOPY}")
+
+    def __deepcopy__(self, memo: dict):
+        raise TypeError(f"copy.deepcopy({self._PREFIX}) is not supported; make a new Scene and add the meshes again")
+
+    def __reduce_ex__(self, protocol):
+        raise TypeError(f"pickle.dumps({self._PREFIX}): a scene holds device acceleration structures and cannot "
+                        "be pickled; save the meshes' arrays and rebuild")
+
+    #: What ``copy.copy`` suggests instead (a frontend with ``__deepcopy__`` names it).
+    _DEEPCOPY = "make a new Scene and add the meshes again"
 
     # ------------------------------------------------------------------ hooks (frontends)
     @property
@@ -330,3 +348,24 @@ class SceneBase:
     def __repr__(self) -> str:
         state = "ready" if self.is_ready() else ("built" if self._table.built else "not built")
         return f"{self._PREFIX}(shapes={self.num_shapes}, device={self._device}, {state})"
+
+
+def serialise_public(cls: type) -> type:
+    """Run every public method of ``cls`` (its own and inherited) under the engine lock.
+
+    See :data:`rayd.engine.runtime.ENGINE_LOCK`: the engine's lazy module loads, recorded
+    launches and lazily built accelerators are not thread-safe, so a frontend's ``Scene``
+    and ``Camera`` answer calls from several threads one at a time. Called once per class,
+    after its docstrings are set (``document``); the wrappers keep names, docstrings and
+    signatures (``functools.wraps``).
+
+    Returns:
+        ``cls``.
+    """
+    for name in dir(cls):
+        if name.startswith("_") and name != "__deepcopy__":
+            continue
+        attr = inspect.getattr_static(cls, name)
+        if isinstance(attr, types.FunctionType):
+            setattr(cls, name, serialised(attr))
+    return cls

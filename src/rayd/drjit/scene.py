@@ -12,7 +12,7 @@ from __future__ import annotations
 import drjit as dr
 
 from rayd.core.edges import document
-from rayd.core.frontend import SceneBase
+from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.drjit import _check, _convert, _trace, _walk_on
 from rayd.drjit._intersect import empty, enforce, evaluate
@@ -222,3 +222,4 @@ for _name in ("_intersect", "_occluded", "_unblocked", "_intersect_all", "_count
               "_trace_reflections", "_specular_paths"):
     setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
 del _name
+serialise_public(Scene)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import ctypes
+import functools
 import os
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 
@@ -17,6 +19,29 @@ import warp as wp
 #: The line Warp's native library prints (to the C stderr, at ``wp.init()``) when it
 #: finds no CUDA driver; on a CPU-only machine it is noise in every process.
 NO_DRIVER_MESSAGE = "Warp CUDA warning: Could not find or load the NVIDIA CUDA driver."
+
+#: One re-entrant lock for the engine's work. Warp loads a module lazily at its first
+#: launch (not thread-safe: concurrent first launches crash or raise ``KeyError`` in
+#: ``Module.load``), recorded launches (:class:`LaunchCache`) are re-parameterised per
+#: call, and the CPU accelerators and edge trees are built lazily; so every public
+#: ``Scene`` / ``Camera`` method and every differentiable backward of the frontends runs
+#: under it (:func:`serialised`). Calls from several threads are then answered one at a
+#: time (each one still uses all cores on the CPU and the whole GPU).
+ENGINE_LOCK = threading.RLock()
+
+
+def serialised(fn):
+    """``fn`` run under :data:`ENGINE_LOCK` (same name, docstring and signature)."""
+    if getattr(fn, "_rayd_serialised", False):
+        return fn
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        with ENGINE_LOCK:
+            return fn(*args, **kwargs)
+
+    call._rayd_serialised = True
+    return call
 
 
 def _cuda_driver_loadable() -> bool:

@@ -13,6 +13,7 @@ Quick start::
 """
 
 from rayd.flags import RayFlags
+from rayd.torch import _optim  # noqa: F401 - fused optimiser steps bump version counters
 from rayd.torch._closest_point import ClosestPoint
 from rayd.torch._edge_sampling import EdgeSamples
 from rayd.torch.camera import Camera

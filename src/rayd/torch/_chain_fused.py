@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as forward_ad
 
+from rayd.engine.runtime import serialised
 from rayd import engine
 from rayd.torch import _convert
 
@@ -83,6 +84,7 @@ class _FusedChain(torch.autograd.Function):
         return t, *vec, length, out_ids, count
 
     @staticmethod
+    @serialised
     def backward(ctx, *grads):  # noqa: D102
         origin, direction, vertices, ids = ctx.saved_tensors
         scene, tmin, tmax, batch, evaluate = ctx.info

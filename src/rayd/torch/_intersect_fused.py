@@ -26,6 +26,7 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
+from rayd.engine.runtime import serialised
 from rayd import engine
 from rayd.core import hits
 from rayd.flags import RayFlags
@@ -59,6 +60,7 @@ class _FusedEvaluate(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
+    @serialised
     def backward(ctx, grad_t, grad_p, grad_n, grad_b):  # noqa: D102
         o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable
@@ -115,6 +117,7 @@ class _FusedClosest(torch.autograd.Function):
         return (t, *vec, shape_id, prim_id)
 
     @staticmethod
+    @serialised
     def backward(ctx, *grads):  # noqa: D102
         o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
         needs = ctx.needs_input_grad

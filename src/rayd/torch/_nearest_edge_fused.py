@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as forward_ad
 
+from rayd.engine.runtime import serialised
 from rayd.engine import edge_evaluate
 from rayd.torch import _convert
 from rayd.torch._edge_formulas import point_fields
@@ -55,6 +56,7 @@ class _FusedEdgeEvaluate(torch.autograd.Function):
         return tuple(outputs)
 
     @staticmethod
+    @serialised
     def backward(ctx, grad_distance, grad_t, grad_point):  # noqa: D102
         point_rows, vertices, global_edge_id, edge_v = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.edges import document
-from rayd.core.frontend import SceneBase
+from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.flags import RayFlags
 from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace, _walk_on
@@ -134,6 +134,8 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return _trace.unblocked(ray, batch, blocker, active)
 
     # ------------------------------------------------------------------ copies
+    _DEEPCOPY = "use copy.deepcopy(scene) for an independent scene"
+
     def __deepcopy__(self, memo: dict) -> "Scene":
         """``copy.deepcopy(scene)``: an independent scene with deep copies of the registered tensors.
 
@@ -148,14 +150,6 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         unbuilt one gives an unbuilt copy. Gradients never flow between the two.
         """
         return _copy.deepcopy_scene(self, memo)
-
-    def __copy__(self):
-        raise TypeError("copy.copy(rayd.torch.Scene): a shallow copy would share the BVHs and the change "
-                        "tracking of the original; use copy.deepcopy(scene) for an independent scene")
-
-    def __reduce_ex__(self, protocol):
-        raise TypeError("pickle.dumps(rayd.torch.Scene): a scene holds device acceleration structures and cannot "
-                        "be pickled; save the meshes' tensors and rebuild (copy.deepcopy(scene) copies in-process)")
 
     # ------------------------------------------------------------------ internals
     def _output_dtype(self, *arrays: torch.Tensor) -> torch.dtype:
@@ -241,3 +235,4 @@ document(Scene, {
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
 }, {"device": {"return": "torch.device | None"}})
+serialise_public(Scene)
