@@ -317,7 +317,7 @@ def _sample_edges(camera, scene, num_samples, generator) -> EdgeSamples:
             return _empty_samples(camera, m, double)
         geometry = scene._live_geometry(m, double)
         _, a, b = _winner_segments(m, double, m.Int(ids), edges, geometry)
-        rows = np.array(edges.rows).T.astype(np.int64)  # (E, 2)
+        rows = np.array(edges.edge_rows).T.astype(np.int64)  # (E, 2)
         local_v = np.array(top.v).T.astype(np.int64)
         opp = (rows[ids, 0] - local_v[ids, 0] + np.array(top.opposite).T[ids, 0]).astype(np.int64)
         o = _world_rows(m, double, edges, geometry, ids, opp)

@@ -164,8 +164,8 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         centre = _centre(camera, device)
         chosen = scene.silhouette_edges(centre) & edges._applied.bool()
         ids = chosen.nonzero().squeeze(1)
-        edge_v = edges.edge_v[ids].long()
-        offset = (edges.edge_v[ids, 0] - top.v[ids, 0]).long()
+        edge_v = edges.edge_rows[ids].long()
+        offset = (edges.edge_rows[ids, 0] - top.v[ids, 0]).long()
         opp = top.opposite[ids, 0].long() + offset
         a, b, o = (_convert.host_array(world[i]) for i in (edge_v[:, 0], edge_v[:, 1], opp))
     to_world = None if camera.to_world is None else _convert.host_matrices(camera.to_world)[0]
@@ -181,7 +181,7 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
 
     # --- differentiable evaluation at the fixed edge parameter
     gid = ids[torch.as_tensor(plan.edge, device=device)]
-    ends = edges.edge_v[gid].long()
+    ends = edges.edge_rows[gid].long()
     t = torch.as_tensor(plan.edge_t, dtype=dtype).to(device)
     normal_t = torch.as_tensor(plan.normal, dtype=dtype).to(device)
     vertices = placed_vertices(scene._shapes, dtype)
