@@ -16,10 +16,10 @@ The topology rule itself is the engine's (:mod:`rayd.engine.edge_topology`).
 from __future__ import annotations
 
 import math
-import types
 from dataclasses import dataclass
 from typing import Any
 
+from rayd.core.docs import FrontendDocs, document  # noqa: F401 - document re-exported (its first home)
 from rayd.core.checks import lifecycle, max_distance as check_max_distance, top_k
 from rayd.core.frontend import PublicName
 from rayd.core.topology import assemble, check_total, mesh_passes  # noqa: F401 - check_total re-exported
@@ -246,8 +246,11 @@ class EdgeState:
                 self._stale = "refit"
 
 
-class EdgeQueries:
+class EdgeQueries(FrontendDocs):
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
+
+    Documented in each frontend's words from ``rayd.<frontend>._scene_edges.DOCS``
+    (:class:`rayd.core.docs.FrontendDocs`).
 
     Each method is the same sequence in both frontends, written here: the lifecycle
     checks (``_require_ready``, then the edge state made ready), the checks that are
@@ -265,6 +268,7 @@ class EdgeQueries:
     """
 
     _PREFIX = "rayd.Scene"
+    _DOCS_MODULE = "_scene_edges"
     _EDGE_QUERIES: Any = None  # bound from the frontend's ``_parts.edge_queries`` (rayd.core.frontend)
 
     def edge_topology(self):
@@ -303,38 +307,3 @@ class EdgeQueries:
         call = f"{self._PREFIX}.silhouette_edges()"
         self._require_ready(call)
         return self._EDGE_QUERIES.silhouette_edges(self, call, viewpoint)
-
-
-def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, Any]] | None = None) -> type:
-    """Give ``cls`` its own copies of inherited methods, with the frontend's docstrings.
-
-    Each copy runs the very code of the inherited method (no wrapper call), so the
-    frontend documents its types and words while the logic stays in one place.
-
-    Args:
-        cls: the frontend's mixin (a subclass of a core mixin such as :class:`EdgeQueries`).
-        docs: method name -> docstring.
-        annotations: method name -> annotations to show (the frontend's types).
-
-    Returns:
-        ``cls``, to allow use as a decorator's helper.
-    """
-    for name, doc in docs.items():
-        base = getattr(cls, name)
-        if isinstance(base, property):  # a property: its getter copied the same way
-            getter = _copy(cls, name, base.fget, doc, (annotations or {}).get(name, {}))
-            setattr(cls, name, property(getter, base.fset, base.fdel, doc))
-            continue
-        setattr(cls, name, _copy(cls, name, base, doc, (annotations or {}).get(name, {})))
-    return cls
-
-
-def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]) -> Any:
-    """A copy of function ``base`` (same code) as ``cls.name``, with ``doc`` and extra ``annotations``."""
-    method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
-    method.__kwdefaults__ = base.__kwdefaults__
-    method.__annotations__ = {**base.__annotations__, **annotations}
-    method.__doc__ = doc
-    method.__module__ = cls.__module__
-    method.__qualname__ = f"{cls.__qualname__}.{name}"
-    return method

@@ -5,18 +5,12 @@ The methods themselves are written once in ``rayd.core.edges``; the work is in `
 
 from __future__ import annotations
 
-from rayd.core import edges as _core_edges
+from rayd.core.edges import EdgeQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
 
 
-class EdgeQueries(_core_edges.EdgeQueries):
-    """``edge_topology``, ``set_edge_mask``, ``edge_mask``, ``nearest_edge(s)``, ``silhouette_edges``.
-
-    Mixed into :class:`rayd.drjit.Scene`, whose lifecycle checks and edge bookkeeping
-    (``_require_current``, ``_edges``) they use.
-    """
-
-
-_core_edges.document(EdgeQueries, {
+#: The docstrings of the :class:`rayd.core.edges.EdgeQueries` methods on :class:`rayd.drjit.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "edge_topology": """The scene's edges: unique undirected edges per mesh, in shape order.
 
     Returns:
@@ -141,4 +135,4 @@ _core_edges.document(EdgeQueries, {
         ValueError: not a 3-vector of width 1, or on another backend or device.
         RuntimeError: the scene is not built or has pending changes.
     """,
-})
+}

@@ -20,7 +20,6 @@ import torch
 import numpy as np
 
 from rayd.core import paths, specular
-from rayd.core.edges import document
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
@@ -152,7 +151,9 @@ def _empty_chain(bounces: int, dtype: torch.dtype, device: torch.device) -> dict
             for name, kind in specular.CHAIN_FIELDS.items()}
 
 
-document(ReflectionQueries, {
+#: The docstrings of the :class:`rayd.core.specular.ReflectionQueries` methods on :class:`rayd.torch.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "trace_reflections": """The specular chain of each ray: up to ``max_bounces`` closest hits, mirror-reflected.
 
     Segment 0 is ``ray`` with its own ``tmin``, ``tmax`` and ``ignore``. After a hit at
@@ -217,4 +218,4 @@ document(ReflectionQueries, {
         ValueError: wrong shapes, ``B > 16``, inputs on another device.
         RuntimeError: the scene is not built or has pending changes.
     """,
-})
+}
