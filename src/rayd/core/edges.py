@@ -246,6 +246,31 @@ class EdgeState:
                 self._stale = "refit"
 
 
+#: Docstring text the frontends' ``edge_topology`` share (``rayd.<frontend>._scene_edges.DOCS``):
+#: the topology rule of DESIGN.md ("Edges"), in the Returns section (8-space indent, no final stop).
+TOPOLOGY_RULE = """        Concretely, per mesh the edges are keyed by their sorted vertex pair, in
+        ascending key order; an edge with one face gives a boundary record, an edge
+        with ``2 <= k <= 8`` faces ``k (k - 1) / 2`` records (one per unordered face
+        pair, lexicographic), an edge with ``k > 8`` faces the ``k`` consecutive
+        pairs ``(f_0, f_1), ..., (f_{k-1}, f_0)`` of its faces in ascending order
+        (so at most ``10.5 F`` records for ``F`` faces; ``rayd.engine.edge_topology``
+        explains the rule); triangle ``(0, 1, 2)`` gives edges
+        ``(0, 1), (0, 2), (1, 2)``"""
+
+#: The ``ValueError`` line of ``edge_topology``'s Raises section (both frontends).
+OVERFLOW_RAISES = """        ValueError: the records would overflow int32 edge ids (a mesh of more than
+            about 204 million faces, or instances repeating more than ``2**31 - 1``
+            records in all); raised before anything that large is allocated.
+"""
+
+#: What ``nearest_edge`` minimises (the Returns section of both frontends' docstrings).
+NEAREST_EDGE_RULE = """Concretely, over the unmasked edges ``[a, b]`` it minimises
+        ``distance = |q - edge_point|`` with ``edge_point = a + edge_t (b - a)``,
+        ``edge_t in [0, 1]``, and ``q = p`` (points) or ``q = ray_point = o + ray_t d``,
+        ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
+"""
+
+
 class EdgeQueries(FrontendDocs):
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
 

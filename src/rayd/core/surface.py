@@ -37,6 +37,25 @@ def check_exact(call: str, exact: object) -> bool:
     return exact
 
 
+def annotations(array: type, optional: str, record: type) -> dict[str, dict[str, Any]]:
+    """The annotations :class:`SurfaceQueries`' methods show in a frontend (its ``ANNOTATIONS``).
+
+    Args:
+        array: the frontend's array type (``torch.Tensor``, ``drjit.ArrayBase``).
+        optional: how an optional array is written (``"torch.Tensor | None"``).
+        record: the frontend's ``ClosestPoint``.
+
+    Returns:
+        method name -> parameter name (and ``"return"``) -> annotation, for
+        :func:`rayd.core.docs.document`.
+    """
+    points = {"points": array, "active": optional}
+    out = {"closest_point": {**points, "max_distance": float, "return": record}}
+    for name in ("winding_number", "contains", "signed_distance"):
+        out[name] = {**points, "exact": bool, "return": array}
+    return out
+
+
 class SurfaceQueries(FrontendDocs):
     """The surface methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.core.surface import SurfaceQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
+from rayd.core.surface import SurfaceQueries, annotations  # noqa: F401 - the Scene's mixin, documented from DOCS
 from rayd.drjit._closest_point import ClosestPoint
 
 
@@ -80,10 +80,4 @@ DOCS = {
 }
 
 #: The annotations each method shows (the frontend's types).
-ANNOTATIONS = {
-    "closest_point": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "max_distance": float,
-                      "return": ClosestPoint},
-    "winding_number": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
-    "contains": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
-    "signed_distance": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
-}
+ANNOTATIONS = annotations(dr.ArrayBase, "dr.ArrayBase | None", ClosestPoint)

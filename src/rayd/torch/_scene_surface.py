@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core.surface import SurfaceQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
+from rayd.core.surface import SurfaceQueries, annotations  # noqa: F401 - the Scene's mixin, documented from DOCS
 from rayd.torch._closest_point import ClosestPoint
 
 
@@ -110,10 +110,4 @@ DOCS = {
 }
 
 #: The annotations each method shows (the frontend's types).
-ANNOTATIONS = {
-    "closest_point": {"points": torch.Tensor, "active": "torch.Tensor | None", "max_distance": float,
-                      "return": ClosestPoint},
-    "winding_number": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
-    "contains": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
-    "signed_distance": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
-}
+ANNOTATIONS = annotations(torch.Tensor, "torch.Tensor | None", ClosestPoint)
