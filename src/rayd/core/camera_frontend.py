@@ -18,6 +18,12 @@ Hooks a :class:`CameraBase` subclass defines:
 - ``_ARRAY``: the frontend's array type (``_is_array(value)``: whether a checked
   intrinsic is one, not a Python float);
 - ``_array_focal(fov_y)``: the focal length of an array ``fov_y`` (differentiable);
+- ``_checked_fov(fov_y)``: ``fov_y`` checked (``None``, a float, or an array where the
+  frontend takes one); ``_checked_to_world(to_world)``: a given ``to_world`` checked
+  (the frontend's matrix, on the intrinsics' device);
+- ``_check_values(call)`` (optional): the value checks of ``Camera()`` and
+  ``sample_edges`` (default: :func:`rayd.core.camera.check_intrinsics` of
+  :meth:`CameraBase.intrinsics`);
 - ``_host_scalar(value)``: the Python float of an array intrinsic (detached);
 - ``_repr_tail()``: extra text for ``repr`` (default none);
 - ``_generate_rays(call, samples)``, ``_project(call, points)``: the public
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +67,35 @@ class CameraBase(PublicName):
         """The call that messages of ``Camera()`` start with (``"rayd.torch.Camera()"``)."""
         return f"{self._name}()"
 
+    def __init__(self, width: int, height: int, *, fov_y: Any = None, fx: Any = None, fy: Any = None,
+                 cx: Any = None, cy: Any = None, to_world: Any = None) -> None:
+        """Check and set the size, the intrinsics and ``to_world`` (the frontend's class documents them).
+
+        In order: ``width``, ``height``; ``fov_y``, ``fx``, ``fy``, ``cx``, ``cy`` one by
+        one (:meth:`_scalar`), then how they combine (:meth:`_set_intrinsics`); ``to_world``
+        (the frontend's ``_checked_to_world``); last the values (``_check_values``: one host
+        read of array intrinsics).
+
+        Raises:
+            TypeError, ValueError: as the frontend's ``Camera`` documents.
+        """
+        self._set_size(width, height)
+        fov_y = self._checked_fov(fov_y)
+        self._set_intrinsics(fov_y, *(self._scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy))))
+        self.to_world = None if to_world is None else self._checked_to_world(to_world)
+        self._check_values(self._CALL)
+
     # ------------------------------------------------------------------ hooks (frontends)
+    def _checked_fov(self, fov_y: object):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _checked_to_world(self, to_world: object):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_values(self, call: str) -> None:
+        """``ValueError`` naming ``call`` for non-finite or non-positive intrinsics (a host read of arrays)."""
+        _core.check_intrinsics(call, *self.intrinsics())
+
     def _array_scalar(self, name: str, value: object):  # pragma: no cover - abstract
         raise NotImplementedError
 

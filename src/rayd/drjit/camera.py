@@ -42,22 +42,19 @@ class Camera(CameraBase):
     _SCALAR = "a float or a width-1 Float array"
     _ARRAY = dr.ArrayBase
 
-    def __init__(self, width: int, height: int, *, fov_y=None, fx=None, fy=None, cx=None, cy=None,
-                 to_world=None) -> None:
-        self._set_size(width, height)
-        fx, fy, cx, cy = (self._scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy)))
-        if fov_y is not None:
-            if real(fov_y) is None:
-                raise TypeError(f"{self._CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
-            fov_y = real(fov_y)
-        self._set_intrinsics(fov_y, fx, fy, cx, cy)
-        if to_world is not None:
-            like = next((v for v in (fx, fy, cx, cy) if isinstance(v, dr.ArrayBase)), None)
-            if like is None:
-                like = to_world if isinstance(to_world, dr.ArrayBase) and dr.is_jit_v(to_world) else dr.llvm.Float(0)
-            to_world = check_transform(self._CALL, "to_world", to_world, like)
-        self.to_world = to_world
-        _core.check_intrinsics(self._CALL, *self.intrinsics())  # the values of width-1 arrays (one read)
+    def _checked_fov(self, fov_y: object) -> float | None:
+        if fov_y is None:
+            return None
+        if real(fov_y) is None:
+            raise TypeError(f"{self._CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
+        return real(fov_y)
+
+    def _checked_to_world(self, to_world: object) -> dr.ArrayBase:
+        """A checked ``Matrix4f``/``Matrix4f64`` of width 1 on the intrinsics' backend (values read once)."""
+        like = next((v for v in (self.fx, self.fy, self.cx, self.cy) if isinstance(v, dr.ArrayBase)), None)
+        if like is None:
+            like = to_world if isinstance(to_world, dr.ArrayBase) and dr.is_jit_v(to_world) else dr.llvm.Float(0)
+        return check_transform(self._CALL, "to_world", to_world, like)
 
     def _arrays(self) -> list:
         return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]

@@ -64,22 +64,24 @@ class Camera(CameraBase):
         cy: float | torch.Tensor | None = None,
         to_world: torch.Tensor | None = None,
     ) -> None:
-        self._set_size(width, height)
-        self._set_intrinsics(*(self._scalar(n, v) for n, v in
-                               (("fov_y", fov_y), ("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy))))
-        if to_world is not None:
-            to_world = _check.float_tensor(self._CALL, "to_world", to_world)
-            if tuple(to_world.shape) != (4, 4):
-                raise ValueError(f"{self._CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
-        self.to_world = to_world
-        tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
-        for name, value in tensors[1:]:
-            _check.same_device(self._CALL, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
-        self._check_values(self._CALL)
+        super().__init__(width, height, fov_y=fov_y, fx=fx, fy=fy, cx=cx, cy=cy, to_world=to_world)
+
+    def _checked_fov(self, fov_y: object) -> float | torch.Tensor | None:
+        return self._scalar("fov_y", fov_y)
+
+    def _checked_to_world(self, to_world: object) -> torch.Tensor:
+        to_world = _check.float_tensor(self._CALL, "to_world", to_world)
+        if tuple(to_world.shape) != (4, 4):
+            raise ValueError(f"{self._CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
+        return to_world
 
     def _check_values(self, call: str) -> None:
-        """``ValueError`` for non-positive/non-finite intrinsics or a non-finite/singular ``to_world``
-        (reads tensor values on the host: a synchronisation, at ``Camera()`` and ``sample_edges``)."""
+        """``ValueError`` for tensors on different devices, non-positive/non-finite intrinsics or a
+        non-finite/singular ``to_world`` (reads tensor values on the host: a synchronisation, at
+        ``Camera()`` and ``sample_edges``)."""
+        tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
+        for name, value in tensors[1:]:
+            _check.same_device(call, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
         host = [_convert.host_array(v, torch.float64) if isinstance(v, torch.Tensor) else v
                 for v in (self.fx, self.fy, self.cx, self.cy, self.fov_y)]  # all of a vmap batch
         _core.check_intrinsics(call, *host[:4], fov_y=host[4])
