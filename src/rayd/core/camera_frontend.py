@@ -28,11 +28,28 @@ Hooks a :class:`CameraBase` subclass defines:
 - ``_repr_tail()``: extra text for ``repr`` (default none);
 - ``_generate_rays(call, samples)``, ``_project(call, points)``: the public
   ``generate_rays`` / ``project`` (documented by the frontend with
-  :func:`rayd.core.edges.document`) after naming the call.
+  :func:`rayd.core.edges.document`, as ``sample_edges``) after naming the call.
+
+``CameraBase.sample_edges`` is written here once, over the steps the frontend writes in its
+array library: ``rayd.<frontend>._edge_sampling.OPS``, a namespace of
+
+- ``generator_type``, ``generator_name``: the accepted ``generator`` type and its name in messages;
+- ``ready(scene, call)``: the scene's edge state, synced, its lazily built parts made;
+- ``candidates(call, camera, scene, edges, intrinsics)``: the camera checked against the scene
+  and its values (``intrinsics`` as read on the host), then ``(work, ids, a, b, o,
+  is_boundary)``: the frontend's working state of the call (precision, camera centre, ...),
+  the ids of the silhouette and boundary edges the BVH sees from the camera centre (its own
+  array or NumPy), their (K, 3) float64 host world end points ``a``, ``b``, the opposite
+  vertex ``o`` of each edge's first face and (K,) bool ``is_boundary``;
+- ``host_to_world(camera)``: ``to_world`` as a (4, 4) float64 host matrix, ``None`` for the identity;
+- ``jitter(generator)``: ``jitter(n)`` -> (n,) float64 uniform numbers in ``[0, 1)``;
+- ``evaluate(camera, scene, edges, work, ids, plan)``: the frontend's ``EdgeSamples`` of
+  the :class:`SamplePlan` (the differentiable evaluation at the fixed edge parameters).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +140,22 @@ class CameraBase(PublicName):
 
     def project(self, points):
         return self._project(f"{self._name}.project()", points)
+
+    def sample_edges(self, scene, num_samples: int, *, generator=None):
+        call = f"{self._name}.sample_edges()"
+        frontend = self._name.rsplit(".", 1)[0]  # "rayd.torch"
+        ops = importlib.import_module(f"{frontend}._edge_sampling").OPS
+        num_samples = check_sample_args(call, scene, importlib.import_module(f"{frontend}.scene").Scene, num_samples,
+                                        generator, ops.generator_type, ops.generator_name)
+        scene._require_ready(call)
+        edges = ops.ready(scene, call)
+        intrinsics = self.intrinsics()
+        work, ids, a, b, o, is_boundary = ops.candidates(call, self, scene, edges, intrinsics)
+        to_world = ops.host_to_world(self)
+        a, b, o = (to_camera(x, to_world) for x in (a, b, o))
+        plan = plan_samples(a, b, o, is_boundary, intrinsics, self.width, self.height, num_samples,
+                            ops.jitter(generator))
+        return ops.evaluate(self, scene, edges, work, ids, plan)
 
     # ------------------------------------------------------------------ shared
     def _scalar(self, name: str, value: object):
