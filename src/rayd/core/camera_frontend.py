@@ -141,7 +141,13 @@ class CameraBase(PublicName):
     def project(self, points):
         return self._project(f"{self._name}.project()", points)
 
-    def sample_edges(self, scene, num_samples: int, *, generator=None):
+    def sample_edges(self, scene: Any, num_samples: int, *, generator: Any = None) -> Any:
+        """Samples on the images of the scene's silhouette and boundary edges (each frontend documents it).
+
+        The steps (module docstring): the argument checks, the scene's lifecycle, its edges
+        made ready, the candidates (``OPS.candidates``) placed in camera space, the plan
+        (:func:`plan_samples`), the frontend's evaluation.
+        """
         call = f"{self._name}.sample_edges()"
         frontend = self._name.rsplit(".", 1)[0]  # "rayd.torch"
         ops = importlib.import_module(f"{frontend}._edge_sampling").OPS
