@@ -10,8 +10,10 @@ Normalisation and what is passed over:
 * the array-module names ``torch``, ``drjit``, ``dr``, ``rt`` (whole words),
   ``Torch``/``Drjit`` in names (``TorchRecord`` / ``DrjitRecord``) become one
   placeholder; surrounding white space is stripped;
-* docstrings (any string literal standing alone as a statement, and the
-  docstrings handed to ``rayd.core.edges.document(cls, {name: doc})``), comments,
+* docstrings (any string literal standing alone as a statement, the
+  docstrings handed to ``rayd.core.edges.document(cls, {name: doc})``, and the
+  values of a frontend module's ``DOCS`` / ``ANNOTATIONS`` dicts, which
+  ``rayd.core.docs.FrontendDocs`` hands to ``document``), comments,
   ``import`` / ``from ... import`` statements and lines shorter than 12
   characters (after stripping) are not counted.
 
@@ -52,6 +54,11 @@ def _skipped_lines(source: str) -> set[int]:
                 if isinstance(arg, ast.Dict):
                     for value in arg.values:
                         skip.update(range(value.lineno, value.end_lineno + 1))
+        if (isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict)
+                and any(isinstance(t, ast.Name) and t.id in ("DOCS", "ANNOTATIONS") for t in node.targets)):
+            # rayd.core.docs: a frontend's docstrings (and shown annotations) of core methods
+            for value in node.value.values:
+                skip.update(range(value.lineno, value.end_lineno + 1))
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             skip.update(range(node.lineno, node.end_lineno + 1))
         elif (isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)

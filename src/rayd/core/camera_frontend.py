@@ -18,17 +18,41 @@ Hooks a :class:`CameraBase` subclass defines:
 - ``_ARRAY``: the frontend's array type (``_is_array(value)``: whether a checked
   intrinsic is one, not a Python float);
 - ``_array_focal(fov_y)``: the focal length of an array ``fov_y`` (differentiable);
+- ``_checked_fov(fov_y)``: ``fov_y`` checked (``None``, a float, or an array where the
+  frontend takes one); ``_checked_to_world(to_world)``: a given ``to_world`` checked
+  (the frontend's matrix, on the intrinsics' device);
+- ``_check_values(call)`` (optional): the value checks of ``Camera()`` and
+  ``sample_edges`` (default: :func:`rayd.core.camera.check_intrinsics` of
+  :meth:`CameraBase.intrinsics`);
 - ``_host_scalar(value)``: the Python float of an array intrinsic (detached);
 - ``_repr_tail()``: extra text for ``repr`` (default none);
 - ``_generate_rays(call, samples)``, ``_project(call, points)``: the public
   ``generate_rays`` / ``project`` (documented by the frontend with
-  :func:`rayd.core.edges.document`) after naming the call.
+  :func:`rayd.core.edges.document`, as ``sample_edges``) after naming the call.
+
+``CameraBase.sample_edges`` is written here once, over the steps the frontend writes in its
+array library: ``rayd.<frontend>._edge_sampling.OPS``, a namespace of
+
+- ``generator_type``, ``generator_name``: the accepted ``generator`` type and its name in messages;
+- ``ready(scene, call)``: the scene's edge state, synced, its lazily built parts made;
+- ``candidates(call, camera, scene, edges, intrinsics)``: the camera checked against the scene
+  and its values (``intrinsics`` as read on the host), then ``(work, ids, a, b, o,
+  is_boundary)``: the frontend's working state of the call (precision, camera centre, ...),
+  the ids of the silhouette and boundary edges the BVH sees from the camera centre (its own
+  array or NumPy), their (K, 3) float64 host world end points ``a``, ``b``, the opposite
+  vertex ``o`` of each edge's first face and (K,) bool ``is_boundary``;
+- ``host_to_world(camera)``: ``to_world`` as a (4, 4) float64 host matrix, ``None`` for the identity;
+- ``jitter(generator)``: ``jitter(n)`` -> (n,) float64 uniform numbers in ``[0, 1)``;
+- ``evaluate(camera, scene, edges, work, ids, plan)``: the frontend's ``EdgeSamples`` of
+  the :class:`SamplePlan` (the differentiable evaluation at the fixed edge parameters).
 """
 
 from __future__ import annotations
 
+import importlib
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -60,7 +84,35 @@ class CameraBase(PublicName):
         """The call that messages of ``Camera()`` start with (``"rayd.torch.Camera()"``)."""
         return f"{self._name}()"
 
+    def __init__(self, width: int, height: int, *, fov_y: Any = None, fx: Any = None, fy: Any = None,
+                 cx: Any = None, cy: Any = None, to_world: Any = None) -> None:
+        """Check and set the size, the intrinsics and ``to_world`` (the frontend's class documents them).
+
+        In order: ``width``, ``height``; ``fov_y``, ``fx``, ``fy``, ``cx``, ``cy`` one by
+        one (:meth:`_scalar`), then how they combine (:meth:`_set_intrinsics`); ``to_world``
+        (the frontend's ``_checked_to_world``); last the values (``_check_values``: one host
+        read of array intrinsics).
+
+        Raises:
+            TypeError, ValueError: as the frontend's ``Camera`` documents.
+        """
+        self._set_size(width, height)
+        fov_y = self._checked_fov(fov_y)
+        self._set_intrinsics(fov_y, *(self._scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy))))
+        self.to_world = None if to_world is None else self._checked_to_world(to_world)
+        self._check_values(self._CALL)
+
     # ------------------------------------------------------------------ hooks (frontends)
+    def _checked_fov(self, fov_y: object):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _checked_to_world(self, to_world: object):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _check_values(self, call: str) -> None:
+        """``ValueError`` naming ``call`` for non-finite or non-positive intrinsics (a host read of arrays)."""
+        _core.check_intrinsics(call, *self.intrinsics())
+
     def _array_scalar(self, name: str, value: object):  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -88,6 +140,28 @@ class CameraBase(PublicName):
 
     def project(self, points):
         return self._project(f"{self._name}.project()", points)
+
+    def sample_edges(self, scene: Any, num_samples: int, *, generator: Any = None) -> Any:
+        """Samples on the images of the scene's silhouette and boundary edges (each frontend documents it).
+
+        The steps (module docstring): the argument checks, the scene's lifecycle, its edges
+        made ready, the candidates (``OPS.candidates``) placed in camera space, the plan
+        (:func:`plan_samples`), the frontend's evaluation.
+        """
+        call = f"{self._name}.sample_edges()"
+        frontend = self._name.rsplit(".", 1)[0]  # "rayd.torch"
+        ops = importlib.import_module(f"{frontend}._edge_sampling").OPS
+        num_samples = check_sample_args(call, scene, importlib.import_module(f"{frontend}.scene").Scene, num_samples,
+                                        generator, ops.generator_type, ops.generator_name)
+        scene._require_ready(call)
+        edges = ops.ready(scene, call)
+        intrinsics = self.intrinsics()
+        work, ids, a, b, o, is_boundary = ops.candidates(call, self, scene, edges, intrinsics)
+        to_world = ops.host_to_world(self)
+        a, b, o = (to_camera(x, to_world) for x in (a, b, o))
+        plan = plan_samples(a, b, o, is_boundary, intrinsics, self.width, self.height, num_samples,
+                            ops.jitter(generator))
+        return ops.evaluate(self, scene, edges, work, ids, plan)
 
     # ------------------------------------------------------------------ shared
     def _scalar(self, name: str, value: object):

@@ -16,10 +16,10 @@ The topology rule itself is the engine's (:mod:`rayd.engine.edge_topology`).
 from __future__ import annotations
 
 import math
-import types
 from dataclasses import dataclass
 from typing import Any
 
+from rayd.core.docs import FrontendDocs, document  # noqa: F401 - document re-exported (its first home)
 from rayd.core.checks import lifecycle, max_distance as check_max_distance, top_k
 from rayd.core.frontend import PublicName
 from rayd.core.topology import assemble, check_total, mesh_passes  # noqa: F401 - check_total re-exported
@@ -246,8 +246,36 @@ class EdgeState:
                 self._stale = "refit"
 
 
-class EdgeQueries:
+#: Docstring text the frontends' ``edge_topology`` share (``rayd.<frontend>._scene_edges.DOCS``):
+#: the topology rule of DESIGN.md ("Edges"), in the Returns section (8-space indent, no final stop).
+TOPOLOGY_RULE = """        Concretely, per mesh the edges are keyed by their sorted vertex pair, in
+        ascending key order; an edge with one face gives a boundary record, an edge
+        with ``2 <= k <= 8`` faces ``k (k - 1) / 2`` records (one per unordered face
+        pair, lexicographic), an edge with ``k > 8`` faces the ``k`` consecutive
+        pairs ``(f_0, f_1), ..., (f_{k-1}, f_0)`` of its faces in ascending order
+        (so at most ``10.5 F`` records for ``F`` faces; ``rayd.engine.edge_topology``
+        explains the rule); triangle ``(0, 1, 2)`` gives edges
+        ``(0, 1), (0, 2), (1, 2)``"""
+
+#: The ``ValueError`` line of ``edge_topology``'s Raises section (both frontends).
+OVERFLOW_RAISES = """        ValueError: the records would overflow int32 edge ids (a mesh of more than
+            about 204 million faces, or instances repeating more than ``2**31 - 1``
+            records in all); raised before anything that large is allocated.
+"""
+
+#: What ``nearest_edge`` minimises (the Returns section of both frontends' docstrings).
+NEAREST_EDGE_RULE = """Concretely, over the unmasked edges ``[a, b]`` it minimises
+        ``distance = |q - edge_point|`` with ``edge_point = a + edge_t (b - a)``,
+        ``edge_t in [0, 1]``, and ``q = p`` (points) or ``q = ray_point = o + ray_t d``,
+        ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
+"""
+
+
+class EdgeQueries(FrontendDocs):
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
+
+    Documented in each frontend's words from ``rayd.<frontend>._scene_edges.DOCS``
+    (:class:`rayd.core.docs.FrontendDocs`).
 
     Each method is the same sequence in both frontends, written here: the lifecycle
     checks (``_require_ready``, then the edge state made ready), the checks that are
@@ -265,6 +293,7 @@ class EdgeQueries:
     """
 
     _PREFIX = "rayd.Scene"
+    _DOCS_MODULE = "_scene_edges"
     _EDGE_QUERIES: Any = None  # bound from the frontend's ``_parts.edge_queries`` (rayd.core.frontend)
 
     def edge_topology(self):
@@ -303,38 +332,3 @@ class EdgeQueries:
         call = f"{self._PREFIX}.silhouette_edges()"
         self._require_ready(call)
         return self._EDGE_QUERIES.silhouette_edges(self, call, viewpoint)
-
-
-def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, Any]] | None = None) -> type:
-    """Give ``cls`` its own copies of inherited methods, with the frontend's docstrings.
-
-    Each copy runs the very code of the inherited method (no wrapper call), so the
-    frontend documents its types and words while the logic stays in one place.
-
-    Args:
-        cls: the frontend's mixin (a subclass of a core mixin such as :class:`EdgeQueries`).
-        docs: method name -> docstring.
-        annotations: method name -> annotations to show (the frontend's types).
-
-    Returns:
-        ``cls``, to allow use as a decorator's helper.
-    """
-    for name, doc in docs.items():
-        base = getattr(cls, name)
-        if isinstance(base, property):  # a property: its getter copied the same way
-            getter = _copy(cls, name, base.fget, doc, (annotations or {}).get(name, {}))
-            setattr(cls, name, property(getter, base.fset, base.fdel, doc))
-            continue
-        setattr(cls, name, _copy(cls, name, base, doc, (annotations or {}).get(name, {})))
-    return cls
-
-
-def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]) -> Any:
-    """A copy of function ``base`` (same code) as ``cls.name``, with ``doc`` and extra ``annotations``."""
-    method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
-    method.__kwdefaults__ = base.__kwdefaults__
-    method.__annotations__ = {**base.__annotations__, **annotations}
-    method.__doc__ = doc
-    method.__module__ = cls.__module__
-    method.__qualname__ = f"{cls.__qualname__}.{name}"
-    return method

@@ -25,6 +25,7 @@ from typing import Any, Callable, Protocol
 import numpy as np
 
 from rayd.core import paths
+from rayd.core.docs import FrontendDocs
 
 #: The fields of a ``ReflectionChain`` by kind: ``slot`` fields hold one value per bounce
 #: (float; ``slot3``: a 3-vector; ``slot_id``: an int32 id), ``ray`` fields one per ray
@@ -190,11 +191,12 @@ def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d
         o = p
 
 
-class ReflectionQueries:
+class ReflectionQueries(FrontendDocs):
     """``trace_reflections`` and ``specular_paths`` of a frontend's ``Scene`` (a mixin over
     :class:`rayd.core.frontend.SceneBase`), and the validity of specular paths given as host arrays.
 
-    The frontend documents the two methods in its own words (:func:`rayd.core.edges.document`).
+    The frontend documents the two methods in its own words, in ``rayd.<frontend>._scene_reflect.DOCS``
+    (:class:`rayd.core.docs.FrontendDocs`).
     Hooks (the frontend's): ``_trace_reflections(call, ray, bounces, active, ignore)``, the
     chains with ``bounces`` already checked; ``_specular_paths(call, source, target,
     prim_sequence, active)``, the paths of a ready scene; ``_host_points(x, precision)``, the (n, 3) float64 points as
@@ -206,6 +208,7 @@ class ReflectionQueries:
     """
 
     _PREFIX = "rayd.Scene"
+    _DOCS_MODULE = "_scene_reflect"
 
     def trace_reflections(self, ray, max_bounces: int, active=None, *, ignore=None):
         call = f"{self._PREFIX}.trace_reflections()"

@@ -24,6 +24,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from rayd.core.docs import FrontendDocs
+
 #: contains()/signed_distance(): hierarchical winding numbers within this of 0.5 are recomputed exactly.
 REFINE_MARGIN = 0.05
 
@@ -35,8 +37,30 @@ def check_exact(call: str, exact: object) -> bool:
     return exact
 
 
-class SurfaceQueries:
+def annotations(array: type, optional: str, record: type) -> dict[str, dict[str, Any]]:
+    """The annotations :class:`SurfaceQueries`' methods show in a frontend (its ``ANNOTATIONS``).
+
+    Args:
+        array: the frontend's array type (``torch.Tensor``, ``drjit.ArrayBase``).
+        optional: how an optional array is written (``"torch.Tensor | None"``).
+        record: the frontend's ``ClosestPoint``.
+
+    Returns:
+        method name -> parameter name (and ``"return"``) -> annotation, for
+        :func:`rayd.core.docs.document`.
+    """
+    points = {"points": array, "active": optional}
+    out = {"closest_point": {**points, "max_distance": float, "return": record}}
+    for name in ("winding_number", "contains", "signed_distance"):
+        out[name] = {**points, "exact": bool, "return": array}
+    return out
+
+
+class SurfaceQueries(FrontendDocs):
     """The surface methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).
+
+    Documented in each frontend's words from ``rayd.<frontend>._scene_surface.DOCS``
+    (:class:`rayd.core.docs.FrontendDocs`).
 
     Hooks: ``_PREFIX`` (``"rayd.torch.Scene"``) and ``_SURFACE``, the frontend's module
     with ``closest_point(scene, call, points, active, max_distance)``,
@@ -45,6 +69,7 @@ class SurfaceQueries:
     """
 
     _PREFIX = "rayd.Scene"
+    _DOCS_MODULE = "_scene_surface"
     _SURFACE: Any = None
 
     def closest_point(self, points, active=None, *, max_distance: float = math.inf):

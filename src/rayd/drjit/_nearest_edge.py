@@ -39,7 +39,7 @@ def _winner_segments(m: ModuleType, double: bool, gid: dr.ArrayBase, edges: Scen
     Array3 = m.Array3f64 if double else m.Array3f
     found = gid >= 0
     g = m.UInt(dr.select(found, gid, 0))
-    rows = dr.gather(m.Array2u, m.Array2u(edges.rows), g)
+    rows = dr.gather(m.Array2u, m.Array2u(edges.edge_rows), g)
     a = dr.gather(Array3, geometry.vertices, rows.x)
     b = dr.gather(Array3, geometry.vertices, rows.y)
     if geometry.transform is not None:

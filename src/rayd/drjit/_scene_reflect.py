@@ -20,7 +20,6 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import paths, specular
-from rayd.core.edges import document
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
 from rayd.drjit.ray import Ray
@@ -150,7 +149,9 @@ def _image_method(m, src, dst, corners: list[tuple], used: np.ndarray):
     return specular.image_method(_IMAGE_OPS, src, dst, corners, use)
 
 
-document(ReflectionQueries, {
+#: The docstrings of the :class:`rayd.core.specular.ReflectionQueries` methods on :class:`rayd.drjit.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "trace_reflections": """The specular chain of each ray, as :meth:`rayd.torch.Scene.trace_reflections`.
 
     Args:
@@ -199,4 +200,4 @@ document(ReflectionQueries, {
         ValueError: wrong shapes or widths, ``B > 16``, inputs on another backend.
         RuntimeError: the scene is not built or has pending changes.
     """,
-})
+}

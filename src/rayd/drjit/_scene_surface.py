@@ -7,19 +7,13 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.core import surface as _core_surface
-from rayd.core.edges import document
+from rayd.core.surface import SurfaceQueries, annotations  # noqa: F401 - the Scene's mixin, documented from DOCS
 from rayd.drjit._closest_point import ClosestPoint
 
 
-class SurfaceQueries(_core_surface.SurfaceQueries):
-    """``closest_point``, ``winding_number``, ``contains``, ``signed_distance`` (as rayd.torch's).
-
-    Mixed into :class:`rayd.drjit.Scene`. All four take meshes and instances.
-    """
-
-
-document(SurfaceQueries, {
+#: The docstrings of the :class:`rayd.core.surface.SurfaceQueries` methods on :class:`rayd.drjit.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "closest_point": """The closest point on any enabled triangle to each point, differentiable for the fixed winner.
 
     Args:
@@ -83,10 +77,7 @@ document(SurfaceQueries, {
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`closest_point`.
     """,
-}, {
-    "closest_point": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "max_distance": float,
-                      "return": ClosestPoint},
-    "winding_number": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
-    "contains": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
-    "signed_distance": {"points": dr.ArrayBase, "active": "dr.ArrayBase | None", "exact": bool, "return": dr.ArrayBase},
-})
+}
+
+#: The annotations each method shows (the frontend's types).
+ANNOTATIONS = annotations(dr.ArrayBase, "dr.ArrayBase | None", ClosestPoint)

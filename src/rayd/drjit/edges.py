@@ -13,14 +13,13 @@ import drjit as dr
 import numpy as np
 import warp as wp
 
-from rayd.core.edges import EdgeState, TopologyBase, document
+from rayd.core.edge_state import EdgeBuffers
+from rayd.core.edges import TopologyBase, document
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply, concat
 from rayd.engine.edge_topology import mesh_edges
-from rayd.engine.edges import EdgeBvh
 from rayd.records import EdgeRecord
 from rayd.drjit.intersection import DrjitRecord
-from rayd.engine.runtime import launch_stream
 
 
 class EdgeTopology(TopologyBase):
@@ -103,8 +102,10 @@ document(NearestEdge, {"is_valid": """``Bool`` of the fields' width: True where 
          {"is_valid": {"return": dr.ArrayBase}})
 
 
-class SceneEdges(EdgeState):
-    """rayd.drjit's :class:`~rayd.core.edges.EdgeState`: topology and masks as Dr.Jit arrays.
+class SceneEdges(EdgeBuffers):
+    """rayd.drjit's :class:`~rayd.core.edge_state.EdgeBuffers`: topology and masks as Dr.Jit arrays.
+
+    Its ``edge_rows`` (``Array2u``) are rows of the scene's concatenated mesh vertices.
 
     Args:
         scene: the :class:`rayd.drjit.Scene` (its shapes, backend and device are read live).
@@ -115,12 +116,6 @@ class SceneEdges(EdgeState):
         self._scene = scene
         self._backend = scene._backend
         self._device = scene._device
-
-    @property
-    def rows(self) -> dr.ArrayBase:
-        """(E, 2) ``Array2u``: each edge's endpoints as rows of the scene's concatenated mesh vertices."""
-        self.topology  # noqa: B018
-        return self._rows
 
     def _mesh_records(self, base: int, stream) -> tuple[int, tuple[dr.ArrayBase, ...]]:
         """``(E_mesh, (v, faces, opposite))``, ``Array2i`` of one mesh, by the engine.
@@ -153,11 +148,11 @@ class SceneEdges(EdgeState):
         topology = EdgeTopology(v=v, faces=faces, opposite=opposite, is_boundary=faces.y < 0,
                                 shape_id=plain.Int(plan.shape_id), edge_id=plain.Int(plan.edge_id),
                                 global_edge_id=dr.arange(plain.Int, num_edges))
-        self._rows = plain.Array2u(v + plain.Int(plan.vertex_shift))
+        self._edge_rows = plain.Array2u(v + plain.Int(plan.vertex_shift))
         dr.make_opaque(topology.v, topology.faces, topology.opposite, topology.is_boundary,
-                       topology.shape_id, topology.edge_id, topology.global_edge_id, self._rows)
+                       topology.shape_id, topology.edge_id, topology.global_edge_id, self._edge_rows)
         world_v = v + plain.Int(plan.world_shift)
-        self._world_v_view, self._world_v = _convert.vec2i_view(world_v, self._device)
+        self._edges_view, self._world_v = _convert.vec2i_view(world_v, self._device)
         self._mask = dr.full(plain.Bool, True, num_edges)
         self._applied = dr.full(plain.UInt8, 1, num_edges)
         dr.make_opaque(self._mask, self._applied)
@@ -206,19 +201,6 @@ class SceneEdges(EdgeState):
         wp.copy(self._points_view, points, count=self._num_world_vertices, stream=stream)
         _convert.fence(self._device)
         del buffer
-
-    def _build_bvh(self, stream) -> EdgeBvh:
-        _convert.fence(self._device)
-        device = _convert.to_warp_device(self._device)
-        with launch_stream(device, stream):
-            bvh = EdgeBvh(self._points_view, self._world_v_view, self._applied_view, stream)
-        _convert.fence(self._device)
-        return bvh
-
-    def _refit(self, stream) -> None:
-        _convert.fence(self._device)
-        self._bvh.refit(stream)
-        _convert.fence(self._device)
 
     def _copy_mask(self) -> dr.ArrayBase:
         mask = dr.copy(self._mask)

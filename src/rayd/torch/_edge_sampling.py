@@ -29,17 +29,20 @@ References:
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import Callable
+
+import numpy as np
 import torch
 
 from rayd.core import camera as _core
-from rayd.core.camera_frontend import EdgeSamplesBase, check_sample_args, plan_samples, to_camera
+from rayd.core.camera_frontend import EdgeSamplesBase
 from rayd.torch import _check, _convert
 from rayd.torch._nearest_edge import _dtype, _ready_edges
 from rayd.torch.edges import placed_vertices
 from rayd.torch.intersection import TorchRecord
 from rayd.torch.ray import Ray
 
-_CALL = "rayd.torch.Camera.sample_edges()"
 _FILTERS = ("box", "tent")
 
 
@@ -143,45 +146,48 @@ class EdgeSamples(TorchRecord, EdgeSamplesBase):
         return image.reshape((h, w) + tuple(channels))
 
 
-def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeSamples:
-    """``Camera.sample_edges``: see its docstring."""
-    from rayd.torch.scene import Scene
-
-    num_samples = check_sample_args(_CALL, scene, Scene, num_samples, generator, torch.Generator, "torch.Generator")
-    scene._require_ready(_CALL)
-    edges = _ready_edges(_CALL, scene)
+def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
+    """The camera on the scene's device, its values valid (tensors may have changed in place since
+    ``Camera()``); the silhouette and boundary edges seen by the BVH from the camera centre:
+    ``(work, ids, a, b, o, is_boundary)``, ids on the device and host rows, ``work`` the device,
+    the output dtype and the camera centre."""
     device = scene._device
     if camera.device is not None:
-        _check.same_device(_CALL, "camera", torch.empty(0, device=camera.device), device, "the scene")
+        _check.same_device(call, "camera", torch.empty(0, device=camera.device), device, "the scene")
     dtype = _dtype(camera.dtype, scene)
     top = edges.topology
-    camera._check_values(_CALL)  # tensors may have changed in place since Camera()
-    intrinsics = camera.intrinsics()
-
-    # --- discrete choices, float64 on the host (rayd.core.camera)
+    camera._check_values(call)
     with torch.no_grad():
         world = placed_vertices(scene._shapes, torch.float64, detach=True)
         centre = _centre(camera, device)
         chosen = scene.silhouette_edges(centre) & edges._applied.bool()
         ids = chosen.nonzero().squeeze(1)
-        edge_v = edges.edge_v[ids].long()
-        offset = (edges.edge_v[ids, 0] - top.v[ids, 0]).long()
+        edge_rows = edges.edge_rows[ids].long()
+        offset = (edges.edge_rows[ids, 0] - top.v[ids, 0]).long()
         opp = top.opposite[ids, 0].long() + offset
-        a, b, o = (_convert.host_array(world[i]) for i in (edge_v[:, 0], edge_v[:, 1], opp))
-    to_world = None if camera.to_world is None else _convert.host_matrices(camera.to_world)[0]
-    a, b, o = (to_camera(x, to_world) for x in (a, b, o))
+        a, b, o = (_convert.host_array(world[i]) for i in (edge_rows[:, 0], edge_rows[:, 1], opp))
+    work = SimpleNamespace(device=device, dtype=dtype, centre=centre)
+    return work, ids, a, b, o, _convert.host_array(top.is_boundary[ids])
 
-    def jitter(n: int):
+
+def _host_to_world(camera) -> np.ndarray | None:
+    return None if camera.to_world is None else _convert.host_matrices(camera.to_world)[0]
+
+
+def _jitter(generator: torch.Generator | None) -> Callable[[int], np.ndarray]:
+    def jitter(n: int) -> np.ndarray:
         return _convert.host_array(torch.rand(n, generator=generator, dtype=torch.float64,
                                               device=generator.device if generator is not None else "cpu"))
+    return jitter
 
-    plan = plan_samples(a, b, o, _convert.host_array(top.is_boundary[ids]), intrinsics, camera.width,
-                        camera.height, num_samples, jitter)
+
+def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, plan) -> EdgeSamples:
+    """The differentiable evaluation at the fixed edge parameter (module docstring)."""
+    device, dtype, centre = work.device, work.dtype, work.centre
+    top = edges.topology
     n = plan.count
-
-    # --- differentiable evaluation at the fixed edge parameter
     gid = ids[torch.as_tensor(plan.edge, device=device)]
-    ends = edges.edge_v[gid].long()
+    ends = edges.edge_rows[gid].long()
     t = torch.as_tensor(plan.edge_t, dtype=dtype).to(device)
     normal_t = torch.as_tensor(plan.normal, dtype=dtype).to(device)
     vertices = placed_vertices(scene._shapes, dtype)
@@ -209,6 +215,12 @@ def sample_edges(camera, scene, num_samples: object, generator: object) -> EdgeS
         width=camera.width,
         height=camera.height,
     )
+
+
+#: rayd.torch's steps of :meth:`rayd.core.camera_frontend.CameraBase.sample_edges`.
+OPS = SimpleNamespace(generator_type=torch.Generator, generator_name="torch.Generator",
+                      ready=lambda scene, call: _ready_edges(call, scene), candidates=_candidates,
+                      host_to_world=_host_to_world, jitter=_jitter, evaluate=_evaluate)
 
 
 def _centre(camera, device: torch.device) -> torch.Tensor:

@@ -92,7 +92,7 @@ def nearest_edge_ray(scene, call: str, edges, ray: Ray, active: object, max_dist
     d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
     s0 = _interval(ray.tmin, batch, dtype, device)
     s1 = _interval(ray.tmax, batch, dtype, device)
-    fields = evaluate_rays(o, d, s0, s1, winner, edges.edge_v, vertices, edges.topology)
+    fields = evaluate_rays(o, d, s0, s1, winner, edges.edge_rows, vertices, edges.topology)
     return NearestEdge(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
 
 
@@ -125,14 +125,14 @@ def _points_query(scene, call, edges, points, k, active, max_distance) -> Neares
 def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, torch.Tensor]:
     """Fields for ``batch`` points with ``repeat`` winners each (fused kernel when usable)."""
     if _fused.usable(scene._shapes, points):
-        fields = _fused.evaluate_points_fused(points, batch, repeat, winner, scene._shapes, edges.edge_v)
+        fields = _fused.evaluate_points_fused(points, batch, repeat, winner, scene._shapes, edges.edge_rows)
         _ids(fields, winner, edges.topology)
         return fields
     n = batch.numel()
     dtype = _dtype(points.dtype, scene)
     vertices = placed_vertices(scene._shapes, dtype)
     p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, repeat, 3).reshape(n * repeat, 3)
-    return evaluate_points(p, winner, edges.edge_v, vertices, edges.topology)
+    return evaluate_points(p, winner, edges.edge_rows, vertices, edges.topology)
 
 
 def silhouette_edges(scene, call: str, viewpoint: object) -> torch.Tensor:

@@ -5,38 +5,23 @@ The methods themselves are written once in ``rayd.core.edges``; the work is in `
 
 from __future__ import annotations
 
-from rayd.core import edges as _core_edges
+from rayd.core.edges import EdgeQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
+from rayd.core.edges import NEAREST_EDGE_RULE, OVERFLOW_RAISES, TOPOLOGY_RULE
 
 
-class EdgeQueries(_core_edges.EdgeQueries):
-    """``edge_topology``, ``set_edge_mask``, ``edge_mask``, ``nearest_edge(s)``, ``silhouette_edges``.
-
-    Mixed into :class:`rayd.torch.Scene`, whose lifecycle checks and edge bookkeeping
-    (``_require_current``, ``_edges``) they use.
-    """
-
-
-_core_edges.document(EdgeQueries, {
+#: The docstrings of the :class:`rayd.core.edges.EdgeQueries` methods on :class:`rayd.torch.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "edge_topology": """The scene's edges: unique undirected edges per mesh, in shape order.
 
     Returns:
         :class:`EdgeTopology` with ``v [E, 2]``, ``faces [E, 2]``, ``opposite [E, 2]``,
         ``is_boundary [E]``, ``shape_id [E]``, ``edge_id [E]``, ``global_edge_id [E]``.
-        Concretely, per mesh the edges are keyed by their sorted vertex pair, in
-        ascending key order; an edge with one face gives a boundary record, an edge
-        with ``2 <= k <= 8`` faces ``k (k - 1) / 2`` records (one per unordered face
-        pair, lexicographic), an edge with ``k > 8`` faces the ``k`` consecutive
-        pairs ``(f_0, f_1), ..., (f_{k-1}, f_0)`` of its faces in ascending order
-        (so at most ``10.5 F`` records for ``F`` faces; ``rayd.engine.edge_topology``
-        explains the rule); triangle ``(0, 1, 2)`` gives edges
-        ``(0, 1), (0, 2), (1, 2)``. Computed on the scene's device at first use
+""" + TOPOLOGY_RULE + """. Computed on the scene's device at first use
         after ``build()``.
 
     Raises:
-        ValueError: the records would overflow int32 edge ids (a mesh of more than
-            about 204 million faces, or instances repeating more than ``2**31 - 1``
-            records in all); raised before anything that large is allocated.
-        RuntimeError: the scene is not built (or meshes were added since).
+""" + OVERFLOW_RAISES + """        RuntimeError: the scene is not built (or meshes were added since).
     """,
     "set_edge_mask": """Hide edges from the edge queries; takes effect at ``sync()``.
 
@@ -64,11 +49,7 @@ _core_edges.document(EdgeQueries, {
 
     Returns:
         :class:`NearestEdge` with fields of shape ``...`` (``ray_t``, ``ray_point``
-        for rays). Concretely, over the unmasked edges ``[a, b]`` it minimises
-        ``distance = |q - edge_point|`` with ``edge_point = a + edge_t (b - a)``,
-        ``edge_t in [0, 1]``, and ``q = p`` (points) or ``q = ray_point = o + ray_t d``,
-        ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
-        No edge within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
+        for rays). """ + NEAREST_EDGE_RULE + """        No edge within ``max_distance``: ``distance = inf``, ids -1, zeros elsewhere.
 
     Units:
         ``distance``, points in world units; ``ray_t`` in multiples of ``|d|``.
@@ -132,4 +113,4 @@ _core_edges.document(EdgeQueries, {
             the scene's device.
         RuntimeError: the scene is not built or has pending changes.
     """,
-})
+}

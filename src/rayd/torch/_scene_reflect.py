@@ -20,9 +20,9 @@ import torch
 import numpy as np
 
 from rayd.core import paths, specular
-from rayd.core.edges import document
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
+from rayd.torch._nearest_edge import _search_rows
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
 _PATHS = "rayd.torch.Scene.specular_paths()"
@@ -45,11 +45,8 @@ def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: to
     n = o.shape[0]
     if n == 0:
         return torch.empty(n, dtype=torch.int32, device=scene._device)
-    o = _convert.primal(o)
-    centre = scene._state.centre
-    if centre is not None:
-        o = o.to(torch.float64) - centre
-    f32 = [_convert.primal(x).to(torch.float32).contiguous() for x in (o, d, tmin, tmax)]
+    rows = _search_rows(o, o.shape[:-1], scene._state.centre)  # float32, relative to the search centre
+    f32 = [rows] + [_convert.primal(x).to(torch.float32).contiguous() for x in (d, tmin, tmax)]
     return _ops.ray_search(scene, call, *f32,
                            _convert.primal(flag).to(torch.uint8).contiguous(),
                            _convert.primal(skip).to(torch.int32).contiguous(), n, any_hit)
@@ -152,7 +149,9 @@ def _empty_chain(bounces: int, dtype: torch.dtype, device: torch.device) -> dict
             for name, kind in specular.CHAIN_FIELDS.items()}
 
 
-document(ReflectionQueries, {
+#: The docstrings of the :class:`rayd.core.specular.ReflectionQueries` methods on :class:`rayd.torch.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "trace_reflections": """The specular chain of each ray: up to ``max_bounces`` closest hits, mirror-reflected.
 
     Segment 0 is ``ray`` with its own ``tmin``, ``tmax`` and ``ignore``. After a hit at
@@ -217,4 +216,4 @@ document(ReflectionQueries, {
         ValueError: wrong shapes, ``B > 16``, inputs on another device.
         RuntimeError: the scene is not built or has pending changes.
     """,
-})
+}

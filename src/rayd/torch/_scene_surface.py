@@ -7,21 +7,13 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core import surface as _core_surface
-from rayd.core.edges import document
+from rayd.core.surface import SurfaceQueries, annotations  # noqa: F401 - the Scene's mixin, documented from DOCS
 from rayd.torch._closest_point import ClosestPoint
 
 
-class SurfaceQueries(_core_surface.SurfaceQueries):
-    """``closest_point``, ``winding_number``, ``contains``, ``signed_distance``.
-
-    Mixed into :class:`rayd.torch.Scene`, whose lifecycle checks and live state
-    (``_require_ready``, ``_state``, ``_core``) they use. All four take meshes and
-    instances.
-    """
-
-
-document(SurfaceQueries, {
+#: The docstrings of the :class:`rayd.core.surface.SurfaceQueries` methods on :class:`rayd.torch.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "closest_point": """The closest point on any enabled triangle to each point, differentiable for the fixed winner.
 
     Args:
@@ -115,10 +107,7 @@ document(SurfaceQueries, {
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`closest_point`.
     """,
-}, {
-    "closest_point": {"points": torch.Tensor, "active": "torch.Tensor | None", "max_distance": float,
-                      "return": ClosestPoint},
-    "winding_number": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
-    "contains": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
-    "signed_distance": {"points": torch.Tensor, "active": "torch.Tensor | None", "exact": bool, "return": torch.Tensor},
-})
+}
+
+#: The annotations each method shows (the frontend's types).
+ANNOTATIONS = annotations(torch.Tensor, "torch.Tensor | None", ClosestPoint)

@@ -64,22 +64,24 @@ class Camera(CameraBase):
         cy: float | torch.Tensor | None = None,
         to_world: torch.Tensor | None = None,
     ) -> None:
-        self._set_size(width, height)
-        self._set_intrinsics(*(self._scalar(n, v) for n, v in
-                               (("fov_y", fov_y), ("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy))))
-        if to_world is not None:
-            to_world = _check.float_tensor(self._CALL, "to_world", to_world)
-            if tuple(to_world.shape) != (4, 4):
-                raise ValueError(f"{self._CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
-        self.to_world = to_world
-        tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
-        for name, value in tensors[1:]:
-            _check.same_device(self._CALL, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
-        self._check_values(self._CALL)
+        super().__init__(width, height, fov_y=fov_y, fx=fx, fy=fy, cx=cx, cy=cy, to_world=to_world)
+
+    def _checked_fov(self, fov_y: object) -> float | torch.Tensor | None:
+        return self._scalar("fov_y", fov_y)
+
+    def _checked_to_world(self, to_world: object) -> torch.Tensor:
+        to_world = _check.float_tensor(self._CALL, "to_world", to_world)
+        if tuple(to_world.shape) != (4, 4):
+            raise ValueError(f"{self._CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
+        return to_world
 
     def _check_values(self, call: str) -> None:
-        """``ValueError`` for non-positive/non-finite intrinsics or a non-finite/singular ``to_world``
-        (reads tensor values on the host: a synchronisation, at ``Camera()`` and ``sample_edges``)."""
+        """``ValueError`` for tensors on different devices, non-positive/non-finite intrinsics or a
+        non-finite/singular ``to_world`` (reads tensor values on the host: a synchronisation, at
+        ``Camera()`` and ``sample_edges``)."""
+        tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
+        for name, value in tensors[1:]:
+            _check.same_device(call, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
         host = [_convert.host_array(v, torch.float64) if isinstance(v, torch.Tensor) else v
                 for v in (self.fx, self.fy, self.cx, self.cy, self.fov_y)]  # all of a vmap batch
         _core.check_intrinsics(call, *host[:4], fov_y=host[4])
@@ -121,53 +123,6 @@ class Camera(CameraBase):
             _check.same_device(call, name, value, device, "the camera")
 
     # ------------------------------------------------------------------ queries
-    def sample_edges(self, scene, num_samples: int, *, generator: torch.Generator | None = None):
-        """Sample the images of the scene's silhouette and boundary edges, uniformly in image length.
-
-        Args:
-            scene: a built, synced :class:`Scene` on the camera's device.
-            num_samples: N >= 0, the number of samples.
-            generator: optional ``torch.Generator`` for the N uniform numbers (drawn on
-                its device, then copied to the host).
-
-        Returns:
-            :class:`EdgeSamples` with fields of shape (N,) / (N, 2) (see there).
-            Concretely: the edges are ``scene.silhouette_edges(c)`` for the camera centre
-            ``c`` (boundary edges and edges between a face facing ``c`` and one facing
-            away), without masked edges or edges of disabled shapes; each is clipped to
-            the near plane (depth above ``1e-6`` times its far end's depth) and its image
-            to ``[0, width] x [0, height]``; the pieces are laid end to end and sample
-            ``i`` sits at length ``(i + ξ_i) L / N`` (stratified, so uniform in
-            image-space length overall: ``pdf = 1 / L``, ``weight = L / N``, ``L`` the
-            total clipped image length). ``normal`` points away from the edge's first
-            face (``EdgeTopology.faces[:, 0]``; for a silhouette edge both faces lie on
-            that side). ``visible`` is ``scene.visible(c, edge point)`` skipping that
-            face. With no edge on screen (or N = 0), empty fields.
-
-        Gradients:
-            Only ``motion`` (and ``ray_inside``, ``ray_outside`` through the camera
-            parameters) carry gradients: ``motion``'s is ``d(xy(θ) · normal)/dθ`` with
-            ``xy(θ)`` the projection of ``(1 − edge_t) a(θ) + edge_t b(θ)`` from the live
-            vertex tensors, transforms and camera parameters.
-
-        Raises:
-            TypeError: ``scene`` not a :class:`Scene`, ``num_samples`` not an int,
-                ``generator`` not a ``torch.Generator``.
-            ValueError: negative ``num_samples``, camera tensors on another device.
-            RuntimeError: the scene is not built, or has pending changes.
-
-        Host synchronisation: the discrete choices are made in float64 NumPy
-        (:mod:`rayd.core.camera`), one copy of the camera-space vertices per call.
-
-        References:
-            Li et al. 2018, "Differentiable Monte Carlo Ray Tracing through Edge
-            Sampling"; Zhang et al. 2020, "Path-Space Differentiable Rendering"
-            (:mod:`rayd.torch._edge_sampling` derives the estimator).
-        """
-        from rayd.torch._edge_sampling import sample_edges
-
-        return sample_edges(self, scene, num_samples, generator)
-
     def camera_to_pixels(self, p: torch.Tensor) -> torch.Tensor:
         """(..., 2) pixel coordinates of (..., 3) camera-space points (differentiable)."""
         z = p[..., 2]
@@ -238,6 +193,48 @@ class Camera(CameraBase):
 
 
 document(Camera, {
+    "sample_edges": """Sample the images of the scene's silhouette and boundary edges, uniformly in image length.
+
+        Args:
+            scene: a built, synced :class:`Scene` on the camera's device.
+            num_samples: N >= 0, the number of samples.
+            generator: optional ``torch.Generator`` for the N uniform numbers (drawn on
+                its device, then copied to the host).
+
+        Returns:
+            :class:`EdgeSamples` with fields of shape (N,) / (N, 2) (see there).
+            Concretely: the edges are ``scene.silhouette_edges(c)`` for the camera centre
+            ``c`` (boundary edges and edges between a face facing ``c`` and one facing
+            away), without masked edges or edges of disabled shapes; each is clipped to
+            the near plane (depth above ``1e-6`` times its far end's depth) and its image
+            to ``[0, width] x [0, height]``; the pieces are laid end to end and sample
+            ``i`` sits at length ``(i + ξ_i) L / N`` (stratified, so uniform in
+            image-space length overall: ``pdf = 1 / L``, ``weight = L / N``, ``L`` the
+            total clipped image length). ``normal`` points away from the edge's first
+            face (``EdgeTopology.faces[:, 0]``; for a silhouette edge both faces lie on
+            that side). ``visible`` is ``scene.visible(c, edge point)`` skipping that
+            face. With no edge on screen (or N = 0), empty fields.
+
+        Gradients:
+            Only ``motion`` (and ``ray_inside``, ``ray_outside`` through the camera
+            parameters) carry gradients: ``motion``'s is ``d(xy(θ) · normal)/dθ`` with
+            ``xy(θ)`` the projection of ``(1 − edge_t) a(θ) + edge_t b(θ)`` from the live
+            vertex tensors, transforms and camera parameters.
+
+        Raises:
+            TypeError: ``scene`` not a :class:`Scene`, ``num_samples`` not an int,
+                ``generator`` not a ``torch.Generator``.
+            ValueError: negative ``num_samples``, camera tensors on another device.
+            RuntimeError: the scene is not built, or has pending changes.
+
+        Host synchronisation: the discrete choices are made in float64 NumPy
+        (:mod:`rayd.core.camera`), one copy of the camera-space vertices per call.
+
+        References:
+            Li et al. 2018, "Differentiable Monte Carlo Ray Tracing through Edge
+            Sampling"; Zhang et al. 2020, "Path-Space Differentiable Rendering"
+            (:mod:`rayd.torch._edge_sampling` derives the estimator).
+        """,
     "generate_rays": """Camera rays through pixel positions.
 
         Args:
@@ -284,6 +281,7 @@ document(Camera, {
             ValueError: its last dimension is not 3, or it is on another device.
         """,
 }, {"generate_rays": {"samples": "torch.Tensor | None", "return": "Ray"},
+    "sample_edges": {"num_samples": int, "generator": "torch.Generator | None", "return": "EdgeSamples"},
     "project": {"points": "torch.Tensor", "return": "tuple[torch.Tensor, torch.Tensor]"}})
 
 

@@ -20,9 +20,9 @@ from __future__ import annotations
 import torch
 import warp as wp
 
-from rayd.core.edges import EdgeState, TopologyBase, document
+from rayd.core.edge_state import EdgeBuffers
+from rayd.core.edges import TopologyBase, document
 from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
-from rayd.engine.edges import EdgeBvh
 from rayd.records import EdgeRecord
 from rayd.torch.intersection import TorchRecord
 from rayd.engine.runtime import launch_stream
@@ -162,8 +162,8 @@ def placed_vertices(shapes, dtype: torch.dtype, *, detach: bool = False) -> torc
     return parts[0] if len(parts) == 1 else torch.cat(parts)
 
 
-class SceneEdges(EdgeState):
-    """rayd.torch's :class:`~rayd.core.edges.EdgeState`: topology, masks and points as torch tensors.
+class SceneEdges(EdgeBuffers):
+    """rayd.torch's :class:`~rayd.core.edge_state.EdgeBuffers`: topology, masks and points as torch tensors.
 
     The faces are those ``build()`` snapshotted (the ones the triangle BVH was built
     from), never the meshes' live face tensors: a face tensor edited in place after
@@ -197,16 +197,6 @@ class SceneEdges(EdgeState):
         self._applied: torch.Tensor | None = None  # uint8, what the BVH sees (since sync)
         self._silhouette_tables: tuple[torch.Tensor, torch.Tensor] | None = None  # (faces, offset) of silhouette()
 
-    @property
-    def edge_v(self) -> torch.Tensor:
-        """(E, 2) int32 endpoints of every edge as rows of the world-space vertices, computed on first use.
-
-        A property (not a field set as a side effect of the first BVH build), so
-        queries that never touch the BVH (an empty batch first of all) can read it.
-        """
-        self.topology  # noqa: B018
-        return self._edge_v
-
     def _mesh_records(self, base: int, stream) -> tuple[int, tuple[torch.Tensor, ...]]:
         records = _mesh_records(self._faces[base], self._shapes[base].mesh.num_vertices)
         return records[0].shape[0], records
@@ -225,9 +215,12 @@ class SceneEdges(EdgeState):
 
         v, edge_faces = rows(0), rows(1)
         e = plan.num_edges
-        self._edge_v = (v + column(plan.world_shift)[:, None]).contiguous()  # never `edge_topology().v` itself
+        # rows of the world-space copy; never `edge_topology().v` itself
+        self._edge_rows = (v + column(plan.world_shift)[:, None]).contiguous()
+        self._edges_view = _convert.vec2i_view(self._edge_rows)
         self._mask = torch.ones(e, dtype=torch.bool, device=device)
         self._applied = torch.ones(e, dtype=torch.uint8, device=device)
+        self._applied_view = _convert.scalar_view(self._applied)
         return EdgeTopology(v=v, faces=edge_faces, opposite=rows(2), is_boundary=edge_faces[:, 1] < 0,
                             shape_id=column(plan.shape_id), edge_id=column(plan.edge_id),
                             global_edge_id=torch.arange(e, dtype=torch.int32, device=device))
@@ -247,16 +240,9 @@ class SceneEdges(EdgeState):
             # Always our own buffer: `world` may be the user's vertex tensor itself (one
             # float32 mesh without a transform), which sync() must never write into.
             self._points = world.clone(memory_format=torch.contiguous_format)
+            self._points_view = _convert.vec3_view(self._points)
         else:
             self._points.copy_(world)
-
-    def _build_bvh(self, stream) -> EdgeBvh:
-        return EdgeBvh(
-            _convert.vec3_view(self._points),
-            _convert.vec2i_view(self._edge_v),
-            _convert.scalar_view(self._applied),
-            stream,
-        )
 
     def _copy_mask(self) -> torch.Tensor:
         return self._mask.clone()

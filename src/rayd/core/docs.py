@@ -1,0 +1,77 @@
+"""Frontend docstrings for methods written once in :mod:`rayd.core`, bound where the ``Scene`` is made.
+
+A core query mixin (:class:`rayd.core.edges.EdgeQueries`, :class:`rayd.core.surface.SurfaceQueries`,
+:class:`rayd.core.specular.ReflectionQueries`) holds the methods; each frontend only has
+words of its own for them (its array types, its shapes). The mixin derives from
+:class:`FrontendDocs` and names, in ``_DOCS_MODULE``, the module of each frontend that
+holds those words as ``DOCS`` (method name -> docstring) and optionally ``ANNOTATIONS``
+(method name -> annotations shown). When a frontend's ``Scene`` is created (a subclass
+in ``rayd.torch`` or ``rayd.drjit``), :func:`rayd.core.edges.document` gives it its own
+copies of the methods (the same code objects) with those docstrings, so a frontend needs
+no mixin class of its own just to document them.
+
+Also here: :func:`document` itself (re-exported by :mod:`rayd.core.edges`, where it was first).
+"""
+
+from __future__ import annotations
+
+import importlib
+import types
+from typing import Any
+
+FRONTENDS = ("torch", "drjit")
+
+
+class FrontendDocs:
+    """Base of a core query mixin whose methods each frontend documents (module docstring).
+
+    ``_DOCS_MODULE``: the module name under ``rayd.<frontend>`` that holds ``DOCS``.
+    """
+
+    _DOCS_MODULE: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        parts = cls.__module__.split(".")
+        if cls.__name__ != "Scene" or parts[0] != "rayd" or len(parts) < 2 or parts[1] not in FRONTENDS:
+            return  # only a frontend's public Scene is documented
+        for base in cls.__mro__[1:]:
+            name = base.__dict__.get("_DOCS_MODULE")
+            if name:
+                words = importlib.import_module(f"rayd.{parts[1]}.{name}")
+                document(cls, words.DOCS, getattr(words, "ANNOTATIONS", None))
+
+
+def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, Any]] | None = None) -> type:
+    """Give ``cls`` its own copies of inherited methods, with the frontend's docstrings.
+
+    Each copy runs the very code of the inherited method (no wrapper call), so the
+    frontend documents its types and words while the logic stays in one place.
+
+    Args:
+        cls: the frontend's mixin (a subclass of a core mixin such as :class:`EdgeQueries`).
+        docs: method name -> docstring.
+        annotations: method name -> annotations to show (the frontend's types).
+
+    Returns:
+        ``cls``, to allow use as a decorator's helper.
+    """
+    for name, doc in docs.items():
+        base = getattr(cls, name)
+        if isinstance(base, property):  # a property: its getter copied the same way
+            getter = _copy(cls, name, base.fget, doc, (annotations or {}).get(name, {}))
+            setattr(cls, name, property(getter, base.fset, base.fdel, doc))
+            continue
+        setattr(cls, name, _copy(cls, name, base, doc, (annotations or {}).get(name, {})))
+    return cls
+
+
+def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]) -> Any:
+    """A copy of function ``base`` (same code) as ``cls.name``, with ``doc`` and extra ``annotations``."""
+    method = types.FunctionType(base.__code__, base.__globals__, name, base.__defaults__, base.__closure__)
+    method.__kwdefaults__ = base.__kwdefaults__
+    method.__annotations__ = {**base.__annotations__, **annotations}
+    method.__doc__ = doc
+    method.__module__ = cls.__module__
+    method.__qualname__ = f"{cls.__qualname__}.{name}"
+    return method
