@@ -268,7 +268,6 @@ class SceneCore:
             self.flat_shape = wp.array(np.concatenate(flat_shape), dtype=wp.int32, device=device)
         self.shape_enabled = wp.array(np.ones(len(table), dtype=np.uint8), dtype=wp.uint8, device=device)
         self.flat = TriangleScene(self.points, self.indices, stream, num_triangles=table.num_flat_faces)
-        self.flat.keep_item_boxes = False  # nothing reads the flat scene's triangle boxes after build()
 
     def _build_instances(self, device: wp.context.Device, stream: wp.Stream | None) -> None:
         table = self.table

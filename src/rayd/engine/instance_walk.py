@@ -32,10 +32,10 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.instances import SHARED_STACK
-from rayd.engine.native import bits_float, float_bits, load4, load4i
-from rayd.engine.pair_walk import _flat_pair_search, _slab
+from rayd.engine.native import bits_float, float_bits, load4i
+from rayd.engine.pair_walk import _flat_pair_search, _leaf_corners, _pair_entries, ray_frame
 from rayd.engine.traversal import SceneView, _approach, _start_at_tmin
-from rayd.engine.watertight import INF, confirmed_t, ray_shear, safe_direction, sheared_t
+from rayd.engine.watertight import INF, confirmed_t, safe_direction, sheared_t
 
 wp.set_module_options({"enable_backward": False})
 
@@ -81,12 +81,7 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
     while True:
         if ref >= 0:
             g = 4 * (tbase + ref)
-            b0 = load4(view.blas_pair_boxes, g)
-            b1 = load4(view.blas_pair_boxes, g + 1)
-            b2 = load4(view.blas_pair_boxes, g + 2)
-            reach = best - shift
-            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
-            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - shift)
             if t_left < INF or t_right < INF:
                 links = load4i(view.blas_pair_links, g + 3)
                 if t_left < INF and t_right < INF:  # the far child goes on the stack with its entry distance
@@ -119,8 +114,7 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                     if s >= 0.0:
                         ol = wp.vec3(o64 + wp.float64(s) * d64)
                         s = s + shift
-                        inv_dl = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
-                        k, sh = ray_shear(dl)
+                        inv_dl, k, sh = ray_frame(dl)
                         row = load4i(view.inst_table, inst)
                         nbase = row[0]
                         pbase = row[1]
@@ -130,12 +124,7 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                         while True:
                             if r >= 0:
                                 gb = 4 * (nbase + r)
-                                n0 = load4(view.blas_pair_boxes, gb)
-                                n1 = load4(view.blas_pair_boxes, gb + 1)
-                                n2 = load4(view.blas_pair_boxes, gb + 2)
-                                reach_b = best - s
-                                tl = _slab(ol, inv_dl, n0[0], n0[1], n0[2], n0[3], n1[0], n1[1], reach_b)
-                                tr = _slab(ol, inv_dl, n1[2], n1[3], n2[0], n2[1], n2[2], n2[3], reach_b)
+                                tl, tr = _pair_entries(view.blas_pair_boxes, gb, ol, inv_dl, best - s)
                                 if tl < INF or tr < INF:
                                     lk = load4i(view.blas_pair_links, gb + 3)
                                     if tl < INF and tr < INF:
@@ -155,12 +144,7 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                                 leaf = -1 - r
                                 start = pbase + (leaf >> 3)
                                 for tri in range(start, start + (leaf & 7) + 1):
-                                    a4 = load4(view.blas_tris, 3 * tri)
-                                    e4 = load4(view.blas_tris, 3 * tri + 1)
-                                    f4 = load4(view.blas_tris, 3 * tri + 2)
-                                    a = wp.vec3(a4[0], a4[1], a4[2])
-                                    b = wp.vec3(e4[0], e4[1], e4[2])
-                                    c = wp.vec3(f4[0], f4[1], f4[2])
+                                    a, b, c = _leaf_corners(view.blas_tris, tri)
                                     t = sheared_t(ol, k, sh, a, b, c) + s
                                     if t > tmin and t < best:
                                         f = view.blas_primitives[tri]
@@ -219,12 +203,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
     while True:
         if ref >= 0:
             g = 4 * (base + ref)
-            b0 = load4(view.blas_pair_boxes, g)
-            b1 = load4(view.blas_pair_boxes, g + 1)
-            b2 = load4(view.blas_pair_boxes, g + 2)
-            reach = best - off
-            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
-            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - off)
             if t_left < INF or t_right < INF:
                 links = load4i(view.blas_pair_links, g + 3)
                 if t_left < INF and t_right < INF:
@@ -263,8 +242,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                 if s >= 0.0:
                     o = wp.vec3(o64 + wp.float64(s) * d64)
                     off = s + shift
-                    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
-                    k, sh = ray_shear(dl)
+                    inv_d, k, sh = ray_frame(dl)
                     inst = leaf_inst
                     row = load4i(view.inst_table, inst)
                     base = row[0]
@@ -279,12 +257,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             code = -1 - ref
             start = pbase + (code >> 3)
             for tri in range(start, start + (code & 7) + 1):
-                a4 = load4(view.blas_tris, 3 * tri)
-                e4 = load4(view.blas_tris, 3 * tri + 1)
-                f4 = load4(view.blas_tris, 3 * tri + 2)
-                a = wp.vec3(a4[0], a4[1], a4[2])
-                b = wp.vec3(e4[0], e4[1], e4[2])
-                c = wp.vec3(f4[0], f4[1], f4[2])
+                a, b, c = _leaf_corners(view.blas_tris, tri)
                 t = sheared_t(o, k, sh, a, b, c) + off
                 if t > tmin and t < best:
                     f = view.blas_primitives[tri]

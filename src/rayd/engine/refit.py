@@ -51,42 +51,6 @@ if _order not in ORDERS:
     raise ValueError(f"rayd.engine: RAYD_REFIT_ORDER must be one of {ORDERS}, got {_order!r}")
 
 
-#: Flags of the fused refit's variants (``refit_variants.py``; ``RAYD_REFIT_VARIANT``, comma-separated,
-#: sets them; empty, the default: ``_fused_refit_kernel`` below).
-VARIANT_FLAGS = ("sibling", "pairslot", "acqrel", "late", "wide", "noitems")
-
-
-def parse_variant(text: str, where: str) -> frozenset[str]:
-    """The set of variant flags named in ``text`` (comma-separated; ``""``: none).
-
-    Raises:
-        ValueError: starting with ``where`` (the call and argument) for a name not in :data:`VARIANT_FLAGS`.
-    """
-    names = frozenset(t.strip().lower() for t in text.split(",") if t.strip())
-    bad = sorted(names - set(VARIANT_FLAGS))
-    if bad:
-        raise ValueError(f"{where} must be a comma-separated subset of {VARIANT_FLAGS}, got {bad}")
-    return names
-
-
-_variant = parse_variant(os.environ.get("RAYD_REFIT_VARIANT", ""), "rayd.engine: RAYD_REFIT_VARIANT")
-
-
-def set_refit_variant(names: str) -> None:
-    """Choose the variant flags of fused refits of BVHs built from now on (``""``: the default kernel).
-
-    Raises:
-        ValueError: for a name not in :data:`VARIANT_FLAGS`.
-    """
-    global _variant
-    _variant = parse_variant(names, "rayd.engine.set_refit_variant(): 'names'")
-
-
-def refit_variant() -> frozenset[str]:
-    """The variant flags fused refits of BVHs built now get (empty: the default kernel)."""
-    return _variant
-
-
 def set_refit_order(name: str) -> None:
     """Choose how fused refits of BVHs built from now on climb (``"climb"``, ``"climb1"`` or ``"levels"``).
 
@@ -403,9 +367,6 @@ class FusedRefit:
             self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
             wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
         self.order = refit_order()
-        # The variant kernel's flags (refit_variants.py, which runs it); empty: the kernel above.
-        self.variant = refit_variant() if self.order != "levels" else frozenset()
-        self.slots: wp.array | None = None  # (the "pairslot" variant's, made at its first run)
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._level_launches: list[wp.Launch] | None = None
         self._launches = LaunchCache()

@@ -10,7 +10,6 @@ from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude_zeroed
-from rayd.engine.refit_variants import run_variant
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 
@@ -96,22 +95,22 @@ def bvh_layout() -> str:
     return _layout
 
 
-#: Walk of the flat search over pair nodes (``pair_walk_ww.py``; read when a scene is built):
+#: Walk of the flat search over pair nodes (``pair_walk.py``; read when a scene is built):
 #: ``"auto"`` (the default: ``"ww"`` on CUDA, where it traced the SAH tree 1-7 % and the PLOC
 #: tree 22-30 % faster than ``"ifif"`` on the H200, session 12; ``"ifif"`` on the CPU),
-#: ``"ifif"`` (``pair_walk``'s one loop), ``"ww"`` (while-while: the same hits bit
-#: for bit, the warp's lanes test leaves together), ``"wws"`` (speculative while-while, a warp
-#: vote on CUDA) or ``"one"`` (if-if testing one triangle per iteration; the same hits bit for
-#: bit). ``RAYD_PAIR_WALK`` sets the default; :func:`set_pair_walk` changes it.
-PAIR_WALKS = ("auto", "ifif", "ww", "wws", "one")
+#: ``"ifif"`` (``pair_walk``'s one loop) or ``"ww"`` (while-while: the same hits bit
+#: for bit, the warp's lanes test leaves together). The speculative ``"wws"`` and the
+#: one-triangle-per-iteration ``"one"`` were measured slower on the H200 and removed (session 13;
+#: benchmarks/README.md, "Goals on one H200", session 12's attempts). ``RAYD_PAIR_WALK`` sets the
+#: default; :func:`set_pair_walk` changes it.
+PAIR_WALKS = ("auto", "ifif", "ww")
 _pair_walk = os.environ.get("RAYD_PAIR_WALK", "auto").strip().lower()
 if _pair_walk not in PAIR_WALKS:
     raise ValueError(f"rayd.engine: RAYD_PAIR_WALK must be one of {PAIR_WALKS}, got {_pair_walk!r}")
 
 
 def set_pair_walk(name: str) -> None:
-    """Choose the flat search walk of pair-layout scenes built from now on (``"auto"``, ``"ifif"``, ``"ww"``,
-    ``"wws"``, ``"one"``).
+    """Choose the flat search walk of pair-layout scenes built from now on (``"auto"``, ``"ifif"`` or ``"ww"``).
 
     Raises:
         ValueError: for another name.
@@ -244,9 +243,6 @@ class TriangleScene:
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if self.walk == "auto":
             self.walk = "ifif" if self.device.is_cpu else "ww"
-        # Whether refits must rewrite lowers/uppers (the per-triangle boxes): an owner that reads
-        # them only at build may clear it (the fused refit's "noitems" variant then skips them).
-        self.keep_item_boxes = True
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
@@ -336,10 +332,7 @@ class TriangleScene:
         with launch_stream(self.device, stream):
             if self.fused is not None:
                 self._magnitude(stream)
-                if self.fused.variant:
-                    run_variant(self.fused, self, stream)
-                else:
-                    self.fused.run(self, stream)
+                self.fused.run(self, stream)
             else:
                 self._bounds(stream)
                 self.bvh.refit()
