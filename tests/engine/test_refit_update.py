@@ -14,6 +14,7 @@ import warp as wp
 
 import rayd.torch as rt
 from rayd.engine import triangles
+from rayd.engine.refit import FusedRefit
 
 
 @contextlib.contextmanager
@@ -49,7 +50,8 @@ def _state(tri):
 @pytest.mark.parametrize("count,face_base", [(1, 0), (2, 0), (300, 0), (300, 17), (5000, 3)])
 def test_refit_equals_fresh_build(count, face_base, constructor, layout, device):
     """Two refits of one tree leave the same bits as the same refits of a second copy of the tree, and
-    the triangle boxes, magnitude and root box of a fresh build over the moved vertices."""
+    the triangle boxes, magnitude and root box of a fresh build over the moved vertices; the wide nodes'
+    boxes written by the climb equal ``WideNodes.refresh``'s copy of the pair nodes."""
     rng = np.random.default_rng(count)
     v = rng.uniform(-1, 1, (3 * count, 3)).astype(np.float32)
     f = rng.permutation(3 * count).reshape(-1, 3).astype(np.int32)
@@ -63,6 +65,14 @@ def test_refit_equals_fresh_build(count, face_base, constructor, layout, device)
             tri.refit()
         for a, b in zip(_state(one), _state(two)):
             np.testing.assert_array_equal(a, b)
+    # the climb left its arrival counters zero (no memset before the next refit) and wrote the wide
+    # nodes' boxes as a copy from the refitted pair nodes would
+    assert not one.fused.counters.numpy().any()
+    if one.wide is not None:
+        assert FusedRefit.writes_wide(one) == (count > 1)
+        written = one.wide.data.numpy().copy()
+        one.wide.refresh()
+        np.testing.assert_array_equal(written, one.wide.data.numpy())
     fresh = _tri(moved[::-1].copy(), f, face_base, device, constructor, layout)
     root = one.nodes.root
     np.testing.assert_array_equal(one.nodes.lowers.numpy()[root, :3], fresh.nodes.lowers.numpy()[fresh.nodes.root, :3])
@@ -151,3 +161,56 @@ def test_edge_bvh_refit_waits_for_the_next_edge_query(device):
     want = fresh.nearest_edge(pts)
     torch.testing.assert_close(got.distance, want.distance, rtol=0, atol=0)
     torch.testing.assert_close(got.global_edge_id, want.global_edge_id, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("move", ["both", "one"])
+def test_sync_magnitude_equals_the_placed_points(move, device):
+    """The scene magnitude after ``sync()`` is the largest absolute coordinate of the flat points, whether
+    the placements fold it (every flat mesh moved) or the refit measures it (one of two meshes moved),
+    and the refitted scene answers as a fresh build."""
+    v, f = _terrain(10)
+    scene = rt.Scene()
+    for k in range(2):
+        scene.add_mesh(rt.Mesh(torch.tensor(v + 3.0 * k, device=device), torch.tensor(f, device=device)),
+                       dynamic=True)
+    scene.build()
+    new = [torch.tensor(v * 4.0 - 1.0, device=device), torch.tensor(v * 0.5 + 9.0, device=device)]
+    for k in range(2 if move == "both" else 1):
+        scene.update_mesh_vertices(k, new[k])
+    scene.sync()
+    core = scene._core
+    points = core.points.numpy()
+    assert core.flat.magnitude.numpy()[0] == np.abs(points).max()
+    assert not core.flat._partial.numpy().any()  # left zero for the next refit
+    fresh = rt.Scene()
+    for k in range(2):
+        vk = new[k] if (move == "both" or k == 0) else torch.tensor(v + 3.0, device=device)
+        fresh.add_mesh(rt.Mesh(vk.clone(), torch.tensor(f, device=device)))
+    fresh.build()
+    o = torch.tensor([[0.1, 0.2, 30.0], [9.3, 9.4, 30.0], [-2.0, -2.0, 30.0]], device=device)
+    ray = rt.Ray(o, torch.tensor([0.0, 0.0, -1.0], device=device).expand(3, 3))
+    a, b = scene.intersect(ray), fresh.intersect(ray)
+    torch.testing.assert_close(a.t, b.t)
+    torch.testing.assert_close(a.shape_id, b.shape_id)
+
+
+def test_non_finite_check_after_clean_and_failed_syncs(device):
+    """The finite check's flags are refilled only after a sync that found a bad row: good, bad, bad
+    (same row), good, bad (another row) each report what they hold."""
+    v, f = _terrain(6)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor(v, device=device), torch.tensor(f, device=device)), dynamic=True)
+    scene.build()
+    good = torch.tensor(v, device=device)
+    bad5, bad2 = good.clone(), good.clone()
+    bad5[5, 1] = float("nan")
+    bad2[2, 0] = float("inf")
+    for vertices, row in ((good, None), (bad5, 5), (bad5, 5), (good, None), (bad2, 2), (good, None)):
+        scene.update_mesh_vertices(0, vertices)
+        if row is None:
+            scene.sync()
+            assert not scene.has_pending_updates()
+        else:
+            with pytest.raises(ValueError, match=f"first at row {row}"):
+                scene.sync()
+            assert scene.has_pending_updates()

@@ -306,10 +306,19 @@ class TriangleScene:
         """The ``wp.Bvh`` id (0 for a tree rayd built itself: rayd's kernels read :attr:`nodes`)."""
         return 0 if self.bvh is None else self.bvh.id
 
-    def _bounds(self, stream: wp.Stream | None) -> None:
+    @property
+    def magnitude_partials(self) -> tuple[wp.array, wp.array] | None:
+        """``(partial, magnitude)``: float32 (256,) and (1,) device arrays that a caller placing *every*
+        point of :attr:`points` may fold the scene magnitude into (``assemble.place_points(...,
+        magnitude=...)``: it clears ``magnitude`` and folds each point into ``partial``) before
+        ``refit(partials_ready=True)``, which then skips its own pass over the points; ``None`` where
+        this scene measures its magnitude otherwise."""
+        return (self._partial, self.magnitude) if self._reduce else None
+
+    def _bounds(self, stream: wp.Stream | None, partials_ready: bool = False) -> None:
         # The padding follows the current magnitude, measured on the device (no host
         # read), so a refit to a much larger or farther scene stays watertight.
-        self._magnitude(stream)
+        self._magnitude(stream, partials_ready)
         wp.launch(
             _padded_bounds_kernel,
             self.num_triangles,
@@ -319,27 +328,38 @@ class TriangleScene:
             stream=stream,
         )
 
-    def _magnitude(self, stream: wp.Stream | None) -> None:
+    def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False) -> None:
         if self._reduce:
-            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches)
+            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches, partials_ready)
         else:
             self.magnitude.zero_()
             wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
                       device=self.device, stream=stream)
 
-    def refit(self, stream: wp.Stream | None = None) -> None:
-        """Refit the BVH (and its box padding) to the current contents of ``points`` (topology unchanged)."""
-        with launch_stream(self.device, stream):
-            if self.fused is not None:
-                self._magnitude(stream)
-                self.fused.run(self, stream)
-            else:
-                self._bounds(stream)
+    def refit(self, stream: wp.Stream | None = None, partials_ready: bool = False) -> None:
+        """Refit the BVH (and its box padding) to the current contents of ``points`` (topology unchanged).
+
+        Args:
+            stream: the stream to launch on (``None`` on the CPU).
+            partials_ready: the caller folded every point into :attr:`magnitude_partials` already.
+
+        With the fused refit (the default) this is three launches replayed from records, no memset,
+        no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
+        writes the pair nodes, leaf triangles and wide nodes.
+        """
+        if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
+            self._magnitude(stream, partials_ready)
+            self.fused.run(self, stream)
+            if self.wide is not None and not FusedRefit.writes_wide(self):
+                self.wide.refresh(stream)
+        else:
+            with launch_stream(self.device, stream):
+                self._bounds(stream, partials_ready)
                 self.bvh.refit()
                 if self.pairs is not None:
                     self.pairs.refresh(stream)
-            if self.wide is not None:
-                self.wide.refresh(stream)
+                if self.wide is not None:
+                    self.wide.refresh(stream)
         self.version += 1
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
