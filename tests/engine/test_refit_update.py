@@ -214,3 +214,38 @@ def test_non_finite_check_after_clean_and_failed_syncs(device):
             with pytest.raises(ValueError, match=f"first at row {row}"):
                 scene.sync()
             assert scene.has_pending_updates()
+
+
+def test_reused_vertex_memory_is_placed_anew(device):
+    """Vertex tensors freed and reallocated (often at the same address, which the frontend's kept
+    views are keyed by), updated in place, or given in float64: each sync places what they hold now."""
+    v, f = _terrain(8)
+    faces = torch.tensor(f, device=device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor(v, device=device), faces), dynamic=True)
+    scene.build()
+    o = torch.tensor(np.concatenate([v[::7, :2], np.full((len(v[::7]), 1), 5.0)], 1).astype(np.float32),
+                     device=device)
+    ray = rt.Ray(o, torch.tensor([0.0, 0.0, -1.0], device=device).expand(len(o), 3))
+    params = torch.tensor(v, device=device)
+    for step in range(4):
+        if step < 2:
+            moved = torch.tensor(v, device=device)
+            moved[:, 2] += 0.5 * (step + 1)  # a fresh tensor each step (the last one freed)
+        elif step == 2:
+            moved = params
+            scene.update_mesh_vertices(0, moved)
+            scene.sync()
+            moved.add_(torch.tensor([0.0, 0.0, 1.25], device=device))  # in place, then updated again
+        else:
+            moved = torch.tensor(v, dtype=torch.float64, device=device) * 0.5
+        scene.update_mesh_vertices(0, moved)
+        scene.sync()
+        want = moved.to(torch.float32)[:, 2].max().item() if step < 3 else None
+        got = scene.intersect(ray)
+        fresh = rt.Scene()
+        fresh.add_mesh(rt.Mesh(moved.detach().clone(), faces))
+        fresh.build()
+        torch.testing.assert_close(got.t, fresh.intersect(ray).t)
+        assert want is None or bool((got.t >= 5.0 - want - 1e-4).all())
+        del moved

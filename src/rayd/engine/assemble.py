@@ -322,7 +322,10 @@ class DeferredChecks:
         device = wp.get_device(device)
         if self._dev is None or self._dev.shape[0] < 2 * count or self._dev.device != device:
             self._dev = wp.empty(2 * max(count, 1), dtype=wp.int32, device=device)
-            self._host = wp.empty(self._dev.shape[0], dtype=wp.int32, device="cpu", pinned=device.is_cuda)
+            # on the CPU the flags are read where the kernels wrote them (no copy)
+            self._host = wp.empty(self._dev.shape[0], dtype=wp.int32, device="cpu", pinned=True) \
+                if device.is_cuda else self._dev
+            self._marker = wp.Event(device) if device.is_cuda else None  # recorded again at every copy()
             self._clean = False
         if not self._clean:  # (kernels only write a flag for a bad row: a clean read leaves them cleared)
             self._dev.fill_(_NONE)
@@ -332,13 +335,12 @@ class DeferredChecks:
         return self._dev
 
     def copy(self, stream: wp.Stream | None) -> None:
-        """Enqueue the flags' copy to the host (after every placement) and record an event."""
+        """Enqueue the flags' copy to the host (after every placement) and record an event (CUDA; on the CPU
+        the kernels have run and the flags are read in place)."""
         if self._dev.device.is_cuda:
             stream = stream if stream is not None else wp.get_stream(self._dev.device)
             wp.copy(self._host, self._dev, stream=stream)
-            self._event = stream.record_event()
-        else:
-            wp.copy(self._host, self._dev)
+            self._event = stream.record_event(self._marker)
 
     def results(self) -> list[tuple[str, int] | None]:
         """Per mesh, in :meth:`begin` order: ``("non-finite" | "beyond float32", row)`` or ``None``."""
