@@ -10,10 +10,10 @@ two: its entry distance's bits, then its ref, so that a popped node behind the c
 so far is skipped, as the nested walk does), and read an instance's BLAS location and
 first ``global_prim_id`` in one 128-bit load (``inst_table``):
 
-- :func:`trace_instances_pairtop`: the BLAS walk is a loop nested in the top level's
+- :func:`_walk_pairtop` (``pairtop``): the BLAS walk is a loop nested in the top level's
   (``RAYD_INSTANCE_WALK=pairtop``); it pushes above the top level's refs and stops
   when the stack is back where it started.
-- :func:`trace_instances_unified`: one loop for both levels (``unified``): entering an
+- :func:`_walk_unified`: one loop for both levels (``unified``): entering an
   instance pushes a marker and switches the ray to object space, so every iteration
   runs the same node test whichever level a lane is in (lanes of a warp stay together
   across levels); popping the marker switches back to the world ray. ``unified_cull``
@@ -33,8 +33,8 @@ import warp as wp
 
 from rayd.engine.instances import SHARED_STACK
 from rayd.engine.native import bits_float, float_bits, load4i
-from rayd.engine.pair_walk import _flat_pair_search, _leaf_corners, _pair_entries, ray_frame
-from rayd.engine.traversal import SceneView, _approach, _start_at_tmin
+from rayd.engine.pair_walk import _leaf_corners, _pair_entries, make_instance_trace, make_scene_trace, ray_frame
+from rayd.engine.traversal import SceneView, _approach
 from rayd.engine.watertight import INF, confirmed_t, safe_direction, sheared_t
 
 wp.set_module_options({"enable_backward": False})
@@ -292,77 +292,25 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
 
 
 @wp.func
-def trace_instances_pairtop(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                            any_hit: int) -> int:
-    """``traversal.trace_instances`` with :func:`_walk_pairtop`."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_pairtop(view, o, d, tmin, tmax, ignore, any_hit)
-    return winner
+def _walk_unified_plain(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                        any_hit: int) -> tuple[float, int]:
+    """:func:`_walk_unified` without culling popped BLAS nodes."""
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 0)
+    return t, winner
 
 
 @wp.func
-def trace_instances_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                            any_hit: int) -> int:
-    """``traversal.trace_instances`` with :func:`_walk_unified`."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 0)
-    return winner
+def _walk_unified_culled(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                         any_hit: int) -> tuple[float, int]:
+    """:func:`_walk_unified`, popped BLAS nodes behind the closest hit skipped."""
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 1)
+    return t, winner
 
 
-@wp.func
-def trace_instances_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                                 any_hit: int) -> int:
-    """``traversal.trace_instances`` with :func:`_walk_unified`, BLAS pops culled."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 1)
-    return winner
+#: The shared-stack instance walks by name (``RAYD_INSTANCE_WALK``).
+_WALKS = {"pairtop": _walk_pairtop, "unified": _walk_unified_plain, "unified_cull": _walk_unified_culled}
 
-
-@wp.func
-def trace_pairtop(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                  any_hit: int) -> int:
-    """``pair_walk.trace_pair`` with :func:`_walk_pairtop` for the instances."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
-        return winner
-    if view.num_instances > 0:
-        t, found = _walk_pairtop(view, o, d, tmin, best, ignore, any_hit)
-        if found >= 0:
-            winner = found
-    return winner
-
-
-@wp.func
-def trace_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                  any_hit: int) -> int:
-    """``pair_walk.trace_pair`` with :func:`_walk_unified` for the instances."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
-        return winner
-    if view.num_instances > 0:
-        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 0)
-        if found >= 0:
-            winner = found
-    return winner
-
-
-@wp.func
-def trace_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                       any_hit: int) -> int:
-    """``pair_walk.trace_pair`` with :func:`_walk_unified` (BLAS pops culled) for the instances."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
-        return winner
-    if view.num_instances > 0:
-        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 1)
-        if found >= 0:
-            winner = found
-    return winner
-
-#: The trace functions per ``accel.search_walk`` name of the shared-stack walks.
-TRACES = {"instances_pairtop": trace_instances_pairtop, "instances_unified": trace_instances_unified,
-          "instances_unified_cull": trace_instances_unified_cull, "both_pairtop": trace_pairtop,
-          "both_unified": trace_unified, "both_unified_cull": trace_unified_cull}
+#: The trace functions per ``accel.search_walk`` name of the shared-stack walks (instances alone, or
+#: after the flat BVH).
+TRACES = {**{"instances_" + k: make_instance_trace(w) for k, w in _WALKS.items()},
+          **{"both_" + k: make_scene_trace(w) for k, w in _WALKS.items()}}

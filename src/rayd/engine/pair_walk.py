@@ -372,24 +372,39 @@ trace_flat_pair = make_flat_trace(_walk_flat_pairs)
 trace_flat_pair_ww = make_flat_trace(_walk_flat_pairs_ww)
 
 
-@wp.func
-def trace_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
-    """``traversal.trace`` over the pair layout (flat BVH and every BLAS; the top level keeps Warp's)."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
+def make_instance_trace(walk: wp.Function) -> wp.Function:
+    """``traversal.trace_instances`` with the instance walk ``walk`` (``(view, o, d, tmin, tmax, ignore,
+    any_hit) -> (t, global id)``): a ``wp.func`` returning the winner's global id or -1."""
+
+    @wp.func
+    def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
+        o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+        t, winner = walk(view, o, d, tmin, tmax, ignore, any_hit)
         return winner
-    if view.num_instances > 0:
-        t, found = _walk_top_level_pair(view, o, d, tmin, best, ignore, any_hit)
-        if found >= 0:
-            winner = found
-    return winner
+
+    return trace
 
 
-@wp.func
-def trace_instances_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                         any_hit: int) -> int:
-    """``traversal.trace_instances`` over the pair layout."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_top_level_pair(view, o, d, tmin, tmax, ignore, any_hit)
-    return winner
+def make_scene_trace(walk: wp.Function) -> wp.Function:
+    """``traversal.trace`` over the pair layout: the flat BVH (if-if walk), then the instances with
+    ``walk`` (as in :func:`make_instance_trace`) up to the flat hit; a ``wp.func`` returning the
+    winner's global id or -1."""
+
+    @wp.func
+    def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
+        o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+        best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+        if winner >= 0 and any_hit != 0:
+            return winner
+        if view.num_instances > 0:
+            t, found = walk(view, o, d, tmin, best, ignore, any_hit)
+            if found >= 0:
+                winner = found
+        return winner
+
+    return trace
+
+
+#: ``traversal.trace`` and ``traversal.trace_instances`` over the pair layout (the nested top-level walk).
+trace_pair = make_scene_trace(_walk_top_level_pair)
+trace_instances_pair = make_instance_trace(_walk_top_level_pair)
