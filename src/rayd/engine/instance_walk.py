@@ -33,7 +33,14 @@ import warp as wp
 
 from rayd.engine.instances import SHARED_STACK
 from rayd.engine.native import bits_float, float_bits, load4i
-from rayd.engine.pair_walk import _leaf_corners, _pair_entries, make_instance_trace, make_scene_trace, ray_frame
+from rayd.engine.pair_walk import (
+    _leaf_corners,
+    _pair_entries,
+    _pair_step,
+    make_instance_trace,
+    make_scene_trace,
+    ray_frame,
+)
 from rayd.engine.traversal import SceneView, _approach
 from rayd.engine.watertight import INF, confirmed_t, safe_direction, sheared_t
 
@@ -83,21 +90,11 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             g = 4 * (tbase + ref)
             t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - shift)
             if t_left < INF or t_right < INF:
-                links = load4i(view.blas_pair_links, g + 3)
-                if t_left < INF and t_right < INF:  # the far child goes on the stack with its entry distance
-                    if t_right < t_left:
-                        stack[count] = float_bits(t_left)
-                        stack[count + 1] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = float_bits(t_right)
-                        stack[count + 1] = links[1]
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
+                if push != 0:  # the far child goes on the stack with its entry distance
+                    stack[count] = float_bits(t_far)
+                    stack[count + 1] = far
                     count += 2
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         else:
             code = -1 - ref
@@ -126,19 +123,10 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                                 gb = 4 * (nbase + r)
                                 tl, tr = _pair_entries(view.blas_pair_boxes, gb, ol, inv_dl, best - s)
                                 if tl < INF or tr < INF:
-                                    lk = load4i(view.blas_pair_links, gb + 3)
-                                    if tl < INF and tr < INF:
-                                        if tr < tl:
-                                            stack[count] = lk[0]
-                                            r = lk[1]
-                                        else:
-                                            stack[count] = lk[1]
-                                            r = lk[0]
+                                    r, far, t_far, push = _pair_step(load4i(view.blas_pair_links, gb + 3), tl, tr)
+                                    if push != 0:
+                                        stack[count] = far
                                         count += 1
-                                    elif tl < INF:
-                                        r = lk[0]
-                                    else:
-                                        r = lk[1]
                                     continue
                             else:
                                 leaf = -1 - r
@@ -205,24 +193,13 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             g = 4 * (base + ref)
             t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - off)
             if t_left < INF or t_right < INF:
-                links = load4i(view.blas_pair_links, g + 3)
-                if t_left < INF and t_right < INF:
-                    far = links[0]
-                    t_far = t_left
-                    ref = links[1]
-                    if t_right >= t_left:
-                        far = links[1]
-                        t_far = t_right
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
+                if push != 0:
                     if level == 0 or cull != 0:  # top-level entries carry their entry distance (culled when popped)
                         stack[count] = float_bits(t_far)
                         count += 1
                     stack[count] = far
                     count += 1
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         elif level == 0:
             code = -1 - ref

@@ -55,6 +55,21 @@ def _pair_entries(boxes: wp.array(dtype=wp.vec4), g: int, o: wp.vec3, inv_d: wp.
 
 
 @wp.func
+def _pair_step(links: wp.vec4i, t_left: float, t_right: float) -> tuple[int, int, float, int]:
+    """The walk's step into a pair node whose children were entered at ``t_left``, ``t_right`` (at
+    least one finite; ``links`` its refs): ``(next, far, t_far, push)``, the nearer child (the left one
+    on a tie) next and, when both were hit (``push`` 1), the other one with its entry distance to
+    push; a child missed (+inf) is dropped."""
+    if t_left < INF and t_right < INF:
+        if t_right < t_left:
+            return links[1], links[0], t_left, 1
+        return links[0], links[1], t_right, 1
+    if t_left < INF:
+        return links[0], links[1], INF, 0
+    return links[1], links[0], INF, 0
+
+
+@wp.func
 def _leaf_corners(tris: wp.array(dtype=wp.vec4), slot: int) -> tuple[wp.vec3, wp.vec3, wp.vec3]:
     """The three corners of the triangle in leaf slot ``slot`` (``PairNodes.tris``: three vec4 per slot)."""
     a4 = load4(tris, 3 * slot)
@@ -110,19 +125,10 @@ def _walk_flat_pairs(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: f
         if ref >= 0:
             t_left, t_right = _pair_entries(view.flat_pair_boxes, 4 * ref, o, inv_d, best - s)
             if t_left < INF or t_right < INF:
-                links = load4i(view.flat_pair_links, 4 * ref + 3)
-                if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        stack[count] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = links[1]
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.flat_pair_links, 4 * ref + 3), t_left, t_right)
+                if push != 0:
+                    stack[count] = far
                     count += 1
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         else:
             code = -1 - ref
@@ -164,19 +170,10 @@ def _walk_instance_pair(view: SceneView, inst: int, o64: wp.vec3d, shift: float,
             g = 4 * (node_base + ref)
             t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - s)
             if t_left < INF or t_right < INF:
-                links = load4i(view.blas_pair_links, g + 3)
-                if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        stack[count] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = links[1]
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
+                if push != 0:
+                    stack[count] = far
                     count += 1
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         else:
             code = -1 - ref
@@ -296,19 +293,10 @@ def _walk_flat_pairs_ww(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin
         while ref >= 0:
             t_left, t_right = _pair_entries(view.flat_pair_boxes, 4 * ref, o, inv_d, best - s)
             if t_left < INF or t_right < INF:
-                links = load4i(view.flat_pair_links, 4 * ref + 3)
-                if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        stack[count] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = links[1]
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.flat_pair_links, 4 * ref + 3), t_left, t_right)
+                if push != 0:
+                    stack[count] = far
                     count += 1
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
             elif count == 0:
                 done = 1
                 break
