@@ -7,9 +7,9 @@ builder (``sah``: Warp's host SAH; ``cubql``, ``lbvh``: Warp's GPU builders; ``p
 rayd's PLOC with radius R, leaves of up to L triangles, the last passes from T clusters in
 one thread, a host read of the count every S passes, ``:cC``: C_I = C / 10 (C_T = 1),
 ``:k1``: nearest neighbours and survivors in one kernel per pass, ``:e0``: pair nodes and refit set-up by ``PairNodes``/``FusedRefit`` after the build instead of
-emitted by it, ``rayd.engine.ploc``; any builder ``+one`` / ``+ww`` / ``+wws``: the flat search
-walks the pair nodes one triangle per iteration / while-while / speculatively,
-``rayd.engine.pair_walk_ww``; ``+pool``: Warp's CUDA memory pool
+emitted by it, ``rayd.engine.ploc``; any builder ``+ww``: the flat search walks the pair
+nodes while-while (``rayd.engine.pair_walk``; the ``+one`` / ``+wws`` walks were removed in
+session 13 after the H200 measured them slower); ``+pool``: Warp's CUDA memory pool
 keeps freed memory, release threshold 4 GiB, instead of the default 0, which returns it to
 the driver at every synchronisation):
 

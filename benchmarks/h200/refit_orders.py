@@ -1,11 +1,11 @@
-"""`update_mesh_vertices` + `sync()` per fused-refit order and variant, one process (issue 18, "update").
+"""`update_mesh_vertices` + `sync()` per builder, node layout and fused-refit order, one process (issue 18, "update").
 
-    python3 benchmarks/h200/refit_orders.py [--orders climb1] [--builders sah,ploc]
-        [--variants default,sibling,pairslot,noitems,pairslot+noitems] [--warp] [--edges]
-        [--json $OUT/refit_variants.json] [--device cpu --size 64]
+    python3 benchmarks/h200/refit_orders.py [--orders climb1] [--builders auto,sah] [--layouts auto,pair]
+        [--warp] [--edges] [--list] [--json $OUT/refit.json] [--device cpu --size 64]
 
 Terrain 2M on CUDA (``--size``: a terrain of 2 size^2 triangles; 128 by default on the CPU):
-per (builder, order, variant) a new scene, then
+per (builder, layout, order) a new scene (``auto``/``auto``: the defaults, PLOC and 4-wide nodes
+on CUDA), then
 
 - ``update+sync``: wall time of update + sync (synchronised before and after; median of 30 after 5);
 - ``host``: the same calls' host time alone (timer stopped when ``sync()`` returns, before the
@@ -17,8 +17,8 @@ per (builder, order, variant) a new scene, then
 ``--edges``: also update+sync after one nearest-edge query (the edge BVH exists; its refit is
 deferred to the next edge query, so the figure should equal update+sync). ``--warp``: Warp's
 ``wp.Mesh.refit`` over the same terrain in the same process (``wp.copy`` of the points + refit,
-CUDA events), the goal's reference (``<= 1.3 x`` of it). A variant is ``+``-joined flags of
-``RAYD_REFIT_VARIANT`` (``default``: none).
+CUDA events), the goal's reference (``<= 1.3 x`` of it). (The refit kernel variants this script
+also timed, ``RAYD_REFIT_VARIANT``, were removed in session 13: none beat the default on the H200.)
 """
 from __future__ import annotations
 
@@ -41,9 +41,8 @@ from rayd.engine import refit, triangles  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--orders", default="climb1")
-ap.add_argument("--builders", default="sah")
-ap.add_argument("--variants", default="default,sibling,pairslot,acqrel,late,wide,noitems,"
-                                       "sibling+acqrel+late+wide+noitems,pairslot+acqrel+late+wide+noitems")
+ap.add_argument("--builders", default="auto")
+ap.add_argument("--layouts", default="auto")
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
 ap.add_argument("--size", type=int, default=0, help="terrain of 2 size^2 triangles (0: 2 M on CUDA, 32 k on the CPU)")
 ap.add_argument("--repeats", type=int, default=30)
@@ -119,11 +118,11 @@ def refit_events(scene):
     return statistics.median(g[5:])
 
 
-def measure(builder: str, order: str, variant: str, flags: str) -> dict:
-    """One scene built with this builder, refit order and variant flags; its figures (and one printed line)."""
+def measure(builder: str, layout: str, order: str) -> dict:
+    """One scene built with this builder, node layout and refit order; its figures (and one printed line)."""
     triangles.set_bvh_constructor(builder)
+    triangles.set_bvh_layout(layout)
     refit.set_refit_order(order)
-    refit.set_refit_variant(flags)
     t0 = time.perf_counter()
     scene = rt.Scene()
     scene.add_mesh(rt.Mesh(V.clone(), F), dynamic=True)
@@ -131,15 +130,17 @@ def measure(builder: str, order: str, variant: str, flags: str) -> dict:
     build_s = time.perf_counter() - t0
     fused = scene._core.flat.fused
     med, low, host = update_loop(scene, a.repeats)
-    rec = dict(builder=builder, order=order, variant=variant, triangles=w.num_triangles, device=dev,
+    flat = scene._core.flat
+    rec = dict(builder=builder, layout=layout, order=order, triangles=w.num_triangles, device=dev,
                update_sync_ms=med, update_sync_min_ms=low, host_us=host, build_s=build_s,
-               fused=fused is not None, variant_used=sorted(fused.variant) if fused else None)
-    line = (f"builder {builder:4s} order {order:6s} variant {variant:24s} update+sync {med:7.3f} ms "
+               fused=fused is not None, constructor_used=flat.constructor, wide=flat.wide is not None)
+    line = (f"builder {builder:4s} ({flat.constructor}) layout {layout:5s} (wide {int(flat.wide is not None)}) "
+            f"order {order:6s} update+sync {med:7.3f} ms "
             f"(min {low:.3f}) host {host:7.1f} us")
     if cuda:
         rec["refit_gpu_ms"] = refit_events(scene)
         rec["refit_kernel_ms"], rec["kernels_per_call"], rows = kernel_census(
-            scene, ("_fused_refit_kernel", "_variant_refit_kernel", "_level_refit_kernel"))
+            scene, ("_fused_refit_kernel", "_level_refit_kernel"))
         line += (f"  refit GPU {rec['refit_gpu_ms']:6.3f} ms  kernel {rec['refit_kernel_ms']:6.3f} ms  "
                  f"{rec['kernels_per_call']:.0f} kernels+copies/call")
         if a.list:
@@ -155,15 +156,14 @@ def measure(builder: str, order: str, variant: str, flags: str) -> dict:
 print(f"terrain {w.num_triangles:,d} tris on {dev}", flush=True)
 pts = torch.tensor(w.o[:1], device=dev)
 for builder in a.builders.split(","):
-    for order in a.orders.split(","):
-        for variant in a.variants.split(","):
-            flags = "" if variant == "default" else variant.replace("+", ",")
+    for layout in a.layouts.split(","):
+        for order in a.orders.split(","):
             try:
-                records.append(measure(builder, order, variant, flags))
-            except Exception as error:  # (one variant failing must not lose the others' figures)
-                print(f"builder {builder} order {order} variant {variant}: FAILED {type(error).__name__}: {error}",
+                records.append(measure(builder, layout, order))
+            except Exception as error:  # (one case failing must not lose the others' figures)
+                print(f"builder {builder} layout {layout} order {order}: FAILED {type(error).__name__}: {error}",
                       flush=True)
-                records.append(dict(builder=builder, order=order, variant=variant, error=repr(error)))
+                records.append(dict(builder=builder, layout=layout, order=order, error=repr(error)))
 if a.warp and cuda:
     wdev = wp.device_from_torch(V.device)
     p0 = wp.array(w.vertices.astype("float32"), dtype=wp.vec3, device=wdev)
@@ -183,9 +183,9 @@ if a.warp and cuda:
     wref = statistics.median(g[5:])
     print(f"warp wp.Mesh.refit {wref:.3f} ms (goal <= 1.3 x = {1.3 * wref:.3f} ms of update+sync)", flush=True)
     records.append(dict(engine="warp", refit_ms=wref, triangles=w.num_triangles))
-triangles.set_bvh_constructor("sah")
+triangles.set_bvh_constructor("auto")
+triangles.set_bvh_layout("auto")
 refit.set_refit_order("climb1")
-refit.set_refit_variant("")
 if a.json:
     Path(os.path.dirname(a.json) or ".").mkdir(parents=True, exist_ok=True)
     with open(a.json, "w") as fh:

@@ -61,6 +61,11 @@ def test_magnitude_reduction_many_points():
     rng = np.random.default_rng(0)
     pts = rng.standard_normal((200_003, 3)).astype(np.float32)
     pts[123_456, 1] = -50.0
-    out = wp.zeros(1, dtype=float, device="cpu")
-    refit.magnitude(wp.array(pts, dtype=wp.vec3, device="cpu"), out, wp.empty(256, dtype=float, device="cpu"), None)
+    # (refit.magnitude, the same reduction with memsets, was removed: magnitude_zeroed is the one refits use)
+    from rayd.engine.runtime import LaunchCache
+
+    out = wp.full(1, 7.0, dtype=float, device="cpu")  # cleared by the first pass
+    partial = wp.zeros(256, dtype=float, device="cpu")
+    refit.magnitude_zeroed(wp.array(pts, dtype=wp.vec3, device="cpu"), out, partial, None, LaunchCache())
     assert out.numpy()[0] == 50.0
+    assert not partial.numpy().any()  # left zero for the next call

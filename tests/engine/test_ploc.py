@@ -268,10 +268,10 @@ def pair_walk(name):
         triangles.set_pair_walk(was)
 
 
-@pytest.mark.parametrize("walk", ["ww", "wws", "one"])
+@pytest.mark.parametrize("walk", ["ww"])
 @pytest.mark.parametrize("tree", ["sah", "ploc", "ploc:l1", "ploc:l2"])
 def test_while_while_walks_answer_as_the_if_if_walk(device, walk, tree):
-    """``pair_walk_ww``'s walks (while-while, speculative, one triangle per iteration) over SAH and PLOC
+    """``pair_walk``'s while-while walk over SAH and PLOC
     trees (leaves of 1, 2, up to 4 triangles) give the
     if-if walk's closest hits (prim, t, p bit for bit) and any-hit answers, before and after a refit,
     for rays from outside, rays starting inside the soup, and rays with a ``tmin``/``tmax`` window."""

@@ -147,10 +147,14 @@ class SceneCore:
                 # after the refit is enqueued (a failed check leaves the scene pending, so nothing
                 # placed or refitted here is ever queried before a sync() that succeeds).
                 flags = self.checks.begin(len(moved), device)
+                # Where this sync places every flat point, the placements also fold the scene magnitude
+                # (the refit's first pass over the points, one launch and one read of them fewer).
+                partials = self.flat.magnitude_partials if self._places_all(moved) else None
                 for k, shape_id in enumerate(moved):
-                    self._place_flat(shape_id, stream, (flags, k))
+                    fold = None if partials is None else (*partials, k == 0)
+                    self._place_flat(shape_id, stream, (flags, k), fold)
                 self.checks.copy(stream)
-                self.flat.refit(stream)
+                self.flat.refit(stream, partials_ready=partials is not None)
             if self.level is not None:
                 blas_moved = False
                 for base in sorted(set(moved) & set(self.blas)):
@@ -222,11 +226,19 @@ class SceneCore:
         what = "non-finite values" if bad[0] == "non-finite" else "values beyond the float32 range"
         raise ValueError(f"{call}: 'vertices of mesh {shape_id}' holds {what} (first at row {bad[1]})")
 
-    def _place_flat(self, shape_id: int, stream: wp.Stream | None, checks: tuple | None = None) -> None:
+    def _places_all(self, moved: list[int]) -> bool:
+        """Whether placing the meshes ``moved`` (distinct flat meshes, each with vertices) writes every flat point."""
+        table = self.table
+        counts = [table[i].num_vertices for i in moved]
+        return all(counts) and sum(counts) == table.num_flat_vertices
+
+    def _place_flat(self, shape_id: int, stream: wp.Stream | None, checks: tuple | None = None,
+                    magnitude: tuple | None = None) -> None:
         shape = self.table[shape_id]
         view, keep = self.arrays.vec3_view(shape.vertices)
         m = self.transforms.world[shape_id] if shape.matrix is not None else None
-        place_points(view, m, shape.vertex_offset, self.points, stream, self.centre, self.launches, checks)
+        place_points(view, m, shape.vertex_offset, self.points, stream, self.centre, self.launches, checks,
+                     magnitude)
         self.arrays.fence(self.device)
         del keep
 
@@ -268,7 +280,6 @@ class SceneCore:
             self.flat_shape = wp.array(np.concatenate(flat_shape), dtype=wp.int32, device=device)
         self.shape_enabled = wp.array(np.ones(len(table), dtype=np.uint8), dtype=wp.uint8, device=device)
         self.flat = TriangleScene(self.points, self.indices, stream, num_triangles=table.num_flat_faces)
-        self.flat.keep_item_boxes = False  # nothing reads the flat scene's triangle boxes after build()
 
     def _build_instances(self, device: wp.context.Device, stream: wp.Stream | None) -> None:
         table = self.table

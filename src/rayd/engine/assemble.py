@@ -22,6 +22,32 @@ from rayd.engine.runtime import LaunchCache, launch_stream, read_back
 wp.set_module_options({"enable_backward": False})
 
 
+@wp.func
+def _placed(p: wp.vec3d, m: wp.mat44d, centre: wp.vec3d) -> wp.vec3:
+    """``float32(m @ [p, 1] - centre)``: placed in float64, rounded once."""
+    return wp.vec3(
+        float(m[0, 0] * p[0] + m[0, 1] * p[1] + m[0, 2] * p[2] + m[0, 3] - centre[0]),
+        float(m[1, 0] * p[0] + m[1, 1] * p[1] + m[1, 2] * p[2] + m[1, 3] - centre[1]),
+        float(m[2, 0] * p[0] + m[2, 1] * p[1] + m[2, 2] * p[2] + m[2, 3] - centre[2]),
+    )
+
+
+@wp.func
+def _flag(p: wp.vec3d, i: int, bad: wp.array(dtype=wp.int32), at: int):
+    """Fold row ``i`` into ``bad[at]`` (first non-finite row) and ``bad[at + 1]`` (first row beyond float32)."""
+    finite = True
+    small = True
+    for k in range(3):
+        if not wp.isfinite(p[k]):
+            finite = False
+        elif wp.abs(p[k]) > wp.float64(3.4028234663852886e38):  # the engine rounds every vertex to float32
+            small = False
+    if not finite:
+        wp.atomic_min(bad, at, wp.int32(i))
+    if not small:
+        wp.atomic_min(bad, at + 1, wp.int32(i))
+
+
 @wp.kernel
 def _place_points_kernel(
     vertices: wp.array(dtype=Any),
@@ -32,13 +58,7 @@ def _place_points_kernel(
 ):
     i = wp.tid()
     v = vertices[i]
-    p = wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
-    q = wp.vec3d(
-        m[0, 0] * p[0] + m[0, 1] * p[1] + m[0, 2] * p[2] + m[0, 3] - centre[0],
-        m[1, 0] * p[0] + m[1, 1] * p[1] + m[1, 2] * p[2] + m[1, 3] - centre[1],
-        m[2, 0] * p[0] + m[2, 1] * p[1] + m[2, 2] * p[2] + m[2, 3] - centre[2],
-    )
-    points[offset + i] = wp.vec3(float(q[0]), float(q[1]), float(q[2]))
+    points[offset + i] = _placed(wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2])), m, centre)
 
 
 @wp.kernel
@@ -96,23 +116,14 @@ def _face_range_kernel(faces: wp.array(dtype=Any), threads: int, low: wp.array(d
 def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32)):
     i = wp.tid()
     v = vertices[i]
-    finite = True
-    small = True
-    for k in range(3):
-        x = wp.float64(v[k])
-        if not wp.isfinite(x):
-            finite = False
-        elif wp.abs(x) > wp.float64(3.4028234663852886e38):  # the engine rounds every vertex to float32
-            small = False
-    if not finite:
-        wp.atomic_min(bad, 0, wp.int32(i))
-    if not small:
-        wp.atomic_min(bad, 1, wp.int32(i))
+    _flag(wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2])), i, bad, 0)
 
 
 _NONE = 2**31 - 1
 #: Threads of the min/max reductions (each reduces a strided share, then adds one atomic).
 _REDUCE_THREADS = 32768
+#: Threads of a placement that also folds the magnitude (as ``refit.magnitude_zeroed``'s first pass).
+_MAGNITUDE_THREADS = 65536
 
 
 def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, int] | None:
@@ -158,7 +169,8 @@ _ZERO = wp.vec3d(0.0, 0.0, 0.0)
 
 def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,
                  stream: wp.Stream | None = None, centre: np.ndarray | None = None,
-                 launches: LaunchCache | None = None, checks: tuple[wp.array, int] | None = None) -> None:
+                 launches: LaunchCache | None = None, checks: tuple[wp.array, int] | None = None,
+                 magnitude: tuple[wp.array, wp.array, bool] | None = None) -> None:
     """``points[offset + i] = float32(m @ [vertices[i], 1] - centre)``, placed in float64, rounded once.
 
     ``m``: (4, 4) float64 (identity if ``None``); ``centre``: (3,) float64, the search
@@ -166,13 +178,26 @@ def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: 
     recorded launches (see :class:`rayd.engine.runtime.LaunchCache`); ``checks``:
     ``(flags, k)`` of a :class:`DeferredChecks` (``flags`` from its ``begin``, ``k`` the
     mesh's position there): the same kernel also flags the first non-finite or
-    beyond-float32 vertex.
+    beyond-float32 vertex. ``magnitude`` (with ``checks`` and ``launches``): ``(partial, out, clear)``
+    of ``TriangleScene.magnitude_partials`` and whether this is the first placement of the refit: the
+    same kernel clears ``out`` (if ``clear``) and folds each placed point's largest absolute
+    coordinate into ``partial`` (threads each place a strided run of rows).
+
+    Raises:
+        ValueError: ``magnitude`` without ``checks`` and ``launches``.
     """
+    if magnitude is not None and (checks is None or launches is None):
+        raise ValueError("rayd.engine.place_points(): 'magnitude' needs 'checks' and 'launches'")
     if vertices.size == 0:
         return
     mat = _EYE if m is None else wp.mat44d(*np.asarray(m, dtype=np.float64).reshape(-1).tolist())
     c = _ZERO if centre is None else wp.vec3d(*np.asarray(centre, dtype=np.float64).tolist())
     args = [vertices, mat, c, offset, points]
+    if magnitude is not None:
+        threads = max(1, min(_MAGNITUDE_THREADS, vertices.size))
+        args += [checks[0], 2 * checks[1], threads, magnitude[0], magnitude[1], int(magnitude[2])]
+        launches.launch(_place_checked_magnitude_kernel, threads, args, points.device, stream)
+        return
     if checks is not None:
         args += [checks[0], 2 * checks[1]]
         if launches is None:
@@ -239,29 +264,45 @@ def _place_checked_kernel(
     i = wp.tid()
     v = vertices[i]
     p = wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
-    finite = True
-    small = True
-    for k in range(3):
-        if not wp.isfinite(p[k]):
-            finite = False
-        elif wp.abs(p[k]) > wp.float64(3.4028234663852886e38):
-            small = False
-    if not finite:
-        wp.atomic_min(bad, at, wp.int32(i))
-    if not small:
-        wp.atomic_min(bad, at + 1, wp.int32(i))
-    q = wp.vec3d(
-        m[0, 0] * p[0] + m[0, 1] * p[1] + m[0, 2] * p[2] + m[0, 3] - centre[0],
-        m[1, 0] * p[0] + m[1, 1] * p[1] + m[1, 2] * p[2] + m[1, 3] - centre[1],
-        m[2, 0] * p[0] + m[2, 1] * p[1] + m[2, 2] * p[2] + m[2, 3] - centre[2],
-    )
-    points[offset + i] = wp.vec3(float(q[0]), float(q[1]), float(q[2]))
+    _flag(p, i, bad, at)
+    points[offset + i] = _placed(p, m, centre)
+
+
+@wp.kernel
+def _place_checked_magnitude_kernel(
+    vertices: wp.array(dtype=Any),
+    m: wp.mat44d,
+    centre: wp.vec3d,
+    offset: int,
+    points: wp.array(dtype=wp.vec3),
+    bad: wp.array(dtype=wp.int32),
+    at: int,
+    threads: int,
+    partial: wp.array(dtype=float),
+    magnitude: wp.array(dtype=float),
+    clear: int,
+):
+    # _place_checked_kernel over a strided run of rows per thread, which also folds the placed points'
+    # largest absolute coordinate into partial[tid % 256] (refit.magnitude_zeroed's first pass)
+    i = wp.tid()
+    if clear != 0 and i == 0:
+        magnitude[0] = 0.0  # (the previous refit and queries, earlier on the stream, have read it)
+    big = float(0.0)
+    for r in range(i, vertices.shape[0], threads):
+        v = vertices[r]
+        p = wp.vec3d(wp.float64(v[0]), wp.float64(v[1]), wp.float64(v[2]))
+        _flag(p, r, bad, at)
+        q = _placed(p, m, centre)
+        points[offset + r] = q
+        big = wp.max(big, wp.max(wp.max(wp.abs(q[0]), wp.abs(q[1])), wp.abs(q[2])))
+    wp.atomic_max(partial, i % partial.shape[0], big)
 
 
 class DeferredChecks:
     """The finite checks of the meshes one ``sync()`` places, read once after the sync's launches.
 
-    :meth:`begin` clears one flag pair per mesh (one device fill); :func:`place_points`
+    :meth:`begin` clears one flag pair per mesh (one device fill, skipped when the last
+    :meth:`results` found no mark: the kernels write a flag only for a bad row); :func:`place_points`
     with ``checks`` places a mesh and flags its first non-finite (or beyond-float32)
     vertex in the same kernel; :meth:`copy` enqueues the flags' copy into pinned host
     memory and records an event; :meth:`results` waits for that event only (not for
@@ -274,26 +315,32 @@ class DeferredChecks:
         self._host: wp.array | None = None
         self._event = None
         self.count = 0
+        self._clean = False  # the device flags are known to hold no mark (the last results() found none)
 
     def begin(self, count: int, device) -> wp.array:
         """Clear the flags of ``count`` meshes; returns the device flags (2 per mesh)."""
         device = wp.get_device(device)
         if self._dev is None or self._dev.shape[0] < 2 * count or self._dev.device != device:
             self._dev = wp.empty(2 * max(count, 1), dtype=wp.int32, device=device)
-            self._host = wp.empty(self._dev.shape[0], dtype=wp.int32, device="cpu", pinned=device.is_cuda)
-        self._dev.fill_(_NONE)
+            # on the CPU the flags are read where the kernels wrote them (no copy)
+            self._host = wp.empty(self._dev.shape[0], dtype=wp.int32, device="cpu", pinned=True) \
+                if device.is_cuda else self._dev
+            self._marker = wp.Event(device) if device.is_cuda else None  # recorded again at every copy()
+            self._clean = False
+        if not self._clean:  # (kernels only write a flag for a bad row: a clean read leaves them cleared)
+            self._dev.fill_(_NONE)
+        self._clean = False  # until results() finds no mark
         self._event = None
         self.count = count
         return self._dev
 
     def copy(self, stream: wp.Stream | None) -> None:
-        """Enqueue the flags' copy to the host (after every placement) and record an event."""
+        """Enqueue the flags' copy to the host (after every placement) and record an event (CUDA; on the CPU
+        the kernels have run and the flags are read in place)."""
         if self._dev.device.is_cuda:
             stream = stream if stream is not None else wp.get_stream(self._dev.device)
             wp.copy(self._host, self._dev, stream=stream)
-            self._event = stream.record_event()
-        else:
-            wp.copy(self._host, self._dev)
+            self._event = stream.record_event(self._marker)
 
     def results(self) -> list[tuple[str, int] | None]:
         """Per mesh, in :meth:`begin` order: ``("non-finite" | "beyond float32", row)`` or ``None``."""
@@ -309,4 +356,7 @@ class DeferredChecks:
                 out.append(("beyond float32", int(found[2 * k + 1])))
             else:
                 out.append(None)
+        # Every flag this sync's kernels could write read unmarked: the device flags (only ever marked
+        # by a bad row, and filled whole) still hold no mark, so the next begin() needs no fill.
+        self._clean = all(r is None for r in out)
         return out

@@ -10,10 +10,10 @@ two: its entry distance's bits, then its ref, so that a popped node behind the c
 so far is skipped, as the nested walk does), and read an instance's BLAS location and
 first ``global_prim_id`` in one 128-bit load (``inst_table``):
 
-- :func:`trace_instances_pairtop`: the BLAS walk is a loop nested in the top level's
+- :func:`_walk_pairtop` (``pairtop``): the BLAS walk is a loop nested in the top level's
   (``RAYD_INSTANCE_WALK=pairtop``); it pushes above the top level's refs and stops
   when the stack is back where it started.
-- :func:`trace_instances_unified`: one loop for both levels (``unified``): entering an
+- :func:`_walk_unified`: one loop for both levels (``unified``): entering an
   instance pushes a marker and switches the ray to object space, so every iteration
   runs the same node test whichever level a lane is in (lanes of a warp stay together
   across levels); popping the marker switches back to the world ray. ``unified_cull``
@@ -32,10 +32,17 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.instances import SHARED_STACK
-from rayd.engine.native import bits_float, float_bits, load4, load4i
-from rayd.engine.pair_walk import _flat_pair_search, _slab
-from rayd.engine.traversal import SceneView, _approach, _start_at_tmin
-from rayd.engine.watertight import INF, confirmed_t, ray_shear, safe_direction, sheared_t
+from rayd.engine.native import bits_float, float_bits, load4i
+from rayd.engine.pair_walk import (
+    _leaf_corners,
+    _pair_entries,
+    _pair_step,
+    make_instance_trace,
+    make_scene_trace,
+    ray_frame,
+)
+from rayd.engine.traversal import SceneView, _approach
+from rayd.engine.watertight import INF, confirmed_t, safe_direction, sheared_t
 
 wp.set_module_options({"enable_backward": False})
 
@@ -81,28 +88,13 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
     while True:
         if ref >= 0:
             g = 4 * (tbase + ref)
-            b0 = load4(view.blas_pair_boxes, g)
-            b1 = load4(view.blas_pair_boxes, g + 1)
-            b2 = load4(view.blas_pair_boxes, g + 2)
-            reach = best - shift
-            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
-            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - shift)
             if t_left < INF or t_right < INF:
-                links = load4i(view.blas_pair_links, g + 3)
-                if t_left < INF and t_right < INF:  # the far child goes on the stack with its entry distance
-                    if t_right < t_left:
-                        stack[count] = float_bits(t_left)
-                        stack[count + 1] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = float_bits(t_right)
-                        stack[count + 1] = links[1]
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
+                if push != 0:  # the far child goes on the stack with its entry distance
+                    stack[count] = float_bits(t_far)
+                    stack[count + 1] = far
                     count += 2
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         else:
             code = -1 - ref
@@ -119,8 +111,7 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                     if s >= 0.0:
                         ol = wp.vec3(o64 + wp.float64(s) * d64)
                         s = s + shift
-                        inv_dl = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
-                        k, sh = ray_shear(dl)
+                        inv_dl, k, sh = ray_frame(dl)
                         row = load4i(view.inst_table, inst)
                         nbase = row[0]
                         pbase = row[1]
@@ -130,37 +121,18 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                         while True:
                             if r >= 0:
                                 gb = 4 * (nbase + r)
-                                n0 = load4(view.blas_pair_boxes, gb)
-                                n1 = load4(view.blas_pair_boxes, gb + 1)
-                                n2 = load4(view.blas_pair_boxes, gb + 2)
-                                reach_b = best - s
-                                tl = _slab(ol, inv_dl, n0[0], n0[1], n0[2], n0[3], n1[0], n1[1], reach_b)
-                                tr = _slab(ol, inv_dl, n1[2], n1[3], n2[0], n2[1], n2[2], n2[3], reach_b)
+                                tl, tr = _pair_entries(view.blas_pair_boxes, gb, ol, inv_dl, best - s)
                                 if tl < INF or tr < INF:
-                                    lk = load4i(view.blas_pair_links, gb + 3)
-                                    if tl < INF and tr < INF:
-                                        if tr < tl:
-                                            stack[count] = lk[0]
-                                            r = lk[1]
-                                        else:
-                                            stack[count] = lk[1]
-                                            r = lk[0]
+                                    r, far, t_far, push = _pair_step(load4i(view.blas_pair_links, gb + 3), tl, tr)
+                                    if push != 0:
+                                        stack[count] = far
                                         count += 1
-                                    elif tl < INF:
-                                        r = lk[0]
-                                    else:
-                                        r = lk[1]
                                     continue
                             else:
                                 leaf = -1 - r
                                 start = pbase + (leaf >> 3)
                                 for tri in range(start, start + (leaf & 7) + 1):
-                                    a4 = load4(view.blas_tris, 3 * tri)
-                                    e4 = load4(view.blas_tris, 3 * tri + 1)
-                                    f4 = load4(view.blas_tris, 3 * tri + 2)
-                                    a = wp.vec3(a4[0], a4[1], a4[2])
-                                    b = wp.vec3(e4[0], e4[1], e4[2])
-                                    c = wp.vec3(f4[0], f4[1], f4[2])
+                                    a, b, c = _leaf_corners(view.blas_tris, tri)
                                     t = sheared_t(ol, k, sh, a, b, c) + s
                                     if t > tmin and t < best:
                                         f = view.blas_primitives[tri]
@@ -219,31 +191,15 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
     while True:
         if ref >= 0:
             g = 4 * (base + ref)
-            b0 = load4(view.blas_pair_boxes, g)
-            b1 = load4(view.blas_pair_boxes, g + 1)
-            b2 = load4(view.blas_pair_boxes, g + 2)
-            reach = best - off
-            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
-            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - off)
             if t_left < INF or t_right < INF:
-                links = load4i(view.blas_pair_links, g + 3)
-                if t_left < INF and t_right < INF:
-                    far = links[0]
-                    t_far = t_left
-                    ref = links[1]
-                    if t_right >= t_left:
-                        far = links[1]
-                        t_far = t_right
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
+                if push != 0:
                     if level == 0 or cull != 0:  # top-level entries carry their entry distance (culled when popped)
                         stack[count] = float_bits(t_far)
                         count += 1
                     stack[count] = far
                     count += 1
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         elif level == 0:
             code = -1 - ref
@@ -263,8 +219,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                 if s >= 0.0:
                     o = wp.vec3(o64 + wp.float64(s) * d64)
                     off = s + shift
-                    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(dl))
-                    k, sh = ray_shear(dl)
+                    inv_d, k, sh = ray_frame(dl)
                     inst = leaf_inst
                     row = load4i(view.inst_table, inst)
                     base = row[0]
@@ -279,12 +234,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
             code = -1 - ref
             start = pbase + (code >> 3)
             for tri in range(start, start + (code & 7) + 1):
-                a4 = load4(view.blas_tris, 3 * tri)
-                e4 = load4(view.blas_tris, 3 * tri + 1)
-                f4 = load4(view.blas_tris, 3 * tri + 2)
-                a = wp.vec3(a4[0], a4[1], a4[2])
-                b = wp.vec3(e4[0], e4[1], e4[2])
-                c = wp.vec3(f4[0], f4[1], f4[2])
+                a, b, c = _leaf_corners(view.blas_tris, tri)
                 t = sheared_t(o, k, sh, a, b, c) + off
                 if t > tmin and t < best:
                     f = view.blas_primitives[tri]
@@ -319,77 +269,25 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
 
 
 @wp.func
-def trace_instances_pairtop(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                            any_hit: int) -> int:
-    """``traversal.trace_instances`` with :func:`_walk_pairtop`."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_pairtop(view, o, d, tmin, tmax, ignore, any_hit)
-    return winner
+def _walk_unified_plain(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                        any_hit: int) -> tuple[float, int]:
+    """:func:`_walk_unified` without culling popped BLAS nodes."""
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 0)
+    return t, winner
 
 
 @wp.func
-def trace_instances_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                            any_hit: int) -> int:
-    """``traversal.trace_instances`` with :func:`_walk_unified`."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 0)
-    return winner
+def _walk_unified_culled(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                         any_hit: int) -> tuple[float, int]:
+    """:func:`_walk_unified`, popped BLAS nodes behind the closest hit skipped."""
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 1)
+    return t, winner
 
 
-@wp.func
-def trace_instances_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                                 any_hit: int) -> int:
-    """``traversal.trace_instances`` with :func:`_walk_unified`, BLAS pops culled."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_unified(view, o, d, tmin, tmax, ignore, any_hit, 1)
-    return winner
+#: The shared-stack instance walks by name (``RAYD_INSTANCE_WALK``).
+_WALKS = {"pairtop": _walk_pairtop, "unified": _walk_unified_plain, "unified_cull": _walk_unified_culled}
 
-
-@wp.func
-def trace_pairtop(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                  any_hit: int) -> int:
-    """``pair_walk.trace_pair`` with :func:`_walk_pairtop` for the instances."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
-        return winner
-    if view.num_instances > 0:
-        t, found = _walk_pairtop(view, o, d, tmin, best, ignore, any_hit)
-        if found >= 0:
-            winner = found
-    return winner
-
-
-@wp.func
-def trace_unified(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                  any_hit: int) -> int:
-    """``pair_walk.trace_pair`` with :func:`_walk_unified` for the instances."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
-        return winner
-    if view.num_instances > 0:
-        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 0)
-        if found >= 0:
-            winner = found
-    return winner
-
-
-@wp.func
-def trace_unified_cull(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                       any_hit: int) -> int:
-    """``pair_walk.trace_pair`` with :func:`_walk_unified` (BLAS pops culled) for the instances."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
-        return winner
-    if view.num_instances > 0:
-        t, found = _walk_unified(view, o, d, tmin, best, ignore, any_hit, 1)
-        if found >= 0:
-            winner = found
-    return winner
-
-#: The trace functions per ``accel.search_walk`` name of the shared-stack walks.
-TRACES = {"instances_pairtop": trace_instances_pairtop, "instances_unified": trace_instances_unified,
-          "instances_unified_cull": trace_instances_unified_cull, "both_pairtop": trace_pairtop,
-          "both_unified": trace_unified, "both_unified_cull": trace_unified_cull}
+#: The trace functions per ``accel.search_walk`` name of the shared-stack walks (instances alone, or
+#: after the flat BVH).
+TRACES = {**{"instances_" + k: make_instance_trace(w) for k, w in _WALKS.items()},
+          **{"both_" + k: make_scene_trace(w) for k, w in _WALKS.items()}}

@@ -13,8 +13,7 @@ from rayd.engine import cpu_embree
 from rayd.engine.accel import SceneAccel, flat_accel
 from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
 from rayd.engine.instances import instance_max_registers
-from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
-from rayd.engine.pair_walk_ww import TRACES as _WW_TRACES
+from rayd.engine.pair_walk import trace_flat_pair, trace_flat_pair_ww, trace_instances_pair, trace_pair
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
@@ -69,8 +68,8 @@ _SEARCH_TRACES = {"flat": trace_flat, "instances": trace_instances, "both": trac
                   "both_pair": trace_pair, "instances_pair": trace_instances_pair, "flat_wide": trace_flat_wide,
                   # the shared-stack instance walks (instance_walk.py; RAYD_INSTANCE_WALK)
                   **_INSTANCE_TRACES,
-                  # the while-while flat walks (pair_walk_ww.py; RAYD_PAIR_WALK)
-                  **{"flat_pair" + k: v for k, v in _WW_TRACES.items()}}
+                  # the while-while flat walk (pair_walk.py; RAYD_PAIR_WALK)
+                  "flat_pairww": trace_flat_pair_ww}
 _SEARCH_KERNELS: dict[tuple[str, int], wp.Kernel] = {}
 
 

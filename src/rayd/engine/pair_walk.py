@@ -43,6 +43,50 @@ def _slab(o: wp.vec3, inv_d: wp.vec3, lx: float, ly: float, lz: float, hx: float
 
 
 @wp.func
+def _pair_entries(boxes: wp.array(dtype=wp.vec4), g: int, o: wp.vec3, inv_d: wp.vec3,
+                  reach: float) -> tuple[float, float]:
+    """Entry distances (:func:`_slab`) of the ray into both children of the pair node at row ``g``
+    of ``boxes`` (three 128-bit loads: left lo, hi, right lo, hi), +inf for a child missed."""
+    b0 = load4(boxes, g)
+    b1 = load4(boxes, g + 1)
+    b2 = load4(boxes, g + 2)
+    return (_slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach),
+            _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach))
+
+
+@wp.func
+def _pair_step(links: wp.vec4i, t_left: float, t_right: float) -> tuple[int, int, float, int]:
+    """The walk's step into a pair node whose children were entered at ``t_left``, ``t_right`` (at
+    least one finite; ``links`` its refs): ``(next, far, t_far, push)``, the nearer child (the left one
+    on a tie) next and, when both were hit (``push`` 1), the other one with its entry distance to
+    push; a child missed (+inf) is dropped."""
+    if t_left < INF and t_right < INF:
+        if t_right < t_left:
+            return links[1], links[0], t_left, 1
+        return links[0], links[1], t_right, 1
+    if t_left < INF:
+        return links[0], links[1], INF, 0
+    return links[1], links[0], INF, 0
+
+
+@wp.func
+def _leaf_corners(tris: wp.array(dtype=wp.vec4), slot: int) -> tuple[wp.vec3, wp.vec3, wp.vec3]:
+    """The three corners of the triangle in leaf slot ``slot`` (``PairNodes.tris``: three vec4 per slot)."""
+    a4 = load4(tris, 3 * slot)
+    b4 = load4(tris, 3 * slot + 1)
+    c4 = load4(tris, 3 * slot + 2)
+    return wp.vec3(a4[0], a4[1], a4[2]), wp.vec3(b4[0], b4[1], b4[2]), wp.vec3(c4[0], c4[1], c4[2])
+
+
+@wp.func
+def ray_frame(d: wp.vec3) -> tuple[wp.vec3, wp.vec3i, wp.vec3]:
+    """A walk's per-ray set-up of direction ``d``: its reciprocal (zero components made safe) and the
+    watertight test's axis permutation and shear (``watertight.ray_shear``)."""
+    k, sh = ray_shear(d)
+    return wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d)), k, sh
+
+
+@wp.func
 def _slot_face(view: SceneView, slot: int, o: wp.vec3, k: wp.vec3i, sh: wp.vec3, s: float, o0: wp.vec3, d: wp.vec3,
                tmin: float, best: float, ignore: int) -> tuple[float, int]:
     """(t, face) of the triangle in leaf slot ``slot`` if it counts (as ``traversal._flat_face``), else (+inf, -1).
@@ -51,12 +95,7 @@ def _slot_face(view: SceneView, slot: int, o: wp.vec3, k: wp.vec3i, sh: wp.vec3,
     ray's precomputed shear (``watertight.sheared_t``); the face id, its shape and
     ``global_prim_id`` are read only for a candidate.
     """
-    a4 = load4(view.flat_tris, 3 * slot)
-    b4 = load4(view.flat_tris, 3 * slot + 1)
-    c4 = load4(view.flat_tris, 3 * slot + 2)
-    a = wp.vec3(a4[0], a4[1], a4[2])
-    b = wp.vec3(b4[0], b4[1], b4[2])
-    c = wp.vec3(c4[0], c4[1], c4[2])
+    a, b, c = _leaf_corners(view.flat_tris, slot)
     t = sheared_t(o, k, sh, a, b, c) + s
     if t > tmin and t < best:
         f = view.flat_primitives[slot]
@@ -76,8 +115,7 @@ def _walk_flat_pairs(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: f
                      any_hit: int) -> tuple[float, int]:
     """Near-child-first walk of the flat pair nodes: (t, face) or (tmax, -1); ``s`` as in ``traversal.py``."""
     o = o0 + s * d
-    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
-    k, sh = ray_shear(d)
+    inv_d, k, sh = ray_frame(d)
     best = tmax
     face = int(-1)
     stack = wp.vector(dtype=wp.int32, length=64)
@@ -85,26 +123,12 @@ def _walk_flat_pairs(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: f
     ref = view.flat_pair_root
     while True:
         if ref >= 0:
-            b0 = load4(view.flat_pair_boxes, 4 * ref)
-            b1 = load4(view.flat_pair_boxes, 4 * ref + 1)
-            b2 = load4(view.flat_pair_boxes, 4 * ref + 2)
-            reach = best - s
-            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
-            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            t_left, t_right = _pair_entries(view.flat_pair_boxes, 4 * ref, o, inv_d, best - s)
             if t_left < INF or t_right < INF:
-                links = load4i(view.flat_pair_links, 4 * ref + 3)
-                if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        stack[count] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = links[1]
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.flat_pair_links, 4 * ref + 3), t_left, t_right)
+                if push != 0:
+                    stack[count] = far
                     count += 1
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         else:
             code = -1 - ref
@@ -133,10 +157,9 @@ def _walk_instance_pair(view: SceneView, inst: int, o64: wp.vec3d, shift: float,
     if s < 0.0:
         return tmax, face
     o = wp.vec3(o64 + wp.float64(s) * d64)
+    inv_d, k, sh = ray_frame(d)
     s = s + shift
     best = tmax
-    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
-    k, sh = ray_shear(d)
     node_base = view.inst_pair_base[inst]
     prim_base = view.inst_prim_base[inst]
     stack = wp.vector(dtype=wp.int32, length=64)
@@ -145,37 +168,18 @@ def _walk_instance_pair(view: SceneView, inst: int, o64: wp.vec3d, shift: float,
     while True:
         if ref >= 0:
             g = 4 * (node_base + ref)
-            b0 = load4(view.blas_pair_boxes, g)
-            b1 = load4(view.blas_pair_boxes, g + 1)
-            b2 = load4(view.blas_pair_boxes, g + 2)
-            reach = best - s
-            t_left = _slab(o, inv_d, b0[0], b0[1], b0[2], b0[3], b1[0], b1[1], reach)
-            t_right = _slab(o, inv_d, b1[2], b1[3], b2[0], b2[1], b2[2], b2[3], reach)
+            t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - s)
             if t_left < INF or t_right < INF:
-                links = load4i(view.blas_pair_links, g + 3)
-                if t_left < INF and t_right < INF:
-                    if t_right < t_left:
-                        stack[count] = links[0]
-                        ref = links[1]
-                    else:
-                        stack[count] = links[1]
-                        ref = links[0]
+                ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
+                if push != 0:
+                    stack[count] = far
                     count += 1
-                elif t_left < INF:
-                    ref = links[0]
-                else:
-                    ref = links[1]
                 continue
         else:
             code = -1 - ref
             first = prim_base + (code >> 3)
             for slot in range(first, first + (code & 7) + 1):
-                a4 = load4(view.blas_tris, 3 * slot)
-                b4 = load4(view.blas_tris, 3 * slot + 1)
-                c4 = load4(view.blas_tris, 3 * slot + 2)
-                a = wp.vec3(a4[0], a4[1], a4[2])
-                b = wp.vec3(b4[0], b4[1], b4[2])
-                c = wp.vec3(c4[0], c4[1], c4[2])
+                a, b, c = _leaf_corners(view.blas_tris, slot)
                 t = sheared_t(o, k, sh, a, b, c) + s
                 if t > tmin and t < best:
                     f = view.blas_primitives[slot]
@@ -269,44 +273,126 @@ def _walk_top_level_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, t
 
 
 @wp.func
-def _flat_pair_search(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                      any_hit: int) -> tuple[float, int]:
-    """The flat BVH's closest (or any) hit: (t, global id) or (tmax, -1)."""
-    s = _approach(o, d, view.flat_magnitude[0])
-    if s >= 0.0:
-        t, face = _walk_flat_pairs(view, o, s, d, tmin, tmax, ignore, any_hit)
-        if face >= 0:
-            return t, view.flat_global[face]
-    return tmax, -1
+def _walk_flat_pairs_ww(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                        any_hit: int) -> tuple[float, int]:
+    """:func:`_walk_flat_pairs` as a *while-while* loop (Aila & Laine 2009, "Understanding the Efficiency
+    of Ray Traversal on GPUs", HPG): each lane opens inner nodes until it reaches a leaf (or its walk
+    ends), then the leaf loop runs for every lane that has one, so a warp's lanes test leaves together
+    (over trees whose leaves sit at uneven depths, e.g. PLOC's, the if-if loop runs its costlier leaf
+    branch about twice per warp for the same tests per ray). The same nodes, the same tests in the same
+    order: the same hits bit for bit. The CUDA default (``triangles.set_pair_walk``)."""
+    o = o0 + s * d
+    inv_d, k, sh = ray_frame(d)
+    best = tmax
+    face = int(-1)
+    stack = wp.vector(dtype=wp.int32, length=64)
+    count = int(0)
+    ref = view.flat_pair_root
+    done = int(0)  # the walk has nothing left to open
+    while done == 0:
+        while ref >= 0:
+            t_left, t_right = _pair_entries(view.flat_pair_boxes, 4 * ref, o, inv_d, best - s)
+            if t_left < INF or t_right < INF:
+                ref, far, t_far, push = _pair_step(load4i(view.flat_pair_links, 4 * ref + 3), t_left, t_right)
+                if push != 0:
+                    stack[count] = far
+                    count += 1
+            elif count == 0:
+                done = 1
+                break
+            else:
+                count -= 1
+                ref = stack[count]
+        # Leaves: the one reached, then any leaves popped next (in the order found).
+        while done == 0 and ref < 0:
+            code = -1 - ref
+            first = code >> 3
+            for slot in range(first, first + (code & 7) + 1):
+                t, f = _slot_face(view, slot, o, k, sh, s, o0, d, tmin, best, ignore)
+                if t < best:
+                    best = t
+                    face = f
+            if face >= 0 and any_hit != 0:
+                return best, face
+            if count == 0:
+                done = 1
+            else:
+                count -= 1
+                ref = stack[count]
+    return best, face
 
 
-@wp.func
-def trace_flat_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                    any_hit: int) -> int:
-    """``traversal.trace_flat`` over the pair layout."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    return winner
+def make_flat_search(walk: wp.Function) -> wp.Function:
+    """The flat BVH's closest (or any) hit with ``walk`` (a ``(view, o0, s, d, tmin, tmax, ignore,
+    any_hit) -> (t, face)`` walk after ``_approach``): a ``wp.func`` returning (t, global id) or (tmax, -1)."""
+
+    @wp.func
+    def search(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+               any_hit: int) -> tuple[float, int]:
+        s = _approach(o, d, view.flat_magnitude[0])
+        if s >= 0.0:
+            t, face = walk(view, o, s, d, tmin, tmax, ignore, any_hit)
+            if face >= 0:
+                return t, view.flat_global[face]
+        return tmax, -1
+
+    return search
 
 
-@wp.func
-def trace_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
-    """``traversal.trace`` over the pair layout (flat BVH and every BLAS; the top level keeps Warp's)."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
-    if winner >= 0 and any_hit != 0:
+def make_flat_trace(walk: wp.Function) -> wp.Function:
+    """``traversal.trace_flat`` with ``walk`` (as in :func:`make_flat_search`): a ``wp.func`` returning
+    the winner's global id or -1."""
+    search = make_flat_search(walk)
+
+    @wp.func
+    def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
+        o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+        t, winner = search(view, o, d, tmin, tmax, ignore, any_hit)
         return winner
-    if view.num_instances > 0:
-        t, found = _walk_top_level_pair(view, o, d, tmin, best, ignore, any_hit)
-        if found >= 0:
-            winner = found
-    return winner
+
+    return trace
 
 
-@wp.func
-def trace_instances_pair(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                         any_hit: int) -> int:
-    """``traversal.trace_instances`` over the pair layout."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _walk_top_level_pair(view, o, d, tmin, tmax, ignore, any_hit)
-    return winner
+#: The flat BVH's search over the pair nodes with the if-if walk (also the flat part of the instance traces).
+_flat_pair_search = make_flat_search(_walk_flat_pairs)
+#: ``traversal.trace_flat`` over the pair layout, if-if and while-while walks.
+trace_flat_pair = make_flat_trace(_walk_flat_pairs)
+trace_flat_pair_ww = make_flat_trace(_walk_flat_pairs_ww)
+
+
+def make_instance_trace(walk: wp.Function) -> wp.Function:
+    """``traversal.trace_instances`` with the instance walk ``walk`` (``(view, o, d, tmin, tmax, ignore,
+    any_hit) -> (t, global id)``): a ``wp.func`` returning the winner's global id or -1."""
+
+    @wp.func
+    def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
+        o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+        t, winner = walk(view, o, d, tmin, tmax, ignore, any_hit)
+        return winner
+
+    return trace
+
+
+def make_scene_trace(walk: wp.Function) -> wp.Function:
+    """``traversal.trace`` over the pair layout: the flat BVH (if-if walk), then the instances with
+    ``walk`` (as in :func:`make_instance_trace`) up to the flat hit; a ``wp.func`` returning the
+    winner's global id or -1."""
+
+    @wp.func
+    def trace(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int, any_hit: int) -> int:
+        o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
+        best, winner = _flat_pair_search(view, o, d, tmin, tmax, ignore, any_hit)
+        if winner >= 0 and any_hit != 0:
+            return winner
+        if view.num_instances > 0:
+            t, found = walk(view, o, d, tmin, best, ignore, any_hit)
+            if found >= 0:
+                winner = found
+        return winner
+
+    return trace
+
+
+#: ``traversal.trace`` and ``traversal.trace_instances`` over the pair layout (the nested top-level walk).
+trace_pair = make_scene_trace(_walk_top_level_pair)
+trace_instances_pair = make_instance_trace(_walk_top_level_pair)

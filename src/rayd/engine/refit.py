@@ -1,7 +1,7 @@
 """Refit without Warp's separate passes: the scene magnitude by a reduction, then one fused
 bottom-up kernel (issue 18, "Refit").
 
-:func:`magnitude` computes the largest absolute coordinate of the points in two short
+:func:`magnitude_zeroed` computes the largest absolute coordinate of the points in two short
 passes (each thread folds a strided run of points, then 256 partial maxima are folded
 into one), not by an ``atomic_max`` of every point on one address.
 
@@ -51,42 +51,6 @@ if _order not in ORDERS:
     raise ValueError(f"rayd.engine: RAYD_REFIT_ORDER must be one of {ORDERS}, got {_order!r}")
 
 
-#: Flags of the fused refit's variants (``refit_variants.py``; ``RAYD_REFIT_VARIANT``, comma-separated,
-#: sets them; empty, the default: ``_fused_refit_kernel`` below).
-VARIANT_FLAGS = ("sibling", "pairslot", "acqrel", "late", "wide", "noitems")
-
-
-def parse_variant(text: str, where: str) -> frozenset[str]:
-    """The set of variant flags named in ``text`` (comma-separated; ``""``: none).
-
-    Raises:
-        ValueError: starting with ``where`` (the call and argument) for a name not in :data:`VARIANT_FLAGS`.
-    """
-    names = frozenset(t.strip().lower() for t in text.split(",") if t.strip())
-    bad = sorted(names - set(VARIANT_FLAGS))
-    if bad:
-        raise ValueError(f"{where} must be a comma-separated subset of {VARIANT_FLAGS}, got {bad}")
-    return names
-
-
-_variant = parse_variant(os.environ.get("RAYD_REFIT_VARIANT", ""), "rayd.engine: RAYD_REFIT_VARIANT")
-
-
-def set_refit_variant(names: str) -> None:
-    """Choose the variant flags of fused refits of BVHs built from now on (``""``: the default kernel).
-
-    Raises:
-        ValueError: for a name not in :data:`VARIANT_FLAGS`.
-    """
-    global _variant
-    _variant = parse_variant(names, "rayd.engine.set_refit_variant(): 'names'")
-
-
-def refit_variant() -> frozenset[str]:
-    """The variant flags fused refits of BVHs built now get (empty: the default kernel)."""
-    return _variant
-
-
 def set_refit_order(name: str) -> None:
     """Choose how fused refits of BVHs built from now on climb (``"climb"``, ``"climb1"`` or ``"levels"``).
 
@@ -131,37 +95,6 @@ def _load_l2(arr: wp.array(dtype=wp.vec4), i: int) -> wp.vec4:
 
 
 @wp.kernel
-def _magnitude_partial_kernel(points: wp.array(dtype=wp.vec3), threads: int, partial: wp.array(dtype=float)):
-    i = wp.tid()
-    m = float(0.0)
-    for k in range(i, points.shape[0], threads):
-        p = points[k]
-        m = wp.max(m, wp.max(wp.max(wp.abs(p[0]), wp.abs(p[1])), wp.abs(p[2])))
-    wp.atomic_max(partial, i % _MAG_PARTIALS, m)
-
-
-@wp.kernel
-def _magnitude_final_kernel(partial: wp.array(dtype=float), out: wp.array(dtype=float)):
-    wp.atomic_max(out, 0, partial[wp.tid()])
-
-
-def magnitude(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
-              launches: LaunchCache | None = None) -> None:
-    """``out[0] = max |coordinate|`` over ``points`` (``partial``: float32 scratch of 256;
-    ``launches``: the owner's recorded launches, if it keeps them)."""
-    device = points.device
-    threads = max(1, min(_MAG_THREADS, points.shape[0]))
-    partial.zero_()
-    out.zero_()
-    if launches is None:
-        wp.launch(_magnitude_partial_kernel, threads, [points, threads], [partial], device=device, stream=stream)
-        wp.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial], [out], device=device, stream=stream)
-        return
-    launches.launch(_magnitude_partial_kernel, threads, [points, threads, partial], device, stream)
-    launches.launch(_magnitude_final_kernel, _MAG_PARTIALS, [partial, out], device, stream)
-
-
-@wp.kernel
 def _magnitude_partial_reset_kernel(points: wp.array(dtype=wp.vec3), threads: int, partial: wp.array(dtype=float),
                                     out: wp.array(dtype=float)):
     i = wp.tid()
@@ -182,11 +115,17 @@ def _magnitude_final_reset_kernel(partial: wp.array(dtype=float), out: wp.array(
 
 
 def magnitude_zeroed(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
-                     launches: LaunchCache) -> None:
-    """:func:`magnitude` in two launches and no memsets: ``partial`` (float32 (256,)) must hold zeros on
-    entry (``wp.zeros`` once) and holds zeros again on return; ``out[0]`` is cleared by the first launch."""
-    threads = max(1, min(_MAG_THREADS, points.shape[0]))
-    launches.launch(_magnitude_partial_reset_kernel, threads, [points, threads, partial, out], points.device, stream)
+                     launches: LaunchCache, partials_ready: bool = False) -> None:
+    """``out[0] = max |coordinate|`` over ``points`` in two launches and no memsets (each thread folds a
+    strided run of points into one of 256 partial maxima, then one launch folds those; no
+    ``atomic_max`` of every point on one address): ``partial`` (float32 (256,)) must hold zeros on
+    entry (``wp.zeros`` once) and holds zeros again on return; ``out[0]`` is cleared by the first
+    launch. ``partials_ready``: the caller has already cleared ``out`` and folded every point into
+    ``partial`` (``assemble.place_points`` with ``magnitude``): only the second launch runs."""
+    if not partials_ready:
+        threads = max(1, min(_MAG_THREADS, points.shape[0]))
+        launches.launch(_magnitude_partial_reset_kernel, threads, [points, threads, partial, out], points.device,
+                        stream)
     launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
 
 
@@ -201,6 +140,19 @@ def _write_box(node_f: wp.array(dtype=float), n: int, lo: wp.vec3, hi: wp.vec3, 
 
 
 @wp.func
+def _wide_slot_write(wide_f: wp.array(dtype=float), slot: int, lo: wp.vec4, hi: wp.vec4):
+    """Store box ``[lo.xyz, hi.xyz]`` as child ``slot & 3`` of wide node ``slot >> 2`` (``wide_nodes.py``'s
+    rows: lo.x, hi.x, lo.y, hi.y, lo.z, hi.z of four children each)."""
+    base = 32 * (slot >> 2) + (slot & 3)
+    wide_f[base] = lo[0]
+    wide_f[base + 4] = hi[0]
+    wide_f[base + 8] = lo[1]
+    wide_f[base + 12] = hi[1]
+    wide_f[base + 16] = lo[2]
+    wide_f[base + 20] = hi[2]
+
+
+@wp.func
 def _union_into(
     parent: int,
     lowers: wp.array(dtype=wp.vec4),
@@ -212,8 +164,12 @@ def _union_into(
     number: wp.array(dtype=wp.int32),
     boxes: wp.array(dtype=wp.vec4),
     has_pairs: int,
+    wide_slots: wp.array(dtype=wp.vec2i),
+    wide_f: wp.array(dtype=float),
+    has_wide: int,
 ):
-    """Write inner node ``parent``'s box (the union of its children's) and (``has_pairs``) its pair node."""
+    """Write inner node ``parent``'s box (the union of its children's), (``has_pairs``) its pair node and
+    (``has_wide``) each child's box into the 4-wide node slot that holds it (``WideNodes.slots``)."""
     left = lower_index[parent][3]
     right = upper_index[parent][3] & 0x7FFFFFFF
     la = _load_l2(lowers, left)
@@ -225,6 +181,12 @@ def _union_into(
         boxes[4 * k] = wp.vec4(la[0], la[1], la[2], lb[0])
         boxes[4 * k + 1] = wp.vec4(lb[1], lb[2], ra[0], ra[1])
         boxes[4 * k + 2] = wp.vec4(ra[2], rb[0], rb[1], rb[2])
+        if has_wide != 0:
+            ws = wide_slots[k]
+            if ws[0] >= 0:
+                _wide_slot_write(wide_f, ws[0], la, lb)
+            if ws[1] >= 0:
+                _wide_slot_write(wide_f, ws[1], ra, rb)
     plo = wp.min(wp.vec3(la[0], la[1], la[2]), wp.vec3(ra[0], ra[1], ra[2]))
     phi = wp.max(wp.vec3(lb[0], lb[1], lb[2]), wp.vec3(rb[0], rb[1], rb[2]))
     _write_box(lower_f, parent, plo, phi, 0)
@@ -253,6 +215,9 @@ def _fused_refit_kernel(
     has_pairs: int,
     tris: wp.array(dtype=wp.vec4),
     boxes: wp.array(dtype=wp.vec4),
+    wide_slots: wp.array(dtype=wp.vec2i),
+    wide_f: wp.array(dtype=float),
+    has_wide: int,
     climb: int,
     second_fence: int,
 ):
@@ -292,10 +257,11 @@ def _fused_refit_kernel(
         _fence()
         if wp.atomic_add(counters, parent, 1) == 0:
             return  # the sibling's thread finishes the parent
+        counters[parent] = 0  # both have arrived: zero again for the next refit (no memset)
         if second_fence != 0:
             _fence()  # and reads what the sibling wrote before its own fence and increment
         _union_into(parent, lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes,
-                    has_pairs)
+                    has_pairs, wide_slots, wide_f, has_wide)
         node = parent
         parent = parents[node]
 
@@ -313,10 +279,13 @@ def _level_refit_kernel(
     number: wp.array(dtype=wp.int32),
     boxes: wp.array(dtype=wp.vec4),
     has_pairs: int,
+    wide_slots: wp.array(dtype=wp.vec2i),
+    wide_f: wp.array(dtype=float),
+    has_wide: int,
 ):
     # The inner nodes of one level: their children (deeper levels, leaves) were written by earlier launches.
     _union_into(order[first + wp.tid()], lowers, uppers, lower_f, upper_f, lower_index, upper_index, number, boxes,
-                has_pairs)
+                has_pairs, wide_slots, wide_f, has_wide)
 
 
 @wp.kernel
@@ -403,12 +372,8 @@ class FusedRefit:
             self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
             wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
         self.order = refit_order()
-        # The variant kernel's flags (refit_variants.py, which runs it); empty: the kernel above.
-        self.variant = refit_variant() if self.order != "levels" else frozenset()
-        self.slots: wp.array | None = None  # (the "pairslot" variant's, made at its first run)
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
-        self._level_launches: list[wp.Launch] | None = None
-        self._launches = LaunchCache()
+        self._cmds: list[wp.Launch] | None = None  # the recorded launches (run)
         if self.order == "levels":
             depth = wp.empty(count, dtype=wp.int32, device=device)
             per_level = wp.zeros(count + 1, dtype=wp.int32, device=device)
@@ -451,35 +416,48 @@ class FusedRefit:
 
     def run(self, tri, stream: wp.Stream | None) -> None:
         """Refit ``tri`` (its magnitude already measured) in one launch over its leaves (and, where
-        ``tri.pairs`` exists, its pair nodes and leaf triangles)."""
-        n, p = tri.nodes, tri.pairs
-        if p is None:  # no pair nodes to write (has_pairs = 0): placeholders
-            if getattr(self, "_no_pairs", None) is None:
-                self._no_pairs = wp.empty(1, dtype=wp.vec4, device=tri.device)
-            number, tris, boxes = self.counters, self._no_pairs, self._no_pairs
-        else:
-            number, tris, boxes = p.number, p.tris, p.boxes
+        ``tri.pairs`` exists, its pair nodes and leaf triangles; where ``tri.wide`` exists, the wide
+        nodes' boxes). The launch is recorded at the first call (its arguments are ``tri``'s arrays,
+        fixed for its life) and replayed: no argument packing, no memset (the kernel leaves its
+        counters zero)."""
+        if self._cmds is None:
+            self._cmds = self._record(tri)
+        for cmd in self._cmds:
+            cmd.launch(None if tri.device.is_cpu else stream)
+
+    def _record(self, tri) -> list[wp.Launch]:
+        n, p, w = tri.nodes, tri.pairs, tri.wide
+        device = tri.device
+        none4 = wp.empty(1, dtype=wp.vec4, device=device)  # placeholders for the parts ``tri`` lacks
+        number, tris, boxes = (self.counters, none4, none4) if p is None else (p.number, p.tris, p.boxes)
+        slots, wide_f = wp.empty(1, dtype=wp.vec2i, device=device), wp.empty(1, dtype=float, device=device)
+        has_wide = int(self.writes_wide(tri))
+        if has_wide:
+            slots = w.slots
+            wide_f = wp.array(ptr=w.data.ptr, dtype=float, shape=(4 * w.data.shape[0],), device=device)
         has_pairs = int(p is not None)
         climb = self.order != "levels"
-        if climb:
-            self.counters.zero_()
-        self._launches.launch(
-            _fused_refit_kernel,
-            self.leaf_nodes.shape[0],
+        cmds = [wp.launch(
+            _fused_refit_kernel, self.leaf_nodes.shape[0],
             [tri.points, tri.indices, tri.face_base, tri.magnitude, n.lowers, n.uppers, self.lower_f, self.upper_f,
              n.lower_index, n.upper_index, self.parents, self.leaf_nodes, n.primitives, self.counters, number,
-             tri.lowers, tri.uppers, has_pairs, tris, boxes, int(climb), int(self.order == "climb")],
-            tri.device,
-            stream,
-        )
-        if self.levels and self._level_launches is None:
-            # Recorded once (the arrays are the tree's own, fixed for its life): a replay costs
-            # a few microseconds of host time, a wp.launch about ten.
-            self._level_launches = [
-                wp.launch(_level_refit_kernel, size,
-                          [self.level_nodes, first, n.lowers, n.uppers, self.lower_f, self.upper_f, n.lower_index,
-                           n.upper_index, number], [boxes, has_pairs], device=tri.device, record_cmd=True)
-                for first, size in self.levels]
-        for cmd in self._level_launches or ():
-            cmd.launch(stream)
+             tri.lowers, tri.uppers, has_pairs, tris, boxes, slots, wide_f, has_wide, int(climb),
+             int(self.order == "climb")],
+            device=device, record_cmd=True)]
+        # "levels": the inner nodes level by level, deepest first (a replay costs a few microseconds
+        # of host time, a wp.launch about ten)
+        cmds += [wp.launch(_level_refit_kernel, size,
+                           [self.level_nodes, first, n.lowers, n.uppers, self.lower_f, self.upper_f, n.lower_index,
+                            n.upper_index, number, boxes, has_pairs, slots, wide_f, has_wide],
+                           device=device, record_cmd=True)
+                 for first, size in self.levels]
+        self._keep = (none4, slots, wide_f)  # (recorded launches hold pointers only)
+        for cmd in cmds:
+            cmd.fwd_args = None  # (kept by Warp for graph-capture replays only)
+        return cmds
 
+    @staticmethod
+    def writes_wide(tri) -> bool:
+        """Whether the refit of ``tri`` also writes its wide nodes' boxes (it has pair nodes and wide
+        nodes with their slot map), so that ``WideNodes.refresh`` need not run after it."""
+        return tri.pairs is not None and tri.wide is not None and tri.wide.slots is not None

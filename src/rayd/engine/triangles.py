@@ -10,7 +10,6 @@ from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude_zeroed
-from rayd.engine.refit_variants import run_variant
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 
@@ -96,22 +95,22 @@ def bvh_layout() -> str:
     return _layout
 
 
-#: Walk of the flat search over pair nodes (``pair_walk_ww.py``; read when a scene is built):
+#: Walk of the flat search over pair nodes (``pair_walk.py``; read when a scene is built):
 #: ``"auto"`` (the default: ``"ww"`` on CUDA, where it traced the SAH tree 1-7 % and the PLOC
 #: tree 22-30 % faster than ``"ifif"`` on the H200, session 12; ``"ifif"`` on the CPU),
-#: ``"ifif"`` (``pair_walk``'s one loop), ``"ww"`` (while-while: the same hits bit
-#: for bit, the warp's lanes test leaves together), ``"wws"`` (speculative while-while, a warp
-#: vote on CUDA) or ``"one"`` (if-if testing one triangle per iteration; the same hits bit for
-#: bit). ``RAYD_PAIR_WALK`` sets the default; :func:`set_pair_walk` changes it.
-PAIR_WALKS = ("auto", "ifif", "ww", "wws", "one")
+#: ``"ifif"`` (``pair_walk``'s one loop) or ``"ww"`` (while-while: the same hits bit
+#: for bit, the warp's lanes test leaves together). The speculative ``"wws"`` and the
+#: one-triangle-per-iteration ``"one"`` were measured slower on the H200 and removed (session 13;
+#: benchmarks/README.md, "Goals on one H200", session 12's attempts). ``RAYD_PAIR_WALK`` sets the
+#: default; :func:`set_pair_walk` changes it.
+PAIR_WALKS = ("auto", "ifif", "ww")
 _pair_walk = os.environ.get("RAYD_PAIR_WALK", "auto").strip().lower()
 if _pair_walk not in PAIR_WALKS:
     raise ValueError(f"rayd.engine: RAYD_PAIR_WALK must be one of {PAIR_WALKS}, got {_pair_walk!r}")
 
 
 def set_pair_walk(name: str) -> None:
-    """Choose the flat search walk of pair-layout scenes built from now on (``"auto"``, ``"ifif"``, ``"ww"``,
-    ``"wws"``, ``"one"``).
+    """Choose the flat search walk of pair-layout scenes built from now on (``"auto"``, ``"ifif"`` or ``"ww"``).
 
     Raises:
         ValueError: for another name.
@@ -244,9 +243,6 @@ class TriangleScene:
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if self.walk == "auto":
             self.walk = "ifif" if self.device.is_cpu else "ww"
-        # Whether refits must rewrite lowers/uppers (the per-triangle boxes): an owner that reads
-        # them only at build may clear it (the fused refit's "noitems" variant then skips them).
-        self.keep_item_boxes = True
         if bvh_constructor is None:
             bvh_constructor = _constructor
             if bvh_constructor == "cubql" and num_triangles < CUBQL_MIN_TRIANGLES:
@@ -310,10 +306,19 @@ class TriangleScene:
         """The ``wp.Bvh`` id (0 for a tree rayd built itself: rayd's kernels read :attr:`nodes`)."""
         return 0 if self.bvh is None else self.bvh.id
 
-    def _bounds(self, stream: wp.Stream | None) -> None:
+    @property
+    def magnitude_partials(self) -> tuple[wp.array, wp.array] | None:
+        """``(partial, magnitude)``: float32 (256,) and (1,) device arrays that a caller placing *every*
+        point of :attr:`points` may fold the scene magnitude into (``assemble.place_points(...,
+        magnitude=...)``: it clears ``magnitude`` and folds each point into ``partial``) before
+        ``refit(partials_ready=True)``, which then skips its own pass over the points; ``None`` where
+        this scene measures its magnitude otherwise."""
+        return (self._partial, self.magnitude) if self._reduce else None
+
+    def _bounds(self, stream: wp.Stream | None, partials_ready: bool = False) -> None:
         # The padding follows the current magnitude, measured on the device (no host
         # read), so a refit to a much larger or farther scene stays watertight.
-        self._magnitude(stream)
+        self._magnitude(stream, partials_ready)
         wp.launch(
             _padded_bounds_kernel,
             self.num_triangles,
@@ -323,30 +328,38 @@ class TriangleScene:
             stream=stream,
         )
 
-    def _magnitude(self, stream: wp.Stream | None) -> None:
+    def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False) -> None:
         if self._reduce:
-            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches)
+            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches, partials_ready)
         else:
             self.magnitude.zero_()
             wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
                       device=self.device, stream=stream)
 
-    def refit(self, stream: wp.Stream | None = None) -> None:
-        """Refit the BVH (and its box padding) to the current contents of ``points`` (topology unchanged)."""
-        with launch_stream(self.device, stream):
-            if self.fused is not None:
-                self._magnitude(stream)
-                if self.fused.variant:
-                    run_variant(self.fused, self, stream)
-                else:
-                    self.fused.run(self, stream)
-            else:
-                self._bounds(stream)
+    def refit(self, stream: wp.Stream | None = None, partials_ready: bool = False) -> None:
+        """Refit the BVH (and its box padding) to the current contents of ``points`` (topology unchanged).
+
+        Args:
+            stream: the stream to launch on (``None`` on the CPU).
+            partials_ready: the caller folded every point into :attr:`magnitude_partials` already.
+
+        With the fused refit (the default) this is three launches replayed from records, no memset,
+        no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
+        writes the pair nodes, leaf triangles and wide nodes.
+        """
+        if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
+            self._magnitude(stream, partials_ready)
+            self.fused.run(self, stream)
+            if self.wide is not None and not FusedRefit.writes_wide(self):
+                self.wide.refresh(stream)
+        else:
+            with launch_stream(self.device, stream):
+                self._bounds(stream, partials_ready)
                 self.bvh.refit()
                 if self.pairs is not None:
                     self.pairs.refresh(stream)
-            if self.wide is not None:
-                self.wide.refresh(stream)
+                if self.wide is not None:
+                    self.wide.refresh(stream)
         self.version += 1
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()

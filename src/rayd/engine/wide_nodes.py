@@ -308,6 +308,15 @@ def _refresh_kernel(boxes: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.ve
     _write_boxes(boxes, wlinks[8 * w + 7], w, data)
 
 
+@wp.kernel
+def _slots_kernel(wlinks: wp.array(dtype=wp.vec4i), slots: wp.array(dtype=wp.int32)):
+    w = wp.tid()
+    codes = wlinks[8 * w + 7]
+    for j in range(4):
+        if codes[j] >= 0:
+            slots[codes[j]] = 4 * w + j
+
+
 class WideNodes:
     """The 4-wide nodes of one BVH (see the module docstring), over its :class:`PairNodes`.
 
@@ -326,6 +335,10 @@ class WideNodes:
         root: the root's ref (the pair root's leaf ref when the tree is a single leaf).
         count: W.
         stack_need: the most stack entries a walk of this tree can hold.
+        slots: ``wp.array(dtype=wp.vec2i)`` (pair nodes,): per pair node ``k`` and side, ``4 w + j`` if
+            that child's box is child ``j`` of wide node ``w``, else -1 (each child box is in at most one
+            slot): the fused refit writes the wide boxes as it writes the pair nodes
+            (``refit.FusedRefit``); ``None`` for a tree of one leaf.
         ok: every node was made within ``depth`` levels and ``stack_need <= STACK`` (else the scene
             keeps the pair walk).
     """
@@ -341,6 +354,7 @@ class WideNodes:
         self.data = wp.zeros(8 * max(1, inner), dtype=wp.vec4, device=device)
         self.links = wp.array(ptr=self.data.ptr, dtype=wp.vec4i, shape=self.data.shape, device=device)
         self.count, self.stack_need, self.root = 1, 0, pairs.root
+        self.slots = None
         if pairs.root < 0:
             self.ok = True
             return
@@ -379,6 +393,11 @@ class WideNodes:
                 wp.synchronize_stream(stream)  # before the full-size array is released
             self.data = data
             self.links = wp.array(ptr=data.ptr, dtype=wp.vec4i, shape=data.shape, device=device)
+        if self.ok:
+            flat = wp.full(2 * max(1, inner), -1, dtype=wp.int32, device=device)
+            wp.launch(_slots_kernel, self.count, [self.links], [flat], device=device, stream=stream)
+            self._slots_flat = flat
+            self.slots = wp.array(ptr=flat.ptr, dtype=wp.vec2i, shape=(max(1, inner),), device=device)
 
     @property
     def nbytes(self) -> int:
@@ -386,7 +405,8 @@ class WideNodes:
         return 8 * 16 * self.count
 
     def refresh(self, stream: wp.Stream | None = None) -> None:
-        """Copy the children's boxes again from the pair nodes (after their refit; topology unchanged)."""
+        """Copy the children's boxes again from the pair nodes (after a refit that did not write them,
+        ``refit.FusedRefit.writes_wide``; topology unchanged)."""
         if self.pairs.root < 0:
             return
         wp.launch(_refresh_kernel, self.count, [self.pairs.boxes, self.links], [self.data],
@@ -398,5 +418,5 @@ def dummy_wide(device) -> WideNodes:
     w = WideNodes.__new__(WideNodes)
     w.data = wp.zeros(8, dtype=wp.vec4, device=device)
     w.links = wp.array(ptr=w.data.ptr, dtype=wp.vec4i, shape=w.data.shape, device=device)
-    w.root, w.count, w.stack_need, w.ok = 0, 1, 0, True
+    w.root, w.count, w.stack_need, w.ok, w.slots = 0, 1, 0, True, None
     return w

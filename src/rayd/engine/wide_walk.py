@@ -17,9 +17,9 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.native import load4, load4i
-from rayd.engine.pair_walk import _slot_face
-from rayd.engine.traversal import SceneView, _approach, _start_at_tmin
-from rayd.engine.watertight import INF, ray_shear, safe_direction
+from rayd.engine.pair_walk import _slot_face, make_flat_trace, ray_frame
+from rayd.engine.traversal import SceneView
+from rayd.engine.watertight import INF
 from rayd.engine.wide_nodes import STACK
 
 wp.set_module_options({"enable_backward": False})
@@ -64,9 +64,8 @@ def _walk_flat_wide(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: fl
                     any_hit: int) -> tuple[float, int]:
     """Near-child-first walk of the flat wide nodes: (t, face) or (tmax, -1); ``s`` as in ``traversal.py``."""
     o = o0 + s * d
-    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    inv_d, k, sh = ray_frame(d)
     near = _near_rows(inv_d)
-    k, sh = ray_shear(d)
     best = tmax
     face = int(-1)
     stack = wp.vector(dtype=wp.int32, length=STACK)
@@ -111,22 +110,5 @@ def _walk_flat_wide(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: fl
     return best, face
 
 
-@wp.func
-def _flat_wide_search(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                      any_hit: int) -> tuple[float, int]:
-    """The flat BVH's closest (or any) hit over the wide nodes: (t, global id) or (tmax, -1)."""
-    s = _approach(o, d, view.flat_magnitude[0])
-    if s >= 0.0:
-        t, face = _walk_flat_wide(view, o, s, d, tmin, tmax, ignore, any_hit)
-        if face >= 0:
-            return t, view.flat_global[face]
-    return tmax, -1
-
-
-@wp.func
-def trace_flat_wide(view: SceneView, o: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                    any_hit: int) -> int:
-    """``traversal.trace_flat`` over the wide layout."""
-    o, tmin, tmax = _start_at_tmin(o, d, tmin, tmax)
-    t, winner = _flat_wide_search(view, o, d, tmin, tmax, ignore, any_hit)
-    return winner
+#: The flat BVH's search over the wide nodes (``traversal.trace_flat`` over the wide layout).
+trace_flat_wide = make_flat_trace(_walk_flat_wide)

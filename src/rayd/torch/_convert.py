@@ -212,8 +212,27 @@ class TorchArrays(ArraysBase):
         except (RuntimeError, AttributeError):
             return [version(a) for a in arrays]
 
+    def __init__(self) -> None:
+        self._views: dict = {}  # (data_ptr, rows, dtype, device) -> a pointer-only Warp view (vec3_view)
+
     def vec3_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
-        return vec3_rows(array)
+        # The scene places the same vertex tensors again and again (every sync): a view of the same
+        # memory is kept and reused (``wp.from_torch`` costs tens of microseconds of host time). The
+        # views hold a pointer only (no reference to a tensor, which may be freed): one is reused only
+        # for the live tensor returned beside it, at that address with that layout.
+        value = primal(array)
+        if value.dtype not in (torch.float32, torch.float64) or not value.is_contiguous() or value.dim() != 2:
+            return vec3_rows(array)
+        key = (value.data_ptr(), value.shape[0], value.dtype, value.device)
+        view = self._views.get(key)
+        if view is None:
+            made = wp.from_torch(value, dtype=wp.vec3d if value.dtype == torch.float64 else wp.vec3)
+            view = wp.array(ptr=made.ptr, dtype=made.dtype, shape=made.shape, device=made.device)
+            if len(self._views) >= 8:
+                self._views.pop(next(iter(self._views)))
+            self._views[key] = view
+        return view, value
+
 
     def index_view(self, array: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
         value = primal(primal(array).reshape(-1).contiguous())  # ops inside torch.func re-wrap
