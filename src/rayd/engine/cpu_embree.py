@@ -103,6 +103,10 @@ MIN_CHUNK = 4096
 #: order of their Embree origins (a key pass, Warp's radix sort, the rays permuted); others in turn.
 SORT_MIN_RAYS = 16384
 
+#: Coherent batches of at least this many rays laid out as rows of an image (:func:`image_width`)
+#: are traced in 4 x 4 tiles of pixels instead of runs of 16 along a row.
+TILE_MIN_RAYS = 4096
+
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
 
@@ -349,6 +353,65 @@ def _incoherent(d: wp.array, n: int, samples: int = 128) -> bool:
     return int(np.sum(np.nanmin(cos, axis=1) < embree_api.COHERENT_COS)) * 2 > samples
 
 
+def image_width(rays, n: int, probe: int = 4096) -> int:
+    """The row width ``W`` when the rays look like the rows of an image (0 otherwise).
+
+    A camera's rays in row-major order step by about one pixel from ray to ray, and by a
+    whole row at the end of each row. Per ray, the feature ``(o / s, d / |d|)`` (``s``: the
+    spread of the origins, so that pinhole and orthographic cameras both count); ``W`` is the
+    first jump of the feature (above 8 times the median step) when the jumps of the first
+    ``probe`` rays and of a probe in the middle of the batch fall every ``W`` rays and ray
+    ``i + W`` lies within a few steps of ray ``i``. Speed only: a wrong ``W`` changes the order
+    in which the rays are traced, never the answers.
+
+    Args:
+        rays: the :class:`RayBatch`.
+        n: the number of rays.
+
+    Returns:
+        int, ``W`` with ``4 <= W <= n / 4``, or 0.
+    """
+    if rays.o.shape[0] == 1 and rays.d.shape[0] == 1:
+        return 0
+
+    def feature(lo: int, hi: int) -> np.ndarray:
+        o = _rows(rays.o, n)[lo:hi].astype(np.float64)
+        d = _rows(rays.d, n)[lo:hi].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = d / np.linalg.norm(d, axis=1, keepdims=True)
+        return np.concatenate([o, d], 1)
+
+    m = min(n, probe)
+    f = feature(0, m)
+    spread = float(np.nanmax(np.abs(f[:, :3] - f[0, :3]))) if m else 0.0
+    if spread > 0.0:
+        f[:, :3] /= spread
+    step = np.linalg.norm(np.diff(f, axis=0), axis=1)
+    if step.size < 8 or not np.all(np.isfinite(step)):
+        return 0
+    med = float(np.median(step))
+    if med <= 0.0:
+        return 0
+    jumps = np.flatnonzero(step > 8.0 * med) + 1
+    if jumps.size == 0:
+        return 0
+    w = int(jumps[0])
+    if w < 4 or 4 * w > n or np.any(jumps % w) or jumps.size != (m - 1) // w:
+        return 0
+    if np.any(np.linalg.norm(f[w:] - f[:-w], axis=1) > 4.0 * med):
+        return 0
+    mid = (n // 2) // w * w  # a probe from the start of a row in the middle of the batch
+    g = feature(mid, min(n, mid + 2 * w + 1))
+    if spread > 0.0:
+        g[:, :3] /= spread
+    gstep = np.linalg.norm(np.diff(g, axis=0), axis=1)
+    if not np.all(np.isfinite(gstep)):
+        return 0
+    if not np.array_equal(np.flatnonzero(gstep > 8.0 * med) + 1, np.arange(w, g.shape[0], w)):
+        return 0
+    return w
+
+
 def _permuted(x: PerRow, order: np.ndarray, dev) -> wp.array:
     """The per-row array of ``x`` with its rows in ``order`` (a contiguous copy)."""
     return wp.array(np.ascontiguousarray(x.array.numpy()[order]), dtype=x.array.dtype, device=dev)
@@ -394,17 +457,27 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.fn, m.scene.ptr, embree_api.COHERENT_COS]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
+    width = 0
 
     def launcher(ray_args, key_pass: int):
         def run(k: int) -> None:
             lo, hi = bounds[k], bounds[k + 1]
             if hi > lo:
-                wp.launch(_search16_kernel, dim=(hi - lo + 15) // 16,
-                          inputs=[*ray_args, *fixed, lo, hi, out, redo, redo_count, keys, order, key_pass], device=dev)
+                dim = (hi - lo + 15) // 16 if width == 0 else -(-(hi - lo) // (4 * width)) * ((width + 3) // 4)
+                wp.launch(_search16_kernel, dim=dim,
+                          inputs=[*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass],
+                          device=dev)
         return run
 
     order_np = None
-    if n >= SORT_MIN_RAYS and _incoherent(rays.d, n):
+    incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    if n >= TILE_MIN_RAYS and not incoherent:
+        width = image_width(rays, n)
+        if width:  # chunks of whole bands of 4 rows, traced as 4 x 4 tiles
+            bands = -(-n // (4 * width))
+            parts = max(1, min(8 * workers, bands))
+            bounds = [min(n, bands * k // parts * 4 * width) for k in range(parts)] + [n]
+    if incoherent:
         # Incoherent batches are traced in the Morton order of their Embree origins, the rays
         # permuted into contiguous arrays (read through the order instead, most of the gain was
         # lost): sphere search 235 -> 99 ms CPU. Coherent ones (camera rows) stay in turn.

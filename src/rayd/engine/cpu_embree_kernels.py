@@ -38,8 +38,13 @@ _SEARCH16 = r"""
     int live = 0, first = -1, count = 0;
     float fx = 0.0f, fy = 0.0f, fz = 0.0f;
     bool coherent = true;
+    int rows[16];
     for (int j = 0; j < 16; ++j) {
-        int i = lo + j;
+        // Lane j's row: lo + j, or with tiles (width > 0) column 4 tile + (j % 4) of image row j / 4
+        // of the band of 4 rows that starts at lo (rows past the image's width or hi: no ray).
+        int col = width > 0 ? 4 * tile + (j & 3) : 0;
+        int i = width > 0 ? (col < width ? lo + (j >> 2) * width + col : hi) : lo + j;
+        rows[j] = i;
         bool ok = false;
         R[0 * 16 + j] = 0.0f; R[1 * 16 + j] = 0.0f; R[2 * 16 + j] = 0.0f; R[3 * 16 + j] = 0.0f;
         R[4 * 16 + j] = 1.0f; R[5 * 16 + j] = 1.0f; R[6 * 16 + j] = 1.0f; R[7 * 16 + j] = 0.0f;
@@ -110,8 +115,8 @@ _SEARCH16 = r"""
         ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
     }
     for (int j = 0; j < 16; ++j) {
-        int i = lo + j;
-        if (i >= hi) break;
+        int i = rows[j];
+        if (i >= hi) continue;
         int res = -1, again = 0;
         if (valid[j]) {
             bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
@@ -159,10 +164,13 @@ def _search16(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, fn: wp.uint64, scene: wp.uint64, coherent_cos: float, lo: int, hi: int,
+    width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ) -> int:
-    """Rows ``lo .. hi - 1`` (at most 16): Embree's rays, ``rtcIntersect16``, the checks; returns the
+    """Rows ``lo .. hi - 1`` (at most 16; with ``width > 0``, the 4 x 4 tile ``tile`` of the band of 4
+    image rows of ``width`` rays from ``lo``, rows from ``hi`` on left out): Embree's rays,
+    ``rtcIntersect16``, the checks; returns the
     number of rows sent to Warp (``redo = 1``). With ``key_pass``, no trace: each row's sort key into
     ``keys`` (the Morton code of its Embree origin; rays without one last), ``order[row] = row``,
     and returns 1 when the packet is incoherent (see :data:`rayd.engine.embree_api.COHERENT_COS`)."""
@@ -178,16 +186,25 @@ def _search16_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float,
-    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int,
+    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ):
     """One packet of 16 rows from ``base`` (:func:`_search16`); ``redo_count`` counts the rows sent to
-    Warp, or with ``key_pass`` the incoherent packets."""
+    Warp, or with ``key_pass`` the incoherent packets. With ``width > 0`` (camera rows of ``width``
+    rays, ``base`` at the start of a band of 4 rows), packet ``tid`` is the 4 x 4 tile
+    ``tid % ceil(width / 4)`` of band ``tid / ceil(width / 4)``."""
     lo = base + wp.tid() * 16
+    hi = wp.min(lo + 16, n)
+    tile = int(0)
+    if width > 0:
+        tiles = (width + 3) // 4
+        lo = base + (wp.tid() // tiles) * 4 * width
+        hi = wp.min(lo + 4 * width, n)
+        tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, wp.min(lo + 16, n),
+                      degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, hi, width, tile,
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
