@@ -208,3 +208,25 @@ def _search16_kernel(
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
+
+
+@wp.kernel(enable_backward=False)
+def _gather_kernel(
+    order: wp.array(dtype=wp.int32),
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
+    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
+    o_out: wp.array(dtype=wp.vec3), d_out: wp.array(dtype=wp.vec3), tmin_out: wp.array(dtype=float),
+    tmax_out: wp.array(dtype=float), active_out: wp.array(dtype=wp.uint8), ignore_out: wp.array(dtype=wp.int32),
+    base: int,
+):
+    """Row ``i = tid + base`` of each output is row ``order[i]`` of its ray array (stride 0: broadcast):
+    the rays of a sorted batch, contiguous (split over the cores by ``runtime.launch_offset_rows``)."""
+    i = wp.tid() + base
+    k = order[i]
+    o_out[i] = o[k * o_stride]
+    d_out[i] = d[k * d_stride]
+    tmin_out[i] = tmin[k * tmin_stride]
+    tmax_out[i] = tmax[k * tmax_stride]
+    active_out[i] = active[k * active_stride]
+    ignore_out[i] = ignore[k * ignore_stride]
