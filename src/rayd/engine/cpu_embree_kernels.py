@@ -39,52 +39,56 @@ _SEARCH16 = r"""
     float fx = 0.0f, fy = 0.0f, fz = 0.0f;
     bool coherent = true;
     int rows[16];
+    float OX[16], OY[16], OZ[16], DX[16], DY[16], DZ[16], T0[16], T1[16];
+    int ACT[16];
     for (int j = 0; j < 16; ++j) {
         // Lane j's row: lo + j, or with tiles (width > 0) column 4 tile + (j % 4) of image row j / 4
         // of the band of 4 rows that starts at lo (rows past the image's width or hi: no ray).
         int col = width > 0 ? 4 * tile + (j & 3) : 0;
         int i = width > 0 ? (col < width ? lo + (j >> 2) * width + col : hi) : lo + j;
         rows[j] = i;
-        bool ok = false;
-        R[0 * 16 + j] = 0.0f; R[1 * 16 + j] = 0.0f; R[2 * 16 + j] = 0.0f; R[3 * 16 + j] = 0.0f;
-        R[4 * 16 + j] = 1.0f; R[5 * 16 + j] = 1.0f; R[6 * 16 + j] = 1.0f; R[7 * 16 + j] = 0.0f;
-        R[8 * 16 + j] = -1.0f;
-        U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
-        U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
-        S0[j] = 0.0; DL[j] = 0.0;
         if (i < hi) {
             wp::vec3 oi = wp::index(o, i * o_stride), di = wp::index(d, i * d_stride);
-            float t0 = wp::index(tmin, i * tmin_stride), t1 = wp::index(tmax, i * tmax_stride);
-            bool wellformed = __builtin_isfinite(oi[0]) && __builtin_isfinite(oi[1]) && __builtin_isfinite(oi[2])
-                && __builtin_isfinite(di[0]) && __builtin_isfinite(di[1]) && __builtin_isfinite(di[2])
-                && __builtin_isfinite(t0) && !__builtin_isnan(t1)
-                && !(di[0] == 0.0f && di[1] == 0.0f && di[2] == 0.0f) && t1 > t0;
-            if (wp::index(active, i * active_stride) != 0 && wellformed) {
-                double ox = (double)oi[0] - cx, oy = (double)oi[1] - cy, oz = (double)oi[2] - cz;
-                double dx = (double)di[0], dy = (double)di[1], dz = (double)di[2];
-                double oo = ox * ox + oy * oy + oz * oz, dd2 = dx * dx + dy * dy + dz * dz;
-                double dl = (double)band * (__builtin_sqrt(oo) + rad) / __builtin_sqrt(dd2);
-                double b = ox * dx + oy * dy + oz * dz;
-                double disc = b * b - dd2 * (oo - rs * rs);
-                if (disc >= 0.0) {
-                    double sq = __builtin_sqrt(disc);
-                    double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
-                    double lo_t = (double)t0 > ta ? (double)t0 : ta;
-                    double hi_t = (double)t1 < tb ? (double)t1 : tb;
-                    if (hi_t > lo_t) {
-                        double s0 = lo_t - dl;
-                        R[0 * 16 + j] = (float)(ox + s0 * dx); R[1 * 16 + j] = (float)(oy + s0 * dy);
-                        R[2 * 16 + j] = (float)(oz + s0 * dz);
-                        R[4 * 16 + j] = di[0]; R[5 * 16 + j] = di[1]; R[6 * 16 + j] = di[2];
-                        R[8 * 16 + j] = (float)(hi_t - s0 + dl);
-                        S0[j] = (double)(float)s0; DL[j] = (double)(float)dl;
-                        ok = true;
-                    }
-                }
-            }
+            OX[j] = oi[0]; OY[j] = oi[1]; OZ[j] = oi[2]; DX[j] = di[0]; DY[j] = di[1]; DZ[j] = di[2];
+            T0[j] = wp::index(tmin, i * tmin_stride); T1[j] = wp::index(tmax, i * tmax_stride);
+            ACT[j] = wp::index(active, i * active_stride) != 0;
+        } else {
+            OX[j] = 0.0f; OY[j] = 0.0f; OZ[j] = 0.0f; DX[j] = 1.0f; DY[j] = 1.0f; DZ[j] = 1.0f;
+            T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0;
         }
+    }
+    // Branch-free over the 16 lanes (selects, no short-circuits), so that the compiler vectorizes
+    // it; every lane evaluates the same float32/float64 expressions as one ray at a time would.
+    const float big = 3.40282347e38f;
+    for (int j = 0; j < 16; ++j) {
+        float ax = OX[j], ay = OY[j], az = OZ[j], ex = DX[j], ey = DY[j], ez = DZ[j], t0 = T0[j], t1 = T1[j];
+        int wellformed = ACT[j] & (__builtin_fabsf(ax) <= big) & (__builtin_fabsf(ay) <= big) & (__builtin_fabsf(az) <= big)
+            & (__builtin_fabsf(ex) <= big) & (__builtin_fabsf(ey) <= big) & (__builtin_fabsf(ez) <= big)
+            & (__builtin_fabsf(t0) <= big) & (t1 == t1) & !((ex == 0.0f) & (ey == 0.0f) & (ez == 0.0f)) & (t1 > t0);
+        double ox = (double)ax - cx, oy = (double)ay - cy, oz = (double)az - cz;
+        double dx = (double)ex, dy = (double)ey, dz = (double)ez;
+        double oo = ox * ox + oy * oy + oz * oz, dd2 = dx * dx + dy * dy + dz * dz;
+        double dl = (double)band * (__builtin_sqrt(oo) + rad) / __builtin_sqrt(dd2);
+        double b = ox * dx + oy * dy + oz * dz;
+        double disc = b * b - dd2 * (oo - rs * rs);
+        double sq = __builtin_sqrt(disc >= 0.0 ? disc : 0.0);
+        double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
+        double lo_t = (double)t0 > ta ? (double)t0 : ta;
+        double hi_t = (double)t1 < tb ? (double)t1 : tb;
+        double s0 = lo_t - dl;
+        int ok = wellformed & (disc >= 0.0) & (hi_t > lo_t);
+        R[0 * 16 + j] = ok ? (float)(ox + s0 * dx) : 0.0f; R[1 * 16 + j] = ok ? (float)(oy + s0 * dy) : 0.0f;
+        R[2 * 16 + j] = ok ? (float)(oz + s0 * dz) : 0.0f; R[3 * 16 + j] = 0.0f;
+        R[4 * 16 + j] = ok ? ex : 1.0f; R[5 * 16 + j] = ok ? ey : 1.0f; R[6 * 16 + j] = ok ? ez : 1.0f;
+        R[7 * 16 + j] = 0.0f;
+        R[8 * 16 + j] = ok ? (float)(hi_t - s0 + dl) : -1.0f;
+        U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
+        U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
+        S0[j] = ok ? (double)(float)s0 : 0.0; DL[j] = ok ? (double)(float)dl : 0.0;
         valid[j] = ok ? -1 : 0;
-        if (ok) {
+    }
+    for (int j = 0; j < 16; ++j) {
+        if (valid[j]) {
             float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
             float inv = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
             if (first < 0) { first = j; fx = dx * inv; fy = dy * inv; fz = dz * inv; }
