@@ -127,8 +127,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         if n and self._output_dtype(ray.o, ray.d) == torch.float64 and not _walk_on.traced():  # float64 t decides
             t = _walk_on.t_of(self, ray, batch, blocker)
             return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
-        # On the CPU in NumPy: a torch op here opens an OpenMP region whose threads then spin (8-12 ms CPU).
-        return (torch.from_numpy(blocker.numpy() >= 0) if blocker.is_cpu and not _walk_on.traced() else blocker >= 0).reshape(batch)
+        return (blocker >= 0).reshape(batch)
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
         batch, n, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
