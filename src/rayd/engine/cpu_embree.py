@@ -212,8 +212,18 @@ class EmbreeMirror:
         if slivers[0].any():
             meshes.append(slivers[1:])
         self.scene = _commit(*meshes)
+        self._meshes, self._incoherent = meshes, None
         self.fn = embree_api.intersect16_pointer()
         self.stale = False
+
+    def incoherent_scene(self) -> embree_api.Scene:
+        """The scene for incoherent batches (built at the first one on this geometry): the same
+        meshes in one BVH of high build quality, triangles and caps together (sorted sphere,
+        shadow_test: 115-121 -> 101-106 ms CPU; the two-level :attr:`scene` stays the one for
+        coherent batches, where it was 30 % faster)."""
+        if self._incoherent is None:
+            self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH)
+        return self._incoherent
 
 
 def _commit(*meshes: tuple[np.ndarray, np.ndarray]) -> embree_api.Scene:
@@ -461,8 +471,10 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     workers = os.cpu_count() or 1
     parts = max(1, min(8 * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
+    incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
-             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.fn, m.scene.ptr, embree_api.COHERENT_COS]
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.fn, embree_scene.ptr, embree_api.COHERENT_COS]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0
@@ -478,7 +490,6 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         return run
 
     order_np = None
-    incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
     if n >= TILE_MIN_RAYS and not incoherent:
         width = image_width(rays, n)
         if width:  # chunks of whole bands of 4 rows, traced as 4 x 4 tiles
