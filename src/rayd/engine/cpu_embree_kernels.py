@@ -38,48 +38,57 @@ _SEARCH16 = r"""
     int live = 0, first = -1, count = 0;
     float fx = 0.0f, fy = 0.0f, fz = 0.0f;
     bool coherent = true;
+    int rows[16];
+    float OX[16], OY[16], OZ[16], DX[16], DY[16], DZ[16], T0[16], T1[16];
+    int ACT[16];
     for (int j = 0; j < 16; ++j) {
-        int i = lo + j;
-        bool ok = false;
-        R[0 * 16 + j] = 0.0f; R[1 * 16 + j] = 0.0f; R[2 * 16 + j] = 0.0f; R[3 * 16 + j] = 0.0f;
-        R[4 * 16 + j] = 1.0f; R[5 * 16 + j] = 1.0f; R[6 * 16 + j] = 1.0f; R[7 * 16 + j] = 0.0f;
-        R[8 * 16 + j] = -1.0f;
-        U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
-        U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
-        S0[j] = 0.0; DL[j] = 0.0;
+        // Lane j's row: lo + j, or with tiles (width > 0) column 4 tile + (j % 4) of image row j / 4
+        // of the band of 4 rows that starts at lo (rows past the image's width or hi: no ray).
+        int col = width > 0 ? 4 * tile + (j & 3) : 0;
+        int i = width > 0 ? (col < width ? lo + (j >> 2) * width + col : hi) : lo + j;
+        rows[j] = i;
         if (i < hi) {
             wp::vec3 oi = wp::index(o, i * o_stride), di = wp::index(d, i * d_stride);
-            float t0 = wp::index(tmin, i * tmin_stride), t1 = wp::index(tmax, i * tmax_stride);
-            bool wellformed = __builtin_isfinite(oi[0]) && __builtin_isfinite(oi[1]) && __builtin_isfinite(oi[2])
-                && __builtin_isfinite(di[0]) && __builtin_isfinite(di[1]) && __builtin_isfinite(di[2])
-                && __builtin_isfinite(t0) && !__builtin_isnan(t1)
-                && !(di[0] == 0.0f && di[1] == 0.0f && di[2] == 0.0f) && t1 > t0;
-            if (wp::index(active, i * active_stride) != 0 && wellformed) {
-                double ox = (double)oi[0] - cx, oy = (double)oi[1] - cy, oz = (double)oi[2] - cz;
-                double dx = (double)di[0], dy = (double)di[1], dz = (double)di[2];
-                double oo = ox * ox + oy * oy + oz * oz, dd2 = dx * dx + dy * dy + dz * dz;
-                double dl = (double)band * (__builtin_sqrt(oo) + rad) / __builtin_sqrt(dd2);
-                double b = ox * dx + oy * dy + oz * dz;
-                double disc = b * b - dd2 * (oo - rs * rs);
-                if (disc >= 0.0) {
-                    double sq = __builtin_sqrt(disc);
-                    double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
-                    double lo_t = (double)t0 > ta ? (double)t0 : ta;
-                    double hi_t = (double)t1 < tb ? (double)t1 : tb;
-                    if (hi_t > lo_t) {
-                        double s0 = lo_t - dl;
-                        R[0 * 16 + j] = (float)(ox + s0 * dx); R[1 * 16 + j] = (float)(oy + s0 * dy);
-                        R[2 * 16 + j] = (float)(oz + s0 * dz);
-                        R[4 * 16 + j] = di[0]; R[5 * 16 + j] = di[1]; R[6 * 16 + j] = di[2];
-                        R[8 * 16 + j] = (float)(hi_t - s0 + dl);
-                        S0[j] = (double)(float)s0; DL[j] = (double)(float)dl;
-                        ok = true;
-                    }
-                }
-            }
+            OX[j] = oi[0]; OY[j] = oi[1]; OZ[j] = oi[2]; DX[j] = di[0]; DY[j] = di[1]; DZ[j] = di[2];
+            T0[j] = wp::index(tmin, i * tmin_stride); T1[j] = wp::index(tmax, i * tmax_stride);
+            ACT[j] = wp::index(active, i * active_stride) != 0;
+        } else {
+            OX[j] = 0.0f; OY[j] = 0.0f; OZ[j] = 0.0f; DX[j] = 1.0f; DY[j] = 1.0f; DZ[j] = 1.0f;
+            T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0;
         }
+    }
+    // Branch-free over the 16 lanes (selects, no short-circuits), so that the compiler vectorizes
+    // it; every lane evaluates the same float32/float64 expressions as one ray at a time would.
+    const float big = 3.40282347e38f;
+    for (int j = 0; j < 16; ++j) {
+        float ax = OX[j], ay = OY[j], az = OZ[j], ex = DX[j], ey = DY[j], ez = DZ[j], t0 = T0[j], t1 = T1[j];
+        int wellformed = ACT[j] & (__builtin_fabsf(ax) <= big) & (__builtin_fabsf(ay) <= big) & (__builtin_fabsf(az) <= big)
+            & (__builtin_fabsf(ex) <= big) & (__builtin_fabsf(ey) <= big) & (__builtin_fabsf(ez) <= big)
+            & (__builtin_fabsf(t0) <= big) & (t1 == t1) & !((ex == 0.0f) & (ey == 0.0f) & (ez == 0.0f)) & (t1 > t0);
+        double ox = (double)ax - cx, oy = (double)ay - cy, oz = (double)az - cz;
+        double dx = (double)ex, dy = (double)ey, dz = (double)ez;
+        double oo = ox * ox + oy * oy + oz * oz, dd2 = dx * dx + dy * dy + dz * dz;
+        double dl = (double)band * (__builtin_sqrt(oo) + rad) / __builtin_sqrt(dd2);
+        double b = ox * dx + oy * dy + oz * dz;
+        double disc = b * b - dd2 * (oo - rs * rs);
+        double sq = __builtin_sqrt(disc >= 0.0 ? disc : 0.0);
+        double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
+        double lo_t = (double)t0 > ta ? (double)t0 : ta;
+        double hi_t = (double)t1 < tb ? (double)t1 : tb;
+        double s0 = lo_t - dl;
+        int ok = wellformed & (disc >= 0.0) & (hi_t > lo_t);
+        R[0 * 16 + j] = ok ? (float)(ox + s0 * dx) : 0.0f; R[1 * 16 + j] = ok ? (float)(oy + s0 * dy) : 0.0f;
+        R[2 * 16 + j] = ok ? (float)(oz + s0 * dz) : 0.0f; R[3 * 16 + j] = 0.0f;
+        R[4 * 16 + j] = ok ? ex : 1.0f; R[5 * 16 + j] = ok ? ey : 1.0f; R[6 * 16 + j] = ok ? ez : 1.0f;
+        R[7 * 16 + j] = 0.0f;
+        R[8 * 16 + j] = ok ? (float)(hi_t - s0 + dl) : -1.0f;
+        U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
+        U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
+        S0[j] = ok ? (double)(float)s0 : 0.0; DL[j] = ok ? (double)(float)dl : 0.0;
         valid[j] = ok ? -1 : 0;
-        if (ok) {
+    }
+    for (int j = 0; j < 16; ++j) {
+        if (valid[j]) {
             float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
             float inv = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
             if (first < 0) { first = j; fx = dx * inv; fy = dy * inv; fz = dz * inv; }
@@ -110,8 +119,8 @@ _SEARCH16 = r"""
         ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
     }
     for (int j = 0; j < 16; ++j) {
-        int i = lo + j;
-        if (i >= hi) break;
+        int i = rows[j];
+        if (i >= hi) continue;
         int res = -1, again = 0;
         if (valid[j]) {
             bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
@@ -159,10 +168,13 @@ def _search16(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, fn: wp.uint64, scene: wp.uint64, coherent_cos: float, lo: int, hi: int,
+    width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ) -> int:
-    """Rows ``lo .. hi - 1`` (at most 16): Embree's rays, ``rtcIntersect16``, the checks; returns the
+    """Rows ``lo .. hi - 1`` (at most 16; with ``width > 0``, the 4 x 4 tile ``tile`` of the band of 4
+    image rows of ``width`` rays from ``lo``, rows from ``hi`` on left out): Embree's rays,
+    ``rtcIntersect16``, the checks; returns the
     number of rows sent to Warp (``redo = 1``). With ``key_pass``, no trace: each row's sort key into
     ``keys`` (the Morton code of its Embree origin; rays without one last), ``order[row] = row``,
     and returns 1 when the packet is incoherent (see :data:`rayd.engine.embree_api.COHERENT_COS`)."""
@@ -178,16 +190,47 @@ def _search16_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float,
-    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int,
+    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ):
     """One packet of 16 rows from ``base`` (:func:`_search16`); ``redo_count`` counts the rows sent to
-    Warp, or with ``key_pass`` the incoherent packets."""
+    Warp, or with ``key_pass`` the incoherent packets. With ``width > 0`` (camera rows of ``width``
+    rays, ``base`` at the start of a band of 4 rows), packet ``tid`` is the 4 x 4 tile
+    ``tid % ceil(width / 4)`` of band ``tid / ceil(width / 4)``."""
     lo = base + wp.tid() * 16
+    hi = wp.min(lo + 16, n)
+    tile = int(0)
+    if width > 0:
+        tiles = (width + 3) // 4
+        lo = base + (wp.tid() // tiles) * 4 * width
+        hi = wp.min(lo + 4 * width, n)
+        tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, wp.min(lo + 16, n),
+                      degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, hi, width, tile,
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
+
+
+@wp.kernel(enable_backward=False)
+def _gather_kernel(
+    order: wp.array(dtype=wp.int32),
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
+    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
+    o_out: wp.array(dtype=wp.vec3), d_out: wp.array(dtype=wp.vec3), tmin_out: wp.array(dtype=float),
+    tmax_out: wp.array(dtype=float), active_out: wp.array(dtype=wp.uint8), ignore_out: wp.array(dtype=wp.int32),
+    base: int,
+):
+    """Row ``i = tid + base`` of each output is row ``order[i]`` of its ray array (stride 0: broadcast):
+    the rays of a sorted batch, contiguous (split over the cores by ``runtime.launch_offset_rows``)."""
+    i = wp.tid() + base
+    k = order[i]
+    o_out[i] = o[k * o_stride]
+    d_out[i] = d[k * d_stride]
+    tmin_out[i] = tmin[k * tmin_stride]
+    tmax_out[i] = tmax[k * tmax_stride]
+    active_out[i] = active[k * active_stride]
+    ignore_out[i] = ignore[k * ignore_stride]

@@ -1,0 +1,105 @@
+"""How the CPU Embree path (:mod:`rayd.engine.cpu_embree`) orders a batch of rays: whether its
+packets look incoherent (then it is traced in a Morton order, the rays gathered into contiguous
+copies), and whether it is laid out as the rows of an image (then it is traced in 4 x 4 tiles)."""
+
+from __future__ import annotations
+
+import numpy as np
+import warp as wp
+
+from rayd.engine import embree_api
+from rayd.engine.cpu_embree_kernels import _gather_kernel
+from rayd.engine.runtime import PerRow, launch_offset_rows
+
+
+def _rows(array, n: int) -> np.ndarray:
+    """A NumPy view of a ray array of length ``n`` or 1 (broadcast)."""
+    a = array.numpy()
+    if a.shape[0] == 1 and n != 1:
+        return np.broadcast_to(a, (n, *a.shape[1:]))
+    return a
+
+
+def _incoherent(d: wp.array, n: int, samples: int = 128) -> bool:
+    """Whether most packets of 16 consecutive rays look incoherent (as ``COHERENT_COS`` judges a
+    packet), from ``samples`` packets spread over the batch (NumPy, about 0.1 ms)."""
+    if d.shape[0] == 1:
+        return False
+    starts = np.linspace(0, n - 16, samples).astype(np.int64)
+    rows = d.numpy()[(starts[:, None] + np.arange(16)).ravel()].reshape(samples, 16, 3).astype(np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        u = rows / np.linalg.norm(rows, axis=2, keepdims=True)
+    cos = np.einsum("pjk,pk->pj", u, u[:, 0])
+    return int(np.sum(np.nanmin(cos, axis=1) < embree_api.COHERENT_COS)) * 2 > samples
+
+
+def image_width(rays, n: int, probe: int = 4096) -> int:
+    """The row width ``W`` when the rays look like the rows of an image (0 otherwise).
+
+    A camera's rays in row-major order step by about one pixel from ray to ray, and by a
+    whole row at the end of each row. Per ray, the feature ``(o / s, d / |d|)`` (``s``: the
+    spread of the origins, so that pinhole and orthographic cameras both count); ``W`` is the
+    first jump of the feature (above 8 times the median step) when the jumps of the first
+    ``probe`` rays and of a probe in the middle of the batch fall every ``W`` rays and ray
+    ``i + W`` lies within a few steps of ray ``i``. Speed only: a wrong ``W`` changes the order
+    in which the rays are traced, never the answers.
+
+    Args:
+        rays: the :class:`RayBatch`.
+        n: the number of rays.
+
+    Returns:
+        int, ``W`` with ``4 <= W <= n / 4``, or 0.
+    """
+    if rays.o.shape[0] == 1 and rays.d.shape[0] == 1:
+        return 0
+
+    def feature(lo: int, hi: int) -> np.ndarray:
+        o = _rows(rays.o, n)[lo:hi].astype(np.float64)
+        d = _rows(rays.d, n)[lo:hi].astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            d = d / np.linalg.norm(d, axis=1, keepdims=True)
+        return np.concatenate([o, d], 1)
+
+    m = min(n, probe)
+    f = feature(0, m)
+    spread = float(np.nanmax(np.abs(f[:, :3] - f[0, :3]))) if m else 0.0
+    if spread > 0.0:
+        f[:, :3] /= spread
+    step = np.linalg.norm(np.diff(f, axis=0), axis=1)
+    if step.size < 8 or not np.all(np.isfinite(step)):
+        return 0
+    med = float(np.median(step))
+    if med <= 0.0:
+        return 0
+    jumps = np.flatnonzero(step > 8.0 * med) + 1
+    if jumps.size == 0:
+        return 0
+    w = int(jumps[0])
+    if w < 4 or 4 * w > n or np.any(jumps % w) or jumps.size != (m - 1) // w:
+        return 0
+    if np.any(np.linalg.norm(f[w:] - f[:-w], axis=1) > 4.0 * med):
+        return 0
+    mid = (n // 2) // w * w  # a probe from the start of a row in the middle of the batch
+    g = feature(mid, min(n, mid + 2 * w + 1))
+    if spread > 0.0:
+        g[:, :3] /= spread
+    gstep = np.linalg.norm(np.diff(g, axis=0), axis=1)
+    if not np.all(np.isfinite(gstep)):
+        return 0
+    if not np.array_equal(np.flatnonzero(gstep > 8.0 * med) + 1, np.arange(w, g.shape[0], w)):
+        return 0
+    return w
+
+
+def _permuted(launch_args: list, order: wp.array, buf: dict, n: int, dev) -> list:
+    """The ray arrays of ``launch_args`` (``array, stride`` pairs) with row ``i`` taken from row
+    ``order[i]``: contiguous copies in ``buf``'s scratch arrays (made once per batch size), by a
+    gather kernel over all cores (NumPy's fancy indexing and copies into Warp arrays: one thread,
+    about 30 ms CPU for 256 k rays); returned as launch arguments (stride 1)."""
+    if "sorted_rays" not in buf:
+        buf["sorted_rays"] = [wp.empty(n, dtype=dt, device=dev) for dt in (wp.vec3, wp.vec3, float, float, wp.uint8, wp.int32)]
+    outs = buf["sorted_rays"]
+    inputs = [x.array if isinstance(x, PerRow) else x for x in launch_args]
+    launch_offset_rows(_gather_kernel, n, [order, *inputs, *outs], dev, None)
+    return [x for a in outs for x in (a, 1)]
