@@ -1,7 +1,7 @@
 """At most one host synchronisation per rayd.drjit query (issue 13), none from the float64 walk-on.
 
 With ``RAYD_DRJIT_QUERY_FENCES=3`` a query's engine launches are fenced once, after its last
-launch (``_convert.one_fence``); with the default 1, once after each launch (two for the
+launch (``_convert.one_fence``: the default); with 1, once after each launch (two for the
 queries that launch twice); the float64 walk-on past ``tmin`` and ``shadow_test``'s
 float64 confirmation run as masked fixed-size work instead of reading ``dr.any(...)``
 back. Counted here: each fence (a ``dr.sync_thread`` + ``wp.synchronize_device`` on CUDA,
@@ -121,7 +121,7 @@ def _queries(scene, m, A3):
 
 
 @pytest.mark.parametrize("double", [False, True], ids=["float32", "float64"])
-@pytest.mark.parametrize("mode", [3, 1], ids=["one-per-query", "default"])
+@pytest.mark.parametrize("mode", [3, 1], ids=["one-per-query", "per-launch"])
 def test_at_most_one_host_sync_per_query(m, double, mode, monkeypatch):
     monkeypatch.setattr(_convert, "QUERY_FENCES", mode)
     scene, A3 = _scene(m, double)
@@ -136,7 +136,7 @@ def test_at_most_one_host_sync_per_query(m, double, mode, monkeypatch):
         {"signed_distance"}
     limit = {name: 1 if mode == 3 or name not in twice else 2 for name in counts}
     over = {name: c for name, c in counts.items() if sum(c.values()) > limit[name] or any(w != "fence" for w, _ in c)}
-    assert not over, over  # one fence at most (mode 3; one per launch by default), and no other host read
+    assert not over, over  # one fence at most (mode 3, the default; one per launch with 1), and no other host read
 
 
 def test_one_fence_after_nested_queries_and_errors(monkeypatch):
@@ -168,6 +168,17 @@ def test_one_fence_after_nested_queries_and_errors(monkeypatch):
     monkeypatch.setattr(_convert, "QUERY_FENCES", 2)  # before and after every launch
     Fake().inner()
     assert calls == ["cuda:0"] * 5
-    monkeypatch.setattr(_convert, "QUERY_FENCES", 1)  # the default: after every launch
+    monkeypatch.setattr(_convert, "QUERY_FENCES", 1)  # after every launch
     Fake().outer()
     assert calls == ["cuda:0"] * 7
+
+
+def test_one_host_sync_per_query_is_the_default():
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    env = {k: v for k, v in os.environ.items() if k != "RAYD_DRJIT_QUERY_FENCES"}
+    out = subprocess.run([sys.executable, "-c", "from rayd.drjit import _convert; print(_convert.QUERY_FENCES)"],
+                         capture_output=True, text=True, env=env, timeout=300)
+    assert out.stdout.strip() == "3", out.stderr[-2000:]

@@ -154,16 +154,19 @@ def fence(device: str) -> None:
         wp.synchronize_device(to_warp_device(device))
 
 
-#: Host synchronisations of a query on CUDA (``RAYD_DRJIT_QUERY_FENCES``): 1 (the default:
-#: one after each engine launch, so one per query except float64 ``intersect`` /
-#: ``shadow_test`` and ``signed_distance``, which launch twice), 3 (one per query, after
-#: its last launch: :func:`one_fence`), 0 (none: the launches are ordered on Dr.Jit's
-#: stream) or 2 (before and after every launch, as in earlier versions). On the H200 the
-#: Dr.Jit CUDA suite passed with 0 (twice) and 1 (``benchmarks/results/h200-session3/``,
-#: sessions 9 and 10); with 3 one run of two (session 11, ``results/h200-session11/``) got
-#: one miss where a hit was due (``test_batched_set_mesh_transform``), so 3 stays opt-in
-#: until the cause is known.
-QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "1"))
+#: Host synchronisations of a query on CUDA (``RAYD_DRJIT_QUERY_FENCES``): 3 (the default:
+#: one per query, after its last engine launch, :func:`one_fence`), 1 (one after each engine
+#: launch: twice for float64 ``intersect`` / ``shadow_test`` and ``signed_distance``, which
+#: launch twice), 0 (none: the launches are ordered on Dr.Jit's stream; Warp's temporaries
+#: freed after the query may then be reused by other work before the kernels that read them
+#: end, so 0 is for experiments) or 2 (before and after every launch, as in earlier
+#: versions). History: with 3, one H200 run of session 11 got one miss where a hit was due
+#: (``test_batched_set_mesh_transform``); the cause was Warp's implicit work (fills, uploads)
+#: running on Warp's own stream instead of Dr.Jit's, fixed in session 12 (builds, syncs and
+#: queries now run on Dr.Jit's stream). Since, the Dr.Jit CUDA suite passed with 3 three
+#: times on a subset (session 12) and twice in full (session 13,
+#: ``benchmarks/results/h200-session13/drjit_fences.txt``), and with 0 twice.
+QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "3"))
 
 _query = threading.local()  # per thread (Dr.Jit's streams are): depth of public queries, a launch since
 
