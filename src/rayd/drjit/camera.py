@@ -12,6 +12,7 @@ import drjit as dr
 
 from rayd.core.edges import document
 from rayd.core.camera_frontend import CameraBase
+from rayd.core.frontend import serialise_public
 from rayd.core.checks import real
 from rayd.drjit import _check, _convert
 from rayd.drjit._edge_sampling import EdgeSamples  # noqa: F401 - rayd.drjit.EdgeSamples, documented there
@@ -209,6 +210,7 @@ document(Camera, {
         """,
 }, {'generate_rays': {'return': 'Ray'}, 'project': {},
     'sample_edges': {'num_samples': int, 'generator': 'numpy.random.Generator | None', 'return': 'EdgeSamples'}})
+serialise_public(Camera)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
 
 
 

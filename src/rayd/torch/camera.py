@@ -7,6 +7,7 @@ import torch
 from rayd.core import camera as _core
 from rayd.core.edges import document
 from rayd.core.camera_frontend import CameraBase
+from rayd.core.frontend import serialise_public
 from rayd.core.transforms import check_matrices
 from rayd.torch import _check, _convert
 from rayd.torch.ray import Ray
@@ -283,6 +284,7 @@ document(Camera, {
 }, {"generate_rays": {"samples": "torch.Tensor | None", "return": "Ray"},
     "sample_edges": {"num_samples": int, "generator": "torch.Generator | None", "return": "EdgeSamples"},
     "project": {"points": "torch.Tensor", "return": "tuple[torch.Tensor, torch.Tensor]"}})
+serialise_public(Camera)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
 
 
 
