@@ -182,7 +182,9 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
         "benchmark": "edge_trees", "workload": name, "builder": builder, "leaf_size": leaf, "edges": len(ends),
         "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
         "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
-        "visited_p99": int(np.percentile(c[:, 0], 99)), "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
+        "visited_p99": int(np.percentile(c[:, 0], 99)),
+        "kb_per_query": round(float(c[:, 0].mean() * (112 if bvh.wide is not None else 64) + c[:, 1].mean() * 24) / 1e3, 2),
+        "wide": bvh.wide is not None, "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
         "search_ms": round(search_ms, 2), "device": device, **extra,
     }
 
@@ -218,7 +220,7 @@ def main() -> None:
             row["size"] = args.size
             print(f"{name:20s} {builder + ':' + str(leaf):8s} {row['edges']:8d} {row['depth']:5d} {row['sah_cost']:7.1f} "
                   f"{row['visited_mean']:8.1f} {row['tested_mean']:8.1f} {row['visited_p99']:7d} "
-                  f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m"
+                  f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m  KB {row['kb_per_query']:.1f}"
                   + (f"  necessary {row['necessary_mean']:.1f}" if "necessary_mean" in row else "")
                   + (f"  rays {row['ray_visited_mean']:.1f} / {row['ray_tested_mean']:.1f}" if "ray_visited_mean" in row
                      else ""), flush=True)

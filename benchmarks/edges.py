@@ -67,7 +67,16 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
     """``EdgeBvh`` of a tree spec: ``sah``, ``lbvh``, ``ploc`` (the builders' defaults),
     ``lbvh<bits><c|a>`` (Morton key bits 30 / 63, ``c`` cubic cells, ``a`` per-axis scaling;
     ``lbvh30a`` is the tree of commit 811b89b), ``lbvhc`` (the LBVH, compact node array) or ``ploc-p<pad>-r<radius>-t<C_T>`` (any of the
-    parts: box padding in mean segment lengths, PLOC radius, node cost with ``C_I = 1``)."""
+    parts: box padding in mean segment lengths, PLOC radius, node cost with ``C_I = 1``); a suffix
+    ``+w`` on any of them also builds the 4-wide copy that point and top-k searches then walk
+    (``edges.WIDE``, ``engine/edge_wide.py``), e.g. ``ploc+w:8``."""
+    if builder.endswith("+w"):
+        saved_wide = edges_module.WIDE
+        edges_module.WIDE = True
+        try:
+            return make_tree(pts, ev, mask, builder[:-2], leaf, stream)
+        finally:
+            edges_module.WIDE = saved_wide
     if builder.startswith("ploc-"):  # ploc-p<pad>-r<radius>-t<C_T>: PLOC knobs (edges.PLOC_*)
         saved = edges_module.PLOC_PAD, edges_module.PLOC_RADIUS, edges_module.PLOC_COSTS
         for part in builder.split("-")[1:]:

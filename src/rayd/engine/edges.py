@@ -99,6 +99,10 @@ PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_N
 #: Karras nodes inside collapsed leaves; the same tree and walk, a 4-5 x smaller node array with
 #: leaves of 8). Opt-in (``RAYD_EDGE_LBVH_COMPACT=1``) until the H200 has timed it.
 LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
+#: Also keep a 4-wide copy of the tree for point and top-k searches (``edge_wide.py``; rays stay on
+#: the binary walk). Opt-in (``RAYD_EDGE_WIDE=1``, tree spec suffix ``+w`` in the benchmarks) until
+#: the H200 has timed it (CPU counts: benchmarks/README.md, "Issue 11, fifth pass").
+WIDE = os.environ.get("RAYD_EDGE_WIDE", "0") == "1"
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -144,6 +148,8 @@ class EdgeBvh:
         builder: ``"sah"``, ``"lbvh"`` or ``"ploc"`` (see the module docstring); ``None``:
             ``DEFAULT_BUILDER``.
         leaf_size: most segments per leaf (1 to 16, 1 to 8 for ``"ploc"``; ``None``: ``DEFAULT_LEAF_SIZE``).
+        wide: also build the 4-wide copy :attr:`wide` (``None``: :data:`WIDE`); kept only for a
+            tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
 
     Building synchronises with the device a few times (small reads of tree sizes; the
     ``"sah"`` builder copies the segment boxes to the host and its tree back).
@@ -161,6 +167,7 @@ class EdgeBvh:
         *,
         builder: str | None = None,
         leaf_size: int | None = None,
+        wide: bool | None = None,
     ) -> None:
         n = edge_v.shape[0]
         if n == 0:
@@ -214,7 +221,16 @@ class EdgeBvh:
                 self._lbvh.write_links(self.node_link, self.leaf_size)
             else:
                 self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
+        #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
+        self.wide = None
         self.refit(stream)
+        if (WIDE if wide is None else wide) and self.builder != "single" and self.num_edges > self.leaf_size \
+                and self.leaf_size <= 8:
+            from rayd.engine.edge_wide import EdgeWide  # here: edge_wide imports the search kernels, which import this
+
+            with launch_stream(dev, stream):
+                tree = EdgeWide(self.node_box, self.node_link, self.depth, stream)
+            self.wide = tree if tree.ok else None
 
     def _build_lbvh(self, stream) -> None:
         self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=LBVH_KEY_BITS, cubic=LBVH_CUBIC)
@@ -302,3 +318,5 @@ class EdgeBvh:
         with launch_stream(self.device, stream):
             self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
                              self.node_box, self.root_box)
+            if self.wide is not None:
+                self.wide.refresh(stream)

@@ -87,6 +87,20 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
     counting = counts is not None
     if counts is None:
         counts = _dummy_counts(edges.device)
+    if getattr(edges, "wide", None) is not None and kind != RAY:  # the 4-wide copy (opt-in, edge_wide.py)
+        from rayd.engine.edge_wide import wide_kernel
+
+        nodes = edges.wide.nodes
+        launch_offset_rows(
+            wide_kernel(kind, counting),
+            n,
+            [nodes.data, nodes.links, nodes.count, edges.seg, edges.slot_id, q0, _stride(q0, n), active,
+             _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts],
+            edges.device,
+            stream,
+            block_dim=SEARCH_BLOCK_DIM,
+        )
+        return
     launch_offset_rows(
         _kernel(kind, counting),
         n,
