@@ -26,6 +26,7 @@ References:
 """
 
 
+import os
 import types
 
 import warp as wp
@@ -49,6 +50,10 @@ wp.set_module_options({"enable_backward": False})
 
 #: Most segments per leaf the pair ref encoding holds (trees with larger leaves stay binary).
 MAX_LEAF = 8
+#: ``cuda_max_registers`` of the wide search kernels of trees built from now on (0: the compiler's
+#: choice; ``RAYD_EDGE_WIDE_MAXREG``, default the binary search's :data:`SEARCH_MAX_REGISTERS`). Not yet
+#: timed on a GPU: the wide walk holds more values (six box rows) than the binary one.
+WIDE_MAX_REGISTERS = int(os.environ.get("RAYD_EDGE_WIDE_MAXREG", str(SEARCH_MAX_REGISTERS or 0)) or 0)
 _wstack_i = wp.types.vector(length=STACK, dtype=wp.int32)
 _wstack_f = wp.types.vector(length=STACK, dtype=wp.float32)
 
@@ -88,10 +93,12 @@ class EdgeWide:
     Attributes:
         nodes: the :class:`WideNodes` (``data``/``links`` rows, ``count``, ``stack_need``).
         ok: the collapse finished and its walk fits the stack (else the search stays binary).
+        max_registers: :data:`WIDE_MAX_REGISTERS` at build (the searches of this tree use it).
     """
 
     def __init__(self, node_box: wp.array, node_link: wp.array, depth: int, stream: wp.Stream | None = None) -> None:
         device = node_box.device
+        self.max_registers = WIDE_MAX_REGISTERS
         inner = node_box.shape[0] // 4
         pair_box = wp.zeros(4 * inner, dtype=wp.vec4, device=device)
         pair_link = wp.array(ptr=pair_box.ptr, dtype=wp.vec4i, shape=pair_box.shape, device=device)
@@ -129,7 +136,7 @@ def _leaf_point(p: wp.vec3, seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtyp
     return bound, best_id
 
 
-def _make_wide_kernel(kind: int, counting: bool):
+def _make_wide_kernel(kind: int, counting: bool, max_registers: int):
     """The wide walk for ``POINT`` or ``TOPK`` queries; arguments as the binary search's where shared."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
 
@@ -259,18 +266,18 @@ def _make_wide_kernel(kind: int, counting: bool):
                 best_id = -1
             out[i] = wp.int32(best_id)
 
-    name = f"nearest_edge_wide_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}"
-    options = {} if SEARCH_MAX_REGISTERS is None else {"cuda_max_registers": int(SEARCH_MAX_REGISTERS)}
+    name = f"nearest_edge_wide_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}_r{max_registers}"
+    options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
 
 _WIDE_KERNELS: dict = {}
 
 
-def wide_kernel(kind: int, counting: bool = False):
-    """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``)."""
-    key = (kind, counting)
+def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0):
+    """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers`` (0: none)."""
+    key = (kind, counting, int(max_registers))
     if key not in _WIDE_KERNELS:
-        _WIDE_KERNELS[key] = _make_wide_kernel(kind, counting)
+        _WIDE_KERNELS[key] = _make_wide_kernel(kind, counting, int(max_registers))
     return _WIDE_KERNELS[key]
 

@@ -92,7 +92,7 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
 
         nodes = edges.wide.nodes
         launch_offset_rows(
-            wide_kernel(kind, counting),
+            wide_kernel(kind, counting, edges.wide.max_registers),
             n,
             [nodes.data, nodes.links, nodes.count, edges.seg, edges.slot_id, q0, _stride(q0, n), active,
              _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts],
