@@ -183,7 +183,7 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
         "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
         "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
         "visited_p99": int(np.percentile(c[:, 0], 99)),
-        "kb_per_query": round(float(c[:, 0].mean() * (112 if bvh.wide is not None else 64) + c[:, 1].mean() * 24) / 1e3, 2),
+        "kb_per_query": round(float(c[:, 0].mean() * (64 if bvh.wide is None or bvh.wide.compressed is not None else 112) + c[:, 1].mean() * 24) / 1e3, 2),
         "wide": bvh.wide is not None, "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
         "search_ms": round(search_ms, 2), "device": device, **extra,
     }

@@ -70,13 +70,15 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
     parts: box padding in mean segment lengths, PLOC radius, node cost with ``C_I = 1``); a suffix
     ``+w`` on any of them also builds the 4-wide copy that point and top-k searches then walk
     (``edges.WIDE``, ``engine/edge_wide.py``), e.g. ``ploc+w:8``; ``+w<R>`` caps its kernels at ``R``
-    registers (``edge_wide.WIDE_MAX_REGISTERS``; ``+w0``: the compiler's choice)."""
-    if "+w" in builder:
+    registers (``edge_wide.WIDE_MAX_REGISTERS``; ``+w0``: the compiler's choice); ``+q`` / ``+q<R>``: the
+    same with compressed wide nodes (``engine/edge_wide_q.py``)."""
+    if "+w" in builder or "+q" in builder:
         from rayd.engine import edge_wide
 
-        builder, cap = builder.split("+w")
+        mode = "q" if "+q" in builder else True
+        builder, cap = builder.split("+q" if mode == "q" else "+w")
         saved_wide, saved_cap = edges_module.WIDE, edge_wide.WIDE_MAX_REGISTERS
-        edges_module.WIDE = True
+        edges_module.WIDE = mode
         edge_wide.WIDE_MAX_REGISTERS = int(cap) if cap else saved_cap
         try:
             return make_tree(pts, ev, mask, builder, leaf, stream)

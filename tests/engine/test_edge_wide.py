@@ -61,16 +61,18 @@ def _brute(q, v, ends, mask, k):
     return np.sort(d, 1)[:, :k], d
 
 
+@pytest.mark.parametrize("mode", [True, "q"])
 @pytest.mark.parametrize("builder,leaf", TREES)
-def test_wide_walk_returns_the_binary_walks_edges(device, builder, leaf):
+def test_wide_walk_returns_the_binary_walks_edges(device, builder, leaf, mode):
     v, ends = _grid_edges()
     rng = np.random.default_rng(5)
     mask = (rng.random(len(ends)) > 0.15).astype(np.uint8)
     q = rng.uniform(-0.2, 1.2, (1500, 3)).astype(np.float32)
     arrays = _arrays(device, v, ends, mask)
     binary = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=False)
-    wide = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=True)
+    wide = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=mode)
     assert binary.wide is None and wide.wide is not None
+    assert (wide.wide.compressed is not None) == (mode == "q")
     for k in (1, 8):
         ids_b, c_b = _answers(binary, q, k, device, counts=True)
         ids_w, c_w = _answers(wide, q, k, device, counts=True)
@@ -87,12 +89,13 @@ def test_wide_walk_returns_the_binary_walks_edges(device, builder, leaf):
     assert (ids_w == -1).any() and (ids_w >= 0).any()
 
 
-def test_wide_walk_follows_refits_and_masks(device):
+@pytest.mark.parametrize("mode", [True, "q"])
+def test_wide_walk_follows_refits_and_masks(device, mode):
     v, ends = _grid_edges()
     rng = np.random.default_rng(9)
     mask = np.ones(len(ends), np.uint8)
     pts, ev, m = _arrays(device, v, ends, mask)
-    bvh = EdgeBvh(pts, ev, m, builder="ploc", leaf_size=8, wide=True)
+    bvh = EdgeBvh(pts, ev, m, builder="ploc", leaf_size=8, wide=mode)
     q = rng.uniform(-0.2, 1.2, (800, 3)).astype(np.float32)
     moved = (v + 0.05 * rng.standard_normal(v.shape)).astype(np.float32)
     mask2 = (rng.random(len(ends)) > 0.5).astype(np.uint8)
@@ -102,6 +105,8 @@ def test_wide_walk_follows_refits_and_masks(device):
     ids = _answers(bvh, q, 1, device)
     best, d = _brute(q.astype(np.float64), moved, ends, mask2, 1)
     np.testing.assert_allclose(d[np.arange(len(q)), ids], best[:, 0], rtol=2e-7, atol=1e-9)
+    if mode == "q":
+        _check_compressed_boxes(bvh)
     m.assign(np.zeros(len(ends), np.uint8))  # everything masked: no answer
     bvh.refit()
     assert (_answers(bvh, q, 1, device) == -1).all()
@@ -117,6 +122,34 @@ def test_wide_copy_only_where_it_applies(device):
     q = np.array([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0]], np.float32)
     best, d = _brute(q.astype(np.float64), v, ends[:3], np.ones(3), 1)
     np.testing.assert_allclose(d[np.arange(2), _answers(tiny, q, 1, device)], best[:, 0], rtol=1e-7)
+
+
+def _check_compressed_boxes(bvh):
+    """Every decoded child box (host decode of ``edge_wide_q.py``'s rows) holds the child's true box;
+    empty children decode empty; the refs are the wide nodes'."""
+    q = bvh.wide.compressed.q.numpy().reshape(-1, 4, 4).astype(np.int64) & 0xFFFFFFFF
+    links = bvh.wide.nodes.links.numpy().reshape(-1, 8, 4)
+    box = bvh.node_box.numpy().reshape(-1, 16)[:, :12].reshape(-1, 2, 2, 3)  # node, child, lo/hi, xyz
+    origin = q[:, 0, :3].astype(np.uint32).view(np.float32)
+    exps = np.stack([(q[:, 0, 3] >> (8 * k)) & 255 for k in range(3)], 1)
+    scale = (exps.astype(np.uint32) << 23).view(np.float32)
+    assert not (q[:, 0, 3] >> 24 & 1).any()  # finite boxes: no node opens all its children
+    np.testing.assert_array_equal(q[:, 3], links[:, 6].astype(np.int64) & 0xFFFFFFFF)
+    rows = [(1, 0), (1, 1), (1, 2), (1, 3), (2, 0), (2, 1)]  # lo.x hi.x lo.y hi.y lo.z hi.z
+    checked = 0
+    for j in range(4):
+        byte = np.stack([(q[:, r, c] >> (8 * j)) & 255 for r, c in rows], 1).astype(np.float32)
+        lo = origin + byte[:, 0::2] * scale
+        hi = origin + byte[:, 1::2] * scale
+        code = links[:, 7, j]
+        has = code >= 0
+        true = box[code[has] >> 1, code[has] & 1]  # (n, lo/hi, xyz)
+        empty = true[:, 0, 0] > true[:, 1, 0]
+        assert (byte[has][empty, 0] > byte[has][empty, 1]).all()
+        assert (lo[has][~empty] <= true[~empty, 0]).all() and (hi[has][~empty] >= true[~empty, 1]).all()
+        assert (byte[~has, 0] > byte[~has, 1]).all()
+        checked += int((~empty).sum())
+    assert checked > 0
 
 
 @wp.kernel
@@ -168,7 +201,7 @@ def test_answers_do_not_depend_on_the_tree(device):
     arrays = _arrays(device, v, ends, mask)
     got = []
     for builder, leaf, wide in (("sah", 4, False), ("lbvh", 8, False), ("lbvh", 1, False), ("ploc", 8, False),
-                                ("ploc", 8, True)):
+                                ("ploc", 8, True), ("sah", 4, "q")):
         bvh = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=wide)
         got.append((_answers(bvh, q, 1, device), _answers(bvh, q, 8, device), _ray_answers(bvh, o, d, device)))
     for other in got[1:]:

@@ -31,7 +31,8 @@ import types
 
 import warp as wp
 
-from rayd.engine.native import load4, load4i
+from rayd.engine.edge_wide_q import CompressedWide
+from rayd.engine.native import bits_float, load4, load4i
 from rayd.engine.nearest_edge_kernels import (
     _INF,
     _NO_ID,
@@ -86,6 +87,8 @@ class EdgeWide:
         node_link: the same memory as ``wp.vec4i``.
         depth: an upper bound of the binary tree's depth (levels collapsed).
         stream: the stream to build on (``None`` on the CPU).
+        compressed: also keep the 64-byte compressed nodes (:mod:`rayd.engine.edge_wide_q`), which the
+            searches then read instead of the 112-byte ones.
 
     The caller makes sure the root is a real internal node with leaves of at most
     :data:`MAX_LEAF` segments (``EdgeBvh`` builds one only then).
@@ -94,9 +97,11 @@ class EdgeWide:
         nodes: the :class:`WideNodes` (``data``/``links`` rows, ``count``, ``stack_need``).
         ok: the collapse finished and its walk fits the stack (else the search stays binary).
         max_registers: :data:`WIDE_MAX_REGISTERS` at build (the searches of this tree use it).
+        compressed: the :class:`~rayd.engine.edge_wide_q.CompressedWide` rows, or None.
     """
 
-    def __init__(self, node_box: wp.array, node_link: wp.array, depth: int, stream: wp.Stream | None = None) -> None:
+    def __init__(self, node_box: wp.array, node_link: wp.array, depth: int, stream: wp.Stream | None = None,
+                 compressed: bool = False) -> None:
         device = node_box.device
         self.max_registers = WIDE_MAX_REGISTERS
         inner = node_box.shape[0] // 4
@@ -109,17 +114,72 @@ class EdgeWide:
         # later refreshes read the edge tree's own boxes (the same three rows per node)
         self.nodes.pairs = types.SimpleNamespace(boxes=node_box, links=node_link, root=0)
         self.ok = bool(self.nodes.ok)
+        self.compressed = None
+        if compressed and self.ok:
+            self.compressed = CompressedWide(node_box, self.nodes.links, self.nodes.count, stream)
         if stream is not None:
             wp.synchronize_stream(stream)  # before the temporary pair copy is released
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the wide nodes."""
-        return self.nodes.nbytes
+        """Bytes of the nodes the searches read (the full rows' refs and box codes stay for the refit)."""
+        return self.nodes.nbytes if self.compressed is None else self.compressed.nbytes
 
     def refresh(self, stream: wp.Stream | None = None) -> None:
-        """Copy the children's boxes again from the edge tree's refitted ``node_box`` (one launch)."""
-        self.nodes.refresh(stream)
+        """Take the children's boxes again from the edge tree's refitted ``node_box`` (one launch)."""
+        if self.compressed is None:
+            self.nodes.refresh(stream)
+        else:
+            self.compressed.refresh(stream)
+
+
+@wp.func
+def _keys_full(data: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), node: int,
+               p: wp.vec3) -> tuple[wp.vec4, wp.vec4i]:
+    """Squared distances from ``p`` to the four children's boxes of wide node ``node`` (inf: empty), refs."""
+    b = 8 * node
+    lx = load4(data, b)
+    hx = load4(data, b + 1)
+    ly = load4(data, b + 2)
+    hy = load4(data, b + 3)
+    lz = load4(data, b + 4)
+    hz = load4(data, b + 5)
+    refs = load4i(links, b + 6)
+    key = wp.vec4(_INF)
+    for j in range(4):
+        if lx[j] <= hx[j]:
+            dx = wp.max(wp.max(lx[j] - p[0], 0.0), p[0] - hx[j])
+            dy = wp.max(wp.max(ly[j] - p[1], 0.0), p[1] - hy[j])
+            dz = wp.max(wp.max(lz[j] - p[2], 0.0), p[2] - hz[j])
+            key[j] = dx * dx + dy * dy + dz * dz
+    return key, refs
+
+
+@wp.func
+def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int, p: wp.vec3) -> tuple[wp.vec4, wp.vec4i]:
+    """The same for a compressed node (``edge_wide_q.py``): decoded boxes hold the true ones."""
+    r0 = load4i(q, 4 * node)
+    r1 = load4i(q, 4 * node + 1)
+    r2 = load4i(q, 4 * node + 2)
+    refs = load4i(q, 4 * node + 3)
+    ex = r0[3]
+    o = wp.vec3(bits_float(r0[0]), bits_float(r0[1]), bits_float(r0[2]))
+    s = wp.vec3(bits_float((ex & 255) << 23), bits_float(((ex >> 8) & 255) << 23), bits_float(((ex >> 16) & 255) << 23))
+    open_all = (ex & (1 << 24)) != 0
+    key = wp.vec4(_INF)
+    for j in range(4):
+        sh = 8 * j
+        qlx = (r1[0] >> sh) & 255
+        qhx = (r1[1] >> sh) & 255
+        if qlx <= qhx:
+            if open_all:
+                key[j] = 0.0
+            else:
+                lo = o + wp.cw_mul(wp.vec3(float(qlx), float((r1[2] >> sh) & 255), float((r2[0] >> sh) & 255)), s)
+                hi = o + wp.cw_mul(wp.vec3(float(qhx), float((r1[3] >> sh) & 255), float((r2[1] >> sh) & 255)), s)
+                d = wp.max(wp.max(lo - p, wp.vec3(0.0)), p - hi)
+                key[j] = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
+    return key, refs
 
 
 @wp.func
@@ -136,8 +196,9 @@ def _leaf_point(p: wp.vec3, seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtyp
     return bound, best_id
 
 
-def _make_wide_kernel(kind: int, counting: bool, max_registers: int):
-    """The wide walk for ``POINT`` or ``TOPK`` queries; arguments as the binary search's where shared."""
+def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool):
+    """The wide walk for ``POINT`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
+    (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes; other arguments as the binary search's."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
 
     def search(
@@ -183,21 +244,12 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int):
             visited += 1
             if visited > num_nodes:  # each wide node is entered at most once: never loop
                 break
-            b = 8 * node
-            lx = load4(data, b)
-            hx = load4(data, b + 1)
-            ly = load4(data, b + 2)
-            hy = load4(data, b + 3)
-            lz = load4(data, b + 4)
-            hz = load4(data, b + 5)
-            refs = load4i(links, b + 6)
             key = wp.vec4(_INF)
-            for j in range(4):
-                if lx[j] <= hx[j]:
-                    dx = wp.max(wp.max(lx[j] - p[0], 0.0), p[0] - hx[j])
-                    dy = wp.max(wp.max(ly[j] - p[1], 0.0), p[1] - hy[j])
-                    dz = wp.max(wp.max(lz[j] - p[2], 0.0), p[2] - hz[j])
-                    key[j] = dx * dx + dy * dy + dz * dz
+            refs = wp.vec4i(0)
+            if wp.static(compressed):
+                key, refs = _keys_compressed(links, node, p)
+            else:
+                key, refs = _keys_full(data, links, node, p)
             d0, r0, d1, r1 = _sort2(key[0], refs[0], key[1], refs[1])
             d2, r2, d3, r3 = _sort2(key[2], refs[2], key[3], refs[3])
             d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
@@ -266,7 +318,8 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int):
                 best_id = -1
             out[i] = wp.int32(best_id)
 
-    name = f"nearest_edge_wide_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}_r{max_registers}"
+    name = (f"nearest_edge_wide{'_q' if compressed else ''}_{('point', 'ray', 'topk')[kind]}"
+            f"{'_counting' if counting else ''}_r{max_registers}")
     options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
@@ -274,10 +327,11 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int):
 _WIDE_KERNELS: dict = {}
 
 
-def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0):
-    """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers`` (0: none)."""
-    key = (kind, counting, int(max_registers))
+def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False):
+    """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers``
+    (0: none), over compressed nodes or not."""
+    key = (kind, counting, int(max_registers), bool(compressed))
     if key not in _WIDE_KERNELS:
-        _WIDE_KERNELS[key] = _make_wide_kernel(kind, counting, int(max_registers))
+        _WIDE_KERNELS[key] = _make_wide_kernel(kind, counting, int(max_registers), bool(compressed))
     return _WIDE_KERNELS[key]
 

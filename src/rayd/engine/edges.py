@@ -35,6 +35,13 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
+Optionally (``wide=``, ``RAYD_EDGE_WIDE=1`` or ``q``) the tree also gets a 4-wide copy that point
+and top-k searches walk instead (:mod:`rayd.engine.edge_wide`: the triangle engine's
+:class:`~rayd.engine.wide_nodes.WideNodes` over these packed nodes, four children's boxes per
+fetch; ``q``: their boxes quantised to 8 bits per plane, 64 bytes a node,
+:mod:`rayd.engine.edge_wide_q`); ray searches keep the binary walk; the refit refreshes it in one
+more launch.
+
 Refit (:meth:`EdgeBvh.refit`), the same for all builders: segments and leaf boxes from
 the live endpoints and mask, internal and packed boxes bottom up, in two launches (a slots
 launch, then a thread per leaf climbing with atomic counters,
@@ -102,7 +109,8 @@ LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
 #: Also keep a 4-wide copy of the tree for point and top-k searches (``edge_wide.py``; rays stay on
 #: the binary walk). Opt-in (``RAYD_EDGE_WIDE=1``, tree spec suffix ``+w`` in the benchmarks) until
 #: the H200 has timed it (CPU counts: benchmarks/README.md, "Issue 11, fifth pass").
-WIDE = os.environ.get("RAYD_EDGE_WIDE", "0") == "1"
+#: ``RAYD_EDGE_WIDE=q``: the same with compressed nodes (8-bit child boxes, 64 bytes; ``edge_wide_q.py``).
+WIDE: bool | str = {"1": True, "q": "q"}.get(os.environ.get("RAYD_EDGE_WIDE", "0").strip().lower(), False)
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -148,7 +156,8 @@ class EdgeBvh:
         builder: ``"sah"``, ``"lbvh"`` or ``"ploc"`` (see the module docstring); ``None``:
             ``DEFAULT_BUILDER``.
         leaf_size: most segments per leaf (1 to 16, 1 to 8 for ``"ploc"``; ``None``: ``DEFAULT_LEAF_SIZE``).
-        wide: also build the 4-wide copy :attr:`wide` (``None``: :data:`WIDE`); kept only for a
+        wide: also build the 4-wide copy :attr:`wide` (``True``; ``"q"``: with compressed nodes; ``None``:
+            :data:`WIDE`); kept only for a
             tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
 
     Building synchronises with the device a few times (small reads of tree sizes; the
@@ -167,7 +176,7 @@ class EdgeBvh:
         *,
         builder: str | None = None,
         leaf_size: int | None = None,
-        wide: bool | None = None,
+        wide: bool | str | None = None,
     ) -> None:
         n = edge_v.shape[0]
         if n == 0:
@@ -224,12 +233,13 @@ class EdgeBvh:
         #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
         self.wide = None
         self.refit(stream)
-        if (WIDE if wide is None else wide) and self.builder != "single" and self.num_edges > self.leaf_size \
+        mode = WIDE if wide is None else wide
+        if mode and self.builder != "single" and self.num_edges > self.leaf_size \
                 and self.leaf_size <= 8:
             from rayd.engine.edge_wide import EdgeWide  # here: edge_wide imports the search kernels, which import this
 
             with launch_stream(dev, stream):
-                tree = EdgeWide(self.node_box, self.node_link, self.depth, stream)
+                tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode == "q")
             self.wide = tree if tree.ok else None
 
     def _build_lbvh(self, stream) -> None:

@@ -90,11 +90,13 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
     if getattr(edges, "wide", None) is not None and kind != RAY:  # the 4-wide copy (opt-in, edge_wide.py)
         from rayd.engine.edge_wide import wide_kernel
 
-        nodes = edges.wide.nodes
+        wide = edges.wide
+        nodes, packed = wide.nodes, wide.compressed
+        data, links = (nodes.data, nodes.links) if packed is None else (packed.qf, packed.q)
         launch_offset_rows(
-            wide_kernel(kind, counting, edges.wide.max_registers),
+            wide_kernel(kind, counting, wide.max_registers, packed is not None),
             n,
-            [nodes.data, nodes.links, nodes.count, edges.seg, edges.slot_id, q0, _stride(q0, n), active,
+            [data, links, nodes.count, edges.seg, edges.slot_id, q0, _stride(q0, n), active,
              _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts],
             edges.device,
             stream,
