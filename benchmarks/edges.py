@@ -71,12 +71,12 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
     ``+w`` on any of them also builds the 4-wide copy that point and top-k searches then walk
     (``edges.WIDE``, ``engine/edge_wide.py``), e.g. ``ploc+w:8``; ``+w<R>`` caps its kernels at ``R``
     registers (``edge_wide.WIDE_MAX_REGISTERS``; ``+w0``: the compiler's choice); ``+q`` / ``+q<R>``: the
-    same with compressed wide nodes (``engine/edge_wide_q.py``)."""
+    same with compressed wide nodes (``engine/edge_wide_q.py``); ``+qs``: and quantised segment boxes."""
     if "+w" in builder or "+q" in builder:
         from rayd.engine import edge_wide
 
-        mode = "q" if "+q" in builder else True
-        builder, cap = builder.split("+q" if mode == "q" else "+w")
+        mode = "qs" if "+qs" in builder else "q" if "+q" in builder else True
+        builder, cap = builder.split({"qs": "+qs", "q": "+q", True: "+w"}[mode])
         saved_wide, saved_cap = edges_module.WIDE, edge_wide.WIDE_MAX_REGISTERS
         edges_module.WIDE = mode
         edge_wide.WIDE_MAX_REGISTERS = int(cap) if cap else saved_cap

@@ -61,7 +61,7 @@ def _brute(q, v, ends, mask, k):
     return np.sort(d, 1)[:, :k], d
 
 
-@pytest.mark.parametrize("mode", [True, "q"])
+@pytest.mark.parametrize("mode", [True, "q", "qs"])
 @pytest.mark.parametrize("builder,leaf", TREES)
 def test_wide_walk_returns_the_binary_walks_edges(device, builder, leaf, mode):
     v, ends = _grid_edges()
@@ -72,7 +72,7 @@ def test_wide_walk_returns_the_binary_walks_edges(device, builder, leaf, mode):
     binary = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=False)
     wide = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=mode)
     assert binary.wide is None and wide.wide is not None
-    assert (wide.wide.compressed is not None) == (mode == "q")
+    assert (wide.wide.compressed is not None) == (mode in ("q", "qs"))
     for k in (1, 8):
         ids_b, c_b = _answers(binary, q, k, device, counts=True)
         ids_w, c_w = _answers(wide, q, k, device, counts=True)
@@ -89,7 +89,7 @@ def test_wide_walk_returns_the_binary_walks_edges(device, builder, leaf, mode):
     assert (ids_w == -1).any() and (ids_w >= 0).any()
 
 
-@pytest.mark.parametrize("mode", [True, "q"])
+@pytest.mark.parametrize("mode", [True, "q", "qs"])
 def test_wide_walk_follows_refits_and_masks(device, mode):
     v, ends = _grid_edges()
     rng = np.random.default_rng(9)
@@ -105,7 +105,7 @@ def test_wide_walk_follows_refits_and_masks(device, mode):
     ids = _answers(bvh, q, 1, device)
     best, d = _brute(q.astype(np.float64), moved, ends, mask2, 1)
     np.testing.assert_allclose(d[np.arange(len(q)), ids], best[:, 0], rtol=2e-7, atol=1e-9)
-    if mode == "q":
+    if mode in ("q", "qs"):
         _check_compressed_boxes(bvh)
     m.assign(np.zeros(len(ends), np.uint8))  # everything masked: no answer
     bvh.refit()
@@ -150,6 +150,28 @@ def _check_compressed_boxes(bvh):
         assert (byte[~has, 0] > byte[~has, 1]).all()
         checked += int((~empty).sum())
     assert checked > 0
+    if not bvh.wide.compressed.seg_boxes:
+        return
+    segq = bvh.wide.compressed.segq.numpy().astype(np.int64) & 0xFFFFFFFF
+    seg = bvh.seg.numpy().reshape(-1, 2, 3)
+    live = bvh.slot_id.numpy() >= 0
+    seen = np.zeros(len(live), bool)
+    for w, j in zip(*np.nonzero(links[:, 6] < 0)):
+        if links[w, 7, j] < 0:
+            continue  # an empty slot repeating child 0's ref
+        code = -1 - int(links[w, 6, j])
+        for sl in range(code >> 3, (code >> 3) + (code & 7) + 1):
+            a, c = segq[sl]
+            byte = np.array([a & 255, a >> 8 & 255, a >> 16 & 255, a >> 24 & 255, c & 255, c >> 8 & 255], np.float32)
+            lo = origin[w] + byte[0::2] * scale[w]
+            hi = origin[w] + byte[1::2] * scale[w]
+            if not live[sl]:
+                assert byte[0] > byte[1]  # masked out: empty
+            else:
+                assert not (c >> 16 & 1)  # finite: on the grid
+                assert (lo <= seg[sl].min(0)).all() and (hi >= seg[sl].max(0)).all()
+            seen[sl] = True
+    assert seen.all()  # every slot lies in exactly one wide node's leaf
 
 
 @wp.kernel
@@ -201,7 +223,7 @@ def test_answers_do_not_depend_on_the_tree(device):
     arrays = _arrays(device, v, ends, mask)
     got = []
     for builder, leaf, wide in (("sah", 4, False), ("lbvh", 8, False), ("lbvh", 1, False), ("ploc", 8, False),
-                                ("ploc", 8, True), ("sah", 4, "q")):
+                                ("ploc", 8, True), ("sah", 4, "q"), ("lbvh", 8, "qs")):
         bvh = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=wide)
         got.append((_answers(bvh, q, 1, device), _answers(bvh, q, 8, device), _ray_answers(bvh, o, d, device)))
     for other in got[1:]:

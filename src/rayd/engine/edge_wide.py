@@ -89,6 +89,8 @@ class EdgeWide:
         stream: the stream to build on (``None`` on the CPU).
         compressed: also keep the 64-byte compressed nodes (:mod:`rayd.engine.edge_wide_q`), which the
             searches then read instead of the 112-byte ones.
+        seg, slot_id, seg_boxes: with ``compressed``, the edge tree's segments and slot ids, and whether
+            to keep their quantised boxes (8 bytes a slot), tested before each segment.
 
     The caller makes sure the root is a real internal node with leaves of at most
     :data:`MAX_LEAF` segments (``EdgeBvh`` builds one only then).
@@ -101,7 +103,8 @@ class EdgeWide:
     """
 
     def __init__(self, node_box: wp.array, node_link: wp.array, depth: int, stream: wp.Stream | None = None,
-                 compressed: bool = False) -> None:
+                 compressed: bool = False, seg: wp.array | None = None, slot_id: wp.array | None = None,
+                 seg_boxes: bool = False) -> None:
         device = node_box.device
         self.max_registers = WIDE_MAX_REGISTERS
         inner = node_box.shape[0] // 4
@@ -116,7 +119,8 @@ class EdgeWide:
         self.ok = bool(self.nodes.ok)
         self.compressed = None
         if compressed and self.ok:
-            self.compressed = CompressedWide(node_box, self.nodes.links, self.nodes.count, stream)
+            self.compressed = CompressedWide(node_box, self.nodes.links, self.nodes.count, seg, slot_id,
+                                             seg_boxes, stream)
         if stream is not None:
             wp.synchronize_stream(stream)  # before the temporary pair copy is released
 
@@ -156,8 +160,10 @@ def _keys_full(data: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), n
 
 
 @wp.func
-def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int, p: wp.vec3) -> tuple[wp.vec4, wp.vec4i]:
-    """The same for a compressed node (``edge_wide_q.py``): decoded boxes hold the true ones."""
+def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int,
+                     p: wp.vec3) -> tuple[wp.vec4, wp.vec4i, wp.vec3, wp.vec3]:
+    """The same for a compressed node (``edge_wide_q.py``): decoded boxes hold the true ones; also the
+    node's grid (origin, scales), on which its leaves' segment boxes are quantised."""
     r0 = load4i(q, 4 * node)
     r1 = load4i(q, 4 * node + 1)
     r2 = load4i(q, 4 * node + 2)
@@ -179,26 +185,26 @@ def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int, p: wp.vec3) -> tupl
                 hi = o + wp.cw_mul(wp.vec3(float(qhx), float((r1[3] >> sh) & 255), float((r2[1] >> sh) & 255)), s)
                 d = wp.max(wp.max(lo - p, wp.vec3(0.0)), p - hi)
                 key[j] = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
-    return key, refs
+    return key, refs, o, s
 
 
 @wp.func
-def _leaf_point(p: wp.vec3, seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32), first: int,
-                count: int, bound: float, best_id: int) -> tuple[float, int]:
-    """The leaf's segments against the best ``(bound, best_id)`` so far: the new best."""
-    for s in range(first, first + count):
-        dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
-        if dsq <= bound:
-            gid = int(slot_id[s])  # -1: masked out
-            if gid >= 0 and _better(dsq, gid, bound, best_id):
-                bound = dsq
-                best_id = gid
-    return bound, best_id
+def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
+    """Squared distance from ``p`` to a segment's box quantised on its node's grid (inf: masked out)."""
+    a = w[0]
+    lo = o + wp.cw_mul(wp.vec3(float(a & 255), float((a >> 16) & 255), float(w[1] & 255)), s)
+    hi = o + wp.cw_mul(wp.vec3(float((a >> 8) & 255), float((a >> 24) & 255), float((w[1] >> 8) & 255)), s)
+    if lo[0] > hi[0]:
+        return _INF
+    d = wp.max(wp.max(lo - p, wp.vec3(0.0)), p - hi)
+    return d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
 
 
-def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool):
+def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool):
     """The wide walk for ``POINT`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
-    (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes; other arguments as the binary search's."""
+    (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes, the latter optionally with the leaf
+    segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
+    search's. ``counts`` then holds the segments tested exactly."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
 
     def search(
@@ -207,6 +213,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         num_nodes: int,
         seg: wp.array(dtype=wp.vec3),
         slot_id: wp.array(dtype=wp.int32),
+        segq: wp.array(dtype=wp.vec2i),
         q0: wp.array(dtype=wp.vec3),
         q0_stride: int,
         active: wp.array(dtype=wp.uint8),
@@ -246,8 +253,10 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                 break
             key = wp.vec4(_INF)
             refs = wp.vec4i(0)
+            o = wp.vec3(0.0)
+            sc = wp.vec3(0.0)
             if wp.static(compressed):
-                key, refs = _keys_compressed(links, node, p)
+                key, refs, o, sc = _keys_compressed(links, node, p)
             else:
                 key, refs = _keys_full(data, links, node, p)
             d0, r0, d1, r1 = _sort2(key[0], refs[0], key[1], refs[1])
@@ -263,25 +272,32 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                     code = -1 - r
                     first = code >> 3
                     count = (code & 7) + 1
-                    if wp.static(counting):
-                        tested += count
-                    if wp.static(kind == TOPK):
-                        for s in range(first, first + count):
-                            dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
+                    for sl in range(first, first + count):
+                        near = int(1)
+                        if wp.static(seg_boxes):  # the segment's 8-byte box first
+                            if _seg_box_dsq(segq[sl], o, sc, p) > bound * _OPEN:
+                                near = 0
+                        if near != 0:
+                            if wp.static(counting):
+                                tested += 1
+                            dsq = _point_segment_dsq(p, seg[2 * sl], seg[2 * sl + 1])
                             if dsq <= bound:
-                                gid = int(slot_id[s])
-                                if gid >= 0 and _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
-                                    m = k - 1  # sorted insertion into the fixed-size list
-                                    while m > 0 and _better(dsq, gid, heap_d[m - 1], int(heap_id[m - 1])):
-                                        heap_d[m] = heap_d[m - 1]
-                                        heap_id[m] = heap_id[m - 1]
-                                        m -= 1
-                                    heap_d[m] = dsq
-                                    heap_id[m] = wp.int32(gid)
-                                    if heap_id[k - 1] != _NO_ID:
-                                        bound = wp.min(bound, heap_d[k - 1])
-                    else:
-                        bound, best_id = _leaf_point(p, seg, slot_id, first, count, bound, best_id)
+                                gid = int(slot_id[sl])  # -1: masked out
+                                if gid >= 0:
+                                    if wp.static(kind == TOPK):
+                                        if _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
+                                            m = k - 1  # sorted insertion into the fixed-size list
+                                            while m > 0 and _better(dsq, gid, heap_d[m - 1], int(heap_id[m - 1])):
+                                                heap_d[m] = heap_d[m - 1]
+                                                heap_id[m] = heap_id[m - 1]
+                                                m -= 1
+                                            heap_d[m] = dsq
+                                            heap_id[m] = wp.int32(gid)
+                                            if heap_id[k - 1] != _NO_ID:
+                                                bound = wp.min(bound, heap_d[k - 1])
+                                    elif _better(dsq, gid, bound, best_id):
+                                        bound = dsq
+                                        best_id = gid
             nxt = int(-1)
             nxt_key = float(0.0)
             for jj in range(4):  # inner children within the radius: the nearest next, the others pushed
@@ -318,7 +334,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                 best_id = -1
             out[i] = wp.int32(best_id)
 
-    name = (f"nearest_edge_wide{'_q' if compressed else ''}_{('point', 'ray', 'topk')[kind]}"
+    name = (f"nearest_edge_wide{'_q' if compressed else ''}{'s' if seg_boxes else ''}_{('point', 'ray', 'topk')[kind]}"
             f"{'_counting' if counting else ''}_r{max_registers}")
     options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
@@ -327,11 +343,12 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
 _WIDE_KERNELS: dict = {}
 
 
-def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False):
+def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
+                seg_boxes: bool = False):
     """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers``
-    (0: none), over compressed nodes or not."""
-    key = (kind, counting, int(max_registers), bool(compressed))
+    (0: none), over compressed nodes or not, with quantised segment boxes or not."""
+    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes))
     if key not in _WIDE_KERNELS:
-        _WIDE_KERNELS[key] = _make_wide_kernel(kind, counting, int(max_registers), bool(compressed))
+        _WIDE_KERNELS[key] = _make_wide_kernel(*key)
     return _WIDE_KERNELS[key]
 

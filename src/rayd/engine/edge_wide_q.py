@@ -28,6 +28,7 @@ from rayd.engine.wide_nodes import _child_box
 wp.set_module_options({"enable_backward": False})
 
 _OPEN_ALL = wp.constant(1 << 24)
+_ALWAYS = wp.constant(1 << 16)
 _BIG = wp.constant(3.0e38)
 
 
@@ -56,10 +57,35 @@ def _quantise(lo: float, hi: float, origin: float, s: float) -> wp.vec2i:
     return wp.vec2i(a, b)
 
 
+@wp.func
+def _seg_word(a: wp.vec3, b: wp.vec3, live: int, origin: wp.vec3, e: wp.vec3i) -> wp.vec2i:
+    """A segment's box on its node's grid: ``(lo.x | hi.x << 8 | lo.y << 16 | hi.y << 24, lo.z | hi.z << 8)``;
+    masked out (``live = 0``): empty (``lo.x = 255 > hi.x = 0``); a box off the grid (not finite):
+    bit 16 of the second word, "always test"."""
+    if live == 0:
+        return wp.vec2i(255, 0)
+    lo = wp.min(a, b)
+    hi = wp.max(a, b)
+    if not (wp.isfinite(lo) and wp.isfinite(hi)):
+        return wp.vec2i(0, _ALWAYS)
+    x = wp.vec3i(0)
+    y = wp.vec3i(0)
+    for k in range(3):
+        s = bits_float(e[k] << 23)
+        if lo[k] < origin[k] or hi[k] > origin[k] + 255.0 * s:
+            return wp.vec2i(0, _ALWAYS)
+        qb = _quantise(lo[k], hi[k], origin[k], s)
+        x[k] = qb[0]
+        y[k] = qb[1]
+    return wp.vec2i(x[0] | (y[0] << 8) | (x[1] << 16) | (y[1] << 24), x[2] | (y[2] << 8))
+
+
 @wp.kernel
 def _compress_kernel(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i),
-                     q: wp.array(dtype=wp.vec4i)):
-    """Wide node ``w``: its children's boxes (from the edge tree's packed nodes) quantised."""
+                     seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32), seg_boxes: int,
+                     q: wp.array(dtype=wp.vec4i), segq: wp.array(dtype=wp.vec2i)):
+    """Wide node ``w``: its children's boxes (from the edge tree's packed nodes) quantised; with
+    ``seg_boxes``, also the boxes of its leaf children's segments, on the same grid."""
     w = wp.tid()
     codes = wlinks[8 * w + 7]
     origin = wp.vec3(_BIG)
@@ -107,25 +133,54 @@ def _compress_kernel(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=w
                         e[0] | (e[1] << 8) | (e[2] << 16) | flags)
     q[4 * w + 1] = words
     q[4 * w + 2] = zw
-    q[4 * w + 3] = wlinks[8 * w + 6]
+    refs = wlinks[8 * w + 6]
+    q[4 * w + 3] = refs
+    if seg_boxes != 0:
+        for j in range(4):
+            if codes[j] >= 0 and refs[j] < 0:
+                code = -1 - refs[j]
+                first = code >> 3
+                for sl in range(first, first + (code & 7) + 1):
+                    live = int(slot_id[sl] >= 0)
+                    segq[sl] = _seg_word(seg[2 * sl], seg[2 * sl + 1], live, origin, e)
 
 
 class CompressedWide:
-    """The compressed rows ``q`` (``wp.array(dtype=wp.vec4i)``, (4 W,)) of a :class:`WideNodes` over an
-    edge tree's ``node_box`` (see the module docstring); :meth:`refresh` after each refit."""
+    """The compressed rows of a :class:`WideNodes` over an edge tree (see the module docstring).
 
-    def __init__(self, node_box: wp.array, wlinks: wp.array, count: int, stream: wp.Stream | None = None) -> None:
-        self.node_box, self.wlinks, self.count = node_box, wlinks, count
-        self.q = wp.zeros(4 * count, dtype=wp.vec4i, device=node_box.device)
-        self.qf = wp.array(ptr=self.q.ptr, dtype=wp.vec4, shape=self.q.shape, device=node_box.device)
+    Args:
+        node_box: the edge tree's packed nodes (``EdgeBvh.node_box``), refitted.
+        wlinks: the wide nodes' ``links`` (refs in row 6, box codes in row 7).
+        count: W, the wide nodes.
+        seg, slot_id: the edge tree's segments and slot ids (``EdgeBvh.seg`` / ``slot_id``): with
+            ``seg_boxes``, each slot's segment box is quantised on its leaf's node grid (``segq``).
+        seg_boxes: keep ``segq`` (8 bytes a slot), which the walk tests before each segment.
+        stream: the stream to build on (``None`` on the CPU).
+
+    Attributes:
+        q: ``wp.array(dtype=wp.vec4i)`` (4 W,); qf: the same memory as ``wp.vec4``.
+        segq: ``wp.array(dtype=wp.vec2i)`` (slots,), or a one-entry dummy without ``seg_boxes``.
+
+    :meth:`refresh` after each refit (one launch).
+    """
+
+    def __init__(self, node_box: wp.array, wlinks: wp.array, count: int, seg: wp.array, slot_id: wp.array,
+                 seg_boxes: bool = False, stream: wp.Stream | None = None) -> None:
+        dev = node_box.device
+        self.node_box, self.wlinks, self.count, self.seg, self.slot_id = node_box, wlinks, count, seg, slot_id
+        self.seg_boxes = bool(seg_boxes)
+        self.q = wp.zeros(4 * count, dtype=wp.vec4i, device=dev)
+        self.qf = wp.array(ptr=self.q.ptr, dtype=wp.vec4, shape=self.q.shape, device=dev)
+        self.segq = wp.zeros(slot_id.shape[0] if seg_boxes else 1, dtype=wp.vec2i, device=dev)
         self.refresh(stream)
 
     @property
     def nbytes(self) -> int:
-        """Bytes of the compressed nodes."""
-        return 64 * self.count
+        """Bytes of the compressed nodes (and segment boxes)."""
+        return 64 * self.count + (8 * self.segq.shape[0] if self.seg_boxes else 0)
 
     def refresh(self, stream: wp.Stream | None = None) -> None:
-        """Quantise the children's boxes again from the refitted ``node_box`` (one launch)."""
-        wp.launch(_compress_kernel, self.count, [self.node_box, self.wlinks], [self.q], device=self.q.device,
-                  stream=stream)
+        """Quantise the boxes again from the refitted ``node_box`` and ``seg`` (one launch)."""
+        wp.launch(_compress_kernel, self.count,
+                  [self.node_box, self.wlinks, self.seg, self.slot_id, int(self.seg_boxes)], [self.q, self.segq],
+                  device=self.q.device, stream=stream)

@@ -110,7 +110,9 @@ LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
 #: the binary walk). Opt-in (``RAYD_EDGE_WIDE=1``, tree spec suffix ``+w`` in the benchmarks) until
 #: the H200 has timed it (CPU counts: benchmarks/README.md, "Issue 11, fifth pass").
 #: ``RAYD_EDGE_WIDE=q``: the same with compressed nodes (8-bit child boxes, 64 bytes; ``edge_wide_q.py``).
-WIDE: bool | str = {"1": True, "q": "q"}.get(os.environ.get("RAYD_EDGE_WIDE", "0").strip().lower(), False)
+#: ``qs``: also the leaf segments' boxes quantised on their node's grid (8 bytes a slot), tested first.
+WIDE: bool | str = {"1": True, "q": "q", "qs": "qs"}.get(os.environ.get("RAYD_EDGE_WIDE", "0").strip().lower(),
+                                                         False)
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -156,8 +158,8 @@ class EdgeBvh:
         builder: ``"sah"``, ``"lbvh"`` or ``"ploc"`` (see the module docstring); ``None``:
             ``DEFAULT_BUILDER``.
         leaf_size: most segments per leaf (1 to 16, 1 to 8 for ``"ploc"``; ``None``: ``DEFAULT_LEAF_SIZE``).
-        wide: also build the 4-wide copy :attr:`wide` (``True``; ``"q"``: with compressed nodes; ``None``:
-            :data:`WIDE`); kept only for a
+        wide: also build the 4-wide copy :attr:`wide` (``True``; ``"q"``: with compressed nodes; ``"qs"``:
+            and quantised segment boxes; ``None``: :data:`WIDE`); kept only for a
             tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
 
     Building synchronises with the device a few times (small reads of tree sizes; the
@@ -239,7 +241,8 @@ class EdgeBvh:
             from rayd.engine.edge_wide import EdgeWide  # here: edge_wide imports the search kernels, which import this
 
             with launch_stream(dev, stream):
-                tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode == "q")
+                tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode in ("q", "qs"),
+                                seg=self.seg, slot_id=self.slot_id, seg_boxes=mode == "qs")
             self.wide = tree if tree.ok else None
 
     def _build_lbvh(self, stream) -> None:
