@@ -153,7 +153,17 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     out = wp.empty((n, k), dtype=wp.int32, device=dev) if k > 1 else wp.empty(n, dtype=wp.int32, device=dev)
     fn = search.nearest_edges_point if k > 1 else search.nearest_edge_point
     fn(bvh, q, one, np.inf, out, counts=counts)
-    c = counts.numpy()
+    c = counts.numpy().copy()  # (on the CPU .numpy() shares the memory, and counts is reused below)
+    slots = c[:, 1]  # segments whose data a query reads (with quantised segment boxes: their 8-byte boxes)
+    packed = bvh.wide.compressed if bvh.wide is not None else None
+    seg_boxes = packed is not None and packed.seg_boxes
+    if seg_boxes:  # the same walk without the segment boxes reads every slot
+        packed.seg_boxes = False
+        try:
+            fn(bvh, q, one, np.inf, out, counts=counts)
+            slots = counts.numpy()[:, 1].copy()
+        finally:
+            packed.seg_boxes = True
     extra = {}
     if rays:
         r = ray_counts(bvh, q.numpy(), vertices, dev)
@@ -183,7 +193,9 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
         "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
         "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
         "visited_p99": int(np.percentile(c[:, 0], 99)),
-        "kb_per_query": round(float(c[:, 0].mean() * (64 if bvh.wide is None or bvh.wide.compressed is not None else 112) + c[:, 1].mean() * 24) / 1e3, 2),
+        "kb_per_query": round(float(c[:, 0].mean() * (64 if bvh.wide is None or packed is not None else 112)
+                                    + c[:, 1].mean() * 24 + (slots.mean() * 8 if seg_boxes else 0)) / 1e3, 2),
+        "slots_mean": round(float(slots.mean()), 1),
         "wide": bvh.wide is not None, "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
         "search_ms": round(search_ms, 2), "device": device, **extra,
     }
