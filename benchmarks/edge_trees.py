@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
-from benchmarks.edges import box_points, make_tree  # noqa: E402
+from benchmarks.edges import box_points, make_tree, wide_tag  # noqa: E402
 from benchmarks.edges import workloads as edge_workloads  # noqa: E402
 from benchmarks.workloads import load_scan  # noqa: E402
 
@@ -190,7 +190,7 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     search_ms = (time.perf_counter() - start) * 1e3
     return {
         "benchmark": "edge_trees", "workload": name, "builder": builder, "leaf_size": leaf, "edges": len(ends),
-        "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
+        "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}{wide_tag(bvh)}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
         "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
         "visited_p99": int(np.percentile(c[:, 0], 99)),
         "kb_per_query": round(float(c[:, 0].mean() * (64 if bvh.wide is None or packed is not None else 112)

@@ -114,6 +114,16 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
     return EdgeBvh(pts, ev, mask, stream, builder=builder, leaf_size=leaf)
 
 
+def wide_tag(tree: EdgeBvh) -> str:
+    """``+w`` / ``+q`` / ``+qs`` for the tree's wide copy (see :func:`make_tree`), ``""`` for none."""
+    wide = getattr(tree, "wide", None)
+    if wide is None:
+        return ""
+    if wide.compressed is None:
+        return "+w"
+    return "+qs" if wide.compressed.seg_boxes else "+q"
+
+
 def box_points(vertices: np.ndarray, n: int, seed: int) -> np.ndarray:
     """``n`` uniform points in the mesh's bounding box."""
     lo, hi = vertices.min(0), vertices.max(0)
@@ -248,7 +258,7 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float, tree
         _sync(device)
         tree_rows.append({
             "benchmark": "edges_tree", "workload": name, "tree": f"{builder}:{leaf}", "edges": int(num_edges),
-            "built_as": f"{tree.builder}:{tree.leaf_size}", "fallback_error": tree.fallback_error,
+            "built_as": f"{tree.builder}{wide_tag(tree)}:{tree.leaf_size}", "fallback_error": tree.fallback_error,
             "points": n, "k": k, "depth": tree.depth, "bvh_build_ms": round(statistics.median(builds), 3),
             "refit_ms": round(timed(lambda: tree.refit(stream), device, reps), 3),
             "search_unsorted_ms": round(ms["unsorted"], 3), "search_sorted_ms": round(ms["sorted"], 3),
@@ -313,7 +323,7 @@ def main() -> None:
               f"{row['search_unsorted_ms']:8.2f}m {row['search_sorted_ms']:8.2f}m {row['query_ms']:8.2f}m {row['refit_ms']:7.2f}m {brute:>9s}m "
               f"{row['rayd08_h200_ms']:7.0f}m {row['goal_h200_ms']:5.0f}m  (default tree {row['builder']})", flush=True)
         for t in tree_rows:
-            print(f"  tree {t['tree']:9s} built as {t['built_as']:8s} depth {t['depth']:3d}  build {t['bvh_build_ms']:9.2f}m  refit {t['refit_ms']:7.3f}m  "
+            print(f"  tree {t['tree']:11s} built as {t['built_as']:11s} depth {t['depth']:3d}  build {t['bvh_build_ms']:9.2f}m  refit {t['refit_ms']:7.3f}m  "
                   f"search unsorted {t['search_unsorted_ms']:9.2f}m  sorted {t['search_sorted_ms']:9.2f}m  "
                   f"max rel err {t['max_rel_distance_err']:.1e}", flush=True)
     print("# times in ms; '~' = brute force extrapolated from a subset; RayD 0.8 and goals are H200 figures")

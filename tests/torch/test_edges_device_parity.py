@@ -32,8 +32,8 @@ def _answers(device):
     return point.global_edge_id.cpu(), ray.global_edge_id.cpu(), top.global_edge_id.cpu()
 
 
-@pytest.mark.parametrize("builders,wide", [(None, False), ("ploc", False), ("ploc", True), ("lbvh", True), ("ploc", "q"),
-                                                   ("ploc", "qs")])
+@pytest.mark.parametrize("builders,wide", [(None, False), ("ploc", False), ("ploc", True), ("lbvh", True),
+                                           ("ploc", "q"), ("ploc", "qs")])
 def test_nearest_edges_equal_on_cpu_and_cuda(cuda_device, monkeypatch, builders, wide):
     if builders is not None:
         monkeypatch.setitem(edges.DEFAULT_BUILDER, "cpu", builders)
