@@ -69,7 +69,7 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
     ``lbvh30a`` is the tree of commit 811b89b), ``lbvhc`` (the LBVH, compact node array) or ``ploc-p<pad>-r<radius>-t<C_T>`` (any of the
     parts: box padding in mean segment lengths, PLOC radius, node cost with ``C_I = 1``); a suffix
     ``+w`` on any of them also builds the 4-wide copy that point and top-k searches then walk
-    (``edges.WIDE``, ``engine/edge_wide.py``), e.g. ``ploc+w:8``; ``+w<R>`` caps its kernels at ``R``
+    (``edges.DEFAULT_WIDE``, ``engine/edge_wide.py``), e.g. ``ploc+w:8``; ``+w<R>`` caps its kernels at ``R``
     registers (``edge_wide.WIDE_MAX_REGISTERS``; ``+w0``: the compiler's choice); ``+q`` / ``+q<R>``: the
     same with compressed wide nodes (``engine/edge_wide_q.py``); ``+qs``: and quantised segment boxes."""
     if "+w" in builder or "+q" in builder:
@@ -77,13 +77,14 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
 
         mode = "qs" if "+qs" in builder else "q" if "+q" in builder else True
         builder, cap = builder.split({"qs": "+qs", "q": "+q", True: "+w"}[mode])
-        saved_wide, saved_cap = edges_module.WIDE, edge_wide.WIDE_MAX_REGISTERS
-        edges_module.WIDE = mode
+        saved_wide, saved_cap = dict(edges_module.DEFAULT_WIDE), edge_wide.WIDE_MAX_REGISTERS
+        edges_module.DEFAULT_WIDE.update(cpu=mode, cuda=mode)
         edge_wide.WIDE_MAX_REGISTERS = int(cap) if cap else saved_cap
         try:
             return make_tree(pts, ev, mask, builder, leaf, stream)
         finally:
-            edges_module.WIDE, edge_wide.WIDE_MAX_REGISTERS = saved_wide, saved_cap
+            edges_module.DEFAULT_WIDE.update(saved_wide)
+            edge_wide.WIDE_MAX_REGISTERS = saved_cap
     if builder.startswith("ploc-"):  # ploc-p<pad>-r<radius>-t<C_T>: PLOC knobs (edges.PLOC_*)
         saved = edges_module.PLOC_PAD, edges_module.PLOC_RADIUS, edges_module.PLOC_COSTS
         for part in builder.split("-")[1:]:

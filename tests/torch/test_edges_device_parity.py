@@ -38,7 +38,8 @@ def test_nearest_edges_equal_on_cpu_and_cuda(cuda_device, monkeypatch, builders,
     if builders is not None:
         monkeypatch.setitem(edges.DEFAULT_BUILDER, "cpu", builders)
         monkeypatch.setitem(edges.DEFAULT_BUILDER, "cuda", builders)
-    monkeypatch.setattr(edges, "WIDE", wide)
+    monkeypatch.setitem(edges.DEFAULT_WIDE, "cpu", wide)
+    monkeypatch.setitem(edges.DEFAULT_WIDE, "cuda", wide)
     cpu = _answers("cpu")
     gpu = _answers(cuda_device)
     for a, b in zip(cpu, gpu):

@@ -35,7 +35,7 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
-Optionally (``wide=``, ``RAYD_EDGE_WIDE=1`` or ``q``) the tree also gets a 4-wide copy that point
+Optionally (``wide=``, ``DEFAULT_WIDE``, ``RAYD_EDGE_WIDE``) the tree also gets a 4-wide copy that point
 and top-k searches walk instead (:mod:`rayd.engine.edge_wide`: the triangle engine's
 :class:`~rayd.engine.wide_nodes.WideNodes` over these packed nodes, four children's boxes per
 fetch; ``q``: their boxes quantised to 8 bits per plane, 64 bytes a node,
@@ -106,13 +106,16 @@ PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_N
 #: Karras nodes inside collapsed leaves; the same tree and walk, a 4-5 x smaller node array with
 #: leaves of 8). Opt-in (``RAYD_EDGE_LBVH_COMPACT=1``) until the H200 has timed it.
 LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
-#: Also keep a 4-wide copy of the tree for point and top-k searches (``edge_wide.py``; rays stay on
-#: the binary walk). Opt-in (``RAYD_EDGE_WIDE=1``, tree spec suffix ``+w`` in the benchmarks) until
-#: the H200 has timed it (CPU counts: benchmarks/README.md, "Issue 11, fifth pass").
-#: ``RAYD_EDGE_WIDE=q``: the same with compressed nodes (8-bit child boxes, 64 bytes; ``edge_wide_q.py``).
-#: ``qs``: also the leaf segments' boxes quantised on their node's grid (8 bytes a slot), tested first.
-WIDE: bool | str = {"1": True, "q": "q", "qs": "qs"}.get(os.environ.get("RAYD_EDGE_WIDE", "0").strip().lower(),
-                                                         False)
+#: Per device kind, whether trees also keep a 4-wide copy for point and top-k searches
+#: (``edge_wide.py``; rays stay on the binary walk): ``False``, ``True`` (112-byte nodes), ``"q"``
+#: (compressed 64-byte nodes, ``edge_wide_q.py``) or ``"qs"`` (and quantised leaf-segment boxes,
+#: 8 bytes a slot, tested before each segment). ``RAYD_EDGE_WIDE`` (``0``, ``1``, ``q``, ``qs``)
+#: overrides the CUDA entry. Opt-in until the H200 has timed it (counts: 2.3 x fewer node fetches,
+#: ``qs`` 43-45 % fewer bytes per query than the binary LBVH; on the CPU the compressed walks ran
+#: slower: benchmarks/README.md, "Issue 11, fifth pass"). Tree spec suffixes ``+w``/``+q``/``+qs``
+#: in the benchmarks.
+DEFAULT_WIDE: dict = {"cpu": False, "cuda": {"1": True, "q": "q", "qs": "qs"}.get(
+    os.environ.get("RAYD_EDGE_WIDE", "0").strip().lower(), False)}
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -159,7 +162,7 @@ class EdgeBvh:
             ``DEFAULT_BUILDER``.
         leaf_size: most segments per leaf (1 to 16, 1 to 8 for ``"ploc"``; ``None``: ``DEFAULT_LEAF_SIZE``).
         wide: also build the 4-wide copy :attr:`wide` (``True``; ``"q"``: with compressed nodes; ``"qs"``:
-            and quantised segment boxes; ``None``: :data:`WIDE`); kept only for a
+            and quantised segment boxes; ``None``: :data:`DEFAULT_WIDE` of the device); kept only for a
             tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
 
     Building synchronises with the device a few times (small reads of tree sizes; the
@@ -235,7 +238,7 @@ class EdgeBvh:
         #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
         self.wide = None
         self.refit(stream)
-        mode = WIDE if wide is None else wide
+        mode = DEFAULT_WIDE["cpu" if dev.is_cpu else "cuda"] if wide is None else wide
         if mode and self.builder != "single" and self.num_edges > self.leaf_size \
                 and self.leaf_size <= 8:
             from rayd.engine.edge_wide import EdgeWide  # here: edge_wide imports the search kernels, which import this
