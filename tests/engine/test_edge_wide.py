@@ -112,6 +112,22 @@ def test_wide_walk_follows_refits_and_masks(device, mode):
     assert (_answers(bvh, q, 1, device) == -1).all()
 
 
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_wide_walks_with_a_non_finite_vertex(device, bad):
+    """A vertex at NaN / inf: its edges never win, every walk still finds the nearest finite edge."""
+    v, ends = _grid_edges(16)
+    v[37] = [bad, 0.5, bad]
+    q = np.random.default_rng(1).uniform(-0.2, 1.2, (1000, 3)).astype(np.float32)
+    arrays = _arrays(device, v, ends, np.ones(len(ends), np.uint8))
+    with np.errstate(all="ignore"):
+        _, d = _brute(q.astype(np.float64), v, ends, np.ones(len(ends)), 1)
+    d[:, ~np.isfinite(v[ends]).all((1, 2))] = np.inf
+    for mode in (False, True, "q", "qs"):
+        ids = _answers(EdgeBvh(*arrays, builder="ploc", leaf_size=8, wide=mode), q, 1, device)
+        assert (ids >= 0).all()
+        np.testing.assert_allclose(d[np.arange(len(q)), ids], d.min(1), rtol=2e-7)
+
+
 def test_wide_copy_only_where_it_applies(device):
     v, ends = _grid_edges(6)
     arrays = _arrays(device, v, ends, np.ones(len(ends), np.uint8))

@@ -190,7 +190,10 @@ def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int,
 
 @wp.func
 def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
-    """Squared distance from ``p`` to a segment's box quantised on its node's grid (inf: masked out)."""
+    """Squared distance from ``p`` to a segment's box quantised on its node's grid (inf: masked out;
+    0: a box off the grid, always tested)."""
+    if (w[1] & 65536) != 0:
+        return 0.0
     a = w[0]
     lo = o + wp.cw_mul(wp.vec3(float(a & 255), float((a >> 16) & 255), float(w[1] & 255)), s)
     hi = o + wp.cw_mul(wp.vec3(float((a >> 8) & 255), float((a >> 24) & 255), float((w[1] >> 8) & 255)), s)
