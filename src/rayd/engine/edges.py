@@ -36,7 +36,7 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   ``lo = +inf, hi = -inf``, which no query enters).
 
 Optionally (``wide=``, ``DEFAULT_WIDE``, ``RAYD_EDGE_WIDE``) the tree also gets a 4-wide copy that point
-and top-k searches walk instead (:mod:`rayd.engine.edge_wide`: the triangle engine's
+and top-k searches walk instead (:mod:`rayd.engine.edge_wide`, :mod:`rayd.engine.edge_wide_walk`: the triangle engine's
 :class:`~rayd.engine.wide_nodes.WideNodes` over these packed nodes, four children's boxes per
 fetch; ``q``: their boxes quantised to 8 bits per plane, 64 bytes a node,
 :mod:`rayd.engine.edge_wide_q`); ray searches keep the binary walk; the refit refreshes it in one
@@ -63,6 +63,7 @@ import warp as wp
 
 from rayd.engine.edge_lbvh import Lbvh
 from rayd.engine.edge_ploc import PlocEdgeTree
+from rayd.engine.edge_wide import EdgeWide
 from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
 from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
@@ -241,8 +242,6 @@ class EdgeBvh:
         mode = DEFAULT_WIDE["cpu" if dev.is_cpu else "cuda"] if wide is None else wide
         if mode and self.builder != "single" and self.num_edges > self.leaf_size \
                 and self.leaf_size <= 8:
-            from rayd.engine.edge_wide import EdgeWide  # here: edge_wide imports the search kernels, which import this
-
             with launch_stream(dev, stream):
                 tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode in ("q", "qs"),
                                 seg=self.seg, slot_id=self.slot_id, seg_boxes=mode == "qs")

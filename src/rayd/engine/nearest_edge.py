@@ -18,6 +18,7 @@ import math
 
 import warp as wp
 
+from rayd.engine.edge_wide_walk import wide_kernel
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of this module's API
     MAX_K,
@@ -88,8 +89,6 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
     if counts is None:
         counts = _dummy_counts(edges.device)
     if getattr(edges, "wide", None) is not None and kind != RAY:  # the 4-wide copy (opt-in, edge_wide.py)
-        from rayd.engine.edge_wide import wide_kernel
-
         wide = edges.wide
         nodes, packed = wide.nodes, wide.compressed
         data, links = (nodes.data, nodes.links) if packed is None else (packed.qf, packed.q)
