@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
-from benchmarks.edges import box_points, make_tree  # noqa: E402
+from benchmarks.edges import box_points, make_tree, wide_tag  # noqa: E402
 from benchmarks.edges import workloads as edge_workloads  # noqa: E402
 from benchmarks.workloads import load_scan  # noqa: E402
 
@@ -153,7 +153,17 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     out = wp.empty((n, k), dtype=wp.int32, device=dev) if k > 1 else wp.empty(n, dtype=wp.int32, device=dev)
     fn = search.nearest_edges_point if k > 1 else search.nearest_edge_point
     fn(bvh, q, one, np.inf, out, counts=counts)
-    c = counts.numpy()
+    c = counts.numpy().copy()  # (on the CPU .numpy() shares the memory, and counts is reused below)
+    slots = c[:, 1]  # segments whose data a query reads (with quantised segment boxes: their 8-byte boxes)
+    packed = bvh.wide.compressed if bvh.wide is not None else None
+    seg_boxes = packed is not None and packed.seg_boxes
+    if seg_boxes:  # the same walk without the segment boxes reads every slot
+        packed.seg_boxes = False
+        try:
+            fn(bvh, q, one, np.inf, out, counts=counts)
+            slots = counts.numpy()[:, 1].copy()
+        finally:
+            packed.seg_boxes = True
     extra = {}
     if rays:
         r = ray_counts(bvh, q.numpy(), vertices, dev)
@@ -180,9 +190,13 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
     search_ms = (time.perf_counter() - start) * 1e3
     return {
         "benchmark": "edge_trees", "workload": name, "builder": builder, "leaf_size": leaf, "edges": len(ends),
-        "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
+        "queries": n, "k": k, "depth": bvh.depth, "built_as": f"{bvh.builder}{wide_tag(bvh)}:{bvh.leaf_size}", "inner_nodes": bvh.num_inner, "sah_cost": round(sah_cost(bvh), 2),
         "visited_mean": round(float(c[:, 0].mean()), 1), "tested_mean": round(float(c[:, 1].mean()), 1),
-        "visited_p99": int(np.percentile(c[:, 0], 99)), "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
+        "visited_p99": int(np.percentile(c[:, 0], 99)),
+        "kb_per_query": round(float(c[:, 0].mean() * (64 if bvh.wide is None or packed is not None else 112)
+                                    + c[:, 1].mean() * 24 + (slots.mean() * 8 if seg_boxes else 0)) / 1e3, 2),
+        "slots_mean": round(float(slots.mean()), 1),
+        "wide": bvh.wide is not None, "build_ms": round(build_ms, 1), "refit_ms": round(refit_ms, 2),
         "search_ms": round(search_ms, 2), "device": device, **extra,
     }
 
@@ -218,7 +232,7 @@ def main() -> None:
             row["size"] = args.size
             print(f"{name:20s} {builder + ':' + str(leaf):8s} {row['edges']:8d} {row['depth']:5d} {row['sah_cost']:7.1f} "
                   f"{row['visited_mean']:8.1f} {row['tested_mean']:8.1f} {row['visited_p99']:7d} "
-                  f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m"
+                  f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m  KB {row['kb_per_query']:.1f}"
                   + (f"  necessary {row['necessary_mean']:.1f}" if "necessary_mean" in row else "")
                   + (f"  rays {row['ray_visited_mean']:.1f} / {row['ray_tested_mean']:.1f}" if "ray_visited_mean" in row
                      else ""), flush=True)

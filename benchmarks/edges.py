@@ -67,7 +67,24 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
     """``EdgeBvh`` of a tree spec: ``sah``, ``lbvh``, ``ploc`` (the builders' defaults),
     ``lbvh<bits><c|a>`` (Morton key bits 30 / 63, ``c`` cubic cells, ``a`` per-axis scaling;
     ``lbvh30a`` is the tree of commit 811b89b), ``lbvhc`` (the LBVH, compact node array) or ``ploc-p<pad>-r<radius>-t<C_T>`` (any of the
-    parts: box padding in mean segment lengths, PLOC radius, node cost with ``C_I = 1``)."""
+    parts: box padding in mean segment lengths, PLOC radius, node cost with ``C_I = 1``); a suffix
+    ``+w`` on any of them also builds the 4-wide copy that point and top-k searches then walk
+    (``edges.DEFAULT_WIDE``, ``engine/edge_wide.py``), e.g. ``ploc+w:8``; ``+w<R>`` caps its kernels at ``R``
+    registers (``edge_wide.WIDE_MAX_REGISTERS``; ``+w0``: the compiler's choice); ``+q`` / ``+q<R>``: the
+    same with compressed wide nodes (``engine/edge_wide_q.py``); ``+qs``: and quantised segment boxes."""
+    if "+w" in builder or "+q" in builder:
+        from rayd.engine import edge_wide
+
+        mode = "qs" if "+qs" in builder else "q" if "+q" in builder else True
+        builder, cap = builder.split({"qs": "+qs", "q": "+q", True: "+w"}[mode])
+        saved_wide, saved_cap = dict(edges_module.DEFAULT_WIDE), edge_wide.WIDE_MAX_REGISTERS
+        edges_module.DEFAULT_WIDE.update(cpu=mode, cuda=mode)
+        edge_wide.WIDE_MAX_REGISTERS = int(cap) if cap else saved_cap
+        try:
+            return make_tree(pts, ev, mask, builder, leaf, stream)
+        finally:
+            edges_module.DEFAULT_WIDE.update(saved_wide)
+            edge_wide.WIDE_MAX_REGISTERS = saved_cap
     if builder.startswith("ploc-"):  # ploc-p<pad>-r<radius>-t<C_T>: PLOC knobs (edges.PLOC_*)
         saved = edges_module.PLOC_PAD, edges_module.PLOC_RADIUS, edges_module.PLOC_COSTS
         for part in builder.split("-")[1:]:
@@ -96,6 +113,16 @@ def make_tree(pts, ev, mask, builder: str, leaf: int, stream=None) -> EdgeBvh:
         finally:
             edges_module.LBVH_KEY_BITS, edges_module.LBVH_CUBIC = saved
     return EdgeBvh(pts, ev, mask, stream, builder=builder, leaf_size=leaf)
+
+
+def wide_tag(tree: EdgeBvh) -> str:
+    """``+w`` / ``+q`` / ``+qs`` for the tree's wide copy (see :func:`make_tree`), ``""`` for none."""
+    wide = getattr(tree, "wide", None)
+    if wide is None:
+        return ""
+    if wide.compressed is None:
+        return "+w"
+    return "+qs" if wide.compressed.seg_boxes else "+q"
 
 
 def box_points(vertices: np.ndarray, n: int, seed: int) -> np.ndarray:
@@ -232,7 +259,7 @@ def run(name: str, spec: dict, device: str, reps: int, brute_budget: float, tree
         _sync(device)
         tree_rows.append({
             "benchmark": "edges_tree", "workload": name, "tree": f"{builder}:{leaf}", "edges": int(num_edges),
-            "built_as": f"{tree.builder}:{tree.leaf_size}", "fallback_error": tree.fallback_error,
+            "built_as": f"{tree.builder}{wide_tag(tree)}:{tree.leaf_size}", "fallback_error": tree.fallback_error,
             "points": n, "k": k, "depth": tree.depth, "bvh_build_ms": round(statistics.median(builds), 3),
             "refit_ms": round(timed(lambda: tree.refit(stream), device, reps), 3),
             "search_unsorted_ms": round(ms["unsorted"], 3), "search_sorted_ms": round(ms["sorted"], 3),
@@ -297,7 +324,7 @@ def main() -> None:
               f"{row['search_unsorted_ms']:8.2f}m {row['search_sorted_ms']:8.2f}m {row['query_ms']:8.2f}m {row['refit_ms']:7.2f}m {brute:>9s}m "
               f"{row['rayd08_h200_ms']:7.0f}m {row['goal_h200_ms']:5.0f}m  (default tree {row['builder']})", flush=True)
         for t in tree_rows:
-            print(f"  tree {t['tree']:9s} built as {t['built_as']:8s} depth {t['depth']:3d}  build {t['bvh_build_ms']:9.2f}m  refit {t['refit_ms']:7.3f}m  "
+            print(f"  tree {t['tree']:11s} built as {t['built_as']:11s} depth {t['depth']:3d}  build {t['bvh_build_ms']:9.2f}m  refit {t['refit_ms']:7.3f}m  "
                   f"search unsorted {t['search_unsorted_ms']:9.2f}m  sorted {t['search_sorted_ms']:9.2f}m  "
                   f"max rel err {t['max_rel_distance_err']:.1e}", flush=True)
     print("# times in ms; '~' = brute force extrapolated from a subset; RayD 0.8 and goals are H200 figures")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.native import mul_rn
 from rayd.engine.ploc import PlocBvh
 from rayd.engine.tree_refit import TreeRefit
 
@@ -46,11 +47,14 @@ def _padded_boxes_kernel(points: wp.array(dtype=wp.vec3), edge_v: wp.array(dtype
 
 @wp.kernel
 def _lengths_kernel(points: wp.array(dtype=wp.vec3), edge_v: wp.array(dtype=wp.vec2i),
-                    length: wp.array(dtype=float)):
+                    length: wp.array(dtype=wp.float64)):
+    """Segment lengths, float32 rounded alike on CPU and CUDA (no FMA), summed in float64: the mean
+    (hence the padding, hence the tree) does not depend on the device's summation order."""
     e = wp.tid()
     ev = edge_v[e]
-    d = wp.length(points[ev[1]] - points[ev[0]])
-    length[e] = wp.where(wp.isfinite(d), d, 0.0)
+    ab = points[ev[1]] - points[ev[0]]
+    d = wp.sqrt(mul_rn(ab[0], ab[0]) + mul_rn(ab[1], ab[1]) + mul_rn(ab[2], ab[2]))
+    length[e] = wp.float64(wp.where(wp.isfinite(d), d, 0.0))
 
 
 @wp.kernel
@@ -123,7 +127,7 @@ class PlocEdgeTree:
             raise ValueError(f"rayd.engine.EdgeBvh(): the 'ploc' builder needs 'leaf_size' in 1..8, got {leaf_size}")
         r = 0.0
         if pad > 0.0:
-            length = wp.empty(n, dtype=float, device=dev)
+            length = wp.empty(n, dtype=wp.float64, device=dev)
             wp.launch(_lengths_kernel, dim=n, inputs=[points, edge_v], outputs=[length], device=dev)
             r = float(pad) * float(wp.utils.array_sum(length)) / n
         lower = wp.empty(n, dtype=wp.vec3, device=dev)

@@ -35,6 +35,13 @@ kernels (:mod:`rayd.engine.nearest_edge`) walk a packed copy of a binary tree:
   Masked segments also leave the boxes (an all-masked subtree gets an empty box
   ``lo = +inf, hi = -inf``, which no query enters).
 
+Optionally (``wide=``, ``DEFAULT_WIDE``, ``RAYD_EDGE_WIDE``) the tree also gets a 4-wide copy that point
+and top-k searches walk instead (:mod:`rayd.engine.edge_wide`, :mod:`rayd.engine.edge_wide_walk`: the triangle engine's
+:class:`~rayd.engine.wide_nodes.WideNodes` over these packed nodes, four children's boxes per
+fetch; ``q``: their boxes quantised to 8 bits per plane, 64 bytes a node,
+:mod:`rayd.engine.edge_wide_q`); ray searches keep the binary walk; the refit refreshes it in one
+more launch.
+
 Refit (:meth:`EdgeBvh.refit`), the same for all builders: segments and leaf boxes from
 the live endpoints and mask, internal and packed boxes bottom up, in two launches (a slots
 launch, then a thread per leaf climbing with atomic counters,
@@ -56,6 +63,7 @@ import warp as wp
 
 from rayd.engine.edge_lbvh import Lbvh
 from rayd.engine.edge_ploc import PlocEdgeTree
+from rayd.engine.edge_wide import EdgeWide
 from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
 from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
@@ -99,6 +107,16 @@ PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_N
 #: Karras nodes inside collapsed leaves; the same tree and walk, a 4-5 x smaller node array with
 #: leaves of 8). Opt-in (``RAYD_EDGE_LBVH_COMPACT=1``) until the H200 has timed it.
 LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
+#: Per device kind, whether trees also keep a 4-wide copy for point and top-k searches
+#: (``edge_wide.py``; rays stay on the binary walk): ``False``, ``True`` (112-byte nodes), ``"q"``
+#: (compressed 64-byte nodes, ``edge_wide_q.py``) or ``"qs"`` (and quantised leaf-segment boxes,
+#: 8 bytes a slot, tested before each segment). ``RAYD_EDGE_WIDE`` (``0``, ``1``, ``q``, ``qs``)
+#: overrides the CUDA entry. Opt-in until the H200 has timed it (counts: 2.3 x fewer node fetches,
+#: ``qs`` 43-45 % fewer bytes per query than the binary LBVH; on the CPU the compressed walks ran
+#: slower: benchmarks/README.md, "Issue 11, fifth pass"). Tree spec suffixes ``+w``/``+q``/``+qs``
+#: in the benchmarks.
+DEFAULT_WIDE: dict = {"cpu": False, "cuda": {"1": True, "q": "q", "qs": "qs"}.get(
+    os.environ.get("RAYD_EDGE_WIDE", "0").strip().lower(), False)}
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
@@ -144,6 +162,9 @@ class EdgeBvh:
         builder: ``"sah"``, ``"lbvh"`` or ``"ploc"`` (see the module docstring); ``None``:
             ``DEFAULT_BUILDER``.
         leaf_size: most segments per leaf (1 to 16, 1 to 8 for ``"ploc"``; ``None``: ``DEFAULT_LEAF_SIZE``).
+        wide: also build the 4-wide copy :attr:`wide` (``True``; ``"q"``: with compressed nodes; ``"qs"``:
+            and quantised segment boxes; ``None``: :data:`DEFAULT_WIDE` of the device); kept only for a
+            tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
 
     Building synchronises with the device a few times (small reads of tree sizes; the
     ``"sah"`` builder copies the segment boxes to the host and its tree back).
@@ -161,6 +182,7 @@ class EdgeBvh:
         *,
         builder: str | None = None,
         leaf_size: int | None = None,
+        wide: bool | str | None = None,
     ) -> None:
         n = edge_v.shape[0]
         if n == 0:
@@ -214,7 +236,16 @@ class EdgeBvh:
                 self._lbvh.write_links(self.node_link, self.leaf_size)
             else:
                 self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
+        #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
+        self.wide = None
         self.refit(stream)
+        mode = DEFAULT_WIDE["cpu" if dev.is_cpu else "cuda"] if wide is None else wide
+        if mode and self.builder != "single" and self.num_edges > self.leaf_size \
+                and self.leaf_size <= 8:
+            with launch_stream(dev, stream):
+                tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode in ("q", "qs"),
+                                seg=self.seg, slot_id=self.slot_id, seg_boxes=mode == "qs")
+            self.wide = tree if tree.ok else None
 
     def _build_lbvh(self, stream) -> None:
         self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=LBVH_KEY_BITS, cubic=LBVH_CUBIC)
@@ -302,3 +333,5 @@ class EdgeBvh:
         with launch_stream(self.device, stream):
             self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
                              self.node_box, self.root_box)
+            if self.wide is not None:
+                self.wide.refresh(stream)

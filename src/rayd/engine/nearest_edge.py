@@ -18,6 +18,7 @@ import math
 
 import warp as wp
 
+from rayd.engine.edge_wide_walk import wide_kernel
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of this module's API
     MAX_K,
@@ -87,6 +88,22 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
     counting = counts is not None
     if counts is None:
         counts = _dummy_counts(edges.device)
+    if getattr(edges, "wide", None) is not None and kind != RAY:  # the 4-wide copy (opt-in, edge_wide.py)
+        wide = edges.wide
+        nodes, packed = wide.nodes, wide.compressed
+        data, links = (nodes.data, nodes.links) if packed is None else (packed.qf, packed.q)
+        seg_boxes = packed is not None and packed.seg_boxes
+        segq = packed.segq if seg_boxes else _dummy_seg(edges.device)
+        launch_offset_rows(
+            wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes),
+            n,
+            [data, links, nodes.count, edges.seg, edges.slot_id, segq, q0, _stride(q0, n), active,
+             _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts],
+            edges.device,
+            stream,
+            block_dim=SEARCH_BLOCK_DIM,
+        )
+        return
     launch_offset_rows(
         _kernel(kind, counting),
         n,
@@ -108,6 +125,13 @@ def _dummy_float(device) -> wp.array:
     key = ("f", str(device))
     if key not in _DUMMIES:
         _DUMMIES[key] = wp.zeros(1, dtype=float, device=device)
+    return _DUMMIES[key]
+
+
+def _dummy_seg(device) -> wp.array:
+    key = ("s", str(device))
+    if key not in _DUMMIES:
+        _DUMMIES[key] = wp.zeros(1, dtype=wp.vec2i, device=device)
     return _DUMMIES[key]
 
 

@@ -13,6 +13,7 @@ References:
 import warp as wp
 
 from rayd.engine.edges import MAX_DEPTH
+from rayd.engine.native import mul_rn
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
 MAX_K = 16
@@ -49,37 +50,55 @@ def _box_dsq(p: wp.vec3, lo: wp.vec3, hi: wp.vec3) -> float:
 
 
 @wp.func
+def _dot_rn(a: wp.vec3, b: wp.vec3) -> float:
+    """``a . b`` with every product rounded on its own (no FMA), the same on CPU and CUDA."""
+    return mul_rn(a[0], b[0]) + mul_rn(a[1], b[1]) + mul_rn(a[2], b[2])
+
+
+@wp.func
+def _axpy_rn(s: float, x: wp.vec3, y: wp.vec3) -> wp.vec3:
+    """``s x + y``, each product rounded on its own (no FMA)."""
+    return wp.vec3(mul_rn(s, x[0]) + y[0], mul_rn(s, x[1]) + y[1], mul_rn(s, x[2]) + y[2])
+
+
+# The segment distances below decide the winners, so they are computed with every float32
+# operation rounded as written (``mul_rn``: CUDA's compiler would otherwise fuse products and sums
+# into FMAs, which the CPU build does not), so that CPU and CUDA pick the same edge among edges at
+# (nearly) equal distances, e.g. the edges around a vertex nearest to the query.
+
+
+@wp.func
 def _point_segment_dsq(p: wp.vec3, a: wp.vec3, b: wp.vec3) -> float:
-    """Squared distance from ``p`` to the segment ``[a, b]``."""
+    """Squared distance from ``p`` to the segment ``[a, b]`` (float32, rounded alike on every device)."""
     ab = b - a
     pa = p - a
-    den = wp.dot(ab, ab)
+    den = _dot_rn(ab, ab)
     t = float(0.0)
     if den > 0.0:
-        t = wp.clamp(wp.dot(pa, ab) / den, 0.0, 1.0)
-    q = pa - t * ab
-    return wp.dot(q, q)
+        t = wp.clamp(_dot_rn(pa, ab) / den, 0.0, 1.0)
+    q = _axpy_rn(-t, ab, pa)
+    return _dot_rn(q, q)
 
 
 @wp.func
 def _ray_segment_dsq(o: wp.vec3, d: wp.vec3, s0: float, s1: float, a: wp.vec3, b: wp.vec3) -> float:
-    """Squared distance between ``o + s d, s in [s0, s1]`` and the segment ``[a, b]``."""
+    """Squared distance between ``o + s d, s in [s0, s1]`` and the segment ``[a, b]`` (rounded alike everywhere)."""
     e = b - a
     r = o - a
-    dd = wp.dot(d, d)
-    ee = wp.dot(e, e)
-    de = wp.dot(d, e)
-    c = wp.dot(d, r)
-    f = wp.dot(e, r)
+    dd = _dot_rn(d, d)
+    ee = _dot_rn(e, e)
+    de = _dot_rn(d, e)
+    c = _dot_rn(d, r)
+    f = _dot_rn(e, r)
     s = s0
     t = float(0.0)
     if ee > 0.0:
-        den = dd * ee - de * de
-        if den > 1.0e-12 * dd * ee:
-            s = wp.clamp((de * f - c * ee) / den, s0, s1)
+        den = mul_rn(dd, ee) - mul_rn(de, de)
+        if den > mul_rn(mul_rn(1.0e-12, dd), ee):
+            s = wp.clamp((mul_rn(de, f) - mul_rn(c, ee)) / den, s0, s1)
         else:
             s = wp.clamp(-c / dd, s0, s1)
-        t = (de * s + f) / ee
+        t = (mul_rn(de, s) + f) / ee
         if t < 0.0:
             t = 0.0
             s = wp.clamp(-c / dd, s0, s1)
@@ -88,8 +107,8 @@ def _ray_segment_dsq(o: wp.vec3, d: wp.vec3, s0: float, s1: float, a: wp.vec3, b
             s = wp.clamp((de - c) / dd, s0, s1)
     else:
         s = wp.clamp(-c / dd, s0, s1)
-    q = o + s * d - (a + t * e)
-    return wp.dot(q, q)
+    q = _axpy_rn(s, d, o) - _axpy_rn(t, e, a)
+    return _dot_rn(q, q)
 
 
 @wp.func

@@ -1,0 +1,256 @@
+"""The point / top-k nearest-edge walks of the 4-wide edge nodes (``edge_wide.py``, ``edge_wide_q.py``).
+
+At a wide node the four box distances are computed and sorted (five comparators); leaf children
+within the radius are tested nearest first (the radius shrinks), then the inner children still
+within it are taken nearest first (the nearest next, the others pushed, farthest first, with their
+keys, skipped when popped if the radius has shrunk below them). Boxes open within the relative
+``2^-10`` of the binary walk (``nearest_edge_kernels.py``), whose segment distance and tie rule
+(smaller id) this walk shares, so both return the same edges (tested). Over compressed nodes the
+decoded boxes hold the true ones; with quantised segment boxes a segment whose box lies beyond the
+radius is skipped unread (it could not have shrunk the radius).
+
+References:
+    Ylitie, Karras, Laine 2017, "Efficient Incoherent Ray Traversal on GPUs Through
+    Compressed Wide BVHs", HPG 2017.
+"""
+
+import warp as wp
+
+from rayd.engine.native import bits_float, load4, load4i
+from rayd.engine.nearest_edge_kernels import (
+    _INF,
+    _NO_ID,
+    _OPEN,
+    TOPK,
+    _better,
+    _heap_f,
+    _heap_i,
+    _point_segment_dsq,
+)
+from rayd.engine.wide_nodes import STACK
+from rayd.engine.wide_walk import _sort2
+
+wp.set_module_options({"enable_backward": False})
+
+_wstack_i = wp.types.vector(length=STACK, dtype=wp.int32)
+_wstack_f = wp.types.vector(length=STACK, dtype=wp.float32)
+
+
+@wp.func
+def _keys_full(data: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), node: int,
+               p: wp.vec3) -> tuple[wp.vec4, wp.vec4i]:
+    """Squared distances from ``p`` to the four children's boxes of wide node ``node`` (inf: empty), refs."""
+    b = 8 * node
+    lx = load4(data, b)
+    hx = load4(data, b + 1)
+    ly = load4(data, b + 2)
+    hy = load4(data, b + 3)
+    lz = load4(data, b + 4)
+    hz = load4(data, b + 5)
+    refs = load4i(links, b + 6)
+    key = wp.vec4(_INF)
+    for j in range(4):
+        if lx[j] <= hx[j]:
+            dx = wp.max(wp.max(lx[j] - p[0], 0.0), p[0] - hx[j])
+            dy = wp.max(wp.max(ly[j] - p[1], 0.0), p[1] - hy[j])
+            dz = wp.max(wp.max(lz[j] - p[2], 0.0), p[2] - hz[j])
+            key[j] = dx * dx + dy * dy + dz * dz
+    return key, refs
+
+
+@wp.func
+def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int,
+                     p: wp.vec3) -> tuple[wp.vec4, wp.vec4i, wp.vec3, wp.vec3]:
+    """The same for a compressed node (``edge_wide_q.py``): decoded boxes hold the true ones; also the
+    node's grid (origin, scales), on which its leaves' segment boxes are quantised."""
+    r0 = load4i(q, 4 * node)
+    r1 = load4i(q, 4 * node + 1)
+    r2 = load4i(q, 4 * node + 2)
+    refs = load4i(q, 4 * node + 3)
+    ex = r0[3]
+    o = wp.vec3(bits_float(r0[0]), bits_float(r0[1]), bits_float(r0[2]))
+    s = wp.vec3(bits_float((ex & 255) << 23), bits_float(((ex >> 8) & 255) << 23), bits_float(((ex >> 16) & 255) << 23))
+    open_all = (ex & (1 << 24)) != 0
+    key = wp.vec4(_INF)
+    for j in range(4):
+        sh = 8 * j
+        qlx = (r1[0] >> sh) & 255
+        qhx = (r1[1] >> sh) & 255
+        if qlx <= qhx:
+            if open_all:
+                key[j] = 0.0
+            else:
+                lo = o + wp.cw_mul(wp.vec3(float(qlx), float((r1[2] >> sh) & 255), float((r2[0] >> sh) & 255)), s)
+                hi = o + wp.cw_mul(wp.vec3(float(qhx), float((r1[3] >> sh) & 255), float((r2[1] >> sh) & 255)), s)
+                d = wp.max(wp.max(lo - p, wp.vec3(0.0)), p - hi)
+                key[j] = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
+    return key, refs, o, s
+
+
+@wp.func
+def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
+    """Squared distance from ``p`` to a segment's box quantised on its node's grid (inf: masked out;
+    0: a box off the grid, always tested)."""
+    if (w[1] & 65536) != 0:
+        return 0.0
+    a = w[0]
+    lo = o + wp.cw_mul(wp.vec3(float(a & 255), float((a >> 16) & 255), float(w[1] & 255)), s)
+    hi = o + wp.cw_mul(wp.vec3(float((a >> 8) & 255), float((a >> 24) & 255), float((w[1] >> 8) & 255)), s)
+    if lo[0] > hi[0]:
+        return _INF
+    d = wp.max(wp.max(lo - p, wp.vec3(0.0)), p - hi)
+    return d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
+
+
+def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool):
+    """The wide walk for ``POINT`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
+    (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes, the latter optionally with the leaf
+    segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
+    search's. ``counts`` then holds the segments tested exactly."""
+    out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
+
+    def search(
+        data: wp.array(dtype=wp.vec4),
+        links: wp.array(dtype=wp.vec4i),
+        num_nodes: int,
+        seg: wp.array(dtype=wp.vec3),
+        slot_id: wp.array(dtype=wp.int32),
+        segq: wp.array(dtype=wp.vec2i),
+        q0: wp.array(dtype=wp.vec3),
+        q0_stride: int,
+        active: wp.array(dtype=wp.uint8),
+        active_stride: int,
+        max_distance_sq: float,
+        k: int,
+        out: out_type,
+        order: wp.array(dtype=wp.int32),
+        use_order: int,
+        counts: wp.array(dtype=wp.vec2i),
+        base: int,
+    ):
+        i = wp.tid() + base
+        if use_order != 0:
+            i = int(order[i])
+        bound = max_distance_sq
+        best_id = int(_NO_ID)
+        heap_d = _heap_f()
+        heap_id = _heap_i()
+        if wp.static(kind == TOPK):
+            for j in range(k):
+                heap_d[j] = _INF
+                heap_id[j] = wp.int32(_NO_ID)
+        visited = int(0)
+        tested = int(0)
+        p = q0[i * q0_stride]
+        go = int(0)
+        if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
+            go = int(1)
+        stack = _wstack_i()
+        stack_key = _wstack_f()
+        sp = int(0)
+        node = int(0)
+        while go != 0:
+            visited += 1
+            if visited > num_nodes:  # each wide node is entered at most once: never loop
+                break
+            key = wp.vec4(_INF)
+            refs = wp.vec4i(0)
+            o = wp.vec3(0.0)
+            sc = wp.vec3(0.0)
+            if wp.static(compressed):
+                key, refs, o, sc = _keys_compressed(links, node, p)
+            else:
+                key, refs = _keys_full(data, links, node, p)
+            d0, r0, d1, r1 = _sort2(key[0], refs[0], key[1], refs[1])
+            d2, r2, d3, r3 = _sort2(key[2], refs[2], key[3], refs[3])
+            d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
+            d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
+            d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
+            ks = wp.vec4(d0, d1, d2, d3)
+            rs = wp.vec4i(r0, r1, r2, r3)
+            for j in range(4):  # leaf children within the radius, nearest first
+                r = int(rs[j])
+                if r < 0 and ks[j] < _INF and ks[j] <= bound * _OPEN:
+                    code = -1 - r
+                    first = code >> 3
+                    count = (code & 7) + 1
+                    for sl in range(first, first + count):
+                        near = int(1)
+                        if wp.static(seg_boxes):  # the segment's 8-byte box first
+                            if _seg_box_dsq(segq[sl], o, sc, p) > bound * _OPEN:
+                                near = 0
+                        if near != 0:
+                            if wp.static(counting):
+                                tested += 1
+                            dsq = _point_segment_dsq(p, seg[2 * sl], seg[2 * sl + 1])
+                            if dsq <= bound:
+                                gid = int(slot_id[sl])  # -1: masked out
+                                if gid >= 0:
+                                    if wp.static(kind == TOPK):
+                                        if _better(dsq, gid, heap_d[k - 1], int(heap_id[k - 1])):
+                                            m = k - 1  # sorted insertion into the fixed-size list
+                                            while m > 0 and _better(dsq, gid, heap_d[m - 1], int(heap_id[m - 1])):
+                                                heap_d[m] = heap_d[m - 1]
+                                                heap_id[m] = heap_id[m - 1]
+                                                m -= 1
+                                            heap_d[m] = dsq
+                                            heap_id[m] = wp.int32(gid)
+                                            if heap_id[k - 1] != _NO_ID:
+                                                bound = wp.min(bound, heap_d[k - 1])
+                                    elif _better(dsq, gid, bound, best_id):
+                                        bound = dsq
+                                        best_id = gid
+            nxt = int(-1)
+            nxt_key = float(0.0)
+            for jj in range(4):  # inner children within the radius: the nearest next, the others pushed
+                j = 3 - jj
+                r = int(rs[j])
+                if r >= 0 and ks[j] < _INF and ks[j] <= bound * _OPEN:
+                    if nxt >= 0 and sp < STACK:
+                        stack[sp] = wp.int32(nxt)
+                        stack_key[sp] = nxt_key
+                        sp += 1
+                    nxt = r
+                    nxt_key = ks[j]
+            if nxt >= 0:
+                node = nxt
+            else:
+                go = int(0)
+                while sp > 0:
+                    sp -= 1
+                    if stack_key[sp] > bound * _OPEN:
+                        continue
+                    node = int(stack[sp])
+                    go = int(1)
+                    break
+        if wp.static(counting):
+            counts[i] = wp.vec2i(visited, tested)
+        if wp.static(kind == TOPK):
+            for j in range(k):
+                gid = int(heap_id[j])
+                if gid == _NO_ID:
+                    gid = -1
+                out[i, j] = wp.int32(gid)
+        else:
+            if best_id == _NO_ID:
+                best_id = -1
+            out[i] = wp.int32(best_id)
+
+    name = (f"nearest_edge_wide{'_q' if compressed else ''}{'s' if seg_boxes else ''}_{('point', 'ray', 'topk')[kind]}"
+            f"{'_counting' if counting else ''}_r{max_registers}")
+    options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
+    return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
+
+
+_WIDE_KERNELS: dict = {}
+
+
+def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
+                seg_boxes: bool = False):
+    """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers``
+    (0: none), over compressed nodes or not, with quantised segment boxes or not."""
+    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes))
+    if key not in _WIDE_KERNELS:
+        _WIDE_KERNELS[key] = _make_wide_kernel(*key)
+    return _WIDE_KERNELS[key]
+
