@@ -350,14 +350,14 @@ class SceneBase:
         return f"{self._PREFIX}(shapes={self.num_shapes}, device={self._device}, {state})"
 
 
-def serialise_public(cls: type) -> type:
+def serialise_public(cls: type, bypass: Any = None) -> type:
     """Run every public method of ``cls`` (its own and inherited) under the engine lock.
 
     See :data:`rayd.engine.runtime.ENGINE_LOCK`: the engine's lazy module loads, recorded
     launches and lazily built accelerators are not thread-safe, so a frontend's ``Scene``
     and ``Camera`` answer calls from several threads one at a time. Called once per class,
     after its docstrings are set (``document``); the wrappers keep names, docstrings and
-    signatures (``functools.wraps``).
+    signatures (``functools.wraps``). ``bypass``: see :func:`rayd.engine.runtime.serialised`.
 
     Returns:
         ``cls``.
@@ -367,5 +367,5 @@ def serialise_public(cls: type) -> type:
             continue
         attr = inspect.getattr_static(cls, name)
         if isinstance(attr, types.FunctionType):
-            setattr(cls, name, serialised(attr))
+            setattr(cls, name, serialised(attr, bypass))
     return cls

@@ -30,15 +30,28 @@ NO_DRIVER_MESSAGE = "Warp CUDA warning: Could not find or load the NVIDIA CUDA d
 ENGINE_LOCK = threading.RLock()
 
 
-def serialised(fn):
-    """``fn`` run under :data:`ENGINE_LOCK` (same name, docstring and signature)."""
+def serialised(fn, bypass=None):
+    """``fn`` run under :data:`ENGINE_LOCK` (same name, docstring and signature).
+
+    ``bypass``: an optional predicate; when it returns True the lock is not taken (the
+    torch frontend passes ``torch.compiler.is_compiling``: a graph being traced by
+    ``torch.compile`` cannot hold a lock, and its compiled graph runs rayd's custom ops).
+    """
     if getattr(fn, "_rayd_serialised", False):
         return fn
 
-    @functools.wraps(fn)
-    def call(*args, **kwargs):
-        with ENGINE_LOCK:
-            return fn(*args, **kwargs)
+    if bypass is None:
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            with ENGINE_LOCK:
+                return fn(*args, **kwargs)
+    else:
+        @functools.wraps(fn)
+        def call(*args, **kwargs):
+            if bypass():
+                return fn(*args, **kwargs)
+            with ENGINE_LOCK:
+                return fn(*args, **kwargs)
 
     call._rayd_serialised = True
     return call

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from rayd.engine.runtime import serialised
+from rayd.torch._convert import serialised
 from rayd import engine
 from rayd.torch import _convert
 

@@ -8,6 +8,7 @@ import torch
 import warp as wp
 
 from rayd.core.protocol import ArraysBase, cached_stream
+from rayd.engine import runtime
 from rayd.engine import warp_device
 
 try:  # functorch transforms (torch.func.jvp, grad, ...) wrap tensors without storage
@@ -134,6 +135,11 @@ def vec3_rows(tensor: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
 
 
 _VERSION = __import__("operator").attrgetter("_version")
+
+
+def serialised(fn):
+    """``fn`` under the engine lock (:func:`rayd.engine.runtime.serialised`), not while ``torch.compile`` traces."""
+    return runtime.serialised(fn, torch.compiler.is_compiling)
 
 
 def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from rayd.engine.runtime import serialised
+from rayd.torch._convert import serialised
 from rayd import engine
 from rayd.core import hits
 from rayd.flags import RayFlags

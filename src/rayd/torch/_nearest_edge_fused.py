@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 import torch.autograd.forward_ad as forward_ad
 
-from rayd.engine.runtime import serialised
+from rayd.torch._convert import serialised
 from rayd.engine import edge_evaluate
 from rayd.torch import _convert
 from rayd.torch._edge_formulas import point_fields

@@ -284,7 +284,7 @@ document(Camera, {
 }, {"generate_rays": {"samples": "torch.Tensor | None", "return": "Ray"},
     "sample_edges": {"num_samples": int, "generator": "torch.Generator | None", "return": "EdgeSamples"},
     "project": {"points": "torch.Tensor", "return": "tuple[torch.Tensor, torch.Tensor]"}})
-serialise_public(Camera)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
+serialise_public(Camera, torch.compiler.is_compiling)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
 
 
 

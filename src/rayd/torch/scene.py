@@ -235,4 +235,4 @@ document(Scene, {
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
 }, {"device": {"return": "torch.device | None"}})
-serialise_public(Scene)
+serialise_public(Scene, torch.compiler.is_compiling)
