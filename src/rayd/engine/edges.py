@@ -79,9 +79,11 @@ from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 #: ``RAYD_EDGE_BVH_BUILDER`` (``"sah"``, ``"lbvh"`` or ``"ploc"``) overrides the CUDA entry: the SAH tree
 #: where the query time matters more than a 1-2 s build (H200, 1 M points: sphere 43.9 -> 33.4 ms,
 #: top-8 54.7 -> 42.7 ms; benchmarks/results/h200-edges-12-02/edges_h200_b.txt).
-#: ``"ploc"``: the PLOC tree, built on the device (opt-in until the H200 has timed it; CPU counts
-#: in benchmarks/README.md, "Issue 11, fourth pass").
-DEFAULT_BUILDER = {"cpu": "sah", "cuda": os.environ.get("RAYD_EDGE_BVH_BUILDER", "lbvh")}
+#: ``"ploc"``: the PLOC tree, built on the device: **the CUDA default** since the H200 run of
+#: session 13 (with the compressed 4-wide walk, :data:`DEFAULT_WIDE`; sorted search, 1 M points:
+#: terrain 2 M 21.4 -> 14.9 ms, sphere 1 M 43.2 -> 33.1 ms, top-8 55.1 -> 43.9 ms against
+#: ``lbvh:8``; build 4.4 -> 10.2 ms; benchmarks/results/h200-session13/edges_wide_final.txt).
+DEFAULT_BUILDER = {"cpu": "sah", "cuda": os.environ.get("RAYD_EDGE_BVH_BUILDER", "ploc")}
 #: Deepest tree the searches walk (their stack size); deeper SAH trees are rebuilt with median splits.
 MAX_DEPTH = 64
 #: ``wp.Bvh`` constructor of the ``"sah"`` builder on CUDA (``RAYD_EDGE_BVH_CONSTRUCTOR``:
@@ -111,12 +113,13 @@ LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
 #: (``edge_wide.py``; rays stay on the binary walk): ``False``, ``True`` (112-byte nodes), ``"q"``
 #: (compressed 64-byte nodes, ``edge_wide_q.py``) or ``"qs"`` (and quantised leaf-segment boxes,
 #: 8 bytes a slot, tested before each segment). ``RAYD_EDGE_WIDE`` (``0``, ``1``, ``q``, ``qs``)
-#: overrides the CUDA entry. Opt-in until the H200 has timed it (counts: 2.3 x fewer node fetches,
-#: ``qs`` 43-45 % fewer bytes per query than the binary LBVH; on the CPU the compressed walks ran
-#: slower: benchmarks/README.md, "Issue 11, fifth pass"). Tree spec suffixes ``+w``/``+q``/``+qs``
-#: in the benchmarks.
-DEFAULT_WIDE: dict = {"cpu": False, "cuda": {"1": True, "q": "q", "qs": "qs"}.get(
-    os.environ.get("RAYD_EDGE_WIDE", "0").strip().lower(), False)}
+#: overrides the CUDA entry. CUDA default ``"q"`` (H200, session 13, over the PLOC tree: the
+#: fastest walk on all three 1 M-point workloads, 1.2-1.3 x the binary walk; ``"qs"`` read fewer
+#: bytes but searched 1.4-1.6 x slower than ``"q"``); the CPU keeps the binary walk (the
+#: compressed walks ran slower there: benchmarks/README.md, "Issue 11, fifth pass"). Tree spec
+#: suffixes ``+w``/``+q``/``+qs`` in the benchmarks.
+DEFAULT_WIDE: dict = {"cpu": False, "cuda": {"0": False, "1": True, "q": "q", "qs": "qs"}.get(
+    os.environ.get("RAYD_EDGE_WIDE", "q").strip().lower(), "q")}
 #: Morton key length of the ``"lbvh"`` builder (63: 21 bits per axis; 30: 10 bits per axis).
 LBVH_KEY_BITS = 63
 #: Quantise all axes of the ``"lbvh"`` keys with one scale (cubic cells), not per axis.
