@@ -32,6 +32,7 @@ _SEARCH16 = r"""
     alignas(64) float R[16 * 32];  // RTCRayHit16: 12 ray fields, then the hit (room for instance ids)
     alignas(64) int valid[16];
     double S0[16], DL[16];
+    int send[16];  // rows Warp must answer without an Embree ray (|d| outside Embree's range)
     unsigned int* U = (unsigned int*)R;
     const double cx = centre[0], cy = centre[1], cz = centre[2];
     const double rad = (double)radius, rs = 1.8 * (double)radius;
@@ -46,7 +47,7 @@ _SEARCH16 = r"""
         R[8 * 16 + j] = -1.0f;
         U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
         U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
-        S0[j] = 0.0; DL[j] = 0.0;
+        S0[j] = 0.0; DL[j] = 0.0; send[j] = 0;
         if (i < hi) {
             wp::vec3 oi = wp::index(o, i * o_stride), di = wp::index(d, i * d_stride);
             float t0 = wp::index(tmin, i * tmin_stride), t1 = wp::index(tmax, i * tmax_stride);
@@ -60,8 +61,16 @@ _SEARCH16 = r"""
                 double oo = ox * ox + oy * oy + oz * oz, dd2 = dx * dx + dy * dy + dz * dz;
                 double dl = (double)band * (__builtin_sqrt(oo) + rad) / __builtin_sqrt(dd2);
                 double b = ox * dx + oy * dy + oz * dz;
-                double disc = b * b - dd2 * (oo - rs * rs);
-                if (disc >= 0.0) {
+                // b^2 - dd2 (oo - rs^2) as dd2 rs^2 - |o x d|^2 (Lagrange's identity): no cancellation
+                // for origins far from the sphere (1e8 R: b^2 and dd2 oo agree in all their digits).
+                double qx = oy * dz - oz * dy, qy = oz * dx - ox * dz, qz = ox * dy - oy * dx;
+                double disc = dd2 * (rs * rs) - (qx * qx + qy * qy + qz * qz);
+                // Warp answers rays of a |d| outside Embree's float32 range, and rays from so far that
+                // their shifted origin (moved back by dl from the sphere) lies beyond far_origin anyway,
+                // whose sphere test is too thin for float64 beyond (ta = tb at |o - c| = 1e16 R).
+                if (dd2 < dir2_min || dd2 > dir2_max || (double)band * (__builtin_sqrt(oo) + rad) > (double)far_origin) {
+                    send[j] = 1;
+                } else if (disc >= 0.0) {
                     double sq = __builtin_sqrt(disc);
                     double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
                     double lo_t = (double)t0 > ta ? (double)t0 : ta;
@@ -112,7 +121,7 @@ _SEARCH16 = r"""
     for (int j = 0; j < 16; ++j) {
         int i = lo + j;
         if (i >= hi) break;
-        int res = -1, again = 0;
+        int res = -1, again = send[j];
         if (valid[j]) {
             bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
             float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
@@ -158,7 +167,8 @@ def _search16(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float, fn: wp.uint64, scene: wp.uint64, coherent_cos: float, lo: int, hi: int,
+    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64,
+    coherent_cos: float, lo: int, hi: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ) -> int:
@@ -177,7 +187,7 @@ def _search16_kernel(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float,
+    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64,
     fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
@@ -187,7 +197,7 @@ def _search16_kernel(
     lo = base + wp.tid() * 16
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, wp.min(lo + 16, n),
+                      degenerate, face_mode, far_origin, edge, dir2_min, dir2_max, fn, scene, coherent_cos, lo, wp.min(lo + 16, n),
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
