@@ -211,7 +211,7 @@ def test_point_segment_distance_is_rounded_as_written(device):
 
     ab, pa = b - a, p - a
     t = np.clip(dot(pa, ab) / dot(ab, ab), np.float32(0), np.float32(1))
-    q = pa - t[:, None] * ab
+    q = np.where(t[:, None] >= 1, p - b, pa - t[:, None] * ab)  # the end vertex itself at t = 1 (exact ties)
     np.testing.assert_array_equal(out.numpy(), dot(q, q))
 
 

@@ -94,7 +94,9 @@ def point_fields(ops: Any, found: Any, p: Any, a: Any, b: Any) -> dict[str, Any]
     p = ops.where3(found, p, ops.const3(p, *STAND_IN_POINT))
     t, q = point_segment(ops, p, a, b)
     return {
-        "distance": ops.where(found, norm(ops, (p - a) - ops.scale(t, b - a)), math.inf),
+        # At t = 1 the end vertex itself (not (p - a) - (b - a)): the edges of a vertex tie exactly
+        # there, as in the search, so nearest_edges orders them by id.
+        "distance": ops.where(found, norm(ops, ops.where3(t >= 1.0, p - b, (p - a) - ops.scale(t, b - a))), math.inf),
         "edge_t": ops.where(found, t, 0.0),
         "edge_point": ops.where3(found, q, 0.0),
     }

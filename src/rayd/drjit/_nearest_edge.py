@@ -194,7 +194,30 @@ def nearest_edges(scene, call: str, edges: SceneEdges, points: object, k: int, a
     repeated = dr.gather(type(points), points, query)
     geometry = scene._live_geometry(m, double)
     fields = evaluate_points(m, double, repeated, m.Int(winners.array), edges, geometry)
-    return NearestEdge((n, k), **fields)
+    return NearestEdge((n, k), **_sorted_slots(m, fields, n, k))
+
+
+def _sorted_slots(m: ModuleType, fields: dict[str, dr.ArrayBase], n: int, k: int) -> dict[str, dr.ArrayBase]:
+    """``fields`` (n k lanes, k per point) with each point's slots in the contract's order: by the
+    reported ``distance``, ties by ``global_edge_id``, unfilled slots last (the search ranks float32
+    squared distances; the reported ones are re-evaluated). Each lane's rank among its point's k
+    lanes, then a gather of every field (gradients follow their slot)."""
+    lane = dr.arange(m.UInt, n * k)
+    slot = lane % k
+    base = lane - slot
+    distance = dr.detach(fields["distance"])
+    gid = fields["global_edge_id"]
+    key = dr.select(gid < 0, 2**31 - 1, gid)
+    rank = dr.zeros(m.UInt, n * k)
+    for i in range(k):
+        d_i = dr.gather(type(distance), distance, base + i)
+        g_i = dr.gather(m.Int, key, base + i)
+        tie = d_i == distance
+        before = (d_i < distance) | (tie & ((g_i < key) | ((g_i == key) & (m.UInt(i) < slot))))
+        rank += dr.select(before, 1, 0)
+    source = dr.zeros(m.UInt, n * k)
+    dr.scatter(source, lane, base + rank)
+    return {name: dr.gather(type(v), v, source) for name, v in fields.items()}
 
 
 def silhouette_edges(scene, call: str, viewpoint: object) -> dr.ArrayBase:

@@ -56,7 +56,7 @@ class AllHitsQueries(_core_queries.AllHitsQueries):
     """Mixin of :class:`rayd.drjit.Scene`: ``intersect_all`` and ``count_intersections``."""
 
     def _intersect_all(self, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersections:
-        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
+        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore, widen=True)  # float64 t decides (enforce)
         m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersections((0, k), flags, **empty(m, double, flags))

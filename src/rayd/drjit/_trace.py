@@ -47,9 +47,11 @@ def _ignore_ids(call: str, n: int, ignore: object, device: str) -> tuple[int, dr
     return n, ignore
 
 
-def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit: bool) -> tuple[int, dr.ArrayBase]:
-    """Validate, then run the engine search; returns (N, width-N ``Int`` winners, -1 = none)."""
-    n, rays, keep, _ = prepare(scene, call, ray, active, ignore)
+def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit: bool,
+          widen: bool = False) -> tuple[int, dr.ArrayBase]:
+    """Validate, then run the engine search; returns (N, width-N ``Int`` winners, -1 = none).
+    ``widen``: see :func:`prepare`."""
+    n, rays, keep, _ = prepare(scene, call, ray, active, ignore, widen)
     backend, device = scene._backend, scene._device
     out = _convert.empty_int32(n, backend)
     if n == 0:
@@ -61,11 +63,15 @@ def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit
     return n, out
 
 
-def prepare(scene, call: str, ray: object, active: object, ignore: object) -> tuple[int, RayBatch | None, tuple, Ray]:
+def prepare(scene, call: str, ray: object, active: object, ignore: object,
+            widen: bool = False) -> tuple[int, RayBatch | None, tuple, Ray]:
     """Validate a query's rays, mask and ignore ids; returns (N, the engine's RayBatch, buffers to keep, the ray).
 
     The RayBatch (``None`` when N = 0) views float32 search-frame copies (origins minus
     the scene's centre); keep the returned buffers alive until the launch has run.
+    ``widen`` (callers that decide on the float64 ``t``): in a float64 query the float32
+    bounds are widened by a rounding band (:func:`widened`), so that the float32 search
+    drops no hit inside ``(tmin, tmax)`` on its float64 ``t``.
     """
     ray, n, active, ignore = query_arguments(scene, call, ray, active, ignore)
     backend, device = scene._backend, scene._device
@@ -76,10 +82,13 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object) -> tu
     if centre is not None:  # (o - c) in float64, then rounded (engine/frame.py)
         Array3 = _convert.module(backend, False).Array3f64
         o = Array3(dr.detach(o)) - Array3(*(float(x) for x in centre))
+    o_rel = o
     o, o_buffer = _convert.vec3_view(o, device)
     d, d_buffer = _convert.vec3_view(ray.d, device)
-    tmin = _convert.float32(ray.tmin, backend)
-    tmax = _convert.float32(ray.tmax, backend)
+    if widen and scene._precision(ray.o, ray.d)[1]:
+        tmin, tmax = widened(o_rel, ray.d, ray.tmin, ray.tmax, backend)
+    else:
+        tmin, tmax = _convert.float32(ray.tmin, backend), _convert.float32(ray.tmax, backend)
     flag = _convert.uint8(active, backend)
     skip = _convert.int32(-1 if ignore is None else ignore, backend)
     rays = RayBatch(
@@ -91,6 +100,25 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object) -> tu
         _convert.scalar_view(skip, device),
     )
     return n, rays, (o_buffer, d_buffer, tmin, tmax, flag, skip), ray
+
+
+#: Half-width of the float32 search's rounding band of float64 queries (as rayd.torch._trace.BAND),
+#: relative to ``|o - c| / |d| + |bound|``.
+BAND = 2.0**-17
+
+
+def widened(o, d, tmin, tmax, backend: str) -> tuple[dr.ArrayBase, dr.ArrayBase]:
+    """Float32 ``tmin - band``, ``tmax + band``, ``band = BAND (|o| / |d| + |bound|)`` in float64 (``o`` the
+    search-frame origins); rounding moves a bound by less than ``band``, so each stays outside the
+    bound it widens (infinite bounds stay as they are)."""
+    plain = _convert.module(backend, False)
+    o64, d64 = plain.Array3f64(dr.detach(o)), plain.Array3f64(dr.detach(d))
+    reach = dr.norm(o64) / dr.norm(d64)
+    out = []
+    for value, sign in ((tmin, -1.0), (tmax, 1.0)):
+        b = float(value) if isinstance(value, (int, float)) else plain.Float64(dr.detach(value))
+        out.append(plain.Float(b + sign * BAND * (reach + abs(b))))
+    return out[0], out[1]
 
 
 def unblocked(ray: Ray, blocker: dr.ArrayBase, active: dr.ArrayBase | None) -> dr.ArrayBase:

@@ -76,7 +76,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     # ------------------------------------------------------------------ queries (RayQueries hooks)
     def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
-        n, global_prim_id = _trace.trace(self, call, ray, active, ignore, any_hit=False)
+        n, global_prim_id = _trace.trace(self, call, ray, active, ignore, any_hit=False, widen=True)
         m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
@@ -87,7 +87,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return Intersection(flags, **enforce(m, fields, ray.tmin, ray.tmax))
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:
-        n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
+        n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True, widen=True)
         if n == 0:
             return _convert.module(self._backend, False).Bool()
         m, double = self._precision(ray.o, ray.d)

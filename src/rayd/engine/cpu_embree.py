@@ -20,7 +20,9 @@ cannot answer exactly, so the winners are the Warp path's:
   their own geomID): a ray whose closest hit is a cap passes near a vertex before any
   triangle (or misses them all) and is re-searched by Warp (Woop et al. 2013,
   watertight): about 0-1 % of rays.
-  So are rays whose shifted origin lies beyond ``FAR * R`` (their rounding outgrows the caps).
+  So are rays whose shifted origin lies beyond ``FAR * R`` (their rounding outgrows the caps),
+  and rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]``; scenes of a radius outside
+  ``[RADIUS_MIN, RADIUS_MAX]`` never use Embree (its float32 products overflow or underflow).
 - slivers (smallest altitude below ``8 CAP R``): every point of one lies within rounding of
   its edges, where the two tests may disagree away from any vertex; each gets a cap
   rectangle over it (:func:`sliver_caps`), and a ray whose Embree winner is a sliver or a
@@ -86,6 +88,16 @@ FAR = 4.0
 #: where two faces tie or a boundary edge decides: re-searched by Warp, so that ties resolve
 #: as on the Warp path (the same face from both paths, query after query).
 EDGE = 2.0**-16
+
+#: Scenes whose centre-relative radius ``R`` lies outside ``[RADIUS_MIN, RADIUS_MAX]`` stay on the
+#: Warp path: Embree's float32 robust test overflows (``R^3``: every ray misses from ``R`` about
+#: ``2^43``) or underflows (``R^2 |d|``: from ``R`` about ``2^-62`` with ``|d| = 1``), measured on an
+#: icosphere; the bounds keep a margin of ``2^7`` on ``R``.
+RADIUS_MIN, RADIUS_MAX = 2.0**-20, 2.0**36
+
+#: Rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]`` are re-searched by Warp (Embree's products of
+#: ``R^2`` and ``|d|`` underflow or overflow float32 at such lengths, with ``R`` in the range above).
+DIR2_MIN, DIR2_MAX = 2.0**-80, 2.0**80
 
 #: Flat scenes of more triangles stay on the Warp path (chosen when embreex copied the triangles
 #: and caps element by element: 46 s for 871 k triangles; the ctypes build copies each buffer
@@ -199,6 +211,10 @@ class EmbreeMirror:
         self.centre = 0.5 * (lo + hi)
         rel = points - self.centre
         self.radius = float(np.abs(used - self.centre).max()) if used.size else 0.0
+        self.in_range = RADIUS_MIN <= self.radius <= RADIUS_MAX
+        if not self.in_range:  # Warp answers every query on this geometry (no Embree scene)
+            self.stale = False
+            return
         a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
         r = CAP * self.radius
         degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
@@ -323,7 +339,8 @@ def usable(accel) -> bool:
         return False
     if accel.flat.num_triangles > MAX_TRIANGLES:
         return False
-    return mirror(accel.flat).ready()
+    m = mirror(accel.flat)
+    return m.ready() and m.in_range
 
 
 import warp as wp  # noqa: E402
@@ -385,7 +402,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
-             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.fn, embree_scene.ptr, embree_api.COHERENT_COS]
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, DIR2_MIN, DIR2_MAX, m.fn, embree_scene.ptr,
+             embree_api.COHERENT_COS]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0

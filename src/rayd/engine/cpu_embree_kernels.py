@@ -32,6 +32,7 @@ _SEARCH16 = r"""
     alignas(64) float R[16 * 32];  // RTCRayHit16: 12 ray fields, then the hit (room for instance ids)
     alignas(64) int valid[16];
     double S0[16], DL[16];
+    int send[16];  // rows Warp must answer without an Embree ray (|d| outside Embree's range, origin too far)
     unsigned int* U = (unsigned int*)R;
     const double cx = centre[0], cy = centre[1], cz = centre[2];
     const double rad = (double)radius, rs = 1.8 * (double)radius;
@@ -70,13 +71,21 @@ _SEARCH16 = r"""
         double oo = ox * ox + oy * oy + oz * oz, dd2 = dx * dx + dy * dy + dz * dz;
         double dl = (double)band * (__builtin_sqrt(oo) + rad) / __builtin_sqrt(dd2);
         double b = ox * dx + oy * dy + oz * dz;
-        double disc = b * b - dd2 * (oo - rs * rs);
+        // b^2 - dd2 (oo - rs^2) as dd2 rs^2 - |o x d|^2 (Lagrange's identity): no cancellation
+        // for origins far from the sphere (1e8 R: b^2 and dd2 oo agree in all their digits).
+        double qx = oy * dz - oz * dy, qy = oz * dx - ox * dz, qz = ox * dy - oy * dx;
+        double disc = dd2 * (rs * rs) - (qx * qx + qy * qy + qz * qz);
+        // Warp answers rays of a |d| outside Embree's float32 range, and rays from so far that their
+        // shifted origin (moved back by dl from the sphere) lies beyond far_origin anyway, whose sphere
+        // test is too thin for float64 beyond (ta = tb at |o - c| = 1e16 R).
+        int far = (dd2 < dir2_min) | (dd2 > dir2_max) | ((double)band * (__builtin_sqrt(oo) + rad) > (double)far_origin);
+        send[j] = wellformed & far;
         double sq = __builtin_sqrt(disc >= 0.0 ? disc : 0.0);
         double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
         double lo_t = (double)t0 > ta ? (double)t0 : ta;
         double hi_t = (double)t1 < tb ? (double)t1 : tb;
         double s0 = lo_t - dl;
-        int ok = wellformed & (disc >= 0.0) & (hi_t > lo_t);
+        int ok = wellformed & !far & (disc >= 0.0) & (hi_t > lo_t);
         R[0 * 16 + j] = ok ? (float)(ox + s0 * dx) : 0.0f; R[1 * 16 + j] = ok ? (float)(oy + s0 * dy) : 0.0f;
         R[2 * 16 + j] = ok ? (float)(oz + s0 * dz) : 0.0f; R[3 * 16 + j] = 0.0f;
         R[4 * 16 + j] = ok ? ex : 1.0f; R[5 * 16 + j] = ok ? ey : 1.0f; R[6 * 16 + j] = ok ? ez : 1.0f;
@@ -121,7 +130,7 @@ _SEARCH16 = r"""
     for (int j = 0; j < 16; ++j) {
         int i = rows[j];
         if (i >= hi) continue;
-        int res = -1, again = 0;
+        int res = -1, again = send[j];
         if (valid[j]) {
             bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
             float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
@@ -167,7 +176,8 @@ def _search16(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float, fn: wp.uint64, scene: wp.uint64, coherent_cos: float, lo: int, hi: int,
+    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64,
+    coherent_cos: float, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
@@ -189,7 +199,7 @@ def _search16_kernel(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float,
+    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64,
     fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
@@ -208,7 +218,7 @@ def _search16_kernel(
         tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, fn, scene, coherent_cos, lo, hi, width, tile,
+                      degenerate, face_mode, far_origin, edge, dir2_min, dir2_max, fn, scene, coherent_cos, lo, hi, width, tile,
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)

@@ -54,6 +54,8 @@ def _evaluate_edges_point_kernel(
             t = wp.clamp(wp.dot(pa, ab) / den, 0.0, 1.0)
         q = a + t * ab
         r = pa - t * ab  # not p - q: keeps float32 accuracy for points close to the edge
+        if t >= 1.0:  # the end vertex itself, as the search ranks it: a vertex's edges tie exactly
+            r = p - b
         dsq = wp.dot(r, r)
         dist = float(0.0)
         if dsq > 0.0:

@@ -77,6 +77,8 @@ def _point_segment_dsq(p: wp.vec3, a: wp.vec3, b: wp.vec3) -> float:
     if den > 0.0:
         t = wp.clamp(_dot_rn(pa, ab) / den, 0.0, 1.0)
     q = _axpy_rn(-t, ab, pa)
+    if t >= 1.0:  # the end vertex itself (not pa - ab): a vertex's edges tie exactly, then by id
+        q = p - b
     return _dot_rn(q, q)
 
 

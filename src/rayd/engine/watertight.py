@@ -132,8 +132,8 @@ def sheared_t(o: wp.vec3, k: wp.vec3i, sh: wp.vec3, a: wp.vec3, b: wp.vec3, c: w
 
     The edge functions are evaluated in float32 from products that are never fused
     into an FMA (:func:`rayd.engine.native.mul_rn`), so a shared edge gets exactly
-    opposite values in its two triangles; where one is exactly zero, all three are
-    evaluated again in float64 (exact products), as Woop et al. (2013, sec. 4) do: a
+    opposite values in its two triangles; where one is exactly zero (or one overflowed),
+    all three are evaluated again in float64 (exact products), as Woop et al. (2013, sec. 4) do: a
     nonzero float32 value has the sign of the exact one, so the two precisions agree
     on every sign and a ray through a shared edge or vertex hits at least one of the
     adjacent triangles (no leaks). ``t`` (a candidate, confirmed by the caller with
@@ -154,7 +154,9 @@ def sheared_t(o: wp.vec3, k: wp.vec3i, sh: wp.vec3, a: wp.vec3, b: wp.vec3, c: w
     v = wp.float64(v32)
     w = wp.float64(w32)
     zero = wp.float64(0.0)
-    if u32 == 0.0 or v32 == 0.0 or w32 == 0.0:
+    # Also where float32 overflowed (coordinates beyond about 1.8e19 relative to the origin: a
+    # product is inf and a difference of two NaN): the float64 products are exact there too.
+    if u32 == 0.0 or v32 == 0.0 or w32 == 0.0 or not wp.isfinite(u32 + v32 + w32):
         u = wp.float64(qc[0]) * wp.float64(qb[1]) - wp.float64(qc[1]) * wp.float64(qb[0])
         v = wp.float64(qa[0]) * wp.float64(qc[1]) - wp.float64(qa[1]) * wp.float64(qc[0])
         w = wp.float64(qb[0]) * wp.float64(qa[1]) - wp.float64(qb[1]) * wp.float64(qa[0])

@@ -118,8 +118,27 @@ def _points_query(scene, call, edges, points, k, active, max_distance) -> Neares
         fields = _evaluate_points(scene, edges, points, batch, 1, winner)
         return NearestEdge(**{name: v.reshape(tuple(batch) + v.shape[1:]) for name, v in fields.items()})
     winner = _ops.edge_point_search(scene, call, rows, flag, max_distance, n, k)
-    fields = _evaluate_points(scene, edges, points, batch, k, winner.reshape(-1))
+    fields = _sorted_slots(_evaluate_points(scene, edges, points, batch, k, winner.reshape(-1)), n, k)
     return NearestEdge(**{name: v.reshape(tuple(batch) + (k,) + v.shape[1:]) for name, v in fields.items()})
+
+
+def _sorted_slots(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch.Tensor]:
+    """``fields`` ((n k, ...) per slot) with each point's k slots in the contract's order: by the
+    reported ``distance``, ties by ``global_edge_id``, unfilled slots last. The search ranks float32
+    squared distances; the reported distances are re-evaluated (float64 inside), so two slots may
+    swap or tie differently there. A permutation (a gather): gradients follow their slot."""
+    if n == 0:
+        return fields
+    gid = fields["global_edge_id"].reshape(n, k)
+    key = torch.where(gid < 0, torch.iinfo(torch.int32).max, gid)
+    by_id = torch.argsort(key, dim=1, stable=True)
+    distance = torch.gather(fields["distance"].detach().reshape(n, k), 1, by_id)
+    order = torch.gather(by_id, 1, torch.argsort(distance, dim=1, stable=True))
+    out = {}
+    for name, v in fields.items():
+        rows = v.reshape(n, k, -1)
+        out[name] = torch.gather(rows, 1, order[:, :, None].expand(rows.shape)).reshape(v.shape)
+    return out
 
 
 def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, torch.Tensor]:

@@ -33,7 +33,8 @@ class AllHitsQueries(_core_queries.AllHitsQueries):
     """Mixin of :class:`rayd.torch.Scene`: ``intersect_all`` and ``count_intersections``."""
 
     def _intersect_all(self, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersection:
-        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
+        # float64 queries: the float32 search's interval widened, the float64 t decides (enforce)
+        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore, widen=True)
         if n:
             gid = _ops.all_hits(self, call, rows, n, k).reshape(n * k)
         else:

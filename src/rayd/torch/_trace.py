@@ -51,22 +51,27 @@ def bound(value: float | torch.Tensor, batch: torch.Size, device: torch.device,
 
 
 def trace(scene, call: str, ray: object, active: object, ignore: object,
-          any_hit: bool) -> tuple[torch.Size, int, torch.Tensor, Ray]:
-    """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners, the ray)."""
-    batch, n, rows, ray = prepare(scene, call, ray, active, ignore)
+          any_hit: bool, widen: bool = False) -> tuple[torch.Size, int, torch.Tensor, Ray]:
+    """Validate, then run the engine search; returns (batch shape, N, (N,) int32 winners, the ray).
+    ``widen``: see :func:`prepare`."""
+    batch, n, rows, ray = prepare(scene, call, ray, active, ignore, widen)
     if n == 0:
         return batch, n, torch.empty(n, dtype=torch.int32, device=scene._device), ray
     return batch, n, _ops.ray_search(scene, call, *rows, n, any_hit), ray
 
 
-def prepare(scene, call: str, ray: object, active: object,
-            ignore: object) -> tuple[torch.Size, int, tuple[torch.Tensor, ...] | None, Ray]:
+def prepare(scene, call: str, ray: object, active: object, ignore: object,
+            widen: bool = False) -> tuple[torch.Size, int, tuple[torch.Tensor, ...] | None, Ray]:
     """Validate a query's rays, mask and ignore ids; returns (batch shape, N, the ray rows, the ray).
 
     The rows (``None`` when N = 0) are ``(o, d, tmin, tmax, flag, skip)`` as the searches of
     :mod:`rayd.torch._ops` take them: float32 search-frame origins (minus the scene's
     centre), directions and bounds, uint8 active flags, int32 ignore ids; each (N, ...) or
     a single row for all rays (a stride-0 broadcast in the engine).
+
+    ``widen`` (callers that decide on the float64 ``t``): in a float64 query (not under
+    ``torch.compile``/``torch.func``, where no later step decides), the float32 bounds are widened by a rounding band (:func:`widened`), so that a hit inside
+    ``(tmin, tmax)`` on its float64 ``t`` is never dropped by the float32 search.
     """
     ray, batch, active, ignore = query_arguments(scene, call, ray, active, ignore)
     device = scene._device
@@ -87,10 +92,38 @@ def prepare(scene, call: str, ray: object, active: object,
     centre = scene._state.centre  # (o - c) in float64, then rounded (engine/frame.py)
     o = ray.o if centre is None else _convert.primal(ray.o).to(torch.float64) - centre
     made = scene._state.bound_rows
-    rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3),
-            bound(ray.tmin, batch, device, made), bound(ray.tmax, batch, device, made), flag, skip)
+    tmin, tmax = bound(ray.tmin, batch, device, made), bound(ray.tmax, batch, device, made)
+    if widen and scene._output_dtype(ray.o, ray.d) == torch.float64 and not _traced():
+        tmin, tmax = widened(o, ray.d, ray.tmin, ray.tmax, batch)
+    rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3), tmin, tmax, flag, skip)
     return batch, n, rows, ray
 
+
+def _traced() -> bool:
+    return torch.compiler.is_compiling() or _convert.transforms_active()
+
+
+#: Half-width of the float32 search's rounding band around ``tmin``/``tmax`` of float64 queries,
+#: relative to ``|o - c| / |d| + |bound|`` (the float32 ``t`` of a hit differs from its float64 ``t``
+#: by rounding of the search-frame origin, the direction and the corners: a few 2^-24 of that).
+BAND = 2.0**-17
+
+
+def widened(o: torch.Tensor, d: torch.Tensor, tmin, tmax, batch: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N,) float32 ``tmin - band``, ``tmax + band``, ``band = BAND (|o| / |d| + |bound|)`` in float64 (``o`` the
+    search-frame origins). Rounding to float32 moves a bound by at most ``2^-25 |bound + band|``, less than
+    ``band``, so each stays outside the float32 bound it widens (infinite bounds stay as they are)."""
+    o64 = _convert.primal(o).to(torch.float64).expand(tuple(batch) + (3,)).reshape(-1, 3)
+    d64 = _convert.primal(d).to(torch.float64).expand(tuple(batch) + (3,)).reshape(-1, 3)
+    reach = torch.linalg.vector_norm(o64, dim=1) / torch.linalg.vector_norm(d64, dim=1)
+    out = []
+    for value, sign in ((tmin, -1.0), (tmax, 1.0)):
+        if isinstance(value, torch.Tensor):
+            b = _convert.primal(value).detach().to(torch.float64).expand(batch).reshape(-1)
+        else:
+            b = float(value)
+        out.append((b + sign * BAND * (reach + abs(b))).to(torch.float32).contiguous())
+    return out[0], out[1]
 
 
 def unblocked(ray: Ray, batch: torch.Size, blocker: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:

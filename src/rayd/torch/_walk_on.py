@@ -43,7 +43,7 @@ def _candidates(scene, ray, ignore, batch: torch.Size, doubt: torch.Tensor) -> t
     reported float64 ``t`` where it lies inside ``(tmin, tmax)`` and ``inf`` elsewhere (other rays: all ``inf``)."""
     call = f"{scene._PREFIX}.intersect()"
     n = doubt.shape[0]
-    _, _, rows, _ = _trace.prepare(scene, call, ray, doubt.reshape(batch), ignore)
+    _, _, rows, _ = _trace.prepare(scene, call, ray, doubt.reshape(batch), ignore, widen=True)
     gid = _ops.all_hits(scene, call, rows, n, CANDIDATES).reshape(n * CANDIDATES)
     lanes = torch.Size((n, CANDIDATES))
     t = t_of(scene, ray, lanes, gid, o_batch=batch).reshape(n, CANDIDATES)

@@ -97,7 +97,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     # ------------------------------------------------------------------ queries (RayQueries hooks)
     def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
-        batch, n, global_prim_id, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False)
+        batch, n, global_prim_id, ray = _trace.trace(self, call, ray, active, ignore, any_hit=False, widen=True)
         state = self._state
         meshes = [s.vertices for s in self._core.table.meshes]
         # one kernel: the requested fields, ids and hit interval in their final layout (None: op by op)
@@ -123,7 +123,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return Intersection(flags, **fields)
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
-        batch, n, blocker, ray = _trace.trace(self, call, ray, active, ignore, any_hit=True)
+        batch, n, blocker, ray = _trace.trace(self, call, ray, active, ignore, any_hit=True, widen=True)
         if n and self._output_dtype(ray.o, ray.d) == torch.float64 and not _walk_on.traced():  # float64 t decides
             t = _walk_on.t_of(self, ray, batch, blocker)
             return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
