@@ -13,7 +13,7 @@ import torch
 import warp as wp
 
 import rayd.torch as rt
-from rayd.engine import refit, triangles
+from rayd.engine import triangles
 from rayd.engine.refit import FusedRefit
 
 
@@ -69,8 +69,7 @@ def test_refit_equals_fresh_build(count, face_base, constructor, layout, device)
     # nodes' boxes as a copy from the refitted pair nodes would
     assert not one.fused.counters.numpy().any()
     if one.wide is not None:
-        # on CUDA the climb's wide writes are off by default (refit.WIDE_CLIMB_CUDA): refresh then runs
-        assert FusedRefit.writes_wide(one) == (count > 1 and (device == "cpu" or refit.WIDE_CLIMB_CUDA))
+        assert FusedRefit.writes_wide(one) == (count > 1)
         written = one.wide.data.numpy().copy()
         one.wide.refresh()
         np.testing.assert_array_equal(written, one.wide.data.numpy())

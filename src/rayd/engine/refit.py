@@ -26,10 +26,6 @@ import warp as wp
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.runtime import LaunchCache
 
-#: Whether the fused refit climb writes the wide nodes' boxes on CUDA too (``RAYD_REFIT_WIDE_CLIMB=1``;
-#: see :meth:`FusedRefit.writes_wide`). The CPU always does.
-WIDE_CLIMB_CUDA = os.environ.get("RAYD_REFIT_WIDE_CLIMB", "0") == "1"
-
 wp.set_module_options({"enable_backward": False})
 
 #: Threads of the first magnitude pass (at most) and partial maxima of the second.
@@ -463,12 +459,5 @@ class FusedRefit:
     @staticmethod
     def writes_wide(tri) -> bool:
         """Whether the refit of ``tri`` also writes its wide nodes' boxes (it has pair nodes and wide
-        nodes with their slot map), so that ``WideNodes.refresh`` need not run after it.
-
-        Off on CUDA unless ``RAYD_REFIT_WIDE_CLIMB=1`` (:data:`WIDE_CLIMB_CUDA`): on the H200 (session 13)
-        two copies of one 5,000-triangle tree refitted alike left different wide-node bits
-        (``test_refit_equals_fresh_build[cuda-*-wide4]``), cause not found yet; CUDA keeps the
-        separate refresh pass of session 12."""
-        if tri.pairs is None or tri.wide is None or tri.wide.slots is None:
-            return False
-        return WIDE_CLIMB_CUDA or tri.wide.data.device.is_cpu
+        nodes with their slot map), so that ``WideNodes.refresh`` need not run after it."""
+        return tri.pairs is not None and tri.wide is not None and tri.wide.slots is not None
