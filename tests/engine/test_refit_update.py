@@ -36,11 +36,11 @@ def _tri(v, f, face_base, device, constructor, layout="pair"):
                                        num_triangles=len(f) - face_base, face_base=face_base, layout=layout)
 
 
-def _state(tri):
+def _state(tri, wide: bool = True):
     out = [tri.nodes.lowers.numpy().view(np.int32), tri.nodes.uppers.numpy().view(np.int32), tri.pairs.boxes.numpy()[
         np.arange(tri.pairs.boxes.shape[0]) % 4 != 3], tri.pairs.tris.numpy(), tri.magnitude.numpy(),
         tri.lowers.numpy(), tri.uppers.numpy()]
-    if tri.wide is not None:
+    if wide and tri.wide is not None:
         out.append(tri.wide.data.numpy())
     return out
 
@@ -59,20 +59,25 @@ def test_refit_equals_fresh_build(count, face_base, constructor, layout, device)
     two = _tri(v, f, face_base, device, constructor, layout)
     assert one.fused is not None
     moved = (v * rng.uniform(0.5, 3.0, (len(v), 1)) + 7.0).astype(np.float32)
+    # On CUDA the wide collapse numbers its nodes through an atomic counter, so two builds of one tree
+    # may lay the same wide nodes out in another order (H200, session 13): their bits are compared only
+    # when the layouts agree; either way each copy's climb-written boxes must equal its refresh below.
+    same_wide = one.wide is None or np.array_equal(one.wide.links.numpy(), two.wide.links.numpy())
     for step in range(2):  # the second refit starts from refitted (not built) boxes
         for tri in (one, two):
             tri.points.assign(moved if step == 0 else moved[::-1].copy())
             tri.refit()
-        for a, b in zip(_state(one), _state(two)):
+        for a, b in zip(_state(one, same_wide), _state(two, same_wide)):
             np.testing.assert_array_equal(a, b)
     # the climb left its arrival counters zero (no memset before the next refit) and wrote the wide
     # nodes' boxes as a copy from the refitted pair nodes would
     assert not one.fused.counters.numpy().any()
-    if one.wide is not None:
-        assert FusedRefit.writes_wide(one) == (count > 1)
-        written = one.wide.data.numpy().copy()
-        one.wide.refresh()
-        np.testing.assert_array_equal(written, one.wide.data.numpy())
+    for tri in (one, two):
+        if tri.wide is not None:
+            assert FusedRefit.writes_wide(tri) == (count > 1)
+            written = tri.wide.data.numpy().copy()
+            tri.wide.refresh()
+            np.testing.assert_array_equal(written, tri.wide.data.numpy())
     fresh = _tri(moved[::-1].copy(), f, face_base, device, constructor, layout)
     root = one.nodes.root
     np.testing.assert_array_equal(one.nodes.lowers.numpy()[root, :3], fresh.nodes.lowers.numpy()[fresh.nodes.root, :3])
