@@ -9,7 +9,8 @@ of the meshes' vertices for the fused kernels — is made once per ``sync()``
 
 Known to grow (xfail, strict: they pass once fixed): the edge queries and
 ``silhouette_edges`` place every shape's vertices with a few ops per shape
-(``rayd.torch.edges.placed_vertices``), and the differentiable winding number sums per shape.
+(``rayd.torch.edges.placed_vertices``). The differentiable winding number gathers the enabled
+faces once (``LiveState.enabled_face_ids``) and no longer grows.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import rayd.torch as rt
 
 GROWS = {"nearest_edge", "nearest_edges", "silhouette_edges"}  # placed_vertices: ops per shape
-GROWS_WITH_GRAD = {"winding_number"}  # the differentiable sum: ops per shape
+GROWS_WITH_GRAD: set = set()  # (the differentiable winding number gathers the enabled faces once)
 
 
 class _CountOps(TorchDispatchMode):

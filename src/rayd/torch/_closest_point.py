@@ -28,7 +28,6 @@ from rayd.torch import _closest_fused, _convert, _interval, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
 from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance
-from rayd.torch.edges import placed_vertices
 from rayd.torch.intersection import TorchRecord
 
 
@@ -170,16 +169,15 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
 _CHUNK_ELEMENTS = 1 << 22
 
 def _placed_faces(scene, device) -> torch.Tensor:
-    """(F, 3, 3) float64 world corners of every enabled face (meshes and instances), differentiable."""
-    shapes = scene._core.table.shapes
-    vertices = placed_vertices(shapes, torch.float64)
-    parts, offset = [], 0
-    for shape in shapes:
-        if shape.enabled and shape.num_faces:
-            parts.append(shape.mesh.faces.to(device=device, dtype=torch.long) + offset)
-        offset += shape.num_vertices
-    faces = torch.cat(parts) if parts else torch.zeros((0, 3), dtype=torch.long, device=device)
-    return vertices[faces]
+    """(F, 3, 3) float64 world corners of every enabled face (meshes and instances), differentiable.
+
+    One gather over the enabled faces' ``global_prim_id`` (made once per ``sync()``), placed by
+    the per-shape placements of :meth:`LiveState.world`: the torch ops do not grow with the
+    number of shapes.
+    """
+    state = scene._state
+    geometry = gather(state.table, state.live(torch.float64), state.enabled_face_ids())
+    return geometry.corners.to(torch.float64)
 
 
 def winding_number(scene, call: str, points: object, active: object, exact: bool, refine: float = 0.0,

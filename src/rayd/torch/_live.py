@@ -22,6 +22,7 @@ import torch.autograd.forward_ad as forward_ad
 
 from rayd.core.live import LiveBase, vertex_attributes
 from rayd.core.shapes import matrix_groups
+from rayd.core.surface import enabled_face_ids
 from rayd.torch import _convert
 from rayd.torch._geometry import LiveTensors, ShapeTable
 
@@ -131,6 +132,15 @@ class LiveState(LiveBase):
             dtype = torch.promote_types(dtype, shape.vertices.dtype)
         self.vertex_dtype = dtype
         self._flat_vertices = None
+        self._enabled_ids = None
+
+    def enabled_face_ids(self) -> torch.Tensor:
+        """(F,) int64 ``global_prim_id`` of every face of the enabled shapes, on the device, once per ``sync()``."""
+        if torch.compiler.is_compiling():
+            return torch.as_tensor(enabled_face_ids(self.core.table.shapes), device=self.device)
+        if getattr(self, "_enabled_ids", None) is None:
+            self._enabled_ids = torch.as_tensor(enabled_face_ids(self.core.table.shapes), device=self.device)
+        return self._enabled_ids
 
     synced = prepare  # after ``sync()`` (rayd.core.frontend.SceneBase): the same refresh
 
