@@ -58,6 +58,7 @@ import numpy as np
 
 from rayd.core import camera as _core
 from rayd.core.checks import integer, real, type_name
+from rayd.core.docs import FrontendDocs
 from rayd.core.frontend import PublicName
 from rayd.records import FieldRecord
 
@@ -72,10 +73,13 @@ def check_size(call: str, name: str, value: object) -> int:
     return value
 
 
-class CameraBase(PublicName):
-    """Argument checks and intrinsics of ``Camera`` (see the module docstring for the hooks)."""
+class CameraBase(PublicName, FrontendDocs):
+    """Argument checks and intrinsics of ``Camera`` (see the module docstring for the hooks); the
+    docstrings of its public methods are the frontend's ``_camera_docs.DOCS``."""
 
     _name = "rayd.Camera"
+    _DOCUMENTED = "Camera"
+    _DOCS_MODULE = "_camera_docs"
     _SCALAR = "a float"
     _ARRAY: type = type(None)
 

@@ -16,6 +16,7 @@ Also here: :func:`document` itself (re-exported by :mod:`rayd.core.edges`, where
 from __future__ import annotations
 
 import importlib
+import inspect
 import types
 from typing import Any
 
@@ -25,16 +26,19 @@ FRONTENDS = ("torch", "drjit")
 class FrontendDocs:
     """Base of a core query mixin whose methods each frontend documents (module docstring).
 
-    ``_DOCS_MODULE``: the module name under ``rayd.<frontend>`` that holds ``DOCS``.
+    ``_DOCS_MODULE``: the module name under ``rayd.<frontend>`` that holds ``DOCS``;
+    ``_DOCUMENTED``: the name of the frontend's public class that gets them (``"Scene"``;
+    ``"Mesh"``, ``"Camera"`` for :class:`~rayd.core.mesh.MeshBase`, :class:`~rayd.core.camera_frontend.CameraBase`).
     """
 
     _DOCS_MODULE: str = ""
+    _DOCUMENTED: str = "Scene"
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
         parts = cls.__module__.split(".")
-        if cls.__name__ != "Scene" or parts[0] != "rayd" or len(parts) < 2 or parts[1] not in FRONTENDS:
-            return  # only a frontend's public Scene is documented
+        if cls.__name__ != cls._DOCUMENTED or parts[0] != "rayd" or len(parts) < 2 or parts[1] not in FRONTENDS:
+            return  # only a frontend's public class (its Scene, Mesh, Camera) is documented
         for base in cls.__mro__[1:]:
             name = base.__dict__.get("_DOCS_MODULE")
             if name:
@@ -57,7 +61,11 @@ def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, A
         ``cls``, to allow use as a decorator's helper.
     """
     for name, doc in docs.items():
-        base = getattr(cls, name)
+        base = inspect.getattr_static(cls, name)
+        if isinstance(base, (classmethod, staticmethod)):  # the function inside, wrapped again
+            method = _copy(cls, name, base.__func__, doc, (annotations or {}).get(name, {}))
+            setattr(cls, name, type(base)(method))
+            continue
         if isinstance(base, property):  # a property: its getter copied the same way
             getter = _copy(cls, name, base.fget, doc, (annotations or {}).get(name, {}))
             setattr(cls, name, property(getter, base.fset, base.fdel, doc))

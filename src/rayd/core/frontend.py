@@ -43,6 +43,7 @@ from typing import Any
 
 import numpy as np
 
+from rayd.core.docs import FrontendDocs
 from rayd.core.scene import SceneCore
 from rayd.core.shapes import Shape, ShapeTable
 from rayd.engine.runtime import serialised
@@ -72,10 +73,15 @@ class PublicName:
             cls._name = f"rayd.{parts[1]}.{cls.__name__}"
 
 
-class SceneBase:
-    """Shared lifecycle of ``rayd.torch.Scene`` and ``rayd.drjit.Scene`` (see the module docstring)."""
+class SceneBase(FrontendDocs):
+    """Shared lifecycle of ``rayd.torch.Scene`` and ``rayd.drjit.Scene`` (see the module docstring).
+
+    The docstrings of the ray queries and ``device`` on a frontend's ``Scene`` are its
+    ``rayd.<frontend>._scene_docs.DOCS`` (:class:`~rayd.core.docs.FrontendDocs`).
+    """
 
     _PREFIX = "rayd.Scene"
+    _DOCS_MODULE = "_scene_docs"
     _PARTS: Any = None  # the frontend's ``_parts`` module (module docstring)
     _MESH: Any = object
     _RAY: Any = None

@@ -19,21 +19,38 @@ Hooks a subclass defines:
 - ``_check_rows(call, name, value, count)``: raise ``ValueError`` unless it has ``count`` rows like 'vertices';
 - ``_check_transform(call, name, value, vertices)``: the checked (4, 4) matrix;
 - ``_check_face_range(call, name, faces, num_vertices)``: raise unless every index is in ``[0, V)``;
-- ``_where()``: the repr's placement part (``device=cpu``).
+- ``_where()``: the repr's placement part (``device=cpu``);
+- ``_trimesh_converter(call, **options)``: ``from_trimesh``'s own options (torch: ``device``,
+  ``dtype``; Dr.Jit: ``backend``, ``dtype``, ``ad``) checked, and ``convert(name, array)``, the
+  NumPy array of :func:`~rayd.core.meshio.trimesh_arrays` in the frontend's array type.
+
+``from_trimesh`` is this class's code; its docstring is the frontend's ``mesh.DOCS`` (bound by
+:class:`~rayd.core.docs.FrontendDocs`) and its shown signature puts the converter's options
+ahead of ``normals``, ``uv`` and ``to_world``.
 """
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
+from rayd.core.docs import FrontendDocs
 from rayd.core.frontend import PublicName
 from rayd.core.meshio import build_as, trimesh_arrays
 
 
-class MeshBase(PublicName):
+class MeshBase(PublicName, FrontendDocs):
     """Shared construction and accessors of ``rayd.torch.Mesh`` and ``rayd.drjit.Mesh`` (module docstring)."""
 
     _name = "rayd.Mesh"
+    _DOCUMENTED = "Mesh"
+    _DOCS_MODULE = "_mesh_docs"
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "from_trimesh" in cls.__dict__ and "_trimesh_converter" in cls.__dict__:  # a frontend's Mesh
+            method = cls.__dict__["from_trimesh"].__func__
+            method.__signature__ = _trimesh_signature(method, cls._trimesh_converter)
 
     def __init__(self, vertices: Any, faces: Any, *, normals: Any = None, uv: Any = None,
                  to_world: Any = None) -> None:
@@ -58,6 +75,14 @@ class MeshBase(PublicName):
         self.normals = attributes["normals"]
         self.uv = attributes["uv"]
         self.to_world = to_world
+
+    @classmethod
+    def from_trimesh(cls, mesh: object, *, normals: bool = False, uv: bool = False, to_world: Any = None,
+                     **options: Any) -> Any:
+        """A mesh from a ``trimesh.Trimesh``: the frontend's options checked (``_trimesh_converter``),
+        then the arrays of :func:`~rayd.core.meshio.trimesh_arrays` converted (the frontend documents it)."""
+        call = f"{cls._name}.from_trimesh()"
+        return cls._from_trimesh(call, mesh, normals, uv, to_world, cls._trimesh_converter(call, **options))
 
     @classmethod
     def _from_trimesh(cls, call: str, mesh: Any, normals: bool, uv: bool, to_world: Any, convert: Any) -> Any:
@@ -90,3 +115,12 @@ class MeshBase(PublicName):
         extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
         more = f", with {', '.join(extras)}" if extras else ""
         return f"{self._name}(V={self.num_vertices}, F={self.num_faces}, {self._where()}{more})"
+
+
+def _trimesh_signature(method: Any, converter: Any) -> inspect.Signature:
+    """``from_trimesh``'s shown signature: ``(cls, mesh, *, <converter's options>, normals, uv, to_world)``,
+    with the annotations of ``method`` (the frontend's copy) and of ``converter``."""
+    core = inspect.signature(method)
+    params = [p for p in core.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    options = [p for p in inspect.signature(converter).parameters.values() if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return core.replace(parameters=params[:2] + options + params[2:])

@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from rayd.core.checks import int_in_range
+from rayd.core.docs import FrontendDocs
 from rayd.engine.all_hits import MAX_HITS
 from rayd.flags import RayFlags, check_flags
 
@@ -73,10 +74,12 @@ class RayQueries:
         return start, end
 
 
-class AllHitsQueries:
-    """``intersect_all`` and ``count_intersections`` of a frontend's ``Scene`` (see the module docstring)."""
+class AllHitsQueries(FrontendDocs):
+    """``intersect_all`` and ``count_intersections`` of a frontend's ``Scene`` (see the module docstring);
+    their docstrings are the frontend's ``_scene_allhits.DOCS``."""
 
     _PREFIX = "rayd.Scene"
+    _DOCS_MODULE = "_scene_allhits"
 
     def intersect_all(self, ray, max_hits: int, active=None, flags: RayFlags = RayFlags.All, *, ignore=None):
         call = f"{self._PREFIX}.intersect_all()"

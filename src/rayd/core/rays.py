@@ -150,3 +150,29 @@ def document_ray(cls: type, array: str, call_doc: str) -> None:
     document(cls, {"__init__": None, "__call__": call_doc},
              {"__init__": {"o": array, "d": array, "tmax": bound, "tmin": bound, "return": "None"},
               "__call__": {"t": f"{array} | float", "return": array}})
+
+
+#: Half-width of the float32 search's rounding band around ``tmin``/``tmax`` of float64 queries,
+#: relative to ``|o - c| / |d| + |bound|`` (the float32 ``t`` of a hit differs from its float64 ``t``
+#: by rounding of the search-frame origin, the direction and the corners: a few 2^-24 of that).
+BAND = 2.0**-17
+
+
+def widened(reach: Any, tmin: Any, tmax: Any, to_float32: Callable[[Any], Any]) -> tuple[Any, Any]:
+    """The float32 search's bounds of a float64 query: ``tmin - band``, ``tmax + band``.
+
+    ``band = BAND (reach + |bound|)``, evaluated in float64 and rounded once by
+    ``to_float32``; rounding moves a bound by at most ``2^-25 |bound + band|``, less than
+    ``band``, so each stays outside the float64 bound it widens (infinite bounds stay as
+    they are), and the float32 search drops no hit inside ``(tmin, tmax)`` on its float64 ``t``.
+
+    Args:
+        reach: per-ray float64 ``|o - c| / |d|`` (``o - c`` the search-frame origin), in the
+            frontend's arrays.
+        tmin, tmax: float64 bounds: Python floats or the frontend's per-ray arrays.
+        to_float32: the frontend's rounding of a float64 array to its float32 search input.
+
+    Returns:
+        ``(tmin - band, tmax + band)`` as ``to_float32`` makes them.
+    """
+    return tuple(to_float32(b + sign * BAND * (reach + abs(b))) for b, sign in ((tmin, -1.0), (tmax, 1.0)))

@@ -12,7 +12,6 @@ from __future__ import annotations
 import drjit as dr
 
 from rayd.core import queries as _core_queries
-from rayd.core.edges import document
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit.intersection import Intersection
@@ -111,7 +110,9 @@ def _valid_first(m, valid: dr.ArrayBase, n: int, k: int) -> dr.ArrayBase:
     return order
 
 
-document(AllHitsQueries, {
+#: The docstrings of :class:`rayd.core.queries.AllHitsQueries`' methods on :class:`rayd.drjit.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "intersect_all": """The first ``max_hits`` hits of each ray in increasing ``t``, as :meth:`rayd.torch.Scene.intersect_all`.
 
     Hits of a shared edge or vertex (faces of one shape sharing a vertex index, ``t``
@@ -150,4 +151,4 @@ document(AllHitsQueries, {
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
-})
+}

@@ -102,23 +102,13 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
     return n, rays, (o_buffer, d_buffer, tmin, tmax, flag, skip), ray
 
 
-#: Half-width of the float32 search's rounding band of float64 queries (as rayd.torch._trace.BAND),
-#: relative to ``|o - c| / |d| + |bound|``.
-BAND = 2.0**-17
-
-
 def widened(o, d, tmin, tmax, backend: str) -> tuple[dr.ArrayBase, dr.ArrayBase]:
-    """Float32 ``tmin - band``, ``tmax + band``, ``band = BAND (|o| / |d| + |bound|)`` in float64 (``o`` the
-    search-frame origins); rounding moves a bound by less than ``band``, so each stays outside the
-    bound it widens (infinite bounds stay as they are)."""
+    """Float32 bounds of a float64 query widened by the rounding band of :func:`rayd.core.rays.widened`
+    (``o`` the search-frame origins)."""
     plain = _convert.module(backend, False)
     o64, d64 = plain.Array3f64(dr.detach(o)), plain.Array3f64(dr.detach(d))
-    reach = dr.norm(o64) / dr.norm(d64)
-    out = []
-    for value, sign in ((tmin, -1.0), (tmax, 1.0)):
-        b = float(value) if isinstance(value, (int, float)) else plain.Float64(dr.detach(value))
-        out.append(plain.Float(b + sign * BAND * (reach + abs(b))))
-    return out[0], out[1]
+    lo, hi = (float(b) if isinstance(b, (int, float)) else plain.Float64(dr.detach(b)) for b in (tmin, tmax))
+    return core_rays.widened(dr.norm(o64) / dr.norm(d64), lo, hi, plain.Float)
 
 
 def unblocked(ray: Ray, blocker: dr.ArrayBase, active: dr.ArrayBase | None) -> dr.ArrayBase:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Callable
 
 import drjit as dr
 import numpy as np
@@ -61,41 +62,10 @@ class Mesh(MeshBase):
     def _where(self) -> str:
         return f"type={_convert.type_name(self.vertices)}"
 
-    @classmethod
-    def from_trimesh(
-        cls,
-        mesh: object,
-        *,
-        backend: str = "llvm",
-        dtype: str = "float32",
-        ad: bool = True,
-        normals: bool = False,
-        uv: bool = False,
-        to_world: dr.ArrayBase | None = None,
-    ) -> "Mesh":
-        """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
-
-        Args:
-            mesh: a ``trimesh.Trimesh``; its ``vertices`` (V, 3) and ``faces`` (F, 3)
-                are copied into new arrays (``Array3f``/``Array3f64``, ``Array3u``).
-            backend: ``"llvm"`` (CPU, default) or ``"cuda"``.
-            dtype: ``"float32"`` (default) or ``"float64"`` for vertices, normals and uv.
-            ad: use the differentiable namespace (``drjit.<backend>.ad``, default) or
-                the plain one.
-            normals: also copy ``mesh.vertex_normals`` as shading normals (off by
-                default: ``n`` equals ``geo_n`` unless asked for).
-            uv: also copy ``mesh.visual.uv`` (the mesh must have texture coordinates).
-            to_world: optional 4x4 transform, as for :class:`Mesh`.
-
-        Returns:
-            A :class:`Mesh` (gradients not enabled: call ``dr.enable_grad(mesh.vertices)``).
-
-        Raises:
-            TypeError: ``mesh`` is not a ``trimesh.Trimesh``, or a wrong ``dtype``.
-            ValueError: an unknown ``backend``; ``uv=True`` for a mesh without texture
-                coordinates; and what :class:`Mesh` raises.
-        """
-        call = f"{cls._name}.from_trimesh()"
+    @staticmethod
+    def _trimesh_converter(call: str, *, backend: str = "llvm", dtype: str = "float32",
+                           ad: bool = True) -> Callable[[str, np.ndarray], dr.ArrayBase]:
+        """``from_trimesh``'s options checked; the converter of its NumPy arrays into columns (faces ``Array3u``)."""
         if backend not in ("llvm", "cuda"):
             raise ValueError(f"{call}: 'backend' must be 'llvm' or 'cuda', got {backend!r}")
         if dtype not in ("float32", "float64"):
@@ -109,7 +79,7 @@ class Mesh(MeshBase):
             numpy_dtype = np.uint32 if name == "faces" else (np.float64 if wide else np.float32)
             return kinds[name](np.ascontiguousarray(array.T.astype(numpy_dtype)))
 
-        return cls._from_trimesh(call, mesh, normals, uv, to_world, columns)
+        return columns
 
     @property
     def device(self) -> str:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from rayd.core import queries as _core_queries
-from rayd.core.edges import document
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags, unrequested
 from rayd.torch import _interval, _intersect_fused, _ops, _trace
@@ -83,7 +82,9 @@ def _compact(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch
             for name, v in out.items()}
 
 
-document(AllHitsQueries, {
+#: The docstrings of :class:`rayd.core.queries.AllHitsQueries`' methods on :class:`rayd.torch.Scene`
+#: (bound by :class:`rayd.core.docs.FrontendDocs` when the Scene class is made).
+DOCS = {
     "intersect_all": """The first ``max_hits`` hits of each ray in increasing ``t``, differentiable for the fixed faces.
 
     A ray through a shared edge or vertex of a mesh hits every face around it at the
@@ -141,4 +142,4 @@ document(AllHitsQueries, {
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
-})
+}

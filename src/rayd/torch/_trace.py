@@ -103,27 +103,15 @@ def _traced() -> bool:
     return torch.compiler.is_compiling() or _convert.transforms_active()
 
 
-#: Half-width of the float32 search's rounding band around ``tmin``/``tmax`` of float64 queries,
-#: relative to ``|o - c| / |d| + |bound|`` (the float32 ``t`` of a hit differs from its float64 ``t``
-#: by rounding of the search-frame origin, the direction and the corners: a few 2^-24 of that).
-BAND = 2.0**-17
-
-
 def widened(o: torch.Tensor, d: torch.Tensor, tmin, tmax, batch: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
-    """(N,) float32 ``tmin - band``, ``tmax + band``, ``band = BAND (|o| / |d| + |bound|)`` in float64 (``o`` the
-    search-frame origins). Rounding to float32 moves a bound by at most ``2^-25 |bound + band|``, less than
-    ``band``, so each stays outside the float32 bound it widens (infinite bounds stay as they are)."""
+    """(N,) float32 bounds of a float64 query widened by the rounding band of :func:`rayd.core.rays.widened`
+    (``o`` the search-frame origins)."""
     o64 = _convert.primal(o).to(torch.float64).expand(tuple(batch) + (3,)).reshape(-1, 3)
     d64 = _convert.primal(d).to(torch.float64).expand(tuple(batch) + (3,)).reshape(-1, 3)
     reach = torch.linalg.vector_norm(o64, dim=1) / torch.linalg.vector_norm(d64, dim=1)
-    out = []
-    for value, sign in ((tmin, -1.0), (tmax, 1.0)):
-        if isinstance(value, torch.Tensor):
-            b = _convert.primal(value).detach().to(torch.float64).expand(batch).reshape(-1)
-        else:
-            b = float(value)
-        out.append((b + sign * BAND * (reach + abs(b))).to(torch.float32).contiguous())
-    return out[0], out[1]
+    lo, hi = (_convert.primal(b).detach().to(torch.float64).expand(batch).reshape(-1) if isinstance(b, torch.Tensor)
+              else float(b) for b in (tmin, tmax))
+    return core_rays.widened(reach, lo, hi, lambda b: b.to(torch.float32).contiguous())
 
 
 def unblocked(ray: Ray, batch: torch.Size, blocker: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from typing import Callable
 
 import numpy as np
 import torch
@@ -89,42 +90,10 @@ class Mesh(MeshBase):
     def _where(self) -> str:
         return f"device={self.device}"
 
-    @classmethod
-    def from_trimesh(
-        cls,
-        mesh: object,
-        *,
-        device: torch.device | str | None = None,
-        dtype: torch.dtype = torch.float32,
-        normals: bool = False,
-        uv: bool = False,
-        to_world: torch.Tensor | None = None,
-    ) -> "Mesh":
-        """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
-
-        Args:
-            mesh: a ``trimesh.Trimesh``; its ``vertices`` (V, 3) and ``faces`` (F, 3)
-                are copied into new tensors (vertices in ``dtype``, faces int32).
-            device: where the tensors go (default: the CPU).
-            dtype: float32 (default) or float64 for vertices, normals and uv.
-            normals: also copy ``mesh.vertex_normals`` (trimesh computes them on first
-                use: area-weighted face normals) as shading normals. Off by default, so
-                ``n`` equals ``geo_n`` unless asked for.
-            uv: also copy ``mesh.visual.uv`` (the mesh must have texture coordinates).
-            to_world: optional (4, 4) transform, as for :class:`Mesh`.
-
-        Returns:
-            A :class:`Mesh` whose tensors do not require gradients (call
-            ``mesh.vertices.requires_grad_()`` to optimise them).
-
-        Raises:
-            TypeError: ``mesh`` is not a ``trimesh.Trimesh`` (a ``trimesh.Scene`` can be
-                flattened with ``scene.to_geometry()`` or loaded with ``trimesh.load(path, force="mesh")``), or ``dtype`` is not
-                float32/float64.
-            ValueError: ``uv=True`` for a mesh without texture coordinates; and what
-                :class:`Mesh` raises.
-        """
-        call = f"{cls._name}.from_trimesh()"
+    @staticmethod
+    def _trimesh_converter(call: str, *, device: torch.device | str | None = None,
+                           dtype: torch.dtype = torch.float32) -> Callable[[str, np.ndarray], torch.Tensor]:
+        """``from_trimesh``'s options checked; the converter of its NumPy arrays (faces int32)."""
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{call}: 'dtype' must be torch.float32 or torch.float64, got {dtype}")
 
@@ -132,7 +101,7 @@ class Mesh(MeshBase):
             kind = torch.int32 if name == "faces" else dtype
             return torch.as_tensor(array, dtype=kind, device=device).contiguous()
 
-        return cls._from_trimesh(call, mesh, normals, uv, to_world, tensor)
+        return tensor
 
     @property
     def device(self) -> torch.device:

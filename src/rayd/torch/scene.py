@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core.edges import document
 from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.flags import RayFlags
@@ -161,78 +160,4 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return torch.promote_types(dtype, self._state.vertex_dtype)  # the meshes' (instances share them)
 
 
-document(Scene, {
-    "device": """The scene's device (that of its meshes), ``None`` while it is empty.""",
-    "intersect": """Closest hit of each ray, differentiable for the fixed winning triangle.
-
-    Args:
-        ray: :class:`Ray` with ``o``, ``d`` of shape (..., 3), float32 or float64,
-            on the scene's device.
-        active: optional bool tensor broadcastable to ``...``; inactive rays miss.
-        flags: :class:`RayFlags` selecting the fields to compute.
-        ignore: optional ``global_prim_id`` per ray (int tensor broadcastable to
-            ``...``, or an int; -1 for none) whose face the ray skips, e.g. the
-            face a reflected ray leaves.
-
-    Returns:
-        :class:`Intersection` with fields of shape ``...``. Concretely, for the
-        first triangle hit with ``tmin < t < tmax``, ``t, u, v`` solve
-        ``o + t d = (1 - u - v) v0 + u v1 + v v2``, ``p = o + t d``,
-        ``barycentric = (1 - u - v, u, v)``. Misses: ``t = inf``, ids -1, zeros.
-
-    Units:
-        ``t`` in multiples of ``|d|``; ``p`` in world units.
-
-    Gradients:
-        ``t, p, n, geo_n, barycentric, uv`` are differentiable (reverse and forward
-        mode) with respect to the meshes' vertex tensors, normals, uv and
-        transforms (mesh and instance), and to ``ray.o`` and ``ray.d``. The choice
-        of triangle is held fixed; misses get exactly zero gradient. Gradients are
-        accumulated with ``index_put_(accumulate=True)``, which is bitwise
-        deterministic under ``torch.use_deterministic_algorithms(True)`` (on CUDA
-        otherwise atomic: faster, run-to-run differences in the last bits).
-
-    Raises:
-        TypeError: ``ray`` is not a ``rayd.torch.Ray``, ``active`` is not bool,
-            ``ignore`` is not an integer, ``flags`` is not a ``RayFlags``.
-        ValueError: inputs on another device, or batch shapes that do not broadcast.
-        RuntimeError: the scene is not built, or has pending/unsynced changes.
-
-    References:
-        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
-        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
-    """,
-    "shadow_test": """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
-
-    Args:
-        ray: :class:`Ray` with ``o``, ``d`` of shape (..., 3) on the scene's device.
-        active: optional bool tensor broadcastable to ``...``; inactive rays report False.
-        ignore: optional ``global_prim_id`` per ray to skip (-1 for none).
-
-    Returns:
-        (...) bool, True where the ray is occluded. Not differentiable. The
-        traversal stops at the first blocker found (any hit).
-
-    Raises:
-        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-    """,
-    "visible": """Line of sight: is the open segment between ``start`` and ``end`` unblocked?
-
-    Args:
-        start: (..., 3) float32/float64 points on the scene's device.
-        end: (..., 3) float32/float64, broadcastable against ``start``.
-        active: optional bool tensor broadcastable to ``...``; inactive pairs report False.
-        ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
-
-    Returns:
-        (...) bool, True where no triangle crosses ``start + s (end - start)`` for
-        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
-        to the segment length, so endpoints lying on surfaces do not block
-        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
-        (zero-length or non-finite) segments report False.
-
-    Raises:
-        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-    """,
-}, {"device": {"return": "torch.device | None"}})
 serialise_public(Scene, torch.compiler.is_compiling)
