@@ -111,6 +111,12 @@ def test_not_a_trimesh_is_type_error():
         rt.Mesh.from_trimesh(trimesh.Scene([trimesh.creation.box()]))
     with pytest.raises(TypeError, match=r"'dtype' must be torch.float32 or torch.float64"):
         rt.Mesh.from_trimesh(trimesh.creation.box(), dtype=torch.float16)
+    # An unknown option is named as from_trimesh's, not as an internal hook's.
+    with pytest.raises(TypeError, match=r"^rayd\.torch\.Mesh\.from_trimesh\(\) got an unexpected keyword argument 'bogus'"):
+        rt.Mesh.from_trimesh(trimesh.creation.box(), bogus=1)
+    import rayd.drjit as rd
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Mesh\.from_trimesh\(\) got an unexpected keyword argument 'call'"):
+        rd.Mesh.from_trimesh(trimesh.creation.box(), call="x")
 
 
 def test_to_world_errors_name_from_trimesh_and_a_good_one_places_the_mesh(device):

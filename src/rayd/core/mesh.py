@@ -82,6 +82,10 @@ class MeshBase(PublicName, FrontendDocs):
         """A mesh from a ``trimesh.Trimesh``: the frontend's options checked (``_trimesh_converter``),
         then the arrays of :func:`~rayd.core.meshio.trimesh_arrays` converted (the frontend documents it)."""
         call = f"{cls._name}.from_trimesh()"
+        accepted = inspect.signature(cls._trimesh_converter).parameters
+        for name in options:
+            if name not in accepted or name == "call":
+                raise TypeError(f"{call} got an unexpected keyword argument '{name}'")
         return cls._from_trimesh(call, mesh, normals, uv, to_world, cls._trimesh_converter(call, **options))
 
     @classmethod
