@@ -36,9 +36,34 @@ def counts() -> None:
         print(f"ops {kind:9s} {str(dtype)[6:]:7s} {'grad' if grad else 'nograd'}: {row}", flush=True)
 
 
+def _sphere(n: int = 186) -> tuple[np.ndarray, np.ndarray]:
+    """A UV sphere of ``2 n (n - 1)`` faces (186: 68,820, about the bunny's 69k), vertices (V, 3), faces (F, 3)."""
+    theta = np.linspace(0.0, np.pi, n + 1)[1:-1]
+    phi = np.linspace(0.0, 2.0 * np.pi, n, endpoint=False)
+    t, q = np.meshgrid(theta, phi, indexing="ij")
+    ring = np.stack([np.sin(t) * np.cos(q), np.sin(t) * np.sin(q), np.cos(t)], -1).reshape(-1, 3)
+    vertices = np.concatenate([[[0.0, 0.0, 1.0]], ring, [[0.0, 0.0, -1.0]]])
+    rows, cols = n - 1, n
+    idx = 1 + np.arange(rows * cols).reshape(rows, cols)
+    nxt = np.roll(idx, -1, axis=1)
+    faces = [np.stack([np.zeros(cols, dtype=np.int64), idx[0], nxt[0]], -1)]
+    for r in range(rows - 1):
+        a, b, c, d = idx[r], nxt[r], idx[r + 1], nxt[r + 1]
+        faces += [np.stack([a, c, b], -1), np.stack([b, c, d], -1)]
+    last = vertices.shape[0] - 1
+    faces.append(np.stack([np.full(cols, last), nxt[-1], idx[-1]], -1))
+    return vertices, np.concatenate(faces)
+
+
 def _mesh():
     path = Path("/work/meshes/bunny_69k.npz")
-    data = np.load(path)
+    if path.exists():
+        data = np.load(path)
+        vertices, faces = data["vertices"], data["faces"]
+    else:
+        print(f"({path} absent: a UV sphere of the same face count)", flush=True)
+        vertices, faces = _sphere()
+    data = {"vertices": vertices, "faces": faces}
     v = torch.as_tensor(data["vertices"], dtype=torch.float64)
     v = (v - v.mean(0)) / (v.max(0).values - v.min(0).values).max()
     return v, torch.as_tensor(data["faces"].astype(np.int32))
