@@ -7,10 +7,11 @@ by op). What a query would redo per shape — the vertex dtype promotion, the co
 of the meshes' vertices for the fused kernels — is made once per ``sync()``
 (``LiveState.prepare``).
 
-Known to grow (xfail, strict: they pass once fixed): the edge queries and
-``silhouette_edges`` place every shape's vertices with a few ops per shape
-(``rayd.torch.edges.placed_vertices``). The differentiable winding number gathers the enabled
-faces once (``LiveState.enabled_face_ids``) and no longer grows.
+The edge queries and ``silhouette_edges`` place every shape's vertices with a constant number
+of ops (``LiveState.placed_vertices``: one concatenation, one stack of the matrices, one gather
+by per-vertex rows made once per build, one batched product). The differentiable winding
+number gathers the enabled faces once (``LiveState.enabled_face_ids``). Nothing is known to
+grow; ``GROWS`` would mark a query as a strict xfail.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import rayd.torch as rt
 
-GROWS = {"nearest_edge", "nearest_edges", "silhouette_edges"}  # placed_vertices: ops per shape
+GROWS: set = set()  # (the edge queries place the vertices in a constant number of ops)
 GROWS_WITH_GRAD: set = set()  # (the differentiable winding number gathers the enabled faces once)
 
 

@@ -158,7 +158,7 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     top = edges.topology
     camera._check_values(call)
     with torch.no_grad():
-        world = placed_vertices(scene._shapes, torch.float64, detach=True)
+        world = placed_vertices(scene._state, torch.float64, detach=True)
         centre = _centre(camera, device)
         chosen = scene.silhouette_edges(centre) & edges._applied.bool()
         ids = chosen.nonzero().squeeze(1)
@@ -190,7 +190,7 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, pl
     ends = edges.edge_rows[gid].long()
     t = torch.as_tensor(plan.edge_t, dtype=dtype).to(device)
     normal_t = torch.as_tensor(plan.normal, dtype=dtype).to(device)
-    vertices = placed_vertices(scene._shapes, dtype)
+    vertices = placed_vertices(scene._state, dtype)
     point = vertices[ends[:, 0]] * (1 - t)[:, None] + vertices[ends[:, 1]] * t[:, None]
     xy = camera.camera_to_pixels(camera.world_to_camera(point))
     m = (xy * normal_t).sum(-1)

@@ -87,6 +87,7 @@ class LiveState(LiveBase):
         self._batch_groups: list = []
         self._row_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._single_groups: list = []
+        self._placement_rows: tuple | None = None  # (rows, shape) of placed_vertices, made at first use
         self.no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)  # made once: no launch per query
         # Rows of every query without a mask and with the default interval, made once too.
         self.all_active = torch.ones(1, dtype=torch.uint8, device=device)
@@ -225,6 +226,80 @@ class LiveState(LiveBase):
                 self._normal = torch.linalg.inv_ex(world[:, :3, :3]).inverse
             return self._normal
         return torch.linalg.inv_ex(world[:, :3, :3]).inverse  # no error check: no host synchronisation
+
+    # ------------------------------------------------------------------ world-space vertices
+    def placement_rows(self) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """``(rows, shape)``: per row of :meth:`placed_vertices`, int64 (V_w,) on the device, made once per build.
+
+        ``rows``: the row of the meshes' concatenated vertices it repeats (``None`` without
+        instances: then the rows coincide). ``shape``: its shape id (``None`` for a scene of one
+        shape). The shapes and their vertex counts are fixed from ``build()`` to ``build()``.
+        """
+        found = self._placement_rows
+        if found is not None:
+            return found
+        shapes = self.core.table.shapes
+        counts = np.array([s.num_vertices for s in shapes], dtype=np.int64)
+        first = np.array([s.vertex_offset for s in shapes], dtype=np.int64)  # an instance's: its mesh's
+        rows = shape = None
+        with _convert.outside_transforms():  # plain tensors: kept beyond this call
+            if any(s.is_instance for s in shapes):
+                start = np.cumsum(counts) - counts  # first row of each shape in the placed copy
+                host = np.arange(int(counts.sum()), dtype=np.int64) + np.repeat(first - start, counts)
+                rows = torch.as_tensor(host).to(self.device)
+            if len(shapes) > 1:
+                shape = torch.as_tensor(np.repeat(np.arange(len(shapes), dtype=np.int64), counts)).to(self.device)
+        if not torch.compiler.is_compiling():  # (a constant of the graph there; no cache to guard on)
+            self._placement_rows = (rows, shape)
+        return rows, shape
+
+    def placed_vertices(self, dtype: torch.dtype, *, detach: bool = False) -> torch.Tensor:
+        """(V_w, 3) world positions of every shape's vertices, concatenated in shape order.
+
+        A mesh's rows are ``M_mesh @ [p, 1]``; an instance repeats its mesh's vertices
+        placed by ``M_instance @ M_mesh`` (DESIGN.md). With any transform in the scene the
+        placement is computed in float64 (as :func:`rayd.torch._geometry.gather` places
+        corners), then cast to ``dtype``. The torch ops do not grow with the number of
+        shapes: one concatenation of the meshes' vertex tensors, the placements of
+        :meth:`world` (one stack of the matrices that carry gradients, else the host
+        table's copy), one gather by the rows of :meth:`placement_rows`, one batched
+        matrix product.
+
+        Args:
+            dtype: float dtype of the result.
+            detach: the plain values (no autograd, no functorch wrappers), from the
+                placements of the last ``sync()``.
+
+        Returns:
+            (V_w, 3) ``dtype`` tensor on the scene's device; ``V_w`` counts every shape's
+            vertices, instances included. Without transforms and instances, the mesh's own
+            vertex tensor when it has ``dtype`` (one mesh): never write into the result.
+
+        Gradients:
+            Unless ``detach``, reverse and forward mode into every registered vertex and
+            matrix tensor (the matrices' last rows excepted, as in :meth:`world`).
+        """
+        self._refresh()
+        meshes = self.core.table.meshes
+        if detach:
+            with torch.no_grad():
+                vertices = _convert.primal(meshes[0].vertices if len(meshes) == 1
+                                           else torch.cat([s.vertices for s in meshes]))
+        else:  # (torch.cat promotes mixed float dtypes)
+            vertices = meshes[0].vertices if len(meshes) == 1 else torch.cat([s.vertices for s in meshes])
+        rows, shape = self.placement_rows()
+        if not self.any_matrix:
+            vertices = vertices.to(dtype)
+            return vertices if rows is None else vertices.index_select(0, rows)
+        placement = self._world if detach else self.world()  # (S, 4, 4) float64
+        vertices = vertices.to(torch.float64)
+        if rows is not None:
+            vertices = vertices.index_select(0, rows)
+        if shape is None:  # one shape
+            m = placement[0]
+            return (vertices @ m[:3, :3].transpose(0, 1) + m[:3, 3]).to(dtype)
+        m = placement[:, :3, :].reshape(-1, 12).index_select(0, shape).view(-1, 3, 4)  # (V_w, 3, 4)
+        return torch.baddbmm(m[:, :, 3:], m[:, :, :3], vertices.unsqueeze(-1)).squeeze(-1).to(dtype)
 
     # ------------------------------------------------------------------ tensors
     def live(self, dtype: torch.dtype) -> LiveTensors:

@@ -87,7 +87,7 @@ def nearest_edge_ray(scene, call: str, edges, ray: Ray, active: object, max_dist
                                   _convert.flat_float32(ray.d, batch, 3), _bound(ray.tmin, batch, device),
                                   _bound(ray.tmax, batch, device), flag, max_distance, n)
     dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene)
-    vertices = placed_vertices(scene._shapes, dtype)
+    vertices = placed_vertices(scene._state, dtype)
     o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
     d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
     s0 = _interval(ray.tmin, batch, dtype, device)
@@ -149,7 +149,7 @@ def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, t
         return fields
     n = batch.numel()
     dtype = _dtype(points.dtype, scene)
-    vertices = placed_vertices(scene._shapes, dtype)
+    vertices = placed_vertices(scene._state, dtype)
     p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, repeat, 3).reshape(n * repeat, 3)
     return evaluate_points(p, winner, edges.edge_rows, vertices, edges.topology)
 
@@ -159,7 +159,7 @@ def silhouette_edges(scene, call: str, viewpoint: object) -> torch.Tensor:
     viewpoint = _check.float_tensor(call, "viewpoint", viewpoint, last=3, ndim=1)
     _check.same_device(call, "viewpoint", viewpoint, scene._device, "the scene")
     dtype = _dtype(viewpoint.dtype, scene)
-    vertices = placed_vertices(scene._shapes, dtype, detach=True)
+    vertices = placed_vertices(scene._state, dtype, detach=True)
     with _convert.outside_transforms():
         scene._edges.topology  # noqa: B018 - lazily built state, kept beyond this call
     return scene._edges.silhouette(vertices, _convert.primal(viewpoint).to(dtype))

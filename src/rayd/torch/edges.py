@@ -136,30 +136,24 @@ def _mesh_records(faces: torch.Tensor, num_vertices: int) -> tuple[torch.Tensor,
     return out
 
 
-def placed_vertices(shapes, dtype: torch.dtype, *, detach: bool = False) -> torch.Tensor:
+def placed_vertices(state, dtype: torch.dtype, *, detach: bool = False) -> torch.Tensor:
     """(V, 3) world positions of every shape's vertices, concatenated in shape order.
 
     A mesh's rows are ``M_mesh @ [p, 1]``; an instance repeats its mesh's vertices
     placed by ``M_instance @ M_mesh`` (DESIGN.md). Differentiable in the registered
-    vertex and transform tensors unless ``detach``.
+    vertex and transform tensors unless ``detach``. The torch ops per call do not grow
+    with the number of shapes (:meth:`rayd.torch._live.LiveState.placed_vertices`).
 
     Args:
-        shapes: the scene's shape records (``mesh``, ``base``, ``vertices``, ``to_world``,
-            ``is_instance``).
+        state: the scene's :class:`rayd.torch._live.LiveState` (``scene._state``), of a
+            built and synced scene.
         dtype: float dtype of the result.
         detach: use the plain values (no autograd, no functorch wrappers).
+
+    Returns:
+        (V, 3) ``dtype`` on the scene's device (possibly a mesh's own vertex tensor: read only).
     """
-    value = _convert.primal if detach else (lambda t: t)
-    parts = []
-    for shape in shapes:
-        base = shapes[shape.base] if getattr(shape, "is_instance", False) else shape
-        v = value(base.vertices).to(dtype)
-        matrices = [value(m).to(dtype) for m in (shape.to_world, base.to_world if base is not shape else None)
-                    if m is not None]
-        for m in reversed(matrices):  # M_mesh first, then M_instance
-            v = v @ m[:3, :3].transpose(0, 1) + m[:3, 3]
-        parts.append(v)
-    return parts[0] if len(parts) == 1 else torch.cat(parts)
+    return state.placed_vertices(dtype, detach=detach)
 
 
 class SceneEdges(EdgeBuffers):
@@ -183,6 +177,7 @@ class SceneEdges(EdgeBuffers):
         faces = scene._state.table.faces
         super().__init__(shapes, _convert.TorchArrays(), str(device))
         self._device = device
+        self._state = scene._state  # placed_vertices (built with the scene, as this)
         self.centre = scene._state.centre
         # Mesh-local build-time faces of every shape (an instance shares its mesh's).
         local: dict[int, torch.Tensor] = {}
@@ -233,9 +228,9 @@ class SceneEdges(EdgeBuffers):
 
     def _refresh_points(self, stream) -> None:
         if self.centre is None:
-            world = placed_vertices(self._shapes, torch.float32, detach=True)
+            world = placed_vertices(self._state, torch.float32, detach=True)
         else:  # x - c in float64, then rounded (as the triangle search's copy)
-            world = (placed_vertices(self._shapes, torch.float64, detach=True) - self.centre).float()
+            world = (placed_vertices(self._state, torch.float64, detach=True) - self.centre).float()
         if self._points is None:
             # Always our own buffer: `world` may be the user's vertex tensor itself (one
             # float32 mesh without a transform), which sync() must never write into.
