@@ -234,6 +234,9 @@ class LiveState(LiveBase):
         ``rows``: the row of the meshes' concatenated vertices it repeats (``None`` without
         instances: then the rows coincide). ``shape``: its shape id (``None`` for a scene of one
         shape). The shapes and their vertex counts are fixed from ``build()`` to ``build()``.
+        Made with the edge topology (``SceneEdges``), so that a compiled query finds them
+        made (a cache filled while tracing would recompile the graph at its next call);
+        else at first use, and under ``torch.compile`` as constants, not cached.
         """
         found = self._placement_rows
         if found is not None:
