@@ -198,8 +198,10 @@ class ReflectionQueries(FrontendDocs):
     The frontend documents the two methods in its own words, in ``rayd.<frontend>._scene_reflect.DOCS``
     (:class:`rayd.core.docs.FrontendDocs`).
     Hooks (the frontend's): ``_trace_reflections(call, ray, bounces, active, ignore)``, the
-    chains with ``bounces`` already checked; ``_specular_paths(call, source, target,
-    prim_sequence, active)``, the paths of a ready scene; ``_host_points(x, precision)``, the (n, 3) float64 points as
+    chains with ``bounces`` already checked; ``_path_points``, ``_path_sequences``,
+    ``_path_active``, the checks of :meth:`_path_arguments`;
+    ``_specular_paths(call, source, target, seq, active, batch)``, the paths of a ready scene
+    for checked arguments; ``_host_points(x, precision)``, the (n, 3) float64 points as
     the frontend evaluates them in ``precision`` (its dtype, or whether it is double);
     ``_host_corners(ids, precision)``, the (n, B, 3, 3) float64 world corners of the
     faces ``ids`` (n, B) (:func:`rayd.core.paths.check_sequences`' ids, ``-1`` in the
@@ -217,7 +219,35 @@ class ReflectionQueries(FrontendDocs):
     def specular_paths(self, source, target, prim_sequence, active=None):
         call = f"{self._PREFIX}.specular_paths()"
         self._require_ready(call)
-        return self._specular_paths(call, source, target, prim_sequence, active)
+        source, target, seq, active, batch = self._path_arguments(call, source, target, prim_sequence, active)
+        return self._specular_paths(call, source, target, seq, active, batch)
+
+    def _path_arguments(self, call: str, source, target, prim_sequence, active) -> tuple:
+        """``specular_paths``' argument checks, in the contract's order, through the frontend's hooks.
+
+        ``source`` and ``target`` (the frontend's ``_path_points``: float points on the
+        scene's device), ``prim_sequence`` (``_path_sequences``: integer, at least one
+        slot, then :func:`rayd.core.paths.check_length`), ``active`` (``_path_active``:
+        bool, on the scene's device), then the common batch (the frontend's ``Ray._broadcast`` rule).
+
+        Returns:
+            ``(source, target, seq, active, batch)``: the checked arrays (``seq`` as the
+            frontend holds it, ``active`` ``None`` if not given) and the batch the
+            frontend's ``Ray._broadcast`` returns (a shape or a width).
+
+        Raises:
+            TypeError, ValueError: naming ``call`` and the argument (the frontend's
+                ``specular_paths`` docstring lists them).
+        """
+        source, source_batch = self._path_points(call, "source", source)
+        target, target_batch = self._path_points(call, "target", target)
+        seq, seq_batch, bounces = self._path_sequences(call, prim_sequence)
+        paths.check_length(call, bounces)
+        batches = [("source", source_batch), ("target", target_batch), ("prim_sequence", seq_batch)]
+        if active is not None:
+            active, active_batch = self._path_active(call, active)
+            batches.append(("active", active_batch))
+        return source, target, seq, active, self._PARTS.Ray._broadcast(call, batches)
 
     def _host_validity(self, src: np.ndarray, dst: np.ndarray, seq: np.ndarray, prior: np.ndarray | None,
                        precision: Any, with_points: bool = False) -> tuple[np.ndarray, ...]:

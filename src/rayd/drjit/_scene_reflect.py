@@ -44,21 +44,23 @@ class ReflectionQueries(specular.ReflectionQueries):
             return ReflectionChain((0, bounces), **{name: kinds[kind]() for name, kind in specular.CHAIN_FIELDS.items()})
         return ReflectionChain((n, bounces), **_chain.chain(self, m, double, rays, keep, n, bounces, ray))
 
-    def _specular_paths(self, call: str, source, target, prim_sequence, active) -> SpecularPaths:
-        device = self._device
-        source = _check.float_array(call, "source", source, 3)
-        target = _check.float_array(call, "target", target, 3)
+    def _path_points(self, call: str, name: str, value) -> tuple:
+        value = _check.float_array(call, name, value, 3)
+        _check.same_backend(call, name, value, self._device, "the scene")
+        return value, dr.width(value)
+
+    def _path_sequences(self, call: str, prim_sequence) -> tuple[np.ndarray, int, int]:
         seq = _sequences(call, prim_sequence)
+        _check.same_backend(call, "prim_sequence", prim_sequence, self._device, "the scene")
+        return seq, seq.shape[0], seq.shape[1]
+
+    def _path_active(self, call: str, active) -> tuple:
+        active = _check.bool_array(call, "active", active)
+        _check.same_backend(call, "active", active, self._device, "the scene")
+        return active, dr.width(active)
+
+    def _specular_paths(self, call: str, source, target, seq: np.ndarray, active, n: int) -> SpecularPaths:
         bounces = seq.shape[1]
-        paths.check_length(call, bounces)
-        widths = [("source", dr.width(source)), ("target", dr.width(target)), ("prim_sequence", seq.shape[0])]
-        for name, value in (("source", source), ("target", target), ("prim_sequence", prim_sequence)):
-            _check.same_backend(call, name, value, device, "the scene")
-        if active is not None:
-            active = _check.bool_array(call, "active", active)
-            _check.same_backend(call, "active", active, device, "the scene")
-            widths.append(("active", dr.width(active)))
-        n = _check.broadcast(call, widths)
         m, double = self._precision(source, target)
         Float, Array3 = (m.Float64, m.Array3f64) if double else (m.Float, m.Array3f)
         src_host, dst_host = (_rows(x, n) for x in (source, target))

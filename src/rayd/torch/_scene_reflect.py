@@ -67,25 +67,27 @@ class ReflectionQueries(specular.ReflectionQueries):
         out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
         return ReflectionChain(**out)
 
-    def _specular_paths(self, call: str, source, target, prim_sequence, active) -> SpecularPaths:
-        device = self._device
-        source = _check.float_tensor(call, "source", source, last=3)
-        target = _check.float_tensor(call, "target", target, last=3)
+    def _path_points(self, call: str, name: str, value) -> tuple[torch.Tensor, torch.Size]:
+        value = _check.float_tensor(call, name, value, last=3)
+        _check.same_device(call, name, value, self._device, "the scene")
+        return value, value.shape[:-1]
+
+    def _path_sequences(self, call: str, prim_sequence) -> tuple[torch.Tensor, torch.Size, int]:
         seq = _check.index_tensor(call, "prim_sequence", prim_sequence)
         if seq.dim() < 1:
             raise ValueError(f"{call}: 'prim_sequence' must have shape (..., B), got a 0-d tensor")
-        bounces = seq.shape[-1]
-        paths.check_length(call, bounces)
-        shapes = [("source", source.shape[:-1]), ("target", target.shape[:-1]), ("prim_sequence", seq.shape[:-1])]
-        for name, value in (("source", source), ("target", target), ("prim_sequence", seq)):
-            _check.same_device(call, name, value, device, "the scene")
-        if active is not None:
-            active = _check.tensor(call, "active", active)
-            if active.dtype != torch.bool:
-                raise TypeError(f"{call}: 'active' must have dtype bool, got {active.dtype}")
-            _check.same_device(call, "active", active, device, "the scene")
-            shapes.append(("active", active.shape))
-        batch = _check.broadcast(call, shapes)
+        _check.same_device(call, "prim_sequence", seq, self._device, "the scene")
+        return seq, seq.shape[:-1], seq.shape[-1]
+
+    def _path_active(self, call: str, active) -> tuple[torch.Tensor, torch.Size]:
+        active = _check.tensor(call, "active", active)
+        if active.dtype != torch.bool:
+            raise TypeError(f"{call}: 'active' must have dtype bool, got {active.dtype}")
+        _check.same_device(call, "active", active, self._device, "the scene")
+        return active, active.shape
+
+    def _specular_paths(self, call: str, source, target, seq, active, batch: torch.Size) -> SpecularPaths:
+        device, bounces = self._device, seq.shape[-1]
         n = batch.numel()
         dtype = self._output_dtype(source, target)
         src = source.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
