@@ -270,6 +270,14 @@ NEAREST_EDGE_RULE = """Concretely, over the unmasked edges ``[a, b]`` it minimis
         ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
 """
 
+#: The end of ``nearest_edge``'s Raises section and its References (both frontends).
+NEAREST_EDGE_TAIL = """        RuntimeError: the scene is not built, or has pending changes (an edge mask
+            set since the last ``sync()`` included).
+
+    References:
+        Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
+    """
+
 
 class EdgeQueries(FrontendDocs):
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).

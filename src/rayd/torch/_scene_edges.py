@@ -6,7 +6,7 @@ The methods themselves are written once in ``rayd.core.edges``; the work is in `
 from __future__ import annotations
 
 from rayd.core.edges import EdgeQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
-from rayd.core.edges import NEAREST_EDGE_RULE, OVERFLOW_RAISES, TOPOLOGY_RULE
+from rayd.core.edges import NEAREST_EDGE_RULE, NEAREST_EDGE_TAIL, OVERFLOW_RAISES, TOPOLOGY_RULE
 
 
 #: The docstrings of the :class:`rayd.core.edges.EdgeQueries` methods on :class:`rayd.torch.Scene`
@@ -65,12 +65,7 @@ DOCS = {
         TypeError: ``points`` not a float tensor, ``active`` not bool, ``max_distance``
             not a number.
         ValueError: wrong shapes or device, negative/NaN ``max_distance``.
-        RuntimeError: the scene is not built, or has pending changes (an edge mask
-            set since the last ``sync()`` included).
-
-    References:
-        Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
-    """,
+""" + NEAREST_EDGE_TAIL,
     "nearest_edges": """The ``k`` edges nearest to each point, sorted by distance (ties by ``global_edge_id``).
 
     Args:
