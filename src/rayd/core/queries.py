@@ -40,6 +40,18 @@ from rayd.flags import RayFlags, check_flags
 VISIBILITY_EPSILON = 1e-4
 
 
+#: ``visible``'s rule, from the Returns section on (both frontends' docstrings,
+#: ``rayd.<frontend>._scene_docs.DOCS``); the frontend writes the returned type before it.
+VISIBLE_RULE = """True where no triangle crosses ``start + s (end - start)`` for
+        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
+        to the segment length, so endpoints lying on surfaces do not block
+        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
+        (zero-length or non-finite) segments report False.
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """
+
 class RayQueries:
     """``intersect``, ``shadow_test`` and ``visible`` of a frontend's ``Scene`` (see the module docstring)."""
 

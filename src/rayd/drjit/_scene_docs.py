@@ -2,6 +2,8 @@
 :class:`rayd.core.queries.RayQueries`, :class:`rayd.core.frontend.SceneBase`), bound by
 :class:`rayd.core.docs.FrontendDocs` when the Scene class is made."""
 
+from rayd.core.queries import VISIBLE_RULE
+
 DOCS = {
     "device": """The scene's device, ``'cpu'`` (LLVM) or ``'cuda:<ordinal>'``; ``None`` while empty.""",
     "intersect": """Closest hit of each ray, differentiable for the fixed winning triangle.
@@ -68,15 +70,7 @@ DOCS = {
         ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
 
     Returns:
-        (N,) ``Bool``, True where no triangle crosses ``start + s (end - start)`` for
-        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
-        to the segment length, so endpoints lying on surfaces do not block
-        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
-        (zero-length or non-finite) segments report False.
-
-    Raises:
-        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-    """,
+        (N,) ``Bool``, """ + VISIBLE_RULE,
 }
 
 ANNOTATIONS = {"device": {"return": "str | None"}}
