@@ -278,6 +278,18 @@ NEAREST_EDGE_TAIL = """        RuntimeError: the scene is not built, or has pend
         Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
     """
 
+#: ``nearest_edges``' Units, Gradients and first Raises line (both frontends).
+NEAREST_EDGES_UNITS = """
+    Units:
+        World units.
+
+    Gradients:
+        As :meth:`nearest_edge`, for each slot's fixed edge.
+
+    Raises:
+        TypeError: wrong types (``k`` not an int included).
+"""
+
 
 class EdgeQueries(FrontendDocs):
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).

@@ -1,6 +1,4 @@
-"""The docstrings of :class:`rayd.drjit.Scene`'s ray queries and ``device`` (core's code:
-:class:`rayd.core.queries.RayQueries`, :class:`rayd.core.frontend.SceneBase`), bound by
-:class:`rayd.core.docs.FrontendDocs` when the Scene class is made."""
+"""rayd.drjit's words for the core's ray queries and ``device``: as :mod:`rayd.torch._scene_docs`, for Dr.Jit arrays."""
 
 from rayd.core.queries import VISIBLE_RULE
 

@@ -6,7 +6,7 @@ The methods themselves are written once in ``rayd.core.edges``; the work is in `
 from __future__ import annotations
 
 from rayd.core.edges import EdgeQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
-from rayd.core.edges import NEAREST_EDGE_RULE, NEAREST_EDGE_TAIL, OVERFLOW_RAISES, TOPOLOGY_RULE
+from rayd.core.edges import NEAREST_EDGE_RULE, NEAREST_EDGE_TAIL, NEAREST_EDGES_UNITS, OVERFLOW_RAISES, TOPOLOGY_RULE
 
 
 #: The docstrings of the :class:`rayd.core.edges.EdgeQueries` methods on :class:`rayd.torch.Scene`
@@ -79,16 +79,7 @@ DOCS = {
         ``[..., k, 3]``). Concretely, slot ``j`` holds the ``(j+1)``-th smallest
         ``(distance, global_edge_id)`` over the unmasked edges, fields as in
         :meth:`nearest_edge`; unfilled slots are invalid (``inf``, ids -1, zeros).
-
-    Units:
-        World units.
-
-    Gradients:
-        As :meth:`nearest_edge`, for each slot's fixed edge.
-
-    Raises:
-        TypeError: wrong types (``k`` not an int included).
-        ValueError: ``k`` outside ``[1, 16]``, wrong shapes or device.
+""" + NEAREST_EDGES_UNITS + """        ValueError: ``k`` outside ``[1, 16]``, wrong shapes or device.
         RuntimeError: the scene is not built or has pending changes.
     """,
     "silhouette_edges": """Silhouette edges as seen from ``viewpoint`` (not differentiable).
