@@ -1,6 +1,6 @@
 """rayd.drjit's words for the core's ray queries and ``device``: as :mod:`rayd.torch._scene_docs`, for Dr.Jit arrays."""
 
-from rayd.core.queries import VISIBLE_RULE
+from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
 
 DOCS = {
     "device": """The scene's device, ``'cpu'`` (LLVM) or ``'cuda:<ordinal>'``; ``None`` while empty.""",
@@ -39,12 +39,7 @@ DOCS = {
             ``flags`` is not a ``RayFlags``.
         ValueError: inputs on another backend or device, or widths that do not
             broadcast.
-        RuntimeError: the scene is not built, or has pending/unsynced changes.
-
-    References:
-        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
-        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
-    """,
+""" + INTERSECT_TAIL,
     "shadow_test": """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
 
     Args:

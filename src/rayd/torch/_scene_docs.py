@@ -2,7 +2,7 @@
 :class:`rayd.core.queries.RayQueries`, :class:`rayd.core.frontend.SceneBase`), bound by
 :class:`rayd.core.docs.FrontendDocs` when the Scene class is made."""
 
-from rayd.core.queries import VISIBLE_RULE
+from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
 
 DOCS = {
     "device": """The scene's device (that of its meshes), ``None`` while it is empty.""",
@@ -39,12 +39,7 @@ DOCS = {
         TypeError: ``ray`` is not a ``rayd.torch.Ray``, ``active`` is not bool,
             ``ignore`` is not an integer, ``flags`` is not a ``RayFlags``.
         ValueError: inputs on another device, or batch shapes that do not broadcast.
-        RuntimeError: the scene is not built, or has pending/unsynced changes.
-
-    References:
-        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
-        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
-    """,
+""" + INTERSECT_TAIL,
     "shadow_test": """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
 
     Args:
