@@ -270,6 +270,26 @@ NEAREST_EDGE_RULE = """Concretely, over the unmasked edges ``[a, b]`` it minimis
         ``ray_t in [tmin, tmax]`` (rays); ties go to the smaller ``global_edge_id``.
 """
 
+#: The end of ``nearest_edge``'s Raises section and its References (both frontends).
+NEAREST_EDGE_TAIL = """        RuntimeError: the scene is not built, or has pending changes (an edge mask
+            set since the last ``sync()`` included).
+
+    References:
+        Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
+    """
+
+#: ``nearest_edges``' Units, Gradients and first Raises line (both frontends).
+NEAREST_EDGES_UNITS = """
+    Units:
+        World units.
+
+    Gradients:
+        As :meth:`nearest_edge`, for each slot's fixed edge.
+
+    Raises:
+        TypeError: wrong types (``k`` not an int included).
+"""
+
 
 class EdgeQueries(FrontendDocs):
     """The edge methods of a frontend's ``Scene`` (a mixin over :class:`rayd.core.frontend.SceneBase`).

@@ -22,6 +22,7 @@ with ``o, d`` (m, 3) float64, ``tmin, tmax`` (m,) float32, ``active`` (m,) bool,
 
 from __future__ import annotations
 
+import importlib
 import math
 from typing import Callable
 
@@ -87,7 +88,8 @@ def check_find_arguments(scene_type: type, scene: object, sources: object, targe
             ``rayd.torch.find_specular_paths()``).
         check_points: ``check_points(call, name, value)``, the frontend's checked (K, 3)
             float array, else raise.
-        check_device: ``check_device(call, name, value)``: raise unless on the scene's device.
+        check_device: ``check_device(call, name, value, device, owner)``: raise unless ``value``
+            is on ``device`` (the scene's; ``owner`` is ``"the scene"``, for the message).
 
     Raises:
         TypeError: ``scene`` is not a ``scene_type``; and as the checks.
@@ -99,8 +101,42 @@ def check_find_arguments(scene_type: type, scene: object, sources: object, targe
     scene._require_ready(call)
     points = [(name, check_points(call, name, value)) for name, value in (("sources", sources), ("targets", targets))]
     for name, value in points:
-        check_device(call, name, value)
+        check_device(call, name, value, scene.device, "the scene")
     return (points[0][1], points[1][1]) + check_options(call, max_bounces, num_rays, line_of_sight)
+
+
+def path_finder(frontend: str, find: Callable, check_points: Callable, check_device: Callable, doc: str,
+                array: str) -> Callable:
+    """A frontend's public ``find_specular_paths``: its signature and argument checks, written once.
+
+    The function made runs :func:`check_find_arguments` against ``rayd.<frontend>.Scene``
+    (imported at the first call: the scene module imports the frontend's paths module),
+    then ``find(scene, sources, targets, bounces, num_rays, line_of_sight)`` on the checked
+    values (the frontend's candidate search and evaluation).
+
+    Args:
+        frontend: ``"torch"`` or ``"drjit"`` (names the module, the call and the ``Scene``).
+        find: the frontend's search and evaluation, returning its ``SpecularPathSet``.
+        check_points, check_device: as :func:`check_find_arguments` (``check_device`` is called
+            as ``check_device(call, name, value, scene.device, "the scene")``).
+        doc: the function's docstring, in the frontend's words.
+        array: the frontend's array type as shown in the signature (``"torch.Tensor"``).
+
+    Returns:
+        ``find_specular_paths(scene, sources, targets, max_bounces, *, num_rays=NUM_RAYS,
+        line_of_sight=True)``, with module ``rayd.<frontend>.paths``.
+    """
+    def find_specular_paths(scene, sources, targets, max_bounces, *, num_rays=NUM_RAYS, line_of_sight=True):
+        scene_type = importlib.import_module(f"rayd.{frontend}.scene").Scene
+        return find(scene, *check_find_arguments(scene_type, scene, sources, targets, max_bounces, num_rays,
+                                                 line_of_sight, check_points, check_device))
+
+    find_specular_paths.__doc__ = doc
+    find_specular_paths.__module__ = f"rayd.{frontend}.paths"
+    find_specular_paths.__qualname__ = "find_specular_paths"
+    find_specular_paths.__annotations__ = {"sources": array, "targets": array, "max_bounces": "int", "num_rays": "int",
+                                           "line_of_sight": "bool", "return": "SpecularPathSet"}
+    return find_specular_paths
 
 
 def length_check(validity, precision: object):

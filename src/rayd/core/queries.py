@@ -39,6 +39,27 @@ from rayd.flags import RayFlags, check_flags
 #: ``s`` the parameter along ``start -> end``: relative to the segment length.
 VISIBILITY_EPSILON = 1e-4
 
+#: ``visible``'s rule, from the Returns section on (both frontends' docstrings,
+#: ``rayd.<frontend>._scene_docs.DOCS``); the frontend writes the returned type before it.
+VISIBLE_RULE = """True where no triangle crosses ``start + s (end - start)`` for
+        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
+        to the segment length, so endpoints lying on surfaces do not block
+        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
+        (zero-length or non-finite) segments report False.
+
+    Raises:
+        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
+    """
+
+
+#: The end of ``intersect``'s docstring (both frontends): its lifecycle error and references.
+INTERSECT_TAIL = """        RuntimeError: the scene is not built, or has pending/unsynced changes.
+
+    References:
+        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
+        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
+    """
+
 
 class RayQueries:
     """``intersect``, ``shadow_test`` and ``visible`` of a frontend's ``Scene`` (see the module docstring)."""

@@ -384,8 +384,7 @@ class DrjitArrays:
     def host_matrices(self, array: dr.ArrayBase):
         return host_matrices(array)
 
-    def stream(self, device: str) -> wp.Stream | None:
-        return current_stream(device)
+    stream = staticmethod(current_stream)
 
     def fence(self, device: str) -> None:
         fence(device)

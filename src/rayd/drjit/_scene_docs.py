@@ -1,6 +1,6 @@
-"""The docstrings of :class:`rayd.drjit.Scene`'s ray queries and ``device`` (core's code:
-:class:`rayd.core.queries.RayQueries`, :class:`rayd.core.frontend.SceneBase`), bound by
-:class:`rayd.core.docs.FrontendDocs` when the Scene class is made."""
+"""rayd.drjit's words for the core's ray queries and ``device``: as :mod:`rayd.torch._scene_docs`, for Dr.Jit arrays."""
+
+from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
 
 DOCS = {
     "device": """The scene's device, ``'cpu'`` (LLVM) or ``'cuda:<ordinal>'``; ``None`` while empty.""",
@@ -39,12 +39,7 @@ DOCS = {
             ``flags`` is not a ``RayFlags``.
         ValueError: inputs on another backend or device, or widths that do not
             broadcast.
-        RuntimeError: the scene is not built, or has pending/unsynced changes.
-
-    References:
-        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
-        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
-    """,
+""" + INTERSECT_TAIL,
     "shadow_test": """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
 
     Args:
@@ -68,15 +63,7 @@ DOCS = {
         ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
 
     Returns:
-        (N,) ``Bool``, True where no triangle crosses ``start + s (end - start)`` for
-        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
-        to the segment length, so endpoints lying on surfaces do not block
-        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
-        (zero-length or non-finite) segments report False.
-
-    Raises:
-        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-    """,
+        (N,) ``Bool``, """ + VISIBLE_RULE,
 }
 
 ANNOTATIONS = {"device": {"return": "str | None"}}

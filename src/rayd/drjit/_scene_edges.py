@@ -6,7 +6,7 @@ The methods themselves are written once in ``rayd.core.edges``; the work is in `
 from __future__ import annotations
 
 from rayd.core.edges import EdgeQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
-from rayd.core.edges import NEAREST_EDGE_RULE, OVERFLOW_RAISES, TOPOLOGY_RULE
+from rayd.core.edges import NEAREST_EDGE_RULE, NEAREST_EDGE_TAIL, NEAREST_EDGES_UNITS, OVERFLOW_RAISES, TOPOLOGY_RULE
 
 
 #: The docstrings of the :class:`rayd.core.edges.EdgeQueries` methods on :class:`rayd.drjit.Scene`
@@ -71,12 +71,7 @@ DOCS = {
             rayd.torch ``Ray``, ``active`` not ``Bool``, ``max_distance`` not a number.
         ValueError: wrong component count, widths that do not broadcast, another
             backend or device, negative/NaN ``max_distance``.
-        RuntimeError: the scene is not built, or has pending changes (an edge mask
-            set since the last ``sync()`` included).
-
-    References:
-        Ericson 2004, "Real-Time Collision Detection", sec. 5.1.2 and 5.1.9.
-    """,
+""" + NEAREST_EDGE_TAIL,
     "nearest_edges": """The ``k`` edges nearest to each point, sorted by distance (ties by ``global_edge_id``).
 
     Args:
@@ -91,16 +86,7 @@ DOCS = {
         ``(j+1)``-th smallest ``(distance, global_edge_id)`` over the unmasked edges,
         fields as in :meth:`nearest_edge`; unfilled slots are invalid (``inf``, ids
         -1, zeros).
-
-    Units:
-        World units.
-
-    Gradients:
-        As :meth:`nearest_edge`, for each slot's fixed edge.
-
-    Raises:
-        TypeError: wrong types (``k`` not an int included).
-        ValueError: ``k`` outside ``[1, 16]``, wrong shapes, backend or device.
+""" + NEAREST_EDGES_UNITS + """        ValueError: ``k`` outside ``[1, 16]``, wrong shapes, backend or device.
         RuntimeError: the scene is not built or has pending changes.
     """,
     "silhouette_edges": """Silhouette edges as seen from ``viewpoint`` (not differentiable).

@@ -8,16 +8,13 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import paths as core_paths
-from rayd.core.paths import NUM_RAYS
 from rayd.drjit import _check, _convert
 from rayd.drjit._scene_reflect import _rows
 from rayd.drjit.ray import Ray
 from rayd.drjit.reflections import SpecularPathSet
 
 
-def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max_bounces: int, *,
-                        num_rays: int = NUM_RAYS, line_of_sight: bool = True) -> SpecularPathSet:
-    """Every specular path of order ``0..max_bounces`` from each source to each target that rays find.
+DOCS = {"find_specular_paths": """Every specular path of order ``0..max_bounces`` from each source to each target that rays find.
 
     As :func:`rayd.torch.find_specular_paths`: ``num_rays`` rays per source on a Fibonacci
     sphere are traced with :meth:`~rayd.drjit.Scene.trace_reflections`; every distinct
@@ -48,13 +45,11 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
 
     References:
         Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
-    """
-    from rayd.drjit.scene import Scene  # noqa: PLC0415 - a local import: the scene module is the heavier one
+    """}
 
-    sources, targets, bounces, num_rays, line_of_sight = core_paths.check_find_arguments(
-        Scene, scene, sources, targets, max_bounces, num_rays, line_of_sight,
-        lambda call, name, value: _check.float_array(call, name, value, 3),
-        lambda call, name, value: _check.same_backend(call, name, value, scene.device, "the scene"))
+
+def _find(scene, sources, targets, bounces: int, num_rays: int, line_of_sight: bool) -> SpecularPathSet:
+    """:func:`find_specular_paths` after its checks (:func:`rayd.core.paths.path_finder`)."""
     plain = _convert.module(scene.backend, False)
     num_s, num_t = dr.width(sources), dr.width(targets)
     _, double = scene._precision(sources, targets)
@@ -96,3 +91,9 @@ def find_specular_paths(scene, sources: dr.ArrayBase, targets: dr.ArrayBase, max
                            points=dr.gather(type(paths.points), paths.points, by_slot),
                            num_bounces=dr.select(valid, dr.gather(type(paths.num_bounces), paths.num_bounces, by_item), 0),
                            length=dr.gather(type(paths.length), paths.length, by_item), valid=valid)
+
+
+#: The public function: signature and argument checks are core's, the search and evaluation ``_find``.
+find_specular_paths = core_paths.path_finder(
+    "drjit", _find, lambda call, name, value: _check.float_array(call, name, value, 3),
+    _check.same_backend, DOCS["find_specular_paths"], "dr.ArrayBase")

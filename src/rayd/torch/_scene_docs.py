@@ -2,6 +2,8 @@
 :class:`rayd.core.queries.RayQueries`, :class:`rayd.core.frontend.SceneBase`), bound by
 :class:`rayd.core.docs.FrontendDocs` when the Scene class is made."""
 
+from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
+
 DOCS = {
     "device": """The scene's device (that of its meshes), ``None`` while it is empty.""",
     "intersect": """Closest hit of each ray, differentiable for the fixed winning triangle.
@@ -37,12 +39,7 @@ DOCS = {
         TypeError: ``ray`` is not a ``rayd.torch.Ray``, ``active`` is not bool,
             ``ignore`` is not an integer, ``flags`` is not a ``RayFlags``.
         ValueError: inputs on another device, or batch shapes that do not broadcast.
-        RuntimeError: the scene is not built, or has pending/unsynced changes.
-
-    References:
-        Woop, Benthin, Wald 2013, "Watertight Ray/Triangle Intersection", JCGT 2(1)
-        (the search); Moeller, Trumbore 1997, JGT 2(1) (the evaluation).
-    """,
+""" + INTERSECT_TAIL,
     "shadow_test": """Any-hit occlusion test: is anything hit with ``tmin < t < tmax``?
 
     Args:
@@ -66,15 +63,7 @@ DOCS = {
         ignore: optional ``global_prim_id`` per pair to skip (-1 for none).
 
     Returns:
-        (...) bool, True where no triangle crosses ``start + s (end - start)`` for
-        ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
-        to the segment length, so endpoints lying on surfaces do not block
-        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
-        (zero-length or non-finite) segments report False.
-
-    Raises:
-        TypeError, ValueError, RuntimeError: as :meth:`intersect`.
-    """,
+        (...) bool, """ + VISIBLE_RULE,
 }
 
 ANNOTATIONS = {"device": {"return": "torch.device | None"}}

@@ -7,7 +7,6 @@ import torch
 
 from rayd.core import paths as core_paths
 from rayd.core.edges import document
-from rayd.core.paths import NUM_RAYS
 from rayd.records import PathRecord
 from rayd.torch import _check, _convert
 from rayd.torch.intersection import TorchRecord
@@ -39,9 +38,7 @@ document(SpecularPathSet, {"is_valid": """(S, T, P) bool, the ``valid`` field.""
          {"is_valid": {"return": torch.Tensor}})
 
 
-def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max_bounces: int, *,
-                        num_rays: int = NUM_RAYS, line_of_sight: bool = True) -> SpecularPathSet:
-    """Every specular path of order ``0..max_bounces`` from each source to each target that rays find.
+DOCS = {"find_specular_paths": """Every specular path of order ``0..max_bounces`` from each source to each target that rays find.
 
     Candidates: ``num_rays`` rays per source on a Fibonacci sphere are traced with
     :meth:`~rayd.torch.Scene.trace_reflections`; every distinct prefix of their face
@@ -77,13 +74,11 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
 
     References:
         Borish 1984, "Extension of the image model to arbitrary polyhedra", JASA 75(6).
-    """
-    from rayd.torch.scene import Scene  # noqa: PLC0415 - a local import: the scene module is the heavier one
+    """}
 
-    sources, targets, bounces, num_rays, line_of_sight = core_paths.check_find_arguments(
-        Scene, scene, sources, targets, max_bounces, num_rays, line_of_sight,
-        lambda call, name, value: _check.float_tensor(call, name, value, last=3, ndim=2),
-        lambda call, name, value: _check.same_device(call, name, value, scene.device, "the scene"))
+
+def _find(scene, sources, targets, bounces: int, num_rays: int, line_of_sight: bool) -> SpecularPathSet:
+    """:func:`find_specular_paths` after its checks (:func:`rayd.core.paths.path_finder`)."""
     device = scene.device
     dtype = scene._output_dtype(sources, targets)
 
@@ -109,3 +104,9 @@ def find_specular_paths(scene, sources: torch.Tensor, targets: torch.Tensor, max
     return SpecularPathSet(prim_sequence=torch.where(valid[..., None], sort(seqs), -1), points=sort(paths.points),
                            num_bounces=torch.where(valid, sort(paths.num_bounces), 0), length=sort(paths.length),
                            valid=valid)
+
+
+#: The public function: signature and argument checks are core's, the search and evaluation ``_find``.
+find_specular_paths = core_paths.path_finder(
+    "torch", _find, lambda call, name, value: _check.float_tensor(call, name, value, last=3, ndim=2),
+    _check.same_device, DOCS["find_specular_paths"], "torch.Tensor")
