@@ -14,15 +14,15 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 echo "== refit (ms, median of 30 synchronised / back to back)"
-timeout 150 python3 benchmarks/edge_refit_ab.py --device cuda --trees ploc+q:8 ploc+qs:8 \
+timeout 110 python3 benchmarks/edge_refit_ab.py --device cuda --trees ploc+q:8 ploc+qs:8 \
   --modes 1 split fused fused1 split fused fused1 --reps 30 \
   --json "$OUT/s16_edge_refit.jsonl" > "$OUT/s16_edge_refit.txt" 2>&1
 echo "rc=$?" >> "$OUT/s16_edge_refit.txt"; cat "$OUT/s16_edge_refit.txt"
 echo "== seeded search (ms)"
-timeout 100 python3 benchmarks/edge_search_ab.py --device cuda --trees ploc+q:8 --maxreg 64 --block 128 \
+timeout 75 python3 benchmarks/edge_search_ab.py --device cuda --trees ploc+q:8 --maxreg 64 --block 128 \
   --seed 0 32 8 0 32 8 --reps 7 --json "$OUT/s16_edge_seed.jsonl" > "$OUT/s16_edge_seed.txt" 2>&1
-echo "rc=$?" >> "$OUT/s16_edge_seed.txt"; cut -c1-60,150-240 "$OUT/s16_edge_seed.txt"
+echo "rc=$?" >> "$OUT/s16_edge_seed.txt"; cut -c1-26,84-230 "$OUT/s16_edge_seed.txt"
 echo "== CUDA tests of the fused refit and the seeded search"
-timeout 80 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_edge_refit_fused.py tests/engine/test_edge_seed.py -k cuda \
+timeout 50 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_edge_refit_fused.py tests/engine/test_edge_seed.py -k cuda \
   > "$OUT/s16_tests_cuda.txt" 2>&1
 echo "rc=$?" >> "$OUT/s16_tests_cuda.txt"; grep -E "^FAILED|^ERROR" "$OUT/s16_tests_cuda.txt" | head; tail -3 "$OUT/s16_tests_cuda.txt"
