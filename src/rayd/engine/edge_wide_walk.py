@@ -123,8 +123,9 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
     segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
     search's. ``counts`` then holds the segments tested exactly. ``seeded`` (``POINT`` over sorted
     queries, :data:`SEED_STRIDE`): ``phase`` 1 answers every ``stride``-th query in sorted order; phase 2
-    the others, each starting with the radius and answer of its group's first query's edge (a real
-    unmasked segment, so the least (distance, id) over all edges is unchanged)."""
+    the others, each starting with the radius and answer of the better of the edges of its group's first
+    query and of the next group's (real unmasked segments, so the least (distance, id) over all edges
+    is unchanged)."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
 
     def search(
@@ -151,6 +152,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
     ):
         i = wp.tid() + base
         seed_slot = int(-1)
+        seed_slot2 = int(-1)
         if wp.static(seeded):
             if phase == 1:
                 i = i * stride
@@ -163,6 +165,13 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                 gid0 = int(out[rep])
                 if gid0 >= 0:
                     seed_slot = int(edge_slot[gid0])
+                nxt_rep = i - i % stride + stride  # and the next group's first query, when there is one
+                if nxt_rep < out.shape[0]:
+                    if use_order != 0:
+                        nxt_rep = int(order[nxt_rep])
+                    gid2 = int(out[nxt_rep])
+                    if gid2 >= 0:
+                        seed_slot2 = int(edge_slot[gid2])
         if use_order != 0:
             i = int(order[i])
         bound = max_distance_sq
@@ -183,11 +192,19 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             if go != 0 and seed_slot >= 0:
                 gid0 = int(slot_id[seed_slot])
                 dsq0 = _point_segment_dsq(p, seg[2 * seed_slot], seg[2 * seed_slot + 1])
+                if wp.static(counting):
+                    tested += 1
                 if gid0 >= 0 and dsq0 <= bound:
                     bound = dsq0
                     best_id = gid0
-                    if wp.static(counting):
-                        tested += 1
+            if go != 0 and seed_slot2 >= 0:
+                gid2 = int(slot_id[seed_slot2])
+                dsq2 = _point_segment_dsq(p, seg[2 * seed_slot2], seg[2 * seed_slot2 + 1])
+                if wp.static(counting):
+                    tested += 1
+                if gid2 >= 0 and dsq2 <= bound and _better(dsq2, gid2, bound, best_id):
+                    bound = dsq2
+                    best_id = gid2
         stack = _wstack_i()
         stack_key = _wstack_f()
         sp = int(0)
