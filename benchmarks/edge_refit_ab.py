@@ -7,6 +7,11 @@ launch, a thread per leaf gathering its segments; 1: a slots launch, then the le
 ``benchmarks/edges.py`` reports) and ``--reps`` refits back to back then one
 synchronisation (per refit). Checks that every mode writes the same packed boxes.
 
+Trees with wide nodes (``ploc+q:8``, ``ploc+qs:8``: ``builder+wide:leaf``) take the modes ``split`` /
+``fused`` / ``fused1`` of :mod:`rayd.engine.edge_refit_fused` (the whole ``EdgeBvh.refit``: today's three
+launches, the compressed nodes written in the climb after a slots launch, or all in one launch), on
+the same tree in one process; these also check the compressed nodes and segment boxes.
+
 Usage::
 
     python3 benchmarks/edge_refit_ab.py --device cuda
@@ -27,6 +32,7 @@ import warp as wp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rayd.engine.edge_refit_fused import REFIT_MODES, FusedRefit  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
 from benchmarks.edge_trees import unique_edges  # noqa: E402
@@ -39,7 +45,8 @@ def main() -> None:
     parser.add_argument("--size", choices=["full", "cpu"], default="full")
     parser.add_argument("--only", nargs="*", default=["terrain_2M_1M", "sphere_1M_1M"])
     parser.add_argument("--trees", nargs="*", default=["lbvh:8", "lbvh:4", "lbvh:1", "sah:4"])
-    parser.add_argument("--modes", nargs="*", type=int, default=[0, 1])
+    parser.add_argument("--modes", nargs="*", default=["0", "1"],
+                        help="0 / 1: TreeRefit one / two launches; split / fused / fused1: EdgeBvh.refit (wide trees)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -56,12 +63,22 @@ def main() -> None:
         mask = wp.array(np.ones(len(ends), np.uint8), dtype=wp.uint8, device=device)
         for tree_spec in args.trees:
             builder, leaf = tree_spec.split(":")
-            bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=int(leaf))
+            builder, _, wide = builder.partition("+")
+            bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=int(leaf), wide=(wide or False) if wide != "w" else True)
             tree = bvh._tree
-            reference = None
+            reference = {}
+            fused = {}
             for mode in args.modes:
-                run = lambda: tree.refit(pts, ev, mask, bvh.slot_edge, bvh.seg, bvh.slot_id, bvh.node_box,  # noqa: E731
-                                         bvh.root_box, split=bool(mode))
+                if mode in REFIT_MODES:
+                    if bvh.wide is None or bvh.wide.compressed is None:
+                        continue
+                    if mode != "split" and mode not in fused:
+                        fused[mode] = FusedRefit(tree, bvh.node_link, bvh.wide.compressed, mode)
+                    bvh._fused = fused.get(mode)
+                    run = bvh.refit
+                else:
+                    run = lambda m=mode: tree.refit(pts, ev, mask, bvh.slot_edge, bvh.seg, bvh.slot_id,  # noqa: E731
+                                                    bvh.node_box, bvh.root_box, split=bool(int(m)))
                 run()
                 wp.synchronize_device(device)
                 single = []
@@ -76,14 +93,16 @@ def main() -> None:
                 wp.synchronize_device(device)
                 batch = (time.perf_counter() - start) * 1e3 / args.reps
                 boxes = bvh.node_box.numpy()
-                if reference is None:
-                    reference = boxes.copy()
-                same = bool(np.array_equal(boxes, reference, equal_nan=True))
+                if mode in REFIT_MODES:
+                    c = bvh.wide.compressed
+                    boxes = np.concatenate([boxes.view(np.int32).ravel(), c.q.numpy().ravel(), c.segq.numpy().ravel()])
+                ref = reference.setdefault(mode in REFIT_MODES, boxes.copy())
+                same = bool(np.array_equal(boxes, ref, equal_nan=True))
                 row = {"benchmark": "edge_refit_ab", "workload": name, "tree": tree_spec, "edges": len(ends),
                        "leaves": tree.num_leaves, "depth": bvh.depth, "mode": mode,
                        "refit_ms": round(statistics.median(single), 4), "refit_batch_ms": round(batch, 4),
                        "same_boxes": same}
-                print(f"{name:15s} {tree_spec:7s} leaves {tree.num_leaves:8d} depth {bvh.depth:2d} mode {mode}: "
+                print(f"{name:15s} {tree_spec:10s} leaves {tree.num_leaves:8d} depth {bvh.depth:2d} mode {mode:6s}: "
                       f"refit {row['refit_ms']:.3f} ms (synchronised), {batch:.3f} ms (back to back)  same {same}",
                       flush=True)
                 if args.json:

@@ -31,6 +31,7 @@ import warp as wp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from rayd.engine import edge_wide_walk  # noqa: E402
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine import nearest_edge_kernels as kernels  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
@@ -65,6 +66,8 @@ def main() -> None:
     parser.add_argument("--block", nargs="*", type=int, default=[256, 128])
     parser.add_argument("--reps", type=int, default=5)
     parser.add_argument("--k", type=int, default=1, help="top-k search when > 1")
+    parser.add_argument("--seed", nargs="*", type=int, default=[0],
+                        help="edge_wide_walk.SEED_STRIDE values (wide point searches; 0: no seed)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     wp.config.quiet = True
@@ -84,8 +87,10 @@ def main() -> None:
         out = wp.empty(spec["points"] if args.k == 1 else (spec["points"], args.k), dtype=wp.int32, device=device)
         for tree_spec in args.trees:
             builder, leaf = tree_spec.split(":")
+            builder, _, wide = builder.partition("+")
             start = time.perf_counter()
-            bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=int(leaf))
+            bvh = EdgeBvh(pts, ev, mask, builder=builder, leaf_size=int(leaf),
+                          wide=(True if wide == "w" else wide) if wide else False)
             wp.synchronize_device(device)
             build_ms = (time.perf_counter() - start) * 1e3
             refits = []
@@ -95,8 +100,9 @@ def main() -> None:
                 wp.synchronize_device(device)
                 refits.append((time.perf_counter() - start) * 1e3)
             reference = None
-            for block in args.block:
-                for maxreg in args.maxreg:
+            for block, maxreg, seed in [(b, m, s) for b in args.block for m in args.maxreg for s in args.seed]:
+                if True:
+                    edge_wide_walk.SEED_STRIDE = seed
                     kernels.SEARCH_MAX_REGISTERS = maxreg or None
                     search.SEARCH_BLOCK_DIM = block
                     search._KERNELS.clear()
@@ -117,18 +123,19 @@ def main() -> None:
                         reference = got.copy()
                     same = bool(np.array_equal(got, reference))
                     row = {"benchmark": "edge_search_ab", "workload": name, "tree": tree_spec, "k": args.k,
-                           "built_as": f"{bvh.builder}:{bvh.leaf_size}", "depth": bvh.depth,
+                           "built_as": f"{bvh.builder}{'+' + str(wide) if bvh.wide is not None else ''}:{bvh.leaf_size}", "depth": bvh.depth,
                            "build_ms": round(build_ms, 2), "refit_ms": round(statistics.median(refits[1:]), 3),
                            "maxreg": maxreg, "block": block, "search_ms": round(statistics.median(times), 3),
                            "resources": kernel_resources(device, kernels.POINT if args.k == 1 else kernels.TOPK),
-                           "same_edges": same}
+                           "seed": seed, "same_edges": same}
                     print(f"{name:15s} {tree_spec:7s} (built {row['built_as']:7s} depth {bvh.depth:2d}, build "
-                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d}: "
+                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} seed {seed:3d}: "
                           f"search {row['search_ms']:8.2f} ms  [{row['resources']}]  same {same}", flush=True)
                     if args.json:
                         with args.json.open("a") as f:
                             f.write(json.dumps(row) + "\n")
             kernels.SEARCH_MAX_REGISTERS, search.SEARCH_BLOCK_DIM = saved
+            edge_wide_walk.SEED_STRIDE = 0
             search._KERNELS.clear()
 
 

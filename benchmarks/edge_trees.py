@@ -75,30 +75,37 @@ def sah_cost(bvh: EdgeBvh, c_node: float = 1.0, c_seg: float = 1.0) -> float:
     return float(c_node + cost.sum() / ra)
 
 
-def necessary_nodes(bvh: EdgeBvh, q: np.ndarray, bound_sq: np.ndarray) -> np.ndarray:
+def necessary_nodes(bvh: EdgeBvh, q: np.ndarray, bound_sq: np.ndarray, segments: bool = False):
     """Per query, the internal nodes any correct walk of this tree must enter: those reached
     from the root through children whose box lies within the final search radius
     (``bound_sq``, squared, with the search's relative slack). ``visited / necessary`` is
-    the walk order's overhead; the rest is the tree's box quality."""
+    the walk order's overhead; the rest is the tree's box quality. With ``segments``, also the
+    segments in leaves whose box lies within that radius (what a walk started with the final
+    radius, e.g. from a perfect seed, still tests): ``(nodes, segments)``."""
     box, link = bvh.packed_nodes()
     need = np.zeros(len(q), np.int64)
+    need_seg = np.zeros(len(q), np.int64)
     front = {0: np.arange(len(q))}
     while front:
         nxt: dict = {}
         for j, idx in front.items():
             need[idx] += 1
             for c in (0, 1):
-                if link[j, 2 + c] > 0:
+                if link[j, 2 + c] > 0 and not segments:
                     continue
                 lo, hi = box[j, c, 0], box[j, c, 1]
                 p = q[idx]
                 gap = np.maximum(np.maximum(lo - p, 0.0), p - hi)
                 sel = idx[(gap * gap).sum(1) <= bound_sq[idx]]
+                if link[j, 2 + c] > 0:
+                    if lo[0] <= hi[0]:
+                        need_seg[sel] += int(link[j, 2 + c])
+                    continue
                 if len(sel) and lo[0] <= hi[0]:
                     k = int(link[j, c])
                     nxt[k] = np.concatenate([nxt[k], sel]) if k in nxt else sel
         front = nxt
-    return need
+    return (need, need_seg) if segments else need
 
 
 def ray_counts(bvh: EdgeBvh, origins: np.ndarray, vertices: np.ndarray, device: str) -> np.ndarray:
@@ -181,7 +188,9 @@ def measure(name: str, spec: dict, device: str, builder: str, leaf: int, num_poi
             diag = float(np.linalg.norm(vertices.max(0) - vertices.min(0)))
             extra["profile"] = distance_profile(c[:, 0], np.sqrt(dist_sq), diag)
     if necessary:
-        extra["necessary_mean"] = round(float(necessary_nodes(bvh, qn, bound_sq).mean()), 1)
+        need, need_seg = necessary_nodes(bvh, qn, bound_sq, segments=True)
+        extra["necessary_mean"] = round(float(need.mean()), 1)
+        extra["necessary_tested_mean"] = round(float(need_seg.mean()), 1)
     fn(bvh, q, one, np.inf, out)  # warm-up of the plain kernel
     wp.synchronize_device(dev)
     start = time.perf_counter()
@@ -233,7 +242,8 @@ def main() -> None:
             print(f"{name:20s} {builder + ':' + str(leaf):8s} {row['edges']:8d} {row['depth']:5d} {row['sah_cost']:7.1f} "
                   f"{row['visited_mean']:8.1f} {row['tested_mean']:8.1f} {row['visited_p99']:7d} "
                   f"{row['build_ms']:8.1f}m {row['refit_ms']:7.2f}m {row['search_ms']:8.2f}m  KB {row['kb_per_query']:.1f}"
-                  + (f"  necessary {row['necessary_mean']:.1f}" if "necessary_mean" in row else "")
+                  + (f"  necessary {row['necessary_mean']:.1f} / {row['necessary_tested_mean']:.1f} tested"
+                     if "necessary_mean" in row else "")
                   + (f"  rays {row['ray_visited_mean']:.1f} / {row['ray_tested_mean']:.1f}" if "ray_visited_mean" in row
                      else ""), flush=True)
             if "profile" in row:

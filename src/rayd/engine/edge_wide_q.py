@@ -23,6 +23,7 @@ The encoder reads the children's boxes from the edge tree's ``node_box`` through
 import warp as wp
 
 from rayd.engine.native import bits_float, float_bits
+from rayd.engine.refit import _load_l2
 from rayd.engine.wide_nodes import _child_box
 
 wp.set_module_options({"enable_backward": False})
@@ -80,13 +81,30 @@ def _seg_word(a: wp.vec3, b: wp.vec3, live: int, origin: wp.vec3, e: wp.vec3i) -
     return wp.vec2i(x[0] | (y[0] << 8) | (x[1] << 16) | (y[1] << 24), x[2] | (y[2] << 8))
 
 
-@wp.kernel
-def _compress_kernel(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i),
-                     seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32), seg_boxes: int,
-                     q: wp.array(dtype=wp.vec4i), segq: wp.array(dtype=wp.vec2i)):
+@wp.func
+def _child_box_at(node_box: wp.array(dtype=wp.vec4), code: int, l2: int):
+    """``_child_box`` (child ``code & 1`` of packed node ``code >> 1``); ``l2``: read through L2
+    (``_load_l2``), for a node that another thread of the same launch has just written."""
+    if l2 == 0:
+        lo, hi = _child_box(node_box, code)
+        return lo, hi
+    k = code >> 1
+    if (code & 1) == 0:
+        b0 = _load_l2(node_box, 4 * k)
+        b1 = _load_l2(node_box, 4 * k + 1)
+        return wp.vec3(b0[0], b0[1], b0[2]), wp.vec3(b0[3], b1[0], b1[1])
+    b1 = _load_l2(node_box, 4 * k + 1)
+    b2 = _load_l2(node_box, 4 * k + 2)
+    return wp.vec3(b1[2], b1[3], b2[0]), wp.vec3(b2[1], b2[2], b2[3])
+
+
+@wp.func
+def compress_node(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i),
+                  seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32), seg_boxes: int,
+                  q: wp.array(dtype=wp.vec4i), segq: wp.array(dtype=wp.vec2i), w: int, l2: int):
     """Wide node ``w``: its children's boxes (from the edge tree's packed nodes) quantised; with
-    ``seg_boxes``, also the boxes of its leaf children's segments, on the same grid."""
-    w = wp.tid()
+    ``seg_boxes``, also the boxes of its leaf children's segments, on the same grid. ``l2``: read
+    the packed boxes through L2 (the fused refit of ``edge_refit_fused.py``)."""
     codes = wlinks[8 * w + 7]
     origin = wp.vec3(_BIG)
     top = wp.vec3(-_BIG)
@@ -94,7 +112,7 @@ def _compress_kernel(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=w
     flags = int(0)
     for j in range(4):
         if codes[j] >= 0:
-            lo, hi = _child_box(node_box, codes[j])
+            lo, hi = _child_box_at(node_box, codes[j], l2)
             if not lo[0] > hi[0]:
                 if wp.isfinite(lo) and wp.isfinite(hi):
                     kind[j] = 1
@@ -114,7 +132,7 @@ def _compress_kernel(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=w
     for j in range(4):
         sh = 8 * j
         if kind[j] == 1:
-            lo, hi = _child_box(node_box, codes[j])
+            lo, hi = _child_box_at(node_box, codes[j], l2)
             for k in range(3):
                 qb = _quantise(lo[k], hi[k], origin[k], bits_float(e[k] << 23))
                 if k < 2:
@@ -143,6 +161,14 @@ def _compress_kernel(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=w
                 for sl in range(first, first + (code & 7) + 1):
                     live = int(slot_id[sl] >= 0)
                     segq[sl] = _seg_word(seg[2 * sl], seg[2 * sl + 1], live, origin, e)
+
+
+@wp.kernel
+def _compress_kernel(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i),
+                     seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32), seg_boxes: int,
+                     q: wp.array(dtype=wp.vec4i), segq: wp.array(dtype=wp.vec2i)):
+    """Wide node ``w`` quantised (:func:`compress_node`)."""
+    compress_node(node_box, wlinks, seg, slot_id, seg_boxes, q, segq, wp.tid(), 0)
 
 
 class CompressedWide:

@@ -14,6 +14,8 @@ References:
     Compressed Wide BVHs", HPG 2017.
 """
 
+import os
+
 import warp as wp
 
 from rayd.engine.native import bits_float, load4, load4i
@@ -34,6 +36,18 @@ wp.set_module_options({"enable_backward": False})
 
 _wstack_i = wp.types.vector(length=STACK, dtype=wp.int32)
 _wstack_f = wp.types.vector(length=STACK, dtype=wp.float32)
+
+#: Seeded point searches (opt-in, ``RAYD_EDGE_SEED``; read at each search): over Morton-sorted queries,
+#: every ``SEED_STRIDE``-th query is answered first (one launch), then the others start from its edge's
+#: distance (a second launch); 0: off (one launch, no seed). The answers are the same either way.
+SEED_STRIDE = int(os.environ.get("RAYD_EDGE_SEED", "0") or 0)
+
+
+@wp.kernel
+def _edge_slot_kernel(slot_edge: wp.array(dtype=wp.int32), edge_slot: wp.array(dtype=wp.int32)):
+    """``edge_slot[slot_edge[s]] = s`` (the slot of each edge)."""
+    s = wp.tid()
+    edge_slot[slot_edge[s]] = s
 
 
 @wp.func
@@ -102,11 +116,16 @@ def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
     return d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
 
 
-def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool):
+def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool,
+                      seeded: bool = False):
     """The wide walk for ``POINT`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
     (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes, the latter optionally with the leaf
     segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
-    search's. ``counts`` then holds the segments tested exactly."""
+    search's. ``counts`` then holds the segments tested exactly. ``seeded`` (``POINT`` over sorted
+    queries, :data:`SEED_STRIDE`): ``phase`` 1 answers every ``stride``-th query in sorted order; phase 2
+    the others, each starting with the radius and answer of the better of the edges of its group's first
+    query and of the next group's (real unmasked segments, so the least (distance, id) over all edges
+    is unchanged)."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
 
     def search(
@@ -126,9 +145,33 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         order: wp.array(dtype=wp.int32),
         use_order: int,
         counts: wp.array(dtype=wp.vec2i),
+        edge_slot: wp.array(dtype=wp.int32),
+        stride: int,
+        phase: int,
         base: int,
     ):
         i = wp.tid() + base
+        seed_slot = int(-1)
+        seed_slot2 = int(-1)
+        if wp.static(seeded):
+            if phase == 1:
+                i = i * stride
+            elif i % stride == 0:
+                return  # answered in phase 1
+            else:
+                rep = i - i % stride
+                if use_order != 0:
+                    rep = int(order[rep])
+                gid0 = int(out[rep])
+                if gid0 >= 0:
+                    seed_slot = int(edge_slot[gid0])
+                nxt_rep = i - i % stride + stride  # and the next group's first query, when there is one
+                if nxt_rep < out.shape[0]:
+                    if use_order != 0:
+                        nxt_rep = int(order[nxt_rep])
+                    gid2 = int(out[nxt_rep])
+                    if gid2 >= 0:
+                        seed_slot2 = int(edge_slot[gid2])
         if use_order != 0:
             i = int(order[i])
         bound = max_distance_sq
@@ -145,6 +188,23 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         go = int(0)
         if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
             go = int(1)
+        if wp.static(seeded):
+            if go != 0 and seed_slot >= 0:
+                gid0 = int(slot_id[seed_slot])
+                dsq0 = _point_segment_dsq(p, seg[2 * seed_slot], seg[2 * seed_slot + 1])
+                if wp.static(counting):
+                    tested += 1
+                if gid0 >= 0 and dsq0 <= bound:
+                    bound = dsq0
+                    best_id = gid0
+            if go != 0 and seed_slot2 >= 0:
+                gid2 = int(slot_id[seed_slot2])
+                dsq2 = _point_segment_dsq(p, seg[2 * seed_slot2], seg[2 * seed_slot2 + 1])
+                if wp.static(counting):
+                    tested += 1
+                if gid2 >= 0 and dsq2 <= bound and _better(dsq2, gid2, bound, best_id):
+                    bound = dsq2
+                    best_id = gid2
         stack = _wstack_i()
         stack_key = _wstack_f()
         sp = int(0)
@@ -237,7 +297,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             out[i] = wp.int32(best_id)
 
     name = (f"nearest_edge_wide{'_q' if compressed else ''}{'s' if seg_boxes else ''}_{('point', 'ray', 'topk')[kind]}"
-            f"{'_counting' if counting else ''}_r{max_registers}")
+            f"{'_counting' if counting else ''}{'_seeded' if seeded else ''}_r{max_registers}")
     options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
@@ -246,10 +306,10 @@ _WIDE_KERNELS: dict = {}
 
 
 def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
-                seg_boxes: bool = False):
+                seg_boxes: bool = False, seeded: bool = False):
     """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers``
     (0: none), over compressed nodes or not, with quantised segment boxes or not."""
-    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes))
+    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded))
     if key not in _WIDE_KERNELS:
         _WIDE_KERNELS[key] = _make_wide_kernel(*key)
     return _WIDE_KERNELS[key]

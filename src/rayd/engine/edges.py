@@ -66,6 +66,7 @@ from rayd.engine.edge_ploc import PlocEdgeTree
 from rayd.engine.edge_wide import EdgeWide
 from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
+from rayd.engine import edge_refit_fused
 from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
@@ -186,6 +187,7 @@ class EdgeBvh:
         builder: str | None = None,
         leaf_size: int | None = None,
         wide: bool | str | None = None,
+        refit: str | None = None,
     ) -> None:
         n = edge_v.shape[0]
         if n == 0:
@@ -241,6 +243,7 @@ class EdgeBvh:
                 self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
         #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
         self.wide = None
+        self._fused = None
         self.refit(stream)
         mode = DEFAULT_WIDE["cpu" if dev.is_cpu else "cuda"] if wide is None else wide
         if mode and self.builder != "single" and self.num_edges > self.leaf_size \
@@ -249,6 +252,16 @@ class EdgeBvh:
                 tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode in ("q", "qs"),
                                 seg=self.seg, slot_id=self.slot_id, seg_boxes=mode == "qs")
             self.wide = tree if tree.ok else None
+        mode = edge_refit_fused.REFIT_MODE if refit is None else str(refit)
+        if mode not in edge_refit_fused.REFIT_MODES:
+            raise ValueError(f"rayd.engine.EdgeBvh(): 'refit' must be one of {edge_refit_fused.REFIT_MODES}, "
+                             f"got {mode!r}")
+        self.refit_mode = "split"
+        if mode != "split" and self.wide is not None and self.wide.compressed is not None:
+            with launch_stream(dev, stream):
+                self._fused = edge_refit_fused.FusedRefit(self._tree, self.node_link, self.wide.compressed, mode,
+                                                          stream)
+            self.refit_mode = mode if self._fused.gathered or mode == "fused" else "fused"
 
     def _build_lbvh(self, stream) -> None:
         self._lbvh = Lbvh(self.points, self.edge_v, stream, key_bits=LBVH_KEY_BITS, cubic=LBVH_CUBIC)
@@ -334,6 +347,10 @@ class EdgeBvh:
     def refit(self, stream: wp.Stream | None = None) -> None:
         """Refit the node boxes to the current ``points`` and ``mask`` (topology unchanged)."""
         with launch_stream(self.device, stream):
+            if self._fused is not None:
+                self._fused.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
+                                  self.node_box, self.root_box)
+                return
             self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
                              self.node_box, self.root_box)
             if self.wide is not None:

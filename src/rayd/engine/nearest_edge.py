@@ -18,6 +18,7 @@ import math
 
 import warp as wp
 
+from rayd.engine import edge_wide_walk
 from rayd.engine.edge_wide_walk import wide_kernel
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of this module's API
@@ -94,15 +95,19 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         data, links = (nodes.data, nodes.links) if packed is None else (packed.qf, packed.q)
         seg_boxes = packed is not None and packed.seg_boxes
         segq = packed.segq if seg_boxes else _dummy_seg(edges.device)
-        launch_offset_rows(
-            wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes),
-            n,
-            [data, links, nodes.count, edges.seg, edges.slot_id, segq, q0, _stride(q0, n), active,
-             _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts],
-            edges.device,
-            stream,
-            block_dim=SEARCH_BLOCK_DIM,
-        )
+        stride = edge_wide_walk.SEED_STRIDE
+        seeded = kind == POINT and use_order != 0 and stride > 1 and n > stride
+        args = [data, links, nodes.count, edges.seg, edges.slot_id, segq, q0, _stride(q0, n), active,
+                _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts]
+        kernel = wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes, seeded)
+        if not seeded:
+            launch_offset_rows(kernel, n, args + [_dummy_seg_slots(edges.device), 1, 0], edges.device, stream,
+                               block_dim=SEARCH_BLOCK_DIM)
+            return
+        edge_slot = _edge_slots(edges, stream)
+        launch_offset_rows(kernel, (n + stride - 1) // stride, args + [edge_slot, stride, 1], edges.device, stream,
+                           block_dim=SEARCH_BLOCK_DIM)
+        launch_offset_rows(kernel, n, args + [edge_slot, stride, 2], edges.device, stream, block_dim=SEARCH_BLOCK_DIM)
         return
     launch_offset_rows(
         _kernel(kind, counting),
@@ -119,6 +124,25 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
 
 
 _DUMMIES: dict = {}
+
+
+def _dummy_seg_slots(device) -> wp.array:
+    key = ("slots", str(device))
+    if key not in _DUMMIES:
+        _DUMMIES[key] = wp.zeros(1, dtype=wp.int32, device=device)
+    return _DUMMIES[key]
+
+
+def _edge_slots(edges: EdgeBvh, stream) -> wp.array:
+    """The slot of each edge (inverse of ``edges.slot_edge``; made once per tree, the topology is fixed)."""
+    slots = getattr(edges, "_edge_slot", None)
+    if slots is None:
+        with launch_stream(edges.device, stream):
+            slots = wp.empty(edges.num_edges, dtype=wp.int32, device=edges.device)
+            wp.launch(edge_wide_walk._edge_slot_kernel, dim=edges.num_edges, inputs=[edges.slot_edge],
+                      outputs=[slots], device=edges.device)
+        edges._edge_slot = slots
+    return slots
 
 
 def _dummy_float(device) -> wp.array:

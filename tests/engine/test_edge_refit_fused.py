@@ -1,0 +1,62 @@
+"""Engine ring: the fused edge refit (``edge_refit_fused.py``) writes the same boxes, compressed nodes
+and segment boxes as the three-launch refit, and the searches after it give a fresh build's answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rayd.engine.edges import EdgeBvh
+
+from tests.engine.test_edge_wide import _answers, _arrays, _brute, _grid_edges
+
+TREES = [("ploc", 8), ("ploc", 3), ("lbvh", 8), ("lbvh", 2), ("sah", 4)]
+
+
+def _state(bvh):
+    c = bvh.wide.compressed
+    return [bvh.node_box.numpy().view(np.int32), bvh.root_box.numpy(), bvh.seg.numpy(), bvh.slot_id.numpy(),
+            c.q.numpy(), c.segq.numpy()]
+
+
+@pytest.mark.parametrize("wide", ["q", "qs"])
+@pytest.mark.parametrize("builder,leaf", TREES)
+@pytest.mark.parametrize("refit", ["fused", "fused1"])
+def test_fused_refit_equals_split_refit_and_fresh_build(device, builder, leaf, wide, refit):
+    v, ends = _grid_edges()
+    rng = np.random.default_rng(11)
+    mask = np.ones(len(ends), np.uint8)
+    split_arrays = _arrays(device, v, ends, mask)
+    fused_arrays = _arrays(device, v, ends, mask)
+    split = EdgeBvh(*split_arrays, builder=builder, leaf_size=leaf, wide=wide, refit="split")
+    fused = EdgeBvh(*fused_arrays, builder=builder, leaf_size=leaf, wide=wide, refit=refit)
+    assert split.refit_mode == "split"
+    assert fused.refit_mode == (refit if wide == "q" else "fused")
+    q = rng.uniform(-0.2, 1.2, (600, 3)).astype(np.float32)
+    for step in range(3):  # moved vertices and new masks, refitted twice in a row (counter parity)
+        moved = (v + 0.04 * (step + 1) * rng.standard_normal(v.shape)).astype(np.float32)
+        mask2 = (rng.random(len(ends)) > 0.3 * step).astype(np.uint8)
+        for pts, _, m in (split_arrays, fused_arrays):
+            pts.assign(moved)
+            m.assign(mask2)
+        for _ in range(2):
+            split.refit()
+            fused.refit()
+        for a, b in zip(_state(split), _state(fused)):
+            np.testing.assert_array_equal(a, b)
+        fresh = EdgeBvh(*_arrays(device, moved, ends, mask2), builder=builder, leaf_size=leaf, wide=wide)
+        for k in (1, 8):
+            ids = _answers(fused, q, k, device)
+            np.testing.assert_array_equal(ids, _answers(fresh, q, k, device))
+            best, d = _brute(q.astype(np.float64), moved, ends, mask2, k)
+            chosen = np.take_along_axis(d, ids.reshape(len(q), k).astype(np.int64), 1)
+            np.testing.assert_allclose(chosen, best, rtol=2e-7, atol=1e-9)
+
+
+def test_fused_refit_applies_only_to_compressed_trees(device):
+    v, ends = _grid_edges(8)
+    arrays = _arrays(device, v, ends, np.ones(len(ends), np.uint8))
+    assert EdgeBvh(*arrays, builder="ploc", leaf_size=8, wide=True, refit="fused").refit_mode == "split"
+    assert EdgeBvh(*arrays, builder="ploc", leaf_size=8, wide=False, refit="fused1").refit_mode == "split"
+    with pytest.raises(ValueError, match="refit"):
+        EdgeBvh(*arrays, builder="ploc", leaf_size=8, wide="q", refit="one")
