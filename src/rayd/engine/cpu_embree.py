@@ -400,10 +400,11 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     parts = max(1, min(8 * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
     incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    packet = embree_api.packet_width()
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
-             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, DIR2_MIN, DIR2_MAX, m.fn, embree_scene.ptr,
-             embree_api.COHERENT_COS]
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, DIR2_MIN, DIR2_MAX,
+             embree_api.intersect_pointer(packet), embree_scene.ptr, embree_api.COHERENT_COS, packet]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0
