@@ -105,7 +105,7 @@ _SEARCH16 = r"""
             ++live;
         }
     }
-    if (key_pass) {
+    if (key_pass == 1) {
         // Sort keys only: the Morton code (10 bits per axis, over [-2 R, 2 R]^3) of each Embree
         // origin (rays without an Embree ray last); returns 1 for an incoherent packet.
         for (int j = 0; j < 16 && lo + j < hi; ++j) {
@@ -177,8 +177,9 @@ _SEARCH16 = r"""
                 }
             }
         }
-        wp::index(out, i) = res;
-        wp::index(redo, i) = (uint8_t)again;
+        int dst = key_pass == 2 ? wp::index(order, i) : i;  // a sorted batch: row i is ray order[i]
+        wp::index(out, dst) = res;
+        wp::index(redo, dst) = (uint8_t)again;
         count += again;
     }
     return count;
@@ -202,7 +203,8 @@ def _search16(
     """Rows ``lo .. hi - 1`` (at most 16; with ``width > 0``, the 4 x 4 tile ``tile`` of the band of 4
     image rows of ``width`` rays from ``lo``, rows from ``hi`` on left out): Embree's rays,
     ``rtcIntersect16``, the checks; returns the
-    number of rows sent to Warp (``redo = 1``). With ``key_pass``, no trace: each row's sort key into
+    number of rows sent to Warp (``redo = 1``); with ``key_pass = 2`` (a sorted batch) row ``i``'s
+    answers go to ``out``/``redo`` at ``order[i]``. With ``key_pass = 1``, no trace: each row's sort key into
     ``keys`` (the Morton code of its Embree origin; rays without one last), ``order[row] = row``,
     and returns 1 when the packet is incoherent (see :data:`rayd.engine.embree_api.COHERENT_COS`)."""
     ...
