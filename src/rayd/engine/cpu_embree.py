@@ -357,9 +357,7 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
     if cache is None or cache["n"] != n or (n >= SORT_MIN_RAYS and "keys" not in cache):
         cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev)}
         if n >= SORT_MIN_RAYS:  # radix_sort_pairs works in arrays of twice the length
-            cache.update(keys=wp.empty(2 * n, dtype=wp.int32, device=dev), order=wp.empty(2 * n, dtype=wp.int32, device=dev),
-                         sorted_out=wp.empty(n, dtype=wp.int32, device=dev),
-                         sorted_redo=wp.empty(n, dtype=wp.uint8, device=dev))
+            cache.update(keys=wp.empty(2 * n, dtype=wp.int32, device=dev), order=wp.empty(2 * n, dtype=wp.int32, device=dev))
     return cache
 
 
@@ -400,10 +398,11 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     parts = max(1, min(8 * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
     incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    packet = embree_api.packet_width()
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
-             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, DIR2_MIN, DIR2_MAX, m.fn, embree_scene.ptr,
-             embree_api.COHERENT_COS]
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, DIR2_MIN, DIR2_MAX,
+             embree_api.intersect_pointer(packet), embree_scene.ptr, embree_api.COHERENT_COS, packet]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0
@@ -418,7 +417,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
                           device=dev)
         return run
 
-    order_np = None
+    sorted_pass = 0
     if n >= TILE_MIN_RAYS and not incoherent:
         width = image_width(rays, n)
         if width:  # chunks of whole bands of 4 rows, traced as 4 x 4 tiles
@@ -435,14 +434,12 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         redo_count.zero_()
         if incoherent * 32 > n:  # more than half of the packets (the sample above may err)
             wp.utils.radix_sort_pairs(keys, order, n, end_bit=30)
-            order_np = order.numpy()[:n]
             args = _permuted(launch_args, order, buf, n, dev)
-            out, redo = buf["sorted_out"], buf["sorted_redo"]
-        keys = order = global_prim_id
-    run_parallel(launcher(args, 0), parts)
-    if order_np is not None:
-        global_prim_id.numpy()[order_np] = out.numpy()
-        buf["redo"].numpy()[order_np] = redo.numpy()
+            sorted_pass = 2  # answers scattered to their rays by the trace kernel itself
+        keys = global_prim_id
+        if not sorted_pass:
+            order = global_prim_id
+    run_parallel(launcher(args, sorted_pass), parts)
     m._scratch = buf
     stats["rays"] += n
     if int(redo_count.numpy()[0]) == 0:

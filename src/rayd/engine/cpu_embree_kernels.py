@@ -105,7 +105,7 @@ _SEARCH16 = r"""
             ++live;
         }
     }
-    if (key_pass) {
+    if (key_pass == 1) {
         // Sort keys only: the Morton code (10 bits per axis, over [-2 R, 2 R]^3) of each Embree
         // origin (rays without an Embree ray last); returns 1 for an incoherent packet.
         for (int j = 0; j < 16 && lo + j < hi; ++j) {
@@ -125,7 +125,24 @@ _SEARCH16 = r"""
     }
     if (live > 0) {
         args.flags = coherent ? (1 << 16) : 0;  // RTC_RAY_QUERY_FLAG_COHERENT : _INCOHERENT
-        ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
+        if (packet >= 16) {
+            ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
+        } else {
+            // Narrower Embree packets (8 lanes on AVX2): the 16 prepared lanes in 16 / packet
+            // calls, each field copied into a packet-wide RTCRayHitN (21 fields) and the result back.
+            alignas(64) float P[8 * 24];
+            alignas(64) int pv[8];
+            for (int h = 0; h < 16; h += packet) {
+                int any = 0;
+                for (int j = 0; j < packet; ++j) { pv[j] = valid[h + j]; any |= pv[j]; }
+                if (!any) continue;
+                for (int f = 0; f < 21; ++f)
+                    for (int j = 0; j < packet; ++j) P[f * packet + j] = R[f * 16 + h + j];
+                ((rtc_intersect16_t)fn)(pv, (void*)scene, (void*)P, &args);
+                for (int f = 8; f < 21; ++f)
+                    for (int j = 0; j < packet; ++j) R[f * 16 + h + j] = P[f * packet + j];
+            }
+        }
     }
     for (int j = 0; j < 16; ++j) {
         int i = rows[j];
@@ -160,8 +177,9 @@ _SEARCH16 = r"""
                 }
             }
         }
-        wp::index(out, i) = res;
-        wp::index(redo, i) = (uint8_t)again;
+        int dst = key_pass == 2 ? wp::index(order, i) : i;  // a sorted batch: row i is ray order[i]
+        wp::index(out, dst) = res;
+        wp::index(redo, dst) = (uint8_t)again;
         count += again;
     }
     return count;
@@ -177,7 +195,7 @@ def _search16(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64,
-    coherent_cos: float, lo: int, hi: int,
+    coherent_cos: float, packet: int, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
@@ -185,7 +203,8 @@ def _search16(
     """Rows ``lo .. hi - 1`` (at most 16; with ``width > 0``, the 4 x 4 tile ``tile`` of the band of 4
     image rows of ``width`` rays from ``lo``, rows from ``hi`` on left out): Embree's rays,
     ``rtcIntersect16``, the checks; returns the
-    number of rows sent to Warp (``redo = 1``). With ``key_pass``, no trace: each row's sort key into
+    number of rows sent to Warp (``redo = 1``); with ``key_pass = 2`` (a sorted batch) row ``i``'s
+    answers go to ``out``/``redo`` at ``order[i]``. With ``key_pass = 1``, no trace: each row's sort key into
     ``keys`` (the Morton code of its Embree origin; rays without one last), ``order[row] = row``,
     and returns 1 when the packet is incoherent (see :data:`rayd.engine.embree_api.COHERENT_COS`)."""
     ...
@@ -200,7 +219,7 @@ def _search16_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64,
-    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, base: int, n: int, width: int,
+    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ):
@@ -218,7 +237,7 @@ def _search16_kernel(
         tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, dir2_min, dir2_max, fn, scene, coherent_cos, lo, hi, width, tile,
+                      degenerate, face_mode, far_origin, edge, dir2_min, dir2_max, fn, scene, coherent_cos, packet, lo, hi, width, tile,
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import os
 
 import numpy as np
@@ -107,6 +108,25 @@ def error() -> str | None:
 def intersect16_pointer() -> int:
     """The address of ``rtcIntersect16`` (a kernel argument)."""
     return ctypes.cast(library().rtcIntersect16, ctypes.c_void_p).value
+
+
+def packet_width() -> int:
+    """Lanes per Embree call of the search kernels: ``RAYD_EMBREE_PACKET`` (4, 8 or 16; default 16).
+    The search still prepares and checks 16 rays at a time; a narrower width only splits the Embree
+    call. 8 lanes (Embree's native width on AVX2) measured 0.97-1.18x the time of 16 on a 2-core
+    AVX2 EPYC (benchmarks/README.md, 16th session), so 16 stays the default there too."""
+    value = os.environ.get("RAYD_EMBREE_PACKET", "").strip()
+    if value:
+        if value not in ("4", "8", "16"):
+            raise ValueError(f"RAYD_EMBREE_PACKET={value!r}: expected 4, 8 or 16")
+        return int(value)
+    return 16
+
+
+@functools.lru_cache(maxsize=None)
+def intersect_pointer(width: int) -> int:
+    """The address of ``rtcIntersect{width}`` (4, 8 or 16; same signature), a kernel argument."""
+    return ctypes.cast(getattr(library(), f"rtcIntersect{width}"), ctypes.c_void_p).value
 
 
 class Scene:

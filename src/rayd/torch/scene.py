@@ -126,6 +126,10 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         if n and self._output_dtype(ray.o, ray.d) == torch.float64 and not _walk_on.traced():  # float64 t decides
             t = _walk_on.t_of(self, ray, batch, blocker)
             return _walk_on.confirm_blocked(self, ray, ignore, batch, blocker, t).reshape(batch)
+        if _interval.host_ok(blocker):
+            # In NumPy: torch's `>=` on the CPU wakes its OpenMP pool, whose threads then spin
+            # (8-12 ms of CPU per 256 k rays, taken from the next query's cores).
+            return torch.from_numpy(blocker.numpy() >= 0).reshape(batch)
         return (blocker >= 0).reshape(batch)
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
