@@ -23,27 +23,31 @@ def _state(bvh):
 @pytest.mark.parametrize("builder,leaf", TREES)
 @pytest.mark.parametrize("refit", ["fused", "fused1"])
 def test_fused_refit_equals_split_refit_and_fresh_build(device, builder, leaf, wide, refit):
+    # The split refit to compare with runs on the same tree object (its ``_fused`` set aside): two builds
+    # of one tree may number the wide nodes differently on CUDA (the collapse's atomic counter), so only
+    # the same tree can be compared array for array.
     v, ends = _grid_edges()
     rng = np.random.default_rng(11)
     mask = np.ones(len(ends), np.uint8)
-    split_arrays = _arrays(device, v, ends, mask)
     fused_arrays = _arrays(device, v, ends, mask)
-    split = EdgeBvh(*split_arrays, builder=builder, leaf_size=leaf, wide=wide, refit="split")
     fused = EdgeBvh(*fused_arrays, builder=builder, leaf_size=leaf, wide=wide, refit=refit)
-    assert split.refit_mode == "split"
     assert fused.refit_mode == (refit if wide == "q" else "fused")
     q = rng.uniform(-0.2, 1.2, (600, 3)).astype(np.float32)
     for step in range(3):  # moved vertices and new masks, refitted twice in a row (counter parity)
         moved = (v + 0.04 * (step + 1) * rng.standard_normal(v.shape)).astype(np.float32)
         mask2 = (rng.random(len(ends)) > 0.3 * step).astype(np.uint8)
-        for pts, _, m in (split_arrays, fused_arrays):
-            pts.assign(moved)
-            m.assign(mask2)
+        pts, _, m = fused_arrays
+        pts.assign(moved)
+        m.assign(mask2)
+        hold, fused._fused = fused._fused, None
         for _ in range(2):
-            split.refit()
             fused.refit()
-        for a, b in zip(_state(split), _state(fused)):
-            np.testing.assert_array_equal(a, b)
+        expected = [a.copy() for a in _state(fused)]
+        fused._fused = hold
+        for _ in range(2):
+            fused.refit()
+        for a, b in zip(expected, _state(fused)):
+            np.testing.assert_array_equal(b, a)
         fresh = EdgeBvh(*_arrays(device, moved, ends, mask2), builder=builder, leaf_size=leaf, wide=wide)
         for k in (1, 8):
             ids = _answers(fused, q, k, device)

@@ -31,7 +31,17 @@ def _sphere(rings: int = 24, segments: int = 48):
     return v, torch.tensor(faces, dtype=torch.int32)
 
 
-def test_packet_widths_agree(monkeypatch):
+@pytest.fixture
+def embree_on(monkeypatch):
+    """The Embree path on for the test whatever earlier tests left (restored after)."""
+    was = cpu_embree.active()
+    cpu_embree.set_enabled(True)
+    monkeypatch.setattr(cpu_embree, "WARM_QUERIES", 1)
+    yield
+    cpu_embree.set_enabled(was)
+
+
+def test_packet_widths_agree(monkeypatch, embree_on):
     v, f = _sphere()
     scene = rt.Scene()
     scene.add_mesh(rt.Mesh(v, f))
