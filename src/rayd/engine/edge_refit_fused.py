@@ -32,7 +32,7 @@ import warp as wp
 
 from rayd.engine.edge_wide_q import compress_node
 from rayd.engine.refit import _fence, _load_l2
-from rayd.engine.tree_refit import _put_boxes, _tree_slots_kernel, _xyz
+from rayd.engine.tree_refit import _put_boxes, _tree_slots_kernel, _xyz, leaf_segment_box
 
 wp.set_module_options({"enable_backward": False})
 
@@ -92,28 +92,7 @@ def _fused_refit_kernel(
     first = int(leaf[1])
     p = int(leaf[3])
     inf = _INF
-    lo = wp.vec3(inf, inf, inf)
-    hi = wp.vec3(-inf, -inf, -inf)
-    for s in range(first, first + int(leaf[2])):
-        if gathered == 0:  # the slots launch wrote them
-            if slot_id[s] >= 0:
-                a = seg[2 * s]
-                b = seg[2 * s + 1]
-                lo = wp.min(lo, wp.min(a, b))
-                hi = wp.max(hi, wp.max(a, b))
-        else:
-            e = int(order[s])
-            ev = edge_v[e]
-            a = points[ev[0]]
-            b = points[ev[1]]
-            seg[2 * s] = a
-            seg[2 * s + 1] = b
-            if mask[e] != wp.uint8(0):
-                slot_id[s] = wp.int32(e)
-                lo = wp.min(lo, wp.min(a, b))
-                hi = wp.max(hi, wp.max(a, b))
-            else:
-                slot_id[s] = wp.int32(-1)
+    lo, hi = leaf_segment_box(first, int(leaf[2]), 1 - gathered, points, edge_v, mask, order, seg, slot_id)
     if p < 0:  # one leaf (no wide nodes are kept for such a tree)
         _put_boxes(node_box, 0, lo, hi, wp.vec3(inf, inf, inf), wp.vec3(-inf, -inf, -inf))
         root_box[0] = lo

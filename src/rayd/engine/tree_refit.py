@@ -96,6 +96,39 @@ def _empty_nodes_kernel(node_box: wp.array(dtype=wp.vec4)):
     _put_boxes(node_box, j, e, -e, e, -e)
 
 
+@wp.func
+def leaf_segment_box(first: int, count: int, from_slots: int, points: wp.array(dtype=wp.vec3),
+                     edge_v: wp.array(dtype=wp.vec2i), mask: wp.array(dtype=wp.uint8), order: wp.array(dtype=wp.int32),
+                     seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32)):
+    """``(lo, hi)``: the box of the unmasked segments of slots ``first .. first + count - 1``. Read from
+    ``seg``/``slot_id`` where ``from_slots`` is nonzero (a slots launch wrote them), else gathered from the
+    live endpoints and written there (``slot_id`` -1 for a masked edge). Empty: ``(+inf, -inf)``."""
+    inf = _INF
+    lo = wp.vec3(inf, inf, inf)
+    hi = wp.vec3(-inf, -inf, -inf)
+    for s in range(first, first + count):
+        if from_slots != 0:
+            if slot_id[s] >= 0:
+                a = seg[2 * s]
+                b = seg[2 * s + 1]
+                lo = wp.min(lo, wp.min(a, b))
+                hi = wp.max(hi, wp.max(a, b))
+        else:
+            e = int(order[s])
+            ev = edge_v[e]
+            a = points[ev[0]]
+            b = points[ev[1]]
+            seg[2 * s] = a
+            seg[2 * s + 1] = b
+            if mask[e] != wp.uint8(0):
+                slot_id[s] = wp.int32(e)
+                lo = wp.min(lo, wp.min(a, b))
+                hi = wp.max(hi, wp.max(a, b))
+            else:
+                slot_id[s] = wp.int32(-1)
+    return lo, hi
+
+
 @wp.kernel
 def _tree_refit_kernel(
     points: wp.array(dtype=wp.vec3),
@@ -125,28 +158,7 @@ def _tree_refit_kernel(
     first = int(leaf[1])
     p = int(leaf[3])
     inf = _INF
-    lo = wp.vec3(inf, inf, inf)
-    hi = wp.vec3(-inf, -inf, -inf)
-    for s in range(first, first + int(leaf[2])):
-        if gathered != 0:  # the slots launch wrote them
-            if slot_id[s] >= 0:
-                a = seg[2 * s]
-                b = seg[2 * s + 1]
-                lo = wp.min(lo, wp.min(a, b))
-                hi = wp.max(hi, wp.max(a, b))
-        else:
-            e = int(order[s])
-            ev = edge_v[e]
-            a = points[ev[0]]
-            b = points[ev[1]]
-            seg[2 * s] = a
-            seg[2 * s + 1] = b
-            if mask[e] != wp.uint8(0):
-                slot_id[s] = wp.int32(e)
-                lo = wp.min(lo, wp.min(a, b))
-                hi = wp.max(hi, wp.max(a, b))
-            else:
-                slot_id[s] = wp.int32(-1)
+    lo, hi = leaf_segment_box(first, int(leaf[2]), gathered, points, edge_v, mask, order, seg, slot_id)
     if p < 0:  # one leaf holds everything: packed root = (its box, an empty box)
         _put_boxes(node_box, 0, lo, hi, wp.vec3(inf, inf, inf), wp.vec3(-inf, -inf, -inf))
         root_box[0] = lo
