@@ -21,7 +21,7 @@ from typing import Any
 
 from rayd.core.docs import FrontendDocs, document  # noqa: F401 - document re-exported (its first home)
 from rayd.core.checks import lifecycle, max_distance as check_max_distance, top_k
-from rayd.core.frontend import PublicName
+from rayd.core.frontend import PublicName, frontend_module
 from rayd.core.topology import assemble, check_total, mesh_passes  # noqa: F401 - check_total re-exported
 from rayd.engine.nearest_edge import MAX_K
 
@@ -31,8 +31,8 @@ class TopologyBase(PublicName):
     """The fields, ``num_edges``, ``len()`` and ``repr()`` of a frontend's ``EdgeTopology``.
 
     A frozen dataclass of the seven (E,)-row fields of DESIGN.md ("Edges"); the
-    frontend's subclass documents them in its array types and says where they live
-    (``_where()``, for ``repr``).
+    frontend's subclass documents them in its array types; ``repr`` says where they live
+    by the frontend's ``_convert.where``.
     """
 
     _name = "rayd.EdgeTopology"
@@ -49,14 +49,11 @@ class TopologyBase(PublicName):
         """E, the number of edge records."""
         return len(self.global_edge_id)
 
-    def _where(self) -> str:  # pragma: no cover - frontends override
-        return ""
-
     def __len__(self) -> int:
         return self.num_edges
 
     def __repr__(self) -> str:
-        return f"{self._name}(num_edges={self.num_edges}, {self._where()})"
+        return f"{self._name}(num_edges={self.num_edges}, {frontend_module(self, '_convert').where(self.v)})"
 
 
 class EdgeState:

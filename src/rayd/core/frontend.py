@@ -60,6 +60,16 @@ def type_name(value: object) -> str:
     return f"{module}.{cls.__qualname__}"
 
 
+def frontend_module(obj: object, name: str) -> types.ModuleType:
+    """The module ``rayd.<frontend>.<name>`` of the frontend whose public class ``obj`` is (or is an instance of).
+
+    ``obj``'s ``_name`` (:class:`PublicName`, ``"rayd.torch.Mesh"``) names the frontend; the
+    module is imported on first use (core code reaches a frontend's pieces by name, never by
+    importing torch or drjit itself).
+    """
+    return importlib.import_module(f"{obj._name.rsplit('.', 1)[0]}.{name}")
+
+
 class PublicName:
     """Mixin: each subclass defined in ``rayd.torch`` / ``rayd.drjit`` gets ``_name``, its public
     name for messages and ``repr`` (``rayd.torch.NearestEdge``), unless it sets one itself."""

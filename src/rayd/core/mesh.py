@@ -19,7 +19,6 @@ Hooks a subclass defines:
 - ``_check_rows(call, name, value, count)``: raise ``ValueError`` unless it has ``count`` rows like 'vertices';
 - ``_check_transform(call, name, value, vertices)``: the checked (4, 4) matrix;
 - ``_check_face_range(call, name, faces, num_vertices)``: raise unless every index is in ``[0, V)``;
-- ``_where()``: the repr's placement part (``device=cpu``);
 - ``_trimesh_converter(call, **options)``: ``from_trimesh``'s own options (torch: ``device``,
   ``dtype``; Dr.Jit: ``backend``, ``dtype``, ``ad``) checked, and ``convert(name, array)``, the
   NumPy array of :func:`~rayd.core.meshio.trimesh_arrays` in the frontend's array type.
@@ -35,7 +34,7 @@ import inspect
 from typing import Any
 
 from rayd.core.docs import FrontendDocs
-from rayd.core.frontend import PublicName
+from rayd.core.frontend import PublicName, frontend_module
 from rayd.core.meshio import build_as, trimesh_arrays
 
 
@@ -118,7 +117,8 @@ class MeshBase(PublicName, FrontendDocs):
     def __repr__(self) -> str:
         extras = [name for name in ("normals", "uv", "to_world") if getattr(self, name) is not None]
         more = f", with {', '.join(extras)}" if extras else ""
-        return f"{self._name}(V={self.num_vertices}, F={self.num_faces}, {self._where()}{more})"
+        where = frontend_module(self, "_convert").where(self.vertices)  # device=cpu, type=drjit.llvm.Array3f
+        return f"{self._name}(V={self.num_vertices}, F={self.num_faces}, {where}{more})"
 
 
 def _trimesh_signature(method: Any, converter: Any) -> inspect.Signature:

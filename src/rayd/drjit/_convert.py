@@ -70,6 +70,11 @@ def device_name(value: dr.ArrayBase) -> str:
     return "cpu"
 
 
+def where(value: dr.ArrayBase) -> str:
+    """What an array is, as the ``repr`` of rayd.drjit's objects says it (``type=drjit.llvm.ad.Array3f``)."""
+    return f"type={type_name(value)}"
+
+
 def to_warp_device(name: str) -> wp.context.Device:
     """The Warp device for a device name (never Warp's default device)."""
     return warp_device(name)

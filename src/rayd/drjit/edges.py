@@ -46,9 +46,6 @@ class EdgeTopology(TopologyBase):
         The triangle ``(0, 1, 2)`` gives ``v = [(0, 1), (0, 2), (1, 2)]``, all boundary.
     """
 
-    def _where(self) -> str:
-        return f"type={_convert.type_name(self.v)}"
-
 
 class NearestEdge(DrjitRecord, EdgeRecord):
     """The nearest edge per query (or the k nearest), with miss values in the data.

@@ -59,9 +59,6 @@ class Mesh(MeshBase):
     _check_rows = staticmethod(lambda call, name, value, count: _check.width(call, name, value, count, "'vertices'"))
     _check_transform = staticmethod(lambda call, name, value, vertices: check_transform(call, name, value, vertices))
 
-    def _where(self) -> str:
-        return f"type={_convert.type_name(self.vertices)}"
-
     @staticmethod
     def _trimesh_converter(call: str, *, backend: str = "llvm", dtype: str = "float32",
                            ad: bool = True) -> Callable[[str, np.ndarray], dr.ArrayBase]:

@@ -71,6 +71,11 @@ def device_name(device: torch.device) -> str:
     return device.type
 
 
+def where(tensor: torch.Tensor) -> str:
+    """Where a tensor lives, as the ``repr`` of rayd.torch's objects says it (``device=cpu``)."""
+    return f"device={tensor.device}"
+
+
 def to_warp_device(device: torch.device) -> wp.context.Device:
     """The Warp device for a torch device (never Warp's default device)."""
     return warp_device(device_name(device))

@@ -53,9 +53,6 @@ class EdgeTopology(TopologyBase):
         The triangle ``(0, 1, 2)`` gives ``v = [[0, 1], [0, 2], [1, 2]]``, all boundary.
     """
 
-    def _where(self) -> str:
-        return f"device={self.v.device}"
-
 
 class NearestEdge(TorchRecord, EdgeRecord):
     """The nearest edge per query (or the k nearest), with miss values in the data.

@@ -87,9 +87,6 @@ class Mesh(MeshBase):
     def _check_face_range(call: str, name: str, faces: torch.Tensor, num_vertices: int) -> None:
         _check.face_indices(call, name, _convert.primal(faces), num_vertices)
 
-    def _where(self) -> str:
-        return f"device={self.device}"
-
     @staticmethod
     def _trimesh_converter(call: str, *, device: torch.device | str | None = None,
                            dtype: torch.dtype = torch.float32) -> Callable[[str, np.ndarray], torch.Tensor]:
