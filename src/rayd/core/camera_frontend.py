@@ -41,7 +41,6 @@ array library: ``rayd.<frontend>._edge_sampling.OPS``, a namespace of
   the ids of the silhouette and boundary edges the BVH sees from the camera centre (its own
   array or NumPy), their (K, 3) float64 host world end points ``a``, ``b``, the opposite
   vertex ``o`` of each edge's first face and (K,) bool ``is_boundary``;
-- ``host_to_world(camera)``: ``to_world`` as a (4, 4) float64 host matrix, ``None`` for the identity;
 - ``jitter(generator)``: ``jitter(n)`` -> (n,) float64 uniform numbers in ``[0, 1)``;
 - ``evaluate(camera, scene, edges, work, ids, plan)``: the frontend's ``EdgeSamples`` of
   the :class:`SamplePlan` (the differentiable evaluation at the fixed edge parameters).
@@ -49,7 +48,6 @@ array library: ``rayd.<frontend>._edge_sampling.OPS``, a namespace of
 
 from __future__ import annotations
 
-import importlib
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -59,7 +57,7 @@ import numpy as np
 from rayd.core import camera as _core
 from rayd.core.checks import integer, real, type_name
 from rayd.core.docs import FrontendDocs
-from rayd.core.frontend import PublicName
+from rayd.core.frontend import PublicName, frontend_module
 from rayd.records import FieldRecord
 
 
@@ -153,15 +151,14 @@ class CameraBase(PublicName, FrontendDocs):
         (:func:`plan_samples`), the frontend's evaluation.
         """
         call = f"{self._name}.sample_edges()"
-        frontend = self._name.rsplit(".", 1)[0]  # "rayd.torch"
-        ops = importlib.import_module(f"{frontend}._edge_sampling").OPS
-        num_samples = check_sample_args(call, scene, importlib.import_module(f"{frontend}.scene").Scene, num_samples,
+        ops = frontend_module(self, "_edge_sampling").OPS
+        num_samples = check_sample_args(call, scene, frontend_module(self, "scene").Scene, num_samples,
                                         generator, ops.generator_type, ops.generator_name)
         scene._require_ready(call)
         edges = ops.ready(scene, call)
         intrinsics = self.intrinsics()
         work, ids, a, b, o, is_boundary = ops.candidates(call, self, scene, edges, intrinsics)
-        to_world = ops.host_to_world(self)
+        to_world = self._host_to_world()
         a, b, o = (to_camera(x, to_world) for x in (a, b, o))
         plan = plan_samples(a, b, o, is_boundary, intrinsics, self.width, self.height, num_samples,
                             ops.jitter(generator))
@@ -211,6 +208,18 @@ class CameraBase(PublicName, FrontendDocs):
         self.fx, self.fy = fx, fy
         self.cx = 0.5 * self.width if cx is None else cx
         self.cy = 0.5 * self.height if cy is None else cy
+
+    def _host_to_world(self) -> np.ndarray | None:
+        """``to_world`` as a (4, 4) float64 host matrix (detached; one host read by the frontend's
+        ``_convert.host_matrices``), ``None`` for the identity."""
+        if self.to_world is None:
+            return None
+        return frontend_module(self, "_convert").host_matrices(self.to_world)[0]
+
+    def _host_centre(self) -> tuple[float, float, float]:
+        """The camera centre in world space (the translation of ``to_world``) as Python floats."""
+        to_world = self._host_to_world()
+        return (0.0, 0.0, 0.0) if to_world is None else tuple(float(x) for x in to_world[:3, 3])
 
     def intrinsics(self) -> tuple[float, float, float, float]:
         """``(fx, fy, cx, cy)`` as Python floats (detached; a host read for arrays)."""

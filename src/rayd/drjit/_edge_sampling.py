@@ -105,7 +105,7 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     _core.check_intrinsics(call, *intrinsics)  # width-1 arrays may have been replaced since Camera()
     if camera.to_world is not None:  # its entries may have been assigned since Camera()
         check_matrices(call, "to_world", np.array(dr.detach(camera.to_world), dtype=np.float64).reshape(1, 4, 4))
-    work = SimpleNamespace(m=m, double=double, centre=_host_centre(camera))
+    work = SimpleNamespace(m=m, double=double, centre=camera._host_centre())
     plain = _convert.module(scene._backend, False)
     top = edges.topology
     with dr.suspend_grad():
@@ -177,18 +177,6 @@ def _empty_samples(camera, m, double) -> EdgeSamples:
     )
 
 
-def _host_matrix(camera) -> np.ndarray | None:
-    """``to_world`` as a (4, 4) float64 host matrix (detached), ``None`` for the identity."""
-    if camera.to_world is None:
-        return None
-    return np.array(dr.detach(camera.to_world), dtype=np.float64).reshape(4, 4)
-
-
-def _host_centre(camera) -> tuple[float, float, float]:
-    m = _host_matrix(camera)
-    return (0.0, 0.0, 0.0) if m is None else tuple(float(x) for x in m[:3, 3])
-
-
 def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
     """(K, 3) float64 world positions of the concatenated-vertex ``rows`` of edges ``ids`` (detached)."""
     Array3 = m.Array3f64 if double else m.Array3f
@@ -202,4 +190,4 @@ def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
 
 #: rayd.drjit's steps of :meth:`rayd.core.camera_frontend.CameraBase.sample_edges`.
 OPS = SimpleNamespace(generator_type=np.random.Generator, generator_name="numpy.random.Generator", ready=ready,
-                      candidates=_candidates, host_to_world=_host_matrix, jitter=_jitter, evaluate=_evaluate)
+                      candidates=_candidates, jitter=_jitter, evaluate=_evaluate)

@@ -159,7 +159,7 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     camera._check_values(call)
     with torch.no_grad():
         world = placed_vertices(scene._state, torch.float64, detach=True)
-        centre = _centre(camera, device)
+        centre = torch.tensor(camera._host_centre(), dtype=torch.float64, device=device)
         chosen = scene.silhouette_edges(centre) & edges._applied.bool()
         ids = chosen.nonzero().squeeze(1)
         edge_rows = edges.edge_rows[ids].long()
@@ -168,10 +168,6 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
         a, b, o = (_convert.host_array(world[i]) for i in (edge_rows[:, 0], edge_rows[:, 1], opp))
     work = SimpleNamespace(device=device, dtype=dtype, centre=centre)
     return work, ids, a, b, o, _convert.host_array(top.is_boundary[ids])
-
-
-def _host_to_world(camera) -> np.ndarray | None:
-    return None if camera.to_world is None else _convert.host_matrices(camera.to_world)[0]
 
 
 def _jitter(generator: torch.Generator | None) -> Callable[[int], np.ndarray]:
@@ -220,11 +216,4 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, pl
 #: rayd.torch's steps of :meth:`rayd.core.camera_frontend.CameraBase.sample_edges`.
 OPS = SimpleNamespace(generator_type=torch.Generator, generator_name="torch.Generator",
                       ready=lambda scene, call: _ready_edges(call, scene), candidates=_candidates,
-                      host_to_world=_host_to_world, jitter=_jitter, evaluate=_evaluate)
-
-
-def _centre(camera, device: torch.device) -> torch.Tensor:
-    """(3,) float64 camera centre in world space (detached)."""
-    if camera.to_world is None:
-        return torch.zeros(3, dtype=torch.float64, device=device)
-    return camera.to_world.detach()[:3, 3].to(device=device, dtype=torch.float64)
+                      jitter=_jitter, evaluate=_evaluate)
