@@ -27,7 +27,8 @@ from rayd.engine.edges import EdgeBvh
 class EdgeBuffers(EdgeState):
     """An :class:`~rayd.core.edges.EdgeState` over Warp views of the frontend's buffers (module docstring).
 
-    Hooks as :class:`~rayd.core.edges.EdgeState`'s, less ``_build_bvh`` and ``_refit``
+    Made as ``SceneEdges(scene)`` (:meth:`__init__`). Hooks as :class:`~rayd.core.edges.EdgeState`'s, less
+    ``_build_bvh`` and ``_refit``
     (written here); ``_make_topology`` sets ``_edge_rows`` and ``_edges_view``, and the
     ``_applied_view`` of a buffer that ``_write_applied`` updates in place;
     ``_refresh_points`` sets ``_points_view`` of a buffer it writes in place.
@@ -37,6 +38,18 @@ class EdgeBuffers(EdgeState):
     _edges_view: Any = None
     _applied_view: Any = None
     _edge_rows: Any = None
+
+    def __init__(self, scene: Any) -> None:
+        """The edge state of ``scene``, just built (``Scene.build()`` makes it).
+
+        Reads the scene's shape list (live, in shape order), its device, its array protocol
+        (``scene._core.arrays``: the stream and fences of the engine work) and keeps the
+        scene (``_scene``) and its live state (``_state``, made before the edges).
+        """
+        super().__init__(scene._shapes, scene._core.arrays, str(scene._device))
+        self._scene = scene
+        self._device = scene._device
+        self._state = scene._state
 
     @property
     def edge_rows(self) -> Any:

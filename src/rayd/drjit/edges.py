@@ -108,19 +108,13 @@ class SceneEdges(EdgeBuffers):
         scene: the :class:`rayd.drjit.Scene` (its shapes, backend and device are read live).
     """
 
-    def __init__(self, scene) -> None:
-        super().__init__(scene._shapes, _convert.DrjitArrays(scene._device), scene._device)
-        self._scene = scene
-        self._backend = scene._backend
-        self._device = scene._device
-
     def _mesh_records(self, base: int, stream) -> tuple[int, tuple[dr.ArrayBase, ...]]:
         """``(E_mesh, (v, faces, opposite))``, ``Array2i`` of one mesh, by the engine.
 
         From the faces ``build()`` snapshotted (the scene's face table, the ones the
         triangle BVH was built from), never the mesh's live face array.
         """
-        plain = _convert.module(self._backend, False)
+        plain = _convert.module(self._scene._backend, False)
         shape = self._shapes[base]
         mesh, scene = shape.mesh, self._scene
         row = dr.arange(plain.UInt, mesh.num_faces) + shape.face_row
@@ -131,14 +125,14 @@ class SceneEdges(EdgeBuffers):
         records = mesh_edges(_convert.scalar_view(flat, self._device), mesh.num_vertices, stream)
         out = []
         for part in (records.v, records.faces, records.opposite):
-            buffer, view = _convert.vec2i_buffer(records.num_edges, self._backend, self._device)
+            buffer, view = _convert.vec2i_buffer(records.num_edges, self._scene._backend, self._device)
             wp.copy(view, part, stream=stream)
             out.append(buffer)
         _convert.fence(self._device)
         return records.num_edges, tuple(dr.unravel(plain.Array2i, b.array, order="F") for b in out)
 
     def _make_topology(self, records: list, plan) -> EdgeTopology:
-        plain = _convert.module(self._backend, False)
+        plain = _convert.module(self._scene._backend, False)
         source = plain.UInt(plan.source.astype(np.uint32))
         v, faces, opposite = (dr.gather(plain.Array2i, concat([r[k] for r in records]), source) for k in range(3))
         num_edges = plan.num_edges
@@ -157,12 +151,12 @@ class SceneEdges(EdgeBuffers):
         return topology
 
     def _per_edge(self, enabled: list[bool]) -> dr.ArrayBase:
-        plain = _convert.module(self._backend, False)
+        plain = _convert.module(self._scene._backend, False)
         return dr.gather(plain.Bool, plain.Bool(enabled), plain.UInt(self._topology.shape_id))
 
     def _write_applied(self, stream, applied: dr.ArrayBase) -> None:
         """``applied`` (what the BVH sees), written in place into the BVH's flag buffer."""
-        plain = _convert.module(self._backend, False)
+        plain = _convert.module(self._scene._backend, False)
         flags = plain.UInt8(dr.select(applied, 1, 0))
         dr.eval(flags)
         _convert.fence(self._device)
@@ -172,10 +166,10 @@ class SceneEdges(EdgeBuffers):
     def _refresh_points(self, stream) -> None:
         """Write every shape's float32 world-space vertices into the engine's point buffer."""
         if getattr(self, "_points_view", None) is None:
-            self._points, self._points_view = _convert.vec3_buffer(self._num_world_vertices, self._backend, self._device)
+            self._points, self._points_view = _convert.vec3_buffer(self._num_world_vertices, self._scene._backend, self._device)
         # All shapes at once: object-space rows of the meshes (float64) placed by the
         # scene's host table of placements, gathered by index arrays built on the host.
-        plain = _convert.module(self._backend, False)
+        plain = _convert.module(self._scene._backend, False)
         scene = self._scene
         shapes = scene._shapes
         if not self._num_world_vertices:
@@ -213,7 +207,7 @@ class SceneEdges(EdgeBuffers):
         """
         mask = _check.bool_array(call, "mask", mask)
         _check.same_backend(call, "mask", mask, self._device, "the scene")
-        plain = _convert.module(self._backend, False)
+        plain = _convert.module(self._scene._backend, False)
         checked = plain.Bool(dr.detach(mask))
         dr.make_opaque(checked)
         return checked, dr.width(mask), f"width {dr.width(mask)}"
@@ -232,7 +226,7 @@ class SceneEdges(EdgeBuffers):
         """
         top = self.topology
         scene = self._scene
-        plain = _convert.module(self._backend, False)
+        plain = _convert.module(self._scene._backend, False)
         Array3 = type(viewpoint)
         shape = m.UInt(top.shape_id)
         first_row = dr.gather(m.Int, m.Int(scene._face_row), shape)

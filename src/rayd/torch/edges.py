@@ -170,11 +170,8 @@ class SceneEdges(EdgeBuffers):
     """
 
     def __init__(self, scene) -> None:
-        shapes, device = scene._shapes, scene._device
-        faces = scene._state.table.faces
-        super().__init__(shapes, _convert.TorchArrays(), str(device))
-        self._device = device
-        self._state = scene._state  # placed_vertices (built with the scene, as this)
+        super().__init__(scene)
+        shapes, faces = scene._shapes, scene._state.table.faces
         self.centre = scene._state.centre
         # Mesh-local build-time faces of every shape (an instance shares its mesh's).
         local: dict[int, torch.Tensor] = {}
