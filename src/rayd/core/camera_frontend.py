@@ -42,8 +42,9 @@ array library: ``rayd.<frontend>._edge_sampling.OPS``, a namespace of
   array or NumPy), their (K, 3) float64 host world end points ``a``, ``b``, the opposite
   vertex ``o`` of each edge's first face and (K,) bool ``is_boundary``;
 - ``jitter(generator)``: ``jitter(n)`` -> (n,) float64 uniform numbers in ``[0, 1)``;
-- ``evaluate(camera, scene, edges, work, ids, plan)``: the frontend's ``EdgeSamples`` of
-  the :class:`SamplePlan` (the differentiable evaluation at the fixed edge parameters).
+- ``evaluate(camera, scene, edges, work, ids, plan)``: the fields of the frontend's ``EdgeSamples``
+  (``rayd.<frontend>._edge_sampling.EdgeSamples``, made here with the camera's ``width`` and
+  ``height``) for the :class:`SamplePlan`: the differentiable evaluation at the fixed edge parameters.
 """
 
 from __future__ import annotations
@@ -148,10 +149,11 @@ class CameraBase(PublicName, FrontendDocs):
 
         The steps (module docstring): the argument checks, the scene's lifecycle, its edges
         made ready, the candidates (``OPS.candidates``) placed in camera space, the plan
-        (:func:`plan_samples`), the frontend's evaluation.
+        (:func:`plan_samples`), the frontend's evaluation, the record.
         """
         call = f"{self._name}.sample_edges()"
-        ops = frontend_module(self, "_edge_sampling").OPS
+        sampling = frontend_module(self, "_edge_sampling")
+        ops = sampling.OPS
         num_samples = check_sample_args(call, scene, frontend_module(self, "scene").Scene, num_samples,
                                         generator, ops.generator_type, ops.generator_name)
         scene._require_ready(call)
@@ -162,7 +164,8 @@ class CameraBase(PublicName, FrontendDocs):
         a, b, o = (to_camera(x, to_world) for x in (a, b, o))
         plan = plan_samples(a, b, o, is_boundary, intrinsics, self.width, self.height, num_samples,
                             ops.jitter(generator))
-        return ops.evaluate(self, scene, edges, work, ids, plan)
+        fields = ops.evaluate(self, scene, edges, work, ids, plan)
+        return sampling.EdgeSamples(width=self.width, height=self.height, **fields)
 
     # ------------------------------------------------------------------ shared
     def _scalar(self, name: str, value: object):

@@ -130,8 +130,9 @@ def _jitter(generator: np.random.Generator | None) -> Callable[[int], np.ndarray
     return (generator if generator is not None else np.random.default_rng()).random
 
 
-def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan) -> EdgeSamples:
-    """The differentiable evaluation at the fixed edge parameter (Dr.Jit AD)."""
+def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan) -> dict[str, object]:
+    """The fields of :class:`EdgeSamples` (and its ``m``, ``count``): the differentiable evaluation at the
+    fixed edge parameter (Dr.Jit AD)."""
     m, double = work.m, work.double
     n = plan.count
     if n == 0:
@@ -156,25 +157,19 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan
     face = plain.Int((offsets[shape] + faces0).astype(np.int32))
     visible = scene.visible(Array3(*work.centre), dr.detach(point), ignore=face)
     off = _core.EDGE_OFFSET
-    return EdgeSamples(
-        xy=xy, normal=nrm, weight=dr.full(Float, plan.weight, n),
-        ray_inside=camera.generate_rays(Array2(xy - off * nrm)),
-        ray_outside=camera.generate_rays(Array2(xy + off * nrm)),
-        global_edge_id=m.Int(gid), edge_t=t, visible=visible, motion=motion,
-        width=camera.width, height=camera.height, m=m, count=n,
-    )
+    return dict(xy=xy, normal=nrm, weight=dr.full(Float, plan.weight, n),
+                ray_inside=camera.generate_rays(Array2(xy - off * nrm)),
+                ray_outside=camera.generate_rays(Array2(xy + off * nrm)),
+                global_edge_id=m.Int(gid), edge_t=t, visible=visible, motion=motion, m=m, count=n)
 
 
-def _empty_samples(camera, m, double) -> EdgeSamples:
-    """``EdgeSamples`` with no samples (N = 0 or no edge on screen): width-0 fields."""
+def _empty_samples(camera, m, double) -> dict[str, object]:
+    """The fields of ``EdgeSamples`` with no samples (N = 0 or no edge on screen): width 0."""
     Float = m.Float64 if double else m.Float
     Array2 = m.Array2f64 if double else m.Array2f
     empty = camera.generate_rays(Array2())
-    return EdgeSamples(
-        xy=Array2(), normal=Array2(), weight=Float(), ray_inside=empty, ray_outside=empty,
-        global_edge_id=m.Int(), edge_t=Float(), visible=m.Bool(), motion=Float(),
-        width=camera.width, height=camera.height, m=m, count=0,
-    )
+    return dict(xy=Array2(), normal=Array2(), weight=Float(), ray_inside=empty, ray_outside=empty,
+                global_edge_id=m.Int(), edge_t=Float(), visible=m.Bool(), motion=Float(), m=m, count=0)
 
 
 def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:

@@ -16,6 +16,7 @@ from types import ModuleType
 import drjit as dr
 
 from rayd.core import segments
+from rayd.core.frontend import SceneBase
 from rayd.drjit import _check, _convert, _vector
 from rayd.drjit._geometry import apply
 from rayd.drjit.edges import NearestEdge, SceneEdges
@@ -96,11 +97,9 @@ def _empty(m: ModuleType, double: bool, ray: bool) -> dict[str, dr.ArrayBase]:
 
 
 # ---------------------------------------------------------------------- queries
-def ready(scene, call: str) -> SceneEdges:
-    """The scene's edges, synced (the hook of :class:`rayd.core.edges.EdgeQueries`; after ``_require_ready``)."""
-    edges = scene._edges
-    edges.require_synced(call)
-    return edges
+#: ``ready(scene, call)``, the hook of :class:`rayd.core.edges.EdgeQueries` (after ``_require_ready``) and of
+#: ``sample_edges``: the scene's edges, synced (core's rule); nothing else is made ahead of a Dr.Jit query.
+ready = SceneBase._synced_edges
 
 
 def _check_points(scene, call: str, points: object, active: object) -> tuple[dr.ArrayBase, int, dr.ArrayBase | None]:

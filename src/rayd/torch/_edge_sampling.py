@@ -177,8 +177,9 @@ def _jitter(generator: torch.Generator | None) -> Callable[[int], np.ndarray]:
     return jitter
 
 
-def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, plan) -> EdgeSamples:
-    """The differentiable evaluation at the fixed edge parameter (module docstring)."""
+def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, plan) -> dict[str, object]:
+    """The fields of :class:`EdgeSamples`: the differentiable evaluation at the fixed edge parameter
+    (module docstring)."""
     device, dtype, centre = work.device, work.dtype, work.centre
     top = edges.topology
     n = plan.count
@@ -198,19 +199,9 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, pl
         face = scene._state.table.global_offset[shape] + top.faces[gid, 0].long()
         target = point.detach()
         visible = scene.visible(centre.to(target.dtype).expand_as(target), target, ignore=face.to(torch.int32))
-    return EdgeSamples(
-        xy=xy,
-        normal=normal_t,
-        weight=torch.full((n,), plan.weight, dtype=dtype, device=device),
-        ray_inside=camera.generate_rays(xy - offset_xy),
-        ray_outside=camera.generate_rays(xy + offset_xy),
-        global_edge_id=gid.to(torch.int32),
-        edge_t=t,
-        visible=visible,
-        motion=motion,
-        width=camera.width,
-        height=camera.height,
-    )
+    return dict(xy=xy, normal=normal_t, weight=torch.full((n,), plan.weight, dtype=dtype, device=device),
+                ray_inside=camera.generate_rays(xy - offset_xy), ray_outside=camera.generate_rays(xy + offset_xy),
+                global_edge_id=gid.to(torch.int32), edge_t=t, visible=visible, motion=motion)
 
 
 #: rayd.torch's steps of :meth:`rayd.core.camera_frontend.CameraBase.sample_edges`.
