@@ -26,9 +26,30 @@ Hooks a :class:`CameraBase` subclass defines:
   :meth:`CameraBase.intrinsics`);
 - ``_host_scalar(value)``: the Python float of an array intrinsic (detached);
 - ``_repr_tail()``: extra text for ``repr`` (default none);
-- ``_generate_rays(call, samples)``, ``_project(call, points)``: the public
-  ``generate_rays`` / ``project`` (documented by the frontend with
-  :func:`rayd.core.edges.document`, as ``sample_edges``) after naming the call.
+- ``_OPS``: the array steps of ``generate_rays``, ``project`` and the camera-space maps
+  (:meth:`CameraBase._world_to_camera`, :meth:`CameraBase._camera_to_pixels`), which are
+  written here once: a namespace of
+
+  - ``working(camera, array)``: the working precision of a call on ``array`` (torch: the
+    promoted dtype and the device; Dr.Jit: the namespace ``m`` and ``double``);
+  - ``pixel_centres(camera)``: the default ``samples``, every pixel centre;
+  - ``checked_samples(camera, call, samples)``, ``checked_points(camera, call, points)``:
+    the user's (..., 2) / (..., 3) float array checked (type, shape, device);
+  - ``cast(work, v)``: a vector array in the working precision; ``components(work, v)``: its
+    components; ``vector(work, *components)``: the vector of components (a number broadcasts);
+  - ``intrinsics(camera, work)``: ``(fx, fy, cx, cy)`` in the working precision;
+  - ``placement(camera, work)``: ``(A, t)`` of a given ``to_world``, as ``rotate`` and
+    ``unrotate`` take ``A``;
+  - ``rotate(A, v)``, ``unrotate(A, v)``: ``A v`` and ``A^-1 v`` row by row;
+  - ``zero3(work)``: the origin; ``unit(v)``: ``v / |v|``; ``select(mask, value, v)``:
+    ``value`` where ``mask`` (per row), else ``v``; ``ray(o, d)``: the frontend's ``Ray``;
+  - ``empty(array)``: no rows where the library cannot broadcast them against a literal
+    (Dr.Jit: width 0; torch: never), and then ``nothing(work, components)``, the empty array
+    of 1, 2 or 3 components.
+
+  The values and derivatives are those of each frontend's own ops (torch: one matrix
+  product, ``torch.linalg.inv_ex``; Dr.Jit: dot products, the adjugate inverse and true
+  divisions, as CUDA needs).
 
 ``CameraBase.sample_edges`` is written here once, over the steps the frontend writes in its
 array library: ``rayd.<frontend>._edge_sampling.OPS``, a namespace of
@@ -81,6 +102,7 @@ class CameraBase(PublicName, FrontendDocs):
     _DOCS_MODULE = "_camera_docs"
     _SCALAR = "a float"
     _ARRAY: type = type(None)
+    _OPS: Any = None  # the frontend's array steps of the camera maps (module docstring), set below its class
 
     @property
     def _CALL(self) -> str:
@@ -131,18 +153,49 @@ class CameraBase(PublicName, FrontendDocs):
     def _repr_tail(self) -> str:
         return ""
 
-    def _generate_rays(self, call: str, samples):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _project(self, call: str, points):  # pragma: no cover - abstract
-        raise NotImplementedError
-
     # ------------------------------------------------------------------ public (documented per frontend)
     def generate_rays(self, samples=None):
-        return self._generate_rays(f"{self._name}.generate_rays()", samples)
+        call = f"{self._name}.generate_rays()"
+        ops = self._OPS
+        samples = ops.pixel_centres(self) if samples is None else ops.checked_samples(self, call, samples)
+        work = ops.working(self, samples)
+        placed = None if self.to_world is None else ops.placement(self, work)
+        o = ops.zero3(work) if placed is None else placed[1]
+        if ops.empty(samples):
+            return ops.ray(o, ops.nothing(work, 3))
+        x, y = ops.components(work, samples)
+        fx, fy, cx, cy = ops.intrinsics(self, work)
+        d = ops.vector(work, (x - cx) / fx, (y - cy) / fy, 1.0)
+        return ops.ray(o, ops.unit(d if placed is None else ops.rotate(placed[0], d)))
 
     def project(self, points):
-        return self._project(f"{self._name}.project()", points)
+        call = f"{self._name}.project()"
+        ops = self._OPS
+        points = ops.checked_points(self, call, points)
+        work = ops.working(self, points)
+        if ops.empty(points):
+            return ops.nothing(work, 2), ops.nothing(work, 1)
+        p = self._world_to_camera(work, points)
+        depth = ops.components(work, p)[2]
+        plane = depth == 0  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
+        xy = self._camera_to_pixels(work, ops.select(plane, 1.0, p))
+        return ops.select(plane, 0.0, xy), depth
+
+    def _world_to_camera(self, work, points):
+        """Camera-space positions ``A^-1 (p - t)`` of world ``points`` in the precision ``work`` (differentiable)."""
+        ops = self._OPS
+        p = ops.cast(work, points)
+        if self.to_world is None:
+            return p
+        a, t = ops.placement(self, work)
+        return ops.unrotate(a, p - t)
+
+    def _camera_to_pixels(self, work, p):
+        """Pixel coordinates ``(fx X / Z + cx, fy Y / Z + cy)`` of camera-space points (differentiable)."""
+        ops = self._OPS
+        x, y, z = ops.components(work, p)
+        fx, fy, cx, cy = ops.intrinsics(self, work)
+        return ops.vector(work, fx * x / z + cx, fy * y / z + cy)
 
     def sample_edges(self, scene: Any, num_samples: int, *, generator: Any = None) -> Any:
         """Samples on the images of the scene's silhouette and boundary edges (each frontend documents it).

@@ -8,6 +8,8 @@ module evaluates the differentiable parts with Dr.Jit ops (see
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import drjit as dr
 
 from rayd.core.camera_frontend import CameraBase
@@ -55,39 +57,6 @@ class Camera(CameraBase):
     def _arrays(self) -> list:
         return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]
 
-    def _generate_rays(self, call: str, samples) -> Ray:
-        m, double = self._namespace(samples)
-        Array2 = m.Array2f64 if double else m.Array2f
-        if samples is None:
-            lane = dr.arange(m.UInt, self.width * self.height)
-            samples = Array2(m.Float64(lane % self.width) + 0.5, m.Float64(lane // self.width) + 0.5)
-        else:
-            samples = _check.float_array(call, "samples", samples, 2)
-            samples = Array2(samples)
-        (fx, fy, cx, cy), placed = self._parts(m, double)
-        Array3 = m.Array3f64 if double else m.Array3f
-        if dr.width(samples) == 0:  # Dr.Jit does not broadcast width 0 against width 1
-            return Ray(placed[1] if placed is not None else Array3(0.0, 0.0, 0.0), Array3())
-        local = Array3((samples.x - cx) / fx, (samples.y - cy) / fy, 1.0)
-        if placed is None:
-            d, o = local, Array3(0.0, 0.0, 0.0)
-        else:
-            rows, o = placed
-            d = Array3(dr.dot(rows[0], local), dr.dot(rows[1], local), dr.dot(rows[2], local))
-        return Ray(o, _div3(Array3, d, dr.norm(d)))
-
-    def _project(self, call: str, points):
-        points = _check.float_array(call, "points", points, 3)
-        m, double = self._namespace(points)
-        if dr.width(points) == 0:  # Dr.Jit does not broadcast width 0 against width 1
-            return (m.Array2f64 if double else m.Array2f)(), (m.Float64 if double else m.Float)()
-        p = self.world_to_camera(m, double, points)
-        plane = p.z == 0  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
-        Array3 = m.Array3f64 if double else m.Array3f
-        xy = self.camera_to_pixels(m, double, Array3(dr.select(plane, 1, p.x), dr.select(plane, 1, p.y),
-                                                     dr.select(plane, 1, p.z)))
-        return dr.select(plane, 0, xy), p.z
-
     # ------------------------------------------------------------------ CameraBase hooks
     def _array_scalar(self, name: str, value: object):
         if not (isinstance(value, dr.ArrayBase) and dr.is_jit_v(value) and dr.depth_v(value) == 1
@@ -108,38 +77,65 @@ class Camera(CameraBase):
         ad = any(_convert.is_ad(a) for a in found)
         return _convert.module(backend, ad), double
 
-    def _parts(self, m, double):
-        """Intrinsics as ``Float`` of the working type, and ``(rows, t)`` of ``to_world`` (or ``None``)."""
-        Float = m.Float64 if double else m.Float
-        k = tuple(Float(v) for v in (self.fx, self.fy, self.cx, self.cy))
-        if self.to_world is None:
-            return k, None
-        M = (m.Matrix4f64 if double else m.Matrix4f)(self.to_world)
-        Array3 = m.Array3f64 if double else m.Array3f
-        rows = tuple(Array3(M[i][0], M[i][1], M[i][2]) for i in range(3))
-        return k, (rows, Array3(M[0][3], M[1][3], M[2][3]))
-
+    # ------------------------------------------------------------------ camera space (rayd.core.camera_frontend)
     def world_to_camera(self, m, double, points):
         """Camera-space positions of world points (differentiable)."""
-        Array3 = m.Array3f64 if double else m.Array3f
-        p = Array3(points)
-        _, placed = self._parts(m, double)
-        if placed is None:
-            return p
-        rows, t = placed
-        # A^-1 = [c0 c1 c2] / det with c0 = r1 x r2, c1 = r2 x r0, c2 = r0 x r1 (true division:
-        # dr.rcp is approximate on CUDA).
-        c0, c1, c2 = dr.cross(rows[1], rows[2]), dr.cross(rows[2], rows[0]), dr.cross(rows[0], rows[1])
-        det = dr.dot(rows[0], c0)
-        q = p - t
-        return _div3(Array3, c0 * q.x + c1 * q.y + c2 * q.z, det)
+        return self._world_to_camera((m, double), points)
 
     def camera_to_pixels(self, m, double, p):
         """Pixel coordinates of camera-space points (differentiable)."""
-        (fx, fy, cx, cy), _ = self._parts(m, double)
-        Array2 = m.Array2f64 if double else m.Array2f
-        return Array2(fx * p.x / p.z + cx, fy * p.y / p.z + cy)
+        return self._camera_to_pixels((m, double), p)
 
+
+def _pixel_centres(camera: Camera) -> dr.ArrayBase:
+    """Every pixel centre, lane ``j * width + i`` at ``(i + 0.5, j + 0.5)``, in the camera's namespace."""
+    m, double = camera._namespace()
+    lane = dr.arange(m.UInt, camera.width * camera.height)
+    return _type(m, double, 2)(m.Float64(lane % camera.width) + 0.5, m.Float64(lane // camera.width) + 0.5)
+
+
+def _type(m, double: bool, components: int) -> type:
+    """``Float``, ``Array2f`` or ``Array3f`` of namespace ``m`` (the ``64`` ones if ``double``)."""
+    name = {1: "Float", 2: "Array2f", 3: "Array3f"}[components]
+    return getattr(m, f"{name}64" if double else name)
+
+
+def _intrinsics(camera: Camera, work: tuple) -> tuple:
+    """``(fx, fy, cx, cy)`` as ``Float``/``Float64`` of the working namespace (``work = (m, double)``)."""
+    Float = _type(*work, 1)
+    return tuple(Float(v) for v in (camera.fx, camera.fy, camera.cx, camera.cy))
+
+
+def _placement(camera: Camera, m, double: bool) -> tuple:
+    """``(rows, t)`` of ``to_world`` as ``Array3`` of the working type: its linear part's rows, its translation."""
+    M = (m.Matrix4f64 if double else m.Matrix4f)(camera.to_world)
+    Array3 = _type(m, double, 3)
+    return tuple(Array3(M[i][0], M[i][1], M[i][2]) for i in range(3)), Array3(M[0][3], M[1][3], M[2][3])
+
+
+def _unrotate(rows: tuple, q: dr.ArrayBase) -> dr.ArrayBase:
+    """``A^-1 q`` for ``A`` of rows ``r0, r1, r2``: ``[c0 c1 c2] q / det``, ``c0 = r1 x r2``, ``c1 = r2 x r0``,
+    ``c2 = r0 x r1`` (true divisions: ``dr.rcp`` is approximate on CUDA)."""
+    c0, c1, c2 = dr.cross(rows[1], rows[2]), dr.cross(rows[2], rows[0]), dr.cross(rows[0], rows[1])
+    return _div3(type(q), c0 * q.x + c1 * q.y + c2 * q.z, dr.dot(rows[0], c0))
+
+
+#: rayd.drjit's steps of ``generate_rays``, ``project`` and the camera-space maps
+#: (:class:`rayd.core.camera_frontend.CameraBase`, ``_OPS``): work = ``(m, double)``, vectors ``Array2``/``Array3``.
+Camera._OPS = SimpleNamespace(working=lambda camera, array: camera._namespace(array), pixel_centres=_pixel_centres,
+                              checked_samples=lambda camera, call, v: _check.float_array(call, "samples", v, 2),
+                              checked_points=lambda camera, call, v: _check.float_array(call, "points", v, 3),
+                              cast=lambda work, v: _type(*work, len(v))(v),
+                              components=lambda work, v: tuple(_type(*work, len(v))(v)),
+                              vector=lambda work, *parts: _type(*work, len(parts))(*parts),
+                              intrinsics=_intrinsics,
+                              placement=lambda camera, work: _placement(camera, *work),
+                              rotate=lambda rows, v: type(v)(*(dr.dot(r, v) for r in rows)),
+                              unrotate=_unrotate, zero3=lambda work: _type(*work, 3)(0.0, 0.0, 0.0),
+                              unit=lambda v: _div3(type(v), v, dr.norm(v)),
+                              select=lambda mask, value, v: type(v)(*(dr.select(mask, value, c) for c in v)),
+                              ray=Ray, empty=lambda array: dr.width(array) == 0,
+                              nothing=lambda work, components: _type(*work, components)())
 
 serialise_public(Camera)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import torch
 
 from rayd.core import camera as _core
@@ -110,68 +112,19 @@ class Camera(CameraBase):
                 dtype = torch.promote_types(dtype, value.dtype)
         return dtype
 
-    def _matrix(self, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, torch.Tensor] | None:
-        """``(A, t)``: the linear part (3, 3) and translation (3,) of ``to_world``, or ``None``."""
-        if self.to_world is None:
-            return None
-        m = self.to_world.to(dtype)
-        return m[:3, :3], m[:3, 3]
-
     def _check_device(self, call: str, name: str, value: torch.Tensor) -> None:
         device = self.device
         if device is not None:
             _check.same_device(call, name, value, device, "the camera")
 
-    # ------------------------------------------------------------------ queries
+    # ------------------------------------------------------------------ camera space (rayd.core.camera_frontend)
     def camera_to_pixels(self, p: torch.Tensor) -> torch.Tensor:
         """(..., 2) pixel coordinates of (..., 3) camera-space points (differentiable)."""
-        z = p[..., 2]
-        return torch.stack((self.fx * p[..., 0] / z + self.cx, self.fy * p[..., 1] / z + self.cy), dim=-1)
+        return self._camera_to_pixels((p.dtype, p.device), p)
 
     def world_to_camera(self, points: torch.Tensor) -> torch.Tensor:
         """(..., 3) camera-space positions of world ``points`` (differentiable; no checks)."""
-        placed = self._matrix(torch.promote_types(points.dtype, self.dtype), points.device)
-        if placed is None:
-            return points.to(torch.promote_types(points.dtype, self.dtype))
-        a, t = placed
-        return (points.to(a.dtype) - t) @ _inverse(a).transpose(0, 1)
-
-    def _generate_rays(self, call: str, samples: torch.Tensor | None) -> Ray:
-        if samples is None:
-            device = self.device or torch.device("cpu")
-            ys = torch.arange(self.height, dtype=self.dtype, device=device) + 0.5
-            xs = torch.arange(self.width, dtype=self.dtype, device=device) + 0.5
-            gy, gx = torch.meshgrid(ys, xs, indexing="ij")
-            samples = torch.stack((gx, gy), dim=-1)
-        else:
-            samples = _check.float_tensor(call, "samples", samples, last=2)
-            self._check_device(call, "samples", samples)
-        dtype = torch.promote_types(samples.dtype, self.dtype)
-        samples = samples.to(dtype)
-        x, y = samples.unbind(-1)
-        local = torch.stack(((x - self.cx) / self.fx, (y - self.cy) / self.fy, torch.ones_like(x)), dim=-1)
-        placed = self._matrix(dtype, samples.device)
-        if placed is None:
-            d, o = local, torch.zeros(3, dtype=dtype, device=samples.device)
-        else:
-            a, o = placed
-            d = local @ a.transpose(0, 1)
-        d = d / torch.linalg.vector_norm(d, dim=-1, keepdim=True)
-        return Ray(o.expand(d.shape), d)
-
-    def _project(self, call: str, points: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        points = _check.float_tensor(call, "points", points, last=3)
-        self._check_device(call, "points", points)
-        dtype = torch.promote_types(points.dtype, self.dtype)
-        p = points.to(dtype)
-        placed = self._matrix(dtype, p.device)
-        if placed is not None:
-            a, t = placed
-            p = (p - t) @ _inverse(a).transpose(0, 1)
-        depth = p[..., 2]
-        plane = (depth == 0)[..., None]  # no projection: xy = 0, and a finite stand-in keeps the gradient 0
-        xy = self.camera_to_pixels(torch.where(plane, torch.ones_like(p), p))
-        return torch.where(plane, torch.zeros_like(xy), xy), depth
+        return self._world_to_camera(_working(self, points), points)
 
     # ------------------------------------------------------------------ CameraBase hooks
     def _array_scalar(self, name: str, value: object) -> torch.Tensor | None:
@@ -192,11 +145,58 @@ class Camera(CameraBase):
         return f", to_world={'set' if self.to_world is not None else 'identity'}"
 
 
-serialise_public(Camera, torch.compiler.is_compiling)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
+def _working(camera: Camera, array: torch.Tensor) -> tuple[torch.dtype, torch.device]:
+    """A call's working precision: the promoted dtype of ``array`` and the camera, ``array``'s device."""
+    return torch.promote_types(array.dtype, camera.dtype), array.device
 
+
+def _pixel_centres(camera: Camera) -> torch.Tensor:
+    """(height, width, 2) pixel centres in the camera's dtype, on its device (the CPU if it has no tensors)."""
+    device = camera.device or torch.device("cpu")
+    ys = torch.arange(camera.height, dtype=camera.dtype, device=device) + 0.5
+    xs = torch.arange(camera.width, dtype=camera.dtype, device=device) + 0.5
+    gy, gx = torch.meshgrid(ys, xs, indexing="ij")
+    return torch.stack((gx, gy), dim=-1)
+
+
+def _checked(camera: Camera, call: str, name: str, value: object, last: int) -> torch.Tensor:
+    """``value``, a float tensor of shape (..., last) on the camera's device, else raise."""
+    value = _check.float_tensor(call, name, value, last=last)
+    camera._check_device(call, name, value)
+    return value
+
+
+def _stack(parts: tuple) -> torch.Tensor:
+    """The (..., k) vectors of k tensor or number components (a number: ``full_like`` the first tensor)."""
+    like = next(p for p in parts if isinstance(p, torch.Tensor))
+    return torch.stack([p if isinstance(p, torch.Tensor) else torch.full_like(like, p) for p in parts], dim=-1)
+
+
+def _split(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(A, t)``: the linear part (3, 3) and the translation (3,) of a (4, 4) matrix."""
+    return m[:3, :3], m[:3, 3]
 
 
 def _inverse(a: torch.Tensor) -> torch.Tensor:
     """``a^-1`` without the error check of ``torch.linalg.inv`` (which synchronises CUDA with
     the host); ``Camera()`` and ``sample_edges`` refuse singular matrices themselves."""
     return torch.linalg.inv_ex(a).inverse
+
+
+#: rayd.torch's steps of ``generate_rays``, ``project`` and the camera-space maps
+#: (:class:`rayd.core.camera_frontend.CameraBase`, ``_OPS``): work = ``(dtype, device)``, vectors (..., k).
+Camera._OPS = SimpleNamespace(working=_working, pixel_centres=_pixel_centres,
+                              checked_samples=lambda camera, call, v: _checked(camera, call, "samples", v, 2),
+                              checked_points=lambda camera, call, v: _checked(camera, call, "points", v, 3),
+                              cast=lambda work, v: v.to(work[0]), components=lambda work, v: v.to(work[0]).unbind(-1),
+                              vector=lambda work, *parts: _stack(parts),
+                              intrinsics=lambda camera, work: (camera.fx, camera.fy, camera.cx, camera.cy),
+                              placement=lambda camera, work: _split(camera.to_world.to(work[0])),
+                              rotate=lambda a, v: v @ a.transpose(0, 1),
+                              unrotate=lambda a, v: v @ _inverse(a).transpose(0, 1),
+                              zero3=lambda work: torch.zeros(3, dtype=work[0], device=work[1]),
+                              unit=lambda v: v / torch.linalg.vector_norm(v, dim=-1, keepdim=True),
+                              select=lambda mask, value, v: torch.where(mask.unsqueeze(-1), value, v),
+                              ray=lambda o, d: Ray(o.expand(d.shape), d), empty=lambda array: False)
+
+serialise_public(Camera, torch.compiler.is_compiling)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
