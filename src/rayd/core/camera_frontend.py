@@ -383,10 +383,11 @@ class EdgeSamplesBase(PublicName, FieldRecord):
     """Bookkeeping of ``EdgeSamples``: a record (:class:`rayd.records.FieldRecord`: fields
     as attributes and in ``dir()``, ``detach()``, indexing), plus ``width``/``height``.
 
-    A subclass sets ``shape`` (``len()`` is its first entry, N), ``_RAY`` (its ``Ray``)
-    and ``_map_ray_part(fn, name, x)``, how a field map applies to one part (``o``,
-    ``d``, ``tmin``, ``tmax``) of a ray field (e.g. passing scalar bounds through); its
-    ``_name`` (``"rayd.torch.EdgeSamples"``) comes from :class:`~rayd.core.frontend.PublicName`.
+    A subclass sets ``shape`` (``len()`` is its first entry, N) and ``_RAY`` (its ``Ray``); a
+    field map applies to the parts (``o``, ``d``, ``tmin``, ``tmax``) of a ray field that are
+    arrays of the frontend (``_RAY._is_array``; the generated rays' scalar bounds pass through),
+    each first brought to the N rows by ``_all_rows`` (default: as it is). Its ``_name``
+    (``"rayd.torch.EdgeSamples"``) comes from :class:`~rayd.core.frontend.PublicName`.
     """
 
     __slots__ = ("width", "height")
@@ -396,15 +397,17 @@ class EdgeSamplesBase(PublicName, FieldRecord):
     def __len__(self) -> int:
         return int(self.shape[0])
 
-    def _map_ray_part(self, fn, name: str, x):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _all_rows(self, x):
+        """A ray part with a row per sample (a frontend whose arrays broadcast one row widens it here)."""
+        return x
 
     def _map(self, fn):
         """Map every field (each part of the ray fields, by ``_map_ray_part``) into a new record."""
         def each(name: str, value):
             if not isinstance(value, self._RAY):
                 return fn(name, value)
-            o, d, tmax, tmin = (self._map_ray_part(fn, name, x) for x in (value.o, value.d, value.tmax, value.tmin))
+            parts = (value.o, value.d, value.tmax, value.tmin)
+            o, d, tmax, tmin = (fn(name, self._all_rows(x)) if self._RAY._is_array(x) else x for x in parts)
             return self._RAY(o, d, tmax, tmin=tmin)
 
         return self._replace({name: each(name, value) for name, value in self._fields.items()})

@@ -30,7 +30,8 @@ class RayBase(PublicName):
     - ``_device_of(value)``: the device of a checked array;
     - ``_same_device(call, name, value, device, owner)``: raise ``ValueError`` unless on ``device``;
     - ``_ARRAYS`` (``"a float tensor"``), ``_is_array(value)``, ``_type_name(value)`` and
-      ``_check_bound(call, name, value)``: the words, test and checks for an array bound;
+      ``_check_flat(call, name, value)``: the words, test and type check for an array bound
+      (a flat float array; :meth:`_check_bound` adds its device);
     - ``_batch(value, vector)``: the batch of a checked array (of 3-vectors if ``vector``);
     - ``_broadcast(call, named_batches)``: the common batch, else ``ValueError`` naming them;
     - ``_set_batch(batch)``: store it (torch: ``shape``; Dr.Jit: ``width``);
@@ -56,6 +57,12 @@ class RayBase(PublicName):
         self.d = d
         self.tmax = bounds["tmax"]
         self.tmin = bounds["tmin"]
+
+    def _check_bound(self, call: str, name: str, value: Any, device: Any) -> Any:
+        """A ``tmin``/``tmax`` array: a float array of the frontend (``_check_flat``) on ``device``, that of ``'o'``."""
+        value = self._check_flat(call, name, value)
+        self._same_device(call, name, value, device, "'o'")
+        return value
 
     def __call__(self, t: Any) -> Any:
         """The point ``o + t d``."""

@@ -68,13 +68,6 @@ def float_array(call: str, name: str, value: object, components: int) -> dr.Arra
     return value
 
 
-def ray_bound(call: str, name: str, value: object, device: str) -> dr.ArrayBase:
-    """A ``Ray``'s ``tmin``/``tmax`` array: a flat float32/float64 array on ``device`` (that of ``'o'``)."""
-    value = float_array(call, name, value, 1)
-    same_backend(call, name, value, device, "'o'")
-    return value
-
-
 def index_array(call: str, name: str, value: object) -> dr.ArrayBase:
     """A 3-vector array of 32- or 64-bit integers (``Array3i``, ``Array3u``, ``Array3i64``, ``Array3u64``)."""
     value = jit_array(call, name, value)

@@ -52,12 +52,10 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
     def _resize(self, count: int) -> None:
         self.count = count
 
-    def _map_ray_part(self, fn, name: str, x):
-        if not isinstance(x, dr.ArrayBase):
-            return x
+    def _all_rows(self, x: dr.ArrayBase) -> dr.ArrayBase:
         if dr.width(x) == 1 and self.count > 1:  # a width-1 origin broadcasts: widen it to N lanes first
             x = x + dr.zeros(type(x), self.count)
-        return fn(name, x)
+        return x
 
     def boundary_term(self, f_inside, f_outside, *, filter: str = "box"):
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.

@@ -46,7 +46,7 @@ class Ray(RayBase):
     _type_name = staticmethod(_convert.type_name)
     _check_vectors = staticmethod(lambda call, name, value: _check.float_array(call, name, value, 3))
     _batch = staticmethod(lambda value, vector: dr.width(value))
-    _check_bound = staticmethod(_check.ray_bound)
+    _check_flat = staticmethod(lambda call, name, value: _check.float_array(call, name, value, 1))
 
     def _set_batch(self, width: int) -> None:
         self.width = width

@@ -83,10 +83,6 @@ class EdgeSamples(TorchRecord, EdgeSamplesBase):
         """``(N,)``."""
         return self._fields["weight"].shape
 
-    def _map_ray_part(self, fn, name: str, x):
-        # generated rays have scalar bounds; map batch-shaped tensors only
-        return fn(name, x) if isinstance(x, torch.Tensor) and x.dim() > 0 else x
-
     def boundary_term(self, f_inside: torch.Tensor, f_outside: torch.Tensor, *, filter: str = "box") -> torch.Tensor:
         """The visibility-boundary part of an image's derivative, as an image of value zero.
 

@@ -56,11 +56,7 @@ class Ray(RayBase):
     def _type_name(value: object) -> str:
         return type(value).__name__
 
-    @staticmethod
-    def _check_bound(call: str, name: str, value: torch.Tensor, device: torch.device) -> torch.Tensor:
-        value = _check.float_tensor(call, name, value)
-        _check.same_device(call, name, value, device, "'o'")
-        return value
+    _check_flat = staticmethod(_check.float_tensor)
 
     @staticmethod
     def _batch(value: torch.Tensor, vector: bool) -> torch.Size:
