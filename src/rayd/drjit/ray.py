@@ -20,11 +20,9 @@ class Ray(RayBase):
         tmax: float, or a flat ``Float``/``Float64`` of width N or 1; default ``inf``.
         tmin: float, or a flat ``Float``/``Float64`` of width N or 1; default ``0``.
 
-    A ``Ray`` holds no scene state: one instance may be reused across steps, refits
-    and scenes. Malformed rays (NaN or inf components, a zero direction,
-    ``tmax <= tmin``) are not errors; queries report them as misses. The exception is
-    ``nearest_edge``, whose segment ``s in [tmin, tmax]`` is closed: there
-    ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin`` is a miss.
+    As :class:`rayd.torch.Ray` (whose docstring states the rules): a ``Ray`` holds no
+    scene state (reuse one across steps, refits and scenes), and malformed rays are
+    misses, not errors (``nearest_edge``'s segment ``s in [tmin, tmax]`` is closed).
 
     Gradients:
         Flow into ``o`` and ``d`` (and into arrays they were computed from) when they
