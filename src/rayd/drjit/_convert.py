@@ -70,6 +70,11 @@ def device_name(value: dr.ArrayBase) -> str:
     return "cpu"
 
 
+def backend_of(device: str) -> str:
+    """The backend of a device name (:func:`device_name`'s): ``'llvm'`` for ``'cpu'``, else ``'cuda'``."""
+    return "llvm" if device == "cpu" else "cuda"
+
+
 def where(value: dr.ArrayBase) -> str:
     """What an array is, as the ``repr`` of rayd.drjit's objects says it (``type=drjit.llvm.ad.Array3f``)."""
     return f"type={type_name(value)}"

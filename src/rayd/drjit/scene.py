@@ -46,18 +46,15 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     stream.
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._backend: str | None = None
-
     @property
     def backend(self) -> str | None:
         """The scene's Dr.Jit backend, ``'llvm'`` or ``'cuda'``; ``None`` while empty."""
-        return self._backend
+        return None if self._device is None else _convert.backend_of(self._device)
+
+    _backend = backend  # (the name the query modules read; it follows from the device)
 
     # ------------------------------------------------------------------ SceneBase hooks (and rayd.drjit._parts)
     def _mesh_device(self, mesh: Mesh) -> str:
-        self._backend = mesh.backend
         self._core.arrays.device = mesh.device  # the protocol works on the scene's device
         return mesh.device
 
