@@ -19,8 +19,9 @@ the ``Scene`` subclass is made (:meth:`SceneBase.__init_subclass__`):
   a checked ``Ray`` of the scene's device, a checked batch of ``count`` matrices;
 - ``check_active``, ``check_ignore``: a ray query's mask and ignore-id checks
   (:func:`rayd.core.query_args.query_arguments`);
-- ``edge_queries``, ``surface``: the modules of the edge and surface queries
-  (:class:`~rayd.core.edges.EdgeQueries`, :class:`~rayd.core.surface.SurfaceQueries`).
+- ``edge_queries``, ``surface``, ``all_hits``: the modules of the edge, surface and all-hits
+  queries (:class:`~rayd.core.edges.EdgeQueries`, :class:`~rayd.core.surface.SurfaceQueries`,
+  :class:`~rayd.core.queries.AllHitsQueries`).
 
 ``_PREFIX`` (``"rayd.torch.Scene"``) is set from the subclass's module. Hooks a subclass
 defines as methods:
@@ -97,6 +98,7 @@ class SceneBase(FrontendDocs):
     _RAY: Any = None
     _EDGE_QUERIES: Any = None
     _SURFACE: Any = None
+    _ALL_HITS: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -106,7 +108,7 @@ class SceneBase(FrontendDocs):
                 cls._PREFIX = f"rayd.{parts[1]}.{cls.__name__}"
             cls._PARTS = bound = importlib.import_module(f"rayd.{parts[1]}._parts")
             cls._MESH, cls._RAY = bound.Mesh, bound.Ray
-            cls._EDGE_QUERIES, cls._SURFACE = bound.edge_queries, bound.surface
+            cls._EDGE_QUERIES, cls._SURFACE, cls._ALL_HITS = bound.edge_queries, bound.surface, bound.all_hits
 
     def __init__(self) -> None:
         self._core = SceneCore(self._PARTS.Arrays(), self._PREFIX)

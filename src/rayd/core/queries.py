@@ -19,11 +19,12 @@ implements the hooks in its array library. :class:`RayQueries`' hooks:
 - ``_unblocked(call, ray, active, ignore)``: bool per segment ray, True where it is
   well formed, active and not occluded.
 
-:class:`AllHitsQueries`' hooks:
+:class:`AllHitsQueries`' hook is ``_ALL_HITS``, the frontend's module ``_parts.all_hits``
+(bound by :class:`rayd.core.frontend.SceneBase`, as the edge and surface query modules) with
 
-- ``_intersect_all(call, ray, k, active, flags, ignore)``: the first ``k`` crossings of
+- ``intersect_all(scene, call, ray, k, active, flags, ignore)``: the first ``k`` crossings of
   each ray, evaluated and recorded (``k`` and ``flags`` already checked);
-- ``_count_intersections(call, ray, active, ignore)``: the exact count of crossings.
+- ``count_intersections(scene, call, ray, active, ignore)``: the exact count of crossings.
 """
 
 from __future__ import annotations
@@ -101,11 +102,12 @@ class AllHitsQueries(FrontendDocs):
 
     _PREFIX = "rayd.Scene"
     _DOCS_MODULE = "_scene_allhits"
+    _ALL_HITS: Any = None  # bound from the frontend's ``_parts.all_hits`` (rayd.core.frontend)
 
     def intersect_all(self, ray, max_hits: int, active=None, flags: RayFlags = RayFlags.All, *, ignore=None):
         call = f"{self._PREFIX}.intersect_all()"
         k = int_in_range(call, "max_hits", max_hits, MAX_HITS)
-        return self._intersect_all(call, ray, k, active, check_flags(call, flags), ignore)
+        return self._ALL_HITS.intersect_all(self, call, ray, k, active, check_flags(call, flags), ignore)
 
     def count_intersections(self, ray, active=None, *, ignore=None):
-        return self._count_intersections(f"{self._PREFIX}.count_intersections()", ray, active, ignore)
+        return self._ALL_HITS.count_intersections(self, f"{self._PREFIX}.count_intersections()", ray, active, ignore)

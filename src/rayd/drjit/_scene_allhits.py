@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import drjit as dr
 
-from rayd.core import queries as _core_queries
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit.intersection import Intersection
@@ -51,41 +50,43 @@ def _spread(value: object, UInt: type, ray_of_lane: dr.ArrayBase) -> object:
     return dr.gather(type(value), value, ray_of_lane)
 
 
-class AllHitsQueries(_core_queries.AllHitsQueries):
-    """Mixin of :class:`rayd.drjit.Scene`: ``intersect_all`` and ``count_intersections``."""
+# The hooks of rayd.core.queries.AllHitsQueries (bound fenced through rayd.drjit._parts.all_hits): it checks
+# ``max_hits`` and ``flags``; these check the rays, search and evaluate.
+def intersect_all(scene, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersections:
+    """``Scene.intersect_all`` after its checks of ``max_hits`` and ``flags``."""
+    n, rays, keep, _ = _trace.prepare(scene, call, ray, active, ignore, widen=True)  # float64 t decides (enforce)
+    m, double = scene._precision(ray.o, ray.d)
+    if n == 0:
+        return Intersections((0, k), flags, **empty(m, double, flags))
+    plain = _convert.module(scene._backend, False)
+    gid = _convert.empty_int32(n * k, scene._backend)
+    t32 = dr.empty(plain.Float, n * k)
+    dr.make_opaque(t32)
+    views = (_convert.scalar_view(t32, scene._device), _convert.scalar_view(gid, scene._device))
+    _convert.launch(scene._device, engine_all_hits.all_hits, scene._core.accel, rays, k, *views)
+    del keep, rays, views
+    UInt = m.UInt
+    lane = dr.arange(UInt, n * k)
+    ray_of_lane = lane // k
+    o = _spread(ray.o, UInt, ray_of_lane)
+    d = _spread(ray.d, UInt, ray_of_lane)
+    fields = evaluate(m, double, o, d, gid, scene._state.live_geometry(m, double), flags)
+    fields = enforce(m, fields, _spread(ray.tmin, UInt, ray_of_lane), _spread(ray.tmax, UInt, ray_of_lane))
+    order = _valid_first(m, fields["global_prim_id"] >= 0, n, k)
+    fields = {name: dr.gather(type(v), v, order) for name, v in fields.items()}
+    return Intersections((n, k), flags, **fields)
 
-    def _intersect_all(self, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersections:
-        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore, widen=True)  # float64 t decides (enforce)
-        m, double = self._precision(ray.o, ray.d)
-        if n == 0:
-            return Intersections((0, k), flags, **empty(m, double, flags))
-        plain = _convert.module(self._backend, False)
-        gid = _convert.empty_int32(n * k, self._backend)
-        t32 = dr.empty(plain.Float, n * k)
-        dr.make_opaque(t32)
-        views = (_convert.scalar_view(t32, self._device), _convert.scalar_view(gid, self._device))
-        _convert.launch(self._device, engine_all_hits.all_hits, self._core.accel, rays, k, *views)
-        del keep, rays, views
-        UInt = m.UInt
-        lane = dr.arange(UInt, n * k)
-        ray_of_lane = lane // k
-        o = _spread(ray.o, UInt, ray_of_lane)
-        d = _spread(ray.d, UInt, ray_of_lane)
-        fields = evaluate(m, double, o, d, gid, self._state.live_geometry(m, double), flags)
-        fields = enforce(m, fields, _spread(ray.tmin, UInt, ray_of_lane), _spread(ray.tmax, UInt, ray_of_lane))
-        order = _valid_first(m, fields["global_prim_id"] >= 0, n, k)
-        fields = {name: dr.gather(type(v), v, order) for name, v in fields.items()}
-        return Intersections((n, k), flags, **fields)
 
-    def _count_intersections(self, call: str, ray, active, ignore) -> dr.ArrayBase:
-        n, rays, keep, _ = _trace.prepare(self, call, ray, active, ignore)
-        out = _convert.empty_int32(n, self._backend)
-        if n == 0:
-            return out
-        view = _convert.scalar_view(out, self._device)
-        _convert.launch(self._device, engine_all_hits.count_hits, self._core.accel, rays, view)
-        del keep, rays, view
+def count_intersections(scene, call: str, ray, active, ignore) -> dr.ArrayBase:
+    """``Scene.count_intersections``: the engine's exact count of each ray's crossings."""
+    n, rays, keep, _ = _trace.prepare(scene, call, ray, active, ignore)
+    out = _convert.empty_int32(n, scene._backend)
+    if n == 0:
         return out
+    view = _convert.scalar_view(out, scene._device)
+    _convert.launch(scene._device, engine_all_hits.count_hits, scene._core.accel, rays, view)
+    del keep, rays, view
+    return out
 
 
 def _valid_first(m, valid: dr.ArrayBase, n: int, k: int) -> dr.ArrayBase:

@@ -12,14 +12,13 @@ from __future__ import annotations
 import drjit as dr
 
 from rayd.core.frontend import SceneBase, serialise_public
-from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
+from rayd.core.queries import VISIBILITY_EPSILON, AllHitsQueries, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.drjit import _check, _convert, _trace, _walk_on
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import gather_matrix, shape_is_ad
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit._scene_surface import SurfaceQueries
 from rayd.drjit._scene_reflect import ReflectionQueries
-from rayd.drjit._scene_allhits import AllHitsQueries
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh
 from rayd.drjit.ray import Ray
@@ -138,8 +137,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
 # One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence):
 # the frontend's part of each query is wrapped, so the public methods keep running the core's own code.
-for _name in ("_intersect", "_occluded", "_unblocked", "_intersect_all", "_count_intersections",
-              "_trace_reflections", "_specular_paths"):
+for _name in ("_intersect", "_occluded", "_unblocked", "_trace_reflections", "_specular_paths"):
     setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)

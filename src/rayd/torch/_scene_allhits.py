@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from rayd.core import queries as _core_queries
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags, unrequested
 from rayd.torch import _interval, _intersect_fused, _ops, _trace
@@ -28,47 +27,49 @@ def _bound_rows(bound: float | torch.Tensor) -> float | torch.Tensor:
     return bound
 
 
-class AllHitsQueries(_core_queries.AllHitsQueries):
-    """Mixin of :class:`rayd.torch.Scene`: ``intersect_all`` and ``count_intersections``."""
+# The hooks of rayd.core.queries.AllHitsQueries (bound through rayd.torch._parts.all_hits): it checks
+# ``max_hits`` and ``flags``; these check the rays, search and evaluate.
+def intersect_all(scene, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersection:
+    """``Scene.intersect_all`` after its checks of ``max_hits`` and ``flags``."""
+    # float64 queries: the float32 search's interval widened, the float64 t decides (enforce)
+    batch, n, rows, ray = _trace.prepare(scene, call, ray, active, ignore, widen=True)
+    if n:
+        gid = _ops.all_hits(scene, call, rows, n, k).reshape(n * k)
+    else:
+        gid = torch.full((0,), -1, dtype=torch.int32, device=scene._device)
+    shape = torch.Size(tuple(batch) + (k,))
+    fields = _evaluate_hits(scene, ray, shape, gid, flags)
+    fields = _interval.enforce(fields, _bound_rows(ray.tmin), _bound_rows(ray.tmax), shape)
+    fields = _compact(fields, n, k)
+    fields = {name: v.reshape(tuple(shape) + v.shape[2:]) for name, v in fields.items()}
+    return Intersection(flags, **fields)
 
-    def _intersect_all(self, call: str, ray, k: int, active, flags: RayFlags, ignore) -> Intersection:
-        # float64 queries: the float32 search's interval widened, the float64 t decides (enforce)
-        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore, widen=True)
-        if n:
-            gid = _ops.all_hits(self, call, rows, n, k).reshape(n * k)
-        else:
-            gid = torch.full((0,), -1, dtype=torch.int32, device=self._device)
-        shape = torch.Size(tuple(batch) + (k,))
-        fields = self._evaluate_hits(ray, shape, gid, flags)
-        fields = _interval.enforce(fields, _bound_rows(ray.tmin), _bound_rows(ray.tmax), shape)
-        fields = _compact(fields, n, k)
-        fields = {name: v.reshape(tuple(shape) + v.shape[2:]) for name, v in fields.items()}
-        return Intersection(flags, **fields)
 
-    def _count_intersections(self, call: str, ray, active, ignore) -> torch.Tensor:
-        batch, n, rows, _ = _trace.prepare(self, call, ray, active, ignore)
-        if n == 0:
-            return torch.zeros(batch, dtype=torch.int32, device=self._device)
-        return _ops.count_hits(self, call, rows, n).reshape(batch)
+def count_intersections(scene, call: str, ray, active, ignore) -> torch.Tensor:
+    """``Scene.count_intersections``: the engine's exact count of each ray's crossings."""
+    batch, n, rows, _ = _trace.prepare(scene, call, ray, active, ignore)
+    if n == 0:
+        return torch.zeros(batch, dtype=torch.int32, device=scene._device)
+    return _ops.count_hits(scene, call, rows, n).reshape(batch)
 
-    def _evaluate_hits(self, ray, shape: torch.Size, gid: torch.Tensor, flags: RayFlags) -> dict[str, torch.Tensor]:
-        """``intersect``'s evaluation of the fixed faces ``gid`` (N K,) for rays broadcast to ``shape`` (..., K)."""
-        state = self._state
-        rows = shape.numel()
-        meshes = [s.vertices for s in self._core.table.meshes]
-        o = ray.o.unsqueeze(-2) if ray.o.dim() > 1 else ray.o
-        d = ray.d.unsqueeze(-2) if ray.d.dim() > 1 else ray.d
-        if state.plain and not state.has_matrix() and _intersect_fused.usable([ray.o, ray.d, *meshes]):
-            vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
-            fields = _intersect_fused.evaluate_fused(o, d, shape, gid, vertices, state.indices)
-            fields["shape_id"], fields["prim_id"] = ids(state.table, gid)
-            fields["global_prim_id"] = gid
-            return {name: v for name, v in fields.items() if name not in unrequested(flags)}
-        dtype = self._output_dtype(ray.o, ray.d)
-        o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
-        d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
-        return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags)
 
+def _evaluate_hits(scene, ray, shape: torch.Size, gid: torch.Tensor, flags: RayFlags) -> dict[str, torch.Tensor]:
+    """``intersect``'s evaluation of the fixed faces ``gid`` (N K,) for rays broadcast to ``shape`` (..., K)."""
+    state = scene._state
+    rows = shape.numel()
+    meshes = [s.vertices for s in scene._core.table.meshes]
+    o = ray.o.unsqueeze(-2) if ray.o.dim() > 1 else ray.o
+    d = ray.d.unsqueeze(-2) if ray.d.dim() > 1 else ray.d
+    if state.plain and not state.has_matrix() and _intersect_fused.usable([ray.o, ray.d, *meshes]):
+        vertices = meshes[0] if len(meshes) == 1 else torch.cat(meshes)
+        fields = _intersect_fused.evaluate_fused(o, d, shape, gid, vertices, state.indices)
+        fields["shape_id"], fields["prim_id"] = ids(state.table, gid)
+        fields["global_prim_id"] = gid
+        return {name: v for name, v in fields.items() if name not in unrequested(flags)}
+    dtype = scene._output_dtype(ray.o, ray.d)
+    o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
+    d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
+    return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags)
 
 def _compact(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch.Tensor]:
     """Fields as (N, K, ...) with each ray's valid slots first, in their order (a hit the

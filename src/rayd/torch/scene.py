@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.frontend import SceneBase, serialise_public
-from rayd.core.queries import VISIBILITY_EPSILON, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
+from rayd.core.queries import VISIBILITY_EPSILON, AllHitsQueries, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.flags import RayFlags
 from rayd.torch import _check, _convert, _copy, _interval, _intersect_fused, _ops, _trace, _walk_on
 from rayd.torch._geometry import gather
@@ -20,7 +20,6 @@ from rayd.torch._intersect import _stand_in as stand_in, evaluate
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch._scene_surface import SurfaceQueries
 from rayd.torch._scene_reflect import ReflectionQueries
-from rayd.torch._scene_allhits import AllHitsQueries
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh
 from rayd.torch.ray import Ray
