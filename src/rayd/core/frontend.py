@@ -19,9 +19,10 @@ the ``Scene`` subclass is made (:meth:`SceneBase.__init_subclass__`):
   a checked ``Ray`` of the scene's device, a checked batch of ``count`` matrices;
 - ``check_active``, ``check_ignore``: a ray query's mask and ignore-id checks
   (:func:`rayd.core.query_args.query_arguments`);
-- ``edge_queries``, ``surface``, ``all_hits``: the modules of the edge, surface and all-hits
-  queries (:class:`~rayd.core.edges.EdgeQueries`, :class:`~rayd.core.surface.SurfaceQueries`,
-  :class:`~rayd.core.queries.AllHitsQueries`).
+- ``edge_queries``, ``surface``, ``all_hits``, ``reflections``: the modules of the edge,
+  surface, all-hits and reflection queries (:class:`~rayd.core.edges.EdgeQueries`,
+  :class:`~rayd.core.surface.SurfaceQueries`, :class:`~rayd.core.queries.AllHitsQueries`,
+  :class:`~rayd.core.specular.ReflectionQueries`).
 
 ``_PREFIX`` (``"rayd.torch.Scene"``) is set from the subclass's module. Hooks a subclass
 defines as methods:
@@ -99,6 +100,7 @@ class SceneBase(FrontendDocs):
     _EDGE_QUERIES: Any = None
     _SURFACE: Any = None
     _ALL_HITS: Any = None
+    _REFLECT: Any = None
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -109,6 +111,7 @@ class SceneBase(FrontendDocs):
             cls._PARTS = bound = importlib.import_module(f"rayd.{parts[1]}._parts")
             cls._MESH, cls._RAY = bound.Mesh, bound.Ray
             cls._EDGE_QUERIES, cls._SURFACE, cls._ALL_HITS = bound.edge_queries, bound.surface, bound.all_hits
+            cls._REFLECT = bound.reflections
 
     def __init__(self) -> None:
         self._core = SceneCore(self._PARTS.Arrays(), self._PREFIX)

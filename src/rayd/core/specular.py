@@ -19,6 +19,7 @@ References:
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Callable, Protocol
 
@@ -197,37 +198,40 @@ class ReflectionQueries(FrontendDocs):
 
     The frontend documents the two methods in its own words, in ``rayd.<frontend>._scene_reflect.DOCS``
     (:class:`rayd.core.docs.FrontendDocs`).
-    Hooks (the frontend's): ``_trace_reflections(call, ray, bounces, active, ignore)``, the
-    chains with ``bounces`` already checked; ``_path_points``, ``_path_sequences``,
-    ``_path_active``, the checks of :meth:`_path_arguments`;
-    ``_specular_paths(call, source, target, seq, active, batch)``, the paths of a ready scene
-    for checked arguments; ``_host_points(x, precision)``, the (n, 3) float64 points as
-    the frontend evaluates them in ``precision`` (its dtype, or whether it is double);
-    ``_host_corners(ids, precision)``, the (n, B, 3, 3) float64 world corners of the
-    faces ``ids`` (n, B) (:func:`rayd.core.paths.check_sequences`' ids, ``-1`` in the
-    slots not to gather, where any values do); ``_host_search``, its host closest-hit
-    search (:mod:`rayd.core.paths`).
+    Hook: ``_REFLECT``, the frontend's module ``_parts.reflections`` (bound by
+    :class:`rayd.core.frontend.SceneBase`, as the edge, surface and all-hits query modules),
+    of functions of the scene: ``trace_reflections(scene, call, ray, bounces, active,
+    ignore)``, the chains with ``bounces`` already checked; ``path_points``,
+    ``path_sequences``, ``path_active``, the checks of :meth:`_path_arguments`;
+    ``specular_paths(scene, call, source, target, seq, active, batch)``, the paths of a ready
+    scene for checked arguments; ``host_points(scene, x, precision)``, the (n, 3) float64
+    points as the frontend evaluates them in ``precision`` (its dtype, or whether it is
+    double); ``host_corners(scene, ids, precision)``, the (n, B, 3, 3) float64 world corners
+    of the faces ``ids`` (n, B) (:func:`rayd.core.paths.check_sequences`' ids, ``-1`` in the
+    slots not to gather, where any values do); ``host_search(scene, o, d, tmin, tmax, flag,
+    skip)``, its host closest-hit search (:mod:`rayd.core.paths`).
     """
 
     _PREFIX = "rayd.Scene"
     _DOCS_MODULE = "_scene_reflect"
+    _REFLECT: Any = None  # bound from the frontend's ``_parts.reflections`` (rayd.core.frontend)
 
     def trace_reflections(self, ray, max_bounces: int, active=None, *, ignore=None):
         call = f"{self._PREFIX}.trace_reflections()"
-        return self._trace_reflections(call, ray, paths.check_bounces(call, max_bounces), active, ignore)
+        return self._REFLECT.trace_reflections(self, call, ray, paths.check_bounces(call, max_bounces), active, ignore)
 
     def specular_paths(self, source, target, prim_sequence, active=None):
         call = f"{self._PREFIX}.specular_paths()"
         self._require_ready(call)
         source, target, seq, active, batch = self._path_arguments(call, source, target, prim_sequence, active)
-        return self._specular_paths(call, source, target, seq, active, batch)
+        return self._REFLECT.specular_paths(self, call, source, target, seq, active, batch)
 
     def _path_arguments(self, call: str, source, target, prim_sequence, active) -> tuple:
         """``specular_paths``' argument checks, in the contract's order, through the frontend's hooks.
 
-        ``source`` and ``target`` (the frontend's ``_path_points``: float points on the
-        scene's device), ``prim_sequence`` (``_path_sequences``: integer, at least one
-        slot, then :func:`rayd.core.paths.check_length`), ``active`` (``_path_active``:
+        ``source`` and ``target`` (the frontend's ``path_points``: float points on the
+        scene's device), ``prim_sequence`` (``path_sequences``: integer, at least one
+        slot, then :func:`rayd.core.paths.check_length`), ``active`` (``path_active``:
         bool, on the scene's device), then the common batch (the frontend's ``Ray._broadcast`` rule).
 
         Returns:
@@ -239,13 +243,14 @@ class ReflectionQueries(FrontendDocs):
             TypeError, ValueError: naming ``call`` and the argument (the frontend's
                 ``specular_paths`` docstring lists them).
         """
-        source, source_batch = self._path_points(call, "source", source)
-        target, target_batch = self._path_points(call, "target", target)
-        seq, seq_batch, bounces = self._path_sequences(call, prim_sequence)
+        reflect = self._REFLECT
+        source, source_batch = reflect.path_points(self, call, "source", source)
+        target, target_batch = reflect.path_points(self, call, "target", target)
+        seq, seq_batch, bounces = reflect.path_sequences(self, call, prim_sequence)
         paths.check_length(call, bounces)
         batches = [("source", source_batch), ("target", target_batch), ("prim_sequence", seq_batch)]
         if active is not None:
-            active, active_batch = self._path_active(call, active)
+            active, active_batch = reflect.path_active(self, call, active)
             batches.append(("active", active_batch))
         return source, target, seq, active, self._PARTS.Ray._broadcast(call, batches)
 
@@ -264,10 +269,11 @@ class ReflectionQueries(FrontendDocs):
             ``ok`` (n,) bool, ``used`` (n, B) bool (non-padding slots), ``ids`` (n, B)
             int32 (the ids gathered), ``length`` (n,) float64[, ``points``].
         """
-        src, dst = self._host_points(src, precision), self._host_points(dst, precision)
+        reflect = self._REFLECT
+        src, dst = reflect.host_points(self, src, precision), reflect.host_points(self, dst, precision)
         ok, used, ids = paths.check_sequences(seq, self._core.table.num_global_faces, self._core.table.shapes)
         if prior is not None:
             ok &= prior
-        out = paths.validate(src, dst, self._host_corners(ids, precision), seq, ok, used, self._host_search,
-                             with_points)
+        out = paths.validate(src, dst, reflect.host_corners(self, ids, precision), seq, ok, used,
+                             functools.partial(reflect.host_search, self), with_points)
         return (out[0], used, ids) + tuple(out[1:])

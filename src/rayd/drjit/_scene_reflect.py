@@ -19,7 +19,7 @@ from types import SimpleNamespace
 import drjit as dr
 import numpy as np
 
-from rayd.core import paths, specular
+from rayd.core import specular
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
 from rayd.drjit.ray import Ray
@@ -31,94 +31,103 @@ _IMAGE_OPS = SimpleNamespace(dot=lambda a, b: a.x * b.x + a.y * b.y + a.z * b.z,
                              sqrt=dr.sqrt, divide=lambda a, b: a * (1 / b))
 
 
-class ReflectionQueries(specular.ReflectionQueries):
-    """Mixin of :class:`rayd.drjit.Scene`: ``trace_reflections`` and ``specular_paths``."""
+# The hooks of rayd.core.specular.ReflectionQueries (bound through rayd.drjit._parts.reflections, fenced):
+# trace_reflections and specular_paths after the checks written there, the argument checks of
+# specular_paths and the host arrays of the shared validity rules.
+def trace_reflections(scene, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
+    n, rays, keep, ray = _trace.prepare(scene, call, ray, active, ignore)
+    m, double = scene._precision(ray.o, ray.d)
+    if n == 0:
+        kinds = {"slot": m.Float64 if double else m.Float, "slot3": m.Array3f64 if double else m.Array3f,
+                 "slot_id": m.Int, "ray_count": m.Int}
+        kinds["ray"] = kinds["slot"]
+        return ReflectionChain((0, bounces), **{name: kinds[kind]() for name, kind in specular.CHAIN_FIELDS.items()})
+    return ReflectionChain((n, bounces), **_chain.chain(scene, m, double, rays, keep, n, bounces, ray))
 
-    def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
-        n, rays, keep, ray = _trace.prepare(self, call, ray, active, ignore)
-        m, double = self._precision(ray.o, ray.d)
-        if n == 0:
-            kinds = {"slot": m.Float64 if double else m.Float, "slot3": m.Array3f64 if double else m.Array3f,
-                     "slot_id": m.Int, "ray_count": m.Int}
-            kinds["ray"] = kinds["slot"]
-            return ReflectionChain((0, bounces), **{name: kinds[kind]() for name, kind in specular.CHAIN_FIELDS.items()})
-        return ReflectionChain((n, bounces), **_chain.chain(self, m, double, rays, keep, n, bounces, ray))
 
-    def _path_points(self, call: str, name: str, value) -> tuple:
-        value = _check.float_array(call, name, value, 3)
-        _check.same_backend(call, name, value, self._device, "the scene")
-        return value, dr.width(value)
+def path_points(scene, call: str, name: str, value) -> tuple:
+    value = _check.float_array(call, name, value, 3)
+    _check.same_backend(call, name, value, scene._device, "the scene")
+    return value, dr.width(value)
 
-    def _path_sequences(self, call: str, prim_sequence) -> tuple[np.ndarray, int, int]:
-        seq = _sequences(call, prim_sequence)
-        _check.same_backend(call, "prim_sequence", prim_sequence, self._device, "the scene")
-        return seq, seq.shape[0], seq.shape[1]
 
-    def _path_active(self, call: str, active) -> tuple:
-        active = _check.bool_array(call, "active", active)
-        _check.same_backend(call, "active", active, self._device, "the scene")
-        return active, dr.width(active)
+def path_sequences(scene, call: str, prim_sequence) -> tuple[np.ndarray, int, int]:
+    seq = _sequences(call, prim_sequence)
+    _check.same_backend(call, "prim_sequence", prim_sequence, scene._device, "the scene")
+    return seq, seq.shape[0], seq.shape[1]
 
-    def _specular_paths(self, call: str, source, target, seq: np.ndarray, active, n: int) -> SpecularPaths:
-        bounces = seq.shape[1]
-        m, double = self._precision(source, target)
-        Float, Array3 = (m.Float64, m.Array3f64) if double else (m.Float, m.Array3f)
-        src_host, dst_host = (_rows(x, n) for x in (source, target))
-        seq = np.broadcast_to(seq, (n, bounces))
-        prior = None if active is None else np.broadcast_to(np.array(dr.detach(active), dtype=bool), (n,))
-        ok, used, ids, _ = self._host_validity(src_host, dst_host, seq, prior, double)
-        if n == 0:
-            return SpecularPaths((0, bounces), points=Array3(), num_bounces=m.Int(), length=Float(), valid=m.Bool())
-        corners = self._slot_corners(m, ids)
-        points, length = _image_method(m, m.Array3f64(source), m.Array3f64(target), corners, used)
-        valid = m.Bool(ok)
-        out = dr.zeros(Array3, n * bounces)
-        keep = m.Bool((used & ok[:, None]).reshape(-1))
-        if bounces:
-            lanes = dr.arange(m.UInt, n) * bounces
-            for k, p in enumerate(points):
-                dr.scatter(out, Array3(p), lanes + k)
-            out = dr.select(keep, out, 0)
-        return SpecularPaths((n, bounces), points=out, num_bounces=m.Int(used.sum(-1).astype(np.int32)),
-                             length=dr.select(valid, Float(length), math.inf), valid=valid)
 
-    # ------------------------------------------------------------------ internals
-    def _slot_corners(self, m, ids: np.ndarray) -> list[tuple]:
-        """Per slot ``k``, the float64 world corners ``(v0, v1, v2)`` (width n) of the faces ``ids[:, k]``."""
-        n, bounces = ids.shape
-        if not bounces:
-            return []
-        geometry = self._state.live_geometry(m, True)
-        _, _, _, _, _, _, (v0, v1, v2), _ = locate(m, m.Array3f64, m.Int(ids.reshape(-1)), geometry)
+def path_active(scene, call: str, active) -> tuple:
+    active = _check.bool_array(call, "active", active)
+    _check.same_backend(call, "active", active, scene._device, "the scene")
+    return active, dr.width(active)
+
+
+def specular_paths(scene, call: str, source, target, seq: np.ndarray, active, n: int) -> SpecularPaths:
+    bounces = seq.shape[1]
+    m, double = scene._precision(source, target)
+    Float, Array3 = (m.Float64, m.Array3f64) if double else (m.Float, m.Array3f)
+    src_host, dst_host = (_rows(x, n) for x in (source, target))
+    seq = np.broadcast_to(seq, (n, bounces))
+    prior = None if active is None else np.broadcast_to(np.array(dr.detach(active), dtype=bool), (n,))
+    ok, used, ids, _ = scene._host_validity(src_host, dst_host, seq, prior, double)
+    if n == 0:
+        return SpecularPaths((0, bounces), points=Array3(), num_bounces=m.Int(), length=Float(), valid=m.Bool())
+    corners = _slot_corners(scene, m, ids)
+    points, length = _image_method(m, m.Array3f64(source), m.Array3f64(target), corners, used)
+    valid = m.Bool(ok)
+    out = dr.zeros(Array3, n * bounces)
+    keep = m.Bool((used & ok[:, None]).reshape(-1))
+    if bounces:
         lanes = dr.arange(m.UInt, n) * bounces
-        return [tuple(dr.gather(m.Array3f64, v, lanes + k) for v in (v0, v1, v2)) for k in range(bounces)]
+        for k, p in enumerate(points):
+            dr.scatter(out, Array3(p), lanes + k)
+        out = dr.select(keep, out, 0)
+    return SpecularPaths((n, bounces), points=out, num_bounces=m.Int(used.sum(-1).astype(np.int32)),
+                         length=dr.select(valid, Float(length), math.inf), valid=valid)
 
-    def _host_points(self, x: np.ndarray, double: bool) -> np.ndarray:
-        return x if double else x.astype(np.float32).astype(np.float64)  # as the evaluation rounds them
 
-    def _host_corners(self, ids: np.ndarray, double: bool) -> np.ndarray:
-        n, bounces = ids.shape
-        if not (n and bounces):
-            return np.zeros((n, bounces, 3, 3))
-        m = _convert.module(self._backend, True)
-        with dr.suspend_grad():
-            flat = self._slot_corners_flat(m, ids, double)
-        return np.stack(flat, axis=-2).reshape(n, bounces, 3, 3)
+# ------------------------------------------------------------------ face corners; host arrays of the validity rules
+def _slot_corners(scene, m, ids: np.ndarray) -> list[tuple]:
+    """Per slot ``k``, the float64 world corners ``(v0, v1, v2)`` (width n) of the faces ``ids[:, k]``."""
+    n, bounces = ids.shape
+    if not bounces:
+        return []
+    geometry = scene._state.live_geometry(m, True)
+    _, _, _, _, _, _, (v0, v1, v2), _ = locate(m, m.Array3f64, m.Int(ids.reshape(-1)), geometry)
+    lanes = dr.arange(m.UInt, n) * bounces
+    return [tuple(dr.gather(m.Array3f64, v, lanes + k) for v in (v0, v1, v2)) for k in range(bounces)]
 
-    def _slot_corners_flat(self, m, ids: np.ndarray, double: bool) -> list[np.ndarray]:
-        Array3 = m.Array3f64 if double else m.Array3f
-        geometry = self._state.live_geometry(m, double)
-        _, _, _, _, _, _, corners, _ = locate(m, Array3, m.Int(ids.reshape(-1)), geometry)
-        return [np.array(m.Array3f64(dr.detach(v)), dtype=np.float64).T for v in corners]
 
-    def _host_search(self, o, d, tmin, tmax, flag, skip):
-        """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
-        plain = _convert.module(self._backend, False)
-        ray = Ray(plain.Array3f64(np.ascontiguousarray(o.T)), plain.Array3f64(np.ascontiguousarray(d.T)),
-                  plain.Float(tmax), tmin=plain.Float(tmin))
-        _, winner = _trace.trace(self, "rayd.drjit.Scene.specular_paths()", ray, plain.Bool(flag),
-                                 plain.Int(skip), any_hit=False)
-        return np.array(winner, dtype=np.int32)
+def host_points(scene, x: np.ndarray, double: bool) -> np.ndarray:
+    return x if double else x.astype(np.float32).astype(np.float64)  # as the evaluation rounds them
+
+
+def host_corners(scene, ids: np.ndarray, double: bool) -> np.ndarray:
+    n, bounces = ids.shape
+    if not (n and bounces):
+        return np.zeros((n, bounces, 3, 3))
+    m = _convert.module(scene._backend, True)
+    with dr.suspend_grad():
+        flat = _slot_corners_flat(scene, m, ids, double)
+    return np.stack(flat, axis=-2).reshape(n, bounces, 3, 3)
+
+
+def _slot_corners_flat(scene, m, ids: np.ndarray, double: bool) -> list[np.ndarray]:
+    Array3 = m.Array3f64 if double else m.Array3f
+    geometry = scene._state.live_geometry(m, double)
+    _, _, _, _, _, _, corners, _ = locate(m, Array3, m.Int(ids.reshape(-1)), geometry)
+    return [np.array(m.Array3f64(dr.detach(v)), dtype=np.float64).T for v in corners]
+
+
+def host_search(scene, o, d, tmin, tmax, flag, skip):
+    """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
+    plain = _convert.module(scene._backend, False)
+    ray = Ray(plain.Array3f64(np.ascontiguousarray(o.T)), plain.Array3f64(np.ascontiguousarray(d.T)),
+              plain.Float(tmax), tmin=plain.Float(tmin))
+    _, winner = _trace.trace(scene, "rayd.drjit.Scene.specular_paths()", ray, plain.Bool(flag),
+                             plain.Int(skip), any_hit=False)
+    return np.array(winner, dtype=np.int32)
 
 
 def _sequences(call: str, value: object) -> np.ndarray:

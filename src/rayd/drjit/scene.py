@@ -18,7 +18,7 @@ from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import gather_matrix, shape_is_ad
 from rayd.drjit._scene_edges import EdgeQueries
 from rayd.drjit._scene_surface import SurfaceQueries
-from rayd.drjit._scene_reflect import ReflectionQueries
+from rayd.core.specular import ReflectionQueries
 from rayd.drjit.intersection import Intersection
 from rayd.drjit.mesh import Mesh
 from rayd.drjit.ray import Ray
@@ -137,7 +137,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
 # One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence):
 # the frontend's part of each query is wrapped, so the public methods keep running the core's own code.
-for _name in ("_intersect", "_occluded", "_unblocked", "_trace_reflections", "_specular_paths"):
+for _name in ("_intersect", "_occluded", "_unblocked"):
     setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)

@@ -3,7 +3,8 @@
 Only imports: the pieces are written in their own modules; this one names them.
 """
 
-from rayd.torch import _closest_point as surface, _nearest_edge as edge_queries, _scene_allhits as all_hits  # noqa: F401
+from rayd.torch import _closest_point as surface, _nearest_edge as edge_queries  # noqa: F401
+from rayd.torch import _scene_allhits as all_hits, _scene_reflect as reflections  # noqa: F401
 from rayd.torch._convert import TorchArrays as Arrays  # noqa: F401
 from rayd.torch._live import LiveState  # noqa: F401
 from rayd.torch._trace import check_active, check_ignore, check_ray  # noqa: F401

@@ -19,7 +19,7 @@ import torch
 
 import numpy as np
 
-from rayd.core import paths, specular
+from rayd.core import specular
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch._nearest_edge import _search_rows
@@ -52,82 +52,90 @@ def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: to
                            _convert.primal(skip).to(torch.int32).contiguous(), n, any_hit)
 
 
-class ReflectionQueries(specular.ReflectionQueries):
-    """Mixin of :class:`rayd.torch.Scene`: ``trace_reflections`` and ``specular_paths``."""
+# The hooks of rayd.core.specular.ReflectionQueries (bound through rayd.torch._parts.reflections):
+# trace_reflections and specular_paths after the checks written there, the argument checks of
+# specular_paths and the host arrays of the shared validity rules.
+def trace_reflections(scene, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
+    batch, n, rows, ray = _trace.prepare(scene, call, ray, active, ignore)
+    dtype = scene._output_dtype(ray.o, ray.d)
+    if n == 0:
+        out = _empty_chain(bounces, dtype, scene._device)
+    else:
+        origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+        direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+        out = _chain.chain(scene, call, rows, n, bounces, origin, direction, ray.tmin, ray.tmax, batch, dtype)
+    out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
+    return ReflectionChain(**out)
 
-    def _trace_reflections(self, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
-        batch, n, rows, ray = _trace.prepare(self, call, ray, active, ignore)
-        dtype = self._output_dtype(ray.o, ray.d)
-        if n == 0:
-            out = _empty_chain(bounces, dtype, self._device)
-        else:
-            origin = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-            direction = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-            out = _chain.chain(self, call, rows, n, bounces, origin, direction, ray.tmin, ray.tmax, batch, dtype)
-        out = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in out.items()}
-        return ReflectionChain(**out)
 
-    def _path_points(self, call: str, name: str, value) -> tuple[torch.Tensor, torch.Size]:
-        value = _check.float_tensor(call, name, value, last=3)
-        _check.same_device(call, name, value, self._device, "the scene")
-        return value, value.shape[:-1]
+def path_points(scene, call: str, name: str, value) -> tuple[torch.Tensor, torch.Size]:
+    value = _check.float_tensor(call, name, value, last=3)
+    _check.same_device(call, name, value, scene._device, "the scene")
+    return value, value.shape[:-1]
 
-    def _path_sequences(self, call: str, prim_sequence) -> tuple[torch.Tensor, torch.Size, int]:
-        seq = _check.index_tensor(call, "prim_sequence", prim_sequence)
-        if seq.dim() < 1:
-            raise ValueError(f"{call}: 'prim_sequence' must have shape (..., B), got a 0-d tensor")
-        _check.same_device(call, "prim_sequence", seq, self._device, "the scene")
-        return seq, seq.shape[:-1], seq.shape[-1]
 
-    def _path_active(self, call: str, active) -> tuple[torch.Tensor, torch.Size]:
-        active = _check.tensor(call, "active", active)
-        if active.dtype != torch.bool:
-            raise TypeError(f"{call}: 'active' must have dtype bool, got {active.dtype}")
-        _check.same_device(call, "active", active, self._device, "the scene")
-        return active, active.shape
+def path_sequences(scene, call: str, prim_sequence) -> tuple[torch.Tensor, torch.Size, int]:
+    seq = _check.index_tensor(call, "prim_sequence", prim_sequence)
+    if seq.dim() < 1:
+        raise ValueError(f"{call}: 'prim_sequence' must have shape (..., B), got a 0-d tensor")
+    _check.same_device(call, "prim_sequence", seq, scene._device, "the scene")
+    return seq, seq.shape[:-1], seq.shape[-1]
 
-    def _specular_paths(self, call: str, source, target, seq, active, batch: torch.Size) -> SpecularPaths:
-        device, bounces = self._device, seq.shape[-1]
-        n = batch.numel()
-        dtype = self._output_dtype(source, target)
-        src = source.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
-        dst = target.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
-        seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces).to(torch.int64)
-        if active is None:
-            prior = torch.ones(1, dtype=torch.bool, device=device)
-        else:
-            prior = _convert.primal(active).expand(batch).reshape(n)
-        # one read back: the validity is decided on the host (rayd.core.paths), in the rayd::path_validity op
-        ok, used, ids = _ops.path_validity(self, call, src, dst, seq, prior, n, dtype)
-        corners = self._corners(ids, dtype)
-        points, length = _image_method(src, dst, corners, used)
-        length = torch.where(ok, length, math.inf).to(dtype)
-        pts = torch.where((used & ok.unsqueeze(-1)).unsqueeze(-1), points, 0.0).to(dtype)
-        return SpecularPaths(points=pts.reshape(tuple(batch) + (bounces, 3)),
-                             num_bounces=used.sum(-1).to(torch.int32).reshape(batch), length=length.reshape(batch),
-                             valid=ok.reshape(batch))
 
-    # ------------------------------------------------------------------ internals
-    def _corners(self, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """(n, B, 3, 3) float64 world-space corners of the faces ``ids`` (n, B) (differentiable)."""
-        n, bounces = ids.shape
-        geometry = gather(self._state.table, self._state.live(dtype), ids.reshape(-1))
-        return geometry.corners.double().reshape(n, bounces, 3, 3)
+def path_active(scene, call: str, active) -> tuple[torch.Tensor, torch.Size]:
+    active = _check.tensor(call, "active", active)
+    if active.dtype != torch.bool:
+        raise TypeError(f"{call}: 'active' must have dtype bool, got {active.dtype}")
+    _check.same_device(call, "active", active, scene._device, "the scene")
+    return active, active.shape
 
-    def _host_points(self, x: np.ndarray, dtype: torch.dtype) -> np.ndarray:
-        return x  # already in the output dtype (rayd::path_validity)
 
-    def _host_corners(self, ids: np.ndarray, dtype: torch.dtype) -> np.ndarray:
-        with _convert.outside_transforms(), torch.no_grad():
-            corners = self._corners(torch.from_numpy(ids).to(self._device), dtype)
-            return _convert.primal(corners).cpu().numpy()
+def specular_paths(scene, call: str, source, target, seq, active, batch: torch.Size) -> SpecularPaths:
+    device, bounces = scene._device, seq.shape[-1]
+    n = batch.numel()
+    dtype = scene._output_dtype(source, target)
+    src = source.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
+    dst = target.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3).double()
+    seq = _convert.primal(seq).expand(tuple(batch) + (bounces,)).reshape(n, bounces).to(torch.int64)
+    if active is None:
+        prior = torch.ones(1, dtype=torch.bool, device=device)
+    else:
+        prior = _convert.primal(active).expand(batch).reshape(n)
+    # one read back: the validity is decided on the host (rayd.core.paths), in the rayd::path_validity op
+    ok, used, ids = _ops.path_validity(scene, call, src, dst, seq, prior, n, dtype)
+    corners = _corners(scene, ids, dtype)
+    points, length = _image_method(src, dst, corners, used)
+    length = torch.where(ok, length, math.inf).to(dtype)
+    pts = torch.where((used & ok.unsqueeze(-1)).unsqueeze(-1), points, 0.0).to(dtype)
+    return SpecularPaths(points=pts.reshape(tuple(batch) + (bounces, 3)),
+                         num_bounces=used.sum(-1).to(torch.int32).reshape(batch), length=length.reshape(batch),
+                         valid=ok.reshape(batch))
 
-    def _host_search(self, o, d, tmin, tmax, flag, skip):
-        """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
-        device = self._device
-        with _convert.outside_transforms():
-            t = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (o, d, tmin, tmax, flag, skip)]
-            return search(self, *t, False, _PATHS).cpu().numpy()
+
+# ------------------------------------------------------------------ face corners; host arrays of the validity rules
+def _corners(scene, ids: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """(n, B, 3, 3) float64 world-space corners of the faces ``ids`` (n, B) (differentiable)."""
+    n, bounces = ids.shape
+    geometry = gather(scene._state.table, scene._state.live(dtype), ids.reshape(-1))
+    return geometry.corners.double().reshape(n, bounces, 3, 3)
+
+
+def host_points(scene, x: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    return x  # already in the output dtype (rayd::path_validity)
+
+
+def host_corners(scene, ids: np.ndarray, dtype: torch.dtype) -> np.ndarray:
+    with _convert.outside_transforms(), torch.no_grad():
+        corners = _corners(scene, torch.from_numpy(ids).to(scene._device), dtype)
+        return _convert.primal(corners).cpu().numpy()
+
+
+def host_search(scene, o, d, tmin, tmax, flag, skip):
+    """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
+    device = scene._device
+    with _convert.outside_transforms():
+        t = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (o, d, tmin, tmax, flag, skip)]
+        return search(scene, *t, False, _PATHS).cpu().numpy()
 
 
 def _image_method(src: torch.Tensor, dst: torch.Tensor, corners: torch.Tensor, used: torch.Tensor):

@@ -19,7 +19,7 @@ from rayd.torch._geometry import gather
 from rayd.torch._intersect import _stand_in as stand_in, evaluate
 from rayd.torch._scene_edges import EdgeQueries
 from rayd.torch._scene_surface import SurfaceQueries
-from rayd.torch._scene_reflect import ReflectionQueries
+from rayd.core.specular import ReflectionQueries
 from rayd.torch.intersection import Intersection
 from rayd.torch.mesh import Mesh
 from rayd.torch.ray import Ray
