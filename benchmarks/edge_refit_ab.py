@@ -9,8 +9,10 @@ synchronisation (per refit). Checks that every mode writes the same packed boxes
 
 Trees with wide nodes (``ploc+q:8``, ``ploc+qs:8``: ``builder+wide:leaf``) take the modes ``split`` /
 ``fused`` / ``fused1`` of :mod:`rayd.engine.edge_refit_fused` (the whole ``EdgeBvh.refit``: today's three
-launches, the compressed nodes written in the climb after a slots launch, or all in one launch), on
-the same tree in one process; these also check the compressed nodes and segment boxes.
+launches, the compressed nodes written in the climb after a slots launch, or all in one launch) and
+``wide`` / ``wide1`` / ``wide3`` of :mod:`rayd.engine.edge_refit_wide` (the climb on the wide tree itself, after a
+slots launch or gathering; the binary boxes refitted only for the check, untimed), on the same tree in
+one process; these also check the compressed nodes and segment boxes.
 
 Usage::
 
@@ -33,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rayd.engine.edge_refit_fused import REFIT_MODES, FusedRefit  # noqa: E402
+from rayd.engine.edge_refit_wide import WideRefit  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
 from benchmarks.edge_trees import unique_edges  # noqa: E402
@@ -46,7 +49,9 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["terrain_2M_1M", "sphere_1M_1M"])
     parser.add_argument("--trees", nargs="*", default=["lbvh:8", "lbvh:4", "lbvh:1", "sah:4"])
     parser.add_argument("--modes", nargs="*", default=["0", "1"],
-                        help="0 / 1: TreeRefit one / two launches; split / fused / fused1: EdgeBvh.refit (wide trees)")
+                        help="0 / 1: TreeRefit one / two launches; split / fused / fused1 / wide / wide1 / wide3: "
+                             "EdgeBvh.refit "
+                             "(wide trees)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
@@ -72,7 +77,9 @@ def main() -> None:
                 if mode in REFIT_MODES:
                     if bvh.wide is None or bvh.wide.compressed is None:
                         continue
-                    if mode != "split" and mode not in fused:
+                    if mode in ("wide", "wide1", "wide3") and mode not in fused:
+                        fused[mode] = WideRefit(tree, bvh.wide.compressed, bvh.num_edges, mode)
+                    elif mode != "split" and mode not in fused:
                         fused[mode] = FusedRefit(tree, bvh.node_link, bvh.wide.compressed, mode)
                     bvh._fused = fused.get(mode)
                     run = bvh.refit
@@ -92,7 +99,7 @@ def main() -> None:
                     run()
                 wp.synchronize_device(device)
                 batch = (time.perf_counter() - start) * 1e3 / args.reps
-                boxes = bvh.node_box.numpy()
+                boxes = bvh.binary_boxes().numpy()  # (refitted here if the mode left them: not timed)
                 if mode in REFIT_MODES:
                     c = bvh.wide.compressed
                     boxes = np.concatenate([boxes.view(np.int32).ravel(), c.q.numpy().ravel(), c.segq.numpy().ravel()])

@@ -113,7 +113,7 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         _kernel(kind, counting),
         n,
         [
-            edges.node_box, edges.node_link, edges.seg, edges.slot_id,
+            edges.binary_boxes(stream), edges.node_link, edges.seg, edges.slot_id,
             q0, _stride(q0, n), dummy3, _stride(dummy3, n), tmin, _stride(tmin, n), tmax, _stride(tmax, n),
             active, _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts,
         ],
