@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -31,11 +32,15 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+# RAYD_SRC: another tree's src (an A/B against a baseline checkout; modes 0 / 1 / split / fused / fused1 there)
+sys.path.insert(0, os.environ.get("RAYD_SRC") or str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rayd.engine.edge_refit_fused import REFIT_MODES, FusedRefit  # noqa: E402
-from rayd.engine.edge_refit_wide import WideRefit  # noqa: E402
+try:
+    from rayd.engine.edge_refit_wide import WideRefit  # noqa: E402
+except ImportError:  # a baseline tree without it (RAYD_SRC)
+    WideRefit = None
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
 from benchmarks.edge_trees import unique_edges  # noqa: E402
@@ -57,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     wp.config.quiet = True
     device = wp.get_device("cuda:0" if args.device == "cuda" else args.device)
-    print(f"# edge refit variants, device {device}, size {args.size}")
+    print(f"# edge refit variants, device {device}, size {args.size}, rayd from {Path(sys.modules['rayd'].__file__).parent}")
     for name, spec in workloads(args.size).items():
         if name not in args.only:
             continue
@@ -74,8 +79,8 @@ def main() -> None:
             reference = {}
             fused = {}
             for mode in args.modes:
-                if mode in REFIT_MODES:
-                    if bvh.wide is None or bvh.wide.compressed is None:
+                if mode in REFIT_MODES or mode.startswith("wide"):
+                    if mode not in REFIT_MODES or bvh.wide is None or bvh.wide.compressed is None:
                         continue
                     if mode in ("wide", "wide1", "wide3") and mode not in fused:
                         fused[mode] = WideRefit(tree, bvh.wide.compressed, bvh.num_edges, mode)
@@ -99,7 +104,9 @@ def main() -> None:
                     run()
                 wp.synchronize_device(device)
                 batch = (time.perf_counter() - start) * 1e3 / args.reps
-                boxes = bvh.binary_boxes().numpy()  # (refitted here if the mode left them: not timed)
+                if hasattr(bvh, "binary_boxes"):
+                    bvh.binary_boxes()  # refitted here if the mode left them (not timed)
+                boxes = bvh.node_box.numpy()
                 if mode in REFIT_MODES:
                     c = bvh.wide.compressed
                     boxes = np.concatenate([boxes.view(np.int32).ravel(), c.q.numpy().ravel(), c.segq.numpy().ravel()])
