@@ -68,6 +68,7 @@ from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
 from rayd.engine import edge_refit_fused
 from rayd.engine.edge_refit_wide import WideRefit
+from rayd.engine import edge_leaf_slab
 from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
@@ -170,6 +171,10 @@ class EdgeBvh:
         wide: also build the 4-wide copy :attr:`wide` (``True``; ``"q"``: with compressed nodes; ``"qs"``:
             and quantised segment boxes; ``None``: :data:`DEFAULT_WIDE` of the device); kept only for a
             tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
+        refit: the refit of a tree with compressed wide nodes (``edge_refit_fused.REFIT_MODES``; ``None``:
+            ``edge_refit_fused.REFIT_MODE``).
+        leaf_slab: give a tree with a wide copy per-leaf oriented slabs that its walks test before a leaf's
+            segments (:mod:`rayd.engine.edge_leaf_slab`; ``None``: ``edge_leaf_slab.LEAF_SLAB``).
 
     Building synchronises with the device a few times (small reads of tree sizes; the
     ``"sah"`` builder copies the segment boxes to the host and its tree back).
@@ -189,6 +194,7 @@ class EdgeBvh:
         leaf_size: int | None = None,
         wide: bool | str | None = None,
         refit: str | None = None,
+        leaf_slab: bool | None = None,
     ) -> None:
         n = edge_v.shape[0]
         if n == 0:
@@ -244,6 +250,8 @@ class EdgeBvh:
                 self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
         #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
         self.wide = None
+        #: per-leaf oriented slabs read by the wide walks (``rayd.engine.edge_leaf_slab.LeafSlabs``), or None
+        self.leaf_slabs = None
         self._fused = None
         self._binary_stale = False  # the last refit left node_box behind (wide-tree refit): binary_boxes()
         self.refit(stream)
@@ -254,6 +262,9 @@ class EdgeBvh:
                 tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode in ("q", "qs"),
                                 seg=self.seg, slot_id=self.slot_id, seg_boxes=mode == "qs")
             self.wide = tree if tree.ok else None
+        if (edge_leaf_slab.LEAF_SLAB if leaf_slab is None else leaf_slab) and self.wide is not None:
+            with launch_stream(dev, stream):
+                self.leaf_slabs = edge_leaf_slab.LeafSlabs(self._tree.leaves, self.seg, self.slot_id, stream)
         mode = edge_refit_fused.REFIT_MODE if refit is None else str(refit)
         if mode not in edge_refit_fused.REFIT_MODES:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'refit' must be one of {edge_refit_fused.REFIT_MODES}, "
@@ -369,9 +380,11 @@ class EdgeBvh:
                 self._fused.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
                                   self.node_box, self.root_box)
                 self._binary_stale = not self._fused.writes_binary
-                return
-            self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
-                             self.node_box, self.root_box)
-            self._binary_stale = False
-            if self.wide is not None:
-                self.wide.refresh(stream)
+            else:
+                self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
+                                 self.node_box, self.root_box)
+                self._binary_stale = False
+                if self.wide is not None:
+                    self.wide.refresh(stream)
+            if self.leaf_slabs is not None:
+                self.leaf_slabs.refit(self.seg, self.slot_id, stream)
