@@ -100,19 +100,16 @@ def _directions_kernel(leaves: wp.array(dtype=wp.vec4i), seg: wp.array(dtype=wp.
     direction[t] = _pack(wp.vec3(q[0, j], q[1, j], q[2, j]))
 
 
-@wp.kernel
-def _slab_kernel(leaves: wp.array(dtype=wp.vec4i), direction: wp.array(dtype=wp.int32), seg: wp.array(dtype=wp.vec3),
-                 slot_id: wp.array(dtype=wp.int32), slab: wp.array(dtype=wp.vec4i)):
-    """Leaf ``t``: ``slab[first] = (direction bits, lo, hi, 0)`` over its unmasked segments, widened."""
-    t = wp.tid()
-    leaf = leaves[t]
-    first = int(leaf[1])
-    bits = int(direction[t])
+@wp.func
+def slab_record(first: int, count: int, bits: int, seg: wp.array(dtype=wp.vec3),
+                slot_id: wp.array(dtype=wp.int32)) -> wp.vec4i:
+    """The record ``(direction bits, lo, hi, 0)`` of the leaf of slots ``first .. first + count - 1`` over its
+    unmasked segments, widened (empty: ``lo = +inf, hi = -inf``)."""
     n = slab_direction(bits)
     lo = float(_INF)
     hi = float(-_INF)
     big = float(0.0)
-    for s in range(first, first + int(leaf[2])):
+    for s in range(first, first + count):
         if slot_id[s] >= 0:
             for end in range(2):
                 x = seg[2 * s + end]
@@ -121,7 +118,17 @@ def _slab_kernel(leaves: wp.array(dtype=wp.vec4i), direction: wp.array(dtype=wp.
                 hi = wp.max(hi, v)
                 big = wp.max(big, wp.max(wp.max(wp.abs(x[0]), wp.abs(x[1])), wp.abs(x[2])))
     tol = _TOL * (wp.abs(n[0]) + wp.abs(n[1]) + wp.abs(n[2])) * big
-    slab[first] = wp.vec4i(bits, float_bits(lo - tol), float_bits(hi + tol), 0)
+    return wp.vec4i(bits, float_bits(lo - tol), float_bits(hi + tol), 0)
+
+
+@wp.kernel
+def _slab_kernel(leaves: wp.array(dtype=wp.vec4i), direction: wp.array(dtype=wp.int32), seg: wp.array(dtype=wp.vec3),
+                 slot_id: wp.array(dtype=wp.int32), slab: wp.array(dtype=wp.vec4i)):
+    """Leaf ``t``: ``slab[first]`` (:func:`slab_record`)."""
+    t = wp.tid()
+    leaf = leaves[t]
+    first = int(leaf[1])
+    slab[first] = slab_record(first, int(leaf[2]), int(direction[t]), seg, slot_id)
 
 
 class LeafSlabs:
@@ -151,6 +158,7 @@ class LeafSlabs:
         return 16 * self.slab.shape[0]
 
     def refit(self, seg: wp.array, slot_id: wp.array, stream: wp.Stream | None = None) -> None:
-        """The slabs' bounds from the current segments and mask (one launch; directions kept)."""
+        """The slabs' bounds from the current segments and mask (one launch; directions kept). The wide-tree
+        refit (``edge_refit_wide.WideRefit``) writes them in its leaf threads instead."""
         wp.launch(_slab_kernel, self.leaves.shape[0], [self.leaves, self.direction, seg, slot_id], [self.slab],
                   device=seg.device, stream=stream)

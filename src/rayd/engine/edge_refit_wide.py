@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.edge_leaf_slab import slab_record
 from rayd.engine.edge_wide_q import compress_boxes, mat43
 from rayd.engine.refit import _fence, _load_l2
 from rayd.engine.tree_refit import _tree_slots_kernel, leaf_segment_box
@@ -108,13 +109,19 @@ def _wide_refit_kernel(
     segq: wp.array(dtype=wp.vec2i),
     gathered: int,
     quantise: int,
+    direction: wp.array(dtype=wp.int32),
+    slab: wp.array(dtype=wp.vec4i),
+    with_slab: int,
 ):
     """Leaf ``t``: its box, then the climb of the wide tree (see the module docstring); ``quantise`` 0:
-    the nodes are quantised afterwards (``_compress_cbox_kernel``)."""
+    the nodes are quantised afterwards (``_compress_cbox_kernel``); ``with_slab``: also the leaf's oriented
+    slab (``edge_leaf_slab.slab_record``; ``wleaf`` is in the order of the tree's leaves, as ``direction``)."""
     t = wp.tid()
     leaf = wleaf[t]
     at = int(leaf[0])
     lo, hi = leaf_segment_box(int(leaf[1]), int(leaf[2]), 1 - gathered, points, edge_v, mask, order, seg, slot_id)
+    if with_slab != 0:
+        slab[leaf[1]] = slab_record(int(leaf[1]), int(leaf[2]), int(direction[t]), seg, slot_id)
     while True:
         w = at >> 2
         m = int(meta[w])
@@ -177,9 +184,12 @@ class WideRefit:
     Attributes:
         gathered: the leaf threads gather their segments (``"wide1"`` without segment boxes): one launch.
         writes_binary: False: the binary tree's packed boxes are left as they were.
+        slabs: the tree's :class:`~rayd.engine.edge_leaf_slab.LeafSlabs` (set by the caller), whose bounds the
+            leaf threads then write (no launch of their own), or None.
     """
 
     writes_binary = False
+    slabs = None
 
     def __init__(self, tree, compressed, num_slots: int, mode: str, stream: wp.Stream | None = None) -> None:
         if mode not in ("wide", "wide1", "wide3"):
@@ -189,6 +199,7 @@ class WideRefit:
         self.quantise = mode != "wide3"
         dev = c.q.device
         self.num_leaves = tree.num_leaves
+        self._no_slab = (wp.zeros(1, dtype=wp.int32, device=dev), wp.zeros(1, dtype=wp.vec4i, device=dev))
         up = wp.full(c.count, -1, dtype=wp.int32, device=dev)
         self.meta = wp.empty(c.count, dtype=wp.int32, device=dev)
         self.counters = wp.zeros(c.count, dtype=wp.int32, device=dev)
@@ -208,13 +219,14 @@ class WideRefit:
         ``points`` and ``mask``, on the current stream, in one or two launches (no host synchronisation);
         ``node_box`` is not written (``EdgeBvh.binary_boxes``)."""
         c = self.compressed
+        slab = self._no_slab if self.slabs is None else (self.slabs.direction, self.slabs.slab)
         if not self.gathered:
             wp.launch(_tree_slots_kernel, dim=order.shape[0], inputs=[points, edge_v, mask, order],
                       outputs=[seg, slot_id], device=points.device)
         wp.launch(_wide_refit_kernel, dim=self.num_leaves,
                   inputs=[points, edge_v, mask, order, self.wleaf, self.meta, c.wlinks, int(c.seg_boxes)],
                   outputs=[self.counters, self.cbox, seg, slot_id, root_box, c.q, c.segq, int(self.gathered),
-                           int(self.quantise)],
+                           int(self.quantise), *slab, int(self.slabs is not None)],
                   device=points.device)
         if not self.quantise:
             wp.launch(_compress_cbox_kernel, c.count, [self.cbox, c.wlinks, seg, slot_id, int(c.seg_boxes)],

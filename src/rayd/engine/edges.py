@@ -273,6 +273,7 @@ class EdgeBvh:
         if mode in ("wide", "wide1", "wide3") and self.wide is not None and self.wide.compressed is not None:
             with launch_stream(dev, stream):
                 self._fused = WideRefit(self._tree, self.wide.compressed, self.num_edges, mode, stream)
+                self._fused.slabs = self.leaf_slabs  # written by its leaf threads
             self.refit_mode = mode if self._fused.gathered or mode != "wide1" else "wide"
         elif mode != "split" and self.wide is not None and self.wide.compressed is not None:
             with launch_stream(dev, stream):
@@ -386,5 +387,5 @@ class EdgeBvh:
                 self._binary_stale = False
                 if self.wide is not None:
                     self.wide.refresh(stream)
-            if self.leaf_slabs is not None:
+            if self.leaf_slabs is not None and getattr(self._fused, "slabs", None) is None:
                 self.leaf_slabs.refit(self.seg, self.slot_id, stream)
