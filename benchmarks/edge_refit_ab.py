@@ -12,7 +12,8 @@ Trees with wide nodes (``ploc+q:8``, ``ploc+qs:8``: ``builder+wide:leaf``) take 
 launches, the compressed nodes written in the climb after a slots launch, or all in one launch) and
 ``wide`` / ``wide1`` / ``wide3`` of :mod:`rayd.engine.edge_refit_wide` (the climb on the wide tree itself, after a
 slots launch or gathering; the binary boxes refitted only for the check, untimed), on the same tree in
-one process; these also check the compressed nodes and segment boxes.
+one process; these also check the compressed nodes and segment boxes. ``<mode>+s``: the same with per-leaf
+slabs (``engine/edge_leaf_slab.py``: one more launch, or written by the ``wide*`` climb's leaf threads).
 
 Usage::
 
@@ -78,15 +79,23 @@ def main() -> None:
             tree = bvh._tree
             reference = {}
             fused = {}
-            for mode in args.modes:
+            slabs = None
+            for spec in args.modes:
+                mode, _, extra = spec.partition("+")  # "<mode>+s": with leaf slabs (engine/edge_leaf_slab.py)
                 if mode in REFIT_MODES or mode.startswith("wide"):
                     if mode not in REFIT_MODES or bvh.wide is None or bvh.wide.compressed is None:
                         continue
-                    if mode in ("wide", "wide1", "wide3") and mode not in fused:
-                        fused[mode] = WideRefit(tree, bvh.wide.compressed, bvh.num_edges, mode)
-                    elif mode != "split" and mode not in fused:
-                        fused[mode] = FusedRefit(tree, bvh.node_link, bvh.wide.compressed, mode)
-                    bvh._fused = fused.get(mode)
+                    if extra == "s" and slabs is None:
+                        from rayd.engine.edge_leaf_slab import LeafSlabs
+
+                        slabs = LeafSlabs(tree.leaves, bvh.seg, bvh.slot_id)
+                    if mode in ("wide", "wide1", "wide3") and spec not in fused:
+                        fused[spec] = WideRefit(tree, bvh.wide.compressed, bvh.num_edges, mode)
+                        fused[spec].slabs = slabs if extra == "s" else None
+                    elif mode != "split" and spec not in fused:
+                        fused[spec] = FusedRefit(tree, bvh.node_link, bvh.wide.compressed, mode)
+                    bvh._fused = fused.get(spec)
+                    bvh.leaf_slabs = slabs if extra == "s" else None
                     run = bvh.refit
                 else:
                     run = lambda m=mode: tree.refit(pts, ev, mask, bvh.slot_edge, bvh.seg, bvh.slot_id,  # noqa: E731
@@ -112,11 +121,14 @@ def main() -> None:
                     boxes = np.concatenate([boxes.view(np.int32).ravel(), c.q.numpy().ravel(), c.segq.numpy().ravel()])
                 ref = reference.setdefault(mode in REFIT_MODES, boxes.copy())
                 same = bool(np.array_equal(boxes, ref, equal_nan=True))
+                if extra == "s":  # and the slabs, the same in every mode
+                    got = slabs.slab.numpy()
+                    same = same and bool(np.array_equal(got, reference.setdefault("slab", got.copy())))
                 row = {"benchmark": "edge_refit_ab", "workload": name, "tree": tree_spec, "edges": len(ends),
-                       "leaves": tree.num_leaves, "depth": bvh.depth, "mode": mode,
+                       "leaves": tree.num_leaves, "depth": bvh.depth, "mode": spec,
                        "refit_ms": round(statistics.median(single), 4), "refit_batch_ms": round(batch, 4),
                        "same_boxes": same}
-                print(f"{name:15s} {tree_spec:10s} leaves {tree.num_leaves:8d} depth {bvh.depth:2d} mode {mode:6s}: "
+                print(f"{name:15s} {tree_spec:10s} leaves {tree.num_leaves:8d} depth {bvh.depth:2d} mode {spec:7s}: "
                       f"refit {row['refit_ms']:.3f} ms (synchronised), {batch:.3f} ms (back to back)  same {same}",
                       flush=True)
                 if args.json:

@@ -6,7 +6,8 @@
 #    wide  = slots launch + a climb of the 4-wide tree (~8-12 levels), the last child to arrive quantises the node;
 #    wide1 = the same in one launch (leaf threads gather their segments; a +qs tree runs as wide);
 #    wide3 = slots launch + the wide climb writing float boxes only + a launch quantising every wide node from them;
-#    1     = the binary climb alone (slots + climb, no compressed rows), for reference.
+#    1     = the binary climb alone (slots + climb, no compressed rows), for reference;
+#    <mode>+s = the same with the leaf slabs of part 3 (split: one more launch; wide: written by its leaf threads).
 #    ploc+q:8 (the CUDA default) and ploc+qs:8, terrain 2 M (3.1 M edges) / sphere 1 M, median of 30 synchronised
 #    refits, the modes twice interleaved in one process. Every row must say "same True" (node boxes, compressed
 #    rows and segment boxes bit-equal to split on the same tree).
@@ -27,7 +28,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
 echo "== refit (ms, median of 30 synchronised / back to back)"
 timeout 95 python3 benchmarks/edge_refit_ab.py --device cuda --trees ploc+q:8 ploc+qs:8 \
-  --modes 1 split wide wide1 wide3 split wide wide1 wide3 --reps 30 \
+  --modes 1 split wide wide1 wide3 split+s wide+s split wide wide1 wide3 split+s wide+s --reps 30 \
   --json "$OUT/s17_edge_refit.jsonl" > "$OUT/s17_edge_refit.txt" 2>&1
 echo "rc=$?" >> "$OUT/s17_edge_refit.txt"; sed -E "s/leaves +[0-9]+ depth +[0-9]+ //; s/ \(synchronised\)//; s/ \(back to back\)/ b2b/" "$OUT/s17_edge_refit.txt"
 echo "== baseline split (main at .device/baseline/src)"
