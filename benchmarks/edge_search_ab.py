@@ -35,6 +35,7 @@ from rayd.engine import edge_wide_walk  # noqa: E402
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine import nearest_edge_kernels as kernels  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
+from rayd.engine import edge_leaf_slab  # noqa: E402
 from rayd.engine.edge_leaf_slab import LeafSlabs  # noqa: E402
 
 from benchmarks.edge_trees import unique_edges  # noqa: E402
@@ -70,7 +71,8 @@ def main() -> None:
     parser.add_argument("--seed", nargs="*", type=int, default=[0],
                         help="edge_wide_walk.SEED_STRIDE values (wide point searches; 0: no seed)")
     parser.add_argument("--slab", nargs="*", type=int, default=[0],
-                        help="1: with per-leaf oriented slabs (engine/edge_leaf_slab.py; wide trees), 0: without")
+                        help="1: with per-leaf oriented slabs (engine/edge_leaf_slab.py; wide trees), 2: the same "
+                             "with the node's leaf slabs tested at its visit (edge_leaf_slab.AHEAD), 0: without")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     wp.config.quiet = True
@@ -103,11 +105,12 @@ def main() -> None:
                 wp.synchronize_device(device)
                 refits.append((time.perf_counter() - start) * 1e3)
             reference = None
-            slabs = LeafSlabs(bvh._tree.leaves, bvh.seg, bvh.slot_id) if 1 in args.slab and bvh.wide else None
+            slabs = LeafSlabs(bvh._tree.leaves, bvh.seg, bvh.slot_id) if any(args.slab) and bvh.wide else None
             for block, maxreg, seed, slab in [(b, m, s, sl) for b in args.block for m in args.maxreg
                                               for s in args.seed for sl in args.slab]:
                 if True:
                     bvh.leaf_slabs = slabs if slab else None
+                    edge_leaf_slab.AHEAD = slab == 2
                     edge_wide_walk.SEED_STRIDE = seed
                     kernels.SEARCH_MAX_REGISTERS = maxreg or None
                     search.SEARCH_BLOCK_DIM = block

@@ -15,14 +15,15 @@
 #    (edge_wide_q.compress_boxes, now also under split) must not slow the default (within noise of part 1's split).
 # 3. Point search with per-leaf oriented slabs (engine/edge_leaf_slab.py, RAYD_EDGE_LEAF_SLAB=1): slab 0 = today,
 #    slab 1 = a leaf child within the radius is skipped when its slab lies beyond it (CPU counts, 8 k points:
-#    terrain tests 101.4 -> 65.3 / query, sphere 176.7 -> 139.5, same visits, same answers). 1 M sorted points,
-#    ploc+q:8, median of 7, interleaved 0 1 0 1; "same True" = the same edges.
+#    terrain tests 101.4 -> 65.3 / query, sphere 176.7 -> 139.5, same visits, same answers); slab 2 = the same with
+#    all leaf children's slabs of a node read at its visit (loads overlap; 68.5 / 141.4 tests). 1 M sorted points,
+#    ploc+q:8, median of 7, interleaved 0 1 2 0 1 2; "same True" = the same edges.
 # 4. CUDA tests of what changed (wide refit, shared quantiser, slabs).
 # WHAT DECIDES: (a) if the best wide* mode is below split in both passes on BOTH workloads of ploc+q:8, set
 # REFIT_MODE's default in engine/edge_refit_fused.py to it (goal: terrain 2 M <= 0.3 ms); else it stays "split".
 # (After a wide* refit a ray search, the binary walk, first pays one binary climb: EdgeBvh.binary_boxes.)
-# (b) if slab 1 is faster than slab 0 in both passes on both workloads, set edge_leaf_slab.LEAF_SLAB's default to
-# on for CUDA (goals: terrain <= 10 ms, sphere <= 20 ms); else it stays off.
+# (b) if slab 1 or 2 is faster than slab 0 in both passes on both workloads, set edge_leaf_slab.LEAF_SLAB's default
+# on (and AHEAD for 2) for CUDA (goals: terrain <= 10 ms, sphere <= 20 ms); else it stays off.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
@@ -39,7 +40,7 @@ if [ -d .device/baseline/src ]; then
 fi
 echo "== point search with leaf slabs (ms)"
 timeout 60 python3 benchmarks/edge_search_ab.py --device cuda --trees ploc+q:8 --maxreg 64 --block 128 \
-  --slab 0 1 0 1 --reps 7 --json "$OUT/s17_edge_slab.jsonl" > "$OUT/s17_edge_slab.txt" 2>&1
+  --slab 0 1 2 0 1 2 --reps 7 --json "$OUT/s17_edge_slab.jsonl" > "$OUT/s17_edge_slab.txt" 2>&1
 echo "rc=$?" >> "$OUT/s17_edge_slab.txt"; sed -E "s/ \(built.*refit [0-9.]+ ms\)//" "$OUT/s17_edge_slab.txt"
 echo "== CUDA tests of the wide refit, the shared quantiser and the slabs"
 timeout 50 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_edge_leaf_slab.py tests/engine/test_edge_refit_fused.py \

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from rayd.engine import edge_leaf_slab
 from rayd.engine.edges import EdgeBvh
 
 from tests.engine.test_edge_wide import _answers, _arrays, _brute, _grid_edges
@@ -18,9 +19,11 @@ def _queries(v, rng):
                            v[rng.integers(0, len(v), 150)] + [0.0, 0.0, 0.05]]).astype(np.float32)
 
 
+@pytest.mark.parametrize("ahead", [False, True])
 @pytest.mark.parametrize("refit", ["split", "wide"])
 @pytest.mark.parametrize("builder,leaf", [("ploc", 8), ("ploc", 3), ("lbvh", 8), ("sah", 4)])
-def test_slabs_keep_the_answers(device, builder, leaf, refit):
+def test_slabs_keep_the_answers(device, builder, leaf, refit, ahead, monkeypatch):
+    monkeypatch.setattr(edge_leaf_slab, "AHEAD", ahead)  # slabs tested leaf by leaf, or at the node's visit
     v, ends = _grid_edges()
     rng = np.random.default_rng(8)
     mask = (rng.random(len(ends)) > 0.1).astype(np.uint8)

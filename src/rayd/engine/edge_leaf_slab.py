@@ -32,6 +32,9 @@ wp.set_module_options({"enable_backward": False})
 
 #: Give trees with a wide copy per-leaf slabs (``RAYD_EDGE_LEAF_SLAB=1``; read when an ``EdgeBvh`` is built).
 LEAF_SLAB = os.environ.get("RAYD_EDGE_LEAF_SLAB", "0").strip() == "1"
+#: Test the slabs of all leaf children of a wide node at once, at its visit (``RAYD_EDGE_LEAF_SLAB_AHEAD=1``; read
+#: at each search), instead of each just before its segments: the loads overlap, the radius is the node's.
+AHEAD = os.environ.get("RAYD_EDGE_LEAF_SLAB_AHEAD", "0").strip() == "1"
 _TOL = wp.constant(1.0 / 262144.0)  # 2^-18
 _INF = wp.constant(float("inf"))
 

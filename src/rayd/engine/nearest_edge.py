@@ -18,7 +18,7 @@ import math
 
 import warp as wp
 
-from rayd.engine import edge_wide_walk
+from rayd.engine import edge_leaf_slab, edge_wide_walk
 from rayd.engine.edge_wide_walk import wide_kernel
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of this module's API
@@ -102,7 +102,7 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         args = [data, links, nodes.count, edges.seg, edges.slot_id, segq, slab, q0, _stride(q0, n), active,
                 _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts]
         kernel = wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes, seeded,
-                             slabs is not None)
+                             0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD))
         if not seeded:
             launch_offset_rows(kernel, n, args + [_dummy_seg_slots(edges.device), 1, 0], edges.device, stream,
                                block_dim=SEARCH_BLOCK_DIM)
