@@ -9,8 +9,11 @@ synchronisation (per refit). Checks that every mode writes the same packed boxes
 
 Trees with wide nodes (``ploc+q:8``, ``ploc+qs:8``: ``builder+wide:leaf``) take the modes ``split`` /
 ``fused`` / ``fused1`` of :mod:`rayd.engine.edge_refit_fused` (the whole ``EdgeBvh.refit``: today's three
-launches, the compressed nodes written in the climb after a slots launch, or all in one launch), on
-the same tree in one process; these also check the compressed nodes and segment boxes.
+launches, the compressed nodes written in the climb after a slots launch, or all in one launch) and
+``wide`` / ``wide1`` / ``wide3`` of :mod:`rayd.engine.edge_refit_wide` (the climb on the wide tree itself, after a
+slots launch or gathering; the binary boxes refitted only for the check, untimed), on the same tree in
+one process; these also check the compressed nodes and segment boxes. ``<mode>+s``: the same with per-leaf
+slabs (``engine/edge_leaf_slab.py``: one more launch, or written by the ``wide*`` climb's leaf threads).
 
 Usage::
 
@@ -21,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import time
@@ -29,10 +33,15 @@ from pathlib import Path
 import numpy as np
 import warp as wp
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
+# RAYD_SRC: another tree's src (an A/B against a baseline checkout; modes 0 / 1 / split / fused / fused1 there)
+sys.path.insert(0, os.environ.get("RAYD_SRC") or str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rayd.engine.edge_refit_fused import REFIT_MODES, FusedRefit  # noqa: E402
+try:
+    from rayd.engine.edge_refit_wide import WideRefit  # noqa: E402
+except ImportError:  # a baseline tree without it (RAYD_SRC)
+    WideRefit = None
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
 from benchmarks.edge_trees import unique_edges  # noqa: E402
@@ -46,13 +55,15 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["terrain_2M_1M", "sphere_1M_1M"])
     parser.add_argument("--trees", nargs="*", default=["lbvh:8", "lbvh:4", "lbvh:1", "sah:4"])
     parser.add_argument("--modes", nargs="*", default=["0", "1"],
-                        help="0 / 1: TreeRefit one / two launches; split / fused / fused1: EdgeBvh.refit (wide trees)")
+                        help="0 / 1: TreeRefit one / two launches; split / fused / fused1 / wide / wide1 / wide3: "
+                             "EdgeBvh.refit "
+                             "(wide trees)")
     parser.add_argument("--reps", type=int, default=20)
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     wp.config.quiet = True
     device = wp.get_device("cuda:0" if args.device == "cuda" else args.device)
-    print(f"# edge refit variants, device {device}, size {args.size}")
+    print(f"# edge refit variants, device {device}, size {args.size}, rayd from {Path(sys.modules['rayd'].__file__).parent}")
     for name, spec in workloads(args.size).items():
         if name not in args.only:
             continue
@@ -68,13 +79,23 @@ def main() -> None:
             tree = bvh._tree
             reference = {}
             fused = {}
-            for mode in args.modes:
-                if mode in REFIT_MODES:
-                    if bvh.wide is None or bvh.wide.compressed is None:
+            slabs = None
+            for spec in args.modes:
+                mode, _, extra = spec.partition("+")  # "<mode>+s": with leaf slabs (engine/edge_leaf_slab.py)
+                if mode in REFIT_MODES or mode.startswith("wide"):
+                    if mode not in REFIT_MODES or bvh.wide is None or bvh.wide.compressed is None:
                         continue
-                    if mode != "split" and mode not in fused:
-                        fused[mode] = FusedRefit(tree, bvh.node_link, bvh.wide.compressed, mode)
-                    bvh._fused = fused.get(mode)
+                    if extra == "s" and slabs is None:
+                        from rayd.engine.edge_leaf_slab import LeafSlabs
+
+                        slabs = LeafSlabs(tree.leaves, bvh.seg, bvh.slot_id)
+                    if mode in ("wide", "wide1", "wide3") and spec not in fused:
+                        fused[spec] = WideRefit(tree, bvh.wide.compressed, bvh.num_edges, mode)
+                        fused[spec].slabs = slabs if extra == "s" else None
+                    elif mode != "split" and spec not in fused:
+                        fused[spec] = FusedRefit(tree, bvh.node_link, bvh.wide.compressed, mode)
+                    bvh._fused = fused.get(spec)
+                    bvh.leaf_slabs = slabs if extra == "s" else None
                     run = bvh.refit
                 else:
                     run = lambda m=mode: tree.refit(pts, ev, mask, bvh.slot_edge, bvh.seg, bvh.slot_id,  # noqa: E731
@@ -92,17 +113,22 @@ def main() -> None:
                     run()
                 wp.synchronize_device(device)
                 batch = (time.perf_counter() - start) * 1e3 / args.reps
+                if hasattr(bvh, "binary_boxes"):
+                    bvh.binary_boxes()  # refitted here if the mode left them (not timed)
                 boxes = bvh.node_box.numpy()
                 if mode in REFIT_MODES:
                     c = bvh.wide.compressed
                     boxes = np.concatenate([boxes.view(np.int32).ravel(), c.q.numpy().ravel(), c.segq.numpy().ravel()])
                 ref = reference.setdefault(mode in REFIT_MODES, boxes.copy())
                 same = bool(np.array_equal(boxes, ref, equal_nan=True))
+                if extra == "s":  # and the slabs, the same in every mode
+                    got = slabs.slab.numpy()
+                    same = same and bool(np.array_equal(got, reference.setdefault("slab", got.copy())))
                 row = {"benchmark": "edge_refit_ab", "workload": name, "tree": tree_spec, "edges": len(ends),
-                       "leaves": tree.num_leaves, "depth": bvh.depth, "mode": mode,
+                       "leaves": tree.num_leaves, "depth": bvh.depth, "mode": spec,
                        "refit_ms": round(statistics.median(single), 4), "refit_batch_ms": round(batch, 4),
                        "same_boxes": same}
-                print(f"{name:15s} {tree_spec:10s} leaves {tree.num_leaves:8d} depth {bvh.depth:2d} mode {mode:6s}: "
+                print(f"{name:15s} {tree_spec:10s} leaves {tree.num_leaves:8d} depth {bvh.depth:2d} mode {spec:7s}: "
                       f"refit {row['refit_ms']:.3f} ms (synchronised), {batch:.3f} ms (back to back)  same {same}",
                       flush=True)
                 if args.json:

@@ -5,7 +5,7 @@ in the box, Morton-sorted as the engine does from 256 k queries), builds the edg
 ``--trees`` straight from the edge topology (no triangle BVH) and times the engine point
 search (median of ``--reps`` after a warm-up, synchronised) for each
 ``cuda_max_registers`` value of ``--maxreg`` (0: the compiler's choice) and each block size
-of ``--block`` (top-k with ``--k``). On CUDA it also prints each compiled search kernel's registers per thread
+of ``--block`` (top-k with ``--k``), with and without per-leaf slabs (``--slab 0 1``). On CUDA it also prints each compiled search kernel's registers per thread
 and local memory (``cuFuncGetAttribute``), and it checks that every variant returns the same
 edges as the first. One JSON line per (workload, tree, variant) with ``--json``.
 
@@ -35,6 +35,8 @@ from rayd.engine import edge_wide_walk  # noqa: E402
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine import nearest_edge_kernels as kernels  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
+from rayd.engine import edge_leaf_slab  # noqa: E402
+from rayd.engine.edge_leaf_slab import LeafSlabs  # noqa: E402
 
 from benchmarks.edge_trees import unique_edges  # noqa: E402
 from benchmarks.edges import box_points, workloads  # noqa: E402
@@ -68,6 +70,9 @@ def main() -> None:
     parser.add_argument("--k", type=int, default=1, help="top-k search when > 1")
     parser.add_argument("--seed", nargs="*", type=int, default=[0],
                         help="edge_wide_walk.SEED_STRIDE values (wide point searches; 0: no seed)")
+    parser.add_argument("--slab", nargs="*", type=int, default=[0],
+                        help="1: with per-leaf oriented slabs (engine/edge_leaf_slab.py; wide trees), 2: the same "
+                             "with the node's leaf slabs tested at its visit (edge_leaf_slab.AHEAD), 0: without")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     wp.config.quiet = True
@@ -100,8 +105,12 @@ def main() -> None:
                 wp.synchronize_device(device)
                 refits.append((time.perf_counter() - start) * 1e3)
             reference = None
-            for block, maxreg, seed in [(b, m, s) for b in args.block for m in args.maxreg for s in args.seed]:
+            slabs = LeafSlabs(bvh._tree.leaves, bvh.seg, bvh.slot_id) if any(args.slab) and bvh.wide else None
+            for block, maxreg, seed, slab in [(b, m, s, sl) for b in args.block for m in args.maxreg
+                                              for s in args.seed for sl in args.slab]:
                 if True:
+                    bvh.leaf_slabs = slabs if slab else None
+                    edge_leaf_slab.AHEAD = slab == 2
                     edge_wide_walk.SEED_STRIDE = seed
                     kernels.SEARCH_MAX_REGISTERS = maxreg or None
                     search.SEARCH_BLOCK_DIM = block
@@ -127,9 +136,9 @@ def main() -> None:
                            "build_ms": round(build_ms, 2), "refit_ms": round(statistics.median(refits[1:]), 3),
                            "maxreg": maxreg, "block": block, "search_ms": round(statistics.median(times), 3),
                            "resources": kernel_resources(device, kernels.POINT if args.k == 1 else kernels.TOPK),
-                           "seed": seed, "same_edges": same}
+                           "seed": seed, "slab": slab, "same_edges": same}
                     print(f"{name:15s} {tree_spec:7s} (built {row['built_as']:7s} depth {bvh.depth:2d}, build "
-                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} seed {seed:3d}: "
+                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} seed {seed:3d} slab {slab}: "
                           f"search {row['search_ms']:8.2f} ms  [{row['resources']}]  same {same}", flush=True)
                     if args.json:
                         with args.json.open("a") as f:

@@ -145,7 +145,7 @@ def _check_compressed_boxes(bvh):
     empty children decode empty; the refs are the wide nodes'."""
     q = bvh.wide.compressed.q.numpy().reshape(-1, 4, 4).astype(np.int64) & 0xFFFFFFFF
     links = bvh.wide.nodes.links.numpy().reshape(-1, 8, 4)
-    box = bvh.node_box.numpy().reshape(-1, 16)[:, :12].reshape(-1, 2, 2, 3)  # node, child, lo/hi, xyz
+    box = bvh.binary_boxes().numpy().reshape(-1, 16)[:, :12].reshape(-1, 2, 2, 3)  # node, child, lo/hi, xyz
     origin = q[:, 0, :3].astype(np.uint32).view(np.float32)
     exps = np.stack([(q[:, 0, 3] >> (8 * k)) & 255 for k in range(3)], 1)
     scale = (exps.astype(np.uint32) << 23).view(np.float32)

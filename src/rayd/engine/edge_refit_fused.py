@@ -20,6 +20,9 @@ Modes (:data:`REFIT_MODE`, ``RAYD_EDGE_REFIT``; ``EdgeBvh(refit=...)``):
   leaves' segments, which another thread of the same launch may still be writing, so ``+qs``
   trees refit as ``"fused"`` in this mode.
 
+* ``"wide"`` / ``"wide1"`` / ``"wide3"``: the climb runs on the wide tree itself, no binary level
+  (:mod:`rayd.engine.edge_refit_wide`; the binary boxes are refitted when read, ``EdgeBvh.binary_boxes``).
+
 Trees without compressed wide nodes (binary, ``+w``) refit as ``"split"`` whatever the mode.
 The boxes written are bit-identical in every mode (``tests/engine/test_edge_refit_fused.py``).
 """
@@ -38,7 +41,7 @@ wp.set_module_options({"enable_backward": False})
 
 _INF = wp.constant(float("inf"))
 
-REFIT_MODES = ("split", "fused", "fused1")
+REFIT_MODES = ("split", "fused", "fused1", "wide", "wide1", "wide3")
 #: The refit of trees with compressed wide nodes (read when an ``EdgeBvh`` is built).
 REFIT_MODE = os.environ.get("RAYD_EDGE_REFIT", "split").strip().lower() or "split"
 if REFIT_MODE not in REFIT_MODES:
@@ -139,7 +142,12 @@ class FusedRefit:
         node_link: the packed links (``EdgeBvh.node_link``).
         compressed: the :class:`~rayd.engine.edge_wide_q.CompressedWide` rows.
         mode: ``"fused"`` or ``"fused1"``.
+
+    Attributes:
+        writes_binary: True: the binary tree's packed boxes are refitted too.
     """
+
+    writes_binary = True
 
     def __init__(self, tree, node_link: wp.array, compressed, mode: str, stream: wp.Stream | None = None) -> None:
         if mode not in ("fused", "fused1"):

@@ -98,6 +98,10 @@ def _child_box_at(node_box: wp.array(dtype=wp.vec4), code: int, l2: int):
     return wp.vec3(b1[2], b1[3], b2[0]), wp.vec3(b2[1], b2[2], b2[3])
 
 
+#: Four children's box corners (rows ``j = 0..3``), the input of :func:`compress_boxes`.
+mat43 = wp.types.matrix(shape=(4, 3), dtype=float)
+
+
 @wp.func
 def compress_node(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i),
                   seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32), seg_boxes: int,
@@ -106,13 +110,31 @@ def compress_node(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.v
     ``seg_boxes``, also the boxes of its leaf children's segments, on the same grid. ``l2``: read
     the packed boxes through L2 (the fused refit of ``edge_refit_fused.py``)."""
     codes = wlinks[8 * w + 7]
+    lo_m = mat43()
+    hi_m = mat43()
+    for j in range(4):
+        if codes[j] >= 0:
+            lo, hi = _child_box_at(node_box, codes[j], l2)
+            lo_m[j] = lo
+            hi_m[j] = hi
+    compress_boxes(lo_m, hi_m, codes, wlinks[8 * w + 6], seg, slot_id, seg_boxes, q, segq, w)
+
+
+@wp.func
+def compress_boxes(lo_m: mat43, hi_m: mat43, codes: wp.vec4i, refs: wp.vec4i, seg: wp.array(dtype=wp.vec3),
+                   slot_id: wp.array(dtype=wp.int32), seg_boxes: int, q: wp.array(dtype=wp.vec4i),
+                   segq: wp.array(dtype=wp.vec2i), w: int):
+    """Wide node ``w`` quantised from its children's boxes ``(lo_m[j], hi_m[j])`` (rows with
+    ``codes[j] < 0`` are empty slots, not read): the four rows ``q[4 w .. 4 w + 3]`` (``refs`` the last)
+    and, with ``seg_boxes``, its leaf children's segment boxes ``segq`` (:func:`compress_node`)."""
     origin = wp.vec3(_BIG)
     top = wp.vec3(-_BIG)
     kind = wp.vec4i(0)  # 0 empty, 1 quantised, 2 not finite
     flags = int(0)
     for j in range(4):
         if codes[j] >= 0:
-            lo, hi = _child_box_at(node_box, codes[j], l2)
+            lo = lo_m[j]
+            hi = hi_m[j]
             if not lo[0] > hi[0]:
                 if wp.isfinite(lo) and wp.isfinite(hi):
                     kind[j] = 1
@@ -132,7 +154,8 @@ def compress_node(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.v
     for j in range(4):
         sh = 8 * j
         if kind[j] == 1:
-            lo, hi = _child_box_at(node_box, codes[j], l2)
+            lo = lo_m[j]
+            hi = hi_m[j]
             for k in range(3):
                 qb = _quantise(lo[k], hi[k], origin[k], bits_float(e[k] << 23))
                 if k < 2:
@@ -151,7 +174,6 @@ def compress_node(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.v
                         e[0] | (e[1] << 8) | (e[2] << 16) | flags)
     q[4 * w + 1] = words
     q[4 * w + 2] = zw
-    refs = wlinks[8 * w + 6]
     q[4 * w + 3] = refs
     if seg_boxes != 0:
         for j in range(4):

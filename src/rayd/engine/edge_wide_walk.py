@@ -18,6 +18,7 @@ import os
 
 import warp as wp
 
+from rayd.engine.edge_leaf_slab import slab_skips
 from rayd.engine.native import bits_float, load4, load4i
 from rayd.engine.nearest_edge_kernels import (
     _INF,
@@ -117,7 +118,7 @@ def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
 
 
 def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool,
-                      seeded: bool = False):
+                      seeded: bool = False, leaf_slab: int = 0):
     """The wide walk for ``POINT`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
     (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes, the latter optionally with the leaf
     segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
@@ -125,7 +126,10 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
     queries, :data:`SEED_STRIDE`): ``phase`` 1 answers every ``stride``-th query in sorted order; phase 2
     the others, each starting with the radius and answer of the better of the edges of its group's first
     query and of the next group's (real unmasked segments, so the least (distance, id) over all edges
-    is unchanged)."""
+    is unchanged). ``leaf_slab``: a leaf child within the radius is skipped when its oriented slab
+    (``slab[first]``, :mod:`rayd.engine.edge_leaf_slab`) lies beyond it: 1, tested just before its segments
+    (with the radius then); 2, the records of all the node's leaf children read and tested at once, with the
+    radius at the node's visit (independent loads in flight together; ``edge_leaf_slab.AHEAD``)."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
 
     def search(
@@ -135,6 +139,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         seg: wp.array(dtype=wp.vec3),
         slot_id: wp.array(dtype=wp.int32),
         segq: wp.array(dtype=wp.vec2i),
+        slab: wp.array(dtype=wp.vec4i),
         q0: wp.array(dtype=wp.vec3),
         q0_stride: int,
         active: wp.array(dtype=wp.uint8),
@@ -228,12 +233,25 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
             ks = wp.vec4(d0, d1, d2, d3)
             rs = wp.vec4i(r0, r1, r2, r3)
+            skip = int(0)
+            if wp.static(leaf_slab == 2):  # every leaf child's slab at once (loads in flight together)
+                for j in range(4):
+                    r = int(rs[j])
+                    if r < 0 and ks[j] <= bound * _OPEN:
+                        if slab_skips(load4i(slab, (-1 - r) >> 3), p, bound * _OPEN):
+                            skip = skip | (1 << j)
             for j in range(4):  # leaf children within the radius, nearest first
                 r = int(rs[j])
                 if r < 0 and ks[j] < _INF and ks[j] <= bound * _OPEN:
                     code = -1 - r
                     first = code >> 3
                     count = (code & 7) + 1
+                    if wp.static(leaf_slab == 1):  # the leaf's oriented slab first (16 bytes)
+                        if slab_skips(load4i(slab, first), p, bound * _OPEN):
+                            count = 0
+                    if wp.static(leaf_slab == 2):
+                        if ((skip >> j) & 1) != 0:
+                            count = 0
                     for sl in range(first, first + count):
                         near = int(1)
                         if wp.static(seg_boxes):  # the segment's 8-byte box first
@@ -297,7 +315,8 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             out[i] = wp.int32(best_id)
 
     name = (f"nearest_edge_wide{'_q' if compressed else ''}{'s' if seg_boxes else ''}_{('point', 'ray', 'topk')[kind]}"
-            f"{'_counting' if counting else ''}{'_seeded' if seeded else ''}_r{max_registers}")
+            f"{'_counting' if counting else ''}{'_seeded' if seeded else ''}{'_slab' + str(leaf_slab) if leaf_slab else ''}"
+            f"_r{max_registers}")
     options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
@@ -306,10 +325,10 @@ _WIDE_KERNELS: dict = {}
 
 
 def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
-                seg_boxes: bool = False, seeded: bool = False):
+                seg_boxes: bool = False, seeded: bool = False, leaf_slab: int = 0):
     """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers``
-    (0: none), over compressed nodes or not, with quantised segment boxes or not."""
-    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded))
+    (0: none), over compressed nodes or not, with quantised segment boxes or not, with leaf slabs (1, 2) or not."""
+    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded), int(leaf_slab))
     if key not in _WIDE_KERNELS:
         _WIDE_KERNELS[key] = _make_wide_kernel(*key)
     return _WIDE_KERNELS[key]

@@ -67,6 +67,8 @@ from rayd.engine.edge_wide import EdgeWide
 from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
 from rayd.engine import edge_refit_fused
+from rayd.engine.edge_refit_wide import WideRefit
+from rayd.engine import edge_leaf_slab
 from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 
 #: Builder used when ``EdgeBvh(builder=None)``, per device kind. On CUDA our LBVH
@@ -169,6 +171,10 @@ class EdgeBvh:
         wide: also build the 4-wide copy :attr:`wide` (``True``; ``"q"``: with compressed nodes; ``"qs"``:
             and quantised segment boxes; ``None``: :data:`DEFAULT_WIDE` of the device); kept only for a
             tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
+        refit: the refit of a tree with compressed wide nodes (``edge_refit_fused.REFIT_MODES``; ``None``:
+            ``edge_refit_fused.REFIT_MODE``).
+        leaf_slab: give a tree with a wide copy per-leaf oriented slabs that its walks test before a leaf's
+            segments (:mod:`rayd.engine.edge_leaf_slab`; ``None``: ``edge_leaf_slab.LEAF_SLAB``).
 
     Building synchronises with the device a few times (small reads of tree sizes; the
     ``"sah"`` builder copies the segment boxes to the host and its tree back).
@@ -188,6 +194,7 @@ class EdgeBvh:
         leaf_size: int | None = None,
         wide: bool | str | None = None,
         refit: str | None = None,
+        leaf_slab: bool | None = None,
     ) -> None:
         n = edge_v.shape[0]
         if n == 0:
@@ -243,7 +250,10 @@ class EdgeBvh:
                 self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
         #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
         self.wide = None
+        #: per-leaf oriented slabs read by the wide walks (``rayd.engine.edge_leaf_slab.LeafSlabs``), or None
+        self.leaf_slabs = None
         self._fused = None
+        self._binary_stale = False  # the last refit left node_box behind (wide-tree refit): binary_boxes()
         self.refit(stream)
         mode = DEFAULT_WIDE["cpu" if dev.is_cpu else "cuda"] if wide is None else wide
         if mode and self.builder != "single" and self.num_edges > self.leaf_size \
@@ -252,12 +262,20 @@ class EdgeBvh:
                 tree = EdgeWide(self.node_box, self.node_link, self.depth, stream, compressed=mode in ("q", "qs"),
                                 seg=self.seg, slot_id=self.slot_id, seg_boxes=mode == "qs")
             self.wide = tree if tree.ok else None
+        if (edge_leaf_slab.LEAF_SLAB if leaf_slab is None else leaf_slab) and self.wide is not None:
+            with launch_stream(dev, stream):
+                self.leaf_slabs = edge_leaf_slab.LeafSlabs(self._tree.leaves, self.seg, self.slot_id, stream)
         mode = edge_refit_fused.REFIT_MODE if refit is None else str(refit)
         if mode not in edge_refit_fused.REFIT_MODES:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'refit' must be one of {edge_refit_fused.REFIT_MODES}, "
                              f"got {mode!r}")
         self.refit_mode = "split"
-        if mode != "split" and self.wide is not None and self.wide.compressed is not None:
+        if mode in ("wide", "wide1", "wide3") and self.wide is not None and self.wide.compressed is not None:
+            with launch_stream(dev, stream):
+                self._fused = WideRefit(self._tree, self.wide.compressed, self.num_edges, mode, stream)
+                self._fused.slabs = self.leaf_slabs  # written by its leaf threads
+            self.refit_mode = mode if self._fused.gathered or mode != "wide1" else "wide"
+        elif mode != "split" and self.wide is not None and self.wide.compressed is not None:
             with launch_stream(dev, stream):
                 self._fused = edge_refit_fused.FusedRefit(self._tree, self.node_link, self.wide.compressed, mode,
                                                           stream)
@@ -334,7 +352,7 @@ class EdgeBvh:
             ``(box, link)``: float32 ``(num_inner, 2, 2, 3)`` (child, lo/hi, xyz) and int32
             ``(num_inner, 4)`` = (code_a, code_b, count_a, count_b).
         """
-        raw = self.node_box.numpy().reshape(-1, 16)
+        raw = self.binary_boxes().numpy().reshape(-1, 16)
         box = raw[:, :12].reshape(-1, 2, 2, 3)
         link = self.node_link.numpy().reshape(-1, 4, 4)[:, 3]
         return box, link
@@ -344,14 +362,30 @@ class EdgeBvh:
         """Internal (packed) nodes."""
         return self.num_inner
 
+    def binary_boxes(self, stream: wp.Stream | None = None) -> wp.array:
+        """``node_box``, the packed binary nodes, refitted first if the last :meth:`refit` only wrote the
+        wide nodes (``refit_mode`` ``"wide*"``: one climb from the final slots, on ``stream``).
+        Read the binary boxes through this (the binary walk of ray searches, :meth:`packed_nodes`)."""
+        if self._binary_stale:
+            with launch_stream(self.device, stream):
+                self._tree.climb(self.seg, self.slot_id, self.node_box, self.root_box)
+            self._binary_stale = False
+        return self.node_box
+
     def refit(self, stream: wp.Stream | None = None) -> None:
-        """Refit the node boxes to the current ``points`` and ``mask`` (topology unchanged)."""
+        """Refit the node boxes to the current ``points`` and ``mask`` (topology unchanged). With the
+        wide-tree refit (``refit_mode`` ``"wide*"``) the binary boxes wait for
+        :meth:`binary_boxes`."""
         with launch_stream(self.device, stream):
             if self._fused is not None:
                 self._fused.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
                                   self.node_box, self.root_box)
-                return
-            self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
-                             self.node_box, self.root_box)
-            if self.wide is not None:
-                self.wide.refresh(stream)
+                self._binary_stale = not self._fused.writes_binary
+            else:
+                self._tree.refit(self.points, self.edge_v, self.mask, self.slot_edge, self.seg, self.slot_id,
+                                 self.node_box, self.root_box)
+                self._binary_stale = False
+                if self.wide is not None:
+                    self.wide.refresh(stream)
+            if self.leaf_slabs is not None and getattr(self._fused, "slabs", None) is None:
+                self.leaf_slabs.refit(self.seg, self.slot_id, stream)

@@ -18,7 +18,7 @@ import math
 
 import warp as wp
 
-from rayd.engine import edge_wide_walk
+from rayd.engine import edge_leaf_slab, edge_wide_walk
 from rayd.engine.edge_wide_walk import wide_kernel
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of this module's API
@@ -97,9 +97,12 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         segq = packed.segq if seg_boxes else _dummy_seg(edges.device)
         stride = edge_wide_walk.SEED_STRIDE
         seeded = kind == POINT and use_order != 0 and stride > 1 and n > stride
-        args = [data, links, nodes.count, edges.seg, edges.slot_id, segq, q0, _stride(q0, n), active,
+        slabs = getattr(edges, "leaf_slabs", None)
+        slab = slabs.slab if slabs is not None else _dummy_slab(edges.device)
+        args = [data, links, nodes.count, edges.seg, edges.slot_id, segq, slab, q0, _stride(q0, n), active,
                 _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts]
-        kernel = wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes, seeded)
+        kernel = wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes, seeded,
+                             0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD))
         if not seeded:
             launch_offset_rows(kernel, n, args + [_dummy_seg_slots(edges.device), 1, 0], edges.device, stream,
                                block_dim=SEARCH_BLOCK_DIM)
@@ -113,7 +116,7 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         _kernel(kind, counting),
         n,
         [
-            edges.node_box, edges.node_link, edges.seg, edges.slot_id,
+            edges.binary_boxes(stream), edges.node_link, edges.seg, edges.slot_id,
             q0, _stride(q0, n), dummy3, _stride(dummy3, n), tmin, _stride(tmin, n), tmax, _stride(tmax, n),
             active, _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts,
         ],
@@ -143,6 +146,13 @@ def _edge_slots(edges: EdgeBvh, stream) -> wp.array:
                       outputs=[slots], device=edges.device)
         edges._edge_slot = slots
     return slots
+
+
+def _dummy_slab(device) -> wp.array:
+    key = ("slab", str(device))
+    if key not in _DUMMIES:
+        _DUMMIES[key] = wp.zeros(1, dtype=wp.vec4i, device=device)
+    return _DUMMIES[key]
 
 
 def _dummy_float(device) -> wp.array:

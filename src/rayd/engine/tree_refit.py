@@ -238,6 +238,16 @@ class TreeRefit:
                            int(split)],
                   device=points.device)
 
+    def climb(self, seg: wp.array, slot_id: wp.array, node_box: wp.array, root_box: wp.array) -> None:
+        """The packed node boxes and the root box from the segments and ids already in ``seg`` /
+        ``slot_id`` (the climb of :meth:`refit` without its slots launch; one launch, current stream)."""
+        if getattr(self, "_no_mask", None) is None:  # unread with slots given: a one-entry placeholder
+            self._no_mask = wp.zeros(1, dtype=wp.uint8, device=seg.device)
+        wp.launch(_tree_refit_kernel, dim=self.num_leaves,
+                  inputs=[seg, self.children, self._no_mask, self.parent, self.leaves, self.parent, self.children],
+                  outputs=[self.counters, self.lower, self.upper, seg, slot_id, node_box, root_box, 1],
+                  device=seg.device)
+
 
 def single_leaf_tree(num_slots: int, device) -> TreeRefit:
     """A tree that is one leaf of ``num_slots`` slots (packed root = that leaf, nothing)."""
