@@ -481,3 +481,34 @@ def test_ray_with_tmax_equal_tmin_is_the_point_at_tmin(device, dtype):
     torch.testing.assert_close(o.grad, grad, rtol=1e-4, atol=1e-5)
     below = scene.nearest_edge(rt.Ray(o.detach(), d, s, tmin=s + 1e-3))  # tmax < tmin: a miss
     assert below.global_edge_id.tolist() == [-1, -1] and below.distance.tolist() == [math.inf] * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_max_distance_equal_to_the_reported_distance_finds_it(device, dtype):
+    # An edge at exactly max_distance (by the reported distance) is within it: with max_distance set to
+    # the distance just reported, the float32 search radius missed the edge about half of the time
+    # (points, top-k and ray segments alike, break-it 17); a result beyond the bound is a miss.
+    scene = sphere_scene(device)[0]
+    if dtype == torch.float64:
+        v, f = bumpy_sphere(dtype=torch.float64, device=device)
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(v, f))
+        scene.build()
+    gen = torch.Generator().manual_seed(0)
+    points = (torch.rand(40, 3, generator=gen, dtype=torch.float64) * 3 - 1.5).to(device, dtype)
+    dirs = torch.randn(40, 3, generator=gen, dtype=torch.float64).to(device, dtype)
+    free = scene.nearest_edge(points)
+    rays = rt.Ray(points, dirs)
+    free_ray = scene.nearest_edge(rays)
+    free_k = scene.nearest_edges(points, 2)
+    for i in range(points.shape[0]):
+        d = free.distance[i].item()
+        at = scene.nearest_edge(points[i], max_distance=d)
+        assert at.global_edge_id.item() == free.global_edge_id[i].item() and at.distance.item() == d, i
+        assert not scene.nearest_edge(points[i], max_distance=d * (1 - 1e-3)).is_valid().item()
+        k = scene.nearest_edges(points[i], 2, max_distance=free_k.distance[i, 1].item())
+        assert k.global_edge_id.tolist() == free_k.global_edge_id[i].tolist(), i
+        dr_ = free_ray.distance[i].item()
+        ray = rt.Ray(points[i], dirs[i])
+        assert scene.nearest_edge(ray, max_distance=dr_).global_edge_id.item() == free_ray.global_edge_id[i].item(), i
+        assert not scene.nearest_edge(ray, max_distance=dr_ * (1 - 1e-3)).is_valid().item()

@@ -14,6 +14,7 @@ import warp as wp
 
 from rayd.engine.edges import MAX_DEPTH
 from rayd.engine.native import mul_rn
+from rayd.engine.radius import magnitude, widened_radius_sq
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
 MAX_K = 16
@@ -144,6 +145,20 @@ def _ray_box_reach(o: wp.vec3, d: wp.vec3, s0: float, s1: float, lo: wp.vec3, hi
 
 
 @wp.func
+def _root_magnitude(node_box: wp.array(dtype=wp.vec4)) -> float:
+    """The largest coordinate magnitude of the root's two child boxes (empty boxes skipped)."""
+    b0 = node_box[0]
+    b1 = node_box[1]
+    b2 = node_box[2]
+    m = float(0.0)
+    if b0[0] <= b0[3]:
+        m = wp.max(magnitude(wp.vec3(b0[0], b0[1], b0[2])), magnitude(wp.vec3(b0[3], b1[0], b1[1])))
+    if b1[2] <= b2[1]:
+        m = wp.max(m, wp.max(magnitude(wp.vec3(b1[2], b1[3], b2[0])), magnitude(wp.vec3(b2[1], b2[2], b2[3]))))
+    return m
+
+
+@wp.func
 def _better(dsq: float, gid: int, best_dsq: float, best_id: int) -> bool:
     """``(dsq, gid) < (best_dsq, best_id)`` in lexicographic order."""
     if dsq < best_dsq:
@@ -247,6 +262,11 @@ def _make_search_kernel(kind: int, counting: bool):
         go = int(0)
         if active[i * active_stride] != wp.uint8(0) and wellformed:
             go = int(1)
+            # widened by rounding: the frontends keep a winner only within max_distance (engine/radius.py)
+            reach = magnitude(p)
+            if wp.static(kind == RAY):
+                reach = 2.0 * reach + 3.0 * _root_magnitude(node_box) + wp.sqrt(bound)
+            bound = widened_radius_sq(bound, reach)
         stack = _stack_i()
         stack_key = _stack_f()
         sp = int(0)
