@@ -512,3 +512,17 @@ def test_max_distance_equal_to_the_reported_distance_finds_it(device, dtype):
         ray = rt.Ray(points[i], dirs[i])
         assert scene.nearest_edge(ray, max_distance=dr_).global_edge_id.item() == free_ray.global_edge_id[i].item(), i
         assert not scene.nearest_edge(ray, max_distance=dr_ * (1 - 1e-3)).is_valid().item()
+
+
+@pytest.mark.parametrize("length", [1e-35, 1e-30, 1e-25, 1e20, 1e25, 1e35])
+def test_ray_of_tiny_or_huge_direction_float64(device, length):
+    # nearest_edge(ray) on float64 rays whose |d| squares out of float32's range: the search squared
+    # d in float32 and dropped the ray (tiny d) or measured it as its origin (huge d); it now scales d
+    # by powers of two first (break-it 17). Straight down through (0.25, 0.25): 0.25 from edges 0, 1.
+    scene, _ = unit_square(device, torch.float64)
+    o = torch.tensor([[0.25, 0.25, 1.0], [0.6, 0.3, 2.0]], dtype=torch.float64, device=device)
+    unit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -1.0], dtype=torch.float64, device=device)))
+    hit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -length], dtype=torch.float64, device=device)))
+    assert hit.global_edge_id.tolist() == unit.global_edge_id.tolist() == [0, 2]
+    torch.testing.assert_close(hit.distance, unit.distance)
+    torch.testing.assert_close(hit.ray_t * length, unit.ray_t)
