@@ -526,3 +526,22 @@ def test_ray_of_tiny_or_huge_direction_float64(device, length):
     assert hit.global_edge_id.tolist() == unit.global_edge_id.tolist() == [0, 2]
     torch.testing.assert_close(hit.distance, unit.distance)
     torch.testing.assert_close(hit.ray_t * length, unit.ray_t)
+
+
+@pytest.mark.parametrize("length", [1e-35, 1e-25, 1e20, 1e35])
+def test_ray_of_tiny_or_huge_direction_float32(device, length):
+    # float32 rays: the search scales d into range, and the evaluation runs in float64 inside (it
+    # squares d; in float32 a ray with d = (0, 0, -1e20) was measured from its origin: 1.03, not
+    # 0.25, break-it 17). Values and gradients are those of the unit ray, rescaled.
+    scene, v = unit_square(device, dynamic=True)
+    o = torch.tensor([[0.25, 0.25, 1.0], [0.6, 0.3, 2.0]], device=device, requires_grad=True)
+    unit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -1.0], device=device)))
+    hit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -length], device=device)))
+    assert hit.distance.dtype == torch.float32
+    assert hit.global_edge_id.tolist() == unit.global_edge_id.tolist() == [0, 2]
+    torch.testing.assert_close(hit.distance, unit.distance)
+    torch.testing.assert_close(hit.ray_t * length, unit.ray_t)
+    torch.testing.assert_close(hit.ray_point, unit.ray_point)
+    grad_unit, = torch.autograd.grad(unit.distance.sum(), o)
+    grad_hit, = torch.autograd.grad(hit.distance.sum(), o)
+    torch.testing.assert_close(grad_hit, grad_unit)

@@ -88,12 +88,16 @@ def nearest_edge_ray(scene, call: str, edges, ray: Ray, active: object, max_dist
                                   _convert.flat_float32(ray.d, batch, 3), _bound(ray.tmin, batch, device),
                                   _bound(ray.tmax, batch, device), flag, max_distance, n)
     dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene)
-    vertices = placed_vertices(scene._state, dtype)
-    o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-    d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-    s0 = _interval(ray.tmin, batch, dtype, device)
-    s1 = _interval(ray.tmax, batch, dtype, device)
-    fields = within(evaluate_rays(o, d, s0, s1, winner, edges.edge_rows, vertices, edges.topology), max_distance)
+    # Evaluated in float64 and rounded once (as rayd.drjit does): the formulas square d, which
+    # float32 cannot for |d| beyond about 1e19 or below 1e-19.
+    work = torch.float64
+    vertices = placed_vertices(scene._state, work)
+    o = ray.o.to(work).expand(tuple(batch) + (3,)).reshape(n, 3)
+    d = ray.d.to(work).expand(tuple(batch) + (3,)).reshape(n, 3)
+    s0 = _interval(ray.tmin, batch, dtype, device).to(work)  # the bounds as given, in the output dtype
+    s1 = _interval(ray.tmax, batch, dtype, device).to(work)
+    fields = evaluate_rays(o, d, s0, s1, winner, edges.edge_rows, vertices, edges.topology)
+    fields = within({k: v.to(dtype) if v.is_floating_point() else v for k, v in fields.items()}, max_distance)
     return NearestEdge(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
 
 
