@@ -48,7 +48,8 @@ def region_weights(p: Any, a: Any, b: Any, c: Any, dot: Callable[[Any, Any], Any
     return w0, w1, w2, ab, ac
 
 
-def within_max_distance(fields: dict[str, Any], max_distance: float, select: Callable[[Any, Any, float], Any]) -> dict[str, Any]:
+def within_max_distance(fields: dict[str, Any], max_distance: float,
+                        select: Callable[[Any, Any, float], Any]) -> dict[str, Any]:
     """``fields`` of a ``ClosestPoint`` / ``NearestEdge`` record with every result farther than
     ``max_distance`` turned into a miss (``distance = inf``, ids ``-1``, zeros elsewhere).
 

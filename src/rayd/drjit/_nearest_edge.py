@@ -155,8 +155,8 @@ def nearest_edge_ray(scene, call: str, edges: SceneEdges, ray: Ray, active: obje
     views = [o, d, _convert.scalar_view(tmin, device), _convert.scalar_view(tmax, device)]
     _launch(scene, _search.nearest_edge_ray, views, active, max_distance, _convert.scalar_view(winner, device))
     del o_buffer, d_buffer, tmin, tmax, views  # kept alive until the engine's launch is done
-    return NearestEdge((n,), **within(evaluate_rays(m, double, ray, winner, edges, scene._live_geometry(m, double)),
-                                      max_distance))
+    fields = evaluate_rays(m, double, ray, winner, edges, scene._live_geometry(m, double))
+    return NearestEdge((n,), **within(fields, max_distance))
 
 
 def nearest_edge_points(scene, call: str, edges: SceneEdges, points: object, active: object,
@@ -177,8 +177,8 @@ def nearest_edge_points(scene, call: str, edges: SceneEdges, points: object, act
     p, p_buffer = _convert.vec3_view(_relative(scene, points), scene._device)
     _launch(scene, _search.nearest_edge_point, [p], active, max_distance, _convert.scalar_view(winner, scene._device))
     del p_buffer
-    return NearestEdge((n,), **within(evaluate_points(m, double, points, winner, edges, scene._live_geometry(m, double)),
-                                      max_distance))
+    fields = evaluate_points(m, double, points, winner, edges, scene._live_geometry(m, double))
+    return NearestEdge((n,), **within(fields, max_distance))
 
 
 def nearest_edges(scene, call: str, edges: SceneEdges, points: object, k: int, active: object,

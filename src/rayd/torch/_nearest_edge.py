@@ -123,7 +123,8 @@ def _points_query(scene, call, edges, points, k, active, max_distance) -> Neares
         fields = within(_evaluate_points(scene, edges, points, batch, 1, winner), max_distance)
         return NearestEdge(**{name: v.reshape(tuple(batch) + v.shape[1:]) for name, v in fields.items()})
     winner = _ops.edge_point_search(scene, call, rows, flag, max_distance, n, k)
-    fields = _sorted_slots(within(_evaluate_points(scene, edges, points, batch, k, winner.reshape(-1)), max_distance), n, k)
+    fields = within(_evaluate_points(scene, edges, points, batch, k, winner.reshape(-1)), max_distance)
+    fields = _sorted_slots(fields, n, k)
     return NearestEdge(**{name: v.reshape(tuple(batch) + (k,) + v.shape[1:]) for name, v in fields.items()})
 
 
