@@ -288,11 +288,11 @@ def _make_search_kernel(kind: int, counting: bool):
         go = int(0)
         if active[i * active_stride] != wp.uint8(0) and wellformed:
             go = int(1)
-            # widened by rounding: the frontends keep a winner only within max_distance (engine/radius.py)
-            reach = magnitude(p)
-            if wp.static(kind == RAY):
-                reach = 2.0 * reach + 3.0 * _root_magnitude(node_box) + wp.sqrt(bound)
-            bound = widened_radius_sq(bound, reach)
+            if wp.isfinite(bound):  # widened by rounding: the frontends keep a winner only within max_distance
+                reach = magnitude(p)  # (engine/radius.py)
+                if wp.static(kind == RAY):
+                    reach = 2.0 * reach + 3.0 * _root_magnitude(node_box) + wp.sqrt(bound)
+                bound = widened_radius_sq(bound, reach)
         stack = _stack_i()
         stack_key = _stack_f()
         sp = int(0)
