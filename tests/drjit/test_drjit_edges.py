@@ -505,3 +505,16 @@ def test_ray_with_tmax_equal_tmin_is_the_point_at_tmin(m):
     np.testing.assert_allclose(rows(dr.grad(o)), grad, rtol=1e-4, atol=1e-5)
     below = scene.nearest_edge(rd.Ray(dr.detach(o), d, tmax=s, tmin=s + 1e-3))  # tmax < tmin: a miss
     assert rows(below.global_edge_id).tolist() == [-1, -1] and np.isinf(rows(below.distance)).all()
+
+
+@pytest.mark.parametrize("length", [1e-35, 1e-30, 1e-25, 1e20, 1e25, 1e35])
+def test_ray_of_tiny_or_huge_direction(m, length):
+    # float32 rays whose |d| squares out of float32's range (break-it 17): the search scales d by
+    # powers of two, the float64 evaluation does the rest. Straight down through (0.25, 0.25).
+    scene, _ = _square(m)
+    o = vec(m.Array3f, [[0.25, 0.25, 1.0], [0.6, 0.3, 2.0]])
+    unit = scene.nearest_edge(rd.Ray(o, m.Array3f(0.0, 0.0, -1.0)))
+    hit = scene.nearest_edge(rd.Ray(o, m.Array3f(0.0, 0.0, -length)))
+    assert rows(hit.global_edge_id).tolist() == rows(unit.global_edge_id).tolist() == [0, 2]
+    np.testing.assert_allclose(rows(hit.distance), rows(unit.distance), rtol=1e-6)
+    np.testing.assert_allclose(rows(hit.ray_t) * length, rows(unit.ray_t), rtol=1e-6)

@@ -154,3 +154,32 @@ def test_transform_change_in_place_needs_sync_not_build(m):
         scene.intersect(ray)
     scene.sync()
     np.testing.assert_allclose(rows(scene.intersect(ray).t), [1.0], rtol=1e-6)
+
+
+def test_visible_of_no_segments_broadcasts_against_one_point(m):
+    # A width-0 batch of start points with one end point (or the reverse) is zero segments, as in
+    # rayd.torch and as Ray() takes width 0 against width 1; Dr.Jit's own `end - start` refused
+    # the widths 0 and 1 ("nested operation failed", break-it 17).
+    scene = _scene(m)
+    one = m.Array3f(0.2, 0.2, 2.0)
+    for start, end in ((m.Array3f(), one), (one, m.Array3f()), (m.Array3f64(), one)):
+        seen = scene.visible(start, end)
+        assert dr.width(seen) == 0
+        assert dr.width(scene.visible(start, end, m.Bool())) == 0
+    assert rows(scene.visible(one, m.Array3f(0.2, 0.2, -1.0))).tolist() == [False]  # still blocked
+
+
+@pytest.mark.parametrize("length", [1e-30, 1e-34])
+def test_tiny_directions_hit_like_unit_ones(m, length):
+    # d = length * (0, 0, -1): the hits of (0, 0, -1) at t / length (the slab tests' fixed 1e-30
+    # for zero components tilted such rays by 45 degrees or more, break-it 17).
+    scene = _scene(m)
+    o = vec(m.Array3f, [[0.2, 0.2, 2], [0.1, 0.6, 2], [0.7, 0.1, 0.5]])
+    unit = rd.Ray(o, m.Array3f(0, 0, -1))
+    tiny = rd.Ray(o, m.Array3f(0, 0, -length))
+    ref = scene.intersect(unit)
+    hit = scene.intersect(tiny)
+    assert rows(hit.global_prim_id).tolist() == rows(ref.global_prim_id).tolist() == [1, 1, 0]
+    np.testing.assert_allclose(rows(hit.t) * length, rows(ref.t), rtol=1e-6)
+    assert rows(scene.shadow_test(tiny)).tolist() == [True] * 3
+    assert rows(scene.count_intersections(tiny)).tolist() == [2, 2, 1]

@@ -207,3 +207,29 @@ def test_collinear_slivers_equal_torch(backend, m):
                              for x, y in ((a, a + s * u), (a, a + t * u), (a + s * u, a + t * u))]).min(1)
     rest = np.array(rows(cp.distance))
     assert np.all(rest <= seg + 1e-12)  # never farther than the closest sliver's sides
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_max_distance_equal_to_the_reported_distance_finds_it(m, double):
+    # As in rayd.torch (break-it 17): max_distance set to the distance a query reported finds that
+    # triangle / edge (the float32 search radius left it out about half of the time); slightly
+    # less finds none.
+    rng = np.random.default_rng(1)
+    centres = rng.uniform(-1, 1, (40, 1, 3))
+    verts = (centres + rng.normal(0, 0.2, (40, 3, 3))).reshape(-1, 3)
+    scene, _ = _scene(m, verts, np.arange(120).reshape(-1, 3), double=double)
+    Array3 = m.Array3f64 if double else m.Array3f
+    points = rng.uniform(-1.5, 1.5, (25, 3))
+    dirs = rng.normal(size=(25, 3))
+    for i in range(25):
+        p = vec(Array3, points[i:i + 1])
+        ray = rd.Ray(p, vec(Array3, dirs[i:i + 1]))
+        queries = (lambda md: scene.closest_point(p, max_distance=md),
+                   lambda md: scene.nearest_edge(p, max_distance=md),
+                   lambda md: scene.nearest_edge(ray, max_distance=md))
+        for query in queries:
+            free = query(math.inf)
+            bound = float(rows(free.distance)[0])
+            at = query(bound)
+            assert rows(at.distance).tolist() == [bound], i
+            assert not rows(query(bound * (1 - 1e-3)).is_valid())[0], i

@@ -481,3 +481,67 @@ def test_ray_with_tmax_equal_tmin_is_the_point_at_tmin(device, dtype):
     torch.testing.assert_close(o.grad, grad, rtol=1e-4, atol=1e-5)
     below = scene.nearest_edge(rt.Ray(o.detach(), d, s, tmin=s + 1e-3))  # tmax < tmin: a miss
     assert below.global_edge_id.tolist() == [-1, -1] and below.distance.tolist() == [math.inf] * 2
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_max_distance_equal_to_the_reported_distance_finds_it(device, dtype):
+    # An edge at exactly max_distance (by the reported distance) is within it: with max_distance set to
+    # the distance just reported, the float32 search radius missed the edge about half of the time
+    # (points, top-k and ray segments alike, break-it 17); a result beyond the bound is a miss.
+    scene = sphere_scene(device)[0]
+    if dtype == torch.float64:
+        v, f = bumpy_sphere(dtype=torch.float64, device=device)
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(v, f))
+        scene.build()
+    gen = torch.Generator().manual_seed(0)
+    points = (torch.rand(40, 3, generator=gen, dtype=torch.float64) * 3 - 1.5).to(device, dtype)
+    dirs = torch.randn(40, 3, generator=gen, dtype=torch.float64).to(device, dtype)
+    free = scene.nearest_edge(points)
+    rays = rt.Ray(points, dirs)
+    free_ray = scene.nearest_edge(rays)
+    free_k = scene.nearest_edges(points, 2)
+    for i in range(points.shape[0]):
+        d = free.distance[i].item()
+        at = scene.nearest_edge(points[i], max_distance=d)
+        assert at.global_edge_id.item() == free.global_edge_id[i].item() and at.distance.item() == d, i
+        assert not scene.nearest_edge(points[i], max_distance=d * (1 - 1e-3)).is_valid().item()
+        k = scene.nearest_edges(points[i], 2, max_distance=free_k.distance[i, 1].item())
+        assert k.global_edge_id.tolist() == free_k.global_edge_id[i].tolist(), i
+        dr_ = free_ray.distance[i].item()
+        ray = rt.Ray(points[i], dirs[i])
+        assert scene.nearest_edge(ray, max_distance=dr_).global_edge_id.item() == free_ray.global_edge_id[i].item(), i
+        assert not scene.nearest_edge(ray, max_distance=dr_ * (1 - 1e-3)).is_valid().item()
+
+
+@pytest.mark.parametrize("length", [1e-35, 1e-30, 1e-25, 1e20, 1e25, 1e35])
+def test_ray_of_tiny_or_huge_direction_float64(device, length):
+    # nearest_edge(ray) on float64 rays whose |d| squares out of float32's range: the search squared
+    # d in float32 and dropped the ray (tiny d) or measured it as its origin (huge d); it now scales d
+    # by powers of two first (break-it 17). Straight down through (0.25, 0.25): 0.25 from edges 0, 1.
+    scene, _ = unit_square(device, torch.float64)
+    o = torch.tensor([[0.25, 0.25, 1.0], [0.6, 0.3, 2.0]], dtype=torch.float64, device=device)
+    unit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -1.0], dtype=torch.float64, device=device)))
+    hit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -length], dtype=torch.float64, device=device)))
+    assert hit.global_edge_id.tolist() == unit.global_edge_id.tolist() == [0, 2]
+    torch.testing.assert_close(hit.distance, unit.distance)
+    torch.testing.assert_close(hit.ray_t * length, unit.ray_t)
+
+
+@pytest.mark.parametrize("length", [1e-35, 1e-25, 1e20, 1e35])
+def test_ray_of_tiny_or_huge_direction_float32(device, length):
+    # float32 rays: the search scales d into range, and the evaluation runs in float64 inside (it
+    # squares d; in float32 a ray with d = (0, 0, -1e20) was measured from its origin: 1.03, not
+    # 0.25, break-it 17). Values and gradients are those of the unit ray, rescaled.
+    scene, v = unit_square(device, dynamic=True)
+    o = torch.tensor([[0.25, 0.25, 1.0], [0.6, 0.3, 2.0]], device=device, requires_grad=True)
+    unit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -1.0], device=device)))
+    hit = scene.nearest_edge(rt.Ray(o, torch.tensor([0.0, 0.0, -length], device=device)))
+    assert hit.distance.dtype == torch.float32
+    assert hit.global_edge_id.tolist() == unit.global_edge_id.tolist() == [0, 2]
+    torch.testing.assert_close(hit.distance, unit.distance)
+    torch.testing.assert_close(hit.ray_t * length, unit.ray_t)
+    torch.testing.assert_close(hit.ray_point, unit.ray_point)
+    grad_unit, = torch.autograd.grad(unit.distance.sum(), o)
+    grad_hit, = torch.autograd.grad(hit.distance.sum(), o)
+    torch.testing.assert_close(grad_hit, grad_unit)

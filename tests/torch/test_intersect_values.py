@@ -400,3 +400,31 @@ def test_vanishing_interpolated_normal_falls_back_to_geo_n(device, dtype):
     _close(hit.n, [0.0, 0.0, 1.0])
     hit.n.sum().backward()
     assert torch.isfinite(normals.grad).all()
+
+
+@pytest.mark.parametrize("length", [1e-30, 1e-34])
+def test_tiny_directions_hit_like_unit_ones(device, length):
+    # d = length * (0, 0, -1) is a valid direction (DESIGN: ``d`` need not be unit length): the hits
+    # are those of (0, 0, -1) at t / length. The slab tests replaced d's zero components by a fixed
+    # 1e-30, which tilted such a ray by 45 degrees or more: its boxes were missed (break-it 17).
+    grid = reference.grid(4)
+    scene = rt.Scene()
+    mesh_id = scene.add_mesh(rt.Mesh(torch.tensor(grid[0], dtype=torch.float32, device=device),
+                                     torch.tensor(grid[1], device=device)))
+    lift = torch.eye(4, device=device)
+    lift[2, 3] = 1.0
+    scene.add_instance(mesh_id, lift)
+    scene.build()
+    o = _t([[x, y, 3.0] for x in (-0.6, 0.1, 0.7) for y in (-0.3, 0.45)], device)
+    unit = rt.Ray(o, _t([0.0, 0.0, -1.0], device))
+    tiny = rt.Ray(o, _t([0.0, 0.0, -length], device))
+    ref = scene.intersect(unit)
+    assert ref.is_valid().all()
+    hit = scene.intersect(tiny)
+    assert hit.global_prim_id.tolist() == ref.global_prim_id.tolist()
+    _close(hit.t * length, ref.t)
+    assert scene.shadow_test(tiny).all()
+    assert scene.count_intersections(tiny).tolist() == scene.count_intersections(unit).tolist() == [2] * 6
+    assert scene.intersect_all(tiny, 2).global_prim_id.tolist() == scene.intersect_all(unit, 2).global_prim_id.tolist()
+    assert scene.trace_reflections(tiny, 1).global_prim_id.tolist() == ref.global_prim_id[:, None].tolist()
+    assert not scene.shadow_test(rt.Ray(o, tiny.d, 1.0 / length * 0.5)).any()  # the interval still counts

@@ -495,3 +495,35 @@ def test_random_collinear_slivers_match_brute_force(device, dtype):
     np.testing.assert_allclose(cp.distance.double().cpu().numpy(), ref.min(1), rtol=rtol, atol=1e-6)
     np.testing.assert_allclose((cp.p - torch.as_tensor(pts, dtype=dtype, device=device)).norm(dim=-1).double().cpu(),
                                ref.min(1), rtol=rtol, atol=1e-6)
+
+
+def _soup(seed=0, count=60):
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(-1, 1, (count, 1, 3))
+    vertices = (centres + rng.normal(0, 0.2, (count, 3, 3))).reshape(-1, 3)
+    return vertices, np.arange(3 * count).reshape(-1, 3), rng
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_max_distance_equal_to_the_reported_distance_finds_it(device, dtype):
+    # DESIGN: distance is +inf only if no triangle lies within max_distance. With max_distance set to
+    # the distance a query just reported (or 0 for a point on a face), the float32 search radius
+    # left the triangle out about half of the time; a reported distance may never exceed the bound
+    # either (break-it 17: the search radius is widened by rounding, the frontends re-check).
+    vertices, faces, rng = _soup()
+    scene = mesh_scene(vertices, faces, device, dtype)[0]
+    points = torch.tensor(rng.uniform(-1.5, 1.5, (40, 3)), dtype=dtype, device=device)
+    weights = rng.dirichlet([1.0, 1.0, 1.0], 20)
+    on_faces = np.einsum("nk,nkj->nj", weights, vertices[faces[rng.integers(0, len(faces), 20)]])
+    points = torch.cat([points, torch.tensor(on_faces, dtype=dtype, device=device)])
+    free = scene.closest_point(points)
+    for i in range(points.shape[0]):
+        bound = free.distance[i].item()
+        at = scene.closest_point(points[i], max_distance=bound)
+        assert at.global_prim_id.item() == free.global_prim_id[i].item(), i
+        assert at.distance.item() == free.distance[i].item()
+        if bound > 0:
+            assert not scene.closest_point(points[i], max_distance=bound * (1 - 1e-3)).is_valid().item()
+        assert scene.signed_distance(points[i]).abs().item() == pytest.approx(bound, abs=1e-6)
+    surface = scene.closest_point(points[40:], max_distance=0.0)  # every reported distance 0 is found
+    assert (surface.is_valid() == (free.distance[40:] == 0)).all()

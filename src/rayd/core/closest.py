@@ -9,6 +9,7 @@ module imports no array library.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 from rayd.core import surface as _surface
@@ -45,3 +46,31 @@ def region_weights(p: Any, a: Any, b: Any, c: Any, dot: Callable[[Any, Any], Any
                                (r_ab, (1 - t_ab, t_ab, 0.0)), (r_b, (0.0, 1.0, 0.0)), (r_a, (1.0, 0.0, 0.0))):
         w0, w1, w2 = select(mask, x0, w0), select(mask, x1, w1), select(mask, x2, w2)
     return w0, w1, w2, ab, ac
+
+
+def within_max_distance(fields: dict[str, Any], max_distance: float,
+                        select: Callable[[Any, Any, float], Any]) -> dict[str, Any]:
+    """``fields`` of a ``ClosestPoint`` / ``NearestEdge`` record with every result farther than
+    ``max_distance`` turned into a miss (``distance = inf``, ids ``-1``, zeros elsewhere).
+
+    The engine's searches start from ``max_distance`` widened by a float32 rounding allowance
+    (:mod:`rayd.engine.radius`), so that a triangle or edge whose reported distance is
+    ``<= max_distance`` is always found; this keeps the contract's other half: a reported
+    distance never exceeds ``max_distance``. ``max_distance = inf`` returns ``fields``.
+
+    Args:
+        fields: the record's fields, each of shape ``(N, ...)`` (per query or per slot).
+        max_distance: the query's bound (a float ``>= 0`` or ``inf``).
+        select: the frontend's ``select(ok, value, fill)``: ``value`` where ``ok`` (the shape
+            of ``fields["distance"]``, broadcast over trailing component dimensions), else ``fill``.
+    """
+    if math.isinf(max_distance):
+        return fields
+    ok = fields["distance"] <= max_distance
+    return {name: select(ok, value, _miss(name)) for name, value in fields.items()}
+
+
+def _miss(name: str) -> float:
+    if name == "distance":
+        return math.inf
+    return -1 if name.endswith("_id") else 0

@@ -27,7 +27,7 @@ from rayd.core.closest import region_weights
 from rayd.core.edges import document
 from rayd.drjit import _check, _convert
 from rayd.drjit._intersect import locate
-from rayd.drjit._nearest_edge import _check_points, _kind, _norm, _relative, _safe_div
+from rayd.drjit._nearest_edge import _check_points, _kind, _norm, _relative, _safe_div, within
 from rayd.drjit.intersection import DrjitRecord
 from rayd.engine import closest_point as _engine
 from rayd.engine import winding as _winding
@@ -148,7 +148,7 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
         "shape_id": dr.select(found, m.Int(shape), -1),
         "global_prim_id": gid,
     }
-    return ClosestPoint(**fields)
+    return ClosestPoint(**within(fields, max_distance))
 
 
 def winding_number(scene, call: str, points: object, active: object, exact: bool, refine: float = 0.0,

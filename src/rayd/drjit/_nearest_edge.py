@@ -16,6 +16,7 @@ from types import ModuleType
 import drjit as dr
 
 from rayd.core import segments
+from rayd.core.closest import within_max_distance
 from rayd.core.frontend import SceneBase
 from rayd.drjit import _check, _convert, _vector
 from rayd.drjit._geometry import apply
@@ -153,7 +154,8 @@ def nearest_edge_ray(scene, call: str, edges: SceneEdges, ray: Ray, active: obje
     views = [o, d, _convert.scalar_view(tmin, device), _convert.scalar_view(tmax, device)]
     _launch(scene, _search.nearest_edge_ray, views, active, max_distance, _convert.scalar_view(winner, device))
     del o_buffer, d_buffer, tmin, tmax, views  # kept alive until the engine's launch is done
-    return NearestEdge((n,), **evaluate_rays(m, double, ray, winner, edges, scene._live_geometry(m, double)))
+    fields = evaluate_rays(m, double, ray, winner, edges, scene._live_geometry(m, double))
+    return NearestEdge((n,), **within(fields, max_distance))
 
 
 def nearest_edge_points(scene, call: str, edges: SceneEdges, points: object, active: object,
@@ -174,7 +176,8 @@ def nearest_edge_points(scene, call: str, edges: SceneEdges, points: object, act
     p, p_buffer = _convert.vec3_view(_relative(scene, points), scene._device)
     _launch(scene, _search.nearest_edge_point, [p], active, max_distance, _convert.scalar_view(winner, scene._device))
     del p_buffer
-    return NearestEdge((n,), **evaluate_points(m, double, points, winner, edges, scene._live_geometry(m, double)))
+    fields = evaluate_points(m, double, points, winner, edges, scene._live_geometry(m, double))
+    return NearestEdge((n,), **within(fields, max_distance))
 
 
 def nearest_edges(scene, call: str, edges: SceneEdges, points: object, k: int, active: object,
@@ -192,8 +195,14 @@ def nearest_edges(scene, call: str, edges: SceneEdges, points: object, k: int, a
     query = lane // k if dr.width(points) != 1 else dr.zeros(m.UInt, n * k)
     repeated = dr.gather(type(points), points, query)
     geometry = scene._live_geometry(m, double)
-    fields = evaluate_points(m, double, repeated, m.Int(winners.array), edges, geometry)
+    fields = within(evaluate_points(m, double, repeated, m.Int(winners.array), edges, geometry), max_distance)
     return NearestEdge((n, k), **_sorted_slots(m, fields, n, k))
+
+
+def within(fields: dict[str, dr.ArrayBase], max_distance: float) -> dict[str, dr.ArrayBase]:
+    """``fields`` with results farther than ``max_distance`` made misses
+    (:func:`rayd.core.closest.within_max_distance`: the search radius is widened by rounding)."""
+    return within_max_distance(fields, max_distance, dr.select)
 
 
 def _sorted_slots(m: ModuleType, fields: dict[str, dr.ArrayBase], n: int, k: int) -> dict[str, dr.ArrayBase]:

@@ -91,7 +91,10 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return blocker >= 0
 
     def _segment_points(self, start: dr.ArrayBase, end: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
-        return dr.detach(start), dr.detach(end)
+        start, end = dr.detach(start), dr.detach(end)
+        if dr.width(start) == 0 or dr.width(end) == 0:  # no segments: Dr.Jit's `end - start` refuses widths 0 and 1
+            return type(start)(), type(end)()
+        return start, end
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:
         n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)

@@ -29,6 +29,7 @@ import warp as wp
 
 from rayd.engine.accel import SceneAccel
 from rayd.engine.closest_walk import SLIVER, closest_on_triangle, make_walks  # noqa: F401 (re-exported)
+from rayd.engine.radius import magnitude, widened_radius_sq
 from rayd.engine.runtime import PerRow, launch_rows, launch_stream, per_row
 from rayd.engine.traversal import SceneView
 
@@ -161,7 +162,7 @@ def _kernel(walk: str, pair: bool, ordered: bool, counting: bool):
         winner = int(-1)
         p = points[i * points_stride]
         if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
-            best = max_distance_sq
+            best = widened_radius_sq(max_distance_sq, magnitude(p))  # frontends re-check the reported distance
             best_id = int(_NO_ID)
             if wp.static(with_flat):
                 if scene.has_flat != 0:

@@ -20,6 +20,7 @@ import warp as wp
 
 from rayd.engine.edge_leaf_slab import slab_skips
 from rayd.engine.native import bits_float, load4, load4i
+from rayd.engine.radius import magnitude, widened_radius_sq
 from rayd.engine.nearest_edge_kernels import (
     _INF,
     _NO_ID,
@@ -193,6 +194,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         go = int(0)
         if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
             go = int(1)
+            bound = widened_radius_sq(bound, magnitude(p))  # the frontends re-check (engine/radius.py)
         if wp.static(seeded):
             if go != 0 and seed_slot >= 0:
                 gid0 = int(slot_id[seed_slot])

@@ -14,6 +14,7 @@ import warp as wp
 
 from rayd.engine.edges import MAX_DEPTH
 from rayd.engine.native import mul_rn
+from rayd.engine.radius import magnitude, widened_radius_sq
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
 MAX_K = 16
@@ -144,6 +145,45 @@ def _ray_box_reach(o: wp.vec3, d: wp.vec3, s0: float, s1: float, lo: wp.vec3, hi
 
 
 @wp.func
+def _in_range(d: wp.vec3, s0: float, s1: float) -> tuple[wp.vec3, float, float]:
+    """The segment ``o + s d, s in [s0, s1]`` with ``|d|_max`` brought into ``[2^-20, 2^20]`` by exact
+    powers of two (``s0``, ``s1`` scaled inversely: the same points). The search squares ``d``:
+    beyond about ``1e19`` (or below ``1e-19``) ``dot(d, d)`` overflowed (underflowed) float32 and
+    the segment was measured as its origin (or dropped). Directions already in range are kept,
+    bit for bit."""
+    out = d
+    a = s0
+    b = s1
+    m = magnitude(d)
+    for _ in range(4):  # float32 magnitudes span 2^-149 .. 2^128
+        if m > 1048576.0:
+            out = out * 9.094947e-13  # 2^-40
+            a = a * 1.0995116e12
+            b = b * 1.0995116e12
+            m = m * 9.094947e-13
+        elif m < 9.536743e-07 and m > 0.0:  # 2^-20
+            out = out * 1.0995116e12
+            a = a * 9.094947e-13
+            b = b * 9.094947e-13
+            m = m * 1.0995116e12
+    return out, a, b
+
+
+@wp.func
+def _root_magnitude(node_box: wp.array(dtype=wp.vec4)) -> float:
+    """The largest coordinate magnitude of the root's two child boxes (empty boxes skipped)."""
+    b0 = node_box[0]
+    b1 = node_box[1]
+    b2 = node_box[2]
+    m = float(0.0)
+    if b0[0] <= b0[3]:
+        m = wp.max(magnitude(wp.vec3(b0[0], b0[1], b0[2])), magnitude(wp.vec3(b0[3], b1[0], b1[1])))
+    if b1[2] <= b2[1]:
+        m = wp.max(m, wp.max(magnitude(wp.vec3(b1[2], b1[3], b2[0])), magnitude(wp.vec3(b2[1], b2[2], b2[3]))))
+    return m
+
+
+@wp.func
 def _better(dsq: float, gid: int, best_dsq: float, best_id: int) -> bool:
     """``(dsq, gid) < (best_dsq, best_id)`` in lexicographic order."""
     if dsq < best_dsq:
@@ -243,10 +283,16 @@ def _make_search_kernel(kind: int, counting: bool):
             s1 = tmax[i * tmax_stride]
             wellformed = wellformed and wp.isfinite(dir) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
             if wellformed:
+                dir, s0, s1 = _in_range(dir, s0, s1)
                 wellformed = wp.dot(dir, dir) > 0.0
         go = int(0)
         if active[i * active_stride] != wp.uint8(0) and wellformed:
             go = int(1)
+            if wp.isfinite(bound):  # widened by rounding: the frontends keep a winner only within max_distance
+                reach = magnitude(p)  # (engine/radius.py)
+                if wp.static(kind == RAY):
+                    reach = 2.0 * reach + 3.0 * _root_magnitude(node_box) + wp.sqrt(bound)
+                bound = widened_radius_sq(bound, reach)
         stack = _stack_i()
         stack_key = _stack_f()
         sp = int(0)

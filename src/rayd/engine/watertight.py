@@ -91,11 +91,17 @@ def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3
 
 @wp.func
 def safe_direction(d: wp.vec3) -> wp.vec3:
-    """``d`` with exact zeros replaced by a tiny value, for slab tests (1/d finite)."""
+    """``d`` with exact zeros replaced by ``2^-126`` (the least normal float32), for slab tests.
+
+    Its reciprocal (``8.5e37``) stays finite, and the slab tests follow a ray within
+    ``2^-126 / |d|_max`` of ``d``'s own direction: the old ``1e-30`` tilted a ray with
+    ``|d| = 1e-30`` by 45 degrees, and the boxes it truly crosses were missed. A product
+    ``(lo - o) / d`` that overflows is an infinite slab end, as it should be.
+    """
     out = d
     for k in range(3):
         if out[k] == 0.0:
-            out[k] = 1.0e-30
+            out[k] = 1.1754944e-38
     return out
 
 

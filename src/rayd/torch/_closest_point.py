@@ -27,7 +27,7 @@ from rayd.records import ClosestPointRecord
 from rayd.torch import _closest_fused, _convert, _interval, _ops
 from rayd.torch._geometry import gather
 from rayd.torch._live import differentiable
-from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance
+from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance, within
 from rayd.torch.intersection import TorchRecord
 
 
@@ -138,7 +138,7 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
     n = batch.numel()
     winner = _ops.closest_point_search(scene, call, _search_rows(points, batch, state.centre), flag, max_distance, n)
     if _closest_fused.usable(points, state):  # float32, no gradient: one kernel writes the record
-        fields = _closest_fused.closest_fused(points, batch, winner, state, geometric)
+        fields = within(_closest_fused.closest_fused(points, batch, winner, state, geometric), max_distance)
         return ClosestPoint(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
     dtype = scene._output_dtype(points)
     geometry = gather(state.table, state.live(dtype), winner)
@@ -162,6 +162,7 @@ def closest_point(scene, call: str, points: object, active: object, max_distance
         "shape_id": geometry.shape_id,
         "global_prim_id": winner,
     }
+    fields = within(fields, max_distance)
     return ClosestPoint(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.checks import max_distance as check_max_distance  # noqa: F401 - re-exported
+from rayd.core.closest import within_max_distance
 from rayd.torch import _check, _convert, _ops
 from rayd.torch import _nearest_edge_fused as _fused
 from rayd.torch._edge_formulas import _ids, evaluate_points, evaluate_rays
@@ -87,12 +88,16 @@ def nearest_edge_ray(scene, call: str, edges, ray: Ray, active: object, max_dist
                                   _convert.flat_float32(ray.d, batch, 3), _bound(ray.tmin, batch, device),
                                   _bound(ray.tmax, batch, device), flag, max_distance, n)
     dtype = _dtype(torch.promote_types(ray.o.dtype, ray.d.dtype), scene)
-    vertices = placed_vertices(scene._state, dtype)
-    o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-    d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-    s0 = _interval(ray.tmin, batch, dtype, device)
-    s1 = _interval(ray.tmax, batch, dtype, device)
+    # Evaluated in float64 and rounded once (as rayd.drjit does): the formulas square d, which
+    # float32 cannot for |d| beyond about 1e19 or below 1e-19.
+    work = torch.float64
+    vertices = placed_vertices(scene._state, work)
+    o = ray.o.to(work).expand(tuple(batch) + (3,)).reshape(n, 3)
+    d = ray.d.to(work).expand(tuple(batch) + (3,)).reshape(n, 3)
+    s0 = _interval(ray.tmin, batch, dtype, device).to(work)  # the bounds as given, in the output dtype
+    s1 = _interval(ray.tmax, batch, dtype, device).to(work)
     fields = evaluate_rays(o, d, s0, s1, winner, edges.edge_rows, vertices, edges.topology)
+    fields = within({k: v.to(dtype) if v.is_floating_point() else v for k, v in fields.items()}, max_distance)
     return NearestEdge(**{k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()})
 
 
@@ -115,11 +120,23 @@ def _points_query(scene, call, edges, points, k, active, max_distance) -> Neares
     rows = _search_rows(points, batch, edges.centre)
     if k is None:
         winner = _ops.edge_point_search(scene, call, rows, flag, max_distance, n)
-        fields = _evaluate_points(scene, edges, points, batch, 1, winner)
+        fields = within(_evaluate_points(scene, edges, points, batch, 1, winner), max_distance)
         return NearestEdge(**{name: v.reshape(tuple(batch) + v.shape[1:]) for name, v in fields.items()})
     winner = _ops.edge_point_search(scene, call, rows, flag, max_distance, n, k)
-    fields = _sorted_slots(_evaluate_points(scene, edges, points, batch, k, winner.reshape(-1)), n, k)
+    fields = within(_evaluate_points(scene, edges, points, batch, k, winner.reshape(-1)), max_distance)
+    fields = _sorted_slots(fields, n, k)
     return NearestEdge(**{name: v.reshape(tuple(batch) + (k,) + v.shape[1:]) for name, v in fields.items()})
+
+
+def within(fields: dict[str, torch.Tensor], max_distance: float) -> dict[str, torch.Tensor]:
+    """``fields`` ((N, ...) tensors) with results farther than ``max_distance`` made misses
+    (:func:`rayd.core.closest.within_max_distance`: the search radius is widened by rounding)."""
+    return within_max_distance(fields, max_distance, _select_rows)
+
+
+def _select_rows(ok: torch.Tensor, value: torch.Tensor, fill: float) -> torch.Tensor:
+    """``value`` where ``ok`` (broadcast over ``value``'s trailing component dims), else ``fill``."""
+    return torch.where(ok.reshape(ok.shape + (1,) * (value.dim() - ok.dim())), value, fill)
 
 
 def _sorted_slots(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch.Tensor]:
