@@ -205,3 +205,19 @@ def test_edge_samples_are_a_record_detach_and_index(m):
     assert repr(d) == "rayd.drjit.EdgeSamples(num_samples=6, width=8, height=8)"
     term = d.boundary_term(dr.full(m.Float64, 1.0, 6), dr.zeros(m.Float64, 6))
     assert dr.width(term) == 64 and float(dr.sum(dr.abs(term))[0]) == 0.0
+
+
+def test_assigned_parameters_are_checked_and_used(m):
+    """``camera.fov_y = 20`` was ignored and ``camera.fx = -2.0`` taken as given: assignments are
+    checked as ``Camera()`` checks them and take effect (as in rayd.torch)."""
+    cam = rd.Camera(8, 6, fov_y=60.0)
+    cam.fov_y = 20.0
+    assert np.allclose(cam.intrinsics(), rd.Camera(8, 6, fov_y=20.0).intrinsics())
+    assert np.allclose(np.array(cam.generate_rays().d), np.array(rd.Camera(8, 6, fov_y=20.0).generate_rays().d))
+    cam.fx = 5.0
+    assert cam.fov_y is None and cam.intrinsics()[0] == 5.0
+    for name, value, exc in [("fx", -2.0, ValueError), ("fov_y", 0.0, ValueError), ("cy", "a", TypeError),
+                             ("height", 3, AttributeError)]:
+        with pytest.raises(exc, match=r"^rayd\.drjit\.Camera"):
+            setattr(cam, name, value)
+    assert cam.intrinsics()[0] == 5.0 and cam.height == 6

@@ -293,3 +293,25 @@ def test_faces_in_place_raise_until_build(m, form):
         scene.sync()
     scene.build()
     assert scene.is_ready()
+
+
+@pytest.mark.parametrize("name", ["vertices", "faces", "to_world"])
+def test_assigning_a_mesh_array_is_refused_never_stale(m, name):
+    """``mesh.to_world = M`` after ``Mesh()`` was silently ignored by the scene (stale answers,
+    rebuild or not); it is refused naming the call to use, and the scene keeps its arrays."""
+    M = m.Matrix4f(1)
+    mesh = rd.Mesh(_vertices(m), m.Array3u([0], [1], [2]), to_world=M)
+    scene = rd.Scene()
+    scene.add_mesh(mesh, dynamic=True)
+    scene.build()
+    shifted = m.Matrix4f(1)
+    shifted[0][3] = SHIFT
+    new = {"vertices": vec(m.Array3f, TRI + [SHIFT, 0, 0]), "faces": m.Array3u([0], [2], [1]), "to_world": shifted}[name]
+    how = {"vertices": r"update_mesh_vertices", "to_world": r"rayd\.drjit\.Scene\.set_mesh_transform"}.get(name, "new Mesh")
+    with pytest.raises(AttributeError, match=rf"rayd\.drjit\.Mesh: '{name}' cannot be assigned.*{how}"):
+        setattr(mesh, name, new)
+    scene.build()
+    assert _hits(scene, m)[0] == [True, False]
+    scene.set_mesh_transform(0, shifted)
+    scene.sync()
+    assert _hits(scene, m)[0] == [False, True]

@@ -127,3 +127,23 @@ def test_empty_batch_and_broadcast_origin(m):
     np.testing.assert_allclose(np.array(one.path_length)[0], ref.path_length.detach().numpy()[0], rtol=1e-12)
     np.testing.assert_allclose(_slots(one.image_source, True)[0], ref.image_source.detach().numpy()[0], rtol=1e-12,
                                atol=1e-12)
+
+
+@pytest.mark.parametrize("double", [False, True], ids=["f32", "f64"])
+def test_reflection_on_the_shared_edge_of_a_planar_quad_bounces_once(m, double):
+    """A ray reflected on the diagonal of a planar quad leaves its plane: no second bounce off the
+    other triangle at t ~ 1e-9 (the rounded next origin used to lie behind the plane for some rays)."""
+    rng = np.random.default_rng(3)
+    rot = np.linalg.qr(rng.normal(size=(3, 3)))[0]
+    quad = np.array([[-3.0, -3, 0], [3, -3, 0], [3, 3, 0], [-3, 3, 0]]) @ rot.T + [0.3, 0.1, 0.2]
+    Array3 = m.Array3f64 if double else m.Array3f
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(Array3, quad), m.Array3u([0, 0], [1, 2], [2, 3])))
+    scene.build()
+    n = 2000
+    target = quad[0] + rng.uniform(size=(n, 1)) * (quad[2] - quad[0])
+    normal = np.cross(quad[1] - quad[0], quad[2] - quad[0])
+    o = target + 2.0 * normal / np.linalg.norm(normal) + 0.5 * rng.normal(size=(n, 3))
+    chain = scene.trace_reflections(rd.Ray(vec(Array3, o), vec(Array3, target - o)), 3)
+    assert (rows(chain.num_bounces) == 1).all()
+    assert (rows(chain.global_prim_id).reshape(n, 3)[:, 1:] == -1).all()

@@ -195,3 +195,31 @@ def test_project_on_the_camera_plane_is_zero_never_nan(device, dtype):
     posed = rt.Camera(16, 12, fov_y=60.0, to_world=_pose(dtype, device))
     xy, depth = posed.project(_pose(dtype, device)[:3, 3])  # its own centre
     assert xy.tolist() == [0.0, 0.0] and float(depth) == 0.0
+
+
+def test_assigned_parameters_are_checked_and_used():
+    """Assigning a parameter after Camera() is checked as Camera() checks it and takes effect:
+    ``camera.fov_y = 20`` was ignored (the rays kept the old focal length), ``camera.fx = -2.0``
+    gave garbage rays, ``camera.to_world = 'x'`` failed later with an unrelated error."""
+    cam = rt.Camera(8, 6, fov_y=60.0)
+    cam.fov_y = 20.0
+    torch.testing.assert_close(cam.generate_rays().d, rt.Camera(8, 6, fov_y=20.0).generate_rays().d)
+    cam.fx = 5.0  # fx alone: fov_y no longer describes the camera
+    assert cam.fov_y is None and cam.intrinsics() == (5.0, rt.Camera(8, 6, fov_y=20.0).intrinsics()[1], 4.0, 3.0)
+    cam.cx, cam.cy = 1.0, None  # None: the image centre
+    torch.testing.assert_close(cam.generate_rays().d, rt.Camera(8, 6, fx=5.0, fy=cam.fy, cx=1.0).generate_rays().d)
+    pose = torch.eye(4, dtype=torch.float64)
+    pose[:3, 3] = torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)
+    cam.to_world = pose
+    torch.testing.assert_close(cam.generate_rays().o[0, 0], pose[:3, 3])
+    before = cam.intrinsics()
+    for name, value, exc, text in [("fx", -2.0, ValueError, "'fx' must be positive, got -2.0"),
+                                   ("fy", float("nan"), ValueError, "'fy' must be finite"),
+                                   ("fov_y", 200.0, ValueError, "'fov_y' must be in \\(0, 180\\)"),
+                                   ("cx", "a", TypeError, "'cx' must be a float"),
+                                   ("to_world", "x", TypeError, "'to_world' must be a torch.Tensor"),
+                                   ("to_world", torch.eye(3), ValueError, "'to_world' must have shape \\(4, 4\\)"),
+                                   ("width", 16, AttributeError, "'width' cannot be assigned")]:
+        with pytest.raises(exc, match=r"^rayd\.torch\.Camera.*" + text):
+            setattr(cam, name, value)
+    assert cam.intrinsics() == before and cam.to_world is pose and cam.width == 8

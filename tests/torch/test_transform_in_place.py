@@ -93,3 +93,29 @@ def test_static_vertices_in_place_are_not_pending_and_need_build(device):
         scene.sync()
     scene.build()
     assert float(scene.intersect(_ray(device)).t) == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("name", ["vertices", "faces", "normals", "uv", "to_world"])
+def test_assigning_a_mesh_array_is_refused_never_stale(device, name):
+    """Assigning ``mesh.to_world = M`` (or any other array) after ``Mesh()`` used to be silently
+    ignored by the scene, before and after ``build()`` (it holds the arrays given to ``Mesh()``):
+    stale answers. It is refused, naming the call to use; the scene keeps answering for what
+    it holds, and the documented route applies the change."""
+    v = torch.tensor(TRI, device=device)
+    f = torch.tensor([[0, 1, 2]], device=device)
+    mesh = rt.Mesh(v, f, to_world=_translate(1.0, device))
+    scene = rt.Scene()
+    scene.add_mesh(mesh, dynamic=True)
+    scene.build()
+    new = {"vertices": v + 1.0, "faces": f.flip(-1), "normals": torch.ones_like(v), "uv": v[:, :2],
+           "to_world": _translate(2.0, device)}[name]
+    how = {"vertices": r"update_mesh_vertices", "to_world": r"rayd\.torch\.Scene\.set_mesh_transform"}.get(name, "new Mesh")
+    before = mesh.__getattribute__(name)
+    with pytest.raises(AttributeError, match=rf"rayd\.torch\.Mesh: '{name}' cannot be assigned.*{how}"):
+        setattr(mesh, name, new)
+    assert mesh.__getattribute__(name) is before
+    scene.build()
+    assert float(scene.intersect(_ray(device)).t) == pytest.approx(4.0)
+    scene.set_mesh_transform(0, _translate(2.0, device))
+    scene.sync()
+    assert float(scene.intersect(_ray(device)).t) == pytest.approx(3.0)

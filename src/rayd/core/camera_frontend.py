@@ -83,6 +83,10 @@ from rayd.core.frontend import PublicName, frontend_module
 from rayd.records import FieldRecord
 
 
+#: The attributes of a ``Camera`` whose assignment ``CameraBase.__setattr__`` checks (or refuses).
+_ASSIGNABLE = ("width", "height", "fov_y", "fx", "fy", "cx", "cy", "to_world")
+
+
 def check_size(call: str, name: str, value: object) -> int:
     """A positive image size (``width``/``height``) as an int, else ``TypeError``/``ValueError``."""
     if integer(value) is None:
@@ -126,6 +130,36 @@ class CameraBase(PublicName, FrontendDocs):
         self._set_intrinsics(fov_y, *(self._scalar(n, v) for n, v in (("fx", fx), ("fy", fy), ("cx", cx), ("cy", cy))))
         self.to_world = None if to_world is None else self._checked_to_world(to_world)
         self._check_values(self._CALL)
+        self._made = True
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Assigning a parameter after ``Camera()`` checks it as ``Camera()`` does (without reading
+        array values: ``sample_edges`` does) and keeps the intrinsics consistent: ``fov_y`` sets
+        ``fx = fy``, ``fx``/``fy`` clear ``fov_y``, ``cx``/``cy`` ``None`` mean the image centre.
+        ``width`` and ``height`` cannot be assigned (the default centre and ``fov_y`` depend on them).
+        Before, ``camera.fov_y = 30`` was ignored, ``camera.fx = -2.0`` gave NaN rays and
+        ``camera.to_world = x`` any object."""
+        if not self.__dict__.get("_made") or name not in _ASSIGNABLE:
+            object.__setattr__(self, name, value)
+            return
+        if name in ("width", "height"):
+            raise AttributeError(f"{self._name}: '{name}' cannot be assigned; make a new {self._name}()")
+        object.__setattr__(self, "_made", False)  # the checks below set the attributes themselves
+        try:
+            if name == "to_world":
+                self.to_world = None if value is None else self._checked_to_world(value)
+            elif name in ("cx", "cy"):
+                value = self._scalar(name, value)
+                object.__setattr__(self, name, (0.5 * (self.width if name == "cx" else self.height)
+                                                if value is None else value))
+            else:
+                given = {"fov_y": None, "fx": None, "fy": None}
+                if name in ("fx", "fy"):
+                    given = {"fov_y": None, "fx": self.fx, "fy": self.fy}
+                given[name] = self._checked_fov(value) if name == "fov_y" else self._scalar(name, value)
+                self._set_intrinsics(given["fov_y"], given["fx"], given["fy"], self.cx, self.cy)
+        finally:
+            object.__setattr__(self, "_made", True)
 
     # ------------------------------------------------------------------ hooks (frontends)
     def _checked_fov(self, fov_y: object):  # pragma: no cover - abstract

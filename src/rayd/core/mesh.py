@@ -69,11 +69,8 @@ class MeshBase(PublicName, FrontendDocs):
         if to_world is not None:
             to_world = self._check_transform(call, "to_world", to_world, vertices)
         self._check_face_range(call, "faces", faces, num_vertices)
-        self.vertices = vertices
-        self.faces = faces
-        self.normals = attributes["normals"]
-        self.uv = attributes["uv"]
-        self.to_world = to_world
+        self._arrays = {"vertices": vertices, "faces": faces, "normals": attributes["normals"],
+                        "uv": attributes["uv"], "to_world": to_world}
 
     @classmethod
     def from_trimesh(cls, mesh: object, *, normals: bool = False, uv: bool = False, to_world: Any = None,
@@ -104,6 +101,24 @@ class MeshBase(PublicName, FrontendDocs):
 
         return build_as(call, f"{cls._name}()", make)
 
+    vertices = property(lambda self: self._arrays["vertices"], lambda self, value: self._refuse("vertices"),
+                        doc="(V, 3) vertex positions, the array given to ``Mesh()`` (read-only attribute).")
+    faces = property(lambda self: self._arrays["faces"], lambda self, value: self._refuse("faces"),
+                     doc="(F, 3) vertex indices, the array given to ``Mesh()`` (read-only attribute).")
+    normals = property(lambda self: self._arrays["normals"], lambda self, value: self._refuse("normals"),
+                       doc="(V, 3) per-vertex shading normals or ``None`` (read-only attribute).")
+    uv = property(lambda self: self._arrays["uv"], lambda self, value: self._refuse("uv"),
+                  doc="(V, 2) per-vertex texture coordinates or ``None`` (read-only attribute).")
+    to_world = property(lambda self: self._arrays["to_world"], lambda self, value: self._refuse("to_world"),
+                        doc="(4, 4) object-to-world matrix or ``None`` (read-only attribute).")
+
+    def _refuse(self, name: str) -> None:
+        """``AttributeError``: a mesh's arrays are fixed at ``Mesh()`` (a scene registered them; assigning
+        a new array would be seen by some queries and not by others, so it is refused)."""
+        how = _REPLACE[name].replace("Scene.", f"{self._name.rsplit('.', 1)[0]}.Scene.")
+        raise AttributeError(f"{self._name}: '{name}' cannot be assigned (a scene holds the array given to "
+                             f"{self._name}()); {how}. In-place writes into the array are seen as documented")
+
     @property
     def num_vertices(self) -> int:
         """V."""
@@ -119,6 +134,16 @@ class MeshBase(PublicName, FrontendDocs):
         more = f", with {', '.join(extras)}" if extras else ""
         where = frontend_module(self, "_convert").where(self.vertices)  # device=cpu, type=drjit.llvm.Array3f
         return f"{self._name}(V={self.num_vertices}, F={self.num_faces}, {where}{more})"
+
+
+#: How to change each of a mesh's arrays instead of assigning the attribute (``MeshBase._refuse``).
+_REPLACE = {
+    "vertices": "use Scene.update_mesh_vertices(mesh_id, vertices) (a mesh added with dynamic=True)",
+    "to_world": "use Scene.set_mesh_transform(shape_id, to_world)",
+    "faces": "make a new Mesh, add it and build() again",
+    "normals": "make a new Mesh, add it and build() again",
+    "uv": "make a new Mesh, add it and build() again",
+}
 
 
 def _trimesh_signature(method: Any, converter: Any) -> inspect.Signature:

@@ -17,7 +17,12 @@ taken to world space by the inverse-transpose of the placement, in float64). The
 reflection uses the segment's float32 direction and the unit normal rounded to float32
 (the ``d_out`` formula of a float32 record, from its ``geo_n``); the next segment's
 origin and direction are the float64 results rounded to float32, as a frontend would
-hand over its own ``p`` and ``d_out``. Only the float32 ray state lives across the walks. The frontends re-evaluate every
+hand over its own ``p`` and ``d_out``, except that an origin the rounding put behind the
+plane of the face it leaves (on the side the reflected direction does not go to) is
+moved a few float32 ulps along the normal to the leaving side (:func:`leaving_origin`):
+in exact arithmetic the segment meets that plane only at ``t = 0``, so a neighbour of
+the face (the other triangle of a planar quad, hit on their shared edge) must not be hit
+at ``t ~ 1e-9`` as a second, spurious reflection. Only the float32 ray state lives across the walks. The frontends re-evaluate every
 slot differentiably for the fixed winners.
 """
 
@@ -94,6 +99,43 @@ def _r32(v: wp.vec3d) -> wp.vec3d:
     return wp.vec3d(wp.float64(float(v[0])), wp.float64(float(v[1])), wp.float64(float(v[2])))
 
 
+@wp.func
+def plane_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> wp.float64:
+    """The float64 ``t`` where ``o + t d`` meets the plane of the float32 corners (not rounded)."""
+    a64 = _d64(a)
+    n = wp.cross(_d64(b) - a64, _d64(c) - a64)
+    den = wp.dot(d64, n)
+    if den == wp.float64(0.0):
+        return wp.float64(0.0)
+    return wp.dot(a64 - o64, n) / den
+
+
+@wp.func
+def leaving_origin(p: wp.vec3d, o64: wp.vec3d, d64: wp.vec3d, t_plane: wp.float64, unit: wp.vec3d,
+                   direction: wp.vec3d) -> wp.vec3:
+    """The float32 origin of the segment leaving a hit at ``p``: ``p`` rounded to float32, moved
+    by a few float32 ulps along the face normal where the rounding put it on the wrong side of
+    the face's plane (the side ``direction`` does not go to), so that the search of the next
+    segment cannot hit the face's neighbours at ``t ~ 0`` (a ray reflected on the shared edge
+    of a planar quad bounced again off the other triangle: a spurious reflection at ``t ~ 1e-9``).
+    """
+    side = wp.dot(direction, unit)
+    sign = wp.float64(1.0)
+    if side < wp.float64(0.0):
+        sign = wp.float64(-1.0)
+    scale = wp.max(wp.max(wp.abs(p[0]), wp.abs(p[1])), wp.abs(p[2]))
+    need = scale * wp.float64(1.0e-9)  # ~2^-30 relative: far above the neighbours' plane mismatch
+    q = _r32(p)
+    step = scale * wp.float64(2.4e-7)  # ~2^-22 relative: a few float32 ulps of the largest component
+    for _k in range(6):
+        height = (wp.dot(q - o64, unit) - t_plane * wp.dot(d64, unit)) * sign
+        if height >= need or side == wp.float64(0.0):
+            break
+        q = _r32(p + (wp.abs(height) + step) * sign * unit)
+        step = step * wp.float64(2.0)
+    return wp.vec3(float(q[0]), float(q[1]), float(q[2]))
+
+
 def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
     """The chain kernel over ``trace_fn`` (one variant per combination of scene parts, as ``search``)."""
 
@@ -168,10 +210,18 @@ def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
             length = wp.length(normal)
             if not (length > zero) or not wp.isfinite(t):  # never for a winner of the search
                 break
-            normal = _r32(normal / length)  # the geo_n a float32 record reports
+            unit = normal / length
+            normal = _r32(unit)  # the geo_n a float32 record reports
             p = o64 + wp.float64(t) * d64
             direction = d64 - wp.float64(2.0) * wp.dot(d64, normal) * normal
-            oi = wp.vec3(float(p[0]), float(p[1]), float(p[2]))
+            # The exact line-plane parameter (t above is rounded to float32) places the plane.
+            t_plane = wp.float64(0.0)
+            if inst < 0:
+                t_plane = plane_t(o64, d64, a, bb, c)
+            else:
+                t_plane = plane_t(wp.transform_point(scene.inst_to_object[inst], o64),
+                                  wp.transform_vector(scene.inst_to_object[inst], d64), a, bb, c)
+            oi = leaving_origin(p, o64, d64, t_plane, unit, direction)
             di = wp.vec3(float(direction[0]), float(direction[1]), float(direction[2]))
             t0 = 0.0
             t1 = INF
