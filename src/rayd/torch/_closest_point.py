@@ -68,8 +68,16 @@ def _prepare(call: str, device, points: object, active: object):
 
 
 def _dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-    """Dot product over the last dim (``einsum``: ``(x * y).sum(-1)`` is ~20x slower on the CPU for 3-vectors)."""
-    return torch.einsum("...i,...i->...", x, y)
+    """Dot product over the last dim of 3-vectors, as ``(x0 y0 + x1 y1) + x2 y2`` in elementwise ops.
+
+    Written out rather than ``einsum`` (which may pick a batched matrix product whose summation
+    order depends on the batch size, so one point alone and the same point in a batch differed by
+    an ulp on CUDA) or ``(x * y).sum(-1)`` (~20x slower on the CPU for 3-vectors): every row is
+    rounded the same way whatever the batch, device or shape (and it is 2x faster than ``einsum``
+    on the CPU at 256 k rows).
+    """
+    t = x * y
+    return t[..., 0] + t[..., 1] + t[..., 2]
 
 
 def _safe_div(num: torch.Tensor, den: torch.Tensor) -> torch.Tensor:
