@@ -12,6 +12,7 @@ from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude_zeroed
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
+from rayd.engine.wide_refit import WideRefit, tri_refit
 
 #: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
 #: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
@@ -240,6 +241,10 @@ class TriangleScene:
         self.face_base = face_base
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
+        self.instanced = instanced
+        self.stale = False  # a wide-only refit left the binary, per-face and pair boxes for complete()
+        self._stale_stream = None
+        self._wide_refit = None  # wide_refit.WideRefit, made at the first wide-only refit
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if self.walk == "auto":
             self.walk = "ifif" if self.device.is_cpu else "ww"
@@ -345,13 +350,22 @@ class TriangleScene:
 
         With the fused refit (the default) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes.
+        writes the pair nodes, leaf triangles and wide nodes. With ``wide_refit.set_tri_refit("wide")``,
+        a flat tree with wide nodes gets the wide-only climb instead and is left :attr:`stale` until
+        :meth:`complete`.
         """
+        self.stale = False
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
             self._magnitude(stream, partials_ready)
-            self.fused.run(self, stream)
-            if self.wide is not None and not FusedRefit.writes_wide(self):
-                self.wide.refresh(stream)
+            if tri_refit() == "wide" and not self.instanced and WideRefit.applies(self):
+                if self._wide_refit is None:
+                    self._wide_refit = WideRefit(self, stream)
+                self._wide_refit.run(self, stream)
+                self.stale, self._stale_stream = True, stream
+            else:
+                self.fused.run(self, stream)
+                if self.wide is not None and not FusedRefit.writes_wide(self):
+                    self.wide.refresh(stream)
         else:
             with launch_stream(self.device, stream):
                 self._bounds(stream, partials_ready)
@@ -364,3 +378,16 @@ class TriangleScene:
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()
+
+    def complete(self, stream: wp.Stream | None = None) -> None:
+        """Bring up to date what the last refit left stale (:attr:`stale`: a wide-only refit,
+        ``wide_refit.py``, wrote only the wide nodes and leaf triangles): Warp's node boxes, the
+        per-face boxes (:attr:`lowers`, :attr:`uppers`) and the pair nodes, by the fused refit from
+        the same points and magnitude (bit-equal to a full refit). No-op when nothing is stale.
+
+        Args:
+            stream: the stream of the query that needs them (``None`` on the CPU).
+        """
+        if self.stale:
+            self.fused.run(self, stream)
+            self.stale = False

@@ -1,0 +1,219 @@
+"""Refit of the 4-wide nodes alone, the rest of the tree later (issue 18, "update").
+
+The CUDA default search (``wide_walk.py``: PLOC tree, 4-wide nodes) reads only the wide nodes'
+boxes and the leaf-ordered triangle corners (``PairNodes.tris``), plus the scene magnitude. The
+fused refit (``refit.FusedRefit``) also writes Warp's binary node boxes, the per-face boxes, the
+pair nodes, and climbs the binary tree (about twice as many levels, an atomic and a fence per
+binary node). :class:`WideRefit` climbs the wide tree instead: one thread per leaf computes its
+padded triangle boxes (as ``refit._fused_refit_kernel`` does, same operations, same bits), writes
+the leaf's corners into ``tris`` and the leaf's box into its wide parent's slot, then bumps the
+parent's arrival counter; the thread that arrives last (the counter reaches the parent's number of
+children) unions the children's boxes (read from L2) and writes the result into the grandparent's
+slot, and so on up to the root (Karras 2012, sec. 4's bottom-up pass, over a 4-wide tree).
+
+Unions are exact (``min``/``max`` of the same leaf boxes, grouped differently), so every wide row
+is bit-equal to the fused refit's. Everything else (binary boxes, per-face boxes, pair nodes) is
+left stale: ``TriangleScene.complete`` runs the fused refit when a query that reads them comes
+(``accel.SceneAccel.view_for``), which rewrites all of it from the same points and magnitude.
+
+``RAYD_TRI_REFIT`` (or :func:`set_tri_refit`, read at every refit, so one scene can A/B):
+``"full"`` (the default: the fused refit of everything at ``sync()``) or ``"wide"`` (this module;
+scenes without wide nodes keep the fused refit).
+"""
+
+from __future__ import annotations
+
+import os
+
+import warp as wp
+
+from rayd.engine.refit import BOX_PADDING, _fence, _load_l2
+
+wp.set_module_options({"enable_backward": False})
+
+#: What ``TriangleScene.refit`` refits at ``sync()``: ``"full"`` or ``"wide"`` (see the module docstring).
+TRI_REFITS = ("full", "wide")
+_tri_refit = os.environ.get("RAYD_TRI_REFIT", "full").strip().lower()
+if _tri_refit not in TRI_REFITS:
+    raise ValueError(f"rayd.engine: RAYD_TRI_REFIT must be one of {TRI_REFITS}, got {_tri_refit!r}")
+
+
+def set_tri_refit(name: str) -> None:
+    """Choose what refits of triangle BVHs write at ``sync()`` from now on: ``"full"`` (every node
+    structure) or ``"wide"`` (the wide nodes and leaf triangles; the rest when a query reads it).
+
+    Raises:
+        ValueError: for another name.
+    """
+    global _tri_refit
+    if name not in TRI_REFITS:
+        raise ValueError(f"rayd.engine.set_tri_refit(): 'name' must be one of {TRI_REFITS}, got {name!r}")
+    _tri_refit = name
+
+
+def tri_refit() -> str:
+    """What refits write at ``sync()`` now (``"full"`` or ``"wide"``)."""
+    return _tri_refit
+
+
+@wp.func
+def _slot_write(wide_f: wp.array(dtype=float), slot: int, lo: wp.vec3, hi: wp.vec3):
+    """Store box ``[lo, hi]`` as child ``slot & 3`` of wide node ``slot >> 2`` (rows lo.x, hi.x, lo.y, ...)."""
+    base = 32 * (slot >> 2) + (slot & 3)
+    wide_f[base] = lo[0]
+    wide_f[base + 4] = hi[0]
+    wide_f[base + 8] = lo[1]
+    wide_f[base + 12] = hi[1]
+    wide_f[base + 16] = lo[2]
+    wide_f[base + 20] = hi[2]
+
+
+@wp.kernel
+def _up_kernel(wlinks: wp.array(dtype=wp.vec4i), up: wp.array(dtype=wp.int32), leaf_at: wp.array(dtype=wp.int32)):
+    """Per wide node: ``up[w] = 4 (parent slot + 1) + children - 1`` for its children; per leaf child,
+    ``leaf_at[first slot] = 4 w + j``."""
+    w = wp.tid()
+    refs = wlinks[8 * w + 6]
+    codes = wlinks[8 * w + 7]
+    n = int(0)
+    for j in range(4):
+        if codes[j] >= 0:
+            n += 1
+    for j in range(4):
+        if j < n:
+            r = refs[j]
+            if r >= 0:
+                wp.atomic_add(up, r, 4 * (4 * w + j + 1))  # (the child's own count is added by its thread)
+            else:
+                leaf_at[(-1 - r) >> 3] = 4 * w + j
+    wp.atomic_add(up, w, n - 1)
+
+
+@wp.kernel
+def _leaf_flags_kernel(leaf_at: wp.array(dtype=wp.int32), flags: wp.array(dtype=wp.int32)):
+    s = wp.tid()
+    flags[s] = wp.where(leaf_at[s] >= 0, 1, 0)
+
+
+@wp.kernel
+def _leaf_compact_kernel(leaf_at: wp.array(dtype=wp.int32), position: wp.array(dtype=wp.int32),
+                         leaves: wp.array(dtype=wp.int32)):
+    s = wp.tid()
+    if leaf_at[s] >= 0:
+        leaves[position[s]] = leaf_at[s]
+
+
+@wp.kernel
+def _wide_climb_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    primitives: wp.array(dtype=wp.int32),
+    leaves: wp.array(dtype=wp.int32),
+    up: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    wide_f: wp.array(dtype=float),
+    tris: wp.array(dtype=wp.vec4),
+):
+    s = leaves[wp.tid()]
+    if s < 0:
+        return  # padding past the last leaf
+    w = s >> 2
+    code = -1 - wlinks[8 * w + 6][s & 3]
+    first = code >> 3
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    grow = wp.vec3(pad, pad, pad)
+    inf = float(1.0e30)
+    lo = wp.vec3(inf, inf, inf)
+    hi = wp.vec3(-inf, -inf, -inf)
+    for slot in range(first, first + (code & 7) + 1):
+        row = 3 * (face_base + primitives[slot])
+        a = points[indices[row]]
+        b = points[indices[row + 1]]
+        c = points[indices[row + 2]]
+        tris[3 * slot] = wp.vec4(a[0], a[1], a[2], 0.0)
+        tris[3 * slot + 1] = wp.vec4(b[0], b[1], b[2], 0.0)
+        tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
+        lo = wp.min(lo, wp.min(wp.min(a, b), c) - grow)
+        hi = wp.max(hi, wp.max(wp.max(a, b), c) + grow)
+    _slot_write(wide_f, s, lo, hi)
+    while True:
+        word = up[w]
+        last = word & 3  # children - 1
+        _fence()
+        if wp.atomic_add(counters, w, 1) != last:
+            return  # a sibling's thread finishes w
+        counters[w] = 0  # every child has arrived: zero again for the next refit (no memset)
+        parent = (word >> 2) - 1
+        if parent < 0:
+            return  # the root (its box is no wide row)
+        base = 8 * w
+        lx = _load_l2(data, base)
+        hx = _load_l2(data, base + 1)
+        ly = _load_l2(data, base + 2)
+        hy = _load_l2(data, base + 3)
+        lz = _load_l2(data, base + 4)
+        hz = _load_l2(data, base + 5)
+        lo = wp.vec3(lx[0], ly[0], lz[0])
+        hi = wp.vec3(hx[0], hy[0], hz[0])
+        for j in range(1, 4):
+            if j <= last:
+                lo = wp.min(lo, wp.vec3(lx[j], ly[j], lz[j]))
+                hi = wp.max(hi, wp.vec3(hx[j], hy[j], hz[j]))
+        _slot_write(wide_f, parent, lo, hi)
+        w = parent >> 2
+
+
+class WideRefit:
+    """The wide-only refit of one ``TriangleScene`` with wide nodes (see the module docstring).
+
+    Args:
+        tri: the scene (its :attr:`wide` nodes made, with a slot map: a tree of two leaves or more).
+        stream: the stream to prepare on (``None`` on the CPU).
+
+    Attributes:
+        leaves: int32 (F,), ``4 w + j`` of every leaf child in slot order, then ``-1``.
+        up: int32 (W,), ``4 (parent slot + 1) + children - 1`` per wide node (parent slot ``-1`` at the root).
+        counters: int32 (W,), arrival counters (zero between refits).
+    """
+
+    def __init__(self, tri, stream: wp.Stream | None = None) -> None:
+        wide = tri.wide
+        device = tri.device
+        f = tri.num_triangles
+        count = wide.count
+        self.up = wp.zeros(count, dtype=wp.int32, device=device)
+        self.counters = wp.zeros(count, dtype=wp.int32, device=device)
+        leaf_at = wp.full(f, -1, dtype=wp.int32, device=device)
+        wp.launch(_up_kernel, count, [wide.links], [self.up, leaf_at], device=device, stream=stream)
+        flags = wp.empty(f, dtype=wp.int32, device=device)
+        position = wp.empty(f, dtype=wp.int32, device=device)
+        wp.launch(_leaf_flags_kernel, f, [leaf_at], [flags], device=device, stream=stream)
+        with wp.ScopedStream(stream, sync_enter=False) if stream is not None else wp.ScopedDevice(device):
+            wp.utils.array_scan(flags, position, inclusive=False)
+        self.leaves = wp.full(f, -1, dtype=wp.int32, device=device)
+        wp.launch(_leaf_compact_kernel, f, [leaf_at, position], [self.leaves], device=device, stream=stream)
+        self._cmd = None
+
+    def run(self, tri, stream: wp.Stream | None) -> None:
+        """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured): one launch,
+        recorded at the first call and replayed."""
+        if self._cmd is None:
+            wide = tri.wide
+            self._wide_f = wp.array(ptr=wide.data.ptr, dtype=float, shape=(4 * wide.data.shape[0],),
+                                    device=tri.device)
+            self._cmd = wp.launch(
+                _wide_climb_kernel, self.leaves.shape[0],
+                [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.leaves, self.up,
+                 self.counters, wide.data, wide.links, self._wide_f, tri.pairs.tris],
+                device=tri.device, record_cmd=True)
+            self._cmd.fwd_args = None
+        self._cmd.launch(None if tri.device.is_cpu else stream)
+
+    @staticmethod
+    def applies(tri) -> bool:
+        """Whether ``tri`` can be refitted this way (a fused refit, pair nodes, wide nodes with a slot map)."""
+        return tri.fused is not None and tri.pairs is not None and tri.wide is not None and tri.wide.slots is not None
