@@ -244,7 +244,7 @@ class TriangleScene:
         self.instanced = instanced
         self.stale = False  # a wide-only refit left the binary, per-face and pair boxes for complete()
         self._stale_stream = None
-        self._wide_refit = None  # wide_refit.WideRefit, made at the first wide-only refit
+        self._wide_refit = None  # wide_refit.WideRefit (wide-only refits)
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if self.walk == "auto":
             self.walk = "ifif" if self.device.is_cpu else "ww"
@@ -305,6 +305,8 @@ class TriangleScene:
                                         self.tree.leaf_nodes if emitted is not None else None)
             elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
+            if tri_refit() == "wide" and not instanced and WideRefit.applies(self):
+                self._wide_refit = WideRefit(self, stream)  # (else made at the first wide-only refit)
 
     @property
     def id(self) -> int:

@@ -28,6 +28,7 @@ import os
 import warp as wp
 
 from rayd.engine.refit import BOX_PADDING, _fence, _load_l2
+from rayd.engine.runtime import launch_stream
 
 wp.set_module_options({"enable_backward": False})
 
@@ -185,17 +186,19 @@ class WideRefit:
         device = tri.device
         f = tri.num_triangles
         count = wide.count
-        self.up = wp.zeros(count, dtype=wp.int32, device=device)
-        self.counters = wp.zeros(count, dtype=wp.int32, device=device)
-        leaf_at = wp.full(f, -1, dtype=wp.int32, device=device)
-        wp.launch(_up_kernel, count, [wide.links], [self.up, leaf_at], device=device, stream=stream)
-        flags = wp.empty(f, dtype=wp.int32, device=device)
-        position = wp.empty(f, dtype=wp.int32, device=device)
-        wp.launch(_leaf_flags_kernel, f, [leaf_at], [flags], device=device, stream=stream)
-        with wp.ScopedStream(stream, sync_enter=False) if stream is not None else wp.ScopedDevice(device):
+        with launch_stream(device, stream):  # (the fills and the scan run on the current stream)
+            self.up = wp.zeros(count, dtype=wp.int32, device=device)
+            self.counters = wp.zeros(count, dtype=wp.int32, device=device)
+            leaf_at = wp.full(f, -1, dtype=wp.int32, device=device)
+            wp.launch(_up_kernel, count, [wide.links], [self.up, leaf_at], device=device, stream=stream)
+            flags = wp.empty(f, dtype=wp.int32, device=device)
+            position = wp.empty(f, dtype=wp.int32, device=device)
+            wp.launch(_leaf_flags_kernel, f, [leaf_at], [flags], device=device, stream=stream)
             wp.utils.array_scan(flags, position, inclusive=False)
-        self.leaves = wp.full(f, -1, dtype=wp.int32, device=device)
-        wp.launch(_leaf_compact_kernel, f, [leaf_at, position], [self.leaves], device=device, stream=stream)
+            self.leaves = wp.full(f, -1, dtype=wp.int32, device=device)
+            wp.launch(_leaf_compact_kernel, f, [leaf_at, position], [self.leaves], device=device, stream=stream)
+            if stream is not None:
+                wp.synchronize_stream(stream)  # before the scratch arrays are released
         self._cmd = None
 
     def run(self, tri, stream: wp.Stream | None) -> None:
