@@ -23,7 +23,7 @@ also timed, ``RAYD_REFIT_VARIANT``, were removed in session 13: none beat the de
 ``--tri-refits full,wide`` (17th session): per scene, each of ``wide_refit.TRI_REFITS`` (``full``: the
 fused refit of every structure at sync(); ``wide``: the climb over the 4-wide nodes alone, the rest
 when a query reads it), measured on the same scene, interleaved call by call (``ab`` line: medians
-and the ratio wide / full of update+sync and of the refit's GPU time by CUDA events), the equality of
+and the ratio to full of update+sync and of the refit's GPU time by CUDA events; ``wide_node`` too), the equality of
 the two (``same``: wide rows and leaf triangles right after the wide refit; every structure after
 ``complete()``), and the cost of that completion (the fused refit, run by the first query that reads
 the binary or pair boxes). ``--workloads terrain,sphere``: the terrain 2 M and the bumpy sphere 1 M;
@@ -220,16 +220,18 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
                     gpu[m].append(ev[0].elapsed_time(ev[1]))
     rec = {f"{m}_update_sync_ms": statistics.median(wall[m]) for m in modes}
     rec.update({f"{m}_refit_gpu_ms": statistics.median(gpu[m]) for m in modes if gpu[m]})
-    # equality: the full refit's bits against the wide refit's (at once, then after complete())
-    same_now = same_all = None
-    if "wide" in modes and flat.wide is not None:
+    # equality: the full refit's bits against each wide refit's (at once, then after complete())
+    rec["same"] = {}
+    for m in [x for x in modes if x != "full"]:
+        if flat.wide is None:
+            break
         wide_refit.set_tri_refit("full")
         scene.update_mesh_vertices(0, sets[0])
         scene.sync()
         want = state(flat)
         scene.update_mesh_vertices(0, sets[1])  # every structure now holds the other vertex set
         scene.sync()
-        wide_refit.set_tri_refit("wide")
+        wide_refit.set_tri_refit(m)
         scene.update_mesh_vertices(0, sets[0])
         scene.sync()
         sync()
@@ -238,7 +240,8 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
         flat.complete(stream)
         sync()
         got = state(flat)
-        same_all = all(bool((got[x] == want[x]).all()) for x in want)
+        rec["same"][m] = f"{same_now}/{all(bool((got[x] == want[x]).all()) for x in want)}"
+    if len(rec["same"]):
         done = []
         for _ in range(12):  # the completion's cost (the fused refit), timed as a query would run it
             scene.update_mesh_vertices(0, sets[0])
@@ -249,12 +252,11 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             sync()
             done.append((time.perf_counter() - t0) * 1e3)
         rec.update(complete_ms=statistics.median(done[2:]))
-    rec.update(same_now=same_now, same_all=same_all)
     if cuda:
         for m in modes:
             wide_refit.set_tri_refit(m)
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",
-                                                       "_wide_climb_kernel"))
+                                                       "_leaf_climb_kernel", "_node_climb_kernel"))
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))
@@ -315,14 +317,14 @@ for wname in a.workloads.split(","):
                                          f" ({rec[m + '_kernels_per_call']:.0f}/call)")
                             if wref:
                                 line += f" = {rec[m + '_update_sync_ms'] / wref:.2f} x warp"
-                        if len(modes) == 2:
-                            r = rec[modes[1] + "_update_sync_ms"] / rec[modes[0] + "_update_sync_ms"]
-                            line += f"  ratio {modes[1]}/{modes[0]} {r:.3f}"
+                        for m in modes[1:]:
+                            r = rec[m + "_update_sync_ms"] / rec[modes[0] + "_update_sync_ms"]
+                            line += f"  ratio {m}/{modes[0]} {r:.3f}"
                             if cuda:
-                                line += f" (GPU {rec[modes[1] + '_refit_gpu_ms'] / rec[modes[0] + '_refit_gpu_ms']:.3f})"
+                                line += f" (GPU {rec[m + '_refit_gpu_ms'] / rec[modes[0] + '_refit_gpu_ms']:.3f})"
                         if rec.get("complete_ms") is not None:
                             line += f"  complete {rec['complete_ms']:.3f} ms"
-                        line += f"  same {rec['same_now']}/{rec['same_all']}"
+                        line += "  same " + " ".join(f"{m} {x}" for m, x in rec["same"].items())
                         print(line, flush=True)
                         records.append(rec)
                     else:

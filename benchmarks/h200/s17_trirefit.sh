@@ -16,11 +16,11 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
 echo "== update+sync A/B full vs wide (ms), CUDA defaults, with --list of the kernels"
-timeout 140 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits full,wide --warp --list \
+timeout 140 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits full,wide,wide_node --warp --list \
   --repeats 30 --json "$OUT/s17_trirefit.json" > "$OUT/s17_trirefit.txt" 2>&1
 echo "rc=$?" >> "$OUT/s17_trirefit.txt"; grep -E "^(ab|warp|terrain|sphere|rc)|FAILED|Error" "$OUT/s17_trirefit.txt"
 echo "== the same on the host-SAH tree (terrain)"
-timeout 60 python3 benchmarks/h200/refit_orders.py --workloads terrain --builders sah --layouts wide4 --tri-refits full,wide \
+timeout 60 python3 benchmarks/h200/refit_orders.py --workloads terrain --builders sah --layouts wide4 --tri-refits full,wide,wide_node \
   --repeats 20 --json "$OUT/s17_trirefit_sah.json" > "$OUT/s17_trirefit_sah.txt" 2>&1
 echo "rc=$?" >> "$OUT/s17_trirefit_sah.txt"; grep -E "^(ab|rc)|FAILED|Error" "$OUT/s17_trirefit_sah.txt"
 echo "== CUDA tests of the wide refit and the refit/update paths"

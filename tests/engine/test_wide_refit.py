@@ -1,4 +1,4 @@
-"""The wide-only refit (``engine/wide_refit.py``, ``RAYD_TRI_REFIT=wide``): the wide nodes' rows and the
+"""The wide-only refit (``engine/wide_refit.py``, ``RAYD_TRI_REFIT=wide`` or ``wide_node``): the wide nodes' rows and the
 leaf triangles it writes are bit-equal to the fused refit's; the binary, per-face and pair boxes it
 leaves stale are bit-equal to the fused refit's once a query that reads them completes them; queries
 after ``update_mesh_vertices`` + ``sync()`` answer as a fresh build's."""
@@ -43,9 +43,10 @@ def _state(tri) -> dict[str, np.ndarray]:
 EAGER = ("wide", "tris", "magnitude")  # what the wide-only refit writes at once
 
 
+@pytest.mark.parametrize("mode", ["wide", "wide_node"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
 @pytest.mark.parametrize("count,face_base", [(2, 0), (3, 0), (300, 0), (300, 17), (5000, 3)])
-def test_wide_refit_equals_full_refit(count, face_base, constructor, device):
+def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, device):
     """On one tree, for several vertex sets: the full refit's bits, then a refit from other points, then
     the wide-only refit of the first set: wide rows, leaf triangles and magnitude equal at once, the rest
     after ``complete()``; the arrival counters are left zero."""
@@ -66,23 +67,23 @@ def test_wide_refit_equals_full_refit(count, face_base, constructor, device):
             tri.points.assign(v)
             tri.refit()
             assert not tri.stale
-        with _settings(constructor, refit="wide"):
+        with _settings(constructor, refit=mode):
             tri.points.assign(moved)
             tri.refit()
         assert tri.stale
         got = _state(tri)
         for key in EAGER:
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-        assert not tri._wide_refit.counters.numpy().any()
+        assert not tri._wide_refits[wide_refit.per_thread(mode)].counters.numpy().any()
         tri.complete()
         assert not tri.stale
         got = _state(tri)
         for key in want:
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-    # each leaf is listed once, in slot order, then padding
-    leaves = tri._wide_refit.leaves.numpy()
-    listed = leaves[leaves >= 0]
-    assert len(set(listed.tolist())) == len(listed) and (leaves[len(listed):] == -1).all()
+    # each leaf (or wide node with leaves) is listed once, then padding
+    items = tri._wide_refits[wide_refit.per_thread(mode)].items.numpy()
+    listed = items[items >= 0]
+    assert len(set(listed.tolist())) == len(listed) and (items[len(listed):] == -1).all()
 
 
 def test_single_leaf_tree_keeps_the_full_refit(device):
@@ -93,7 +94,7 @@ def test_single_leaf_tree_keeps_the_full_refit(device):
                                       layout="wide4")
         tri.points.assign(v * 2.0)
         tri.refit()
-    assert not tri.stale and tri._wide_refit is None
+    assert not tri.stale and not tri._wide_refits
 
 
 def _terrain(n):
@@ -106,8 +107,9 @@ def _terrain(n):
     return v, f
 
 
+@pytest.mark.parametrize("mode", ["wide", "wide_node"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
-def test_queries_after_wide_refit_equal_fresh_build(constructor, device):
+def test_queries_after_wide_refit_equal_fresh_build(constructor, mode, device):
     """After update + sync: intersect / shadow_test (the wide walk: nothing completed), then closest_point
     and nearest_edge (completed on their own stream, never by the fallback), against a fresh build of
     the moved vertices."""
@@ -120,7 +122,7 @@ def test_queries_after_wide_refit_equal_fresh_build(constructor, device):
     ray = rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device))
     pts = torch.tensor(rng.uniform(-1, 1, (400, 3)).astype(np.float32), device=device)
     faces = torch.tensor(f, device=device)
-    with _settings(constructor):
+    with _settings(constructor, refit=mode):
         scene = rt.Scene()
         scene.add_mesh(rt.Mesh(torch.tensor(v, device=device), faces), dynamic=True)
         scene.build()

@@ -12,7 +12,7 @@ from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude_zeroed
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
-from rayd.engine.wide_refit import WideRefit, tri_refit
+from rayd.engine.wide_refit import WideRefit, per_thread, tri_refit
 
 #: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
 #: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
@@ -244,7 +244,7 @@ class TriangleScene:
         self.instanced = instanced
         self.stale = False  # a wide-only refit left the binary, per-face and pair boxes for complete()
         self._stale_stream = None
-        self._wide_refit = None  # wide_refit.WideRefit (wide-only refits)
+        self._wide_refits: dict[str, WideRefit] = {}  # wide-only refits, by what a thread starts from
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if self.walk == "auto":
             self.walk = "ifif" if self.device.is_cpu else "ww"
@@ -305,8 +305,9 @@ class TriangleScene:
                                         self.tree.leaf_nodes if emitted is not None else None)
             elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
-            if tri_refit() == "wide" and not instanced and WideRefit.applies(self):
-                self._wide_refit = WideRefit(self, stream)  # (else made at the first wide-only refit)
+            per = per_thread(tri_refit())
+            if per is not None and not instanced and WideRefit.applies(self):
+                self._wide_refits[per] = WideRefit(self, per, stream)  # (else made at the first such refit)
 
     @property
     def id(self) -> int:
@@ -352,17 +353,18 @@ class TriangleScene:
 
         With the fused refit (the default) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes. With ``wide_refit.set_tri_refit("wide")``,
+        writes the pair nodes, leaf triangles and wide nodes. With ``wide_refit.set_tri_refit("wide")`` (or ``"wide_node"``),
         a flat tree with wide nodes gets the wide-only climb instead and is left :attr:`stale` until
         :meth:`complete`.
         """
         self.stale = False
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
             self._magnitude(stream, partials_ready)
-            if tri_refit() == "wide" and not self.instanced and WideRefit.applies(self):
-                if self._wide_refit is None:
-                    self._wide_refit = WideRefit(self, stream)
-                self._wide_refit.run(self, stream)
+            per = per_thread(tri_refit())
+            if per is not None and not self.instanced and WideRefit.applies(self):
+                if per not in self._wide_refits:
+                    self._wide_refits[per] = WideRefit(self, per, stream)
+                self._wide_refits[per].run(self, stream)
                 self.stale, self._stale_stream = True, stream
             else:
                 self.fused.run(self, stream)

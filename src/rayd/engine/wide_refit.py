@@ -17,8 +17,10 @@ left stale: ``TriangleScene.complete`` runs the fused refit when a query that re
 (``accel.SceneAccel.view_for``), which rewrites all of it from the same points and magnitude.
 
 ``RAYD_TRI_REFIT`` (or :func:`set_tri_refit`, read at every refit, so one scene can A/B):
-``"full"`` (the default: the fused refit of everything at ``sync()``) or ``"wide"`` (this module;
-scenes without wide nodes keep the fused refit).
+``"full"`` (the default: the fused refit of everything at ``sync()``), ``"wide"`` (this module, a
+thread per leaf) or ``"wide_node"`` (a thread per wide node with leaf children: it computes all of
+them, and a node whose children are all leaves needs no atomic); scenes without wide nodes keep the
+fused refit.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from rayd.engine.runtime import launch_stream
 wp.set_module_options({"enable_backward": False})
 
 #: What ``TriangleScene.refit`` refits at ``sync()``: ``"full"`` or ``"wide"`` (see the module docstring).
-TRI_REFITS = ("full", "wide")
+TRI_REFITS = ("full", "wide", "wide_node")
 _tri_refit = os.environ.get("RAYD_TRI_REFIT", "full").strip().lower()
 if _tri_refit not in TRI_REFITS:
     raise ValueError(f"rayd.engine: RAYD_TRI_REFIT must be one of {TRI_REFITS}, got {_tri_refit!r}")
@@ -41,7 +43,8 @@ if _tri_refit not in TRI_REFITS:
 
 def set_tri_refit(name: str) -> None:
     """Choose what refits of triangle BVHs write at ``sync()`` from now on: ``"full"`` (every node
-    structure) or ``"wide"`` (the wide nodes and leaf triangles; the rest when a query reads it).
+    structure), ``"wide"`` or ``"wide_node"`` (the wide nodes and leaf triangles, a thread per leaf or
+    per wide node; the rest when a query reads it).
 
     Raises:
         ValueError: for another name.
@@ -53,7 +56,7 @@ def set_tri_refit(name: str) -> None:
 
 
 def tri_refit() -> str:
-    """What refits write at ``sync()`` now (``"full"`` or ``"wide"``)."""
+    """What refits write at ``sync()`` now (one of :data:`TRI_REFITS`)."""
     return _tri_refit
 
 
@@ -70,9 +73,10 @@ def _slot_write(wide_f: wp.array(dtype=float), slot: int, lo: wp.vec3, hi: wp.ve
 
 
 @wp.kernel
-def _up_kernel(wlinks: wp.array(dtype=wp.vec4i), up: wp.array(dtype=wp.int32), leaf_at: wp.array(dtype=wp.int32)):
+def _up_kernel(wlinks: wp.array(dtype=wp.vec4i), up: wp.array(dtype=wp.int32), leaf_at: wp.array(dtype=wp.int32),
+               node_at: wp.array(dtype=wp.int32)):
     """Per wide node: ``up[w] = 4 (parent slot + 1) + children - 1`` for its children; per leaf child,
-    ``leaf_at[first slot] = 4 w + j``."""
+    ``leaf_at[first slot] = 4 w + j``; per wide node with leaf children, ``node_at[least first slot] = w``."""
     w = wp.tid()
     refs = wlinks[8 * w + 6]
     codes = wlinks[8 * w + 7]
@@ -80,53 +84,42 @@ def _up_kernel(wlinks: wp.array(dtype=wp.vec4i), up: wp.array(dtype=wp.int32), l
     for j in range(4):
         if codes[j] >= 0:
             n += 1
+    least = int(-1)
     for j in range(4):
         if j < n:
             r = refs[j]
             if r >= 0:
                 wp.atomic_add(up, r, 4 * (4 * w + j + 1))  # (the child's own count is added by its thread)
             else:
-                leaf_at[(-1 - r) >> 3] = 4 * w + j
+                first = (-1 - r) >> 3
+                leaf_at[first] = 4 * w + j
+                if least < 0 or first < least:
+                    least = first
     wp.atomic_add(up, w, n - 1)
+    if least >= 0:
+        node_at[least] = w
 
 
 @wp.kernel
-def _leaf_flags_kernel(leaf_at: wp.array(dtype=wp.int32), flags: wp.array(dtype=wp.int32)):
+def _flags_kernel(at: wp.array(dtype=wp.int32), flags: wp.array(dtype=wp.int32)):
     s = wp.tid()
-    flags[s] = wp.where(leaf_at[s] >= 0, 1, 0)
+    flags[s] = wp.where(at[s] >= 0, 1, 0)
 
 
 @wp.kernel
-def _leaf_compact_kernel(leaf_at: wp.array(dtype=wp.int32), position: wp.array(dtype=wp.int32),
-                         leaves: wp.array(dtype=wp.int32)):
+def _compact_kernel(at: wp.array(dtype=wp.int32), position: wp.array(dtype=wp.int32), out: wp.array(dtype=wp.int32)):
     s = wp.tid()
-    if leaf_at[s] >= 0:
-        leaves[position[s]] = leaf_at[s]
+    if at[s] >= 0:
+        out[position[s]] = at[s]
 
 
-@wp.kernel
-def _wide_climb_kernel(
-    points: wp.array(dtype=wp.vec3),
-    indices: wp.array(dtype=wp.int32),
-    face_base: int,
-    magnitude: wp.array(dtype=float),
-    primitives: wp.array(dtype=wp.int32),
-    leaves: wp.array(dtype=wp.int32),
-    up: wp.array(dtype=wp.int32),
-    counters: wp.array(dtype=wp.int32),
-    data: wp.array(dtype=wp.vec4),
-    wlinks: wp.array(dtype=wp.vec4i),
-    wide_f: wp.array(dtype=float),
-    tris: wp.array(dtype=wp.vec4),
-):
-    s = leaves[wp.tid()]
-    if s < 0:
-        return  # padding past the last leaf
-    w = s >> 2
-    code = -1 - wlinks[8 * w + 6][s & 3]
+@wp.func
+def _leaf_box(points: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), face_base: int,
+              primitives: wp.array(dtype=wp.int32), tris: wp.array(dtype=wp.vec4), ref: int,
+              grow: wp.vec3) -> tuple[wp.vec3, wp.vec3]:
+    """The padded box of leaf ``ref`` (as ``refit._fused_refit_kernel``), its corners written into ``tris``."""
+    code = -1 - ref
     first = code >> 3
-    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
-    grow = wp.vec3(pad, pad, pad)
     inf = float(1.0e30)
     lo = wp.vec3(inf, inf, inf)
     hi = wp.vec3(-inf, -inf, -inf)
@@ -140,17 +133,20 @@ def _wide_climb_kernel(
         tris[3 * slot + 2] = wp.vec4(c[0], c[1], c[2], 0.0)
         lo = wp.min(lo, wp.min(wp.min(a, b), c) - grow)
         hi = wp.max(hi, wp.max(wp.max(a, b), c) + grow)
-    _slot_write(wide_f, s, lo, hi)
+    return lo, hi
+
+
+@wp.func
+def _climb(w: int, up: wp.array(dtype=wp.int32), counters: wp.array(dtype=wp.int32), data: wp.array(dtype=wp.vec4),
+           wide_f: wp.array(dtype=float)):
+    """Wide node ``w``'s children are all written: union them into its parent's slot, arrive there, and go
+    on while this thread is the last to arrive."""
     while True:
         word = up[w]
-        last = word & 3  # children - 1
-        _fence()
-        if wp.atomic_add(counters, w, 1) != last:
-            return  # a sibling's thread finishes w
-        counters[w] = 0  # every child has arrived: zero again for the next refit (no memset)
         parent = (word >> 2) - 1
         if parent < 0:
             return  # the root (its box is no wide row)
+        last = word & 3  # children - 1
         base = 8 * w
         lx = _load_l2(data, base)
         hx = _load_l2(data, base + 1)
@@ -166,6 +162,77 @@ def _wide_climb_kernel(
                 hi = wp.max(hi, wp.vec3(hx[j], hy[j], hz[j]))
         _slot_write(wide_f, parent, lo, hi)
         w = parent >> 2
+        _fence()
+        if wp.atomic_add(counters, w, 1) != (up[w] & 3):
+            return  # a sibling's thread finishes w
+        counters[w] = 0  # every child has arrived: zero again for the next refit (no memset)
+
+
+@wp.kernel
+def _leaf_climb_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    primitives: wp.array(dtype=wp.int32),
+    items: wp.array(dtype=wp.int32),
+    up: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    wide_f: wp.array(dtype=float),
+    tris: wp.array(dtype=wp.vec4),
+):
+    # one thread per leaf (items: 4 w + j in slot order)
+    s = items[wp.tid()]
+    if s < 0:
+        return  # padding past the last leaf
+    w = s >> 2
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    lo, hi = _leaf_box(points, indices, face_base, primitives, tris, wlinks[8 * w + 6][s & 3], wp.vec3(pad, pad, pad))
+    _slot_write(wide_f, s, lo, hi)
+    _fence()
+    if wp.atomic_add(counters, w, 1) != (up[w] & 3):
+        return  # a sibling's thread finishes w
+    counters[w] = 0
+    _climb(w, up, counters, data, wide_f)
+
+
+@wp.kernel
+def _node_climb_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    primitives: wp.array(dtype=wp.int32),
+    items: wp.array(dtype=wp.int32),
+    up: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    wide_f: wp.array(dtype=float),
+    tris: wp.array(dtype=wp.vec4),
+):
+    # one thread per wide node with leaf children (items: w, in the order of their least leaf slot)
+    w = items[wp.tid()]
+    if w < 0:
+        return
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    grow = wp.vec3(pad, pad, pad)
+    refs = wlinks[8 * w + 6]
+    last = up[w] & 3
+    leaves = int(0)
+    for j in range(4):
+        if j <= last and refs[j] < 0:
+            lo, hi = _leaf_box(points, indices, face_base, primitives, tris, refs[j], grow)
+            _slot_write(wide_f, 4 * w + j, lo, hi)
+            leaves += 1
+    if leaves <= last:  # inner children too: the last of their threads and this one goes on
+        _fence()
+        if wp.atomic_add(counters, w, leaves) + leaves != last + 1:
+            return
+        counters[w] = 0
+    _climb(w, up, counters, data, wide_f)
 
 
 class WideRefit:
@@ -173,32 +240,39 @@ class WideRefit:
 
     Args:
         tri: the scene (its :attr:`wide` nodes made, with a slot map: a tree of two leaves or more).
+        per: ``"leaf"`` (a thread per leaf, :data:`TRI_REFITS` ``"wide"``) or ``"node"`` (a thread per wide
+            node with leaf children, which computes all of them and needs no atomic where every child is a
+            leaf: ``"wide_node"``).
         stream: the stream to prepare on (``None`` on the CPU).
 
     Attributes:
-        leaves: int32 (F,), ``4 w + j`` of every leaf child in slot order, then ``-1``.
+        items: int32 (F,), per thread ``4 w + j`` of a leaf child in slot order (``"leaf"``) or a wide node
+            ``w`` in the order of its least leaf slot (``"node"``), then ``-1``.
         up: int32 (W,), ``4 (parent slot + 1) + children - 1`` per wide node (parent slot ``-1`` at the root).
         counters: int32 (W,), arrival counters (zero between refits).
     """
 
-    def __init__(self, tri, stream: wp.Stream | None = None) -> None:
+    def __init__(self, tri, per: str = "leaf", stream: wp.Stream | None = None) -> None:
         wide = tri.wide
         device = tri.device
         f = tri.num_triangles
         count = wide.count
+        self.per = per
         with launch_stream(device, stream):  # (the fills and the scan run on the current stream)
             self.up = wp.zeros(count, dtype=wp.int32, device=device)
             self.counters = wp.zeros(count, dtype=wp.int32, device=device)
             leaf_at = wp.full(f, -1, dtype=wp.int32, device=device)
-            wp.launch(_up_kernel, count, [wide.links], [self.up, leaf_at], device=device, stream=stream)
+            node_at = wp.full(f, -1, dtype=wp.int32, device=device)
+            wp.launch(_up_kernel, count, [wide.links], [self.up, leaf_at, node_at], device=device, stream=stream)
+            at = leaf_at if per == "leaf" else node_at
             flags = wp.empty(f, dtype=wp.int32, device=device)
             position = wp.empty(f, dtype=wp.int32, device=device)
-            wp.launch(_leaf_flags_kernel, f, [leaf_at], [flags], device=device, stream=stream)
+            wp.launch(_flags_kernel, f, [at], [flags], device=device, stream=stream)
             wp.utils.array_scan(flags, position, inclusive=False)
-            self.leaves = wp.full(f, -1, dtype=wp.int32, device=device)
-            wp.launch(_leaf_compact_kernel, f, [leaf_at, position], [self.leaves], device=device, stream=stream)
+            self.items = wp.full(f, -1, dtype=wp.int32, device=device)
+            wp.launch(_compact_kernel, f, [at, position], [self.items], device=device, stream=stream)
             if stream is not None:
-                wp.synchronize_stream(stream)  # before the scratch arrays are released
+                wp.synchronize_stream(stream)  # before the scratch arrays are released (once per tree)
         self._cmd = None
 
     def run(self, tri, stream: wp.Stream | None) -> None:
@@ -208,9 +282,10 @@ class WideRefit:
             wide = tri.wide
             self._wide_f = wp.array(ptr=wide.data.ptr, dtype=float, shape=(4 * wide.data.shape[0],),
                                     device=tri.device)
+            kernel = _leaf_climb_kernel if self.per == "leaf" else _node_climb_kernel
             self._cmd = wp.launch(
-                _wide_climb_kernel, self.leaves.shape[0],
-                [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.leaves, self.up,
+                kernel, self.items.shape[0],
+                [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.items, self.up,
                  self.counters, wide.data, wide.links, self._wide_f, tri.pairs.tris],
                 device=tri.device, record_cmd=True)
             self._cmd.fwd_args = None
@@ -220,3 +295,8 @@ class WideRefit:
     def applies(tri) -> bool:
         """Whether ``tri`` can be refitted this way (a fused refit, pair nodes, wide nodes with a slot map)."""
         return tri.fused is not None and tri.pairs is not None and tri.wide is not None and tri.wide.slots is not None
+
+
+def per_thread(name: str) -> str | None:
+    """What a thread of the wide-only refit ``name`` (:data:`TRI_REFITS`) starts from (``None``: full refit)."""
+    return {"wide": "leaf", "wide_node": "node"}.get(name)
