@@ -80,10 +80,17 @@ def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, devic
         got = _state(tri)
         for key in want:
             np.testing.assert_array_equal(got[key], want[key], err_msg=key)
-    # each leaf (or wide node with leaves) is listed once, then padding
+    # each leaf (or wide node with leaves) is listed once, in the order of its (least) leaf slot
     items = tri._wide_refits[wide_refit.per_thread(mode)].items.numpy()
-    listed = items[items >= 0]
-    assert len(set(listed.tolist())) == len(listed) and (items[len(listed):] == -1).all()
+    links = tri.wide.links.numpy().reshape(-1, 8, 4)
+    if mode == "wide":
+        first = (-1 - links[items >> 2, 6, items & 3]) >> 3
+    else:
+        refs, used = links[items, 6], links[items, 7] >= 0
+        first = np.where(used & (refs < 0), (-1 - refs) >> 3, np.iinfo(np.int32).max).min(1)
+    assert len(set(items.tolist())) == len(items) and (np.diff(first) > 0).all()
+    leaves = (links[: tri.wide.count, 7] >= 0) & (links[: tri.wide.count, 6] < 0)
+    assert len(items) == (leaves.sum() if mode == "wide" else leaves.any(1).sum())
 
 
 def test_single_leaf_tree_keeps_the_full_refit(device):

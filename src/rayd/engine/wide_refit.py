@@ -246,8 +246,8 @@ class WideRefit:
         stream: the stream to prepare on (``None`` on the CPU).
 
     Attributes:
-        items: int32 (F,), per thread ``4 w + j`` of a leaf child in slot order (``"leaf"``) or a wide node
-            ``w`` in the order of its least leaf slot (``"node"``), then ``-1``.
+        items: int32, per thread ``4 w + j`` of a leaf child in slot order (``"leaf"``) or a wide node
+            ``w`` in the order of its least leaf slot (``"node"``); one thread each.
         up: int32 (W,), ``4 (parent slot + 1) + children - 1`` per wide node (parent slot ``-1`` at the root).
         counters: int32 (W,), arrival counters (zero between refits).
     """
@@ -269,10 +269,13 @@ class WideRefit:
             position = wp.empty(f, dtype=wp.int32, device=device)
             wp.launch(_flags_kernel, f, [at], [flags], device=device, stream=stream)
             wp.utils.array_scan(flags, position, inclusive=False)
-            self.items = wp.full(f, -1, dtype=wp.int32, device=device)
+            if stream is not None:
+                wp.synchronize_stream(stream)  # (once per tree: the number of threads is read)
+            size = int(position[f - 1:].numpy()[0] + flags[f - 1:].numpy()[0])
+            self.items = wp.full(max(1, size), -1, dtype=wp.int32, device=device)
             wp.launch(_compact_kernel, f, [at, position], [self.items], device=device, stream=stream)
             if stream is not None:
-                wp.synchronize_stream(stream)  # before the scratch arrays are released (once per tree)
+                wp.synchronize_stream(stream)  # before the scratch arrays are released
         self._cmd = None
 
     def run(self, tri, stream: wp.Stream | None) -> None:
