@@ -203,3 +203,34 @@ def test_other_readers_complete_the_tree(query, device):
         scene.sync()
         assert not core.flat.stale
         torch.testing.assert_close(got, answer(), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("mode", ["wide", "wide_node"])
+def test_scene_with_instances_keeps_the_full_refit(mode, device):
+    """With instances every search walks the pair nodes, so the flat BVH is refitted in full (never left
+    stale) and the instanced mesh's BLAS too; the answers equal a fresh build's."""
+    v, f = _terrain(12)
+    faces = torch.tensor(f, device=device)
+    m = torch.eye(4, device=device)
+    m[2, 3] = -3.0
+    moved = v.copy()
+    moved[:, 2] += 0.3 * v[:, 0]
+    o = torch.tensor([[0.1, 0.2, 5.0], [-0.4, 0.3, 5.0], [0.7, -0.6, 5.0]], device=device)
+    ray = rt.Ray(o, torch.tensor([0.0, 0.0, -1.0], device=device).expand(3, 3))
+    with _settings("ploc", refit=mode):
+        scenes = []
+        for verts in (v, moved):
+            scene = rt.Scene()
+            scene.add_mesh(rt.Mesh(torch.tensor(verts, device=device), faces), dynamic=True)
+            base = scene.add_mesh(rt.Mesh(torch.tensor(v * 0.5, device=device), faces), dynamic=True)
+            scene.add_instance(base, m)
+            scene.build()
+            scenes.append(scene)
+        scene, fresh = scenes
+        scene.update_mesh_vertices(0, torch.tensor(moved, device=device))
+        scene.sync()
+        assert not scene._core.flat.stale and not scene._core.flat.lazy_refit
+        a, b = scene.intersect(ray), fresh.intersect(ray)
+        torch.testing.assert_close(a.t, b.t)
+        torch.testing.assert_close(a.shape_id, b.shape_id)
+        assert scene._core.accel.completions_by_fallback == 0

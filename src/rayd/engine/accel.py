@@ -47,6 +47,8 @@ class SceneAccel:
         self.enabled_version = 0  # counts set_all_enabled() calls (the enable flags may have changed)
         self.instances = instances
         self.completions_by_fallback = 0  # stale trees completed by :attr:`view` (tests expect none)
+        if flat is not None:  # with instances every search walks the pair nodes: no wide-only refit
+            flat.lazy_refit = instances is None
         view = SceneView()
         view.has_flat = 0 if flat is None else 1
         view.flat_bvh = wp.uint64(0 if flat is None else flat.id)

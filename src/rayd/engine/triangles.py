@@ -242,6 +242,7 @@ class TriangleScene:
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
         self.instanced = instanced
+        self.lazy_refit = True  # wide-only refits allowed (SceneAccel: not where instances make every walk need the rest)
         self.stale = False  # a wide-only refit left the binary, per-face and pair boxes for complete()
         self._stale_stream = None
         self._wide_refits: dict[str, WideRefit] = {}  # wide-only refits, by what a thread starts from
@@ -361,7 +362,7 @@ class TriangleScene:
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
             self._magnitude(stream, partials_ready)
             per = per_thread(tri_refit())
-            if per is not None and not self.instanced and WideRefit.applies(self):
+            if per is not None and self.lazy_refit and not self.instanced and WideRefit.applies(self):
                 if per not in self._wide_refits:
                     self._wide_refits[per] = WideRefit(self, per, stream)
                 self._wide_refits[per].run(self, stream)
