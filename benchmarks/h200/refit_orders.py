@@ -220,6 +220,18 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
                     gpu[m].append(ev[0].elapsed_time(ev[1]))
     rec = {f"{m}_update_sync_ms": statistics.median(wall[m]) for m in modes}
     rec.update({f"{m}_refit_gpu_ms": statistics.median(gpu[m]) for m in modes if gpu[m]})
+    if cuda and flat.pairs is not None:  # the floor: writing the leaf triangles alone (a thread per slot)
+        from rayd.engine.pair_nodes import _leaf_tris_kernel
+        g = []
+        for _ in range(25):
+            ev[0].record()
+            wp.launch(_leaf_tris_kernel, flat.num_triangles,
+                      [flat.points, flat.indices, flat.face_base, flat.nodes.primitives], [flat.pairs.tris],
+                      device=flat.device, stream=stream)
+            ev[1].record()
+            torch.cuda.synchronize()
+            g.append(ev[0].elapsed_time(ev[1]))
+        rec["tris_floor_ms"] = statistics.median(g[5:])
     # equality: the full refit's bits against each wide refit's (at once, then after complete())
     rec["same"] = {}
     for m in [x for x in modes if x != "full"]:
@@ -322,6 +334,8 @@ for wname in a.workloads.split(","):
                             line += f"  ratio {m}/{modes[0]} {r:.3f}"
                             if cuda:
                                 line += f" (GPU {rec[m + '_refit_gpu_ms'] / rec[modes[0] + '_refit_gpu_ms']:.3f})"
+                        if rec.get("tris_floor_ms") is not None:
+                            line += f"  tris-only kernel {rec['tris_floor_ms']:.3f} ms"
                         if rec.get("complete_ms") is not None:
                             line += f"  complete {rec['complete_ms']:.3f} ms"
                         line += "  same " + " ".join(f"{m} {x}" for m, x in rec["same"].items())
