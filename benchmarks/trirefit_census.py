@@ -89,9 +89,9 @@ print(f"wide: stores {sum(wide.values()) / F:.1f} B/tri ({', '.join(f'{k} {x / F
 print(f"wide_node: {int(has_leaf.sum()):,d} threads ({F / has_leaf.sum():.1f} tris each; {int(all_leaf.sum()):,d} nodes "
       f"of leaves only), atomics {node_atomics / F:.2f}/tri, stores as wide")
 # CPU time, interleaved (one thread)
-times = {"full": [], "wide": [], "wide_node": []}
+times = {"full": [], "wide": [], "wide_node": [], "wide_levels": []}
 for i in range(a.repeats):
-    for m in ("full", "wide", "wide_node"):
+    for m in ("full", "wide", "wide_node", "wide_levels"):
         wide_refit.set_tri_refit(m)
         t0 = time.perf_counter()
         tri.refit()
@@ -103,4 +103,5 @@ for i in range(a.repeats):
 med = {m: statistics.median(x) for m, x in times.items()}
 print(f"CPU refit ms (median of {a.repeats}, interleaved): full {med['full']:.2f}  wide {med['wide']:.2f} "
       f"({med['wide'] / med['full']:.3f})  wide_node {med['wide_node']:.2f} ({med['wide_node'] / med['full']:.3f})  "
-      f"complete {med['complete']:.2f}")
+      f"wide_levels {med['wide_levels']:.2f} ({med['wide_levels'] / med['full']:.3f}, "
+      f"{len(tri._wide_refits['levels'].levels) + 1} launches)  complete {med['complete']:.2f}")

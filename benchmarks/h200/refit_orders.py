@@ -23,7 +23,8 @@ also timed, ``RAYD_REFIT_VARIANT``, were removed in session 13: none beat the de
 ``--tri-refits full,wide`` (17th session): per scene, each of ``wide_refit.TRI_REFITS`` (``full``: the
 fused refit of every structure at sync(); ``wide``: the climb over the 4-wide nodes alone, the rest
 when a query reads it), measured on the same scene, interleaved call by call (``ab`` line: medians
-and the ratio to full of update+sync and of the refit's GPU time by CUDA events; ``wide_node`` too), the equality of
+and the ratio to full of update+sync and of the refit's GPU time by CUDA events; ``wide_node`` and
+``wide_levels`` too), the equality of
 the two (``same``: wide rows and leaf triangles right after the wide refit; every structure after
 ``complete()``), and the cost of that completion (the fused refit, run by the first query that reads
 the binary or pair boxes). ``--workloads terrain,sphere``: the terrain 2 M and the bumpy sphere 1 M;
@@ -268,7 +269,8 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
         for m in modes:
             wide_refit.set_tri_refit(m)
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",
-                                                       "_leaf_climb_kernel", "_node_climb_kernel"))
+                                                       "_leaf_climb_kernel", "_node_climb_kernel",
+                                                       "_leaf_boxes_kernel", "_level_kernel"))
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))

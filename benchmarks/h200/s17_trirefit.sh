@@ -5,7 +5,8 @@
 #    sphere 1 M, on one scene each, interleaved call by call (wide_refit.set_tri_refit):
 #    "full"      = today's fused refit of every structure (binary climb, ~21 levels);
 #    "wide"      = one climb over the 4-wide tree, a thread per leaf (wide rows + leaf triangles only);
-#    "wide_node" = the same, a thread per wide node with leaf children (no atomic under nodes of leaves).
+#    "wide_node" = the same, a thread per wide node with leaf children (no atomic under nodes of leaves);
+#    "wide_levels" = no atomics or fences: a launch over the leaves, then one per wide depth (replayed).
 #    With "wide*", the binary / per-face / pair boxes are completed when a query reads them ("complete"
 #    = what the first closest_point / winding / all-hits query after such a sync pays; intersect and
 #    shadow_test pay nothing). Beside Warp's wp.Mesh.refit on the same mesh (goal: update+sync <= 1.3 x
@@ -18,8 +19,8 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
-echo "== update+sync A/B full / wide / wide_node (ms), CUDA defaults (kernels per call listed in the .txt)"
-timeout 120 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits full,wide,wide_node \
+echo "== update+sync A/B full / wide / wide_node / wide_levels (ms), CUDA defaults (kernels per call listed in the .txt)"
+timeout 120 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits full,wide,wide_node,wide_levels \
   --warp --list --repeats 30 --json "$OUT/s17_trirefit.json" > "$OUT/s17_trirefit.txt" 2>&1
 echo "rc=$?" >> "$OUT/s17_trirefit.txt"; grep -E "^(ab|warp|terrain|sphere|rc)|FAILED|Error" "$OUT/s17_trirefit.txt"
 echo "== CUDA tests of the wide refits and the refit/update paths"
@@ -28,5 +29,5 @@ timeout 90 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_wide_re
 echo "rc=$?" >> "$OUT/s17_tests_cuda.txt"; grep -E "^FAILED|^ERROR" "$OUT/s17_tests_cuda.txt" | head; tail -3 "$OUT/s17_tests_cuda.txt"
 echo "== the same A/B on the host-SAH tree (terrain)"
 timeout 28 python3 benchmarks/h200/refit_orders.py --workloads terrain --builders sah --layouts wide4 \
-  --tri-refits full,wide,wide_node --repeats 10 > "$OUT/s17_trirefit_sah.txt" 2>&1
+  --tri-refits full,wide,wide_node,wide_levels --repeats 10 > "$OUT/s17_trirefit_sah.txt" 2>&1
 echo "rc=$?" >> "$OUT/s17_trirefit_sah.txt"; grep -E "^(ab|rc)|FAILED|Error" "$OUT/s17_trirefit_sah.txt"

@@ -43,7 +43,7 @@ def _state(tri) -> dict[str, np.ndarray]:
 EAGER = ("wide", "tris", "magnitude")  # what the wide-only refit writes at once
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
 @pytest.mark.parametrize("count,face_base", [(2, 0), (3, 0), (300, 0), (300, 17), (5000, 3)])
 def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, device):
@@ -83,14 +83,14 @@ def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, devic
     # each leaf (or wide node with leaves) is listed once, in the order of its (least) leaf slot
     items = tri._wide_refits[wide_refit.per_thread(mode)].items.numpy()
     links = tri.wide.links.numpy().reshape(-1, 8, 4)
-    if mode == "wide":
+    if mode != "wide_node":
         first = (-1 - links[items >> 2, 6, items & 3]) >> 3
     else:
         refs, used = links[items, 6], links[items, 7] >= 0
         first = np.where(used & (refs < 0), (-1 - refs) >> 3, np.iinfo(np.int32).max).min(1)
     assert len(set(items.tolist())) == len(items) and (np.diff(first) > 0).all()
     leaves = (links[: tri.wide.count, 7] >= 0) & (links[: tri.wide.count, 6] < 0)
-    assert len(items) == (leaves.sum() if mode == "wide" else leaves.any(1).sum())
+    assert len(items) == (leaves.sum() if mode != "wide_node" else leaves.any(1).sum())
 
 
 def test_single_leaf_tree_keeps_the_full_refit(device):
@@ -114,7 +114,7 @@ def _terrain(n):
     return v, f
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
 def test_queries_after_wide_refit_equal_fresh_build(constructor, mode, device):
     """After update + sync: intersect / shadow_test (the wide walk: nothing completed), then closest_point
@@ -205,7 +205,7 @@ def test_other_readers_complete_the_tree(query, device):
         torch.testing.assert_close(got, answer(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels"])
 def test_scene_with_instances_keeps_the_full_refit(mode, device):
     """With instances every search walks the pair nodes, so the flat BVH is refitted in full (never left
     stale) and the instanced mesh's BLAS too; the answers equal a fresh build's."""

@@ -19,14 +19,16 @@ left stale: ``TriangleScene.complete`` runs the fused refit when a query that re
 ``RAYD_TRI_REFIT`` (or :func:`set_tri_refit`, read at every refit, so one scene can A/B):
 ``"full"`` (the default: the fused refit of everything at ``sync()``), ``"wide"`` (this module, a
 thread per leaf) or ``"wide_node"`` (a thread per wide node with leaf children: it computes all of
-them, and a node whose children are all leaves needs no atomic); scenes without wide nodes keep the
-fused refit.
+them, and a node whose children are all leaves needs no atomic) or ``"wide_levels"`` (no atomics
+or fences: a launch over the leaves, then one per depth of the wide tree, deepest first); scenes
+without wide nodes keep the fused refit.
 """
 
 from __future__ import annotations
 
 import os
 
+import numpy as np
 import warp as wp
 
 from rayd.engine.refit import BOX_PADDING, _fence, _load_l2
@@ -35,7 +37,7 @@ from rayd.engine.runtime import launch_stream
 wp.set_module_options({"enable_backward": False})
 
 #: What ``TriangleScene.refit`` refits at ``sync()``: ``"full"`` or ``"wide"`` (see the module docstring).
-TRI_REFITS = ("full", "wide", "wide_node")
+TRI_REFITS = ("full", "wide", "wide_node", "wide_levels")
 _tri_refit = os.environ.get("RAYD_TRI_REFIT", "full").strip().lower()
 if _tri_refit not in TRI_REFITS:
     raise ValueError(f"rayd.engine: RAYD_TRI_REFIT must be one of {TRI_REFITS}, got {_tri_refit!r}")
@@ -43,8 +45,8 @@ if _tri_refit not in TRI_REFITS:
 
 def set_tri_refit(name: str) -> None:
     """Choose what refits of triangle BVHs write at ``sync()`` from now on: ``"full"`` (every node
-    structure), ``"wide"`` or ``"wide_node"`` (the wide nodes and leaf triangles, a thread per leaf or
-    per wide node; the rest when a query reads it).
+    structure), ``"wide"``, ``"wide_node"`` or ``"wide_levels"`` (the wide nodes and leaf triangles, a
+    thread per leaf or per wide node, or level by level; the rest when a query reads it).
 
     Raises:
         ValueError: for another name.
@@ -137,6 +139,25 @@ def _leaf_box(points: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32)
 
 
 @wp.func
+def _union_rows(data: wp.array(dtype=wp.vec4), w: int, last: int) -> tuple[wp.vec3, wp.vec3]:
+    """The union of the boxes of wide node ``w``'s children ``0 .. last`` (its rows read from L2)."""
+    base = 8 * w
+    lx = _load_l2(data, base)
+    hx = _load_l2(data, base + 1)
+    ly = _load_l2(data, base + 2)
+    hy = _load_l2(data, base + 3)
+    lz = _load_l2(data, base + 4)
+    hz = _load_l2(data, base + 5)
+    lo = wp.vec3(lx[0], ly[0], lz[0])
+    hi = wp.vec3(hx[0], hy[0], hz[0])
+    for j in range(1, 4):
+        if j <= last:
+            lo = wp.min(lo, wp.vec3(lx[j], ly[j], lz[j]))
+            hi = wp.max(hi, wp.vec3(hx[j], hy[j], hz[j]))
+    return lo, hi
+
+
+@wp.func
 def _climb(w: int, up: wp.array(dtype=wp.int32), counters: wp.array(dtype=wp.int32), data: wp.array(dtype=wp.vec4),
            wide_f: wp.array(dtype=float)):
     """Wide node ``w``'s children are all written: union them into its parent's slot, arrive there, and go
@@ -146,26 +167,54 @@ def _climb(w: int, up: wp.array(dtype=wp.int32), counters: wp.array(dtype=wp.int
         parent = (word >> 2) - 1
         if parent < 0:
             return  # the root (its box is no wide row)
-        last = word & 3  # children - 1
-        base = 8 * w
-        lx = _load_l2(data, base)
-        hx = _load_l2(data, base + 1)
-        ly = _load_l2(data, base + 2)
-        hy = _load_l2(data, base + 3)
-        lz = _load_l2(data, base + 4)
-        hz = _load_l2(data, base + 5)
-        lo = wp.vec3(lx[0], ly[0], lz[0])
-        hi = wp.vec3(hx[0], hy[0], hz[0])
-        for j in range(1, 4):
-            if j <= last:
-                lo = wp.min(lo, wp.vec3(lx[j], ly[j], lz[j]))
-                hi = wp.max(hi, wp.vec3(hx[j], hy[j], hz[j]))
+        lo, hi = _union_rows(data, w, word & 3)
         _slot_write(wide_f, parent, lo, hi)
         w = parent >> 2
         _fence()
         if wp.atomic_add(counters, w, 1) != (up[w] & 3):
             return  # a sibling's thread finishes w
         counters[w] = 0  # every child has arrived: zero again for the next refit (no memset)
+
+
+@wp.kernel
+def _leaf_boxes_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    primitives: wp.array(dtype=wp.int32),
+    items: wp.array(dtype=wp.int32),
+    wlinks: wp.array(dtype=wp.vec4i),
+    wide_f: wp.array(dtype=float),
+    tris: wp.array(dtype=wp.vec4),
+):
+    # "levels", first launch: every leaf's box into its wide slot (a thread per leaf, no climb)
+    s = items[wp.tid()]
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    lo, hi = _leaf_box(points, indices, face_base, primitives, tris, wlinks[8 * (s >> 2) + 6][s & 3],
+                       wp.vec3(pad, pad, pad))
+    _slot_write(wide_f, s, lo, hi)
+
+
+@wp.kernel
+def _level_kernel(order: wp.array(dtype=wp.int32), first: int, up: wp.array(dtype=wp.int32),
+                  data: wp.array(dtype=wp.vec4), wide_f: wp.array(dtype=float)):
+    # "levels": the wide nodes of one depth, deepest first (their children were written by earlier launches)
+    w = order[first + wp.tid()]
+    word = up[w]
+    lo, hi = _union_rows(data, w, word & 3)
+    _slot_write(wide_f, (word >> 2) - 1, lo, hi)
+
+
+@wp.kernel
+def _wide_depth_kernel(up: wp.array(dtype=wp.int32), depth: wp.array(dtype=wp.int32)):
+    w = wp.tid()
+    d = int(0)
+    x = w
+    while (up[x] >> 2) - 1 >= 0:
+        x = ((up[x] >> 2) - 1) >> 2
+        d += 1
+    depth[w] = d
 
 
 @wp.kernel
@@ -240,9 +289,10 @@ class WideRefit:
 
     Args:
         tri: the scene (its :attr:`wide` nodes made, with a slot map: a tree of two leaves or more).
-        per: ``"leaf"`` (a thread per leaf, :data:`TRI_REFITS` ``"wide"``) or ``"node"`` (a thread per wide
+        per: ``"leaf"`` (a thread per leaf, :data:`TRI_REFITS` ``"wide"``), ``"node"`` (a thread per wide
             node with leaf children, which computes all of them and needs no atomic where every child is a
-            leaf: ``"wide_node"``).
+            leaf: ``"wide_node"``) or ``"levels"`` (no atomics: a launch over the leaves, then one per
+            depth of the wide tree from the deepest up, replayed from records: ``"wide_levels"``).
         stream: the stream to prepare on (``None`` on the CPU).
 
     Attributes:
@@ -264,7 +314,7 @@ class WideRefit:
             leaf_at = wp.full(f, -1, dtype=wp.int32, device=device)
             node_at = wp.full(f, -1, dtype=wp.int32, device=device)
             wp.launch(_up_kernel, count, [wide.links], [self.up, leaf_at, node_at], device=device, stream=stream)
-            at = leaf_at if per == "leaf" else node_at
+            at = node_at if per == "node" else leaf_at
             flags = wp.empty(f, dtype=wp.int32, device=device)
             position = wp.empty(f, dtype=wp.int32, device=device)
             wp.launch(_flags_kernel, f, [at], [flags], device=device, stream=stream)
@@ -274,25 +324,47 @@ class WideRefit:
             size = int(position[f - 1:].numpy()[0] + flags[f - 1:].numpy()[0])
             self.items = wp.full(max(1, size), -1, dtype=wp.int32, device=device)
             wp.launch(_compact_kernel, f, [at, position], [self.items], device=device, stream=stream)
+            self.levels: list[tuple[int, int]] = []  # (first, count) into self.order, deepest first
+            if per == "levels":
+                depth = wp.empty(count, dtype=wp.int32, device=device)
+                wp.launch(_wide_depth_kernel, count, [self.up], [depth], device=device, stream=stream)
+                if stream is not None:
+                    wp.synchronize_stream(stream)
+                d = depth.numpy()  # one read when the refit is prepared
+                order = np.argsort(d, kind="stable").astype(np.int32)
+                sizes = np.bincount(d)
+                starts = np.concatenate([[0], np.cumsum(sizes)[:-1]])
+                self.levels = [(int(starts[k]), int(sizes[k])) for k in range(len(sizes) - 1, 0, -1) if sizes[k]]
+                self.order = wp.array(order, dtype=wp.int32, device=device)
             if stream is not None:
                 wp.synchronize_stream(stream)  # before the scratch arrays are released
-        self._cmd = None
+        self._cmds: list | None = None
 
     def run(self, tri, stream: wp.Stream | None) -> None:
-        """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured): one launch,
-        recorded at the first call and replayed."""
-        if self._cmd is None:
+        """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured): one launch
+        (``"levels"``: one plus one per depth), recorded at the first call and replayed."""
+        if self._cmds is None:
             wide = tri.wide
             self._wide_f = wp.array(ptr=wide.data.ptr, dtype=float, shape=(4 * wide.data.shape[0],),
                                     device=tri.device)
-            kernel = _leaf_climb_kernel if self.per == "leaf" else _node_climb_kernel
-            self._cmd = wp.launch(
-                kernel, self.items.shape[0],
-                [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.items, self.up,
-                 self.counters, wide.data, wide.links, self._wide_f, tri.pairs.tris],
-                device=tri.device, record_cmd=True)
-            self._cmd.fwd_args = None
-        self._cmd.launch(None if tri.device.is_cpu else stream)
+            if self.per == "levels":
+                self._cmds = [wp.launch(
+                    _leaf_boxes_kernel, self.items.shape[0],
+                    [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.items,
+                     wide.links, self._wide_f, tri.pairs.tris], device=tri.device, record_cmd=True)]
+                self._cmds += [wp.launch(_level_kernel, size, [self.order, first, self.up, wide.data, self._wide_f],
+                                         device=tri.device, record_cmd=True) for first, size in self.levels]
+            else:
+                kernel = _leaf_climb_kernel if self.per == "leaf" else _node_climb_kernel
+                self._cmds = [wp.launch(
+                    kernel, self.items.shape[0],
+                    [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.items,
+                     self.up, self.counters, wide.data, wide.links, self._wide_f, tri.pairs.tris],
+                    device=tri.device, record_cmd=True)]
+            for cmd in self._cmds:
+                cmd.fwd_args = None
+        for cmd in self._cmds:
+            cmd.launch(None if tri.device.is_cpu else stream)
 
     @staticmethod
     def applies(tri) -> bool:
@@ -302,4 +374,4 @@ class WideRefit:
 
 def per_thread(name: str) -> str | None:
     """What a thread of the wide-only refit ``name`` (:data:`TRI_REFITS`) starts from (``None``: full refit)."""
-    return {"wide": "leaf", "wide_node": "node"}.get(name)
+    return {"wide": "leaf", "wide_node": "node", "wide_levels": "levels"}.get(name)
