@@ -18,7 +18,7 @@ left stale: ``TriangleScene.complete`` runs the fused refit when a query that re
 
 ``RAYD_TRI_REFIT`` (or :func:`set_tri_refit`, read at every refit, so one scene can A/B):
 ``"full"`` (the default: the fused refit of everything at ``sync()``), ``"wide"`` (this module, a
-thread per leaf) or ``"wide_node"`` (a thread per wide node with leaf children: it computes all of
+thread per leaf), ``"wide_node"`` (a thread per wide node with leaf children: it computes all of
 them, and a node whose children are all leaves needs no atomic) or ``"wide_levels"`` (no atomics
 or fences: a launch over the leaves, then one per depth of the wide tree, deepest first); scenes
 without wide nodes keep the fused refit.
@@ -36,7 +36,8 @@ from rayd.engine.runtime import launch_stream
 
 wp.set_module_options({"enable_backward": False})
 
-#: What ``TriangleScene.refit`` refits at ``sync()``: ``"full"`` or ``"wide"`` (see the module docstring).
+#: What ``TriangleScene.refit`` refits at ``sync()`` (see the module docstring); the default stays ``"full"``
+#: until the H200 shows a wide refit faster (``benchmarks/h200/s17_trirefit.sh``).
 TRI_REFITS = ("full", "wide", "wide_node", "wide_levels")
 _tri_refit = os.environ.get("RAYD_TRI_REFIT", "full").strip().lower()
 if _tri_refit not in TRI_REFITS:
