@@ -242,7 +242,7 @@ class TriangleScene:
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
         self.instanced = instanced
-        self.lazy_refit = True  # wide-only refits allowed (SceneAccel: not where instances make every walk need the rest)
+        self.lazy_refit = True  # wide-only refits allowed (SceneAccel: not with instances, whose walks read the rest)
         self.stale = False  # a wide-only refit left the binary, per-face and pair boxes for complete()
         self._stale_stream = None
         self._wide_refits: dict[str, WideRefit] = {}  # wide-only refits, by what a thread starts from
@@ -354,8 +354,9 @@ class TriangleScene:
 
         With the fused refit (the default) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes. With ``wide_refit.set_tri_refit("wide")`` (or ``"wide_node"``),
-        a flat tree with wide nodes gets the wide-only climb instead and is left :attr:`stale` until
+        writes the pair nodes, leaf triangles and wide nodes. With a wide-only refit
+        (``wide_refit.set_tri_refit``: ``"wide"``, ``"wide_node"``, ``"wide_levels"``), the flat tree of a
+        scene without instances gets it instead where it has wide nodes, and is left :attr:`stale` until
         :meth:`complete`.
         """
         self.stale = False
