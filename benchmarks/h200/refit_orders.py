@@ -196,6 +196,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
     """The refits of ``modes`` on one scene, interleaved call by call: update+sync wall and refit GPU time
     (CUDA events around ``TriangleScene.refit``) medians, the equality check and the completion's cost."""
     flat = scene._core.flat
+    default = wide_refit.tri_refit()
     wall = {m: [] for m in modes}
     gpu = {m: [] for m in modes}
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(2)] if cuda else None
@@ -274,7 +275,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))
-    wide_refit.set_tri_refit("full")
+    wide_refit.set_tri_refit(default)
     return rec
 
 

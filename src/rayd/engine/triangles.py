@@ -354,9 +354,9 @@ class TriangleScene:
 
         With the fused refit (the default) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes. With a wide-only refit
-        (``wide_refit.set_tri_refit``: ``"wide"``, ``"wide_node"``, ``"wide_levels"``), the flat tree of a
-        scene without instances gets it instead where it has wide nodes, and is left :attr:`stale` until
+        writes the pair nodes, leaf triangles and wide nodes. The flat tree of a scene without instances
+        that has wide nodes (the CUDA default) gets a wide-only refit instead (``wide_refit.py``; the
+        default ``"wide"``, ``RAYD_TRI_REFIT=full`` for the above) and is left :attr:`stale` until
         :meth:`complete`.
         """
         self.stale = False
