@@ -38,7 +38,7 @@ wp.set_module_options({"enable_backward": False})
 
 #: What ``TriangleScene.refit`` refits at ``sync()`` (see the module docstring). The default is ``"wide"``:
 #: on one H100 (session 17, ``benchmarks/h200/s17_trirefit.sh``) update + sync of the CUDA defaults took
-#: 0.628 / 0.421 ms against 0.998-1.026 / 0.683 ms with ``"full"`` (terrain 2 M / sphere 1 M; ``"wide_node"``
+#: 0.628 / 0.421 ms against 1.026 / 0.683 ms with ``"full"`` (terrain 2 M / sphere 1 M; ``"wide_node"``
 #: 1.048 / 0.607, ``"wide_levels"`` 0.619 / 0.467). ``RAYD_TRI_REFIT=full`` restores the refit of everything.
 TRI_REFITS = ("full", "wide", "wide_node", "wide_levels")
 _tri_refit = os.environ.get("RAYD_TRI_REFIT", "wide").strip().lower()
