@@ -67,6 +67,7 @@ def test_refit_equals_fresh_build(count, face_base, constructor, layout, device)
         for tri in (one, two):
             tri.points.assign(moved if step == 0 else moved[::-1].copy())
             tri.refit()
+            tri.complete()  # (reads every structure: what a wide-only refit, RAYD_TRI_REFIT=wide, leaves stale)
         for a, b in zip(_state(one, same_wide), _state(two, same_wide)):
             np.testing.assert_array_equal(a, b)
     # the climb left its arrival counters zero (no memset before the next refit) and wrote the wide

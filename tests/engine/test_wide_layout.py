@@ -199,6 +199,7 @@ def test_collapse_covers_every_leaf_once_and_copies_pair_boxes(collapse):
     check()
     pts.assign((v * 1.5 - 0.25).astype(np.float32))
     tri.refit()
+    tri.complete()  # (reads every structure: what a wide-only refit, RAYD_TRI_REFIT=wide, leaves stale)
     check()
 
 

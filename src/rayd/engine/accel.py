@@ -46,6 +46,9 @@ class SceneAccel:
         self.flat_enabled = True
         self.enabled_version = 0  # counts set_all_enabled() calls (the enable flags may have changed)
         self.instances = instances
+        self.completions_by_fallback = 0  # stale trees completed by :attr:`view` (tests expect none)
+        if flat is not None:  # with instances every search walks the pair nodes: no wide-only refit
+            flat.lazy_refit = instances is None
         view = SceneView()
         view.has_flat = 0 if flat is None else 1
         view.flat_bvh = wp.uint64(0 if flat is None else flat.id)
@@ -122,7 +125,34 @@ class SceneAccel:
             view.inst_to_object = instances.to_object
             view.inst_shape = inst_shape
             view.inst_global = inst_global
-        self.view = view
+        self._view = view
+
+    @property
+    def view(self) -> SceneView:
+        """The arrays every query kernel reads, with every node structure up to date: a flat BVH left
+        :attr:`TriangleScene.stale` by a wide-only refit is completed first, on the stream of that
+        refit (queries pass their own stream through :meth:`view_for`; this is the fallback)."""
+        flat = self.flat
+        if flat is not None and getattr(flat, "stale", False):
+            self.completions_by_fallback += 1
+            flat.complete(flat._stale_stream)
+        return self._view
+
+    def view_for(self, stream: wp.Stream | None) -> SceneView:
+        """:attr:`view`, completing a stale flat BVH on ``stream`` (the query's)."""
+        flat = self.flat
+        if flat is not None and getattr(flat, "stale", False):
+            flat.complete(stream)
+        return self._view
+
+    def search_view(self, walk: str, stream: wp.Stream | None) -> SceneView:
+        """The view for the closest/any-hit search kernel of ``walk`` (:attr:`search_walk`): the
+        ``"flat_wide"`` walk reads only the wide nodes, the leaf triangles and the magnitude, which a
+        wide-only refit keeps up to date, so nothing is completed for it; other walks get
+        :meth:`view_for`."""
+        if walk == "flat_wide":
+            return self._view
+        return self.view_for(stream)
 
     @property
     def layout(self) -> str:
@@ -159,7 +189,7 @@ class SceneAccel:
 
     def set_all_enabled(self, flag: bool) -> None:
         """Tell kernels whether every shape is enabled (enables the ordered fast path)."""
-        self.view.all_enabled = 1 if flag else 0
+        self._view.all_enabled = 1 if flag else 0
         self.enabled_version += 1
 
 

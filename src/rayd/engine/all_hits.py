@@ -415,7 +415,7 @@ def all_hits(accel: SceneAccel, rays: RayBatch, max_hits: int, t: wp.array, glob
              wp.empty((n, max_hits), dtype=wp.int32, device=device),
              wp.empty((n, max_hits), dtype=wp.int32, device=device)]
     walk_flat = 0 if accel.walks == "instances" else 1
-    launch_rows(_all_hits_search_kernel, n, [accel.view, walk_flat, *rays.launch_args(n), max_hits], lists,
+    launch_rows(_all_hits_search_kernel, n, [accel.view_for(stream), walk_flat, *rays.launch_args(n), max_hits], lists,
                 device, stream)
 
 
@@ -439,5 +439,5 @@ def count_hits(accel: SceneAccel, rays: RayBatch, count: wp.array, stream: wp.St
         stop = min(n, start + rows)
         part = [a if a.shape[0] == 1 else a[start:stop] for a in arrays]
         args = [x for a in part for x in per_row(a, stop - start)]
-        launch_rows(_count_hits_search_kernel, stop - start, [accel.view, walk_flat, *args, COUNT_CAPACITY],
+        launch_rows(_count_hits_search_kernel, stop - start, [accel.view_for(stream), walk_flat, *args, COUNT_CAPACITY],
                     [*(a[: stop - start] for a in scratch), count[start:stop]], device, stream)

@@ -126,7 +126,7 @@ def morton_order(accel: SceneAccel, points: wp.array, n: int, stream: wp.Stream 
     device = accel.device
     keys = wp.empty(2 * n, dtype=wp.int32, device=device)
     rows = wp.empty(2 * n, dtype=wp.int32, device=device)
-    wp.launch(_morton_kernel, n, [accel.view, points, 0 if points.shape[0] == 1 else 1], [keys, rows],
+    wp.launch(_morton_kernel, n, [accel.view_for(stream), points, 0 if points.shape[0] == 1 else 1], [keys, rows],
               device=device, stream=stream)
     wp.utils.radix_sort_pairs(keys, rows, n)
     return rows
@@ -197,19 +197,20 @@ def _search(accel: SceneAccel, points: wp.array, active: wp.array, max_distance:
     kernel = _kernel(accel.walks, pair, ordered, counting)
     stride_p = 0 if points.shape[0] == 1 else 1
     stride_a = 0 if active.shape[0] == 1 else 1
+    view = accel.view_for(stream)
     with launch_stream(device, stream):
         order_rows = morton_order(accel, points, n, stream) if ordered else wp.empty(1, dtype=wp.int32, device=device)
         if counting:  # one launch: the counters are indexed by query
             stats.zero_()
-            wp.launch(kernel, n, [accel.view, order_rows, points, stride_p, active, stride_a, bound, stats,
+            wp.launch(kernel, n, [view, order_rows, points, stride_p, active, stride_a, bound, stats,
                                   global_prim_id], device=device, stream=stream)
             return
         stats = wp.empty(1, dtype=wp.int32, device=device)
         if ordered:  # the rows of `order_rows` are split across CPU cores; the rest is read/written by index
-            launch_rows(kernel, n, [accel.view, PerRow(order_rows), points, stride_p, active, stride_a, bound, stats,
+            launch_rows(kernel, n, [view, PerRow(order_rows), points, stride_p, active, stride_a, bound, stats,
                                     global_prim_id], [], device, stream)
         else:
-            launch_rows(kernel, n, [accel.view, order_rows, *per_row(points, n), *per_row(active, n), bound, stats],
+            launch_rows(kernel, n, [view, order_rows, *per_row(points, n), *per_row(active, n), bound, stats],
                         [global_prim_id], device, stream)
 
 

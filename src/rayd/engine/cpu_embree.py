@@ -363,7 +363,7 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
 
 def _face_mode(accel, m: EmbreeMirror) -> int:
     """Bits of the per-face checks a query may skip (see :func:`rayd.engine.cpu_embree_kernels._search16`)."""
-    view = accel.view
+    view = accel.view_for(None)  # (CPU only)
     identity = getattr(accel, "_cpu_identity", None)
     if identity is None or identity[0] is not view.flat_global:
         g = view.flat_global.numpy()
@@ -388,7 +388,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     """
     n = global_prim_id.shape[0]
     m = mirror(accel.flat)
-    view = accel.view
+    view = accel.view_for(None)  # (CPU only)
     dev = accel.device
     buf = _buffers(m, n, dev)
     launch_args = rays.launch_args(n)

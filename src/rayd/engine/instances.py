@@ -237,6 +237,7 @@ class InstanceLevel:
     def _copy_nodes(self, stream: wp.Stream | None, primitives: bool) -> None:
         """Copy every BLAS's node boxes (and, at build, primitive lists) into the shared arrays."""
         for k, tri in enumerate(self.blas):
+            tri.complete(stream)  # (BLAS are refitted in full today; a no-op then)
             count = tri.nodes.lowers.shape[0]
             wp.copy(self.blas_lowers, tri.nodes.lowers, self.node_base[k], 0, count, stream=stream)
             wp.copy(self.blas_uppers, tri.nodes.uppers, self.node_base[k], 0, count, stream=stream)

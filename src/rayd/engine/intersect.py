@@ -125,7 +125,7 @@ def _warp_search(accel: SceneAccel, rays: RayBatch, global_prim_id: wp.array, an
     launch_rows(
         search_kernel(walk),
         n,
-        [accel.view, *rays.launch_args(n), 1 if any_hit else 0],
+        [accel.search_view(walk, stream), *rays.launch_args(n), 1 if any_hit else 0],
         [global_prim_id],
         accel.device,
         stream,

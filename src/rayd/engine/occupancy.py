@@ -118,8 +118,9 @@ def _enabled_faces(accel: SceneAccel) -> tuple[np.ndarray, np.ndarray]:
     """(float64 (V, 3) points in the search frame, int64 (F, 3) enabled flat faces)."""
     points = accel.flat.points.numpy().astype(np.float64)
     faces = accel.flat.indices.numpy().astype(np.int64).reshape(-1, 3)
-    if accel.view.all_enabled == 0:
-        on = accel.view.shape_enabled.numpy()[accel.view.flat_shape.numpy()] != 0
+    view = accel.view_for(None)  # (CPU only)
+    if view.all_enabled == 0:
+        on = view.shape_enabled.numpy()[view.flat_shape.numpy()] != 0
         faces = faces[on]
     return points, faces
 
@@ -350,7 +351,7 @@ def grid(accel: SceneAccel, num_faces: int, stream=None, n: int = GRID_MIN_POINT
     """
     if not accel.device.is_cpu or accel.instances is not None or not accel.flat_enabled:
         return None
-    key = (accel.flat.version, accel.enabled_version, accel.view.all_enabled, num_faces)
+    key = (accel.flat.version, accel.enabled_version, accel.view_for(None).all_enabled, num_faces)
     cached = getattr(accel, "_occupancy", None)
     if cached is not None and cached[0] == key:
         return cached[1]

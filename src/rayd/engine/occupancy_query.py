@@ -180,7 +180,7 @@ def decide(accel: SceneAccel, grid: OccupancyGrid, points: wp.array, active: wp.
     non-finite points); return the int32 rows left undecided (``None`` if none). CPU only."""
     device = accel.device
     flag = wp.empty(n, dtype=wp.uint8, device=device)
-    inputs = [accel.view, grid.coarse, grid.values, grid.partner, grid.lo, grid.inv_cell, grid.dims,
+    inputs = [accel.view_for(None), grid.coarse, grid.values, grid.partner, grid.lo, grid.inv_cell, grid.dims,
               *per_row(points, n), *per_row(active, n)]
     if n < SPLIT_MIN:  # a lookup costs less than splitting the launch over cores
         wp.launch(_decide_kernel, n, [x.array if isinstance(x, PerRow) else x for x in inputs], [out, flag],

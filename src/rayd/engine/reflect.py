@@ -265,5 +265,6 @@ def trace_chain(
         raise ValueError(f"rayd.engine.trace_chain(): B must be in [1, {MAX_BOUNCES}], got {bounces}")
     if n == 0:
         return
-    launch_rows(_CHAIN_KERNELS[accel.search_walk], n, [accel.view, shapes, *rays.launch_args(n), bounces],
+    walk = accel.search_walk
+    launch_rows(_CHAIN_KERNELS[walk], n, [accel.search_view(walk, stream), shapes, *rays.launch_args(n), bounces],
                 [ids, t], accel.device, stream)

@@ -12,6 +12,7 @@ from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude_zeroed
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
+from rayd.engine.wide_refit import WideRefit, per_thread, tri_refit
 
 #: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
 #: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
@@ -240,6 +241,11 @@ class TriangleScene:
         self.face_base = face_base
         leaf_size = LEAF_SIZE
         self.version = 0  # counts refits (caches of per-node data compare it)
+        self.instanced = instanced
+        self.lazy_refit = True  # wide-only refits allowed (SceneAccel: not with instances, whose walks read the rest)
+        self.stale = False  # a wide-only refit left the binary, per-face and pair boxes for complete()
+        self._stale_stream = None
+        self._wide_refits: dict[str, WideRefit] = {}  # wide-only refits, by what a thread starts from
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
         if self.walk == "auto":
             self.walk = "ifif" if self.device.is_cpu else "ww"
@@ -300,6 +306,9 @@ class TriangleScene:
                                         self.tree.leaf_nodes if emitted is not None else None)
             elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
+            per = per_thread(tri_refit())
+            if per is not None and not instanced and WideRefit.applies(self):
+                self._wide_refits[per] = WideRefit(self, per, stream)  # (else made at the first such refit)
 
     @property
     def id(self) -> int:
@@ -345,13 +354,24 @@ class TriangleScene:
 
         With the fused refit (the default) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes.
+        writes the pair nodes, leaf triangles and wide nodes. The flat tree of a scene without instances
+        that has wide nodes (the CUDA default) gets a wide-only refit instead (``wide_refit.py``; the
+        default ``"wide"``, ``RAYD_TRI_REFIT=full`` for the above) and is left :attr:`stale` until
+        :meth:`complete`.
         """
+        self.stale = False
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
             self._magnitude(stream, partials_ready)
-            self.fused.run(self, stream)
-            if self.wide is not None and not FusedRefit.writes_wide(self):
-                self.wide.refresh(stream)
+            per = per_thread(tri_refit())
+            if per is not None and self.lazy_refit and not self.instanced and WideRefit.applies(self):
+                if per not in self._wide_refits:
+                    self._wide_refits[per] = WideRefit(self, per, stream)
+                self._wide_refits[per].run(self, stream)
+                self.stale, self._stale_stream = True, stream
+            else:
+                self.fused.run(self, stream)
+                if self.wide is not None and not FusedRefit.writes_wide(self):
+                    self.wide.refresh(stream)
         else:
             with launch_stream(self.device, stream):
                 self._bounds(stream, partials_ready)
@@ -364,3 +384,16 @@ class TriangleScene:
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()
             mirror.refresh()
+
+    def complete(self, stream: wp.Stream | None = None) -> None:
+        """Bring up to date what the last refit left stale (:attr:`stale`: a wide-only refit,
+        ``wide_refit.py``, wrote only the wide nodes and leaf triangles): Warp's node boxes, the
+        per-face boxes (:attr:`lowers`, :attr:`uppers`) and the pair nodes, by the fused refit from
+        the same points and magnitude (bit-equal to a full refit). No-op when nothing is stale.
+
+        Args:
+            stream: the stream of the query that needs them (``None`` on the CPU).
+        """
+        if self.stale:
+            self.fused.run(self, stream)
+            self.stale = False

@@ -321,7 +321,7 @@ def winding_number(
         return
     data = trees(accel, stream)
     beta2 = -1.0 if exact else float(beta) ** 2
-    head = [accel.view, data.flat, data.blas, 1 if accel.flat_enabled else 0, int(num_faces), beta2, int(order),
+    head = [accel.view_for(stream), data.flat, data.blas, 1 if accel.flat_enabled else 0, int(num_faces), beta2, int(order),
             float(refine)]
     device = accel.device
     if refine > 0.0 and not exact:

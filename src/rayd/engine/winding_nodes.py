@@ -173,6 +173,7 @@ def _alloc(count: int, device) -> WindingData:
 
 def _fill(tri: TriangleScene, data: WindingData, base: int, masked: int, face_shape: wp.array,
           shape_enabled: wp.array, stream) -> None:
+    tri.complete(stream)  # (a flat tree left stale by a wide-only refit)
     levels = getattr(tri, "_winding_levels", None)
     if levels is None:  # the topology is fixed until the next build(); refits only move boxes
         levels = tri._winding_levels = _levels(tri.nodes, tri.device)
@@ -200,7 +201,7 @@ class _Trees:
                tuple(t.version for t in level.blas) if level is not None else ())
         if key == self.key:
             return
-        view = accel.view
+        view = accel.view_for(stream)
         with launch_stream(accel.device, stream):
             _fill(accel.flat, self.flat, 0, 1 - view.all_enabled, view.flat_shape, view.shape_enabled, stream)
             if level is not None:
