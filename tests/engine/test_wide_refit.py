@@ -141,7 +141,9 @@ def test_queries_after_wide_refit_equal_fresh_build(constructor, mode, device):
             moved[:, 2] = 0.3 * np.cos((4 + step) * v[:, 0]) + 0.1 * v[:, 1]
             scene.update_mesh_vertices(0, torch.tensor(moved, device=device))
             scene.sync()
-            assert core.flat.stale
+            # step 0: a wide-only refit; step 1 follows a closest_point (it completed the tree), so its
+            # refit is a full one (TriangleScene.refit), whose answers must be the same
+            assert core.flat.stale == (step == 0)
             fresh = rt.Scene()
             fresh.add_mesh(rt.Mesh(torch.tensor(moved, device=device), faces))
             fresh.build()
@@ -151,7 +153,7 @@ def test_queries_after_wide_refit_equal_fresh_build(constructor, mode, device):
             torch.testing.assert_close(a.t, b.t)
             torch.testing.assert_close(scene.shadow_test(ray), fresh.shadow_test(ray))
             if not cpu_embree.usable(core.accel):  # (Embree's search on the CPU completes the tree)
-                assert core.flat.stale  # the wide walk needed nothing else
+                assert core.flat.stale == (step == 0)  # the wide walk needed nothing else
             ca, cb = scene.closest_point(pts), fresh.closest_point(pts)
             assert not core.flat.stale
             torch.testing.assert_close(ca.distance, cb.distance, rtol=0, atol=0)
@@ -234,3 +236,38 @@ def test_scene_with_instances_keeps_the_full_refit(mode, device):
         torch.testing.assert_close(a.t, b.t)
         torch.testing.assert_close(a.shape_id, b.shape_id)
         assert scene._core.accel.completions_by_fallback == 0
+
+
+def test_refit_kind_follows_the_queries_since_the_last_update(device):
+    """A refit is wide-only unless a query needed the rest of the tree (closest point here) since the
+    previous refit: a scene queried by closest point after every update pays a full refit, not a
+    wide refit plus a completion; one queried by rays alone keeps the wide refit."""
+    v, f = _terrain(16)
+    pts = torch.tensor(np.random.default_rng(3).uniform(-1, 1, (64, 3)).astype(np.float32), device=device)
+    ray = rt.Ray(torch.tensor([[0.1, 0.2, 2.0]], device=device), torch.tensor([[0.0, 0.0, -1.0]], device=device))
+    with _settings("ploc", refit="wide"):
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(torch.tensor(v, device=device), torch.tensor(f, device=device)), dynamic=True)
+        scene.build()
+        core = scene._core
+        if core.flat.wide is None:
+            pytest.skip("no wide nodes for this tree")
+        rays_only = not cpu_embree.usable(core.accel)  # (Embree's search on the CPU reads the whole tree)
+        expected = []
+        for step, query in enumerate(["rays", "rays", "closest", "closest", "rays", "rays"]):
+            moved = v.copy()
+            moved[:, 2] += 0.01 * (step + 1)
+            scene.update_mesh_vertices(0, torch.tensor(moved, device=device))
+            scene.sync()
+            expected.append(core.flat.stale)
+            fresh = rt.Scene()
+            fresh.add_mesh(rt.Mesh(torch.tensor(moved, device=device), torch.tensor(f, device=device)))
+            fresh.build()
+            torch.testing.assert_close(scene.intersect(ray).t, fresh.intersect(ray).t, rtol=0, atol=0)
+            if query == "closest":
+                near = scene.closest_point(pts)
+                torch.testing.assert_close(near.distance, fresh.closest_point(pts).distance, rtol=0, atol=0)
+        # wide after build and after intervals of rays; full after an interval with a closest point
+        want = [True, rays_only, rays_only, False, False, rays_only]
+        assert expected == want
+        assert core.accel.completions_by_fallback == 0

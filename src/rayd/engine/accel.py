@@ -141,8 +141,8 @@ class SceneAccel:
     def view_for(self, stream: wp.Stream | None) -> SceneView:
         """:attr:`view`, completing a stale flat BVH on ``stream`` (the query's)."""
         flat = self.flat
-        if flat is not None and getattr(flat, "stale", False):
-            flat.complete(stream)
+        if flat is not None and hasattr(flat, "complete"):
+            flat.complete(stream)  # (a no-op unless stale; notes the reader: the next refit is a full one)
         return self._view
 
     def search_view(self, walk: str, stream: wp.Stream | None) -> SceneView:

@@ -244,6 +244,9 @@ class TriangleScene:
         self.instanced = instanced
         self.lazy_refit = True  # wide-only refits allowed (SceneAccel: not with instances, whose walks read the rest)
         self.stale = False  # a wide-only refit left the binary, per-face and pair boxes for complete()
+        # a query read the binary / per-face / pair boxes (complete()) since the last refit: the next
+        # refit is a full one, so a scene queried that way after every update pays no completion
+        self._full_reader = False
         self._stale_stream = None
         self._wide_refits: dict[str, WideRefit] = {}  # wide-only refits, by what a thread starts from
         self.walk = _pair_walk  # the flat search's walk over the pair nodes
@@ -357,13 +360,17 @@ class TriangleScene:
         writes the pair nodes, leaf triangles and wide nodes. The flat tree of a scene without instances
         that has wide nodes (the CUDA default) gets a wide-only refit instead (``wide_refit.py``; the
         default ``"wide"``, ``RAYD_TRI_REFIT=full`` for the above) and is left :attr:`stale` until
-        :meth:`complete`.
+        :meth:`complete` -- unless a query needed :meth:`complete` since the previous refit (closest
+        point, all hits, winding numbers, ...): then this refit is a full one, so a scene queried that
+        way after every update pays the full refit only, not a wide refit and a completion.
         """
         self.stale = False
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
             self._magnitude(stream, partials_ready)
             per = per_thread(tri_refit())
-            if per is not None and self.lazy_refit and not self.instanced and WideRefit.applies(self):
+            full_reader, self._full_reader = self._full_reader, False
+            if (per is not None and self.lazy_refit and not self.instanced and not full_reader
+                    and WideRefit.applies(self)):
                 if per not in self._wide_refits:
                     self._wide_refits[per] = WideRefit(self, per, stream)
                 self._wide_refits[per].run(self, stream)
@@ -393,7 +400,11 @@ class TriangleScene:
 
         Args:
             stream: the stream of the query that needs them (``None`` on the CPU).
+
+        Every call (stale or not) also notes that the boxes were needed since the last refit, which
+        makes the next :meth:`refit` a full one.
         """
+        self._full_reader = True
         if self.stale:
             self.fused.run(self, stream)
             self.stale = False
