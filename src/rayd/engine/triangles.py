@@ -357,9 +357,9 @@ class TriangleScene:
 
         With the fused refit (the default) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes. The flat tree of a scene without instances
-        that has wide nodes (the CUDA default) gets a wide-only refit instead (``wide_refit.py``; the
-        default ``"wide"``, ``RAYD_TRI_REFIT=full`` for the above) and is left :attr:`stale` until
+        writes the pair nodes, leaf triangles and wide nodes. With ``RAYD_TRI_REFIT=wide`` (opt-in,
+        ``wide_refit.py``) the flat tree of a scene without instances that has wide nodes (the CUDA
+        default layout) gets a wide-only refit instead and is left :attr:`stale` until
         :meth:`complete` -- unless a query needed :meth:`complete` since the previous refit (closest
         point, all hits, winding numbers, ...): then this refit is a full one, so a scene queried that
         way after every update pays the full refit only, not a wide refit and a completion.
