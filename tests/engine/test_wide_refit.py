@@ -14,6 +14,7 @@ import warp as wp
 
 import rayd.torch as rt
 from rayd.engine import cpu_embree, triangles, wide_refit
+from tests.engine.test_refit_update import _terrain
 
 
 @contextlib.contextmanager
@@ -102,16 +103,6 @@ def test_single_leaf_tree_keeps_the_full_refit(device):
         tri.points.assign(v * 2.0)
         tri.refit()
     assert not tri.stale and not tri._wide_refits
-
-
-def _terrain(n):
-    x, y = np.meshgrid(np.linspace(-1, 1, n), np.linspace(-1, 1, n))
-    z = 0.2 * np.sin(3 * x) * np.cos(2 * y)
-    v = np.stack([x, y, z], -1).reshape(-1, 3).astype(np.float32)
-    i = np.arange(n * n).reshape(n, n)
-    a, b, c, d = i[:-1, :-1].ravel(), i[:-1, 1:].ravel(), i[1:, :-1].ravel(), i[1:, 1:].ravel()
-    f = np.concatenate([np.stack([a, b, d], 1), np.stack([a, d, c], 1)]).astype(np.int32)
-    return v, f
 
 
 @pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels"])
