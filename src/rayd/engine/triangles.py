@@ -355,9 +355,9 @@ class TriangleScene:
             stream: the stream to launch on (``None`` on the CPU).
             partials_ready: the caller folded every point into :attr:`magnitude_partials` already.
 
-        With the fused refit (the default) this is three launches replayed from records, no memset,
+        With the fused refit (``RAYD_TRI_REFIT=full``) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes. With ``RAYD_TRI_REFIT=wide`` (opt-in,
+        writes the pair nodes, leaf triangles and wide nodes. With ``RAYD_TRI_REFIT=wide`` (the default,
         ``wide_refit.py``) the flat tree of a scene without instances that has wide nodes (the CUDA
         default layout) gets a wide-only refit instead and is left :attr:`stale` until
         :meth:`complete` -- unless a query needed :meth:`complete` since the previous refit (closest

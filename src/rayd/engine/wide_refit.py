@@ -17,7 +17,7 @@ left stale: ``TriangleScene.complete`` runs the fused refit when a query that re
 (``accel.SceneAccel.view_for``), which rewrites all of it from the same points and magnitude.
 
 ``RAYD_TRI_REFIT`` (or :func:`set_tri_refit`, read at every refit, so one scene can A/B):
-``"full"`` (the default: the fused refit of everything at ``sync()``), ``"wide"`` (this module, a
+``"full"`` (the fused refit of everything at ``sync()``), ``"wide"`` (the default: this module, a
 thread per leaf), ``"wide_node"`` (a thread per wide node with leaf children: it computes all of
 them, and a node whose children are all leaves needs no atomic) or ``"wide_levels"`` (no atomics
 or fences: a launch over the leaves, then one per depth of the wide tree, deepest first); scenes
@@ -39,11 +39,11 @@ wp.set_module_options({"enable_backward": False})
 #: What ``TriangleScene.refit`` refits at ``sync()`` (see the module docstring). On one H100 (session 17,
 #: ``benchmarks/h200/s17g.sh``) update + sync of the CUDA defaults took 0.628 / 0.421 ms with ``"wide"``
 #: against 1.026 / 0.683 ms with ``"full"`` (terrain 2 M / sphere 1 M; ``"wide_node"`` 1.048 / 0.607,
-#: ``"wide_levels"`` 0.619 / 0.467), and its own CUDA tests passed; the default stays ``"full"`` until the
-#: whole CUDA suite (both frontends) has run with ``"wide"`` as the default (the session lost its GPU before
-#: that run). ``RAYD_TRI_REFIT=wide`` selects it.
+#: ``"wide_levels"`` 0.619 / 0.467); on one H200 (session 18, ``benchmarks/results/h200-session18/``)
+#: 0.534 / 0.347 ms against 0.857 / 0.563 ms, and the whole CUDA suite of both frontends passed with
+#: ``"wide"`` (and with ``"full"``), so ``"wide"`` is the default. ``RAYD_TRI_REFIT=full`` restores the old one.
 TRI_REFITS = ("full", "wide", "wide_node", "wide_levels")
-_tri_refit = os.environ.get("RAYD_TRI_REFIT", "full").strip().lower()
+_tri_refit = os.environ.get("RAYD_TRI_REFIT", "wide").strip().lower()
 if _tri_refit not in TRI_REFITS:
     raise ValueError(f"rayd.engine: RAYD_TRI_REFIT must be one of {TRI_REFITS}, got {_tri_refit!r}")
 
