@@ -1,0 +1,33 @@
+"""What a non-editable install ships: every package, the py.typed marker, the docs' links."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_py_typed_is_package_data():
+    assert (ROOT / "src" / "rayd" / "py.typed").exists()
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "py.typed" in config["tool"]["setuptools"]["package-data"]["rayd"]
+
+
+def test_every_rayd_folder_is_a_package():
+    # setuptools' find_packages only ships folders with an __init__.py.
+    for folder in (ROOT / "src" / "rayd").rglob("*"):
+        if folder.is_dir() and folder.name != "__pycache__" and any(folder.glob("*.py")):
+            assert (folder / "__init__.py").exists(), folder
+
+
+def test_markdown_links_to_repository_files_resolve():
+    # README.md, docs/ and examples/: every relative [text](path) link names a file in the repository.
+    pages = [ROOT / "README.md", *(ROOT / "docs").glob("*.md"), *(ROOT / "examples").rglob("*.md")]
+    dead = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text()):
+            if not target.startswith(("http://", "https://")) and not (page.parent / target).exists():
+                dead.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not dead, dead
