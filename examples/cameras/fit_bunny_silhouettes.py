@@ -143,7 +143,10 @@ def fit(target_v: np.ndarray, target_f: np.ndarray, *, size: int = 128, iteratio
         lam: float = 20.0, lam_final: float = 2.0, device: str = "cpu", seed: int = 0,
         log=print) -> dict:
     """Fit an icosphere to the silhouettes of (target_v, target_f); returns a dict of results."""
-    import trimesh
+    try:
+        import trimesh
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: the icosphere needs trimesh: pip install 'rayd-geom[examples]' ({error})") from error
 
     cams = make_cameras(size, device)
     target_scene = rt.Scene()
@@ -201,7 +204,10 @@ def outline(mask: np.ndarray) -> np.ndarray:
 
 
 def save_pictures(result: dict, out: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -43,7 +43,10 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

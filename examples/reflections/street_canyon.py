@@ -106,7 +106,10 @@ def run(quick: bool = False, out: Path | None = None, bounces: int | None = None
 
 
 def _pictures(out, scene, tx, rx, found, r, lengths, orders, k, moved, after) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

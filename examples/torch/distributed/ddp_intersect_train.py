@@ -517,7 +517,10 @@ def height_field(scene_vertices: torch.Tensor, faces: torch.Tensor, target: Targ
 
 def write_plot(path: str, record: dict, args: argparse.Namespace, device: torch.device, world_size: int) -> None:
     """Loss curve, fitted height field and target height field side by side (PNG)."""
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
