@@ -517,10 +517,7 @@ def height_field(scene_vertices: torch.Tensor, faces: torch.Tensor, target: Targ
 
 def write_plot(path: str, record: dict, args: argparse.Namespace, device: torch.device, world_size: int) -> None:
     """Loss curve, fitted height field and target height field side by side (PNG)."""
-    try:
-        import matplotlib
-    except ImportError as error:
-        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
+    import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
