@@ -52,3 +52,10 @@ def test_docs_python_blocks_parse_and_import_what_they_use():
             for name in sorted((used & set(aliases)) - bound):
                 problems.append(f"{page.relative_to(ROOT)}: uses {name} ({aliases[name]}) without importing it")
     assert not problems, problems
+
+
+def test_version_matches_pyproject():
+    import rayd
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert rayd.__version__ == config["project"]["version"]
