@@ -1,6 +1,9 @@
 """rayd.drjit quick start: closest hits of a camera's rays, and their gradients.
 
-    PYTHONPATH=src python3 examples/drjit/quickstart.py [--backend llvm|cuda] [--out depth.png]
+    python3 examples/drjit/quickstart.py [--backend llvm|cuda] [--size N] [--out depth.png]
+
+(with rayd installed, ``pip install ".[drjit,examples]"``; in a checkout without installing,
+prefix ``PYTHONPATH=src``).
 
 Builds a bumpy grid mesh from Dr.Jit arrays, shoots one ray per pixel from a pinhole
 camera, prints what the hits look like, then differentiates the mean hit distance
