@@ -59,3 +59,23 @@ def test_version_matches_pyproject():
 
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert rayd.__version__ == config["project"]["version"]
+
+
+def test_documented_error_messages_are_the_real_ones():
+    # README.md and docs/api.md quote these messages word for word.
+    import pytest
+
+    torch = pytest.importorskip("torch")
+    rt = pytest.importorskip("rayd.torch")
+    with pytest.raises(ValueError) as error:
+        rt.Ray(torch.zeros(1024, 3), torch.ones(1024, 4))
+    assert str(error.value) == "rayd.torch.Ray(): 'd' must have shape (..., 3), got (1024, 4)"
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]]), torch.tensor([[0, 1, 2]])))
+    scene.build()
+    with pytest.raises(ValueError) as error:
+        scene.nearest_edge(torch.zeros(1024, 4))
+    assert str(error.value) == "rayd.torch.Scene.nearest_edge(): 'points' must have shape (..., 3), got (1024, 4)"
+    for page in ("README.md", "docs/api.md"):
+        text = (ROOT / page).read_text()
+        assert "rayd.torch.Ray(): 'd' must have shape (..., 3), got (1024, 4)" in text
