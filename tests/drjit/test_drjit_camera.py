@@ -221,3 +221,14 @@ def test_assigned_parameters_are_checked_and_used(m):
         with pytest.raises(exc, match=r"^rayd\.drjit\.Camera"):
             setattr(cam, name, value)
     assert cam.intrinsics()[0] == 5.0 and cam.height == 6
+
+
+def test_camera_space_maps_take_points_like_torch(m):
+    # world_to_camera(points) and camera_to_pixels(p): the same one-argument calls as rayd.torch.
+    d, t = _cameras(m)
+    p = np.random.default_rng(3).normal(size=(20, 3)) + [0, 0, 4]
+    cam_d = d.world_to_camera(vec(m.Array3f64, p))
+    cam_t = t.world_to_camera(torch.tensor(p))
+    np.testing.assert_allclose(rows(cam_d), cam_t.numpy(), atol=1e-12)
+    np.testing.assert_allclose(rows(d.camera_to_pixels(cam_d)), t.camera_to_pixels(cam_t).numpy(), atol=1e-10)
+    np.testing.assert_allclose(rows(d.camera_to_pixels(cam_d)), rows(d.project(vec(m.Array3f64, p))[0]), atol=1e-10)
