@@ -61,6 +61,7 @@ import os
 import numpy as np
 
 from rayd.engine import embree_api
+from rayd.engine.cpu_embree_caps import edge_caps, sliver_caps, vertex_caps  # noqa: F401 - tests use them here
 
 try:  # optional dependency: the ``cpu`` extra (its bundled Embree 4 library is what rayd calls)
     import embreex as _embreex
@@ -78,6 +79,24 @@ BAND = 1.0e-5
 #: leaks, measured, lie within about 1e-7 R of a vertex; float32 rounding at ``|origin| <= 4 R``
 #: is about 5e-7 R). Small beside the edges of dense scans (1e-3 R for 871 k triangles).
 CAP = 2.0**-16
+
+#: Edge-cap reach, in units of ``R``: rays passing within ``EDGE_CAP * R`` (3.8e-6 R, about 64 float32
+#: ulps at ``R``) of an edge without crossing a face before it are re-searched by Warp (a ray that
+#: only grazes a silhouette edge is a hit for one test and a miss for the other within rounding).
+EDGE_CAP = 2.0**-18
+
+#: Near-tangent hits: a hit whose crossing lies within ``TANGENT * R / cos`` of its face's edges along
+#: the face (``cos``: of the angle between the ray and the face) is re-searched by Warp; there the ray
+#: runs within rounding of the face's plane up to the edge and the two tests may disagree (1e-6 R,
+#: about 16 float32 ulps at ``R``).
+TANGENT = 2.0**-20
+
+#: Whether the near-tangent check runs (off: for measurements).
+TANGENT_CHECK = True
+
+#: Whether the Embree scene holds the edge caps (:func:`edge_caps`); off: grazing rays may answer
+#: differently on the Warp and Embree paths (for measurements).
+EDGE_CAPS = True
 
 #: Rays whose Embree origin lies farther than ``FAR * R`` from the centre are re-searched by
 #: Warp (their float32 rounding would outgrow the caps); origins are moved to the sphere of
@@ -222,12 +241,18 @@ class EmbreeMirror:
         # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
         # a ray whose Embree winner is either is re-searched by Warp.
         flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
+        longest = np.sqrt(max(float(np.max(np.sum((x - y) ** 2, 1), initial=0.0)) for x, y in ((a, b), (b, c), (c, a))))
+        self.graze = TANGENT * self.radius * longest if TANGENT_CHECK else 0.0
         self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
         self.any_flagged = bool(flag.any())
         # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
         # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
         # sliver before any other triangle (or misses them all).
-        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+        caps = vertex_caps(used - self.centre, r)
+        if EDGE_CAPS:  # in the vertex caps' geometry (one BVH less to walk than a geometry of their own)
+            edges = edge_caps(rel, faces, EDGE_CAP * self.radius, ~degenerate)
+            caps = (np.concatenate([caps[0], edges[0]]), np.concatenate([caps[1], edges[1] + len(caps[0])]))
+        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), caps]
         if slivers[0].any():
             meshes.append(slivers[1:])
         self.scene = _commit(*meshes)
@@ -252,76 +277,6 @@ def _commit(*meshes: tuple[np.ndarray, np.ndarray]) -> embree_api.Scene:
     # caps (small, clustered at the vertices) do not slow the walk over the triangles: 35 -> 24.5 ms
     # (terrain, 1 thread; one merged BVH over triangles and caps: 35; triangles alone: 22).
     return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM)
-
-
-def vertex_caps(vertices: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
-    """Three small triangles around each vertex ``V``, one in each axis plane through ``V``.
-
-    Each is equilateral with its incentre at ``V`` and inradius ``4 r``. A line passing
-    within ``r`` of ``V`` crosses the plane normal to its dominant axis (``|d_k| >= |d|/sqrt 3``)
-    within ``2 r`` of ``V`` (the crossing lies at most ``r sqrt 3`` along the line from the
-    closest point), so at least ``2 r`` inside that triangle: far from the cap's own edges
-    in float32 units, where Embree's test is reliable.
-
-    Args:
-        vertices: (V, 3) float64 centre-relative vertices.
-        r: the radius around each vertex that must be caught.
-
-    Returns:
-        float32 points (9 V, 3) and int32 faces (3 V, 3).
-    """
-    corners = []
-    for axis in range(3):
-        a1, a2 = [k for k in range(3) if k != axis]
-        for angle in (0.5 * np.pi, 7.0 / 6.0 * np.pi, 11.0 / 6.0 * np.pi):
-            offset = np.zeros(3)
-            offset[a1], offset[a2] = 8.0 * r * np.cos(angle), 8.0 * r * np.sin(angle)
-            corners.append(vertices + offset)
-    points = np.stack(corners, 1).reshape(-1, 3).astype(np.float32)
-    return points, np.arange(points.shape[0], dtype=np.int32).reshape(-1, 3)
-
-
-def sliver_caps(a: np.ndarray, b: np.ndarray, c: np.ndarray, r: float,
-                keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Caps over the slivers: faces (of ``keep``) whose smallest altitude is below ``8 r``.
-
-    Every point of a sliver lies within float32 rounding of its edges, where Embree's and
-    rayd's tests may disagree away from any vertex. Each sliver gets a rectangle in its
-    plane, along its longest edge, covering it with a margin of ``4 r``: a ray through
-    the sliver crosses the rectangle well inside it.
-
-    Args:
-        a, b, c: (F, 3) float64 corners.
-        r: the vertex-cap radius.
-        keep: (F,) bool, the faces that may be slivers (not degenerate).
-
-    Returns:
-        ``(sliver (F,) bool, points (4 S, 3) float32, faces (2 S, 3) int32)``.
-    """
-    cross = np.cross(b - a, c - a)
-    area2 = np.linalg.norm(cross, axis=1)
-    edges = np.stack([b - a, c - b, a - c], 1)  # edge k runs from corner k to corner k + 1
-    lengths = np.linalg.norm(edges, axis=2)
-    k = lengths.argmax(1)
-    longest = lengths[np.arange(len(k)), k]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        height = area2 / longest
-    sliver = keep & (height < 8.0 * r)
-    corners = np.stack([a, b, c], 1)[sliver]
-    k, longest, height = k[sliver], longest[sliver], height[sliver]
-    idx = np.arange(len(k))
-    p, q, other = corners[idx, k], corners[idx, (k + 1) % 3], corners[idx, (k + 2) % 3]
-    u = (q - p) / longest[:, None]
-    w = other - p - np.sum((other - p) * u, 1)[:, None] * u  # towards the third corner, in-plane
-    norm = np.linalg.norm(w, axis=1)[:, None]
-    n = cross[sliver] / area2[sliver][:, None]
-    w = np.where(norm > 0, w / np.where(norm > 0, norm, 1.0), np.cross(n, u))
-    m = 4.0 * r
-    rect = np.stack([p - m * u - m * w, q + m * u - m * w, q + m * u + (height[:, None] + m) * w,
-                     p - m * u + (height[:, None] + m) * w], 1)
-    base = 4 * idx[:, None]
-    tris = np.concatenate([base + [0, 1, 2], base + [0, 2, 3]], 1).reshape(-1, 3)
-    return sliver, rect.reshape(-1, 3).astype(np.float32), tris.astype(np.int32)
 
 
 def mirror(tri) -> EmbreeMirror:
@@ -401,7 +356,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     packet = embree_api.packet_width()
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
-             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, DIR2_MIN, DIR2_MAX,
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
              embree_api.intersect_pointer(packet), embree_scene.ptr, embree_api.COHERENT_COS, packet]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass

@@ -166,7 +166,15 @@ _SEARCH16 = r"""
                 float w = 1.0f - bu - bv;
                 float m = bu < bv ? bu : bv;
                 m = m < w ? m : w;
-                if (bad || m < edge || !__builtin_isfinite(t)) {
+                // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
+                // rounding across the plane (graze / longest edge, in units of R) moves the crossing by
+                // that over the cosine of its angle with the face, m * altitude away from the edge
+                // (altitude >= |Ng| / longest edge): a near-tangent ray may cross for one test only.
+                float gx = R[12 * 16 + j], gy = R[13 * 16 + j], gz = R[14 * 16 + j];
+                float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
+                float dn = __builtin_fabsf(gx * ex + gy * ey + gz * ez);
+                bool tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
+                if (bad || m < edge || tangent || !__builtin_isfinite(t)) {
                     again = 1;
                 } else {
                     int g = (face_mode & 1) ? f : wp::index(flat_global, f);
@@ -194,7 +202,7 @@ def _search16(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64,
+    far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64,
     coherent_cos: float, packet: int, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
@@ -218,7 +226,7 @@ def _search16_kernel(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64,
+    far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
     fn: wp.uint64, scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
@@ -237,7 +245,7 @@ def _search16_kernel(
         tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, dir2_min, dir2_max, fn, scene, coherent_cos, packet, lo, hi, width, tile,
+                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, coherent_cos, packet, lo, hi, width, tile,
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
