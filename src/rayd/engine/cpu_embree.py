@@ -248,11 +248,10 @@ class EmbreeMirror:
         # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
         # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
         # sliver before any other triangle (or misses them all).
-        caps = vertex_caps(used - self.centre, r)
-        if EDGE_CAPS:  # in the vertex caps' geometry (one BVH less to walk than a geometry of their own)
-            edges = edge_caps(rel, faces, EDGE_CAP * self.radius, ~degenerate)
-            caps = (np.concatenate([caps[0], edges[0]]), np.concatenate([caps[1], edges[1] + len(caps[0])]))
-        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), caps]
+        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+        # The edge caps, a scene of their own that only Embree's misses are traced through (in the
+        # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread).
+        self.edge_scene = embree_api.Scene([edge_caps(rel, faces, EDGE_CAP * self.radius, ~degenerate)]) if EDGE_CAPS else None
         if slivers[0].any():
             meshes.append(slivers[1:])
         self.scene = _commit(*meshes)
@@ -357,7 +356,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
-             embree_api.intersect_pointer(packet), embree_scene.ptr, embree_api.COHERENT_COS, packet]
+             embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,
+             embree_api.COHERENT_COS, packet]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0

@@ -123,24 +123,43 @@ _SEARCH16 = r"""
         }
         return (live > 1 && !coherent) ? 1 : 0;
     }
+    // Lanes of mask traced through scn (the 16 prepared lanes; with narrower Embree packets, in
+    // 16 / packet calls, each field copied into a packet-wide RTCRayHitN (21 fields) and the result back).
+    auto run = [&](int* mask, unsigned long long scn) {
+        if (packet >= 16) {
+            ((rtc_intersect16_t)fn)(mask, (void*)scn, (void*)R, &args);
+            return;
+        }
+        alignas(64) float P[8 * 24];
+        alignas(64) int pv[8];
+        for (int h = 0; h < 16; h += packet) {
+            int any = 0;
+            for (int j = 0; j < packet; ++j) { pv[j] = mask[h + j]; any |= pv[j]; }
+            if (!any) continue;
+            for (int f = 0; f < 21; ++f)
+                for (int j = 0; j < packet; ++j) P[f * packet + j] = R[f * 16 + h + j];
+            ((rtc_intersect16_t)fn)(pv, (void*)scn, (void*)P, &args);
+            for (int f = 8; f < 21; ++f)
+                for (int j = 0; j < packet; ++j) R[f * 16 + h + j] = P[f * packet + j];
+        }
+    };
+    alignas(64) int missed[16];
+    int graze_hit[16];
+    for (int j = 0; j < 16; ++j) { missed[j] = 0; graze_hit[j] = 0; }
     if (live > 0) {
         args.flags = coherent ? (1 << 16) : 0;  // RTC_RAY_QUERY_FLAG_COHERENT : _INCOHERENT
-        if (packet >= 16) {
-            ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
-        } else {
-            // Narrower Embree packets (8 lanes on AVX2): the 16 prepared lanes in 16 / packet
-            // calls, each field copied into a packet-wide RTCRayHitN (21 fields) and the result back.
-            alignas(64) float P[8 * 24];
-            alignas(64) int pv[8];
-            for (int h = 0; h < 16; h += packet) {
-                int any = 0;
-                for (int j = 0; j < packet; ++j) { pv[j] = valid[h + j]; any |= pv[j]; }
-                if (!any) continue;
-                for (int f = 0; f < 21; ++f)
-                    for (int j = 0; j < packet; ++j) P[f * packet + j] = R[f * 16 + h + j];
-                ((rtc_intersect16_t)fn)(pv, (void*)scene, (void*)P, &args);
-                for (int f = 8; f < 21; ++f)
-                    for (int j = 0; j < packet; ++j) R[f * 16 + h + j] = P[f * packet + j];
+        run(valid, scene);
+        if (edge_scene != 0) {
+            // Misses through the edge caps (a miss leaves the ray's fields as they were): a ray that
+            // passes within rounding of an edge without crossing a face is re-searched by Warp.
+            int any = 0;
+            for (int j = 0; j < 16; ++j) { missed[j] = (valid[j] && U[18 * 16 + j] == 0xFFFFFFFFu) ? -1 : 0; any |= missed[j]; }
+            if (any) {
+                run(missed, edge_scene);
+                for (int j = 0; j < 16; ++j) {
+                    graze_hit[j] = missed[j] && U[18 * 16 + j] != 0xFFFFFFFFu;
+                    if (missed[j]) U[18 * 16 + j] = 0xFFFFFFFFu;  // still a miss of the scene
+                }
             }
         }
     }
@@ -155,7 +174,7 @@ _SEARCH16 = r"""
             if ((hit && U[18 * 16 + j] > 0u) || sqrtf(px * px + py * py + pz * pz) > far_origin) {
                 again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
             } else if (!hit) {
-                again = (di[0] == 0.0f || di[1] == 0.0f || di[2] == 0.0f) ? 1 : 0;
+                again = (graze_hit[j] || di[0] == 0.0f || di[1] == 0.0f || di[2] == 0.0f) ? 1 : 0;
             } else {
                 int f = (int)U[17 * 16 + j];
                 double t = (double)R[8 * 16 + j] + S0[j];
@@ -202,7 +221,7 @@ def _search16(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64,
+    far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64,
     coherent_cos: float, packet: int, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
@@ -227,7 +246,7 @@ def _search16_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
-    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
+    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
 ):
@@ -245,7 +264,7 @@ def _search16_kernel(
         tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, coherent_cos, packet, lo, hi, width, tile,
+                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet, lo, hi, width, tile,
                       out, redo, keys, order, key_pass)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
