@@ -94,8 +94,8 @@ TANGENT = 2.0**-20
 #: Whether the near-tangent check runs (off: for measurements).
 TANGENT_CHECK = True
 
-#: Whether the Embree scene holds the edge caps (:func:`edge_caps`); off: grazing rays may answer
-#: differently on the Warp and Embree paths (for measurements).
+#: Whether Embree's misses are checked against the edge caps (:func:`edge_caps`); off: grazing rays may
+#: answer differently on the Warp and Embree paths (for measurements).
 EDGE_CAPS = True
 
 #: Rays whose Embree origin lies farther than ``FAR * R`` from the centre are re-searched by
@@ -249,15 +249,23 @@ class EmbreeMirror:
         # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
         # sliver before any other triangle (or misses them all).
         meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
-        # The edge caps, a scene of their own that only Embree's misses are traced through (in the
-        # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread).
-        self.edge_scene = embree_api.Scene([edge_caps(rel, faces, EDGE_CAP * self.radius, ~degenerate)]) if EDGE_CAPS else None
+        # The edge caps: a scene of their own that only Embree's misses are traced through (in the
+        # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread), built after
+        # the first query with a miss (:meth:`edge_caps_scene`; 0.65 s for the terrain): until then
+        # Warp answers the misses.
+        self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
+        self.edge_scene = None
         if slivers[0].any():
             meshes.append(slivers[1:])
         self.scene = _commit(*meshes)
         self._meshes, self._incoherent = meshes, None
         self.fn = embree_api.intersect16_pointer()
         self.stale = False
+
+    def build_edge_scene(self) -> None:
+        """Build the scene of the edge caps (:func:`edge_caps`), traced for the rays that miss."""
+        if self.edge_scene is None:
+            self.edge_scene = embree_api.Scene([edge_caps(*self._edge_input)])
 
     def incoherent_scene(self) -> embree_api.Scene:
         """The scene for incoherent batches (built at the first one on this geometry): the same
@@ -323,7 +331,8 @@ def _face_mode(accel, m: EmbreeMirror) -> int:
         g = view.flat_global.numpy()
         identity = (view.flat_global, bool(np.array_equal(g, np.arange(g.shape[0], dtype=g.dtype))))
         accel._cpu_identity = identity
-    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4)
+    pending = 8 if EDGE_CAPS and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
+    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4) | pending
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
@@ -399,7 +408,10 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     stats["rays"] += n
     if int(redo_count.numpy()[0]) == 0:
         return
-    redo = np.flatnonzero(buf["redo"].numpy())
+    flags = buf["redo"].numpy()
+    redo = np.flatnonzero(flags)
+    if EDGE_CAPS and m.edge_scene is None and bool(np.any(flags == 2)):
+        m.build_edge_scene()  # a query with misses: the edge caps for the next ones
     stats["redone"] += int(redo.size)
     # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.
     out_np = global_prim_id.numpy()

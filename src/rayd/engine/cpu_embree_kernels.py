@@ -175,6 +175,7 @@ _SEARCH16 = r"""
                 again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
             } else if (!hit) {
                 again = (graze_hit[j] || di[0] == 0.0f || di[1] == 0.0f || di[2] == 0.0f) ? 1 : 0;
+                if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
             } else {
                 int f = (int)U[17 * 16 + j];
                 double t = (double)R[8 * 16 + j] + S0[j];
