@@ -3,7 +3,7 @@
 The other tree is a copy of rayd whose package (and ``torch.library`` namespace) was renamed, e.g.
 ``git archive main src/rayd | tar -x -C /tmp/m && cd /tmp/m/src && mv rayd rayd_main &&
 grep -rlE '\\brayd\\b' rayd_main | xargs sed -i -E 's/\\brayd\\b/rayd_main/g'``. Cases run round-robin
-per repeat (process CPU and wall ms, medians); the answers of both trees are compared bit for bit.
+per repeat, in an order that rotates (process CPU and wall ms, medians); the answers of both trees are compared bit for bit.
 
 Usage: python benchmarks/cpu_ab.py OTHER_SRC OTHER_NAME terrain|sphere [repeats] [--no-mitsuba]
 (Mitsuba needs DRJIT_LIBLLVM_PATH, e.g. /usr/lib/x86_64-linux-gnu/libLLVM-15.so.1).
@@ -43,8 +43,10 @@ same = bool(torch.equal(ha.t, hb.t) and torch.equal(ha.prim_id, hb.prim_id) and 
             and torch.equal(sa.shadow_test(ra), sb.shadow_test(rb)))
 res = {k: ([], []) for k in cases}
 red0 = (other_embree.stats["redone"], cpu_embree.stats["redone"], other_embree.stats["rays"], cpu_embree.stats["rays"])
-for _ in range(reps):
-    for k, f in cases.items():
+names = list(cases)
+for rep in range(reps):  # the order rotates per repeat: no case always follows Mitsuba (its pool threads' spin counts)
+    for k in names[rep % len(names):] + names[: rep % len(names)]:
+        f = cases[k]
         t0, c0 = time.perf_counter(), time.process_time(); f()
         res[k][0].append(time.perf_counter() - t0); res[k][1].append(time.process_time() - c0)
 red = [(other_embree.stats["redone"] - red0[0]) / max(1, other_embree.stats["rays"] - red0[2]),
