@@ -137,6 +137,10 @@ MIN_CHUNK = 4096
 #: order of their Embree origins (a key pass, Warp's radix sort, the rays permuted); others in turn.
 SORT_MIN_RAYS = 16384
 
+#: 1: the sort keys of incoherent batches in float32 (where each ray enters the sphere of radius 1.8 R);
+#: 0: from the float64 preparation of each ray's Embree origin (the key orders the rays, never an answer).
+FAST_KEY = 1
+
 #: Coherent batches of at least this many rays laid out as rows of an image (:func:`image_width`)
 #: are traced in 4 x 4 tiles of pixels instead of runs of 16 along a row.
 TILE_MIN_RAYS = 4096
@@ -377,7 +381,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
             if hi > lo:
                 dim = (hi - lo + 15) // 16 if width == 0 else -(-(hi - lo) // (4 * width)) * ((width + 3) // 4)
                 wp.launch(_search16_kernel, dim=dim,
-                          inputs=[*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass],
+                          inputs=[*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY],
                           device=dev)
         return run
 

@@ -58,6 +58,51 @@ _SEARCH16 = r"""
             T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0;
         }
     }
+    if (key_pass == 1 && fast_key) {
+        // Sort keys only, in float32 (the key orders the rays, it never changes an answer): the Morton
+        // code (10 bits per axis, over [-2 R, 2 R]^3) of where the ray enters the sphere of radius
+        // 1.8 R (or its origin, from inside), rays that miss that sphere or are malformed last;
+        // returns 1 for an incoherent packet (unit directions of the keyed lanes, as below).
+        const float fcx = (float)cx, fcy = (float)cy, fcz = (float)cz, frs2 = (float)(rs * rs), inv4r = 1.0f / (4.0f * radius);
+        unsigned int code[16];
+        float UX[16], UY[16], UZ[16];
+        int keyed[16];
+        for (int j = 0; j < 16; ++j) {
+            float ox = OX[j] - fcx, oy = OY[j] - fcy, oz = OZ[j] - fcz, ex = DX[j], ey = DY[j], ez = DZ[j];
+            float dd = ex * ex + ey * ey + ez * ez, b = ox * ex + oy * ey + oz * ez;
+            float disc = b * b - dd * (ox * ox + oy * oy + oz * oz - frs2);
+            float ta = (-b - sqrtf(disc >= 0.0f ? disc : 0.0f)) / dd;
+            float t = T0[j] > ta ? T0[j] : ta;
+            float px = ox + t * ex, py = oy + t * ey, pz = oz + t * ez;
+            int ok = ACT[j] & (disc >= 0.0f) & (dd > 0.0f) & (T1[j] > T0[j]) & (px == px) & (py == py) & (pz == pz);
+            keyed[j] = ok;
+            float inv = 1.0f / sqrtf(dd > 0.0f ? dd : 1.0f);
+            UX[j] = ex * inv; UY[j] = ey * inv; UZ[j] = ez * inv;
+            unsigned int c3[3];
+            float pp[3] = {px, py, pz};
+            for (int a = 0; a < 3; ++a) {
+                float q = (pp[a] * inv4r + 0.5f) * 1023.0f;
+                c3[a] = q > 0.0f ? (q < 1023.0f ? (unsigned int)q : 1023u) : 0u;
+            }
+            unsigned int m = 0u;
+            for (int bb = 0; bb < 10; ++bb)
+                m |= (((c3[0] >> bb) & 1u) << (3 * bb)) | (((c3[1] >> bb) & 1u) << (3 * bb + 1)) | (((c3[2] >> bb) & 1u) << (3 * bb + 2));
+            code[j] = ok ? m : 0x3FFFFFFFu;
+        }
+        int nk = 0, f0 = -1;
+        bool coh = true;
+        for (int j = 0; j < 16; ++j) {
+            if (!keyed[j]) continue;
+            ++nk;
+            if (f0 < 0) f0 = j;
+            else if (UX[j] * UX[f0] + UY[j] * UY[f0] + UZ[j] * UZ[f0] < coherent_cos) coh = false;
+        }
+        for (int j = 0; j < 16 && lo + j < hi; ++j) {
+            wp::index(keys, lo + j) = (int)code[j];
+            wp::index(order, lo + j) = lo + j;
+        }
+        return (nk > 1 && !coh) ? 1 : 0;
+    }
     // Branch-free over the 16 lanes (selects, no short-circuits), so that the compiler vectorizes
     // it; every lane evaluates the same float32/float64 expressions as one ray at a time would.
     const float big = 3.40282347e38f;
@@ -226,7 +271,7 @@ def _search16(
     coherent_cos: float, packet: int, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
-    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
 ) -> int:
     """Rows ``lo .. hi - 1`` (at most 16; with ``width > 0``, the 4 x 4 tile ``tile`` of the band of 4
     image rows of ``width`` rays from ``lo``, rows from ``hi`` on left out): Embree's rays,
@@ -249,7 +294,7 @@ def _search16_kernel(
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
     fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
-    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
 ):
     """One packet of 16 rows from ``base`` (:func:`_search16`); ``redo_count`` counts the rows sent to
     Warp, or with ``key_pass`` the incoherent packets. With ``width > 0`` (camera rows of ``width``
@@ -266,7 +311,7 @@ def _search16_kernel(
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
                       degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet, lo, hi, width, tile,
-                      out, redo, keys, order, key_pass)
+                      out, redo, keys, order, key_pass, fast_key)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
 
