@@ -20,6 +20,9 @@ from rayd.engine.runtime import PerRow, _warmed, run_parallel
 
 wp.set_module_options({"enable_backward": False})
 
+#: Contiguous arrays through raw pointers (:data:`_FIELDS16_RAW`); off: ``wp::index`` (for measurements).
+RAW = True
+
 _FIELDS16 = r"""
     int F[16], SH[16];
     wp::vec3d A[16], B[16], C[16], O[16], D[16];
@@ -90,6 +93,32 @@ _FIELDS16 = r"""
 """
 
 
+def _raw_pointers(text: str) -> str:
+    """``text`` with every ``wp::index(array, row)`` read as ``array_[row]`` (raw pointers to contiguous arrays)."""
+    import re  # noqa: PLC0415
+
+    pattern = re.compile(r"wp::index\((\w+), ([^()]*)\)")
+    while True:
+        out = pattern.sub(lambda m: f"{m.group(1)}_[{m.group(2)}]", text)
+        if out == text:
+            return out
+        text = out
+
+
+# The same C++ over raw pointers (every array contiguous, checked by :func:`closest_fields`): Warp's
+# ``wp::index`` reloads each array's data pointer and byte stride around every store (the stores may
+# alias them), which cost about 2.5x in the gather of sorted batches (cpu_embree_order).
+_FIELDS16_RAW = """
+    const wp::vec3* o_ = (const wp::vec3*)o.data; const wp::vec3* d_ = (const wp::vec3*)d.data;
+    const wp::vec3* vertices_ = (const wp::vec3*)vertices.data; const int* indices_ = (const int*)indices.data;
+    const int* offsets_ = (const int*)offsets.data; const int* face_row_ = (const int*)face_row.data;
+    const double* tmin_rows_ = (const double*)tmin_rows.data; const double* tmax_rows_ = (const double*)tmax_rows.data;
+    int* global_prim_id_ = (int*)global_prim_id.data; float* t_ = (float*)t.data; wp::vec3* p_ = (wp::vec3*)p.data;
+    wp::vec3* geo_n_ = (wp::vec3*)geo_n.data; wp::vec3* barycentric_ = (wp::vec3*)barycentric.data;
+    int* shape_id_ = (int*)shape_id.data; int* prim_id_ = (int*)prim_id.data;
+""" + _raw_pointers(_FIELDS16)
+
+
 @wp.func_native(_FIELDS16)
 def _fields16(
     o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
@@ -121,6 +150,37 @@ def _fields16_kernel(
               prim_id, lo, wp.min(lo + 16, n))
 
 
+@wp.func_native(_FIELDS16_RAW)
+def _fields16_raw(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
+    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
+    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
+    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
+    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
+    prim_id: wp.array(dtype=wp.int32), lo: int, hi: int,
+):
+    """As :func:`_fields16`, every array contiguous (raw pointers)."""
+    ...
+
+
+@wp.kernel(enable_backward=False)
+def _fields16_raw_kernel(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
+    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
+    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
+    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
+    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
+    prim_id: wp.array(dtype=wp.int32), n: int, base: int,
+):
+    """Packet ``tid + base`` of 16 rows (:func:`_fields16_raw`)."""
+    lo = (wp.tid() + base) * 16
+    _fields16_raw(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows, tmin_stride,
+              tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n, barycentric, shape_id,
+              prim_id, lo, wp.min(lo + 16, n))
+
+
 def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, vertices: wp.array, indices: wp.array,
                    offsets: wp.array, face_row: wp.array, bounds: list, geometric: int, outputs: list) -> None:
     """:func:`rayd.engine.evaluate.closest_fields` on the CPU for vertices already in world space.
@@ -142,13 +202,15 @@ def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, verti
     bounds = [b.array if isinstance(b, PerRow) else b for b in bounds]
     inputs = [o, o_stride, d, d_stride, vertices, indices, offsets, face_row, *bounds, geometric, *outputs, n]
     device = outputs[0].device
+    arrays = [x for x in (o, d, vertices, indices, offsets, face_row, bounds[1], bounds[4], *outputs) if x is not None]
+    kernel = _fields16_raw_kernel if RAW and all(a.is_contiguous for a in arrays) else _fields16_kernel
     workers = os.cpu_count() or 1
-    parts = min(4 * workers, max(1, packets // 64)) if _fields16_kernel.key in _warmed else 1
+    parts = min(4 * workers, max(1, packets // 64)) if kernel.key in _warmed else 1
     cuts = [packets * k // parts for k in range(parts + 1)]
 
     def run(k: int) -> None:
         if cuts[k + 1] > cuts[k]:
-            wp.launch(_fields16_kernel, dim=cuts[k + 1] - cuts[k], inputs=[*inputs, cuts[k]], device=device)
+            wp.launch(kernel, dim=cuts[k + 1] - cuts[k], inputs=[*inputs, cuts[k]], device=device)
 
     run_parallel(run, parts)
-    _warmed.add(_fields16_kernel.key)
+    _warmed.add(kernel.key)
