@@ -16,6 +16,7 @@ import os
 
 import warp as wp
 
+from rayd.engine.native import raw_pointers
 from rayd.engine.runtime import PerRow, _warmed, run_parallel
 
 wp.set_module_options({"enable_backward": False})
@@ -93,31 +94,12 @@ _FIELDS16 = r"""
 """
 
 
-def _raw_pointers(text: str) -> str:
-    """``text`` with every ``wp::index(array, row)`` read as ``array_[row]`` (raw pointers to contiguous arrays)."""
-    import re  # noqa: PLC0415
-
-    pattern = re.compile(r"wp::index\((\w+), ([^()]*)\)")
-    while True:
-        out = pattern.sub(lambda m: f"{m.group(1)}_[{m.group(2)}]", text)
-        if out == text:
-            return out
-        text = out
-
-
-# The same C++ over raw pointers (every array contiguous, checked by :func:`closest_fields`): Warp's
-# ``wp::index`` reloads each array's data pointer and byte stride around every store (the stores may
-# alias them), which cost about 2.5x in the gather of sorted batches (cpu_embree_order).
-_FIELDS16_RAW = """
-    const wp::vec3* o_ = (const wp::vec3*)o.data; const wp::vec3* d_ = (const wp::vec3*)d.data;
-    const wp::vec3* vertices_ = (const wp::vec3*)vertices.data; const int* indices_ = (const int*)indices.data;
-    const int* offsets_ = (const int*)offsets.data; const int* face_row_ = (const int*)face_row.data;
-    const double* tmin_rows_ = (const double*)tmin_rows.data; const double* tmax_rows_ = (const double*)tmax_rows.data;
-    int* global_prim_id_ = (int*)global_prim_id.data; float* t_ = (float*)t.data; wp::vec3* p_ = (wp::vec3*)p.data;
-    wp::vec3* geo_n_ = (wp::vec3*)geo_n.data; wp::vec3* barycentric_ = (wp::vec3*)barycentric.data;
-    int* shape_id_ = (int*)shape_id.data; int* prim_id_ = (int*)prim_id.data;
-""" + _raw_pointers(_FIELDS16)
-
+# The same C++ over raw pointers (every array contiguous, checked by :func:`closest_fields`).
+_FIELDS16_RAW = raw_pointers(_FIELDS16, {
+    "o": "const wp::vec3", "d": "const wp::vec3", "vertices": "const wp::vec3", "indices": "const int",
+    "offsets": "const int", "face_row": "const int", "tmin_rows": "const double", "tmax_rows": "const double",
+    "global_prim_id": "int", "t": "float", "p": "wp::vec3", "geo_n": "wp::vec3", "barycentric": "wp::vec3",
+    "shape_id": "int", "prim_id": "int"})
 
 @wp.func_native(_FIELDS16)
 def _fields16(
