@@ -64,3 +64,50 @@ def test_incoherence_sample():
 
     assert not cpu_embree._incoherent(_convert.vec3_view(same), n)
     assert cpu_embree._incoherent(_convert.vec3_view(spread), n)
+
+
+def test_reused_order_follows_every_change_of_the_rays():
+    # A sorted batch's order and sorted rays are kept for later queries on the same ray arrays
+    # (cpu_embree_order.reuse_order) only while they hold the same bytes: changes in place, through
+    # .data or through a NumPy alias (no version counter moves) are all seen.
+    v, f = bumpy_sphere(48, 96)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.build()
+    g = torch.Generator().manual_seed(7)
+    o = 3.0 * torch.nn.functional.normalize(torch.randn(N, 3, generator=g), dim=1)
+    d = torch.rand(N, 3, generator=g) - 0.5 - o
+    ray = rt.Ray(o, d)
+    was = cpu_embree.SORT_MIN_RAYS
+    cpu_embree.SORT_MIN_RAYS = 16384
+    reused = []
+    real = cpu_embree.reuse_order
+
+    def spy(*a):
+        found = real(*a)
+        reused.append(found[0] is not None)
+        return found
+
+    cpu_embree.reuse_order = spy
+    try:
+        scene.intersect(ray)  # Warp (the first query on the geometry)
+        first = [scene.intersect(ray) for _ in range(3)]
+        assert reused == [False, False, True]  # kept at the second query, reused from the third
+        for h in first[1:]:
+            assert torch.equal(h.prim_id, first[0].prim_id) and torch.equal(h.t, first[0].t)
+        mirrored = rt.Ray(o, d.clone())
+        for change in ("in place", ".data", "numpy"):
+            if change == "in place":
+                o.mul_(1.001)
+            elif change == ".data":
+                o.data[:100] += 0.01
+            else:
+                o.numpy()[N // 2] += 0.01
+            mirrored = rt.Ray(o.clone(), d.clone())  # new arrays: never a reused order
+            hit = scene.intersect(ray)
+            assert reused[-1] is False, change
+            want = scene.intersect(mirrored)
+            assert torch.equal(hit.prim_id, want.prim_id) and torch.equal(hit.t, want.t), change
+    finally:
+        cpu_embree.SORT_MIN_RAYS = was
+        cpu_embree.reuse_order = real

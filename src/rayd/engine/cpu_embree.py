@@ -145,6 +145,10 @@ FAST_KEY = 1
 #: are traced in 4 x 4 tiles of pixels instead of runs of 16 along a row.
 TILE_MIN_RAYS = 4096
 
+#: Sorted batches keep their order and sorted rays for a later query on the same ray arrays holding
+#: the same bytes (:func:`rayd.engine.cpu_embree_order.reuse_order`); off: for measurements.
+REUSE_ORDER = True
+
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
 
@@ -313,6 +317,7 @@ import warp as wp  # noqa: E402
 
 from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
 from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
+from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
 from rayd.engine.runtime import PerRow, run_parallel  # noqa: E402
 
 
@@ -364,7 +369,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     workers = os.cpu_count() or 1
     parts = max(1, min(8 * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
-    incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    cached, cached_order, entry = reuse_order(m, launch_args, n) if n >= SORT_MIN_RAYS and REUSE_ORDER else (None, None, None)
+    incoherent = cached is not None or (n >= SORT_MIN_RAYS and _incoherent(rays.d, n))
     packet = embree_api.packet_width()
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
@@ -392,7 +398,9 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
             bands = -(-n // (4 * width))
             parts = max(1, min(8 * workers, bands))
             bounds = [min(n, bands * k // parts * 4 * width) for k in range(parts)] + [n]
-    if incoherent:
+    if cached is not None:  # the same rays as an earlier query: its order and sorted rays
+        args, order, sorted_pass = cached, cached_order, 2
+    elif incoherent:
         # Incoherent batches are traced in the Morton order of their Embree origins, the rays
         # permuted into contiguous arrays (read through the order instead, most of the gain was
         # lost): sphere search 235 -> 99 ms CPU. Coherent ones (camera rows) stay in turn.
@@ -408,6 +416,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         if not sorted_pass:
             order = global_prim_id
     run_parallel(launcher(args, sorted_pass), parts)
+    if entry is not None:
+        keep_order(m, entry, launch_args, n, order if sorted_pass and cached is None else None, args)
     m._scratch = buf
     stats["rays"] += n
     if int(redo_count.numpy()[0]) == 0:

@@ -118,3 +118,60 @@ def _permuted(launch_args: list, order: wp.array, buf: dict, n: int, dev) -> lis
 
     run_parallel(run, parts)
     return [x for k, a in enumerate(inputs) for x in ((outs[k], 1) if strides[k] else (a, 0))]
+
+
+def _ray_arrays(launch_args: list) -> list:
+    return [x.array if isinstance(x, PerRow) else x for x in launch_args[0::2]]
+
+
+def _fingerprint(arrays: list, n: int) -> bytes:
+    """64 rows of each per-row array (every row of a broadcast one), as bytes."""
+    rows = np.linspace(0, n - 1, 64).astype(np.int64)
+    return b"".join((a.numpy()[rows] if a.shape[0] == n else a.numpy()).tobytes() for a in arrays)
+
+
+def _same(array: wp.array, copy: np.ndarray) -> bool:
+    """Whether ``array`` holds ``copy``'s bytes (NaNs compared as bits)."""
+    a = array.numpy()
+    if a.shape != copy.shape or not a.flags.c_contiguous:
+        return False
+    return bool(np.array_equal(a.view(np.uint8), copy.view(np.uint8)))
+
+
+def reuse_order(m, launch_args: list, n: int):
+    """The sorted rays and the order of an earlier query on the same ray arrays, if they still hold
+    the same bytes.
+
+    A batch's order (key pass, sort, permutation: about 12 ms CPU of a 256 k-ray sorted batch) depends
+    only on its rays. Per mirror ``m``, one entry: the arrays' addresses, layouts and a fingerprint of
+    64 rows. The second query on the same arrays with the same fingerprint keeps copies of the rays,
+    its order and its sorted rays (:func:`keep_order`); later queries compare every byte of the rays
+    with those copies (about 1.5 ms; no version counter needed, so any change of the rays between
+    queries, however made, is seen) and reuse the order and the sorted rays where all match.
+
+    Returns:
+        ``(args, order, entry)``: the launch arguments (sorted rays; broadcast arrays as given) and
+        the order (``None, None`` when there is nothing to reuse), and the entry to hand to
+        :func:`keep_order` after the query.
+    """
+    entry = m.__dict__.pop("_ray_order", None)  # atomic under the GIL: a concurrent query finds none
+    arrays, strides = _ray_arrays(launch_args), launch_args[1::2]
+    sig = tuple((a.ptr, a.shape, a.strides, s) for a, s in zip(arrays, strides))
+    if entry is not None and entry["sig"] == sig and entry.get("copies") is not None:
+        if all(_same(a, c) for a, c in zip(arrays, entry["copies"])):
+            args = [x for k, a in enumerate(arrays) for x in ((entry["sorted"][k], 1) if strides[k] else (a, 0))]
+            return args, entry["order"], entry
+    fp = _fingerprint(arrays, n)
+    repeat = entry is not None and entry["sig"] == sig and entry["print"] == fp
+    return None, None, {"sig": sig, "print": fp, "copies": None, "repeat": repeat}
+
+
+def keep_order(m, entry: dict, launch_args: list, n: int, order, args) -> None:
+    """Put ``entry`` back on ``m``; on the second query on the same rays (``entry["repeat"]``) with a
+    sorted batch (``order`` not ``None``), with copies of the rays, the order and the sorted rays."""
+    if entry.get("repeat") and order is not None and entry.get("copies") is None:
+        arrays = _ray_arrays(launch_args)
+        entry["copies"] = [np.array(a.numpy(), copy=True) for a in arrays]
+        entry["order"] = wp.clone(order[:n])
+        entry["sorted"] = [wp.clone(args[2 * k]) if args[2 * k + 1] else None for k in range(len(arrays))]
+    m._ray_order = entry
