@@ -7,7 +7,8 @@ or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust 
 kernel per chunk of rays prepares Embree's rays, traces them and checks the winners
 (:mod:`rayd.engine.cpu_embree_kernels`), the chunks taken in turn by all cores
 (:func:`rayd.engine.runtime.run_parallel`); large incoherent batches are traced in the Morton
-order of their Embree origins (``SORT_MIN_RAYS``), the answers put back in place, through a
+order of their Embree origins (``SORT_MIN_RAYS``; the order reused by a later query on the same
+rays, :func:`rayd.engine.cpu_embree_order.reuse_order`), the answers put back in place, through a
 merged BVH of high build quality (:meth:`EmbreeMirror.incoherent_scene`); coherent batches laid
 out as the rows of an image (:func:`image_width`) are traced in 4 x 4 tiles of pixels
 (``TILE_MIN_RAYS``). rayd's Warp search answers every ray Embree
@@ -38,6 +39,10 @@ cannot answer exactly, so the winners are the Warp path's:
   that ray. Any other winner is also the closest allowed one.
 - ties: a hit within ``EDGE`` (barycentric) of its face's edges is re-searched by Warp,
   so a ray through a shared edge gets the Warp path's face.
+- grazing rays: a miss is traced again through thin *edge caps* (:func:`edge_caps`, a scene of
+  their own built after the first query with a miss; until then Warp answers misses), and a hit
+  whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a near-tangent ray) is
+  re-searched by Warp: a ray that only grazes a silhouette edge gets the Warp path's answer.
 - degenerate triangles (zero cross product in float64) are misses in rayd: a ray
   whose Embree winner is one is re-searched by Warp.
 - a miss of a ray with a zero direction component: Embree culls such a ray lying

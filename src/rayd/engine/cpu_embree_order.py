@@ -1,6 +1,7 @@
 """How the CPU Embree path (:mod:`rayd.engine.cpu_embree`) orders a batch of rays: whether its
 packets look incoherent (then it is traced in a Morton order, the rays gathered into contiguous
-copies), and whether it is laid out as the rows of an image (then it is traced in 4 x 4 tiles)."""
+copies, both kept for a later query on the same rays: :func:`reuse_order`), and whether it is laid
+out as the rows of an image (then it is traced in 4 x 4 tiles)."""
 
 from __future__ import annotations
 
@@ -147,7 +148,8 @@ def reuse_order(m, launch_args: list, n: int):
     64 rows. The second query on the same arrays with the same fingerprint keeps copies of the rays,
     its order and its sorted rays (:func:`keep_order`); later queries compare every byte of the rays
     with those copies (about 1.5 ms; no version counter needed, so any change of the rays between
-    queries, however made, is seen) and reuse the order and the sorted rays where all match.
+    queries, however made, is seen) and reuse the order and the sorted rays where all match. Memory:
+    about twice the rays' bytes, per mirror, for the last batch kept.
 
     Returns:
         ``(args, order, entry)``: the launch arguments (sorted rays; broadcast arrays as given) and
