@@ -264,7 +264,7 @@ class EmbreeMirror:
         meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
         # The edge caps: a scene of their own that only Embree's misses are traced through (in the
         # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread), built after
-        # the first query with a miss (:meth:`edge_caps_scene`; 0.65 s for the terrain): until then
+        # the first query with a miss (:meth:`build_edge_scene`; 0.65 s for the terrain): until then
         # Warp answers the misses.
         self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
         self.edge_scene = None
