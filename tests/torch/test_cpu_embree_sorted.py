@@ -111,3 +111,39 @@ def test_reused_order_follows_every_change_of_the_rays():
     finally:
         cpu_embree.SORT_MIN_RAYS = was
         cpu_embree.reuse_order = real
+
+
+def test_a_reused_layout_changes_no_answer():
+    # The layout decisions (incoherence sample, image width) are kept while the rays' 64-row
+    # fingerprint holds; they only order the rays: rows changed outside the fingerprint keep a
+    # stale width, and the answers are still those of the rays as they are.
+    v, f = bumpy_sphere(48, 96)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.build()
+    w, h = 160, 128  # a camera's rows (tiles), 20,480 rays
+    ys, xs = torch.meshgrid(torch.linspace(-0.9, 0.9, h), torch.linspace(-0.9, 0.9, w), indexing="ij")
+    d = torch.stack([xs, ys, torch.full_like(xs, 1.5)], -1).reshape(-1, 3).contiguous()
+    o = torch.tensor([0.0, 0.0, -3.0]).expand(w * h, 3).contiguous()
+    ray = rt.Ray(o, d)
+    n = w * h
+    widths = []
+    real = cpu_embree.image_width
+    cpu_embree.image_width = lambda *a: widths.append(real(*a)) or widths[-1]
+    try:
+        scene.intersect(ray)  # Warp
+        scene.intersect(ray)
+        scene.intersect(ray)
+        assert widths == [w]  # probed once, then reused
+        sampled = set(torch.linspace(0, n - 1, 64).long().tolist())
+        rows = torch.tensor([i for i in range(0, n, 3) if i not in sampled])
+        g = torch.Generator().manual_seed(3)
+        d[rows] = d[rows[torch.randperm(len(rows), generator=g)]]  # no longer an image
+        hit = scene.intersect(ray)
+        assert widths == [w]  # the stale width
+        cpu_embree.set_enabled(False)
+        want = scene.intersect(rt.Ray(o.clone(), d.clone()))
+    finally:
+        cpu_embree.image_width = real
+        cpu_embree.set_enabled(True)
+    assert torch.equal(hit.prim_id, want.prim_id) and torch.equal(hit.t, want.t)

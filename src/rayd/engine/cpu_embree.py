@@ -379,7 +379,12 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
     cached, cached_order, entry = reuse_order(m, launch_args, n) if n >= SORT_MIN_RAYS and REUSE_ORDER else (None, None, None)
-    incoherent = cached is not None or (n >= SORT_MIN_RAYS and _incoherent(rays.d, n))
+    layout = entry["layout"] if entry is not None and cached is None else None  # (incoherent, width) of these rays
+    if cached is not None or layout is not None:
+        incoherent = cached is not None or layout[0]
+    else:
+        incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    sampled = incoherent
     packet = embree_api.packet_width()
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
@@ -402,7 +407,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
 
     sorted_pass = 0
     if n >= TILE_MIN_RAYS and not incoherent:
-        width = image_width(rays, n)
+        width = layout[1] if layout is not None else image_width(rays, n)
         if width:  # chunks of whole bands of 4 rows, traced as 4 x 4 tiles
             bands = -(-n // (4 * width))
             parts = max(1, min(CHUNKS_PER_CORE * workers, bands))
@@ -426,6 +431,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
             order = global_prim_id
     run_parallel(launcher(args, sorted_pass), parts)
     if entry is not None:
+        if cached is None:
+            entry["layout"] = (sampled, width)
         keep_order(m, entry, launch_args, n, order if sorted_pass and cached is None else None, args)
     m._scratch = buf
     stats["rays"] += n
