@@ -7,7 +7,8 @@ or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust 
 kernel per chunk of rays prepares Embree's rays, traces them and checks the winners
 (:mod:`rayd.engine.cpu_embree_kernels`), the chunks taken in turn by all cores
 (:func:`rayd.engine.runtime.run_parallel`); large incoherent batches are traced in the Morton
-order of their Embree origins (``SORT_MIN_RAYS``), the answers put back in place, through a
+order of their Embree origins (``SORT_MIN_RAYS``; the order reused by a later query on the same
+rays, :func:`rayd.engine.cpu_embree_order.reuse_order`), the answers put back in place, through a
 merged BVH of high build quality (:meth:`EmbreeMirror.incoherent_scene`); coherent batches laid
 out as the rows of an image (:func:`image_width`) are traced in 4 x 4 tiles of pixels
 (``TILE_MIN_RAYS``). rayd's Warp search answers every ray Embree
@@ -38,6 +39,10 @@ cannot answer exactly, so the winners are the Warp path's:
   that ray. Any other winner is also the closest allowed one.
 - ties: a hit within ``EDGE`` (barycentric) of its face's edges is re-searched by Warp,
   so a ray through a shared edge gets the Warp path's face.
+- grazing rays: a miss is traced again through thin *edge caps* (:func:`edge_caps`, a scene of
+  their own built after the first query with a miss; until then Warp answers misses), and a hit
+  whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a near-tangent ray) is
+  re-searched by Warp: a ray that only grazes a silhouette edge gets the Warp path's answer.
 - degenerate triangles (zero cross product in float64) are misses in rayd: a ray
   whose Embree winner is one is re-searched by Warp.
 - a miss of a ray with a zero direction component: Embree culls such a ray lying
@@ -61,6 +66,7 @@ import os
 import numpy as np
 
 from rayd.engine import embree_api
+from rayd.engine.cpu_embree_caps import edge_caps, sliver_caps, vertex_caps  # noqa: F401 - tests use them here
 
 try:  # optional dependency: the ``cpu`` extra (its bundled Embree 4 library is what rayd calls)
     import embreex as _embreex
@@ -78,6 +84,24 @@ BAND = 1.0e-5
 #: leaks, measured, lie within about 1e-7 R of a vertex; float32 rounding at ``|origin| <= 4 R``
 #: is about 5e-7 R). Small beside the edges of dense scans (1e-3 R for 871 k triangles).
 CAP = 2.0**-16
+
+#: Edge-cap reach, in units of ``R``: rays passing within ``EDGE_CAP * R`` (3.8e-6 R, about 64 float32
+#: ulps at ``R``) of an edge without crossing a face before it are re-searched by Warp (a ray that
+#: only grazes a silhouette edge is a hit for one test and a miss for the other within rounding).
+EDGE_CAP = 2.0**-18
+
+#: Near-tangent hits: a hit whose crossing lies within ``TANGENT * R / cos`` of its face's edges along
+#: the face (``cos``: of the angle between the ray and the face) is re-searched by Warp; there the ray
+#: runs within rounding of the face's plane up to the edge and the two tests may disagree (1e-6 R,
+#: about 16 float32 ulps at ``R``).
+TANGENT = 2.0**-20
+
+#: Whether the near-tangent check runs (off: for measurements).
+TANGENT_CHECK = True
+
+#: Whether Embree's misses are checked against the edge caps (:func:`edge_caps`); off: grazing rays may
+#: answer differently on the Warp and Embree paths (for measurements).
+EDGE_CAPS = True
 
 #: Rays whose Embree origin lies farther than ``FAR * R`` from the centre are re-searched by
 #: Warp (their float32 rounding would outgrow the caps); origins are moved to the sphere of
@@ -109,18 +133,30 @@ MAX_TRIANGLES = 300_000
 #: and update-every-query scenes never pay it.
 WARM_QUERIES = 1
 
-#: Rays per thread-pool chunk (at least, a multiple of 16); the batch is split in about 8 chunks
+#: Rays per thread-pool chunk (at least, a multiple of 16); the batch is split in ``CHUNKS_PER_CORE`` chunks
 #: per core, taken in turn by the pool's threads and the calling thread (a core that another
 #: process holds leaves its chunks to the others).
 MIN_CHUNK = 4096
+
+#: Chunks per core of a batch (at most; each of at least ``MIN_CHUNK`` rays or one band of 4 image rows;
+#: 2 / 4 / 8 per core: terrain 26.7 / 26.9 / 27.4 ms CPU, sphere 81.5 / 81.9 / 86.4, wall alike at load 10).
+CHUNKS_PER_CORE = 4
 
 #: Batches of at least this many rays whose packets are mostly incoherent are traced in the Morton
 #: order of their Embree origins (a key pass, Warp's radix sort, the rays permuted); others in turn.
 SORT_MIN_RAYS = 16384
 
+#: 1: the sort keys of incoherent batches in float32 (where each ray enters the sphere of radius 1.8 R);
+#: 0: from the float64 preparation of each ray's Embree origin (the key orders the rays, never an answer).
+FAST_KEY = 1
+
 #: Coherent batches of at least this many rays laid out as rows of an image (:func:`image_width`)
 #: are traced in 4 x 4 tiles of pixels instead of runs of 16 along a row.
 TILE_MIN_RAYS = 4096
+
+#: Sorted batches keep their order and sorted rays for a later query on the same ray arrays holding
+#: the same bytes (:func:`rayd.engine.cpu_embree_order.reuse_order`); off: for measurements.
+REUSE_ORDER = True
 
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
@@ -222,18 +258,31 @@ class EmbreeMirror:
         # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
         # a ray whose Embree winner is either is re-searched by Warp.
         flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
+        longest = np.sqrt(max(float(np.max(np.sum((x - y) ** 2, 1), initial=0.0)) for x, y in ((a, b), (b, c), (c, a))))
+        self.graze = TANGENT * self.radius * longest if TANGENT_CHECK else 0.0
         self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
         self.any_flagged = bool(flag.any())
         # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
         # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
         # sliver before any other triangle (or misses them all).
         meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+        # The edge caps: a scene of their own that only Embree's misses are traced through (in the
+        # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread), built after
+        # the first query with a miss (:meth:`build_edge_scene`; 0.65 s for the terrain): until then
+        # Warp answers the misses.
+        self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
+        self.edge_scene = None
         if slivers[0].any():
             meshes.append(slivers[1:])
         self.scene = _commit(*meshes)
         self._meshes, self._incoherent = meshes, None
         self.fn = embree_api.intersect16_pointer()
         self.stale = False
+
+    def build_edge_scene(self) -> None:
+        """Build the scene of the edge caps (:func:`edge_caps`), traced for the rays that miss."""
+        if self.edge_scene is None:
+            self.edge_scene = embree_api.Scene([edge_caps(*self._edge_input)])
 
     def incoherent_scene(self) -> embree_api.Scene:
         """The scene for incoherent batches (built at the first one on this geometry): the same
@@ -252,76 +301,6 @@ def _commit(*meshes: tuple[np.ndarray, np.ndarray]) -> embree_api.Scene:
     # caps (small, clustered at the vertices) do not slow the walk over the triangles: 35 -> 24.5 ms
     # (terrain, 1 thread; one merged BVH over triangles and caps: 35; triangles alone: 22).
     return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM)
-
-
-def vertex_caps(vertices: np.ndarray, r: float) -> tuple[np.ndarray, np.ndarray]:
-    """Three small triangles around each vertex ``V``, one in each axis plane through ``V``.
-
-    Each is equilateral with its incentre at ``V`` and inradius ``4 r``. A line passing
-    within ``r`` of ``V`` crosses the plane normal to its dominant axis (``|d_k| >= |d|/sqrt 3``)
-    within ``2 r`` of ``V`` (the crossing lies at most ``r sqrt 3`` along the line from the
-    closest point), so at least ``2 r`` inside that triangle: far from the cap's own edges
-    in float32 units, where Embree's test is reliable.
-
-    Args:
-        vertices: (V, 3) float64 centre-relative vertices.
-        r: the radius around each vertex that must be caught.
-
-    Returns:
-        float32 points (9 V, 3) and int32 faces (3 V, 3).
-    """
-    corners = []
-    for axis in range(3):
-        a1, a2 = [k for k in range(3) if k != axis]
-        for angle in (0.5 * np.pi, 7.0 / 6.0 * np.pi, 11.0 / 6.0 * np.pi):
-            offset = np.zeros(3)
-            offset[a1], offset[a2] = 8.0 * r * np.cos(angle), 8.0 * r * np.sin(angle)
-            corners.append(vertices + offset)
-    points = np.stack(corners, 1).reshape(-1, 3).astype(np.float32)
-    return points, np.arange(points.shape[0], dtype=np.int32).reshape(-1, 3)
-
-
-def sliver_caps(a: np.ndarray, b: np.ndarray, c: np.ndarray, r: float,
-                keep: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Caps over the slivers: faces (of ``keep``) whose smallest altitude is below ``8 r``.
-
-    Every point of a sliver lies within float32 rounding of its edges, where Embree's and
-    rayd's tests may disagree away from any vertex. Each sliver gets a rectangle in its
-    plane, along its longest edge, covering it with a margin of ``4 r``: a ray through
-    the sliver crosses the rectangle well inside it.
-
-    Args:
-        a, b, c: (F, 3) float64 corners.
-        r: the vertex-cap radius.
-        keep: (F,) bool, the faces that may be slivers (not degenerate).
-
-    Returns:
-        ``(sliver (F,) bool, points (4 S, 3) float32, faces (2 S, 3) int32)``.
-    """
-    cross = np.cross(b - a, c - a)
-    area2 = np.linalg.norm(cross, axis=1)
-    edges = np.stack([b - a, c - b, a - c], 1)  # edge k runs from corner k to corner k + 1
-    lengths = np.linalg.norm(edges, axis=2)
-    k = lengths.argmax(1)
-    longest = lengths[np.arange(len(k)), k]
-    with np.errstate(divide="ignore", invalid="ignore"):
-        height = area2 / longest
-    sliver = keep & (height < 8.0 * r)
-    corners = np.stack([a, b, c], 1)[sliver]
-    k, longest, height = k[sliver], longest[sliver], height[sliver]
-    idx = np.arange(len(k))
-    p, q, other = corners[idx, k], corners[idx, (k + 1) % 3], corners[idx, (k + 2) % 3]
-    u = (q - p) / longest[:, None]
-    w = other - p - np.sum((other - p) * u, 1)[:, None] * u  # towards the third corner, in-plane
-    norm = np.linalg.norm(w, axis=1)[:, None]
-    n = cross[sliver] / area2[sliver][:, None]
-    w = np.where(norm > 0, w / np.where(norm > 0, norm, 1.0), np.cross(n, u))
-    m = 4.0 * r
-    rect = np.stack([p - m * u - m * w, q + m * u - m * w, q + m * u + (height[:, None] + m) * w,
-                     p - m * u + (height[:, None] + m) * w], 1)
-    base = 4 * idx[:, None]
-    tris = np.concatenate([base + [0, 1, 2], base + [0, 2, 3]], 1).reshape(-1, 3)
-    return sliver, rect.reshape(-1, 3).astype(np.float32), tris.astype(np.int32)
 
 
 def mirror(tri) -> EmbreeMirror:
@@ -347,6 +326,7 @@ import warp as wp  # noqa: E402
 
 from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
 from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
+from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
 from rayd.engine.runtime import PerRow, run_parallel  # noqa: E402
 
 
@@ -369,7 +349,8 @@ def _face_mode(accel, m: EmbreeMirror) -> int:
         g = view.flat_global.numpy()
         identity = (view.flat_global, bool(np.array_equal(g, np.arange(g.shape[0], dtype=g.dtype))))
         accel._cpu_identity = identity
-    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4)
+    pending = 8 if EDGE_CAPS and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
+    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4) | pending
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
@@ -395,14 +376,21 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     args = [x.array if isinstance(x, PerRow) else x for x in launch_args]
     redo_count = wp.zeros(1, dtype=wp.int32, device=dev)
     workers = os.cpu_count() or 1
-    parts = max(1, min(8 * workers, n // MIN_CHUNK))
+    parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
-    incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    cached, cached_order, entry = reuse_order(m, launch_args, n) if n >= SORT_MIN_RAYS and REUSE_ORDER else (None, None, None)
+    layout = entry["layout"] if entry is not None and cached is None else None  # (incoherent, width) of these rays
+    if cached is not None or layout is not None:
+        incoherent = cached is not None or layout[0]
+    else:
+        incoherent = n >= SORT_MIN_RAYS and _incoherent(rays.d, n)
+    sampled = incoherent
     packet = embree_api.packet_width()
     embree_scene = m.incoherent_scene() if incoherent else m.scene
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
-             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, DIR2_MIN, DIR2_MAX,
-             embree_api.intersect_pointer(packet), embree_scene.ptr, embree_api.COHERENT_COS, packet]
+             m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
+             embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,
+             embree_api.COHERENT_COS, packet]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0
@@ -413,18 +401,20 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
             if hi > lo:
                 dim = (hi - lo + 15) // 16 if width == 0 else -(-(hi - lo) // (4 * width)) * ((width + 3) // 4)
                 wp.launch(_search16_kernel, dim=dim,
-                          inputs=[*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass],
+                          inputs=[*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY],
                           device=dev)
         return run
 
     sorted_pass = 0
     if n >= TILE_MIN_RAYS and not incoherent:
-        width = image_width(rays, n)
+        width = layout[1] if layout is not None else image_width(rays, n)
         if width:  # chunks of whole bands of 4 rows, traced as 4 x 4 tiles
             bands = -(-n // (4 * width))
-            parts = max(1, min(8 * workers, bands))
+            parts = max(1, min(CHUNKS_PER_CORE * workers, bands))
             bounds = [min(n, bands * k // parts * 4 * width) for k in range(parts)] + [n]
-    if incoherent:
+    if cached is not None:  # the same rays as an earlier query: its order and sorted rays
+        args, order, sorted_pass = cached, cached_order, 2
+    elif incoherent:
         # Incoherent batches are traced in the Morton order of their Embree origins, the rays
         # permuted into contiguous arrays (read through the order instead, most of the gain was
         # lost): sphere search 235 -> 99 ms CPU. Coherent ones (camera rows) stay in turn.
@@ -440,11 +430,18 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         if not sorted_pass:
             order = global_prim_id
     run_parallel(launcher(args, sorted_pass), parts)
+    if entry is not None:
+        if cached is None:
+            entry["layout"] = (sampled, width)
+        keep_order(m, entry, launch_args, n, order if sorted_pass and cached is None else None, args)
     m._scratch = buf
     stats["rays"] += n
     if int(redo_count.numpy()[0]) == 0:
         return
-    redo = np.flatnonzero(buf["redo"].numpy())
+    flags = buf["redo"].numpy()
+    redo = np.flatnonzero(flags)
+    if EDGE_CAPS and m.edge_scene is None and bool(np.any(flags == 2)):
+        m.build_edge_scene()  # a query with misses: the edge caps for the next ones
     stats["redone"] += int(redo.size)
     # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.
     out_np = global_prim_id.numpy()

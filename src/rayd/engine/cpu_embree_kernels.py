@@ -58,6 +58,51 @@ _SEARCH16 = r"""
             T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0;
         }
     }
+    if (key_pass == 1 && fast_key) {
+        // Sort keys only, in float32 (the key orders the rays, it never changes an answer): the Morton
+        // code (10 bits per axis, over [-2 R, 2 R]^3) of where the ray enters the sphere of radius
+        // 1.8 R (or its origin, from inside), rays that miss that sphere or are malformed last;
+        // returns 1 for an incoherent packet (unit directions of the keyed lanes, as below).
+        const float fcx = (float)cx, fcy = (float)cy, fcz = (float)cz, frs2 = (float)(rs * rs), inv4r = 1.0f / (4.0f * radius);
+        unsigned int code[16];
+        float UX[16], UY[16], UZ[16];
+        int keyed[16];
+        for (int j = 0; j < 16; ++j) {
+            float ox = OX[j] - fcx, oy = OY[j] - fcy, oz = OZ[j] - fcz, ex = DX[j], ey = DY[j], ez = DZ[j];
+            float dd = ex * ex + ey * ey + ez * ez, b = ox * ex + oy * ey + oz * ez;
+            float disc = b * b - dd * (ox * ox + oy * oy + oz * oz - frs2);
+            float ta = (-b - sqrtf(disc >= 0.0f ? disc : 0.0f)) / dd;
+            float t = T0[j] > ta ? T0[j] : ta;
+            float px = ox + t * ex, py = oy + t * ey, pz = oz + t * ez;
+            int ok = ACT[j] & (disc >= 0.0f) & (dd > 0.0f) & (T1[j] > T0[j]) & (px == px) & (py == py) & (pz == pz);
+            keyed[j] = ok;
+            float inv = 1.0f / sqrtf(dd > 0.0f ? dd : 1.0f);
+            UX[j] = ex * inv; UY[j] = ey * inv; UZ[j] = ez * inv;
+            unsigned int c3[3];
+            float pp[3] = {px, py, pz};
+            for (int a = 0; a < 3; ++a) {
+                float q = (pp[a] * inv4r + 0.5f) * 1023.0f;
+                c3[a] = q > 0.0f ? (q < 1023.0f ? (unsigned int)q : 1023u) : 0u;
+            }
+            unsigned int m = 0u;
+            for (int bb = 0; bb < 10; ++bb)
+                m |= (((c3[0] >> bb) & 1u) << (3 * bb)) | (((c3[1] >> bb) & 1u) << (3 * bb + 1)) | (((c3[2] >> bb) & 1u) << (3 * bb + 2));
+            code[j] = ok ? m : 0x3FFFFFFFu;
+        }
+        int nk = 0, f0 = -1;
+        bool coh = true;
+        for (int j = 0; j < 16; ++j) {
+            if (!keyed[j]) continue;
+            ++nk;
+            if (f0 < 0) f0 = j;
+            else if (UX[j] * UX[f0] + UY[j] * UY[f0] + UZ[j] * UZ[f0] < coherent_cos) coh = false;
+        }
+        for (int j = 0; j < 16 && lo + j < hi; ++j) {
+            wp::index(keys, lo + j) = (int)code[j];
+            wp::index(order, lo + j) = lo + j;
+        }
+        return (nk > 1 && !coh) ? 1 : 0;
+    }
     // Branch-free over the 16 lanes (selects, no short-circuits), so that the compiler vectorizes
     // it; every lane evaluates the same float32/float64 expressions as one ray at a time would.
     const float big = 3.40282347e38f;
@@ -123,24 +168,43 @@ _SEARCH16 = r"""
         }
         return (live > 1 && !coherent) ? 1 : 0;
     }
+    // Lanes of mask traced through scn (the 16 prepared lanes; with narrower Embree packets, in
+    // 16 / packet calls, each field copied into a packet-wide RTCRayHitN (21 fields) and the result back).
+    auto run = [&](int* mask, unsigned long long scn) {
+        if (packet >= 16) {
+            ((rtc_intersect16_t)fn)(mask, (void*)scn, (void*)R, &args);
+            return;
+        }
+        alignas(64) float P[8 * 24];
+        alignas(64) int pv[8];
+        for (int h = 0; h < 16; h += packet) {
+            int any = 0;
+            for (int j = 0; j < packet; ++j) { pv[j] = mask[h + j]; any |= pv[j]; }
+            if (!any) continue;
+            for (int f = 0; f < 21; ++f)
+                for (int j = 0; j < packet; ++j) P[f * packet + j] = R[f * 16 + h + j];
+            ((rtc_intersect16_t)fn)(pv, (void*)scn, (void*)P, &args);
+            for (int f = 8; f < 21; ++f)
+                for (int j = 0; j < packet; ++j) R[f * 16 + h + j] = P[f * packet + j];
+        }
+    };
+    alignas(64) int missed[16];
+    int graze_hit[16];
+    for (int j = 0; j < 16; ++j) { missed[j] = 0; graze_hit[j] = 0; }
     if (live > 0) {
         args.flags = coherent ? (1 << 16) : 0;  // RTC_RAY_QUERY_FLAG_COHERENT : _INCOHERENT
-        if (packet >= 16) {
-            ((rtc_intersect16_t)fn)(valid, (void*)scene, (void*)R, &args);
-        } else {
-            // Narrower Embree packets (8 lanes on AVX2): the 16 prepared lanes in 16 / packet
-            // calls, each field copied into a packet-wide RTCRayHitN (21 fields) and the result back.
-            alignas(64) float P[8 * 24];
-            alignas(64) int pv[8];
-            for (int h = 0; h < 16; h += packet) {
-                int any = 0;
-                for (int j = 0; j < packet; ++j) { pv[j] = valid[h + j]; any |= pv[j]; }
-                if (!any) continue;
-                for (int f = 0; f < 21; ++f)
-                    for (int j = 0; j < packet; ++j) P[f * packet + j] = R[f * 16 + h + j];
-                ((rtc_intersect16_t)fn)(pv, (void*)scene, (void*)P, &args);
-                for (int f = 8; f < 21; ++f)
-                    for (int j = 0; j < packet; ++j) R[f * 16 + h + j] = P[f * packet + j];
+        run(valid, scene);
+        if (edge_scene != 0) {
+            // Misses through the edge caps (a miss leaves the ray's fields as they were): a ray that
+            // passes within rounding of an edge without crossing a face is re-searched by Warp.
+            int any = 0;
+            for (int j = 0; j < 16; ++j) { missed[j] = (valid[j] && U[18 * 16 + j] == 0xFFFFFFFFu) ? -1 : 0; any |= missed[j]; }
+            if (any) {
+                run(missed, edge_scene);
+                for (int j = 0; j < 16; ++j) {
+                    graze_hit[j] = missed[j] && U[18 * 16 + j] != 0xFFFFFFFFu;
+                    if (missed[j]) U[18 * 16 + j] = 0xFFFFFFFFu;  // still a miss of the scene
+                }
             }
         }
     }
@@ -155,7 +219,8 @@ _SEARCH16 = r"""
             if ((hit && U[18 * 16 + j] > 0u) || sqrtf(px * px + py * py + pz * pz) > far_origin) {
                 again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
             } else if (!hit) {
-                again = (di[0] == 0.0f || di[1] == 0.0f || di[2] == 0.0f) ? 1 : 0;
+                again = (graze_hit[j] || di[0] == 0.0f || di[1] == 0.0f || di[2] == 0.0f) ? 1 : 0;
+                if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
             } else {
                 int f = (int)U[17 * 16 + j];
                 double t = (double)R[8 * 16 + j] + S0[j];
@@ -166,7 +231,15 @@ _SEARCH16 = r"""
                 float w = 1.0f - bu - bv;
                 float m = bu < bv ? bu : bv;
                 m = m < w ? m : w;
-                if (bad || m < edge || !__builtin_isfinite(t)) {
+                // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
+                // rounding across the plane (graze / longest edge, in units of R) moves the crossing by
+                // that over the cosine of its angle with the face, m * altitude away from the edge
+                // (altitude >= |Ng| / longest edge): a near-tangent ray may cross for one test only.
+                float gx = R[12 * 16 + j], gy = R[13 * 16 + j], gz = R[14 * 16 + j];
+                float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
+                float dn = __builtin_fabsf(gx * ex + gy * ey + gz * ez);
+                bool tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
+                if (bad || m < edge || tangent || !__builtin_isfinite(t)) {
                     again = 1;
                 } else {
                     int g = (face_mode & 1) ? f : wp::index(flat_global, f);
@@ -194,11 +267,11 @@ def _search16(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64,
+    far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64,
     coherent_cos: float, packet: int, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
-    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
 ) -> int:
     """Rows ``lo .. hi - 1`` (at most 16; with ``width > 0``, the 4 x 4 tile ``tile`` of the band of 4
     image rows of ``width`` rays from ``lo``, rows from ``hi`` on left out): Embree's rays,
@@ -218,10 +291,10 @@ def _search16_kernel(
     centre: wp.vec3d, radius: float, band: float,
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
-    far_origin: float, edge: float, dir2_min: wp.float64, dir2_max: wp.float64,
-    fn: wp.uint64, scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
+    far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
+    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
-    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int,
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
 ):
     """One packet of 16 rows from ``base`` (:func:`_search16`); ``redo_count`` counts the rows sent to
     Warp, or with ``key_pass`` the incoherent packets. With ``width > 0`` (camera rows of ``width``
@@ -237,29 +310,54 @@ def _search16_kernel(
         tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, dir2_min, dir2_max, fn, scene, coherent_cos, packet, lo, hi, width, tile,
-                      out, redo, keys, order, key_pass)
+                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet, lo, hi, width, tile,
+                      out, redo, keys, order, key_pass, fast_key)
     if count > 0:
         wp.atomic_add(redo_count, 0, count)
 
 
+_GATHER = r"""
+    // Rows lo .. hi - 1 of each gathered output from row order[i] of its ray array; arrays of stride 0
+    // (broadcast) are left out (copy bit k of mask clear): their launch argument stays the array itself.
+    // One loop per array over raw pointers (contiguous arrays; wp::index's strided address costs 2.5x):
+    // independent loads in flight, the order re-read from cache.
+    const int* ord = &wp::index(order, 0);
+    if (mask & 1) { const wp::vec3* a = &wp::index(o, 0); wp::vec3* b = &wp::index(o_out, 0); for (int i = lo; i < hi; ++i) b[i] = a[ord[i]]; }
+    if (mask & 2) { const wp::vec3* a = &wp::index(d, 0); wp::vec3* b = &wp::index(d_out, 0); for (int i = lo; i < hi; ++i) b[i] = a[ord[i]]; }
+    if (mask & 4) { const float* a = &wp::index(tmin, 0); float* b = &wp::index(tmin_out, 0); for (int i = lo; i < hi; ++i) b[i] = a[ord[i]]; }
+    if (mask & 8) { const float* a = &wp::index(tmax, 0); float* b = &wp::index(tmax_out, 0); for (int i = lo; i < hi; ++i) b[i] = a[ord[i]]; }
+    if (mask & 16) { const uint8_t* a = &wp::index(active, 0); uint8_t* b = &wp::index(active_out, 0); for (int i = lo; i < hi; ++i) b[i] = a[ord[i]]; }
+    if (mask & 32) { const int* a = &wp::index(ignore, 0); int* b = &wp::index(ignore_out, 0); for (int i = lo; i < hi; ++i) b[i] = a[ord[i]]; }
+    return 0;
+"""
+
+
+@wp.func_native(_GATHER)
+def _gather_rows(
+    order: wp.array(dtype=wp.int32), o: wp.array(dtype=wp.vec3), d: wp.array(dtype=wp.vec3),
+    tmin: wp.array(dtype=float), tmax: wp.array(dtype=float), active: wp.array(dtype=wp.uint8),
+    ignore: wp.array(dtype=wp.int32), o_out: wp.array(dtype=wp.vec3), d_out: wp.array(dtype=wp.vec3),
+    tmin_out: wp.array(dtype=float), tmax_out: wp.array(dtype=float), active_out: wp.array(dtype=wp.uint8),
+    ignore_out: wp.array(dtype=wp.int32), mask: int, lo: int, hi: int,
+) -> int:
+    """Rows ``lo .. hi - 1``: ``out[i] = array[order[i]]`` for the arrays whose bit is set in ``mask``
+    (all contiguous)."""
+    ...
+
+
+#: Rows per thread of :func:`_gather_rows_kernel` (Warp's per-thread cost on the CPU, amortised).
+GATHER_ROWS = wp.constant(64)
+
+
 @wp.kernel(enable_backward=False)
-def _gather_kernel(
-    order: wp.array(dtype=wp.int32),
-    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
-    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
-    o_out: wp.array(dtype=wp.vec3), d_out: wp.array(dtype=wp.vec3), tmin_out: wp.array(dtype=float),
-    tmax_out: wp.array(dtype=float), active_out: wp.array(dtype=wp.uint8), ignore_out: wp.array(dtype=wp.int32),
-    base: int,
+def _gather_rows_kernel(
+    order: wp.array(dtype=wp.int32), o: wp.array(dtype=wp.vec3), d: wp.array(dtype=wp.vec3),
+    tmin: wp.array(dtype=float), tmax: wp.array(dtype=float), active: wp.array(dtype=wp.uint8),
+    ignore: wp.array(dtype=wp.int32), o_out: wp.array(dtype=wp.vec3), d_out: wp.array(dtype=wp.vec3),
+    tmin_out: wp.array(dtype=float), tmax_out: wp.array(dtype=float), active_out: wp.array(dtype=wp.uint8),
+    ignore_out: wp.array(dtype=wp.int32), mask: int, base: int, n: int,
 ):
-    """Row ``i = tid + base`` of each output is row ``order[i]`` of its ray array (stride 0: broadcast):
-    the rays of a sorted batch, contiguous (split over the cores by ``runtime.launch_offset_rows``)."""
-    i = wp.tid() + base
-    k = order[i]
-    o_out[i] = o[k * o_stride]
-    d_out[i] = d[k * d_stride]
-    tmin_out[i] = tmin[k * tmin_stride]
-    tmax_out[i] = tmax[k * tmax_stride]
-    active_out[i] = active[k * active_stride]
-    ignore_out[i] = ignore[k * ignore_stride]
+    """``GATHER_ROWS`` rows from ``base + tid * GATHER_ROWS`` (up to ``n``) of :func:`_gather_rows`."""
+    lo = base + wp.tid() * GATHER_ROWS
+    _gather_rows(order, o, d, tmin, tmax, active, ignore, o_out, d_out, tmin_out, tmax_out, active_out, ignore_out,
+                 mask, lo, wp.min(lo + GATHER_ROWS, n))

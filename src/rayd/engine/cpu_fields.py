@@ -16,9 +16,13 @@ import os
 
 import warp as wp
 
+from rayd.engine.native import raw_pointers
 from rayd.engine.runtime import PerRow, _warmed, run_parallel
 
 wp.set_module_options({"enable_backward": False})
+
+#: Contiguous arrays through raw pointers (:data:`_FIELDS16_RAW`); off: ``wp::index`` (for measurements).
+RAW = True
 
 _FIELDS16 = r"""
     int F[16], SH[16];
@@ -90,6 +94,13 @@ _FIELDS16 = r"""
 """
 
 
+# The same C++ over raw pointers (every array contiguous, checked by :func:`closest_fields`).
+_FIELDS16_RAW = raw_pointers(_FIELDS16, {
+    "o": "const wp::vec3", "d": "const wp::vec3", "vertices": "const wp::vec3", "indices": "const int",
+    "offsets": "const int", "face_row": "const int", "tmin_rows": "const double", "tmax_rows": "const double",
+    "global_prim_id": "int", "t": "float", "p": "wp::vec3", "geo_n": "wp::vec3", "barycentric": "wp::vec3",
+    "shape_id": "int", "prim_id": "int"})
+
 @wp.func_native(_FIELDS16)
 def _fields16(
     o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
@@ -121,6 +132,37 @@ def _fields16_kernel(
               prim_id, lo, wp.min(lo + 16, n))
 
 
+@wp.func_native(_FIELDS16_RAW)
+def _fields16_raw(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
+    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
+    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
+    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
+    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
+    prim_id: wp.array(dtype=wp.int32), lo: int, hi: int,
+):
+    """As :func:`_fields16`, every array contiguous (raw pointers)."""
+    ...
+
+
+@wp.kernel(enable_backward=False)
+def _fields16_raw_kernel(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
+    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
+    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
+    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
+    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
+    prim_id: wp.array(dtype=wp.int32), n: int, base: int,
+):
+    """Packet ``tid + base`` of 16 rows (:func:`_fields16_raw`)."""
+    lo = (wp.tid() + base) * 16
+    _fields16_raw(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows, tmin_stride,
+              tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n, barycentric, shape_id,
+              prim_id, lo, wp.min(lo + 16, n))
+
+
 def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, vertices: wp.array, indices: wp.array,
                    offsets: wp.array, face_row: wp.array, bounds: list, geometric: int, outputs: list) -> None:
     """:func:`rayd.engine.evaluate.closest_fields` on the CPU for vertices already in world space.
@@ -142,13 +184,15 @@ def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, verti
     bounds = [b.array if isinstance(b, PerRow) else b for b in bounds]
     inputs = [o, o_stride, d, d_stride, vertices, indices, offsets, face_row, *bounds, geometric, *outputs, n]
     device = outputs[0].device
+    arrays = [x for x in (o, d, vertices, indices, offsets, face_row, bounds[1], bounds[4], *outputs) if x is not None]
+    kernel = _fields16_raw_kernel if RAW and all(a.is_contiguous for a in arrays) else _fields16_kernel
     workers = os.cpu_count() or 1
-    parts = min(4 * workers, max(1, packets // 64)) if _fields16_kernel.key in _warmed else 1
+    parts = min(4 * workers, max(1, packets // 64)) if kernel.key in _warmed else 1
     cuts = [packets * k // parts for k in range(parts + 1)]
 
     def run(k: int) -> None:
         if cuts[k + 1] > cuts[k]:
-            wp.launch(_fields16_kernel, dim=cuts[k + 1] - cuts[k], inputs=[*inputs, cuts[k]], device=device)
+            wp.launch(kernel, dim=cuts[k + 1] - cuts[k], inputs=[*inputs, cuts[k]], device=device)
 
     run_parallel(run, parts)
-    _warmed.add(_fields16_kernel.key)
+    _warmed.add(kernel.key)

@@ -77,3 +77,31 @@ def float_bits(x: float) -> int:
 def bits_float(i: int) -> float:
     """The float32 whose bits are ``i`` (inverse of :func:`float_bits`)."""
     ...
+
+
+def raw_pointers(text: str, types: dict[str, str]) -> str:
+    """C++ of a ``wp.func_native`` with every ``wp::index(array, row)`` read as ``array_[row]``.
+
+    For CPU code over contiguous arrays (the caller checks ``is_contiguous``): Warp's
+    ``wp::index`` reloads the array's data pointer and byte stride around every store (the
+    stores may alias them), about 2.5x the cost of a plain gather. ``types`` maps each
+    array argument that ``text`` indexes to its C++ element type (``"wp::vec3"``, ``"int"``,
+    ...); a preamble declares ``name_`` as a pointer to its data.
+    """
+    import re  # noqa: PLC0415
+
+    pattern = re.compile(r"wp::index\((\w+), ([^()]*)\)")
+    while True:
+        out = pattern.sub(lambda m: f"{m.group(1)}_[{m.group(2)}]", text)
+        if out == text:
+            break
+        text = out
+    missing = set(re.findall(r"(\w+)_\[", text)) - set(types)
+    if missing or "wp::index" in text:
+        raise ValueError(f"raw_pointers(): unmapped arrays {sorted(missing)}")
+    decl = "".join(f"    {t}* {name}_ = ({t}*){name}.data;\n" for name, t in types.items())
+    lines = text.lstrip("\n").split("\n")
+    head = 0
+    while head < len(lines) and lines[head].strip().startswith("#pragma"):  # must open the body
+        head += 1
+    return "\n".join(lines[:head]) + "\n" + decl + "\n".join(lines[head:])
