@@ -1,5 +1,7 @@
-"""The point / top-k nearest-edge walks of the 4-wide edge nodes (``edge_wide.py``, ``edge_wide_q.py``).
+"""The point / ray / top-k nearest-edge walks of the 4-wide edge nodes (``edge_wide.py``, ``edge_wide_q.py``).
 
+One skeleton for the three query kinds (specialised at code generation with ``wp.static``), as the binary
+walk of ``nearest_edge_kernels.py``, which only trees without a wide copy use (the CPU default).
 At a wide node the four box distances are computed and sorted (five comparators); leaf children
 within the radius are tested nearest first (the radius shrinks), then the inner children still
 within it are taken nearest first (the nearest next, the others pushed, farthest first, with their
@@ -25,11 +27,16 @@ from rayd.engine.nearest_edge_kernels import (
     _INF,
     _NO_ID,
     _OPEN,
+    _OPEN_R,
+    RAY,
     TOPK,
     _better,
     _heap_f,
     _heap_i,
+    _in_range,
     _point_segment_dsq,
+    _ray_box_reach,
+    _ray_segment_dsq,
 )
 from rayd.engine.wide_nodes import STACK
 from rayd.engine.wide_walk import _sort2
@@ -43,6 +50,10 @@ _wstack_f = wp.types.vector(length=STACK, dtype=wp.float32)
 #: every ``SEED_STRIDE``-th query is answered first (one launch), then the others start from its edge's
 #: distance (a second launch); 0: off (one launch, no seed). The answers are the same either way.
 SEED_STRIDE = int(os.environ.get("RAYD_EDGE_SEED", "0") or 0)
+#: Ray searches of a tree with a wide copy walk it (True, ``RAYD_EDGE_WIDE_RAYS=1``, the default since the
+#: 18th session: then no query reads the binary boxes) or the binary tree (False, the walk of before; after a
+#: wide-tree refit it first pays a binary climb, ``EdgeBvh.binary_boxes``). Read at each search; same answers.
+WIDE_RAYS = os.environ.get("RAYD_EDGE_WIDE_RAYS", "1").strip() != "0"
 
 
 @wp.kernel
@@ -104,6 +115,74 @@ def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int,
 
 
 @wp.func
+def _ray_key(lo: wp.vec3, hi: wp.vec3, o: wp.vec3, d: wp.vec3, s0: float, s1: float, r: float) -> float:
+    """A child's key for a ray: ``inf`` when the segment misses its box grown by ``r`` (or the box is empty),
+    else the squared distance from the segment to the box centre (the binary walk's order)."""
+    if _ray_box_reach(o, d, s0, s1, lo, hi, r) < _INF:
+        c = 0.5 * (lo + hi)
+        return _ray_segment_dsq(o, d, s0, s1, c, c)
+    return _INF
+
+
+@wp.func
+def _ray_keys_full(data: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), node: int, o: wp.vec3,
+                   d: wp.vec3, s0: float, s1: float, r: float) -> tuple[wp.vec4, wp.vec4i]:
+    """:func:`_ray_key` of the four children of full wide node ``node``, and their refs."""
+    b = 8 * node
+    lx = load4(data, b)
+    hx = load4(data, b + 1)
+    ly = load4(data, b + 2)
+    hy = load4(data, b + 3)
+    lz = load4(data, b + 4)
+    hz = load4(data, b + 5)
+    refs = load4i(links, b + 6)
+    key = wp.vec4(_INF)
+    for j in range(4):
+        if lx[j] <= hx[j]:
+            key[j] = _ray_key(wp.vec3(lx[j], ly[j], lz[j]), wp.vec3(hx[j], hy[j], hz[j]), o, d, s0, s1, r)
+    return key, refs
+
+
+@wp.func
+def _ray_keys_compressed(q: wp.array(dtype=wp.vec4i), node: int, o: wp.vec3, d: wp.vec3, s0: float, s1: float,
+                         r: float) -> tuple[wp.vec4, wp.vec4i]:
+    """The same for a compressed node (decoded boxes hold the true ones; a node flagged "open all" opens
+    every non-empty child, key 0)."""
+    r0 = load4i(q, 4 * node)
+    r1 = load4i(q, 4 * node + 1)
+    r2 = load4i(q, 4 * node + 2)
+    refs = load4i(q, 4 * node + 3)
+    ex = r0[3]
+    org = wp.vec3(bits_float(r0[0]), bits_float(r0[1]), bits_float(r0[2]))
+    s = wp.vec3(bits_float((ex & 255) << 23), bits_float(((ex >> 8) & 255) << 23), bits_float(((ex >> 16) & 255) << 23))
+    open_all = (ex & (1 << 24)) != 0
+    key = wp.vec4(_INF)
+    for j in range(4):
+        sh = 8 * j
+        qlx = (r1[0] >> sh) & 255
+        qhx = (r1[1] >> sh) & 255
+        if qlx <= qhx:
+            if open_all:
+                key[j] = 0.0
+            else:
+                lo = org + wp.cw_mul(wp.vec3(float(qlx), float((r1[2] >> sh) & 255), float((r2[0] >> sh) & 255)), s)
+                hi = org + wp.cw_mul(wp.vec3(float(qhx), float((r1[3] >> sh) & 255), float((r2[1] >> sh) & 255)), s)
+                key[j] = _ray_key(lo, hi, o, d, s0, s1, r)
+    return key, refs
+
+
+@wp.func
+def _box_magnitude(root_box: wp.array(dtype=wp.vec3)) -> float:
+    """The largest coordinate magnitude of the root box (0 when empty): that of the binary root's two child
+    boxes (``nearest_edge_kernels._root_magnitude``; the union's extreme planes are theirs)."""
+    lo = root_box[0]
+    hi = root_box[1]
+    if lo[0] <= hi[0]:
+        return wp.max(magnitude(lo), magnitude(hi))
+    return 0.0
+
+
+@wp.func
 def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
     """Squared distance from ``p`` to a segment's box quantised on its node's grid (inf: masked out;
     0: a box off the grid, always tested)."""
@@ -120,7 +199,7 @@ def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
 
 def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool,
                       seeded: bool = False, leaf_slab: int = 0):
-    """The wide walk for ``POINT`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
+    """The wide walk for ``POINT``, ``RAY`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
     (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes, the latter optionally with the leaf
     segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
     search's. ``counts`` then holds the segments tested exactly. ``seeded`` (``POINT`` over sorted
@@ -130,7 +209,9 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
     is unchanged). ``leaf_slab``: a leaf child within the radius is skipped when its oriented slab
     (``slab[first]``, :mod:`rayd.engine.edge_leaf_slab`) lies beyond it: 1, tested just before its segments
     (with the radius then); 2, the records of all the node's leaf children read and tested at once, with the
-    radius at the node's visit (independent loads in flight together; ``edge_leaf_slab.AHEAD``)."""
+    radius at the node's visit (independent loads in flight together; ``edge_leaf_slab.AHEAD``). ``RAY``
+    reads ``q1`` (directions), ``tmin``, ``tmax`` and ``root_box`` (for the radius' rounding margin); it takes
+    neither segment boxes, seeds nor slabs (point tests), which the other kinds take instead."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
 
     def search(
@@ -145,6 +226,13 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         q0_stride: int,
         active: wp.array(dtype=wp.uint8),
         active_stride: int,
+        q1: wp.array(dtype=wp.vec3),
+        q1_stride: int,
+        tmin: wp.array(dtype=float),
+        tmin_stride: int,
+        tmax: wp.array(dtype=float),
+        tmax_stride: int,
+        root_box: wp.array(dtype=wp.vec3),
         max_distance_sq: float,
         k: int,
         out: out_type,
@@ -191,10 +279,27 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         visited = int(0)
         tested = int(0)
         p = q0[i * q0_stride]
+        dir = wp.vec3(0.0)
+        s0 = float(0.0)
+        s1 = float(0.0)
+        wellformed = wp.isfinite(p)
+        if wp.static(kind == RAY):  # as the binary walk (nearest_edge_kernels.py)
+            dir = q1[i * q1_stride]
+            s0 = tmin[i * tmin_stride]
+            s1 = tmax[i * tmax_stride]
+            wellformed = wellformed and wp.isfinite(dir) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
+            if wellformed:
+                dir, s0, s1 = _in_range(dir, s0, s1)
+                wellformed = wp.dot(dir, dir) > 0.0
         go = int(0)
-        if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
+        if active[i * active_stride] != wp.uint8(0) and wellformed:
             go = int(1)
-            bound = widened_radius_sq(bound, magnitude(p))  # the frontends re-check (engine/radius.py)
+            if wp.static(kind == RAY):
+                if wp.isfinite(bound):
+                    reach = 2.0 * magnitude(p) + 3.0 * _box_magnitude(root_box) + wp.sqrt(bound)
+                    bound = widened_radius_sq(bound, reach)
+            else:
+                bound = widened_radius_sq(bound, magnitude(p))  # the frontends re-check (engine/radius.py)
         if wp.static(seeded):
             if go != 0 and seed_slot >= 0:
                 gid0 = int(slot_id[seed_slot])
@@ -224,7 +329,13 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             refs = wp.vec4i(0)
             o = wp.vec3(0.0)
             sc = wp.vec3(0.0)
-            if wp.static(compressed):
+            if wp.static(kind == RAY):
+                rr = wp.sqrt(bound) * _OPEN_R
+                if wp.static(compressed):
+                    key, refs = _ray_keys_compressed(links, node, p, dir, s0, s1, rr)
+                else:
+                    key, refs = _ray_keys_full(data, links, node, p, dir, s0, s1, rr)
+            elif wp.static(compressed):
                 key, refs, o, sc = _keys_compressed(links, node, p)
             else:
                 key, refs = _keys_full(data, links, node, p)
@@ -244,7 +355,10 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                             skip = skip | (1 << j)
             for j in range(4):  # leaf children within the radius, nearest first
                 r = int(rs[j])
-                if r < 0 and ks[j] < _INF and ks[j] <= bound * _OPEN:
+                within = ks[j] < _INF  # rays: decided at the visit (the box grown by the radius then)
+                if wp.static(kind != RAY):
+                    within = within and ks[j] <= bound * _OPEN
+                if r < 0 and within:
                     code = -1 - r
                     first = code >> 3
                     count = (code & 7) + 1
@@ -256,13 +370,17 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                             count = 0
                     for sl in range(first, first + count):
                         near = int(1)
-                        if wp.static(seg_boxes):  # the segment's 8-byte box first
+                        if wp.static(seg_boxes and kind != RAY):  # the segment's 8-byte box first
                             if _seg_box_dsq(segq[sl], o, sc, p) > bound * _OPEN:
                                 near = 0
                         if near != 0:
                             if wp.static(counting):
                                 tested += 1
-                            dsq = _point_segment_dsq(p, seg[2 * sl], seg[2 * sl + 1])
+                            dsq = float(0.0)
+                            if wp.static(kind == RAY):
+                                dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * sl], seg[2 * sl + 1])
+                            else:
+                                dsq = _point_segment_dsq(p, seg[2 * sl], seg[2 * sl + 1])
                             if dsq <= bound:
                                 gid = int(slot_id[sl])  # -1: masked out
                                 if gid >= 0:
@@ -285,7 +403,10 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             for jj in range(4):  # inner children within the radius: the nearest next, the others pushed
                 j = 3 - jj
                 r = int(rs[j])
-                if r >= 0 and ks[j] < _INF and ks[j] <= bound * _OPEN:
+                within = ks[j] < _INF
+                if wp.static(kind != RAY):
+                    within = within and ks[j] <= bound * _OPEN
+                if r >= 0 and within:
                     if nxt >= 0 and sp < STACK:
                         stack[sp] = wp.int32(nxt)
                         stack_key[sp] = nxt_key
@@ -298,8 +419,9 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                 go = int(0)
                 while sp > 0:
                     sp -= 1
-                    if stack_key[sp] > bound * _OPEN:
-                        continue
+                    if wp.static(kind != RAY):
+                        if stack_key[sp] > bound * _OPEN:
+                            continue
                     node = int(stack[sp])
                     go = int(1)
                     break
@@ -328,8 +450,10 @@ _WIDE_KERNELS: dict = {}
 
 def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
                 seg_boxes: bool = False, seeded: bool = False, leaf_slab: int = 0):
-    """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers``
+    """The (cached) wide search kernel of ``kind`` (``POINT``, ``RAY`` or ``TOPK``), capped at ``max_registers``
     (0: none), over compressed nodes or not, with quantised segment boxes or not, with leaf slabs (1, 2) or not."""
+    if kind == RAY:  # point tests: not taken by ray walks
+        seg_boxes, seeded, leaf_slab = False, False, 0
     key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded), int(leaf_slab))
     if key not in _WIDE_KERNELS:
         _WIDE_KERNELS[key] = _make_wide_kernel(*key)
