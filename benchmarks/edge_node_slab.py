@@ -16,7 +16,10 @@ radius ``r`` must test (leaves within ``r``), for the wide tree of ``--tree`` (`
 * ``node``: + a slab along the node's direction (least-variance direction of all its leaf children's endpoints),
   quantised to integer vectors of ``--dbits`` bits a component, the bounds to ``--bbits`` bits on the node's
   range (rounded outwards): what the packed encoding would give;
-* ``node_exact``: the same direction, unquantised bounds.
+* ``node_exact``: the same direction, unquantised bounds;
+* ``node_grid``: as ``node``, the bounds' codes on the range along ``n`` of the node's own grid box (origin +
+  255 scales, what the walk can decode from the node), in steps of a power of two (exact decoding);
+* ``node_union``: the same on the range of the union of the decoded children's boxes (max of their ``hi`` codes).
 
 Decision rule of the brief: implement only if ``node`` is more than 20 % below ``aabb`` on both workloads.
 
@@ -107,11 +110,32 @@ def main() -> None:
         nd = np.stack([ndir[w] for w in node])  # per leaf: its node's direction
         m = (1 << (args.dbits - 1)) - 1
         ndq = np.stack([np.round(ndir[w] / np.abs(ndir[w]).max() * m) for w in node])  # integer vectors
+        qrows = bvh.wide.compressed.q.numpy().reshape(-1, 4, 4)
+        origin = qrows[:, 0, :3].copy().view(np.float32).astype(np.float64)
+        ex = qrows[:, 0, 3].astype(np.int64)
+        scale = np.stack([((ex >> (8 * k)) & 255).astype(np.uint32) << 23 for k in range(3)], 1).view(np.float32)
+        top = origin + 255.0 * scale.astype(np.float64)
+        qi = qrows.astype(np.int64) & 0xFFFFFFFF
+        hib = np.stack([np.stack([(qi[:, r, c] >> (8 * j)) & 255 for j in range(4)], 1)
+                        for r, c in ((1, 1), (1, 3), (2, 1))], 2)  # node, child, axis: hi bytes
+        lob = np.stack([(qi[:, 1, 0] >> (8 * j)) & 255 for j in range(4)], 1)
+        hib = np.where((lob <= hib[:, :, 0])[..., None], hib, 0)
+        union_top = origin + hib.max(1) * scale.astype(np.float64)
         slabs = {}
-        for key, dirs, quant in (("pca", own, False), ("node_exact", nd, False), ("node", ndq, True)):
+        for key, dirs, quant in (("pca", own, False), ("node_exact", nd, False), ("node", ndq, True),
+                                 ("node_grid", ndq, "grid"), ("node_union", ndq, "union")):
             lo = np.array([(seg[f:f + c].reshape(-1, 3) @ dv).min() for f, c, dv in zip(first, cnt, dirs)])
             hi = np.array([(seg[f:f + c].reshape(-1, 3) @ dv).max() for f, c, dv in zip(first, cnt, dirs)])
-            if quant:  # bounds on the node's range, rounded outwards
+            if quant in ("grid", "union"):  # bounds on the node box's range along n, steps a power of two
+                steps = (1 << args.bbits) - 1
+                o, t = origin[node], (top if quant == "grid" else union_top)[node]
+                base = np.minimum(dirs * o, dirs * t).sum(1)
+                span = np.abs(dirs * (t - o)).sum(1)
+                u = 2.0 ** np.ceil(np.log2(np.maximum(span / steps, 1e-300)))
+                cl = np.clip(np.floor((lo - base) / u), 0, steps)
+                ch = np.clip(np.ceil((hi - base) / u), 0, steps)
+                lo, hi = base + cl * u, base + ch * u
+            elif quant:  # bounds on the node's range, rounded outwards
                 steps = (1 << args.bbits) - 1
                 nlo = {w: lo[node == w].min() for w in nodes}
                 nhi = {w: hi[node == w].max() for w in nodes}
@@ -121,7 +145,7 @@ def main() -> None:
                 ch = np.ceil((hi - base) / span * steps)
                 lo, hi = base + cl * span / steps, base + ch * span / steps
             slabs[key] = (dirs, lo, hi)
-        tot = {k: 0.0 for k in ["aabb", "pca", "node_exact", "node"]}
+        tot = {k: 0.0 for k in ["aabb", "pca", "node_exact", "node", "node_grid", "node_union"]}
         chunk = 32
         for s in range(0, len(q), chunk):
             p = q[s:s + chunk]
