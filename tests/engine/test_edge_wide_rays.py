@@ -162,3 +162,45 @@ def test_wide_ray_walk_malformed_inactive_and_broadcast_rays(device, monkeypatch
     np.testing.assert_array_equal(ids, _ray_answers(binary, one_o, dd, t0, t1, device, True, monkeypatch))
     dist = _ray_brute(np.repeat(one_o, len(dd), 0), dd, t0, t1, v, ends, np.ones(len(ends)))
     np.testing.assert_allclose(dist[np.arange(len(dd)), ids], dist.min(1), rtol=2e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("builder,leaf,mode", [("ploc", 8, "q"), ("sah", 4, True), ("lbvh", 1, "qs")])
+def test_ray_keys_agree(device, builder, leaf, mode, monkeypatch):
+    """Both prunings of the wide ray walk (``edge_wide_walk.RAY_KEY``) return the binary walk's edges, for short
+    and long segments and half-lines; the box bounds test fewer segments."""
+    v, ends = _grid_edges()
+    mask = (np.random.default_rng(8).random(len(ends)) > 0.1).astype(np.uint8)
+    arrays = _arrays(device, v, ends, mask)
+    binary = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=False)
+    wide = EdgeBvh(*arrays, builder=builder, leaf_size=leaf, wide=mode)
+    o, d, tmin, _ = _rays(800, 31)
+    d = d / np.linalg.norm(d, axis=1, keepdims=True)
+    for length in (0.02, 0.3, np.inf):
+        tmax = np.full(len(o), length, np.float32)
+        t0 = np.minimum(tmin, tmax)
+        ref = _ray_answers(binary, o, d, t0, tmax, device, True, monkeypatch)
+        tested = {}
+        for key in ("center", "box"):
+            monkeypatch.setattr(edge_wide_walk, "RAY_KEY", key)
+            ids, c = _ray_answers(wide, o, d, t0, tmax, device, True, monkeypatch, counts=True)
+            np.testing.assert_array_equal(ids, ref)
+            tested[key] = c[:, 1].mean()
+        assert tested["box"] <= tested["center"]
+        if length == 0.02:
+            assert tested["box"] < 0.7 * tested["center"]
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf])
+def test_wide_ray_walks_with_a_non_finite_vertex(device, bad, monkeypatch):
+    """A vertex at NaN / inf: every walk (binary, wide, compressed) returns the same edges for rays."""
+    v, ends = _grid_edges(16)
+    v[37] = [bad, 0.5, bad]
+    arrays = _arrays(device, v, ends, np.ones(len(ends), np.uint8))
+    o, d, tmin, tmax = _rays(600, 17)
+    ref = _ray_answers(EdgeBvh(*arrays, builder="ploc", leaf_size=8, wide=False), o, d, tmin, tmax, device, True,
+                       monkeypatch)
+    assert (ref >= 0).all()
+    for mode in (True, "q", "qs"):
+        ids = _ray_answers(EdgeBvh(*arrays, builder="ploc", leaf_size=8, wide=mode), o, d, tmin, tmax, device, True,
+                           monkeypatch)
+        np.testing.assert_array_equal(ids, ref)
