@@ -7,7 +7,8 @@ process (median of ``--reps`` synchronised calls, each variant once per round):
 
 - ``binary``: ``nearest_edge_ray`` over ``--rays`` rays on the binary walk (``edge_wide_walk.WIDE_RAYS = False``,
   the path of before the 18th session), on the ``split`` tree;
-- ``wide``: the same rays on the 4-wide walk (``WIDE_RAYS = True``);
+- ``wide``: the same rays on the 4-wide walk (``WIDE_RAYS = True``), pruned by box bounds (``RAY_KEY = "box"``,
+  the default); ``wide center``: the same walk without the bounds (``RAY_KEY = "center"``, the binary walk's rule);
 - ``step split+binary``: ``refit()`` then the binary ray query (one update + query step of before);
 - ``step <refit>+binary``: ``refit()`` with ``--refit`` then the binary ray query (it first pays the binary climb,
   ``EdgeBvh.binary_boxes``);
@@ -95,9 +96,11 @@ def main() -> None:
         out = wp.empty(n, dtype=wp.int32, device=device)
         out8 = wp.empty((n, 8), dtype=wp.int32, device=device)
 
-        def ray(tree, wide_rays):
+        def ray(tree, wide_rays, key="box"):
             edge_wide_walk.WIDE_RAYS = wide_rays
+            edge_wide_walk.RAY_KEY = key
             search.nearest_edge_ray(tree, o, d, t0, t1, one, np.inf, out)
+            edge_wide_walk.RAY_KEY = "box"
 
         def step(mode, wide_rays):
             trees[mode].refit()
@@ -106,6 +109,7 @@ def main() -> None:
         variants = {
             "binary": lambda: ray(trees["split"], False),
             "wide": lambda: ray(trees["split"], True),
+            "wide center": lambda: ray(trees["split"], True, "center"),
             "step split+binary": lambda: step("split", False),
             f"step {args.refit}+binary": lambda: step(args.refit, False),
             f"step {args.refit}+wide": lambda: step(args.refit, True),
@@ -120,7 +124,7 @@ def main() -> None:
         for key, fn in variants.items():  # warm-up (kernel loads) and the answers
             fn()
             wp.synchronize_device(device)
-            if key in ("binary", "wide") or key.startswith("step"):
+            if key in ("binary", "wide", "wide center") or key.startswith("step"):
                 got = out.numpy().copy()
                 reference = got if reference is None else reference
                 same[key] = bool(np.array_equal(got, reference))
@@ -138,19 +142,22 @@ def main() -> None:
         if args.counts:
             m = min(args.counts, n)
             c = wp.zeros(m, dtype=wp.vec2i, device=device)
-            for wide_rays in (False, True):
+            for label, wide_rays, key in (("binary", False, "box"), ("wide", True, "box"), ("wide_center", True, "center")):
                 edge_wide_walk.WIDE_RAYS = wide_rays
+                edge_wide_walk.RAY_KEY = key
                 search.nearest_edge_ray(trees["split"], wp.array(o_np[:m], dtype=wp.vec3, device=device),
                                         wp.array(d_np[:m], dtype=wp.vec3, device=device), t0, t1, one, np.inf,
                                         wp.empty(m, dtype=wp.int32, device=device), counts=c)
-                row["counts_" + ("wide" if wide_rays else "binary")] = [round(float(x), 1) for x in c.numpy().mean(0)]
-            edge_wide_walk.WIDE_RAYS = True
+                row["counts_" + label] = [round(float(x), 1) for x in c.numpy().mean(0)]
+            edge_wide_walk.WIDE_RAYS, edge_wide_walk.RAY_KEY = True, "box"
         ms = row["ms"]
         print(f"{name:15s} {args.tree} ({len(ends)} edges, refits {row['refit_modes']}): "
               + "  ".join(f"{k} {v:.3f}" for k, v in ms.items()), flush=True)
-        print(f"{name:15s}   wide/binary {ms['wide'] / ms['binary']:.3f}; step {args.refit}+wide / split+binary "
+        print(f"{name:15s}   wide/binary {ms['wide'] / ms['binary']:.3f}; wide center/binary "
+              f"{ms['wide center'] / ms['binary']:.3f}; step {args.refit}+wide / split+binary "
               f"{ms[f'step {args.refit}+wide'] / ms['step split+binary']:.3f}; same {all(same.values())} {same}"
-              + (f"; counts binary {row['counts_binary']} wide {row['counts_wide']}" if args.counts else ""),
+              + (f"; counts (visited, tested) binary {row['counts_binary']} wide {row['counts_wide']} wide center "
+                 f"{row['counts_wide_center']}" if args.counts else ""),
               flush=True)
         if args.json:
             with args.json.open("a") as f:

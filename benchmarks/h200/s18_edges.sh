@@ -9,14 +9,19 @@
 # 1. Refit of ploc+q:8, terrain 2 M (3.1 M edges) / sphere 1 M: 1 (binary climb alone, reference), split (today's
 #    default), wide3, twice interleaved, median of 30 synchronised refits; every row must say "same True".
 # 2. Ray nearest-edge query, 1 M rays (origins in the box, unit directions, segments of 2 % of the box diagonal,
-#    Morton-sorted), ploc+q:8: "binary" (the walk of before) vs "wide" (the new one); per step refit + ray query:
+#    Morton-sorted), ploc+q:8: "binary" (the walk of before) vs "wide" (the new one: children ordered by centre
+#    distance, pruned by a lower bound re-checked against the shrunk radius, edge_wide_walk.RAY_KEY="box"; CPU counts:
+#    terrain 634 -> 217 segment tests a ray, sphere 1342 -> 250) vs "wide center" (RAY_KEY="center", the binary
+#    walk's pruning on the wide tree); then half-lines (--length 0); per step refit + ray query:
 #    "split+binary" (before) vs "wide3+binary" (pays the binary climb) vs "wide3+wide" (after); the refits alone; the
 #    default point and top-8 searches of 1 M points (session 17, H100: point 15.7 terrain / 33.5 sphere ms).
 #    Median of 5, variants interleaved; "same True" = every ray variant returns the binary walk's ids.
 # 3. CUDA tests of everything edge (-k "cuda and edge"), the new tests/engine/test_edge_wide_rays.py included.
 # WHAT DECIDES:
-# (a) if part 2's "wide" <= "binary" on both workloads (and same True): keep edge_wide_walk.WIDE_RAYS on (the
-#     default of this branch); else set it off (RAYD_EDGE_WIDE_RAYS default "0") and keep split (stop here).
+# (a) if part 2's "wide" <= "binary" on both workloads, segments and half-lines (and same True): keep
+#     edge_wide_walk.WIDE_RAYS on and RAY_KEY "box" (the defaults of this branch; if "wide center" is faster than
+#     "wide" on both, set RAY_KEY's default to "center"); else set WIDE_RAYS off (RAYD_EDGE_WIDE_RAYS default "0")
+#     and keep split (stop here).
 # (b) if also part 1's wide3 < split on both workloads in both passes, and part 2's "step wide3+wide" < "step
 #     split+binary" on both: flip the ONE line `REFIT_MODE_CUDA = _ENV_MODE or "split"` in
 #     src/rayd/engine/edge_refit_fused.py to `_ENV_MODE or "wide3"` (the CUDA default refit of trees with
@@ -32,7 +37,10 @@ sed -E "s/leaves +[0-9]+ depth +[0-9]+ //; s/ \(synchronised\)//; s/ \(back to b
 echo "== 2. ray query binary vs wide walk, refit + ray query per step, default point / top-8 searches (ms)"
 timeout 110 python3 benchmarks/edge_ray_ab.py --device cuda --tree ploc+q:8 --refit wide3 --rays 1048576 --reps 5 \
   --json "$OUT/s18_edge_ray.jsonl" > "$OUT/s18_edge_ray.txt" 2>&1
-echo "rc=$?" >> "$OUT/s18_edge_ray.txt"; cat "$OUT/s18_edge_ray.txt"
+echo "rc=$?" >> "$OUT/s18_edge_ray.txt"
+timeout 60 python3 benchmarks/edge_ray_ab.py --device cuda --tree ploc+q:8 --refit wide3 --rays 1048576 --reps 3 \
+  --length 0 --no-points --only terrain_2M_1M sphere_1M_1M --json "$OUT/s18_edge_ray.jsonl" >> "$OUT/s18_edge_ray.txt" 2>&1
+echo "rc=$? (half-lines)" >> "$OUT/s18_edge_ray.txt"; cat "$OUT/s18_edge_ray.txt"
 echo "== 3. CUDA edge tests"
 NX=""; python3 -c "import xdist" 2>/dev/null && NX="-n 14"
 timeout 100 python3 -m pytest -q $NX -p no:cacheprovider tests/engine tests/torch tests/drjit -k "cuda and edge" \
