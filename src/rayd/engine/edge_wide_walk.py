@@ -21,6 +21,7 @@ import os
 import warp as wp
 
 from rayd.engine.edge_leaf_slab import slab_skips
+from rayd.engine.edge_wide_ray import box_magnitude, ray_keys_compressed, ray_keys_full, segment_box, sort2p
 from rayd.engine.native import bits_float, load4, load4i
 from rayd.engine.radius import magnitude, widened_radius_sq
 from rayd.engine.nearest_edge_kernels import (
@@ -35,7 +36,6 @@ from rayd.engine.nearest_edge_kernels import (
     _heap_i,
     _in_range,
     _point_segment_dsq,
-    _ray_box_reach,
     _ray_segment_dsq,
 )
 from rayd.engine.wide_nodes import STACK
@@ -63,7 +63,6 @@ WIDE_RAYS = os.environ.get("RAYD_EDGE_WIDE_RAYS", "1").strip() != "0"
 #: CPU counts, cpu-size ``ploc+q:8``, rays of 2 % of the diagonal: terrain 634 -> 217 segment tests a ray, sphere
 #: 1,342 -> 250; half-lines 714 -> 583 / 627 -> 527; the same edges).
 RAY_KEY = os.environ.get("RAYD_EDGE_RAY_KEY", "box").strip().lower()
-_TOL = wp.constant(1.0 / 262144.0)  # 2^-18
 
 
 @wp.kernel
@@ -122,124 +121,6 @@ def _keys_compressed(q: wp.array(dtype=wp.vec4i), node: int,
                 d = wp.max(wp.max(lo - p, wp.vec3(0.0)), p - hi)
                 key[j] = d[0] * d[0] + d[1] * d[1] + d[2] * d[2]
     return key, refs, o, s
-
-
-@wp.func
-def _segment_box(o: wp.vec3, d: wp.vec3, s0: float, s1: float) -> tuple[wp.vec3, wp.vec3]:
-    """A box holding the segment ``o + s d, s in [s0, s1]`` (``s0`` finite; ``s1 = inf``: a half-line), widened
-    by ``2^-18`` of its largest finite coordinate magnitude (the rounding of ``o + s d``)."""
-    a = o + s0 * d
-    lo = a
-    hi = a
-    m = wp.max(magnitude(a), magnitude(o))
-    for k in range(3):
-        if d[k] != 0.0:
-            b = float(0.0)
-            if wp.isfinite(s1):
-                b = o[k] + s1 * d[k]
-                m = wp.max(m, wp.abs(b))
-            elif d[k] > 0.0:
-                b = _INF
-            else:
-                b = -_INF
-            lo[k] = wp.min(lo[k], b)
-            hi[k] = wp.max(hi[k], b)
-    tol = _TOL * m
-    return lo - wp.vec3(tol), hi + wp.vec3(tol)
-
-
-@wp.func
-def _ray_key(lo: wp.vec3, hi: wp.vec3, o: wp.vec3, d: wp.vec3, s0: float, s1: float, r: float, box_key: int,
-             seg_lo: wp.vec3, seg_hi: wp.vec3) -> wp.vec2:
-    """A child's keys for a ray: ``(order, bound)``. ``order``: ``inf`` when the segment misses its box grown by
-    ``r`` (or the box is empty), else the squared distance from the segment to the box centre (the binary walk's
-    order). ``bound``: with ``box_key``, the squared distance from the segment's box ``[seg_lo, seg_hi]`` to the
-    child's box, a lower bound of the segment's distance to it (re-checked against the shrunk radius); else 0."""
-    if _ray_box_reach(o, d, s0, s1, lo, hi, r) < _INF:
-        c = 0.5 * (lo + hi)
-        lb = float(0.0)
-        if box_key != 0:
-            g = wp.max(wp.max(lo - seg_hi, seg_lo - hi), wp.vec3(0.0))
-            lb = g[0] * g[0] + g[1] * g[1] + g[2] * g[2]
-            if not (lb >= 0.0):  # NaN (a box with a non-finite plane): no bound
-                lb = 0.0
-        return wp.vec2(_ray_segment_dsq(o, d, s0, s1, c, c), lb)
-    return wp.vec2(_INF, _INF)
-
-
-@wp.func
-def _sort2p(da: float, ra: int, la: float, db: float, rb: int, lb: float) -> tuple[float, int, float, float, int, float]:
-    """:func:`_sort2` carrying a second key."""
-    if db < da:
-        return db, rb, lb, da, ra, la
-    return da, ra, la, db, rb, lb
-
-
-@wp.func
-def _ray_keys_full(data: wp.array(dtype=wp.vec4), links: wp.array(dtype=wp.vec4i), node: int, o: wp.vec3,
-                   d: wp.vec3, s0: float, s1: float, r: float, box_key: int, seg_lo: wp.vec3,
-                   seg_hi: wp.vec3) -> tuple[wp.vec4, wp.vec4, wp.vec4i]:
-    """:func:`_ray_key` of the four children of full wide node ``node`` (order keys, bounds), and their refs."""
-    b = 8 * node
-    lx = load4(data, b)
-    hx = load4(data, b + 1)
-    ly = load4(data, b + 2)
-    hy = load4(data, b + 3)
-    lz = load4(data, b + 4)
-    hz = load4(data, b + 5)
-    refs = load4i(links, b + 6)
-    key = wp.vec4(_INF)
-    lbs = wp.vec4(_INF)
-    for j in range(4):
-        if lx[j] <= hx[j]:
-            kk = _ray_key(wp.vec3(lx[j], ly[j], lz[j]), wp.vec3(hx[j], hy[j], hz[j]), o, d, s0, s1, r, box_key,
-                          seg_lo, seg_hi)
-            key[j] = kk[0]
-            lbs[j] = kk[1]
-    return key, lbs, refs
-
-
-@wp.func
-def _ray_keys_compressed(q: wp.array(dtype=wp.vec4i), node: int, o: wp.vec3, d: wp.vec3, s0: float, s1: float,
-                         r: float, box_key: int, seg_lo: wp.vec3, seg_hi: wp.vec3) -> tuple[wp.vec4, wp.vec4, wp.vec4i]:
-    """The same for a compressed node (decoded boxes hold the true ones; a node flagged "open all" opens
-    every non-empty child, key 0)."""
-    r0 = load4i(q, 4 * node)
-    r1 = load4i(q, 4 * node + 1)
-    r2 = load4i(q, 4 * node + 2)
-    refs = load4i(q, 4 * node + 3)
-    ex = r0[3]
-    org = wp.vec3(bits_float(r0[0]), bits_float(r0[1]), bits_float(r0[2]))
-    s = wp.vec3(bits_float((ex & 255) << 23), bits_float(((ex >> 8) & 255) << 23), bits_float(((ex >> 16) & 255) << 23))
-    open_all = (ex & (1 << 24)) != 0
-    key = wp.vec4(_INF)
-    lbs = wp.vec4(_INF)
-    for j in range(4):
-        sh = 8 * j
-        qlx = (r1[0] >> sh) & 255
-        qhx = (r1[1] >> sh) & 255
-        if qlx <= qhx:
-            if open_all:
-                key[j] = 0.0
-                lbs[j] = 0.0
-            else:
-                lo = org + wp.cw_mul(wp.vec3(float(qlx), float((r1[2] >> sh) & 255), float((r2[0] >> sh) & 255)), s)
-                hi = org + wp.cw_mul(wp.vec3(float(qhx), float((r1[3] >> sh) & 255), float((r2[1] >> sh) & 255)), s)
-                kk = _ray_key(lo, hi, o, d, s0, s1, r, box_key, seg_lo, seg_hi)
-                key[j] = kk[0]
-                lbs[j] = kk[1]
-    return key, lbs, refs
-
-
-@wp.func
-def _box_magnitude(root_box: wp.array(dtype=wp.vec3)) -> float:
-    """The largest coordinate magnitude of the root box (0 when empty): that of the binary root's two child
-    boxes (``nearest_edge_kernels._root_magnitude``; the union's extreme planes are theirs)."""
-    lo = root_box[0]
-    hi = root_box[1]
-    if lo[0] <= hi[0]:
-        return wp.max(magnitude(lo), magnitude(hi))
-    return 0.0
 
 
 @wp.func
@@ -356,13 +237,13 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         seg_hi = wp.vec3(0.0)
         if wp.static(box_key != 0):
             if wellformed:
-                seg_lo, seg_hi = _segment_box(p, dir, s0, s1)
+                seg_lo, seg_hi = segment_box(p, dir, s0, s1)
         go = int(0)
         if active[i * active_stride] != wp.uint8(0) and wellformed:
             go = int(1)
             if wp.static(kind == RAY):
                 if wp.isfinite(bound):
-                    reach = 2.0 * magnitude(p) + 3.0 * _box_magnitude(root_box) + wp.sqrt(bound)
+                    reach = 2.0 * magnitude(p) + 3.0 * box_magnitude(root_box) + wp.sqrt(bound)
                     bound = widened_radius_sq(bound, reach)
             else:
                 bound = widened_radius_sq(bound, magnitude(p))  # the frontends re-check (engine/radius.py)
@@ -402,14 +283,14 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                 rr = wp.sqrt(bound) * _OPEN_R
                 lbs = wp.vec4(_INF)
                 if wp.static(compressed):
-                    key, lbs, refs = _ray_keys_compressed(links, node, p, dir, s0, s1, rr, box_key, seg_lo, seg_hi)
+                    key, lbs, refs = ray_keys_compressed(links, node, p, dir, s0, s1, rr, box_key, seg_lo, seg_hi)
                 else:
-                    key, lbs, refs = _ray_keys_full(data, links, node, p, dir, s0, s1, rr, box_key, seg_lo, seg_hi)
-                d0, r0, l0, d1, r1, l1 = _sort2p(key[0], refs[0], lbs[0], key[1], refs[1], lbs[1])
-                d2, r2, l2, d3, r3, l3 = _sort2p(key[2], refs[2], lbs[2], key[3], refs[3], lbs[3])
-                d0, r0, l0, d2, r2, l2 = _sort2p(d0, r0, l0, d2, r2, l2)
-                d1, r1, l1, d3, r3, l3 = _sort2p(d1, r1, l1, d3, r3, l3)
-                d1, r1, l1, d2, r2, l2 = _sort2p(d1, r1, l1, d2, r2, l2)
+                    key, lbs, refs = ray_keys_full(data, links, node, p, dir, s0, s1, rr, box_key, seg_lo, seg_hi)
+                d0, r0, l0, d1, r1, l1 = sort2p(key[0], refs[0], lbs[0], key[1], refs[1], lbs[1])
+                d2, r2, l2, d3, r3, l3 = sort2p(key[2], refs[2], lbs[2], key[3], refs[3], lbs[3])
+                d0, r0, l0, d2, r2, l2 = sort2p(d0, r0, l0, d2, r2, l2)
+                d1, r1, l1, d3, r3, l3 = sort2p(d1, r1, l1, d3, r3, l3)
+                d1, r1, l1, d2, r2, l2 = sort2p(d1, r1, l1, d2, r2, l2)
                 ks = wp.vec4(d0, d1, d2, d3)
                 rs = wp.vec4i(r0, r1, r2, r3)
                 pk = wp.vec4(l0, l1, l2, l3)
