@@ -9,6 +9,7 @@ process (median of ``--reps`` synchronised calls, each variant once per round):
   the path of before the 18th session), on the ``split`` tree;
 - ``wide``: the same rays on the 4-wide walk (``WIDE_RAYS = True``), pruned by box bounds (``RAY_KEY = "box"``,
   the default); ``wide center``: the same walk without the bounds (``RAY_KEY = "center"``, the binary walk's rule);
+  ``wide r0``: ``wide`` without the 64-register cap (``RAY_MAX_REGISTERS = 0``);
 - ``step split+binary``: ``refit()`` then the binary ray query (one update + query step of before);
 - ``step <refit>+binary``: ``refit()`` with ``--refit`` then the binary ray query (it first pays the binary climb,
   ``EdgeBvh.binary_boxes``);
@@ -96,11 +97,12 @@ def main() -> None:
         out = wp.empty(n, dtype=wp.int32, device=device)
         out8 = wp.empty((n, 8), dtype=wp.int32, device=device)
 
-        def ray(tree, wide_rays, key="box"):
+        def ray(tree, wide_rays, key="box", maxreg=None):
             edge_wide_walk.WIDE_RAYS = wide_rays
             edge_wide_walk.RAY_KEY = key
+            edge_wide_walk.RAY_MAX_REGISTERS = maxreg
             search.nearest_edge_ray(tree, o, d, t0, t1, one, np.inf, out)
-            edge_wide_walk.RAY_KEY = "box"
+            edge_wide_walk.RAY_KEY, edge_wide_walk.RAY_MAX_REGISTERS = "box", None
 
         def step(mode, wide_rays):
             trees[mode].refit()
@@ -110,6 +112,7 @@ def main() -> None:
             "binary": lambda: ray(trees["split"], False),
             "wide": lambda: ray(trees["split"], True),
             "wide center": lambda: ray(trees["split"], True, "center"),
+            "wide r0": lambda: ray(trees["split"], True, "box", 0),
             "step split+binary": lambda: step("split", False),
             f"step {args.refit}+binary": lambda: step(args.refit, False),
             f"step {args.refit}+wide": lambda: step(args.refit, True),
@@ -124,7 +127,7 @@ def main() -> None:
         for key, fn in variants.items():  # warm-up (kernel loads) and the answers
             fn()
             wp.synchronize_device(device)
-            if key in ("binary", "wide", "wide center") or key.startswith("step"):
+            if key in ("binary", "wide", "wide center", "wide r0") or key.startswith("step"):
                 got = out.numpy().copy()
                 reference = got if reference is None else reference
                 same[key] = bool(np.array_equal(got, reference))

@@ -20,7 +20,8 @@
 # (a) if part 2's "wide" <= "binary" on both workloads, segments and half-lines (and same True): keep
 #     edge_wide_walk.WIDE_RAYS on and RAY_KEY "box" (the defaults of this branch; if "wide center" is faster than
 #     "wide" on both, set RAY_KEY's default to "center"); else set WIDE_RAYS off (RAYD_EDGE_WIDE_RAYS default "0")
-#     and keep split (stop here).
+#     and keep split (stop here). If "wide r0" (no register cap) is below "wide" on both, set
+#     edge_wide_walk.RAY_MAX_REGISTERS = 0 (one line).
 # (b) if also part 1's wide3 < split on both workloads in both passes, and part 2's "step wide3+wide" < "step
 #     split+binary" on both: flip the ONE line `REFIT_MODE_CUDA = _ENV_MODE or "split"` in
 #     src/rayd/engine/edge_refit_fused.py to `_ENV_MODE or "wide3"` (the CUDA default refit of trees with

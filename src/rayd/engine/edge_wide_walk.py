@@ -63,6 +63,10 @@ WIDE_RAYS = os.environ.get("RAYD_EDGE_WIDE_RAYS", "1").strip() != "0"
 #: CPU counts, cpu-size ``ploc+q:8``, rays of 2 % of the diagonal: terrain 634 -> 217 segment tests a ray, sphere
 #: 1,342 -> 250; half-lines 714 -> 583 / 627 -> 527; the same edges).
 RAY_KEY = os.environ.get("RAYD_EDGE_RAY_KEY", "box").strip().lower()
+#: ``cuda_max_registers`` of the wide ray kernels (``None``: the tree's, ``edge_wide.WIDE_MAX_REGISTERS``, 64; 0: the
+#: compiler's choice). The ray walk holds more values than the point walk (direction, interval, segment box, four
+#: bounds); ``benchmarks/edge_ray_ab.py`` times ``wide r0`` (no cap) beside it. Read at each search.
+RAY_MAX_REGISTERS: int | None = None
 
 
 @wp.kernel

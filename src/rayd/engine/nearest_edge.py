@@ -102,7 +102,10 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         args = [data, links, nodes.count, edges.seg, edges.slot_id, segq, slab, q0, _stride(q0, n), active,
                 _stride(active, n), dummy3, _stride(dummy3, n), tmin, _stride(tmin, n), tmax, _stride(tmax, n),
                 edges.root_box, _max_distance_sq(max_distance), k, out, order, use_order, counts]
-        kernel = wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes, seeded,
+        maxreg = wide.max_registers
+        if kind == RAY and edge_wide_walk.RAY_MAX_REGISTERS is not None:
+            maxreg = edge_wide_walk.RAY_MAX_REGISTERS
+        kernel = wide_kernel(kind, counting, maxreg, packed is not None, seg_boxes, seeded,
                              0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD))
         if not seeded:
             launch_offset_rows(kernel, n, args + [_dummy_seg_slots(edges.device), 1, 0], edges.device, stream,
