@@ -6,7 +6,8 @@ For the issue-size terrain 2 M / sphere 1 M edge sets (``benchmarks/edges.py``),
 process (median of ``--reps`` synchronised calls, each variant once per round):
 
 - ``binary``: ``nearest_edge_ray`` over ``--rays`` rays on the binary walk (``edge_wide_walk.WIDE_RAYS = False``,
-  the path of before the 18th session), on the ``split`` tree;
+  ``nearest_edge_kernels.RAY_BOUND = False``: the path of before the 18th session), on the ``split`` tree;
+  ``binary bound`` (``--binary-bound``): the binary walk with the bound pruning (the CPU default's ray walk now);
 - ``wide``: the same rays on the 4-wide walk (``WIDE_RAYS = True``), pruned by box bounds (``RAY_KEY = "box"``,
   the default); ``wide center``: the same walk without the bounds (``RAY_KEY = "center"``, the binary walk's rule);
   ``wide r0``: ``wide`` without the 64-register cap (``RAY_MAX_REGISTERS = 0``);
@@ -45,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rayd.engine import edge_wide_walk  # noqa: E402
+from rayd.engine import nearest_edge_kernels as kernels  # noqa: E402
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
 
@@ -64,6 +66,8 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=9)
     parser.add_argument("--counts", type=int, default=0)
     parser.add_argument("--no-points", action="store_true", help="skip the point / top-8 timings")
+    parser.add_argument("--binary-bound", action="store_true",
+                        help="also 'binary bound': the binary walk with the bound pruning (nearest_edge_kernels.RAY_BOUND)")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     wp.config.quiet = True
@@ -97,28 +101,31 @@ def main() -> None:
         out = wp.empty(n, dtype=wp.int32, device=device)
         out8 = wp.empty((n, 8), dtype=wp.int32, device=device)
 
-        def ray(tree, wide_rays, key="box", maxreg=None):
+        def ray(tree, wide_rays, key="box", maxreg=None, bound=True):
+            kernels.RAY_BOUND = bound
             edge_wide_walk.WIDE_RAYS = wide_rays
             edge_wide_walk.RAY_KEY = key
             edge_wide_walk.RAY_MAX_REGISTERS = maxreg
             search.nearest_edge_ray(tree, o, d, t0, t1, one, np.inf, out)
-            edge_wide_walk.RAY_KEY, edge_wide_walk.RAY_MAX_REGISTERS = "box", None
+            edge_wide_walk.RAY_KEY, edge_wide_walk.RAY_MAX_REGISTERS, kernels.RAY_BOUND = "box", None, True
 
-        def step(mode, wide_rays):
+        def step(mode, wide_rays, bound=True):
             trees[mode].refit()
-            ray(trees[mode], wide_rays)
+            ray(trees[mode], wide_rays, bound=bound)
 
         variants = {
-            "binary": lambda: ray(trees["split"], False),
+            "binary": lambda: ray(trees["split"], False, bound=False),
             "wide": lambda: ray(trees["split"], True),
             "wide center": lambda: ray(trees["split"], True, "center"),
             "wide r0": lambda: ray(trees["split"], True, "box", 0),
-            "step split+binary": lambda: step("split", False),
-            f"step {args.refit}+binary": lambda: step(args.refit, False),
+            "step split+binary": lambda: step("split", False, False),
+            f"step {args.refit}+binary": lambda: step(args.refit, False, False),
             f"step {args.refit}+wide": lambda: step(args.refit, True),
             "refit split": lambda: trees["split"].refit(),
             f"refit {args.refit}": lambda: trees[args.refit].refit(),
         }
+        if args.binary_bound:
+            variants["binary bound"] = lambda: ray(trees["split"], False)
         if not args.no_points:
             variants["point"] = lambda: search.nearest_edge_point(trees["split"], o, one, np.inf, out)
             variants["top8"] = lambda: search.nearest_edges_point(trees["split"], o, one, np.inf, out8)
@@ -127,7 +134,7 @@ def main() -> None:
         for key, fn in variants.items():  # warm-up (kernel loads) and the answers
             fn()
             wp.synchronize_device(device)
-            if key in ("binary", "wide", "wide center", "wide r0") or key.startswith("step"):
+            if key in ("binary", "binary bound", "wide", "wide center", "wide r0") or key.startswith("step"):
                 got = out.numpy().copy()
                 reference = got if reference is None else reference
                 same[key] = bool(np.array_equal(got, reference))
@@ -145,22 +152,24 @@ def main() -> None:
         if args.counts:
             m = min(args.counts, n)
             c = wp.zeros(m, dtype=wp.vec2i, device=device)
-            for label, wide_rays, key in (("binary", False, "box"), ("wide", True, "box"), ("wide_center", True, "center")):
+            for label, wide_rays, key, bound in (("binary", False, "box", False), ("binary_bound", False, "box", True),
+                                                 ("wide", True, "box", True), ("wide_center", True, "center", True)):
+                kernels.RAY_BOUND = bound
                 edge_wide_walk.WIDE_RAYS = wide_rays
                 edge_wide_walk.RAY_KEY = key
                 search.nearest_edge_ray(trees["split"], wp.array(o_np[:m], dtype=wp.vec3, device=device),
                                         wp.array(d_np[:m], dtype=wp.vec3, device=device), t0, t1, one, np.inf,
                                         wp.empty(m, dtype=wp.int32, device=device), counts=c)
                 row["counts_" + label] = [round(float(x), 1) for x in c.numpy().mean(0)]
-            edge_wide_walk.WIDE_RAYS, edge_wide_walk.RAY_KEY = True, "box"
+            edge_wide_walk.WIDE_RAYS, edge_wide_walk.RAY_KEY, kernels.RAY_BOUND = True, "box", True
         ms = row["ms"]
         print(f"{name:15s} {args.tree} ({len(ends)} edges, refits {row['refit_modes']}): "
               + "  ".join(f"{k} {v:.3f}" for k, v in ms.items()), flush=True)
         print(f"{name:15s}   wide/binary {ms['wide'] / ms['binary']:.3f}; wide center/binary "
               f"{ms['wide center'] / ms['binary']:.3f}; step {args.refit}+wide / split+binary "
               f"{ms[f'step {args.refit}+wide'] / ms['step split+binary']:.3f}; same {all(same.values())} {same}"
-              + (f"; counts (visited, tested) binary {row['counts_binary']} wide {row['counts_wide']} wide center "
-                 f"{row['counts_wide_center']}" if args.counts else ""),
+              + (f"; counts (visited, tested) binary {row['counts_binary']} binary bound {row['counts_binary_bound']} "
+                 f"wide {row['counts_wide']} wide center {row['counts_wide_center']}" if args.counts else ""),
               flush=True)
         if args.json:
             with args.json.open("a") as f:

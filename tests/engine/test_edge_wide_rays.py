@@ -204,3 +204,27 @@ def test_wide_ray_walks_with_a_non_finite_vertex(device, bad, monkeypatch):
         ids = _ray_answers(EdgeBvh(*arrays, builder="ploc", leaf_size=8, wide=mode), o, d, tmin, tmax, device, True,
                            monkeypatch)
         np.testing.assert_array_equal(ids, ref)
+
+
+@pytest.mark.parametrize("builder,leaf", TREES)
+def test_binary_ray_walk_bound_pruning_keeps_the_edges(device, builder, leaf, monkeypatch):
+    """The binary walk's ray pruning by lower bounds (``nearest_edge_kernels.RAY_BOUND``, the default) returns the
+    edges of the walk without it, with fewer tests, for segments, half-lines and ``max_distance``."""
+    from rayd.engine import nearest_edge_kernels
+
+    v, ends = _grid_edges()
+    mask = (np.random.default_rng(12).random(len(ends)) > 0.15).astype(np.uint8)
+    binary = EdgeBvh(*_arrays(device, v, ends, mask), builder=builder, leaf_size=leaf, wide=False)
+    o, d, tmin, tmax = _rays(900, 23)
+    for md in (np.inf, 0.05):
+        got = {}
+        for flag in (False, True):
+            monkeypatch.setattr(nearest_edge_kernels, "RAY_BOUND", flag)
+            got[flag] = _ray_answers(binary, o, d, tmin, tmax, device, False, monkeypatch, max_distance=md,
+                                     counts=True)
+        np.testing.assert_array_equal(got[True][0], got[False][0])
+        assert got[True][1][:, 1].mean() < got[False][1][:, 1].mean()
+    dist = _ray_brute(o, d, tmin, tmax, v, ends, mask)
+    ids = got[True][0]
+    hit = ids >= 0
+    np.testing.assert_allclose(dist[np.nonzero(hit)[0], ids[hit]], dist.min(1)[hit], rtol=2e-6, atol=1e-7)

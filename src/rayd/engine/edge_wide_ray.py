@@ -11,37 +11,10 @@ segments and when it pops it.
 import warp as wp
 
 from rayd.engine.native import bits_float, load4, load4i
-from rayd.engine.nearest_edge_kernels import _INF, _ray_box_reach, _ray_segment_dsq
+from rayd.engine.nearest_edge_kernels import _INF, _ray_box_reach, _ray_segment_dsq, segment_box  # noqa: F401
 from rayd.engine.radius import magnitude
 
 wp.set_module_options({"enable_backward": False})
-
-_TOL = wp.constant(1.0 / 262144.0)  # 2^-18
-
-
-@wp.func
-def segment_box(o: wp.vec3, d: wp.vec3, s0: float, s1: float) -> tuple[wp.vec3, wp.vec3]:
-    """A box holding the segment ``o + s d, s in [s0, s1]`` (``s0`` finite; ``s1 = inf``: a half-line), widened
-    by ``2^-18`` of its largest finite coordinate magnitude (the rounding of ``o + s d``)."""
-    a = o + s0 * d
-    lo = a
-    hi = a
-    m = wp.max(magnitude(a), magnitude(o))
-    for k in range(3):
-        if d[k] != 0.0:
-            b = float(0.0)
-            if wp.isfinite(s1):
-                b = o[k] + s1 * d[k]
-                m = wp.max(m, wp.abs(b))
-            elif d[k] > 0.0:
-                b = _INF
-            else:
-                b = -_INF
-            lo[k] = wp.min(lo[k], b)
-            hi[k] = wp.max(hi[k], b)
-    tol = _TOL * m
-    return lo - wp.vec3(tol), hi + wp.vec3(tol)
-
 
 @wp.func
 def ray_key(lo: wp.vec3, hi: wp.vec3, o: wp.vec3, d: wp.vec3, s0: float, s1: float, r: float, box_key: int,

@@ -31,13 +31,14 @@ from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of 
     _nearest_edge_order_kernel,
 )
 from rayd.engine.runtime import launch_offset_rows, launch_stream
+from rayd.engine import nearest_edge_kernels as kernels_module
 
 # Host functions only; the kernels live in nearest_edge_kernels.py.
 wp.set_module_options({"enable_backward": False})
 
 
 def _kernel(kind: int, counting: bool = False):
-    key = (kind, counting)
+    key = (kind, counting, kind == RAY and bool(kernels_module.RAY_BOUND))
     if key not in _KERNELS:
         _KERNELS[key] = _make_search_kernel(kind, counting)
     return _KERNELS[key]
