@@ -8,7 +8,8 @@
 # climb any more. Same answers: CPU tests bit-equal ids against the binary walk and the float64 brute force.
 # 1. Refit of ploc+q:8, terrain 2 M (3.1 M edges) / sphere 1 M: split (today's default), wide3, twice interleaved, median of 30 synchronised refits; every row must say "same True".
 # 2. Ray nearest-edge query, 1 M rays (origins in the box, unit directions, segments of 2 % of the box diagonal,
-#    Morton-sorted), ploc+q:8: "binary" (the walk of before) vs "wide" (the new one: children ordered by centre
+#    Morton-sorted), ploc+q:8: "binary" (the walk of before; nearest_edge_kernels.RAY_BOUND off, the bound this branch
+#    also gives the binary walk, which only trees without a wide copy, the CPU's, use) vs "wide" (the new one: children ordered by centre
 #    distance, pruned by a lower bound re-checked against the shrunk radius, edge_wide_walk.RAY_KEY="box"; CPU counts:
 #    terrain 634 -> 217 segment tests a ray, sphere 1342 -> 250) vs "wide center" (RAY_KEY="center", the binary
 #    walk's pruning on the wide tree); then half-lines on the terrain (--length 0); per step refit + ray query:
