@@ -68,9 +68,11 @@ def test_fused_refit_applies_only_to_compressed_trees(device):
 
 @pytest.mark.parametrize("refit", ["wide", "wide1", "wide3"])
 @pytest.mark.parametrize("builder,leaf", [("ploc", 8), ("lbvh", 4), ("sah", 4)])
-def test_wide_refit_refits_the_binary_tree_when_read(device, builder, leaf, refit):
-    # The wide-tree refit leaves the binary boxes behind; ray searches (the binary walk) and packed_nodes()
-    # refit them first, so they answer as a fresh build and the split refit of the same tree.
+def test_wide_refit_refits_the_binary_tree_when_read(device, builder, leaf, refit, monkeypatch):
+    # The wide-tree refit leaves the binary boxes behind; the binary walk (ray searches with
+    # edge_wide_walk.WIDE_RAYS off) and packed_nodes() refit them first, so they answer as a fresh build and the
+    # split refit of the same tree. Ray searches on the wide walk (the default) do not read them.
+    from rayd.engine import edge_wide_walk
     from tests.engine.test_edge_wide import _ray_answers
 
     v, ends = _grid_edges()
@@ -88,8 +90,14 @@ def test_wide_refit_refits_the_binary_tree_when_read(device, builder, leaf, refi
     bvh.refit()
     np.testing.assert_array_equal(bvh.node_box.numpy(), before)  # not written by the wide climb
     fresh = EdgeBvh(*_arrays(device, moved, ends, mask2), builder=builder, leaf_size=leaf, wide="q")
+    monkeypatch.setattr(edge_wide_walk, "WIDE_RAYS", True)
+    wide_ids = _ray_answers(bvh, o, d, device)
+    np.testing.assert_array_equal(bvh.node_box.numpy(), before)  # the wide ray walk reads no binary box
+    assert bvh._binary_stale
+    monkeypatch.setattr(edge_wide_walk, "WIDE_RAYS", False)
     np.testing.assert_array_equal(_ray_answers(bvh, o, d, device), _ray_answers(fresh, o, d, device))
-    lazy = bvh.node_box.numpy().copy()  # refitted by the ray search
+    np.testing.assert_array_equal(wide_ids, _ray_answers(fresh, o, d, device))
+    lazy = bvh.node_box.numpy().copy()  # refitted by the binary ray walk
     hold, bvh._fused = bvh._fused, None
     bvh.refit()
     np.testing.assert_array_equal(lazy.view(np.int32), bvh.node_box.numpy().view(np.int32))

@@ -10,7 +10,7 @@ node's children's boxes at once, reading the packed boxes below ``p`` through L2
 of this launch wrote them before their fence and counter increment; ``_load_l2`` as the climb's
 sibling read). Per-node counters only, no single-address atomics.
 
-Modes (:data:`REFIT_MODE`, ``RAYD_EDGE_REFIT``; ``EdgeBvh(refit=...)``):
+Modes (:data:`REFIT_MODE` / :data:`REFIT_MODE_CUDA`, ``RAYD_EDGE_REFIT``; ``EdgeBvh(refit=...)``):
 
 * ``"split"`` (the default): the three launches above (the code of before);
 * ``"fused"``: the slots launch, then the climb that also writes the compressed nodes (two launches);
@@ -42,10 +42,17 @@ wp.set_module_options({"enable_backward": False})
 _INF = wp.constant(float("inf"))
 
 REFIT_MODES = ("split", "fused", "fused1", "wide", "wide1", "wide3")
-#: The refit of trees with compressed wide nodes (read when an ``EdgeBvh`` is built).
-REFIT_MODE = os.environ.get("RAYD_EDGE_REFIT", "split").strip().lower() or "split"
-if REFIT_MODE not in REFIT_MODES:
-    raise ValueError(f"rayd.engine: RAYD_EDGE_REFIT must be one of {REFIT_MODES}, got {REFIT_MODE!r}")
+_ENV_MODE = os.environ.get("RAYD_EDGE_REFIT", "").strip().lower()
+if _ENV_MODE and _ENV_MODE not in REFIT_MODES:
+    raise ValueError(f"rayd.engine: RAYD_EDGE_REFIT must be one of {REFIT_MODES}, got {_ENV_MODE!r}")
+#: The refit of trees with compressed wide nodes on the CPU (read when an ``EdgeBvh`` is built;
+#: ``RAYD_EDGE_REFIT`` sets it and :data:`REFIT_MODE_CUDA`).
+REFIT_MODE = _ENV_MODE or "split"
+#: The same on CUDA. Since the 18th session no query reads the binary boxes of a tree with a wide copy (ray
+#: searches walk the wide tree too, ``edge_wide_walk.WIDE_RAYS``), so a ``"wide*"`` refit (no binary climb)
+#: costs no query anything; ``"wide3"`` was the fastest on the H100 (session 17: terrain 2 M 0.359 vs 0.395 ms,
+#: sphere 1 M 0.241 vs 0.254). The lead flips this line to ``"wide3"`` after ``benchmarks/h200/s18_edges.sh``.
+REFIT_MODE_CUDA = _ENV_MODE or "split"
 
 
 @wp.kernel

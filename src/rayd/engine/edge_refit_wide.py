@@ -12,11 +12,12 @@ the code of the separate launch, so the rows are bit-identical), stores the unio
 its parent and goes up. The root writes ``root_box``. The last thread also resets the counter (no one
 else touches it in this launch), so no reset launch and no parity rule.
 
-The binary tree's packed boxes (``EdgeBvh.node_box``) are not written: the binary walk (ray searches),
+The binary tree's packed boxes (``EdgeBvh.node_box``) are not written. No query reads them (point, ray
+and top-k searches walk the wide tree since the 18th session); the binary walk (``WIDE_RAYS`` off),
 ``EdgeBvh.packed_nodes`` and anything else that reads them call ``EdgeBvh.binary_boxes()``, which runs
 the binary climb once (from the final slots) when the last refit skipped it.
 
-Modes (``edge_refit_fused.REFIT_MODE``, ``RAYD_EDGE_REFIT``; ``EdgeBvh(refit=...)``):
+Modes (``edge_refit_fused.REFIT_MODE`` / ``REFIT_MODE_CUDA``, ``RAYD_EDGE_REFIT``; ``EdgeBvh(refit=...)``):
 
 * ``"wide"``: the slots launch (``tree_refit._tree_slots_kernel``), then this climb (two launches);
 * ``"wide1"``: one launch, the leaf threads gather their segments from the live endpoints; a ``+qs``

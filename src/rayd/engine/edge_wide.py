@@ -1,4 +1,4 @@
-"""A 4-wide copy of an edge BVH, walked by the point / top-k searches of ``edge_wide_walk.py`` (opt-in).
+"""A 4-wide copy of an edge BVH, walked by the point / ray / top-k searches of ``edge_wide_walk.py``.
 
 The binary edge tree (:class:`rayd.engine.edges.EdgeBvh`, packed as child pairs) is collapsed
 into the 4-wide node layout of the triangle engine (:class:`rayd.engine.wide_nodes.WideNodes`,

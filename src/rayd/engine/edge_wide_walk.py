@@ -1,5 +1,7 @@
-"""The point / top-k nearest-edge walks of the 4-wide edge nodes (``edge_wide.py``, ``edge_wide_q.py``).
+"""The point / ray / top-k nearest-edge walks of the 4-wide edge nodes (``edge_wide.py``, ``edge_wide_q.py``).
 
+One skeleton for the three query kinds (specialised at code generation with ``wp.static``), as the binary
+walk of ``nearest_edge_kernels.py``, which only trees without a wide copy use (the CPU default).
 At a wide node the four box distances are computed and sorted (five comparators); leaf children
 within the radius are tested nearest first (the radius shrinks), then the inner children still
 within it are taken nearest first (the nearest next, the others pushed, farthest first, with their
@@ -19,17 +21,22 @@ import os
 import warp as wp
 
 from rayd.engine.edge_leaf_slab import slab_skips
+from rayd.engine.edge_wide_ray import box_magnitude, ray_keys_compressed, ray_keys_full, segment_box, sort2p
 from rayd.engine.native import bits_float, load4, load4i
 from rayd.engine.radius import magnitude, widened_radius_sq
 from rayd.engine.nearest_edge_kernels import (
     _INF,
     _NO_ID,
     _OPEN,
+    _OPEN_R,
+    RAY,
     TOPK,
     _better,
     _heap_f,
     _heap_i,
+    _in_range,
     _point_segment_dsq,
+    _ray_segment_dsq,
 )
 from rayd.engine.wide_nodes import STACK
 from rayd.engine.wide_walk import _sort2
@@ -43,6 +50,23 @@ _wstack_f = wp.types.vector(length=STACK, dtype=wp.float32)
 #: every ``SEED_STRIDE``-th query is answered first (one launch), then the others start from its edge's
 #: distance (a second launch); 0: off (one launch, no seed). The answers are the same either way.
 SEED_STRIDE = int(os.environ.get("RAYD_EDGE_SEED", "0") or 0)
+#: Ray searches of a tree with a wide copy walk it (True, ``RAYD_EDGE_WIDE_RAYS=1``, the default since the
+#: 18th session: then no query reads the binary boxes) or the binary tree (False, the walk of before; after a
+#: wide-tree refit it first pays a binary climb, ``EdgeBvh.binary_boxes``). Read at each search; same answers.
+WIDE_RAYS = os.environ.get("RAYD_EDGE_WIDE_RAYS", "1").strip() != "0"
+#: Pruning of the wide ray walk (read when a kernel is generated; ``RAYD_EDGE_RAY_KEY``). Children are taken in
+#: the order of the squared distance from the ray segment to their box centres (the binary walk's order) either
+#: way. ``"center"``: a child reached by the segment grown by the radius at its parent's visit is entered, a
+#: popped node always (the binary walk's rule). ``"box"``: each child also keeps the squared distance between
+#: its box and the segment's own (widened) box, a lower bound of its distance to the segment, checked against
+#: the shrunk radius before its segments are tested and when it is popped, as the point walk does (the default:
+#: CPU counts, cpu-size ``ploc+q:8``, rays of 2 % of the diagonal: terrain 634 -> 217 segment tests a ray, sphere
+#: 1,342 -> 250; half-lines 714 -> 583 / 627 -> 527; the same edges).
+RAY_KEY = os.environ.get("RAYD_EDGE_RAY_KEY", "box").strip().lower()
+#: ``cuda_max_registers`` of the wide ray kernels (``None``: the tree's, ``edge_wide.WIDE_MAX_REGISTERS``, 64; 0: the
+#: compiler's choice). The ray walk holds more values than the point walk (direction, interval, segment box, four
+#: bounds); ``benchmarks/edge_ray_ab.py`` times ``wide r0`` (no cap) beside it. Read at each search.
+RAY_MAX_REGISTERS: int | None = None
 
 
 @wp.kernel
@@ -119,8 +143,8 @@ def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
 
 
 def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool,
-                      seeded: bool = False, leaf_slab: int = 0):
-    """The wide walk for ``POINT`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
+                      seeded: bool = False, leaf_slab: int = 0, ray_box_key: bool = False):
+    """The wide walk for ``POINT``, ``RAY`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
     (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes, the latter optionally with the leaf
     segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
     search's. ``counts`` then holds the segments tested exactly. ``seeded`` (``POINT`` over sorted
@@ -130,8 +154,11 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
     is unchanged). ``leaf_slab``: a leaf child within the radius is skipped when its oriented slab
     (``slab[first]``, :mod:`rayd.engine.edge_leaf_slab`) lies beyond it: 1, tested just before its segments
     (with the radius then); 2, the records of all the node's leaf children read and tested at once, with the
-    radius at the node's visit (independent loads in flight together; ``edge_leaf_slab.AHEAD``)."""
+    radius at the node's visit (independent loads in flight together; ``edge_leaf_slab.AHEAD``). ``RAY``
+    reads ``q1`` (directions), ``tmin``, ``tmax`` and ``root_box`` (for the radius' rounding margin); it takes
+    neither segment boxes, seeds nor slabs (point tests), which the other kinds take instead."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
+    box_key = int(kind == RAY and ray_box_key)  # rays keyed by a distance bound: pruned as points are
 
     def search(
         data: wp.array(dtype=wp.vec4),
@@ -145,6 +172,13 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         q0_stride: int,
         active: wp.array(dtype=wp.uint8),
         active_stride: int,
+        q1: wp.array(dtype=wp.vec3),
+        q1_stride: int,
+        tmin: wp.array(dtype=float),
+        tmin_stride: int,
+        tmax: wp.array(dtype=float),
+        tmax_stride: int,
+        root_box: wp.array(dtype=wp.vec3),
         max_distance_sq: float,
         k: int,
         out: out_type,
@@ -191,10 +225,32 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
         visited = int(0)
         tested = int(0)
         p = q0[i * q0_stride]
+        dir = wp.vec3(0.0)
+        s0 = float(0.0)
+        s1 = float(0.0)
+        wellformed = wp.isfinite(p)
+        if wp.static(kind == RAY):  # as the binary walk (nearest_edge_kernels.py)
+            dir = q1[i * q1_stride]
+            s0 = tmin[i * tmin_stride]
+            s1 = tmax[i * tmax_stride]
+            wellformed = wellformed and wp.isfinite(dir) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
+            if wellformed:
+                dir, s0, s1 = _in_range(dir, s0, s1)
+                wellformed = wp.dot(dir, dir) > 0.0
+        seg_lo = wp.vec3(0.0)
+        seg_hi = wp.vec3(0.0)
+        if wp.static(box_key != 0):
+            if wellformed:
+                seg_lo, seg_hi = segment_box(p, dir, s0, s1)
         go = int(0)
-        if active[i * active_stride] != wp.uint8(0) and wp.isfinite(p):
+        if active[i * active_stride] != wp.uint8(0) and wellformed:
             go = int(1)
-            bound = widened_radius_sq(bound, magnitude(p))  # the frontends re-check (engine/radius.py)
+            if wp.static(kind == RAY):
+                if wp.isfinite(bound):
+                    reach = 2.0 * magnitude(p) + 3.0 * box_magnitude(root_box) + wp.sqrt(bound)
+                    bound = widened_radius_sq(bound, reach)
+            else:
+                bound = widened_radius_sq(bound, magnitude(p))  # the frontends re-check (engine/radius.py)
         if wp.static(seeded):
             if go != 0 and seed_slot >= 0:
                 gid0 = int(slot_id[seed_slot])
@@ -224,17 +280,37 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             refs = wp.vec4i(0)
             o = wp.vec3(0.0)
             sc = wp.vec3(0.0)
-            if wp.static(compressed):
-                key, refs, o, sc = _keys_compressed(links, node, p)
+            ks = wp.vec4(_INF)  # the children's order keys, sorted
+            rs = wp.vec4i(0)  # their refs
+            pk = wp.vec4(_INF)  # the keys checked against the radius (points: ks; rays: the lower bounds)
+            if wp.static(kind == RAY):
+                rr = wp.sqrt(bound) * _OPEN_R
+                lbs = wp.vec4(_INF)
+                if wp.static(compressed):
+                    key, lbs, refs = ray_keys_compressed(links, node, p, dir, s0, s1, rr, box_key, seg_lo, seg_hi)
+                else:
+                    key, lbs, refs = ray_keys_full(data, links, node, p, dir, s0, s1, rr, box_key, seg_lo, seg_hi)
+                d0, r0, l0, d1, r1, l1 = sort2p(key[0], refs[0], lbs[0], key[1], refs[1], lbs[1])
+                d2, r2, l2, d3, r3, l3 = sort2p(key[2], refs[2], lbs[2], key[3], refs[3], lbs[3])
+                d0, r0, l0, d2, r2, l2 = sort2p(d0, r0, l0, d2, r2, l2)
+                d1, r1, l1, d3, r3, l3 = sort2p(d1, r1, l1, d3, r3, l3)
+                d1, r1, l1, d2, r2, l2 = sort2p(d1, r1, l1, d2, r2, l2)
+                ks = wp.vec4(d0, d1, d2, d3)
+                rs = wp.vec4i(r0, r1, r2, r3)
+                pk = wp.vec4(l0, l1, l2, l3)
             else:
-                key, refs = _keys_full(data, links, node, p)
-            d0, r0, d1, r1 = _sort2(key[0], refs[0], key[1], refs[1])
-            d2, r2, d3, r3 = _sort2(key[2], refs[2], key[3], refs[3])
-            d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
-            d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
-            d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
-            ks = wp.vec4(d0, d1, d2, d3)
-            rs = wp.vec4i(r0, r1, r2, r3)
+                if wp.static(compressed):
+                    key, refs, o, sc = _keys_compressed(links, node, p)
+                else:
+                    key, refs = _keys_full(data, links, node, p)
+                d0, r0, d1, r1 = _sort2(key[0], refs[0], key[1], refs[1])
+                d2, r2, d3, r3 = _sort2(key[2], refs[2], key[3], refs[3])
+                d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
+                d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
+                d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
+                ks = wp.vec4(d0, d1, d2, d3)
+                rs = wp.vec4i(r0, r1, r2, r3)
+                pk = ks
             skip = int(0)
             if wp.static(leaf_slab == 2):  # every leaf child's slab at once (loads in flight together)
                 for j in range(4):
@@ -244,7 +320,9 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                             skip = skip | (1 << j)
             for j in range(4):  # leaf children within the radius, nearest first
                 r = int(rs[j])
-                if r < 0 and ks[j] < _INF and ks[j] <= bound * _OPEN:
+                # rays: reached at the visit (the box grown by the radius then), bound re-checked now
+                within = ks[j] < _INF and pk[j] <= bound * _OPEN
+                if r < 0 and within:
                     code = -1 - r
                     first = code >> 3
                     count = (code & 7) + 1
@@ -256,13 +334,17 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                             count = 0
                     for sl in range(first, first + count):
                         near = int(1)
-                        if wp.static(seg_boxes):  # the segment's 8-byte box first
+                        if wp.static(seg_boxes and kind != RAY):  # the segment's 8-byte box first
                             if _seg_box_dsq(segq[sl], o, sc, p) > bound * _OPEN:
                                 near = 0
                         if near != 0:
                             if wp.static(counting):
                                 tested += 1
-                            dsq = _point_segment_dsq(p, seg[2 * sl], seg[2 * sl + 1])
+                            dsq = float(0.0)
+                            if wp.static(kind == RAY):
+                                dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * sl], seg[2 * sl + 1])
+                            else:
+                                dsq = _point_segment_dsq(p, seg[2 * sl], seg[2 * sl + 1])
                             if dsq <= bound:
                                 gid = int(slot_id[sl])  # -1: masked out
                                 if gid >= 0:
@@ -285,20 +367,21 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             for jj in range(4):  # inner children within the radius: the nearest next, the others pushed
                 j = 3 - jj
                 r = int(rs[j])
-                if r >= 0 and ks[j] < _INF and ks[j] <= bound * _OPEN:
+                within = ks[j] < _INF and pk[j] <= bound * _OPEN
+                if r >= 0 and within:
                     if nxt >= 0 and sp < STACK:
                         stack[sp] = wp.int32(nxt)
                         stack_key[sp] = nxt_key
                         sp += 1
                     nxt = r
-                    nxt_key = ks[j]
+                    nxt_key = pk[j]
             if nxt >= 0:
                 node = nxt
             else:
                 go = int(0)
                 while sp > 0:
                     sp -= 1
-                    if stack_key[sp] > bound * _OPEN:
+                    if stack_key[sp] > bound * _OPEN:  # rays without box keys: 0, always entered
                         continue
                     node = int(stack[sp])
                     go = int(1)
@@ -318,7 +401,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
 
     name = (f"nearest_edge_wide{'_q' if compressed else ''}{'s' if seg_boxes else ''}_{('point', 'ray', 'topk')[kind]}"
             f"{'_counting' if counting else ''}{'_seeded' if seeded else ''}{'_slab' + str(leaf_slab) if leaf_slab else ''}"
-            f"_r{max_registers}")
+            f"{'_boxkey' if box_key else ''}_r{max_registers}")
     options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
@@ -328,9 +411,14 @@ _WIDE_KERNELS: dict = {}
 
 def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
                 seg_boxes: bool = False, seeded: bool = False, leaf_slab: int = 0):
-    """The (cached) wide search kernel of ``kind`` (``POINT`` or ``TOPK``), capped at ``max_registers``
+    """The (cached) wide search kernel of ``kind`` (``POINT``, ``RAY`` or ``TOPK``), capped at ``max_registers``
     (0: none), over compressed nodes or not, with quantised segment boxes or not, with leaf slabs (1, 2) or not."""
-    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded), int(leaf_slab))
+    ray_box_key = False
+    if kind == RAY:  # point tests: not taken by ray walks
+        seg_boxes, seeded, leaf_slab = False, False, 0
+        ray_box_key = RAY_KEY == "box"
+    key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded), int(leaf_slab),
+           ray_box_key)
     if key not in _WIDE_KERNELS:
         _WIDE_KERNELS[key] = _make_wide_kernel(*key)
     return _WIDE_KERNELS[key]

@@ -39,8 +39,9 @@ Optionally (``wide=``, ``DEFAULT_WIDE``, ``RAYD_EDGE_WIDE``) the tree also gets 
 and top-k searches walk instead (:mod:`rayd.engine.edge_wide`, :mod:`rayd.engine.edge_wide_walk`: the triangle engine's
 :class:`~rayd.engine.wide_nodes.WideNodes` over these packed nodes, four children's boxes per
 fetch; ``q``: their boxes quantised to 8 bits per plane, 64 bytes a node,
-:mod:`rayd.engine.edge_wide_q`); ray searches keep the binary walk; the refit refreshes it in one
-more launch.
+:mod:`rayd.engine.edge_wide_q`); ray searches walk it too (since the 18th session,
+``edge_wide_walk.WIDE_RAYS``), so no query reads the binary boxes; the refit refreshes it in one
+more launch, or refits the wide tree alone (``refit=``, :mod:`rayd.engine.edge_refit_wide`).
 
 Refit (:meth:`EdgeBvh.refit`), the same for all builders: segments and leaf boxes from
 the live endpoints and mask, internal and packed boxes bottom up, in two launches (a slots
@@ -112,8 +113,8 @@ PLOC_COSTS: tuple[float, float] | None = (float(os.environ.get("RAYD_EDGE_PLOC_N
 #: Karras nodes inside collapsed leaves; the same tree and walk, a 4-5 x smaller node array with
 #: leaves of 8). Opt-in (``RAYD_EDGE_LBVH_COMPACT=1``) until the H200 has timed it.
 LBVH_COMPACT = os.environ.get("RAYD_EDGE_LBVH_COMPACT", "0") == "1"
-#: Per device kind, whether trees also keep a 4-wide copy for point and top-k searches
-#: (``edge_wide.py``; rays stay on the binary walk): ``False``, ``True`` (112-byte nodes), ``"q"``
+#: Per device kind, whether trees also keep a 4-wide copy for the point, ray and top-k searches
+#: (``edge_wide.py``; rays too since the 18th session): ``False``, ``True`` (112-byte nodes), ``"q"``
 #: (compressed 64-byte nodes, ``edge_wide_q.py``) or ``"qs"`` (and quantised leaf-segment boxes,
 #: 8 bytes a slot, tested before each segment). ``RAYD_EDGE_WIDE`` (``0``, ``1``, ``q``, ``qs``)
 #: overrides the CUDA entry. CUDA default ``"q"`` (H200, session 13, over the PLOC tree: the
@@ -172,7 +173,7 @@ class EdgeBvh:
             and quantised segment boxes; ``None``: :data:`DEFAULT_WIDE` of the device); kept only for a
             tree of more than one leaf with leaves of at most 8 segments whose walk fits the stack.
         refit: the refit of a tree with compressed wide nodes (``edge_refit_fused.REFIT_MODES``; ``None``:
-            ``edge_refit_fused.REFIT_MODE``).
+            ``edge_refit_fused.REFIT_MODE``, on CUDA ``REFIT_MODE_CUDA``).
         leaf_slab: give a tree with a wide copy per-leaf oriented slabs that its walks test before a leaf's
             segments (:mod:`rayd.engine.edge_leaf_slab`; ``None``: ``edge_leaf_slab.LEAF_SLAB``).
 
@@ -248,7 +249,7 @@ class EdgeBvh:
                 self._lbvh.write_links(self.node_link, self.leaf_size)
             else:
                 self._write_links(self._lbvh_links if self.builder == "lbvh" else links)
-        #: the 4-wide copy walked by point and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
+        #: the 4-wide copy walked by the point, ray and top-k searches (``rayd.engine.edge_wide.EdgeWide``), or None
         self.wide = None
         #: per-leaf oriented slabs read by the wide walks (``rayd.engine.edge_leaf_slab.LeafSlabs``), or None
         self.leaf_slabs = None
@@ -265,7 +266,9 @@ class EdgeBvh:
         if (edge_leaf_slab.LEAF_SLAB if leaf_slab is None else leaf_slab) and self.wide is not None:
             with launch_stream(dev, stream):
                 self.leaf_slabs = edge_leaf_slab.LeafSlabs(self._tree.leaves, self.seg, self.slot_id, stream)
-        mode = edge_refit_fused.REFIT_MODE if refit is None else str(refit)
+        if refit is None:
+            refit = edge_refit_fused.REFIT_MODE if dev.is_cpu else edge_refit_fused.REFIT_MODE_CUDA
+        mode = str(refit)
         if mode not in edge_refit_fused.REFIT_MODES:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'refit' must be one of {edge_refit_fused.REFIT_MODES}, "
                              f"got {mode!r}")
@@ -365,7 +368,8 @@ class EdgeBvh:
     def binary_boxes(self, stream: wp.Stream | None = None) -> wp.array:
         """``node_box``, the packed binary nodes, refitted first if the last :meth:`refit` only wrote the
         wide nodes (``refit_mode`` ``"wide*"``: one climb from the final slots, on ``stream``).
-        Read the binary boxes through this (the binary walk of ray searches, :meth:`packed_nodes`)."""
+        Read the binary boxes through this (the binary walk of trees without a wide copy, or of rays with
+        ``edge_wide_walk.WIDE_RAYS`` off; :meth:`packed_nodes`)."""
         if self._binary_stale:
             with launch_stream(self.device, stream):
                 self._tree.climb(self.seg, self.slot_id, self.node_box, self.root_box)

@@ -31,13 +31,14 @@ from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of 
     _nearest_edge_order_kernel,
 )
 from rayd.engine.runtime import launch_offset_rows, launch_stream
+from rayd.engine import nearest_edge_kernels as kernels_module
 
 # Host functions only; the kernels live in nearest_edge_kernels.py.
 wp.set_module_options({"enable_backward": False})
 
 
 def _kernel(kind: int, counting: bool = False):
-    key = (kind, counting)
+    key = (kind, counting, kind == RAY and bool(kernels_module.RAY_BOUND))
     if key not in _KERNELS:
         _KERNELS[key] = _make_search_kernel(kind, counting)
     return _KERNELS[key]
@@ -89,19 +90,23 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
     counting = counts is not None
     if counts is None:
         counts = _dummy_counts(edges.device)
-    if getattr(edges, "wide", None) is not None and kind != RAY:  # the 4-wide copy (opt-in, edge_wide.py)
+    if getattr(edges, "wide", None) is not None and (kind != RAY or edge_wide_walk.WIDE_RAYS):  # the 4-wide copy
         wide = edges.wide
         nodes, packed = wide.nodes, wide.compressed
         data, links = (nodes.data, nodes.links) if packed is None else (packed.qf, packed.q)
-        seg_boxes = packed is not None and packed.seg_boxes
+        seg_boxes = packed is not None and packed.seg_boxes and kind != RAY
         segq = packed.segq if seg_boxes else _dummy_seg(edges.device)
         stride = edge_wide_walk.SEED_STRIDE
         seeded = kind == POINT and use_order != 0 and stride > 1 and n > stride
-        slabs = getattr(edges, "leaf_slabs", None)
+        slabs = getattr(edges, "leaf_slabs", None) if kind != RAY else None
         slab = slabs.slab if slabs is not None else _dummy_slab(edges.device)
         args = [data, links, nodes.count, edges.seg, edges.slot_id, segq, slab, q0, _stride(q0, n), active,
-                _stride(active, n), _max_distance_sq(max_distance), k, out, order, use_order, counts]
-        kernel = wide_kernel(kind, counting, wide.max_registers, packed is not None, seg_boxes, seeded,
+                _stride(active, n), dummy3, _stride(dummy3, n), tmin, _stride(tmin, n), tmax, _stride(tmax, n),
+                edges.root_box, _max_distance_sq(max_distance), k, out, order, use_order, counts]
+        maxreg = wide.max_registers
+        if kind == RAY and edge_wide_walk.RAY_MAX_REGISTERS is not None:
+            maxreg = edge_wide_walk.RAY_MAX_REGISTERS
+        kernel = wide_kernel(kind, counting, maxreg, packed is not None, seg_boxes, seeded,
                              0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD))
         if not seeded:
             launch_offset_rows(kernel, n, args + [_dummy_seg_slots(edges.device), 1, 0], edges.device, stream,

@@ -35,6 +35,12 @@ _NO_ID = wp.constant(2147483647)
 # distance of the same segment, and an edge tied with the best must not be hidden by that.
 _OPEN = wp.constant(1.0 + 1.0 / 1024.0)
 _OPEN_R = wp.constant(1.0 + 1.0 / 2048.0)
+_SEG_TOL = wp.constant(1.0 / 262144.0)  # 2^-18: widening of a ray segment's box (segment_box)
+#: Ray searches of the binary walk also prune by a lower bound of a child's distance to the ray segment (the
+#: distance between its box and the segment's widened box), checked against the shrunk radius before a leaf is
+#: tested and when a node is popped, as the point search does (read when a kernel is generated; the same
+#: answers; False: the walk of before the 18th session, which entered every popped node).
+RAY_BOUND = True
 _stack_i = wp.types.vector(length=_STACK, dtype=wp.int32)
 _stack_f = wp.types.vector(length=_STACK, dtype=wp.float32)
 _heap_i = wp.types.vector(length=MAX_K, dtype=wp.int32)
@@ -145,6 +151,30 @@ def _ray_box_reach(o: wp.vec3, d: wp.vec3, s0: float, s1: float, lo: wp.vec3, hi
 
 
 @wp.func
+def segment_box(o: wp.vec3, d: wp.vec3, s0: float, s1: float) -> tuple[wp.vec3, wp.vec3]:
+    """A box holding the segment ``o + s d, s in [s0, s1]`` (``s0`` finite; ``s1 = inf``: a half-line), widened
+    by ``2^-18`` of its largest finite coordinate magnitude (the rounding of ``o + s d``)."""
+    a = o + s0 * d
+    lo = a
+    hi = a
+    m = wp.max(magnitude(a), magnitude(o))
+    for k in range(3):
+        if d[k] != 0.0:
+            b = float(0.0)
+            if wp.isfinite(s1):
+                b = o[k] + s1 * d[k]
+                m = wp.max(m, wp.abs(b))
+            elif d[k] > 0.0:
+                b = _INF
+            else:
+                b = -_INF
+            lo[k] = wp.min(lo[k], b)
+            hi[k] = wp.max(hi[k], b)
+    tol = _SEG_TOL * m
+    return lo - wp.vec3(tol), hi + wp.vec3(tol)
+
+
+@wp.func
 def _in_range(d: wp.vec3, s0: float, s1: float) -> tuple[wp.vec3, float, float]:
     """The segment ``o + s d, s in [s0, s1]`` with ``|d|_max`` brought into ``[2^-20, 2^20]`` by exact
     powers of two (``s0``, ``s1`` scaled inversely: the same points). The search squares ``d``:
@@ -181,6 +211,16 @@ def _root_magnitude(node_box: wp.array(dtype=wp.vec4)) -> float:
     if b1[2] <= b2[1]:
         m = wp.max(m, wp.max(magnitude(wp.vec3(b1[2], b1[3], b2[0])), magnitude(wp.vec3(b2[1], b2[2], b2[3]))))
     return m
+
+
+@wp.func
+def _box_box_dsq(lo: wp.vec3, hi: wp.vec3, lo2: wp.vec3, hi2: wp.vec3) -> float:
+    """Squared distance between the boxes ``[lo, hi]`` and ``[lo2, hi2]`` (0 where they overlap or a plane is NaN)."""
+    g = wp.max(wp.max(lo - hi2, lo2 - hi), wp.vec3(0.0))
+    d = g[0] * g[0] + g[1] * g[1] + g[2] * g[2]
+    if not (d >= 0.0):
+        d = 0.0
+    return d
 
 
 @wp.func
@@ -235,6 +275,7 @@ def _make_search_kernel(kind: int, counting: bool):
     (``_ray_box_reach``) and order children by their centres' distance to the ray.
     """
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
+    ray_bound = kind == RAY and bool(RAY_BOUND)
 
     def search(
         node_box: wp.array(dtype=wp.vec4),
@@ -285,6 +326,11 @@ def _make_search_kernel(kind: int, counting: bool):
             if wellformed:
                 dir, s0, s1 = _in_range(dir, s0, s1)
                 wellformed = wp.dot(dir, dir) > 0.0
+        seg_lo = wp.vec3(0.0)
+        seg_hi = wp.vec3(0.0)
+        if wp.static(ray_bound):
+            if wellformed:
+                seg_lo, seg_hi = segment_box(p, dir, s0, s1)
         go = int(0)
         if active[i * active_stride] != wp.uint8(0) and wellformed:
             go = int(1)
@@ -314,6 +360,8 @@ def _make_search_kernel(kind: int, counting: bool):
             ok_b = False
             key_a = float(0.0)
             key_b = float(0.0)
+            lb_a = float(0.0)  # rays: lower bounds of the children's distances (0: none)
+            lb_b = float(0.0)
             if wp.static(kind == RAY):
                 r = wp.sqrt(bound) * _OPEN_R
                 ok_a = _ray_box_reach(p, dir, s0, s1, lo_a, hi_a, r) < _INF
@@ -322,6 +370,9 @@ def _make_search_kernel(kind: int, counting: bool):
                 cb = 0.5 * (lo_b + hi_b)
                 key_a = _ray_segment_dsq(p, dir, s0, s1, ca, ca)
                 key_b = _ray_segment_dsq(p, dir, s0, s1, cb, cb)
+                if wp.static(ray_bound):
+                    lb_a = _box_box_dsq(lo_a, hi_a, seg_lo, seg_hi)
+                    lb_b = _box_box_dsq(lo_b, hi_b, seg_lo, seg_hi)
             else:
                 key_a = _box_dsq(p, lo_a, hi_a)
                 key_b = _box_dsq(p, lo_b, hi_b)
@@ -332,27 +383,35 @@ def _make_search_kernel(kind: int, counting: bool):
             near_n = int(ch[2])
             near_ok = ok_a
             near_key = key_a
+            near_lb = lb_a
             far = int(ch[1])
             far_n = int(ch[3])
             far_ok = ok_b
             far_key = key_b
+            far_lb = lb_b
             if key_b < key_a:
                 near = int(ch[1])
                 near_n = int(ch[3])
                 near_ok = ok_b
                 near_key = key_b
+                near_lb = lb_b
                 far = int(ch[0])
                 far_n = int(ch[2])
                 far_ok = ok_a
                 far_key = key_a
+                far_lb = lb_a
             for c in range(2):
                 leaf_ok = near_ok and near_n > 0
+                if wp.static(ray_bound):
+                    leaf_ok = leaf_ok and near_lb <= bound * _OPEN
                 first = near
                 count = near_n
                 if c == 1:
                     leaf_ok = far_ok and far_n > 0
                     if wp.static(kind != RAY):
                         leaf_ok = leaf_ok and far_key <= bound * _OPEN
+                    if wp.static(ray_bound):
+                        leaf_ok = leaf_ok and far_lb <= bound * _OPEN
                     first = far
                     count = far_n
                 if leaf_ok:
@@ -386,11 +445,16 @@ def _make_search_kernel(kind: int, counting: bool):
                                     best_id = gid
             near_in = near_ok and near_n == 0
             far_in = far_ok and far_n == 0
+            if wp.static(ray_bound):  # the bounds against the radius shrunk by this node's leaves
+                near_in = near_in and near_lb <= bound * _OPEN
+                far_in = far_in and far_lb <= bound * _OPEN
             if near_in:
                 node = near
                 if far_in and sp < _STACK:
                     stack[sp] = wp.int32(far)
                     stack_key[sp] = far_key
+                    if wp.static(ray_bound):
+                        stack_key[sp] = far_lb
                     sp += 1
             elif far_in:
                 node = far
@@ -398,7 +462,7 @@ def _make_search_kernel(kind: int, counting: bool):
                 go = int(0)
                 while sp > 0:
                     sp -= 1
-                    if wp.static(kind != RAY):
+                    if wp.static(kind != RAY or ray_bound):
                         if stack_key[sp] > bound * _OPEN:
                             continue
                     node = int(stack[sp])
@@ -417,7 +481,8 @@ def _make_search_kernel(kind: int, counting: bool):
                 best_id = -1
             out[i] = wp.int32(best_id)
 
-    name = f"nearest_edge_search_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}"
+    name = (f"nearest_edge_search_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}"
+            f"{'_bound' if ray_bound else ''}")
     options = {} if SEARCH_MAX_REGISTERS is None else {"cuda_max_registers": int(SEARCH_MAX_REGISTERS)}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
