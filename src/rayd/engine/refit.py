@@ -115,18 +115,21 @@ def _magnitude_final_reset_kernel(partial: wp.array(dtype=float), out: wp.array(
 
 
 def magnitude_zeroed(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
-                     launches: LaunchCache, partials_ready: bool = False) -> None:
+                     launches: LaunchCache, partials_ready: bool = False, final: bool = True) -> None:
     """``out[0] = max |coordinate|`` over ``points`` in two launches and no memsets (each thread folds a
     strided run of points into one of 256 partial maxima, then one launch folds those; no
     ``atomic_max`` of every point on one address): ``partial`` (float32 (256,)) must hold zeros on
     entry (``wp.zeros`` once) and holds zeros again on return; ``out[0]`` is cleared by the first
     launch. ``partials_ready``: the caller has already cleared ``out`` and folded every point into
-    ``partial`` (``assemble.place_points`` with ``magnitude``): only the second launch runs."""
+    ``partial`` (``assemble.place_points`` with ``magnitude``): only the second launch runs.
+    ``final=False``: the second launch is left to the caller's next kernel, which folds ``partial`` into
+    ``out`` the same way (``wide_refit_tris._tris_fold_kernel``)."""
     if not partials_ready:
         threads = max(1, min(_MAG_THREADS, points.shape[0]))
         launches.launch(_magnitude_partial_reset_kernel, threads, [points, threads, partial, out], points.device,
                         stream)
-    launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
+    if final:
+        launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
 
 
 @wp.func

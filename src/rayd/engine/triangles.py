@@ -13,6 +13,7 @@ from rayd.engine.refit import FusedRefit, magnitude_zeroed
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 from rayd.engine.wide_refit import WideRefit, per_thread, tri_refit
+from rayd.engine.wide_refit_tris import folds_magnitude
 
 #: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
 #: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
@@ -340,9 +341,10 @@ class TriangleScene:
             stream=stream,
         )
 
-    def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False) -> None:
+    def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False, final: bool = True) -> None:
         if self._reduce:
-            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches, partials_ready)
+            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches, partials_ready,
+                             final)
         else:
             self.magnitude.zero_()
             wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
@@ -366,11 +368,14 @@ class TriangleScene:
         """
         self.stale = False
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
-            self._magnitude(stream, partials_ready)
-            per = per_thread(tri_refit())
+            name = tri_refit()
+            per = per_thread(name)
             full_reader, self._full_reader = self._full_reader, False
-            if (per is not None and self.lazy_refit and not self.instanced and not full_reader
-                    and WideRefit.applies(self)):
+            wide = (per is not None and self.lazy_refit and not self.instanced and not full_reader
+                    and WideRefit.applies(self))
+            # (the "wide_tris" refits fold the magnitude's partial maxima in their first launch)
+            self._magnitude(stream, partials_ready, final=not (wide and folds_magnitude(name)))
+            if wide:
                 if per not in self._wide_refits:
                     self._wide_refits[per] = WideRefit(self, per, stream)
                 self._wide_refits[per].run(self, stream)

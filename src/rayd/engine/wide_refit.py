@@ -42,7 +42,9 @@ wp.set_module_options({"enable_backward": False})
 #: ``"wide_levels"`` 0.619 / 0.467); on one H200 (session 18, ``benchmarks/results/h200-session18/``)
 #: 0.534 / 0.347 ms against 0.857 / 0.563 ms, and the whole CUDA suite of both frontends passed with
 #: ``"wide"`` (and with ``"full"``), so ``"wide"`` is the default. ``RAYD_TRI_REFIT=full`` restores the old one.
-TRI_REFITS = ("full", "wide", "wide_node", "wide_levels")
+#: ``"wide_v4"``, ``"wide_tris"`` and ``"wide_tris_r"`` (18th session) write the leaf triangles in 16-byte
+#: stores, in a coalesced launch of their own, or both and read them back (``wide_refit_tris.py``).
+TRI_REFITS = ("full", "wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r")
 _tri_refit = os.environ.get("RAYD_TRI_REFIT", "wide").strip().lower()
 if _tri_refit not in TRI_REFITS:
     raise ValueError(f"rayd.engine: RAYD_TRI_REFIT must be one of {TRI_REFITS}, got {_tri_refit!r}")
@@ -51,7 +53,9 @@ if _tri_refit not in TRI_REFITS:
 def set_tri_refit(name: str) -> None:
     """Choose what refits of triangle BVHs write at ``sync()`` from now on: ``"full"`` (every node
     structure), ``"wide"``, ``"wide_node"`` or ``"wide_levels"`` (the wide nodes and leaf triangles, a
-    thread per leaf or per wide node, or level by level; the rest when a query reads it).
+    thread per leaf or per wide node, or level by level; the rest when a query reads it), or
+    ``"wide_v4"``, ``"wide_tris"``, ``"wide_tris_r"`` (``"wide"`` with the leaf triangles written
+    otherwise, ``wide_refit_tris.py``; the same bits).
 
     Raises:
         ValueError: for another name.
@@ -294,7 +298,8 @@ class WideRefit:
 
     Args:
         tri: the scene (its :attr:`wide` nodes made, with a slot map: a tree of two leaves or more).
-        per: ``"leaf"`` (a thread per leaf, :data:`TRI_REFITS` ``"wide"``), ``"node"`` (a thread per wide
+        per: ``"leaf"`` (a thread per leaf, :data:`TRI_REFITS` ``"wide"``; ``"leaf_v4"``, ``"leaf_tris"``,
+            ``"leaf_tris_r"``: the same threads, ``"wide_v4"`` ... of ``wide_refit_tris.py``), ``"node"`` (a thread per wide
             node with leaf children, which computes all of them and needs no atomic where every child is a
             leaf: ``"wide_node"``) or ``"levels"`` (no atomics: a launch over the leaves, then one per
             depth of the wide tree from the deepest up, replayed from records: ``"wide_levels"``).
@@ -346,13 +351,19 @@ class WideRefit:
         self._cmds: list | None = None
 
     def run(self, tri, stream: wp.Stream | None) -> None:
-        """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured): one launch
-        (``"levels"``: one plus one per depth), recorded at the first call and replayed."""
+        """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured; for ``"leaf_tris"``
+        and ``"leaf_tris_r"`` its partial maxima, folded by their first launch): one launch (``"levels"``:
+        one plus one per depth; ``"leaf_tris"``, ``"leaf_tris_r"``: two), recorded at the first call and
+        replayed."""
         if self._cmds is None:
             wide = tri.wide
             self._wide_f = wp.array(ptr=wide.data.ptr, dtype=float, shape=(4 * wide.data.shape[0],),
                                     device=tri.device)
-            if self.per == "levels":
+            if self.per.startswith("leaf_"):
+                from rayd.engine import wide_refit_tris  # (it imports this module's climb)
+
+                self._cmds = wide_refit_tris.record(self, tri, "wide" + self.per[4:])
+            elif self.per == "levels":
                 self._cmds = [wp.launch(
                     _leaf_boxes_kernel, self.items.shape[0],
                     [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.items,
@@ -379,4 +390,5 @@ class WideRefit:
 
 def per_thread(name: str) -> str | None:
     """What a thread of the wide-only refit ``name`` (:data:`TRI_REFITS`) starts from (``None``: full refit)."""
-    return {"wide": "leaf", "wide_node": "node", "wide_levels": "levels"}.get(name)
+    return {"wide": "leaf", "wide_node": "node", "wide_levels": "levels", "wide_v4": "leaf_v4", "wide_tris": "leaf_tris",
+            "wide_tris_r": "leaf_tris_r"}.get(name)

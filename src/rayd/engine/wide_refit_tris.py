@@ -1,0 +1,173 @@
+"""The leaf-triangle write of the wide refits, three other ways (issue 18, "update"; 18th session).
+
+``wide_refit._leaf_climb_kernel`` (``RAYD_TRI_REFIT=wide``) writes the leaf-ordered triangle corners
+(``PairNodes.tris``, 48 bytes per triangle, read by the wide walk) from its leaf threads: Warp's
+``vec4`` has 4-byte alignment, so each corner is four 32-bit stores, and the 32 lanes of a warp store
+at a stride of a whole leaf (about 96 bytes), so one store instruction touches about 32 sectors for
+128 bytes of data. On one H200 (session 18) that write alone, a thread per triangle, took 0.230 ms of
+the kernel's 0.432 ms on the terrain 2 M. The variants here (:data:`VARIANTS`, chosen by
+``RAYD_TRI_REFIT``, see ``wide_refit.py``) write the same bits:
+
+- ``"wide_v4"``: the same leaf climb, each corner one 16-byte store (PTX ``st.global.v4.f32``);
+- ``"wide_tris"``: a first launch with a thread per 16-byte row of ``tris`` (three per triangle, in leaf
+  order, reading the vertices through ``primitives`` and the index buffer): consecutive lanes store
+  consecutive rows, 512 contiguous bytes per warp instruction. Its first 256 threads also fold the
+  scene magnitude's 256 partial maxima (the second pass of ``refit.magnitude_zeroed``, one launch
+  fewer). Then the leaf climb, which gathers the corners again but stores none;
+- ``"wide_tris_r"``: the same first launch, then a climb that reads each leaf's corners back from
+  ``tris`` (contiguous, 16-byte loads) instead of through ``primitives``, the indices and the points.
+
+Boxes are computed by the same operations in the same order as ``wide_refit._leaf_box`` (``min`` /
+``max`` and one subtraction / addition of the padding per triangle), so every wide row is bit-equal;
+``tris`` holds exact float32 copies of the points either way.
+
+References:
+    Karras 2012, "Maximizing parallelism in the construction of BVHs, octrees, and k-d trees", sec. 4
+    (the bottom-up pass with arrival counters).
+"""
+
+from __future__ import annotations
+
+import warp as wp
+
+from rayd.engine.native import load4
+from rayd.engine.refit import BOX_PADDING, _fence
+from rayd.engine.wide_refit import _climb, _slot_write
+
+wp.set_module_options({"enable_backward": False})
+
+#: ``RAYD_TRI_REFIT`` names of this module's variants, and what their leaf climb does with the corners:
+#: 0 gathers them and stores them in 16-byte rows, 1 gathers them (``tris`` written by the first launch),
+#: 2 reads them back from ``tris``.
+VARIANTS = {"wide_v4": 0, "wide_tris": 1, "wide_tris_r": 2}
+
+#: Partial maxima of the scene magnitude (``refit._MAG_PARTIALS``) folded by the first launch.
+_PARTIALS = 256
+
+
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    asm volatile("st.global.v4.f32 [%0], {%1, %2, %3, %4};" :: "l"(wp::address(arr, i)),
+                 "f"(v[0]), "f"(v[1]), "f"(v[2]), "f"(v[3]) : "memory");
+#else
+    *wp::address(arr, i) = v;
+#endif
+""")
+def store4(arr: wp.array(dtype=wp.vec4), i: int, v: wp.vec4):
+    """``arr[i] = v`` in one 128-bit store on CUDA (Warp's ``vec4`` store is four 32-bit stores; every
+    Warp allocation is 16-byte aligned and so is each 16-byte entry)."""
+    ...
+
+
+@wp.kernel
+def _tris_fold_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    primitives: wp.array(dtype=wp.int32),
+    rows: int,
+    partial: wp.array(dtype=float),
+    magnitude: wp.array(dtype=float),
+    tris: wp.array(dtype=wp.vec4),
+):
+    # a thread per 16-byte row of tris (row 3 slot + k: corner k of the triangle in leaf slot ``slot``)
+    t = wp.tid()
+    if t < _PARTIALS:  # the magnitude's second pass (refit._magnitude_final_reset_kernel)
+        wp.atomic_max(magnitude, 0, partial[t])
+        partial[t] = 0.0  # zero again for the next refit
+    if t < rows:
+        slot = t / 3
+        p = points[indices[3 * (face_base + primitives[slot]) + t - 3 * slot]]
+        store4(tris, t, wp.vec4(p[0], p[1], p[2], 0.0))
+
+
+@wp.func
+def _leaf_box_from(points: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), face_base: int,
+                   primitives: wp.array(dtype=wp.int32), tris: wp.array(dtype=wp.vec4), ref: int, grow: wp.vec3,
+                   source: int) -> tuple[wp.vec3, wp.vec3]:
+    """The padded box of leaf ``ref`` (as ``wide_refit._leaf_box``); ``source`` as in :data:`VARIANTS`."""
+    code = -1 - ref
+    first = code >> 3
+    inf = float(1.0e30)
+    lo = wp.vec3(inf, inf, inf)
+    hi = wp.vec3(-inf, -inf, -inf)
+    for slot in range(first, first + (code & 7) + 1):
+        a = wp.vec3()
+        b = wp.vec3()
+        c = wp.vec3()
+        if source == 2:
+            ra = load4(tris, 3 * slot)
+            rb = load4(tris, 3 * slot + 1)
+            rc = load4(tris, 3 * slot + 2)
+            a = wp.vec3(ra[0], ra[1], ra[2])
+            b = wp.vec3(rb[0], rb[1], rb[2])
+            c = wp.vec3(rc[0], rc[1], rc[2])
+        else:
+            row = 3 * (face_base + primitives[slot])
+            a = points[indices[row]]
+            b = points[indices[row + 1]]
+            c = points[indices[row + 2]]
+            if source == 0:
+                store4(tris, 3 * slot, wp.vec4(a[0], a[1], a[2], 0.0))
+                store4(tris, 3 * slot + 1, wp.vec4(b[0], b[1], b[2], 0.0))
+                store4(tris, 3 * slot + 2, wp.vec4(c[0], c[1], c[2], 0.0))
+        lo = wp.min(lo, wp.min(wp.min(a, b), c) - grow)
+        hi = wp.max(hi, wp.max(wp.max(a, b), c) + grow)
+    return lo, hi
+
+
+@wp.kernel
+def _leaf_climb_rows_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    primitives: wp.array(dtype=wp.int32),
+    items: wp.array(dtype=wp.int32),
+    up: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    wide_f: wp.array(dtype=float),
+    tris: wp.array(dtype=wp.vec4),
+    source: int,
+):
+    # wide_refit._leaf_climb_kernel with the corners handled as ``source`` says (one thread per leaf)
+    s = items[wp.tid()]
+    if s < 0:
+        return  # padding past the last leaf
+    w = s >> 2
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    lo, hi = _leaf_box_from(points, indices, face_base, primitives, tris, wlinks[8 * w + 6][s & 3],
+                            wp.vec3(pad, pad, pad), source)
+    _slot_write(wide_f, s, lo, hi)
+    _fence()
+    if wp.atomic_add(counters, w, 1) != (up[w] & 3):
+        return  # a sibling's thread finishes w
+    counters[w] = 0
+    _climb(w, up, counters, data, wide_f)
+
+
+def folds_magnitude(name: str) -> bool:
+    """Whether the variant ``name`` folds the magnitude's partial maxima itself (its first launch), so the
+    refit launches only the magnitude's first pass before it (``refit.magnitude_zeroed(final=False)``)."""
+    return VARIANTS.get(name, 0) != 0
+
+
+def record(refit, tri, name: str) -> list:
+    """The recorded launches of variant ``name`` (:data:`VARIANTS`) for ``refit`` (a ``wide_refit.WideRefit``
+    of ``tri``, its items a thread per leaf), in order; ``refit`` keeps the arrays they point to."""
+    source = VARIANTS[name]
+    cmds = []
+    if source != 0:
+        rows = 3 * tri.num_triangles
+        cmds.append(wp.launch(
+            _tris_fold_kernel, max(rows, _PARTIALS),
+            [tri.points, tri.indices, tri.face_base, tri.nodes.primitives, rows, tri._partial, tri.magnitude,
+             tri.pairs.tris], device=tri.device, record_cmd=True))
+    cmds.append(wp.launch(
+        _leaf_climb_rows_kernel, refit.items.shape[0],
+        [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, refit.items, refit.up,
+         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris, source],
+        device=tri.device, record_cmd=True))
+    return cmds
