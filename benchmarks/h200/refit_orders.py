@@ -28,7 +28,9 @@ and the ratio to full of update+sync and of the refit's GPU time by CUDA events;
 the two (``same``: wide rows and leaf triangles right after the wide refit; every structure after
 ``complete()``), and the cost of that completion (the fused refit, run by the first query that reads
 the binary or pair boxes). ``--workloads terrain,sphere``: the terrain 2 M and the bumpy sphere 1 M;
-``--warp`` then measures ``wp.Mesh.refit`` on each.
+``--warp`` then measures ``wp.Mesh.refit`` on each. (18th session: ``wide_v4``, ``wide_tris`` and
+``wide_tris_r`` too, ``engine/wide_refit_tris.py``; their ``kernel`` figure adds the leaf-triangle launch
+of the last two, which also folds the magnitude: the refit's launches per call stay at three.)
 """
 from __future__ import annotations
 
@@ -271,7 +273,8 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             wide_refit.set_tri_refit(m)
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",
                                                        "_leaf_climb_kernel", "_node_climb_kernel",
-                                                       "_leaf_boxes_kernel", "_level_kernel"))
+                                                       "_leaf_boxes_kernel", "_level_kernel",
+                                                       "_leaf_climb_rows", "_tris_fold_kernel"))
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))

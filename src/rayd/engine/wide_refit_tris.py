@@ -41,6 +41,10 @@ wp.set_module_options({"enable_backward": False})
 #: 2 reads them back from ``tris``.
 VARIANTS = {"wide_v4": 0, "wide_tris": 1, "wide_tris_r": 2}
 
+#: ``cuda_max_registers`` of the leaf climbs (``wide_refit._leaf_climb_kernel`` compiles to 32 on sm_90; the
+#: 16-byte stores and loads would take it to 40 and the kernel is bound by the latency of its gathers).
+MAX_REGISTERS = 32
+
 #: Partial maxima of the scene magnitude (``refit._MAG_PARTIALS``) folded by the first launch.
 _PARTIALS = 256
 
@@ -116,36 +120,44 @@ def _leaf_box_from(points: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.i
     return lo, hi
 
 
-@wp.kernel
-def _leaf_climb_rows_kernel(
-    points: wp.array(dtype=wp.vec3),
-    indices: wp.array(dtype=wp.int32),
-    face_base: int,
-    magnitude: wp.array(dtype=float),
-    primitives: wp.array(dtype=wp.int32),
-    items: wp.array(dtype=wp.int32),
-    up: wp.array(dtype=wp.int32),
-    counters: wp.array(dtype=wp.int32),
-    data: wp.array(dtype=wp.vec4),
-    wlinks: wp.array(dtype=wp.vec4i),
-    wide_f: wp.array(dtype=float),
-    tris: wp.array(dtype=wp.vec4),
-    source: int,
-):
-    # wide_refit._leaf_climb_kernel with the corners handled as ``source`` says (one thread per leaf)
-    s = items[wp.tid()]
-    if s < 0:
-        return  # padding past the last leaf
-    w = s >> 2
-    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
-    lo, hi = _leaf_box_from(points, indices, face_base, primitives, tris, wlinks[8 * w + 6][s & 3],
-                            wp.vec3(pad, pad, pad), source)
-    _slot_write(wide_f, s, lo, hi)
-    _fence()
-    if wp.atomic_add(counters, w, 1) != (up[w] & 3):
-        return  # a sibling's thread finishes w
-    counters[w] = 0
-    _climb(w, up, counters, data, wide_f)
+def _leaf_climb_kernel(source: int):
+    """``wide_refit._leaf_climb_kernel`` with the corners handled as ``source`` says (:data:`VARIANTS`; a
+    constant of the kernel, so each variant compiles without the others' branches)."""
+
+    def kernel(
+        points: wp.array(dtype=wp.vec3),
+        indices: wp.array(dtype=wp.int32),
+        face_base: int,
+        magnitude: wp.array(dtype=float),
+        primitives: wp.array(dtype=wp.int32),
+        items: wp.array(dtype=wp.int32),
+        up: wp.array(dtype=wp.int32),
+        counters: wp.array(dtype=wp.int32),
+        data: wp.array(dtype=wp.vec4),
+        wlinks: wp.array(dtype=wp.vec4i),
+        wide_f: wp.array(dtype=float),
+        tris: wp.array(dtype=wp.vec4),
+    ):
+        # one thread per leaf (items: 4 w + j in slot order)
+        s = items[wp.tid()]
+        if s < 0:
+            return  # padding past the last leaf
+        w = s >> 2
+        pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+        lo, hi = _leaf_box_from(points, indices, face_base, primitives, tris, wlinks[8 * w + 6][s & 3],
+                                wp.vec3(pad, pad, pad), wp.static(source))
+        _slot_write(wide_f, s, lo, hi)
+        _fence()
+        if wp.atomic_add(counters, w, 1) != (up[w] & 3):
+            return  # a sibling's thread finishes w
+        counters[w] = 0
+        _climb(w, up, counters, data, wide_f)
+
+    kernel.__name__ = kernel.__qualname__ = f"_leaf_climb_rows{source}_kernel"
+    return wp.kernel(kernel, cuda_max_registers=MAX_REGISTERS)
+
+
+_CLIMBS = {source: _leaf_climb_kernel(source) for source in sorted(set(VARIANTS.values()))}
 
 
 def folds_magnitude(name: str) -> bool:
@@ -166,8 +178,8 @@ def record(refit, tri, name: str) -> list:
             [tri.points, tri.indices, tri.face_base, tri.nodes.primitives, rows, tri._partial, tri.magnitude,
              tri.pairs.tris], device=tri.device, record_cmd=True))
     cmds.append(wp.launch(
-        _leaf_climb_rows_kernel, refit.items.shape[0],
+        _CLIMBS[source], refit.items.shape[0],
         [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, refit.items, refit.up,
-         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris, source],
+         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris],
         device=tri.device, record_cmd=True))
     return cmds
