@@ -30,7 +30,9 @@ the two (``same``: wide rows and leaf triangles right after the wide refit; ever
 the binary or pair boxes). ``--workloads terrain,sphere``: the terrain 2 M and the bumpy sphere 1 M;
 ``--warp`` then measures ``wp.Mesh.refit`` on each. (18th session: ``wide_v4``, ``wide_tris`` and
 ``wide_tris_r`` too, ``engine/wide_refit_tris.py``; their ``kernel`` figure adds the leaf-triangle launch
-of the last two, which also folds the magnitude: the refit's launches per call stay at three.)
+of the last two, which also folds the magnitude: the refit's launches per call stay at three. A mode
+``name@threads``, e.g. ``wide_tris@262144``, also sets the threads of the magnitude's first pass, folded into
+the placement of the points, ``refit.set_magnitude_threads``; default 65,536.)
 """
 from __future__ import annotations
 
@@ -194,6 +196,17 @@ def state(flat) -> dict:
     return out
 
 
+MAG_THREADS = refit.magnitude_threads()
+
+
+def set_mode(m: str) -> None:
+    """``m``: a ``wide_refit.TRI_REFITS`` name, optionally ``@threads`` of the magnitude's first pass
+    (``refit.set_magnitude_threads``; without it the default)."""
+    name, _, threads = m.partition("@")
+    wide_refit.set_tri_refit(name)
+    refit.set_magnitude_threads(int(threads) if threads else MAG_THREADS)
+
+
 def tri_refit_ab(scene, modes: list[str]) -> dict:
     """The refits of ``modes`` on one scene, interleaved call by call: update+sync wall and refit GPU time
     (CUDA events around ``TriangleScene.refit``) medians, the equality check and the completion's cost."""
@@ -206,7 +219,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
     k = 0
     for i in range(a.repeats + 5):
         for m in modes:
-            wide_refit.set_tri_refit(m)
+            set_mode(m)
             k ^= 1
             sync()
             t0 = time.perf_counter()
@@ -241,13 +254,13 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
     for m in [x for x in modes if x != "full"]:
         if flat.wide is None:
             break
-        wide_refit.set_tri_refit("full")
+        set_mode("full")
         scene.update_mesh_vertices(0, sets[0])
         scene.sync()
         want = state(flat)
         scene.update_mesh_vertices(0, sets[1])  # every structure now holds the other vertex set
         scene.sync()
-        wide_refit.set_tri_refit(m)
+        set_mode(m)
         scene.update_mesh_vertices(0, sets[0])
         scene.sync()
         sync()
@@ -270,7 +283,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
         rec.update(complete_ms=statistics.median(done[2:]))
     if cuda:
         for m in modes:
-            wide_refit.set_tri_refit(m)
+            set_mode(m)
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",
                                                        "_leaf_climb_kernel", "_node_climb_kernel",
                                                        "_leaf_boxes_kernel", "_level_kernel",
@@ -278,7 +291,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))
-    wide_refit.set_tri_refit(default)
+    set_mode(default)
     return rec
 
 

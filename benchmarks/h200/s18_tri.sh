@@ -7,7 +7,10 @@
 #    full (the fused refit), wide (today's default), wide_v4 (its leaf triangles in 16-byte stores),
 #    wide_tris (a coalesced launch writes the leaf triangles, 16-byte rows, and folds the magnitude; then the
 #    climb), wide_tris_r (the same, the climb reading the corners back from the rows); Warp's refit beside.
-#    Run 2 reverses the order of the four wide modes (full stays first: every `ratio` is to full).
+#    <mode>@262144: the same with 262,144 threads (4 points each on the terrain) instead of 65,536 (16 points each,
+#    one after the other) in the placement that folds the magnitude's first pass (16.7 us on the H200, session 13)
+#    and in the refit's own first pass (refit.set_magnitude_threads; the same magnitude).
+#    Run 2 reverses the order of the wide modes (full stays first: every `ratio` is to full).
 #    Every "ab" line must say "same <mode> True/True" for each mode (wide rows, leaf triangles and magnitude
 #    bit-equal to the full refit's, every structure after complete()).
 # 2. update_host.py: the host time of one update + sync, phase by phase (where the GPU waits for the host).
@@ -17,13 +20,14 @@
 # mode with the lowest update+sync median on BOTH meshes in BOTH runs becomes the default if it is below
 # `wide` by 3 % or more on both meshes in both runs, every `same` says True/True and the tests pass;
 # if two modes split the meshes, the one with the lower sum of the four `ratio <mode>/full` wins.
-# Otherwise `wide` stays. Goal line: "= x.xx x warp" <= 1.30 on the terrain (H200 session 18: wide 1.74 x).
+# Otherwise `wide` stays. Separately, @262144 becomes the default (refit._MAG_THREADS = 262144) if
+# `<mode>@262144` is below `<mode>` on both meshes in both runs. Goal line: "= x.xx x warp" <= 1.30 on the terrain (H200 session 18: wide 1.74 x).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git rev-parse HEAD >> "$OUT/gpu.txt" 2>/dev/null
-M=full,wide,wide_v4,wide_tris,wide_tris_r
-R=full,wide_tris_r,wide_tris,wide_v4,wide  # (full first in both: the ratios are to it)
+M=full,wide,wide_v4,wide_tris,wide_tris_r,wide@262144,wide_tris@262144
+R=full,wide_tris@262144,wide@262144,wide_tris_r,wide_tris,wide_v4,wide  # (full first in both: the ratios are to it)
 echo "== refit modes, run 1 ($M), then run 2 ($R); ms, medians of 12"
 timeout 130 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits $M --warp --repeats 12 \
   --list --json "$OUT/s18_tri_1.json" > "$OUT/s18_tri.txt" 2>&1

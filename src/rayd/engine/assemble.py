@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from rayd.engine.refit import magnitude_threads
 from rayd.engine.runtime import LaunchCache, launch_stream, read_back
 
 wp.set_module_options({"enable_backward": False})
@@ -122,8 +123,6 @@ def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32))
 _NONE = 2**31 - 1
 #: Threads of the min/max reductions (each reduces a strided share, then adds one atomic).
 _REDUCE_THREADS = 32768
-#: Threads of a placement that also folds the magnitude (as ``refit.magnitude_zeroed``'s first pass).
-_MAGNITUDE_THREADS = 65536
 
 
 def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, int] | None:
@@ -194,7 +193,7 @@ def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: 
     c = _ZERO if centre is None else wp.vec3d(*np.asarray(centre, dtype=np.float64).tolist())
     args = [vertices, mat, c, offset, points]
     if magnitude is not None:
-        threads = max(1, min(_MAGNITUDE_THREADS, vertices.size))
+        threads = max(1, min(magnitude_threads(), vertices.size))  # (as refit.magnitude_zeroed's first pass)
         args += [checks[0], 2 * checks[1], threads, magnitude[0], magnitude[1], int(magnitude[2])]
         launches.launch(_place_checked_magnitude_kernel, threads, args, points.device, stream)
         return

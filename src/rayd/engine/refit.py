@@ -28,7 +28,9 @@ from rayd.engine.runtime import LaunchCache
 
 wp.set_module_options({"enable_backward": False})
 
-#: Threads of the first magnitude pass (at most) and partial maxima of the second.
+#: Threads of the first magnitude pass (at most; also of a placement that folds it, ``assemble.place_points``)
+#: and partial maxima of the second. Each thread folds a strided run of points, one point after the other
+#: (about 16 DRAM latencies in series on the terrain 2 M); :func:`set_magnitude_threads` changes it (A/B).
 _MAG_THREADS = 65536
 _MAG_PARTIALS = wp.constant(256)
 
@@ -61,6 +63,24 @@ def set_refit_order(name: str) -> None:
     if name not in ORDERS:
         raise ValueError(f"rayd.engine.set_refit_order(): 'name' must be one of {ORDERS}, got {name!r}")
     _order = name
+
+
+def set_magnitude_threads(n: int) -> None:
+    """Set how many threads (at most) fold the points into the magnitude's partial maxima from now on (the
+    refit's first pass and a placement that folds it). The magnitude is the same for any ``n`` (a maximum).
+
+    Raises:
+        ValueError: for ``n < 256`` (every partial maximum needs a thread).
+    """
+    global _MAG_THREADS
+    if int(n) < 256:
+        raise ValueError(f"rayd.engine.set_magnitude_threads(): 'n' must be at least 256, got {n}")
+    _MAG_THREADS = int(n)
+
+
+def magnitude_threads() -> int:
+    """Threads (at most) of the magnitude's first pass now."""
+    return _MAG_THREADS
 
 
 def refit_order() -> str:
