@@ -364,7 +364,9 @@ class TriangleScene:
         default layout) gets a wide-only refit instead and is left :attr:`stale` until
         :meth:`complete` -- unless a query needed :meth:`complete` since the previous refit (closest
         point, all hits, winding numbers, ...): then this refit is a full one, so a scene queried that
-        way after every update pays the full refit only, not a wide refit and a completion.
+        way after every update pays the full refit only, not a wide refit and a completion. The wide-only
+        refits ``"wide_tris"`` and ``"wide_tris_r"`` (``wide_refit_tris.py``) fold the magnitude's partial
+        maxima in their first launch (the magnitude's second pass is not launched separately).
         """
         self.stale = False
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
