@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD/src python3 benchmarks/h200/update_host.py [--size 1024] [--modes wide,wide_tris] [--calls 200]
 
 Terrain of ``2 size^2`` triangles (1024: the 2 M of the goal), one dynamic mesh, the CUDA defaults (PLOC +
-4-wide nodes; ``--device cpu`` for a check here). Per ``RAYD_TRI_REFIT`` mode, medians over ``--calls``
+4-wide nodes; ``--device cpu`` for a check here). Per ``RAYD_TRI_REFIT`` mode (interleaved call by call), medians over ``--calls``
 update + sync calls (the device synchronised before each), in microseconds from the call of
 ``update_mesh_vertices``: ``update`` (that call), ``sync->place`` (``sync()`` until the placement of the
 points is launched: the core's plan, checks, stream), ``place`` (``assemble.place_points``: its argument
@@ -76,10 +76,11 @@ scene = rt.Scene()
 scene.add_mesh(rt.Mesh(V.clone(), F), dynamic=True)
 scene.build()
 print(f"terrain {w.num_triangles:,d} tris on {a.device}; medians of {a.calls} calls, us from update_mesh_vertices()")
-for mode in a.modes.split(","):
-    wide_refit.set_tri_refit(mode)
-    rows: dict[str, list[float]] = {}
-    for k in range(a.calls + 10):
+modes = a.modes.split(",")
+rows: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
+for k in range(a.calls + 10):
+    for mode in modes:  # interleaved call by call
+        wide_refit.set_tri_refit(mode)
         done()
         t0 = time.perf_counter()
         scene.update_mesh_vertices(0, sets[k & 1])
@@ -95,5 +96,6 @@ for mode in a.modes.split(","):
                "climb at": marks["refit1"] - t0, "wait": marks["wait1"] - marks["wait0"], "sync end": t2 - t0,
                "wall": t3 - t0}
         for key, value in got.items():
-            rows.setdefault(key, []).append(value * 1e6)
-    print(f"  {mode:12s} " + "  ".join(f"{key} {statistics.median(v):7.1f}" for key, v in rows.items()), flush=True)
+            rows[mode].setdefault(key, []).append(value * 1e6)
+for mode in modes:
+    print(f"  {mode:12s} " + "  ".join(f"{key} {statistics.median(v):7.1f}" for key, v in rows[mode].items()), flush=True)
