@@ -152,6 +152,15 @@ def magnitude_zeroed(points: wp.array, out: wp.array, partial: wp.array, stream:
         launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
 
 
+def magnitude_final_command(partial: wp.array, out: wp.array) -> wp.Launch:
+    """The second pass of :func:`magnitude_zeroed` (``partial`` folded into ``out[0]`` and zeroed again),
+    recorded for replays (``cmd.launch(stream)``): for an owner whose two arrays are fixed for its life,
+    a replay without :class:`LaunchCache`'s comparison of the arguments."""
+    cmd = wp.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], device=out.device, record_cmd=True)
+    cmd.fwd_args = None  # (kept by Warp for graph-capture replays only)
+    return cmd
+
+
 @wp.func
 def _write_box(node_f: wp.array(dtype=float), n: int, lo: wp.vec3, hi: wp.vec3, half: int):
     """Store ``lo`` (half 0: Warp's lower half) or ``hi`` into node ``n``'s xyz, keeping its index word."""

@@ -9,7 +9,7 @@ import warp as wp
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
-from rayd.engine.refit import FusedRefit, magnitude_zeroed
+from rayd.engine.refit import FusedRefit, magnitude_final_command, magnitude_zeroed
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 from rayd.engine.wide_refit import WideRefit, per_thread, tri_refit
@@ -269,6 +269,7 @@ class TriangleScene:
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
         self._partial = wp.zeros(256, dtype=float, device=self.device)  # (zero between refits: magnitude_zeroed)
         self._launches = LaunchCache()  # the refit's recorded launches
+        self._final = None  # the magnitude's second pass, recorded at its first replay (refit.magnitude_final_command)
         layout = _layout if layout is None else layout
         if layout == "auto":
             layout = "pair" if self.device.is_cpu or instanced else "wide4"
@@ -342,7 +343,11 @@ class TriangleScene:
         )
 
     def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False, final: bool = True) -> None:
-        if self._reduce:
+        if self._reduce and partials_ready and final:  # the usual sync(): the second pass alone, replayed
+            if self._final is None:
+                self._final = magnitude_final_command(self._partial, self.magnitude)
+            self._final.launch(None if self.device.is_cpu else stream)
+        elif self._reduce:
             magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches, partials_ready,
                              final)
         else:

@@ -299,9 +299,9 @@ class WideRefit:
     Args:
         tri: the scene (its :attr:`wide` nodes made, with a slot map: a tree of two leaves or more).
         per: ``"leaf"`` (a thread per leaf, :data:`TRI_REFITS` ``"wide"``; ``"leaf_v4"``, ``"leaf_tris"``,
-            ``"leaf_tris_r"``: the same threads, ``"wide_v4"`` ... of ``wide_refit_tris.py``), ``"node"`` (a thread per wide
-            node with leaf children, which computes all of them and needs no atomic where every child is a
-            leaf: ``"wide_node"``) or ``"levels"`` (no atomics: a launch over the leaves, then one per
+            ``"leaf_tris_r"``: the same threads, ``"wide_v4"`` ... of ``wide_refit_tris.py``), ``"node"`` (a
+            thread per wide node with leaf children, which computes all of them and needs no atomic where
+            every child is a leaf: ``"wide_node"``) or ``"levels"`` (no atomics: a launch over the leaves, then one per
             depth of the wide tree from the deepest up, replayed from records: ``"wide_levels"``).
         stream: the stream to prepare on (``None`` on the CPU).
 
@@ -390,5 +390,8 @@ class WideRefit:
 
 def per_thread(name: str) -> str | None:
     """What a thread of the wide-only refit ``name`` (:data:`TRI_REFITS`) starts from (``None``: full refit)."""
-    return {"wide": "leaf", "wide_node": "node", "wide_levels": "levels", "wide_v4": "leaf_v4", "wide_tris": "leaf_tris",
-            "wide_tris_r": "leaf_tris_r"}.get(name)
+    return _PER.get(name)
+
+
+_PER = {"wide": "leaf", "wide_node": "node", "wide_levels": "levels", "wide_v4": "leaf_v4", "wide_tris": "leaf_tris",
+        "wide_tris_r": "leaf_tris_r"}
