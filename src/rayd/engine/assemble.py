@@ -164,6 +164,20 @@ def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None,
 
 _EYE = wp.mat44d(*np.eye(4).reshape(-1).tolist())
 _ZERO = wp.vec3d(0.0, 0.0, 0.0)
+_VALUES: dict = {}  # (kind, bytes) -> the Warp matrix or vector of those float64 values (_warp_value)
+
+
+def _warp_value(kind, values) -> object:
+    """``kind(*values)`` (``wp.mat44d`` or ``wp.vec3d`` of float64 ``values``), one object per value: a scene
+    places with the same matrix and centre at every sync (building one takes microseconds of host time,
+    looking one up a fraction). Launches copy the values; the objects are never changed."""
+    key = (kind, np.asarray(values, dtype=np.float64).tobytes())
+    made = _VALUES.get(key)
+    if made is None:
+        if len(_VALUES) >= 256:
+            _VALUES.clear()
+        made = _VALUES[key] = kind(*np.frombuffer(key[1], dtype=np.float64).tolist())
+    return made
 
 
 def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,
@@ -189,8 +203,8 @@ def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: 
         raise ValueError("rayd.engine.place_points(): 'magnitude' needs 'checks' and 'launches'")
     if vertices.size == 0:
         return
-    mat = _EYE if m is None else wp.mat44d(*np.asarray(m, dtype=np.float64).reshape(-1).tolist())
-    c = _ZERO if centre is None else wp.vec3d(*np.asarray(centre, dtype=np.float64).tolist())
+    mat = _EYE if m is None else _warp_value(wp.mat44d, m)
+    c = _ZERO if centre is None else _warp_value(wp.vec3d, centre)
     args = [vertices, mat, c, offset, points]
     if magnitude is not None:
         threads = max(1, min(magnitude_threads(), vertices.size))  # (as refit.magnitude_zeroed's first pass)
