@@ -39,6 +39,8 @@ timeout 60 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --
 echo "rc=$?" >> "$OUT/s18_tri.txt"
 grep -vE "UserWarning|_warn_once" "$OUT/s18_tri.txt" | sed -E 's/ +/ /g' | grep -E "^(warp|ab|rc|terrain|sphere)|FAILED" \
   | sed -E 's/ refit GPU/ gpu/g; s/ kernel / k /g; s/update\+sync //g'
+echo "== kernels of one update + sync per mode (run 1: count x us, name)"
+grep -E "^ {4}[a-z_@0-9]+: *$|^ +[0-9.]+ x +[0-9.]+ us" "$OUT/s18_tri.txt" | sed -E 's/_cuda_kernel_forward//; s/ +/ /g' | cut -c1-70
 echo "== host phases of one update + sync (us), terrain 2 M"
 timeout 30 python3 benchmarks/h200/update_host.py --modes wide,wide_v4,wide_tris --calls 100 > "$OUT/s18_host.txt" 2>&1
 echo "rc=$?" >> "$OUT/s18_host.txt"; sed -E 's/ +/ /g' "$OUT/s18_host.txt"
