@@ -288,7 +288,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",
                                                        "_leaf_climb_kernel", "_node_climb_kernel",
                                                        "_leaf_boxes_kernel", "_level_kernel",
-                                                       "_leaf_climb_rows", "_tris_fold_kernel"))
+                                                       "_leaf_climb_rows", "_tris_fold_kernel", "_split_"))
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))

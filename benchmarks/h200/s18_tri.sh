@@ -7,7 +7,9 @@
 #    mode on one scene per mesh, interleaved call by call, twice (the second run in the reverse order):
 #    full (the fused refit), wide (today's default), wide_v4 (its leaf triangles in 16-byte stores),
 #    wide_tris (a coalesced launch writes the leaf triangles, 16-byte rows, and folds the magnitude; then the
-#    climb), wide_tris_r (the same, the climb reading the corners back from the rows); Warp's refit beside.
+#    climb), wide_tris_r (the same, the climb reading the corners back from the rows), wide_split (a launch
+#    writes every leaf, 16-byte stores, no fence or atomic; a second climbs from the wide nodes with leaf
+#    children: about one atomic per wide node instead of one per leaf); Warp's refit beside.
 #    wide@262144: `wide` with 262,144 threads (4 points each on the terrain) instead of 65,536 (16 points each,
 #    one after the other) in the placement that folds the magnitude's first pass (16.7 us on the H200, session 13)
 #    and in the refit's own first pass (refit.set_magnitude_threads; the same magnitude).
@@ -28,8 +30,8 @@ set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git rev-parse HEAD >> "$OUT/gpu.txt" 2>/dev/null
-M=full,wide,wide_v4,wide_tris,wide_tris_r,wide@262144
-R=full,wide@262144,wide_tris_r,wide_tris,wide_v4,wide  # (full first in both: the ratios are to it)
+M=full,wide,wide_v4,wide_tris,wide_tris_r,wide_split,wide@262144
+R=full,wide@262144,wide_split,wide_tris_r,wide_tris,wide_v4,wide  # (full first in both: the ratios are to it)
 echo "== refit modes, run 1 ($M), then run 2 ($R); ms, medians of 12"
 timeout 120 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits $M --warp --repeats 12 \
   --list --json "$OUT/s18_tri_1.json" > "$OUT/s18_tri.txt" 2>&1
@@ -42,7 +44,7 @@ grep -vE "UserWarning|_warn_once" "$OUT/s18_tri.txt" | sed -E 's/ +/ /g' | grep 
 echo "== kernels of one update + sync per mode (run 1: count x us, name)"
 grep -E "^ {4}[a-z_@0-9]+: *$|^ +[0-9.]+ x +[0-9.]+ us" "$OUT/s18_tri.txt" | sed -E 's/_cuda_kernel_forward//; s/ +/ /g' | cut -c1-70
 echo "== host phases of one update + sync (us), terrain 2 M"
-timeout 30 python3 benchmarks/h200/update_host.py --modes wide,wide_v4,wide_tris --calls 100 > "$OUT/s18_host.txt" 2>&1
+timeout 30 python3 benchmarks/h200/update_host.py --modes wide,wide_v4,wide_tris,wide_split --calls 100 > "$OUT/s18_host.txt" 2>&1
 echo "rc=$?" >> "$OUT/s18_host.txt"; sed -E 's/ +/ /g' "$OUT/s18_host.txt"
 echo "== CUDA tests of the refits"
 timeout 120 python3 -m pytest -q -n 14 -p no:cacheprovider tests/engine tests/torch \

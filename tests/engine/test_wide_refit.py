@@ -44,7 +44,7 @@ def _state(tri) -> dict[str, np.ndarray]:
 EAGER = ("wide", "tris", "magnitude")  # what the wide-only refit writes at once
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
 @pytest.mark.parametrize("count,face_base", [(2, 0), (3, 0), (300, 0), (300, 17), (5000, 3)])
 def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, device):
@@ -92,6 +92,9 @@ def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, devic
     assert len(set(items.tolist())) == len(items) and (np.diff(first) > 0).all()
     leaves = (links[: tri.wide.count, 7] >= 0) & (links[: tri.wide.count, 6] < 0)
     assert len(items) == (leaves.sum() if mode != "wide_node" else leaves.any(1).sum())
+    if mode == "wide_split":  # its second launch: each wide node with leaf children once
+        nodes = tri._wide_refits["leaf_split"].node_items.numpy()
+        assert len(set(nodes.tolist())) == len(nodes) == leaves.any(1).sum()
 
 
 def test_single_leaf_tree_keeps_the_full_refit(device):
@@ -105,7 +108,7 @@ def test_single_leaf_tree_keeps_the_full_refit(device):
     assert not tri.stale and not tri._wide_refits
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
 def test_queries_after_wide_refit_equal_fresh_build(constructor, mode, device):
     """After update + sync: intersect / shadow_test (the wide walk: nothing completed), then closest_point
@@ -198,7 +201,7 @@ def test_other_readers_complete_the_tree(query, device):
         torch.testing.assert_close(got, answer(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split"])
 def test_scene_with_instances_keeps_the_full_refit(mode, device):
     """With instances every search walks the pair nodes, so the flat BVH is refitted in full (never left
     stale) and the instanced mesh's BLAS too; the answers equal a fresh build's."""

@@ -15,7 +15,12 @@ the kernel's 0.432 ms on the terrain 2 M. The variants here (:data:`VARIANTS`, c
   scene magnitude's 256 partial maxima (the second pass of ``refit.magnitude_zeroed``, one launch
   fewer). Then the leaf climb, which gathers the corners again but stores none;
 - ``"wide_tris_r"``: the same first launch, then a climb that reads each leaf's corners back from
-  ``tris`` (contiguous, 16-byte loads) instead of through ``primitives``, the indices and the points.
+  ``tris`` (contiguous, 16-byte loads) instead of through ``primitives``, the indices and the points;
+- ``"wide_split"``: a launch with a thread per leaf that writes its corners (16-byte stores) and its box
+  into its wide slot, with no fence and no atomic; then a launch with a thread per wide node that has leaf
+  children, which arrives for all of them at once (``wide_refit._node_climb_kernel``'s counting, without
+  computing the leaves): about one atomic per wide node instead of one per leaf, and none where every
+  child is a leaf (266 k of the terrain 2 M's 303 k such nodes, session 17).
 
 Boxes are computed by the same operations in the same order as ``wide_refit._leaf_box`` (``min`` /
 ``max`` and one subtraction / addition of the padding per triangle), so every wide row is bit-equal;
@@ -36,7 +41,7 @@ from rayd.engine.wide_refit import _climb, _slot_write
 
 wp.set_module_options({"enable_backward": False})
 
-#: ``RAYD_TRI_REFIT`` names of this module's variants, and what their leaf climb does with the corners:
+#: ``RAYD_TRI_REFIT`` names of this module's variants with a leaf climb, and what it does with the corners:
 #: 0 gathers them and stores them in 16-byte rows, 1 gathers them (``tris`` written by the first launch),
 #: 2 reads them back from ``tris``.
 VARIANTS = {"wide_v4": 0, "wide_tris": 1, "wide_tris_r": 2}
@@ -160,15 +165,77 @@ def _leaf_climb_kernel(source: int):
 _CLIMBS = {source: _leaf_climb_kernel(source) for source in sorted(set(VARIANTS.values()))}
 
 
+@wp.kernel(cuda_max_registers=MAX_REGISTERS)
+def _split_leaves_kernel(
+    points: wp.array(dtype=wp.vec3),
+    indices: wp.array(dtype=wp.int32),
+    face_base: int,
+    magnitude: wp.array(dtype=float),
+    primitives: wp.array(dtype=wp.int32),
+    items: wp.array(dtype=wp.int32),
+    wlinks: wp.array(dtype=wp.vec4i),
+    wide_f: wp.array(dtype=float),
+    tris: wp.array(dtype=wp.vec4),
+):
+    # "wide_split", first launch: a thread per leaf, its corners (16-byte stores) and its box into its wide
+    # slot; no fence, no atomic (the next launch reads them)
+    s = items[wp.tid()]
+    if s < 0:
+        return
+    pad = magnitude[0] * (2.0 * BOX_PADDING) + 1.0e-30
+    lo, hi = _leaf_box_from(points, indices, face_base, primitives, tris, wlinks[8 * (s >> 2) + 6][s & 3],
+                            wp.vec3(pad, pad, pad), 0)
+    _slot_write(wide_f, s, lo, hi)
+
+
+@wp.kernel
+def _split_climb_kernel(
+    items: wp.array(dtype=wp.int32),
+    up: wp.array(dtype=wp.int32),
+    counters: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    wide_f: wp.array(dtype=float),
+):
+    # "wide_split", second launch: a thread per wide node with leaf children (their boxes written by the
+    # first launch) arrives for all of them at once; where every child is a leaf it needs no atomic
+    w = items[wp.tid()]
+    if w < 0:
+        return
+    codes = wlinks[8 * w + 6]
+    last = up[w] & 3
+    leaves = int(0)
+    for j in range(4):
+        if j <= last and codes[j] < 0:
+            leaves += 1
+    if leaves <= last:  # inner children too: the last of their threads and this one goes on
+        # (no fence: this thread has written nothing; the leaf rows were written by the previous launch)
+        if wp.atomic_add(counters, w, leaves) + leaves != last + 1:
+            return
+        counters[w] = 0
+    _climb(w, up, counters, data, wide_f)
+
+
+#: The variants whose first launch folds the magnitude's partial maxima.
+_FOLDING = ("wide_tris", "wide_tris_r")
+
+
 def folds_magnitude(name: str) -> bool:
     """Whether the variant ``name`` folds the magnitude's partial maxima itself (its first launch), so the
     refit launches only the magnitude's first pass before it (``refit.magnitude_zeroed(final=False)``)."""
-    return VARIANTS.get(name, 0) != 0
+    return name in _FOLDING
 
 
 def record(refit, tri, name: str) -> list:
     """The recorded launches of variant ``name`` (:data:`VARIANTS`) for ``refit`` (a ``wide_refit.WideRefit``
     of ``tri``, its items a thread per leaf), in order; ``refit`` keeps the arrays they point to."""
+    if name == "wide_split":
+        return [wp.launch(_split_leaves_kernel, refit.items.shape[0],
+                          [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, refit.items,
+                           tri.wide.links, refit._wide_f, tri.pairs.tris], device=tri.device, record_cmd=True),
+                wp.launch(_split_climb_kernel, refit.node_items.shape[0],
+                          [refit.node_items, refit.up, refit.counters, tri.wide.data, tri.wide.links, refit._wide_f],
+                          device=tri.device, record_cmd=True)]
     source = VARIANTS[name]
     cmds = []
     if source != 0:
