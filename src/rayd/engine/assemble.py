@@ -354,7 +354,8 @@ class DeferredChecks:
             stream = stream if stream is not None else wp.get_stream(self._dev.device)
             # the copy wp.copy ends in, without its checks of the arguments (about 10 us of host time, on
             # the way to the refit's launches): both arrays are this object's, contiguous int32 of one size
-            memcpy = getattr(getattr(getattr(wp._src.context, "runtime", None), "core", None), "wp_memcpy_d2h", None)
+            runtime = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None)
+            memcpy = getattr(getattr(runtime, "core", None), "wp_memcpy_d2h", None)
             if memcpy is None or not memcpy(self._dev.device.context, self._host.ptr, self._dev.ptr,
                                             4 * self._dev.shape[0], stream.cuda_stream):
                 wp.copy(self._host, self._dev, stream=stream)
