@@ -16,7 +16,9 @@
 #    Run 2 reverses the order of the wide modes (full stays first: every `ratio` is to full).
 #    Every "ab" line must say "same <mode> True/True" for each mode (wide rows, leaf triangles and magnitude
 #    bit-equal to the full refit's, every structure after complete()).
-# 2. update_host.py: the host time of one update + sync, phase by phase (where the GPU waits for the host).
+# 2. update_host.py: the host time of one update + sync, phase by phase (where the GPU waits for the host);
+#    with .device/baseline/src, main's against this tree's (the flags' copy and the magnitude's second pass
+#    are issued with less Python here: the `copy` and `refit` phases should drop).
 # 3. CUDA tests of the refits (the brief's two -k were merged: pytest keeps only the last -k).
 #
 # DECIDES the default (wide_refit._tri_refit, the one line `os.environ.get("RAYD_TRI_REFIT", "wide")`): the
@@ -46,6 +48,13 @@ grep -E "^ {4}[a-z_@0-9]+: *$|^ +[0-9.]+ x +[0-9.]+ us" "$OUT/s18_tri.txt" | sed
 echo "== host phases of one update + sync (us), terrain 2 M"
 timeout 30 python3 benchmarks/h200/update_host.py --modes wide,wide_v4,wide_tris,wide_split --calls 100 > "$OUT/s18_host.txt" 2>&1
 echo "rc=$?" >> "$OUT/s18_host.txt"; sed -E 's/ +/ /g' "$OUT/s18_host.txt"
+if [ -d .device/baseline/src ]; then  # the host work of main against this tree (both `wide`), two rounds
+  echo "== host phases, main (.device/baseline/src) then this tree, alternated twice; terrain 131 k, wide (us)"
+  for k in 1 2; do for src in .device/baseline/src src; do
+    timeout 25 python3 benchmarks/h200/update_host.py --size 256 --modes wide --calls 100 --src $src 2>&1 \
+      | tail -1 | sed -E "s/ +/ /g; s|^|$src |"
+  done; done | tee "$OUT/s18_host_ab.txt"
+fi
 echo "== CUDA tests of the refits"
 timeout 120 python3 -m pytest -q -n 14 -p no:cacheprovider tests/engine tests/torch \
   -k "cuda and (refit or update or wide)" > "$OUT/s18_tests_cuda.txt" 2>&1

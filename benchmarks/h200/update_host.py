@@ -1,6 +1,7 @@
 """Where the host time of one ``update_mesh_vertices`` + ``sync()`` goes, phase by phase (issue 18, "update").
 
     PYTHONPATH=$PWD/src python3 benchmarks/h200/update_host.py [--size 1024] [--modes wide,wide_tris] [--calls 200]
+        [--src .device/baseline/src]
 
 Terrain of ``2 size^2`` triangles (1024: the 2 M of the goal), one dynamic mesh, the CUDA defaults (PLOC +
 4-wide nodes; ``--device cpu`` for a check here). Per ``RAYD_TRI_REFIT`` mode (interleaved call by call), medians over ``--calls``
@@ -21,8 +22,9 @@ import sys
 import time
 from pathlib import Path
 
+_src = sys.argv[sys.argv.index("--src") + 1] if "--src" in sys.argv else None  # (before rayd is imported)
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
+sys.path.insert(0, str(Path(_src).resolve()) if _src else str(Path(__file__).resolve().parents[2] / "src"))
 import torch  # noqa: E402
 
 import rayd.core.scene as core_scene  # noqa: E402
@@ -35,6 +37,7 @@ ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cp
 ap.add_argument("--size", type=int, default=1024)
 ap.add_argument("--modes", default="wide,wide_tris")
 ap.add_argument("--calls", type=int, default=200)
+ap.add_argument("--src", default=None, help="import rayd from this tree (e.g. .device/baseline/src) for an A/B")
 a = ap.parse_args()
 cuda = a.device.startswith("cuda")
 if not cuda:
@@ -75,7 +78,8 @@ sets = [V, V * 1.0001]
 scene = rt.Scene()
 scene.add_mesh(rt.Mesh(V.clone(), F), dynamic=True)
 scene.build()
-print(f"terrain {w.num_triangles:,d} tris on {a.device}; medians of {a.calls} calls, us from update_mesh_vertices()")
+print(f"terrain {w.num_triangles:,d} tris on {a.device}; medians of {a.calls} calls, us from update_mesh_vertices(); "
+      f"rayd from {Path(rt.__file__).parents[1]}")
 modes = a.modes.split(",")
 rows: dict[str, dict[str, list[float]]] = {m: {} for m in modes}
 for k in range(a.calls + 10):
