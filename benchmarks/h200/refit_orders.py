@@ -66,7 +66,8 @@ ap.add_argument("--list", action="store_true", help="print every kernel of one u
 ap.add_argument("--json", default=None)
 ap.add_argument("--tri-refits", default="", help="e.g. full,wide: A/B of wide_refit.TRI_REFITS on each scene")
 ap.add_argument("--workloads", default="terrain", help="terrain and/or sphere (1 M triangles on CUDA)")
-ap.add_argument("--no-census", action="store_true", help="--tri-refits: no torch.profiler kernel census (faster)")
+ap.add_argument("--quick", action="store_true",
+                help="--tri-refits: timings only (no kernel census, tris floor, equality check or completion time)")
 a = ap.parse_args()
 dev = a.device
 cuda = dev.startswith("cuda")
@@ -238,7 +239,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
                     gpu[m].append(ev[0].elapsed_time(ev[1]))
     rec = {f"{m}_update_sync_ms": statistics.median(wall[m]) for m in modes}
     rec.update({f"{m}_refit_gpu_ms": statistics.median(gpu[m]) for m in modes if gpu[m]})
-    if cuda and flat.pairs is not None:  # the floor: writing the leaf triangles alone (a thread per slot)
+    if cuda and flat.pairs is not None and not a.quick:  # the floor: the leaf triangles alone (a thread per slot)
         from rayd.engine.pair_nodes import _leaf_tris_kernel
         g = []
         for _ in range(25):
@@ -252,7 +253,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
         rec["tris_floor_ms"] = statistics.median(g[5:])
     # equality: the full refit's bits against each wide refit's (at once, then after complete())
     rec["same"] = {}
-    for m in [x for x in modes if x != "full"]:
+    for m in [x for x in modes if x != "full" and not a.quick]:
         if flat.wide is None:
             break
         set_mode("full")
@@ -282,7 +283,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             sync()
             done.append((time.perf_counter() - t0) * 1e3)
         rec.update(complete_ms=statistics.median(done[2:]))
-    if cuda and not a.no_census:
+    if cuda and not a.quick:
         for m in modes:
             set_mode(m)
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",

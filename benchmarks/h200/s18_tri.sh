@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 18, update row (update_mesh_vertices + sync() <= 1.3 x Warp's wp.Mesh.refit), 18th session, helper tri18.
-# One warm H100/H200, about 3 minutes (each step has a timeout: 5.5 minutes at worst, e.g. with a cold
+# One warm H100/H200, about 3 minutes (each step has a timeout: at most 5 minutes, e.g. with a cold
 # kernel cache). Assumes PYTHONPATH=/tmp/site:$PWD/src and the repository root as the working directory.
 #   bash benchmarks/h200/s18_tri.sh
 # 1. refit_orders.py on terrain 2 M and sphere 1 M (CUDA defaults: PLOC + 4-wide nodes), every RAYD_TRI_REFIT
@@ -13,7 +13,7 @@
 #    wide@262144: `wide` with 262,144 threads (4 points each on the terrain) instead of 65,536 (16 points each,
 #    one after the other) in the placement that folds the magnitude's first pass (16.7 us on the H200, session 13)
 #    and in the refit's own first pass (refit.set_magnitude_threads; the same magnitude).
-#    Run 2 reverses the order of the wide modes (full stays first: every `ratio` is to full).
+#    Run 2 reverses the order of the wide modes (full stays first: every `ratio` is to full), timings only.
 #    Every "ab" line must say "same <mode> True/True" for each mode (wide rows, leaf triangles and magnitude
 #    bit-equal to the full refit's, every structure after complete()).
 # 2. update_host.py: the host time of one update + sync, phase by phase (where the GPU waits for the host);
@@ -35,27 +35,27 @@ git rev-parse HEAD >> "$OUT/gpu.txt" 2>/dev/null
 M=full,wide,wide_v4,wide_tris,wide_tris_r,wide_split,wide@262144
 R=full,wide@262144,wide_split,wide_tris_r,wide_tris,wide_v4,wide  # (full first in both: the ratios are to it)
 echo "== refit modes, run 1 ($M), then run 2 ($R); ms, medians of 12"
-timeout 120 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits $M --warp --repeats 12 \
+timeout 100 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits $M --warp --repeats 12 \
   --list --json "$OUT/s18_tri_1.json" > "$OUT/s18_tri.txt" 2>&1
 echo "rc=$?" >> "$OUT/s18_tri.txt"
-timeout 60 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits $R --warp --repeats 12 \
-  --no-census --json "$OUT/s18_tri_2.json" >> "$OUT/s18_tri.txt" 2>&1
+timeout 50 python3 benchmarks/h200/refit_orders.py --workloads terrain,sphere --tri-refits $R --warp --repeats 12 \
+  --quick --json "$OUT/s18_tri_2.json" >> "$OUT/s18_tri.txt" 2>&1
 echo "rc=$?" >> "$OUT/s18_tri.txt"
 grep -vE "UserWarning|_warn_once" "$OUT/s18_tri.txt" | sed -E 's/ +/ /g' | grep -E "^(warp|ab|rc|terrain|sphere)|FAILED" \
   | sed -E 's/ refit GPU/ gpu/g; s/ kernel / k /g; s/update\+sync //g'
 echo "== kernels of one update + sync per mode (run 1: count x us, name)"
 grep -E "^ {4}[a-z_@0-9]+: *$|^ +[0-9.]+ x +[0-9.]+ us" "$OUT/s18_tri.txt" | sed -E 's/_cuda_kernel_forward//; s/ +/ /g' | cut -c1-70
 echo "== host phases of one update + sync (us), terrain 2 M"
-timeout 30 python3 benchmarks/h200/update_host.py --modes wide,wide_v4,wide_tris,wide_split --calls 100 > "$OUT/s18_host.txt" 2>&1
+timeout 25 python3 benchmarks/h200/update_host.py --modes wide,wide_v4,wide_tris,wide_split --calls 100 > "$OUT/s18_host.txt" 2>&1
 echo "rc=$?" >> "$OUT/s18_host.txt"; sed -E 's/ +/ /g' "$OUT/s18_host.txt"
 if [ -d .device/baseline/src ]; then  # the host work of main against this tree (both `wide`), two rounds
-  echo "== host phases, main (.device/baseline/src) then this tree, alternated twice; terrain 131 k, wide (us)"
-  for k in 1 2; do for src in .device/baseline/src src; do
-    timeout 25 python3 benchmarks/h200/update_host.py --size 256 --modes wide --calls 100 --src $src 2>&1 \
+  echo "== host phases, main (.device/baseline/src) then this tree; terrain 131 k, wide (us)"
+  for src in .device/baseline/src src; do
+    timeout 20 python3 benchmarks/h200/update_host.py --size 256 --modes wide --calls 100 --src $src 2>&1 \
       | tail -1 | sed -E "s/ +/ /g; s|^|$src |"
-  done; done | tee "$OUT/s18_host_ab.txt"
+  done | tee "$OUT/s18_host_ab.txt"
 fi
 echo "== CUDA tests of the refits"
-timeout 120 python3 -m pytest -q -n 14 -p no:cacheprovider tests/engine tests/torch \
+timeout 90 python3 -m pytest -q -n 14 -p no:cacheprovider tests/engine tests/torch \
   -k "cuda and (refit or update or wide)" > "$OUT/s18_tests_cuda.txt" 2>&1
 echo "rc=$?" >> "$OUT/s18_tests_cuda.txt"; grep -E "^FAILED|^ERROR" "$OUT/s18_tests_cuda.txt" | head; tail -2 "$OUT/s18_tests_cuda.txt"
