@@ -13,7 +13,7 @@ from rayd.engine.refit import FusedRefit, magnitude_final_command, magnitude_zer
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 from rayd.engine.wide_refit import WideRefit, per_thread, tri_refit
-from rayd.engine.wide_refit_tris import folds_magnitude
+from rayd.engine.wide_refit_tris import folds_magnitude, recorder
 
 #: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
 #: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
@@ -313,7 +313,7 @@ class TriangleScene:
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
             per = per_thread(tri_refit())
             if per is not None and not instanced and WideRefit.applies(self):
-                self._wide_refits[per] = WideRefit(self, per, stream)  # (else made at the first such refit)
+                self._wide_refits[per] = WideRefit(self, per, stream, recorder(per))  # (else at the first such refit)
 
     @property
     def id(self) -> int:
@@ -384,7 +384,7 @@ class TriangleScene:
             self._magnitude(stream, partials_ready, final=not (wide and folds_magnitude(name)))
             if wide:
                 if per not in self._wide_refits:
-                    self._wide_refits[per] = WideRefit(self, per, stream)
+                    self._wide_refits[per] = WideRefit(self, per, stream, recorder(per))
                 self._wide_refits[per].run(self, stream)
                 self.stale, self._stale_stream = True, stream
             else:

@@ -307,6 +307,8 @@ class WideRefit:
             ``"leaf_v4"``, ``"leaf_tris"``, ``"leaf_tris_r"``, ``"leaf_split"`` (a thread per leaf, as
             ``"wide_v4"`` ... ``"wide_split"`` of ``wide_refit_tris.py``; the last also :attr:`node_items`).
         stream: the stream to prepare on (``None`` on the CPU).
+        record: for the ``"leaf_*"`` kinds, ``record(refit, tri) -> launches`` (``wide_refit_tris.recorder``,
+            which imports this module's climb): the recorded launches :meth:`run` replays.
 
     Attributes:
         items: int32, per thread ``4 w + j`` of a leaf child in slot order (``"leaf"``) or a wide node
@@ -316,8 +318,9 @@ class WideRefit:
         node_items: ``"leaf_split"`` only: int32, the wide nodes with leaf children, as ``items`` of ``"node"``.
     """
 
-    def __init__(self, tri, per: str = "leaf", stream: wp.Stream | None = None) -> None:
+    def __init__(self, tri, per: str = "leaf", stream: wp.Stream | None = None, record=None) -> None:
         wide = tri.wide
+        self._record = record
         device = tri.device
         f = tri.num_triangles
         count = wide.count
@@ -369,10 +372,8 @@ class WideRefit:
             wide = tri.wide
             self._wide_f = wp.array(ptr=wide.data.ptr, dtype=float, shape=(4 * wide.data.shape[0],),
                                     device=tri.device)
-            if self.per.startswith("leaf_"):
-                from rayd.engine import wide_refit_tris  # (it imports this module's climb)
-
-                self._cmds = wide_refit_tris.record(self, tri, "wide" + self.per[4:])
+            if self._record is not None:  # (wide_refit_tris.py's variants)
+                self._cmds = self._record(self, tri)
             elif self.per == "levels":
                 self._cmds = [wp.launch(
                     _leaf_boxes_kernel, self.items.shape[0],

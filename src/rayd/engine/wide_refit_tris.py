@@ -226,6 +226,15 @@ def folds_magnitude(name: str) -> bool:
     return name in _FOLDING
 
 
+def recorder(per: str):
+    """What ``wide_refit.WideRefit(..., record=)`` takes for the kind ``per`` (``wide_refit.per_thread``):
+    :func:`record` of its variant for ``"leaf_v4"`` ... ``"leaf_split"``, ``None`` for the others."""
+    name = "wide" + per[4:] if per.startswith("leaf_") else None
+    if name not in VARIANTS and name != "wide_split":
+        return None
+    return lambda refit, tri: record(refit, tri, name)
+
+
 def record(refit, tri, name: str) -> list:
     """The recorded launches of variant ``name`` (:data:`VARIANTS`) for ``refit`` (a ``wide_refit.WideRefit``
     of ``tri``, its items a thread per leaf), in order; ``refit`` keeps the arrays they point to."""
