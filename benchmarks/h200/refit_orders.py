@@ -28,7 +28,11 @@ and the ratio to full of update+sync and of the refit's GPU time by CUDA events;
 the two (``same``: wide rows and leaf triangles right after the wide refit; every structure after
 ``complete()``), and the cost of that completion (the fused refit, run by the first query that reads
 the binary or pair boxes). ``--workloads terrain,sphere``: the terrain 2 M and the bumpy sphere 1 M;
-``--warp`` then measures ``wp.Mesh.refit`` on each.
+``--warp`` then measures ``wp.Mesh.refit`` on each. (18th session: ``wide_v4``, ``wide_tris`` and
+``wide_tris_r`` too, ``engine/wide_refit_tris.py``; their ``kernel`` figure adds the leaf-triangle launch
+of the last two, which also folds the magnitude: the refit's launches per call stay at three. A mode
+``name@threads``, e.g. ``wide_tris@262144``, also sets the threads of the magnitude's first pass, folded into
+the placement of the points, ``refit.set_magnitude_threads``; default 65,536.)
 """
 from __future__ import annotations
 
@@ -62,6 +66,8 @@ ap.add_argument("--list", action="store_true", help="print every kernel of one u
 ap.add_argument("--json", default=None)
 ap.add_argument("--tri-refits", default="", help="e.g. full,wide: A/B of wide_refit.TRI_REFITS on each scene")
 ap.add_argument("--workloads", default="terrain", help="terrain and/or sphere (1 M triangles on CUDA)")
+ap.add_argument("--quick", action="store_true",
+                help="--tri-refits: timings only (no kernel census, tris floor, equality check or completion time)")
 a = ap.parse_args()
 dev = a.device
 cuda = dev.startswith("cuda")
@@ -192,6 +198,17 @@ def state(flat) -> dict:
     return out
 
 
+MAG_THREADS = refit.magnitude_threads()
+
+
+def set_mode(m: str) -> None:
+    """``m``: a ``wide_refit.TRI_REFITS`` name, optionally ``@threads`` of the magnitude's first pass
+    (``refit.set_magnitude_threads``; without it the default)."""
+    name, _, threads = m.partition("@")
+    wide_refit.set_tri_refit(name)
+    refit.set_magnitude_threads(int(threads) if threads else MAG_THREADS)
+
+
 def tri_refit_ab(scene, modes: list[str]) -> dict:
     """The refits of ``modes`` on one scene, interleaved call by call: update+sync wall and refit GPU time
     (CUDA events around ``TriangleScene.refit``) medians, the equality check and the completion's cost."""
@@ -204,7 +221,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
     k = 0
     for i in range(a.repeats + 5):
         for m in modes:
-            wide_refit.set_tri_refit(m)
+            set_mode(m)
             k ^= 1
             sync()
             t0 = time.perf_counter()
@@ -222,7 +239,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
                     gpu[m].append(ev[0].elapsed_time(ev[1]))
     rec = {f"{m}_update_sync_ms": statistics.median(wall[m]) for m in modes}
     rec.update({f"{m}_refit_gpu_ms": statistics.median(gpu[m]) for m in modes if gpu[m]})
-    if cuda and flat.pairs is not None:  # the floor: writing the leaf triangles alone (a thread per slot)
+    if cuda and flat.pairs is not None and not a.quick:  # the floor: the leaf triangles alone (a thread per slot)
         from rayd.engine.pair_nodes import _leaf_tris_kernel
         g = []
         for _ in range(25):
@@ -236,16 +253,16 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
         rec["tris_floor_ms"] = statistics.median(g[5:])
     # equality: the full refit's bits against each wide refit's (at once, then after complete())
     rec["same"] = {}
-    for m in [x for x in modes if x != "full"]:
+    for m in [x for x in modes if x != "full" and not a.quick]:
         if flat.wide is None:
             break
-        wide_refit.set_tri_refit("full")
+        set_mode("full")
         scene.update_mesh_vertices(0, sets[0])
         scene.sync()
         want = state(flat)
         scene.update_mesh_vertices(0, sets[1])  # every structure now holds the other vertex set
         scene.sync()
-        wide_refit.set_tri_refit(m)
+        set_mode(m)
         scene.update_mesh_vertices(0, sets[0])
         scene.sync()
         sync()
@@ -266,16 +283,17 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             sync()
             done.append((time.perf_counter() - t0) * 1e3)
         rec.update(complete_ms=statistics.median(done[2:]))
-    if cuda:
+    if cuda and not a.quick:
         for m in modes:
-            wide_refit.set_tri_refit(m)
+            set_mode(m)
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",
                                                        "_leaf_climb_kernel", "_node_climb_kernel",
-                                                       "_leaf_boxes_kernel", "_level_kernel"))
+                                                       "_leaf_boxes_kernel", "_level_kernel",
+                                                       "_leaf_climb_rows", "_tris_fold_kernel", "_split_"))
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))
-    wide_refit.set_tri_refit(default)
+    set_mode(default)
     return rec
 
 
@@ -328,8 +346,9 @@ for wname in a.workloads.split(","):
                         for m in modes:
                             line += f"  {m}: update+sync {rec[m + '_update_sync_ms']:.3f} ms"
                             if cuda:
-                                line += (f" refit GPU {rec[m + '_refit_gpu_ms']:.3f} kernel {rec[m + '_kernel_ms']:.3f}"
-                                         f" ({rec[m + '_kernels_per_call']:.0f}/call)")
+                                line += f" refit GPU {rec[m + '_refit_gpu_ms']:.3f}"
+                            if m + "_kernel_ms" in rec:
+                                line += f" kernel {rec[m + '_kernel_ms']:.3f} ({rec[m + '_kernels_per_call']:.0f}/call)"
                             if wref:
                                 line += f" = {rec[m + '_update_sync_ms'] / wref:.2f} x warp"
                         for m in modes[1:]:

@@ -69,3 +69,35 @@ def test_magnitude_reduction_many_points():
     refit.magnitude_zeroed(wp.array(pts, dtype=wp.vec3, device="cpu"), out, partial, None, LaunchCache())
     assert out.numpy()[0] == 50.0
     assert not partial.numpy().any()  # left zero for the next call
+
+
+@pytest.mark.parametrize("threads", [256, 65536, 262144])
+def test_magnitude_threads_leave_the_same_magnitude(threads, device):
+    """``refit.set_magnitude_threads``: the refit's first pass and the placement that folds it give the same
+    magnitude (a maximum) for any number of threads, with the partial maxima left zero."""
+    from rayd.engine.assemble import DeferredChecks, place_points
+    from rayd.engine.runtime import LaunchCache
+
+    rng = np.random.default_rng(threads)
+    pts = rng.standard_normal((100_003, 3)).astype(np.float32)
+    pts[77_777, 2] = -40.0
+    was = refit.magnitude_threads()
+    refit.set_magnitude_threads(threads)
+    try:
+        launches, checks = LaunchCache(), DeferredChecks()
+        src = wp.array(pts, dtype=wp.vec3, device=device)
+        placed = wp.zeros(len(pts), dtype=wp.vec3, device=device)
+        for fold in (False, True):
+            out = wp.full(1, 7.0, dtype=float, device=device)
+            partial = wp.zeros(256, dtype=float, device=device)
+            if fold:
+                place_points(src, None, 0, placed, checks=(checks.begin(1, device), 0), launches=launches,
+                             magnitude=(partial, out, True))
+            refit.magnitude_zeroed(placed if fold else src, out, partial, None, launches, partials_ready=fold)
+            assert out.numpy()[0] == 40.0
+            assert not partial.numpy().any()
+        np.testing.assert_array_equal(placed.numpy(), pts)
+    finally:
+        refit.set_magnitude_threads(was)
+    with pytest.raises(ValueError, match="set_magnitude_threads"):
+        refit.set_magnitude_threads(255)

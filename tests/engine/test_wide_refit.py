@@ -44,7 +44,7 @@ def _state(tri) -> dict[str, np.ndarray]:
 EAGER = ("wide", "tris", "magnitude")  # what the wide-only refit writes at once
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
 @pytest.mark.parametrize("count,face_base", [(2, 0), (3, 0), (300, 0), (300, 17), (5000, 3)])
 def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, device):
@@ -92,6 +92,9 @@ def test_wide_refit_equals_full_refit(count, face_base, constructor, mode, devic
     assert len(set(items.tolist())) == len(items) and (np.diff(first) > 0).all()
     leaves = (links[: tri.wide.count, 7] >= 0) & (links[: tri.wide.count, 6] < 0)
     assert len(items) == (leaves.sum() if mode != "wide_node" else leaves.any(1).sum())
+    if mode == "wide_split":  # its second launch: each wide node with leaf children once
+        nodes = tri._wide_refits["leaf_split"].node_items.numpy()
+        assert len(set(nodes.tolist())) == len(nodes) == leaves.any(1).sum()
 
 
 def test_single_leaf_tree_keeps_the_full_refit(device):
@@ -105,7 +108,7 @@ def test_single_leaf_tree_keeps_the_full_refit(device):
     assert not tri.stale and not tri._wide_refits
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
 def test_queries_after_wide_refit_equal_fresh_build(constructor, mode, device):
     """After update + sync: intersect / shadow_test (the wide walk: nothing completed), then closest_point
@@ -198,7 +201,7 @@ def test_other_readers_complete_the_tree(query, device):
         torch.testing.assert_close(got, answer(), rtol=0, atol=0)
 
 
-@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels"])
+@pytest.mark.parametrize("mode", ["wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split"])
 def test_scene_with_instances_keeps_the_full_refit(mode, device):
     """With instances every search walks the pair nodes, so the flat BVH is refitted in full (never left
     stale) and the instanced mesh's BLAS too; the answers equal a fresh build's."""
@@ -262,3 +265,37 @@ def test_refit_kind_follows_the_queries_since_the_last_update(device):
         want = [True, rays_only, rays_only, False, False, rays_only]
         assert expected == want
         assert core.accel.completions_by_fallback == 0
+
+
+def test_sync_refits_of_every_kind_write_the_same_bits(device):
+    """Through ``update_mesh_vertices`` + ``sync()`` (the placement folds the magnitude's first pass; the
+    ``wide_tris`` refits fold its second in their first launch), one scene switching between every kind
+    from one sync to the next: the wide rows, leaf triangles and magnitude equal the full refit's of the
+    same vertices, and the partial maxima are left zero."""
+    v, f = _terrain(20)
+    sets = []
+    for step in range(3):
+        moved = v.copy()
+        moved[:, 2] = 0.2 * np.sin((3 + step) * v[:, 0]) - 0.1 * step * v[:, 1]
+        moved *= 1.0 + 0.5 * step
+        sets.append(torch.tensor(moved, device=device))
+    with _settings("ploc", refit="full"):
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(torch.tensor(v, device=device), torch.tensor(f, device=device)), dynamic=True)
+        scene.build()
+        flat = scene._core.flat
+        if flat.wide is None:
+            pytest.skip("no wide nodes for this tree")
+        want = []
+        for s in sets:
+            scene.update_mesh_vertices(0, s)
+            scene.sync()
+            want.append(_state(flat))
+        for k, mode in enumerate(wide_refit.TRI_REFITS[::-1] + wide_refit.TRI_REFITS):
+            wide_refit.set_tri_refit(mode)
+            scene.update_mesh_vertices(0, sets[k % 3])
+            scene.sync()
+            got = _state(flat)
+            for key in EAGER:
+                np.testing.assert_array_equal(got[key], want[k % 3][key], err_msg=f"{mode} {key}")
+            assert not flat._partial.numpy().any()

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import warp as wp
 
+from rayd.engine.refit import magnitude_threads
 from rayd.engine.runtime import LaunchCache, launch_stream, read_back
 
 wp.set_module_options({"enable_backward": False})
@@ -122,8 +123,6 @@ def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32))
 _NONE = 2**31 - 1
 #: Threads of the min/max reductions (each reduces a strided share, then adds one atomic).
 _REDUCE_THREADS = 32768
-#: Threads of a placement that also folds the magnitude (as ``refit.magnitude_zeroed``'s first pass).
-_MAGNITUDE_THREADS = 65536
 
 
 def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, int] | None:
@@ -165,6 +164,20 @@ def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None,
 
 _EYE = wp.mat44d(*np.eye(4).reshape(-1).tolist())
 _ZERO = wp.vec3d(0.0, 0.0, 0.0)
+_VALUES: dict = {}  # (kind, bytes) -> the Warp matrix or vector of those float64 values (_warp_value)
+
+
+def _warp_value(kind, values) -> object:
+    """``kind(*values)`` (``wp.mat44d`` or ``wp.vec3d`` of float64 ``values``), one object per value: a scene
+    places with the same matrix and centre at every sync (building one takes microseconds of host time,
+    looking one up a fraction). Launches copy the values; the objects are never changed."""
+    key = (kind, np.asarray(values, dtype=np.float64).tobytes())
+    made = _VALUES.get(key)
+    if made is None:
+        if len(_VALUES) >= 256:
+            _VALUES.clear()
+        made = _VALUES[key] = kind(*np.frombuffer(key[1], dtype=np.float64).tolist())
+    return made
 
 
 def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: wp.array,
@@ -190,11 +203,11 @@ def place_points(vertices: wp.array, m: np.ndarray | None, offset: int, points: 
         raise ValueError("rayd.engine.place_points(): 'magnitude' needs 'checks' and 'launches'")
     if vertices.size == 0:
         return
-    mat = _EYE if m is None else wp.mat44d(*np.asarray(m, dtype=np.float64).reshape(-1).tolist())
-    c = _ZERO if centre is None else wp.vec3d(*np.asarray(centre, dtype=np.float64).tolist())
+    mat = _EYE if m is None else _warp_value(wp.mat44d, m)
+    c = _ZERO if centre is None else _warp_value(wp.vec3d, centre)
     args = [vertices, mat, c, offset, points]
     if magnitude is not None:
-        threads = max(1, min(_MAGNITUDE_THREADS, vertices.size))
+        threads = max(1, min(magnitude_threads(), vertices.size))  # (as refit.magnitude_zeroed's first pass)
         args += [checks[0], 2 * checks[1], threads, magnitude[0], magnitude[1], int(magnitude[2])]
         launches.launch(_place_checked_magnitude_kernel, threads, args, points.device, stream)
         return
@@ -339,7 +352,13 @@ class DeferredChecks:
         the kernels have run and the flags are read in place)."""
         if self._dev.device.is_cuda:
             stream = stream if stream is not None else wp.get_stream(self._dev.device)
-            wp.copy(self._host, self._dev, stream=stream)
+            # the copy wp.copy ends in, without its checks of the arguments (about 10 us of host time, on
+            # the way to the refit's launches): both arrays are this object's, contiguous int32 of one size
+            runtime = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None)
+            memcpy = getattr(getattr(runtime, "core", None), "wp_memcpy_d2h", None)
+            if memcpy is None or not memcpy(self._dev.device.context, self._host.ptr, self._dev.ptr,
+                                            4 * self._dev.shape[0], stream.cuda_stream):
+                wp.copy(self._host, self._dev, stream=stream)
             self._event = stream.record_event(self._marker)
 
     def results(self) -> list[tuple[str, int] | None]:

@@ -28,7 +28,9 @@ from rayd.engine.runtime import LaunchCache
 
 wp.set_module_options({"enable_backward": False})
 
-#: Threads of the first magnitude pass (at most) and partial maxima of the second.
+#: Threads of the first magnitude pass (at most; also of a placement that folds it, ``assemble.place_points``)
+#: and partial maxima of the second. Each thread folds a strided run of points, one point after the other
+#: (about 16 DRAM latencies in series on the terrain 2 M); :func:`set_magnitude_threads` changes it (A/B).
 _MAG_THREADS = 65536
 _MAG_PARTIALS = wp.constant(256)
 
@@ -61,6 +63,24 @@ def set_refit_order(name: str) -> None:
     if name not in ORDERS:
         raise ValueError(f"rayd.engine.set_refit_order(): 'name' must be one of {ORDERS}, got {name!r}")
     _order = name
+
+
+def set_magnitude_threads(n: int) -> None:
+    """Set how many threads (at most) fold the points into the magnitude's partial maxima from now on (the
+    refit's first pass and a placement that folds it). The magnitude is the same for any ``n`` (a maximum).
+
+    Raises:
+        ValueError: for ``n < 256`` (every partial maximum needs a thread).
+    """
+    global _MAG_THREADS
+    if int(n) < 256:
+        raise ValueError(f"rayd.engine.set_magnitude_threads(): 'n' must be at least 256, got {n}")
+    _MAG_THREADS = int(n)
+
+
+def magnitude_threads() -> int:
+    """Threads (at most) of the magnitude's first pass now."""
+    return _MAG_THREADS
 
 
 def refit_order() -> str:
@@ -115,18 +135,30 @@ def _magnitude_final_reset_kernel(partial: wp.array(dtype=float), out: wp.array(
 
 
 def magnitude_zeroed(points: wp.array, out: wp.array, partial: wp.array, stream: wp.Stream | None,
-                     launches: LaunchCache, partials_ready: bool = False) -> None:
+                     launches: LaunchCache, partials_ready: bool = False, final: bool = True) -> None:
     """``out[0] = max |coordinate|`` over ``points`` in two launches and no memsets (each thread folds a
     strided run of points into one of 256 partial maxima, then one launch folds those; no
     ``atomic_max`` of every point on one address): ``partial`` (float32 (256,)) must hold zeros on
     entry (``wp.zeros`` once) and holds zeros again on return; ``out[0]`` is cleared by the first
     launch. ``partials_ready``: the caller has already cleared ``out`` and folded every point into
-    ``partial`` (``assemble.place_points`` with ``magnitude``): only the second launch runs."""
+    ``partial`` (``assemble.place_points`` with ``magnitude``): only the second launch runs.
+    ``final=False``: the second launch is left to the caller's next kernel, which folds ``partial`` into
+    ``out`` the same way (``wide_refit_tris._tris_fold_kernel``)."""
     if not partials_ready:
         threads = max(1, min(_MAG_THREADS, points.shape[0]))
         launches.launch(_magnitude_partial_reset_kernel, threads, [points, threads, partial, out], points.device,
                         stream)
-    launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
+    if final:
+        launches.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], points.device, stream)
+
+
+def magnitude_final_command(partial: wp.array, out: wp.array) -> wp.Launch:
+    """The second pass of :func:`magnitude_zeroed` (``partial`` folded into ``out[0]`` and zeroed again),
+    recorded for replays (``cmd.launch(stream)``): for an owner whose two arrays are fixed for its life,
+    a replay without :class:`LaunchCache`'s comparison of the arguments."""
+    cmd = wp.launch(_magnitude_final_reset_kernel, _MAG_PARTIALS, [partial, out], device=out.device, record_cmd=True)
+    cmd.fwd_args = None  # (kept by Warp for graph-capture replays only)
+    return cmd
 
 
 @wp.func

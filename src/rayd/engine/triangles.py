@@ -9,10 +9,11 @@ import warp as wp
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
-from rayd.engine.refit import FusedRefit, magnitude_zeroed
+from rayd.engine.refit import FusedRefit, magnitude_final_command, magnitude_zeroed
 from rayd.engine.runtime import LaunchCache, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 from rayd.engine.wide_refit import WideRefit, per_thread, tri_refit
+from rayd.engine.wide_refit_tris import folds_magnitude, recorder
 
 #: BVH construction used by ``build()``: ``"auto"`` is ``"ploc"`` for the flat BVH of a
 #: CUDA scene (built on the device in milliseconds; with the ``ww`` walk it traces within
@@ -268,6 +269,7 @@ class TriangleScene:
         self.magnitude = wp.zeros(1, dtype=float, device=self.device)
         self._partial = wp.zeros(256, dtype=float, device=self.device)  # (zero between refits: magnitude_zeroed)
         self._launches = LaunchCache()  # the refit's recorded launches
+        self._final = None  # the magnitude's second pass, recorded at its first replay (refit.magnitude_final_command)
         layout = _layout if layout is None else layout
         if layout == "auto":
             layout = "pair" if self.device.is_cpu or instanced else "wide4"
@@ -311,7 +313,7 @@ class TriangleScene:
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
             per = per_thread(tri_refit())
             if per is not None and not instanced and WideRefit.applies(self):
-                self._wide_refits[per] = WideRefit(self, per, stream)  # (else made at the first such refit)
+                self._wide_refits[per] = WideRefit(self, per, stream, recorder(per))  # (else at the first such refit)
 
     @property
     def id(self) -> int:
@@ -340,9 +342,14 @@ class TriangleScene:
             stream=stream,
         )
 
-    def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False) -> None:
-        if self._reduce:
-            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches, partials_ready)
+    def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False, final: bool = True) -> None:
+        if self._reduce and partials_ready and final:  # the usual sync(): the second pass alone, replayed
+            if self._final is None:
+                self._final = magnitude_final_command(self._partial, self.magnitude)
+            self._final.launch(None if self.device.is_cpu else stream)
+        elif self._reduce:
+            magnitude_zeroed(self.points, self.magnitude, self._partial, stream, self._launches, partials_ready,
+                             final)
         else:
             self.magnitude.zero_()
             wp.launch(_magnitude_kernel, self.points.shape[0], [self.points], [self.magnitude],
@@ -362,17 +369,22 @@ class TriangleScene:
         default layout) gets a wide-only refit instead and is left :attr:`stale` until
         :meth:`complete` -- unless a query needed :meth:`complete` since the previous refit (closest
         point, all hits, winding numbers, ...): then this refit is a full one, so a scene queried that
-        way after every update pays the full refit only, not a wide refit and a completion.
+        way after every update pays the full refit only, not a wide refit and a completion. The wide-only
+        refits ``"wide_tris"`` and ``"wide_tris_r"`` (``wide_refit_tris.py``) fold the magnitude's partial
+        maxima in their first launch (the magnitude's second pass is not launched separately).
         """
         self.stale = False
         if self.fused is not None:  # (every launch names its stream: no scoped stream needed)
-            self._magnitude(stream, partials_ready)
-            per = per_thread(tri_refit())
+            name = tri_refit()
+            per = per_thread(name)
             full_reader, self._full_reader = self._full_reader, False
-            if (per is not None and self.lazy_refit and not self.instanced and not full_reader
-                    and WideRefit.applies(self)):
+            wide = (per is not None and self.lazy_refit and not self.instanced and not full_reader
+                    and WideRefit.applies(self))
+            # (the "wide_tris" refits fold the magnitude's partial maxima in their first launch)
+            self._magnitude(stream, partials_ready, final=not (wide and folds_magnitude(name)))
+            if wide:
                 if per not in self._wide_refits:
-                    self._wide_refits[per] = WideRefit(self, per, stream)
+                    self._wide_refits[per] = WideRefit(self, per, stream, recorder(per))
                 self._wide_refits[per].run(self, stream)
                 self.stale, self._stale_stream = True, stream
             else:

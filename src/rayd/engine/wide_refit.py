@@ -42,7 +42,11 @@ wp.set_module_options({"enable_backward": False})
 #: ``"wide_levels"`` 0.619 / 0.467); on one H200 (session 18, ``benchmarks/results/h200-session18/``)
 #: 0.534 / 0.347 ms against 0.857 / 0.563 ms, and the whole CUDA suite of both frontends passed with
 #: ``"wide"`` (and with ``"full"``), so ``"wide"`` is the default. ``RAYD_TRI_REFIT=full`` restores the old one.
-TRI_REFITS = ("full", "wide", "wide_node", "wide_levels")
+#: ``"wide_v4"``, ``"wide_tris"`` and ``"wide_tris_r"`` (18th session) write the leaf triangles in 16-byte
+#: stores, in a coalesced launch of their own, or both and read them back; ``"wide_split"`` writes every
+#: leaf (16-byte stores) in a launch without atomics, then climbs from the wide nodes with leaf children
+#: (``wide_refit_tris.py``).
+TRI_REFITS = ("full", "wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split")
 _tri_refit = os.environ.get("RAYD_TRI_REFIT", "wide").strip().lower()
 if _tri_refit not in TRI_REFITS:
     raise ValueError(f"rayd.engine: RAYD_TRI_REFIT must be one of {TRI_REFITS}, got {_tri_refit!r}")
@@ -51,7 +55,9 @@ if _tri_refit not in TRI_REFITS:
 def set_tri_refit(name: str) -> None:
     """Choose what refits of triangle BVHs write at ``sync()`` from now on: ``"full"`` (every node
     structure), ``"wide"``, ``"wide_node"`` or ``"wide_levels"`` (the wide nodes and leaf triangles, a
-    thread per leaf or per wide node, or level by level; the rest when a query reads it).
+    thread per leaf or per wide node, or level by level; the rest when a query reads it), or
+    ``"wide_v4"``, ``"wide_tris"``, ``"wide_tris_r"``, ``"wide_split"`` (``"wide"`` with the leaf triangles
+    written otherwise, ``wide_refit_tris.py``; the same bits).
 
     Raises:
         ValueError: for another name.
@@ -295,20 +301,26 @@ class WideRefit:
     Args:
         tri: the scene (its :attr:`wide` nodes made, with a slot map: a tree of two leaves or more).
         per: ``"leaf"`` (a thread per leaf, :data:`TRI_REFITS` ``"wide"``), ``"node"`` (a thread per wide
-            node with leaf children, which computes all of them and needs no atomic where every child is a
-            leaf: ``"wide_node"``) or ``"levels"`` (no atomics: a launch over the leaves, then one per
-            depth of the wide tree from the deepest up, replayed from records: ``"wide_levels"``).
+            node with leaf children, which computes all of them and needs no atomic where every child is
+            a leaf: ``"wide_node"``), ``"levels"`` (no atomics: a launch over the leaves, then one per depth
+            of the wide tree from the deepest up, replayed from records: ``"wide_levels"``), or
+            ``"leaf_v4"``, ``"leaf_tris"``, ``"leaf_tris_r"``, ``"leaf_split"`` (a thread per leaf, as
+            ``"wide_v4"`` ... ``"wide_split"`` of ``wide_refit_tris.py``; the last also :attr:`node_items`).
         stream: the stream to prepare on (``None`` on the CPU).
+        record: for the ``"leaf_*"`` kinds, ``record(refit, tri) -> launches`` (``wide_refit_tris.recorder``,
+            which imports this module's climb): the recorded launches :meth:`run` replays.
 
     Attributes:
         items: int32, per thread ``4 w + j`` of a leaf child in slot order (``"leaf"``) or a wide node
             ``w`` in the order of its least leaf slot (``"node"``); one thread each.
         up: int32 (W,), ``4 (parent slot + 1) + children - 1`` per wide node (parent slot ``-1`` at the root).
         counters: int32 (W,), arrival counters (zero between refits).
+        node_items: ``"leaf_split"`` only: int32, the wide nodes with leaf children, as ``items`` of ``"node"``.
     """
 
-    def __init__(self, tri, per: str = "leaf", stream: wp.Stream | None = None) -> None:
+    def __init__(self, tri, per: str = "leaf", stream: wp.Stream | None = None, record=None) -> None:
         wide = tri.wide
+        self._record = record
         device = tri.device
         f = tri.num_triangles
         count = wide.count
@@ -319,16 +331,22 @@ class WideRefit:
             leaf_at = wp.full(f, -1, dtype=wp.int32, device=device)
             node_at = wp.full(f, -1, dtype=wp.int32, device=device)
             wp.launch(_up_kernel, count, [wide.links], [self.up, leaf_at, node_at], device=device, stream=stream)
-            at = node_at if per == "node" else leaf_at
             flags = wp.empty(f, dtype=wp.int32, device=device)
             position = wp.empty(f, dtype=wp.int32, device=device)
-            wp.launch(_flags_kernel, f, [at], [flags], device=device, stream=stream)
-            wp.utils.array_scan(flags, position, inclusive=False)
-            if stream is not None:
-                wp.synchronize_stream(stream)  # (once per tree: the number of threads is read)
-            size = int(position[f - 1:].numpy()[0] + flags[f - 1:].numpy()[0])
-            self.items = wp.full(max(1, size), -1, dtype=wp.int32, device=device)
-            wp.launch(_compact_kernel, f, [at, position], [self.items], device=device, stream=stream)
+
+            def compact(at: wp.array) -> wp.array:
+                wp.launch(_flags_kernel, f, [at], [flags], device=device, stream=stream)
+                wp.utils.array_scan(flags, position, inclusive=False)
+                if stream is not None:
+                    wp.synchronize_stream(stream)  # (once per tree: the number of threads is read)
+                size = int(position[f - 1:].numpy()[0] + flags[f - 1:].numpy()[0])
+                items = wp.full(max(1, size), -1, dtype=wp.int32, device=device)
+                wp.launch(_compact_kernel, f, [at, position], [items], device=device, stream=stream)
+                return items
+
+            self.items = compact(node_at if per == "node" else leaf_at)
+            if per == "leaf_split":  # (wide_refit_tris.py: the leaves, then the wide nodes with leaf children)
+                self.node_items = compact(node_at)
             self.levels: list[tuple[int, int]] = []  # (first, count) into self.order, deepest first
             if per == "levels":
                 depth = wp.empty(count, dtype=wp.int32, device=device)
@@ -346,13 +364,17 @@ class WideRefit:
         self._cmds: list | None = None
 
     def run(self, tri, stream: wp.Stream | None) -> None:
-        """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured): one launch
-        (``"levels"``: one plus one per depth), recorded at the first call and replayed."""
+        """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured; for ``"leaf_tris"``
+        and ``"leaf_tris_r"`` its partial maxima, folded by their first launch): one launch (``"levels"``:
+        one plus one per depth; ``"leaf_tris"``, ``"leaf_tris_r"``: two), recorded at the first call and
+        replayed."""
         if self._cmds is None:
             wide = tri.wide
             self._wide_f = wp.array(ptr=wide.data.ptr, dtype=float, shape=(4 * wide.data.shape[0],),
                                     device=tri.device)
-            if self.per == "levels":
+            if self._record is not None:  # (wide_refit_tris.py's variants)
+                self._cmds = self._record(self, tri)
+            elif self.per == "levels":
                 self._cmds = [wp.launch(
                     _leaf_boxes_kernel, self.items.shape[0],
                     [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, self.items,
@@ -379,4 +401,8 @@ class WideRefit:
 
 def per_thread(name: str) -> str | None:
     """What a thread of the wide-only refit ``name`` (:data:`TRI_REFITS`) starts from (``None``: full refit)."""
-    return {"wide": "leaf", "wide_node": "node", "wide_levels": "levels"}.get(name)
+    return _PER.get(name)
+
+
+_PER = {"wide": "leaf", "wide_node": "node", "wide_levels": "levels", "wide_v4": "leaf_v4", "wide_tris": "leaf_tris",
+        "wide_tris_r": "leaf_tris_r", "wide_split": "leaf_split"}
