@@ -223,3 +223,32 @@ def test_assigned_parameters_are_checked_and_used():
         with pytest.raises(exc, match=r"^rayd\.torch\.Camera.*" + text):
             setattr(cam, name, value)
     assert cam.intrinsics() == before and cam.to_world is pose and cam.width == 8
+
+
+def test_camera_made_inside_vmap_over_poses():
+    """``torch.func.vmap`` over camera poses: ``Camera(to_world=M)`` with a batched ``M`` failed
+    with "Cannot access data pointer of Tensor that doesn't have storage" (its value check read
+    the matrix with ``tolist``); it now checks every matrix of the batch, as for the intrinsics,
+    and equals a loop. A bad matrix anywhere in the batch still raises ``ValueError``."""
+    points = torch.tensor([[0.1, 0.2, 3.0], [-0.4, 0.3, 2.5]], dtype=torch.float64)
+    poses = torch.eye(4, dtype=torch.float64).repeat(3, 1, 1)
+    poses[:, 0, 3] = torch.tensor([0.0, 0.1, 0.2], dtype=torch.float64)
+    poses[1, :3, :3] = _pose()[:3, :3]
+
+    def project(m):
+        xy, depth = rt.Camera(8, 8, fx=10.0, to_world=m).project(points)
+        return xy, depth
+
+    def rays(m):
+        return rt.Camera(8, 8, fx=10.0, to_world=m).generate_rays(points[:, :2]).d
+
+    xy, depth = torch.func.vmap(project)(poses)
+    loop = [project(m) for m in poses]
+    torch.testing.assert_close(xy, torch.stack([x for x, _ in loop]), rtol=0, atol=0)
+    torch.testing.assert_close(depth, torch.stack([z for _, z in loop]), rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.vmap(rays)(poses), torch.stack([rays(m) for m in poses]), rtol=0, atol=0)
+    assert xy[0, 0].tolist() == pytest.approx([10 * 0.1 / 3 + 4, 10 * 0.2 / 3 + 4])
+    bad = poses.clone()
+    bad[2, :3, :3] = 0.0
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'to_world' .*singular"):
+        torch.func.vmap(project)(bad)

@@ -88,7 +88,8 @@ class Camera(CameraBase):
                 for v in (self.fx, self.fy, self.cx, self.cy, self.fov_y)]  # all of a vmap batch
         _core.check_intrinsics(call, *host[:4], fov_y=host[4])
         if self.to_world is not None:
-            check_matrices(call, "to_world", _convert.host_matrices(self.to_world))
+            host = _convert.host_array(self.to_world, torch.float64).reshape(-1, 4, 4)  # all of a vmap batch
+            check_matrices(call, "to_world", host, batch=False)
 
     # ------------------------------------------------------------------ properties
     def _parameters(self) -> list[tuple[str, object]]:
