@@ -221,3 +221,27 @@ def test_assigned_parameters_are_checked_and_used(m):
         with pytest.raises(exc, match=r"^rayd\.drjit\.Camera"):
             setattr(cam, name, value)
     assert cam.intrinsics()[0] == 5.0 and cam.height == 6
+
+
+def test_array_fov_like_torch(m):
+    """``fov_y`` may be a width-1 ``Float``/``Float64`` (it was a float only, unlike rayd.torch's
+    0-dim tensor): rays and the gradient to ``fov_y`` equal rayd.torch's, and its values are
+    checked like a float's."""
+    for Float, dtype in ((m.Float, torch.float32), (m.Float64, torch.float64)):
+        fov = Float(40.0)
+        dr.enable_grad(fov)
+        d = rd.Camera(8, 6, fov_y=fov).generate_rays(m.Array2f64([1.0, 5.5], [2.0, 0.5])).d
+        fov_t = torch.tensor(40.0, dtype=dtype, requires_grad=True)
+        d_t = rt.Camera(8, 6, fov_y=fov_t).generate_rays(torch.tensor([[1.0, 2.0], [5.5, 0.5]], dtype=torch.float64)).d
+        np.testing.assert_allclose(rows(d), d_t.detach().numpy(), rtol=0, atol=1e-12)
+        dr.backward(dr.sum(d.x + 2 * d.y))
+        (d_t[:, 0] + 2 * d_t[:, 1]).sum().backward()
+        np.testing.assert_allclose(float(dr.grad(fov)[0]), float(fov_t.grad), rtol=grad_rtol(m))
+    f = 3.0 / math.tan(math.radians(20.0))
+    assert rd.Camera(8, 6, fov_y=m.Float64(40.0)).intrinsics() == pytest.approx((f, f, 4.0, 3.0), rel=1e-14)
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): 'fov_y' must be in \(0, 180\) degrees, got 200"):
+        rd.Camera(8, 6, fov_y=m.Float(200.0))
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): 'fov_y' must have width 1, got width 2"):
+        rd.Camera(8, 6, fov_y=m.Float([30.0, 40.0]))
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Camera\(\): 'fov_y' must be a float or a width-1 Float"):
+        rd.Camera(8, 6, fov_y=m.Int(30))

@@ -252,3 +252,32 @@ def test_camera_made_inside_vmap_over_poses():
     bad[2, :3, :3] = 0.0
     with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'to_world' .*singular"):
         torch.func.vmap(project)(bad)
+
+
+def test_tensor_fov_is_read_at_each_call():
+    """A tensor ``fov_y`` was turned into ``fx = fy`` once, at ``Camera()``: after an optimiser
+    step on ``fov_y`` the camera kept the old focal length (stale rays), and the second
+    ``backward()`` failed ("Trying to backward through the graph a second time"). The focal
+    length now follows ``fov_y`` at each call, as the other tensor parameters do."""
+    fov = torch.tensor(40.0, dtype=torch.float64, requires_grad=True)
+    cam = rt.Camera(8, 6, fov_y=fov)
+    opt = torch.optim.SGD([fov], lr=10.0)
+    xy = torch.tensor([[1.0, 2.0], [5.5, 0.5]], dtype=torch.float64)
+    for _ in range(3):
+        d = cam.generate_rays(xy).d
+        want = rt.Camera(8, 6, fov_y=float(fov)).generate_rays(xy).d
+        torch.testing.assert_close(d, want, rtol=0, atol=1e-15)
+        f = 3.0 / math.tan(math.radians(float(fov)) / 2)
+        assert cam.intrinsics() == pytest.approx((f, f, 4.0, 3.0), rel=1e-14)
+        opt.zero_grad()
+        d[:, 0].sum().backward()
+        assert fov.grad is not None and fov.grad.abs() > 0
+        opt.step()
+    assert float(fov) != 40.0
+    with torch.no_grad():
+        fov.fill_(200.0)  # in place out of range: the values are checked again by sample_edges
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor([[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]]), torch.tensor([[0, 1, 2]])))
+    scene.build()
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.sample_edges\(\): 'fov_y' must be in \(0, 180\)"):
+        cam.sample_edges(scene, 4)

@@ -109,6 +109,33 @@ class CameraBase(PublicName, FrontendDocs):
     _OPS: Any = None  # the frontend's array steps of the camera maps (module docstring), set below its class
 
     @property
+    def fx(self) -> Any:
+        """The horizontal focal length in pixels: the number or array given, or, while ``fov_y`` is an
+        array, ``(height / 2) / tan(fov_y / 2)`` of its current value (evaluated at each read, so an
+        in-place change of ``fov_y`` takes effect and its gradient flows into ``fov_y``; it was
+        evaluated once at ``Camera()``, which kept stale rays after an optimiser step on ``fov_y``)."""
+        return self._focal("_fx")
+
+    @fx.setter
+    def fx(self, value: Any) -> None:
+        self.__dict__["_fx"] = value
+
+    @property
+    def fy(self) -> Any:
+        """The vertical focal length in pixels (as :attr:`fx`)."""
+        return self._focal("_fy")
+
+    @fy.setter
+    def fy(self, value: Any) -> None:
+        self.__dict__["_fy"] = value
+
+    def _focal(self, stored: str) -> Any:
+        fov_y = self.__dict__.get("fov_y")
+        if fov_y is not None and self._is_array(fov_y):
+            return self._array_focal(fov_y)
+        return self.__dict__.get(stored)
+
+    @property
     def _CALL(self) -> str:
         """The call that messages of ``Camera()`` start with (``"rayd.torch.Camera()"``)."""
         return f"{self._name}()"
@@ -284,7 +311,7 @@ class CameraBase(PublicName, FrontendDocs):
             raise ValueError(f"{call}: one of 'fov_y', 'fx' or 'fy' is required")
         if fov_y is not None:
             if self._is_array(fov_y):
-                fx = fy = self._array_focal(fov_y)
+                fx = fy = self._array_focal(fov_y)  # read again from fov_y at each use (``fx``)
             elif not 0.0 < fov_y < 180.0:
                 raise ValueError(f"{call}: 'fov_y' must be in (0, 180) degrees, got {fov_y}")
             else:

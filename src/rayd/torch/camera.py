@@ -38,7 +38,7 @@ class Camera(CameraBase):
     Any of ``fov_y, fx, fy, cx, cy, to_world`` may be a tensor that requires grad;
     :meth:`generate_rays`, :meth:`project` and the ``motion`` of :meth:`sample_edges`
     are differentiable with respect to them. Tensors are read live at each call (they
-    are not copied).
+    are not copied; a tensor ``fov_y`` gives ``fx = fy`` from its value at each call).
 
     Raises:
         TypeError: ``width``/``height`` not ints; an intrinsic neither a number nor a
