@@ -245,3 +245,27 @@ def test_array_fov_like_torch(m):
         rd.Camera(8, 6, fov_y=m.Float([30.0, 40.0]))
     with pytest.raises(TypeError, match=r"^rayd\.drjit\.Camera\(\): 'fov_y' must be a float or a width-1 Float"):
         rd.Camera(8, 6, fov_y=m.Int(30))
+
+
+def test_faces_listed_twice_sampled_as_one_like_torch(m):
+    """A face listed twice is one face for ``sample_edges`` (as in rayd.torch): a doubled triangle
+    had no sampled outline; a cube with a face listed again sampled the creases next to it twice."""
+    corners = np.array([[x, y, z] for x in (-.3, .3) for y in (-.3, .3) for z in (-.3, .3)]) + [0.1, -0.1, 3.0]
+    cube_f = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+              [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
+    totals = []
+    for v, faces in ((TRI, [[0, 1, 2]]), (TRI, [[0, 1, 2], [0, 1, 2]]), (TRI, [[0, 1, 2], [0, 2, 1]]),
+                     (corners, cube_f), (corners, cube_f + [cube_f[0]]), (corners, cube_f + [cube_f[5][::-1]])):
+        ds = rd.Scene()
+        ds.add_mesh(rd.Mesh(vec(m.Array3f64, np.asarray(v)), m.Array3i(*np.array(faces).T)))
+        ds.build()
+        s = rd.Camera(16, 16, fov_y=45.0).sample_edges(ds, 64, generator=np.random.default_rng(0))
+        ts = rt.Scene()
+        ts.add_mesh(rt.Mesh(torch.tensor(np.asarray(v)), torch.tensor(faces)))
+        ts.build()
+        st = rt.Camera(16, 16, fov_y=45.0).sample_edges(ts, 64, generator=torch.Generator().manual_seed(0))
+        totals.append(float(dr.sum(s.weight)[0]))
+        assert totals[-1] == pytest.approx(float(st.weight.sum()), rel=1e-12)
+        assert np.array_equal(np.unique(np.array(s.global_edge_id)), st.global_edge_id.unique().numpy())
+    assert totals[0] > 0 and totals[1] == pytest.approx(totals[0], rel=1e-12) and totals[2] == pytest.approx(totals[0], rel=1e-12)
+    assert totals[4] == pytest.approx(totals[3], rel=1e-12) and totals[5] == pytest.approx(totals[3], rel=1e-12)

@@ -457,6 +457,40 @@ def test_split_vertex_cube_seams_sampled_once(device):
     assert bool(((s.xy.double() - centre) * s.normal.double()).sum(-1).gt(0).all())
 
 
+def test_faces_listed_twice_are_sampled_as_one(device):
+    """A face listed twice (same three vertex indices, either winding) is one face for
+    ``sample_edges``. A triangle listed twice had no sampled outline (its records joined two
+    coincident faces: never a silhouette), and a cube with two faces listed again sampled
+    52 % (same winding) or 185 % (reversed copies) more length than the cube, each crease
+    next to a copy twice, with a wrong boundary-term gradient. Now the length, the sampled
+    edges' geometry and the gradient are the plain mesh's."""
+    tri = torch.tensor(TRI, dtype=torch.float64, device=device)
+    cam = rt.Camera(W, H, fov_y=45.0)
+    want = cam.sample_edges(_scene([(tri, torch.tensor([[0, 1, 2]]))], device), 500,
+                            generator=torch.Generator().manual_seed(2))
+    for f in ([[0, 1, 2], [0, 1, 2]], [[0, 1, 2], [0, 2, 1]], [[0, 1, 2], [1, 2, 0], [0, 1, 2]]):
+        got = cam.sample_edges(_scene([(tri, torch.tensor(f))], device), 500, generator=torch.Generator().manual_seed(2))
+        assert float(got.weight.sum()) == pytest.approx(float(want.weight.sum()), rel=1e-12) and len(got) == 500
+        torch.testing.assert_close(got.xy, want.xy, rtol=0, atol=1e-9)
+        torch.testing.assert_close(got.normal, want.normal, rtol=0, atol=1e-12)
+    cube = _cube_plane()[:8].to(device)
+    grads = []
+    for extra in ([], [CUBE_F[0], CUBE_F[5]], [CUBE_F[0].flip(0), CUBE_F[5].flip(0)], [CUBE_F[0], CUBE_F[0], CUBE_F[6]]):
+        v = cube.clone().requires_grad_()
+        f = torch.cat([CUBE_F] + [e[None] for e in extra])
+        scene = _scene([(v, f)], device)
+        s = cam.sample_edges(scene, 4000, generator=torch.Generator().manual_seed(4))
+        hull = convex_hull(cam.project(cube)[0].detach().cpu().numpy())
+        perimeter = float(np.linalg.norm(hull - np.roll(hull, -1, axis=0), axis=1).sum())
+        assert float(s.weight.sum()) == pytest.approx(perimeter, rel=1e-10)
+        term = s.boundary_term(_shade(scene, s.ray_inside), _shade(scene, s.ray_outside))
+        w = torch.rand(H, W, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(device)
+        (grad,) = torch.autograd.grad((term * w).sum(), [v])
+        grads.append(grad)
+    for g in grads[1:]:
+        torch.testing.assert_close(g, grads[0], rtol=1e-12, atol=1e-12 * float(grads[0].abs().max()))
+
+
 def test_edge_samples_are_a_record_detach_index_to(device):
     # The same record operations as Intersection: fields in dir(), detach(), to(), indexing.
     v = torch.tensor([[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]], dtype=torch.float64, device=device, requires_grad=True)

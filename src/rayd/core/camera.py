@@ -257,3 +257,46 @@ def _lex_less(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         less |= ~decided & (x[:, k] < y[:, k])
         decided |= x[:, k] != y[:, k]
     return less
+
+
+def coincident_faces(opposite: np.ndarray, rest) -> tuple[np.ndarray, np.ndarray] | None:
+    """How ``sample_edges`` treats the edge records of faces listed more than once.
+
+    Two faces of one edge with the same opposite vertex have the same three vertex indices
+    (a face listed twice, with either winding). The silhouette rule compares the two faces
+    of a record, so a record of two such faces is never a silhouette when their windings
+    agree and always one when they differ, and the records of a third face with each copy
+    repeat one another: a triangle listed twice had no sampled outline (no boundary term),
+    and an edge next to a doubled face was sampled twice. For sampling, coincident faces
+    count as one (the first listed): a record is dropped when an earlier record of its edge
+    has the same two opposite vertices, or when it joins two coincident faces while its edge
+    has another face; it is sampled as a boundary edge when it joins two coincident faces
+    and its edge has no other face.
+
+    Args:
+        opposite: (E, 2) int host array, ``EdgeTopology.opposite`` (``-1`` for none).
+        rest: ``rest() -> (v, shape_id)``, the (E, 2) and (E,) int host arrays of the
+            topology, called only when a record joins two coincident faces.
+
+    Returns:
+        ``None`` when no record joins two coincident faces (nothing changes), else
+        ``(drop, as_boundary)``, (E,) bool masks.
+    """
+    opposite = np.asarray(opposite, np.int64).reshape(-1, 2)
+    same = (opposite[:, 0] == opposite[:, 1]) & (opposite[:, 0] >= 0)
+    if not same.any():
+        return None
+    v, shape_id = (np.asarray(x, np.int64) for x in rest())
+    edge = np.concatenate([shape_id.reshape(-1, 1), v.reshape(-1, 2)], axis=1)
+    pair = np.sort(opposite, axis=1)
+    _, first = np.unique(np.concatenate([edge, pair], axis=1), axis=0, return_index=True)
+    repeated = np.ones(len(opposite), bool)
+    repeated[first] = False
+    # distinct opposite vertices of each edge: one means every face of the edge is one face
+    _, edge_of = np.unique(edge, axis=0, return_inverse=True)
+    edge_of = edge_of.reshape(-1)
+    ends = np.concatenate([np.stack([edge_of, opposite[:, 0]], 1), np.stack([edge_of, opposite[:, 1]], 1)])
+    ends = np.unique(ends[ends[:, 1] >= 0], axis=0)
+    single = np.bincount(ends[:, 0], minlength=edge_of.max() + 1)[edge_of] == 1
+    as_boundary = same & single & ~repeated
+    return repeated | (same & ~single), as_boundary

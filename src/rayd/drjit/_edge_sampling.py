@@ -109,6 +109,10 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     with dr.suspend_grad():
         sil = np.array(scene.silhouette_edges(plain.Array3f64(*work.centre)), dtype=bool)
         applied = np.array(edges._applied, dtype=np.uint8).astype(bool)
+        boundary = np.array(top.is_boundary, dtype=bool)
+        rule = _core.coincident_faces(np.array(top.opposite).T, lambda: (np.array(top.v).T, np.array(top.shape_id)))
+        if rule is not None:  # faces listed more than once: sampled as one face
+            sil, boundary = (sil & ~rule[0]) | rule[1], boundary | rule[1]
         ids = np.flatnonzero(sil & applied).astype(np.int32)
         if ids.size == 0:  # no edge to sample (Dr.Jit does not broadcast width 0 against width 1)
             empty = np.zeros((0, 3))
@@ -120,7 +124,7 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
         opp = (rows[ids, 0] - local_v[ids, 0] + np.array(top.opposite).T[ids, 0]).astype(np.int64)
         o = _world_rows(m, double, edges, geometry, ids, opp)
         a, b = (np.array(x).T.reshape(-1, 3) for x in (a, b))
-        return work, ids, a, b, o, np.array(top.is_boundary, dtype=bool)[ids]
+        return work, ids, a, b, o, boundary[ids]
 
 
 def _jitter(generator: np.random.Generator | None) -> Callable[[int], np.ndarray]:

@@ -156,14 +156,20 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     with torch.no_grad():
         world = placed_vertices(scene._state, torch.float64, detach=True)
         centre = torch.tensor(camera._host_centre(), dtype=torch.float64, device=device)
-        chosen = scene.silhouette_edges(centre) & edges._applied.bool()
+        chosen, boundary = scene.silhouette_edges(centre), top.is_boundary
+        rule = _core.coincident_faces(_convert.host_array(top.opposite),
+                                      lambda: (_convert.host_array(top.v), _convert.host_array(top.shape_id)))
+        if rule is not None:  # faces listed more than once: sampled as one face
+            drop, extra = (torch.as_tensor(x, device=device) for x in rule)
+            chosen, boundary = (chosen & ~drop) | extra, boundary | extra
+        chosen = chosen & edges._applied.bool()
         ids = chosen.nonzero().squeeze(1)
         edge_rows = edges.edge_rows[ids].long()
         offset = (edges.edge_rows[ids, 0] - top.v[ids, 0]).long()
         opp = top.opposite[ids, 0].long() + offset
         a, b, o = (_convert.host_array(world[i]) for i in (edge_rows[:, 0], edge_rows[:, 1], opp))
     work = SimpleNamespace(device=device, dtype=dtype, centre=centre)
-    return work, ids, a, b, o, _convert.host_array(top.is_boundary[ids])
+    return work, ids, a, b, o, _convert.host_array(boundary[ids])
 
 
 def _jitter(generator: torch.Generator | None) -> Callable[[int], np.ndarray]:
