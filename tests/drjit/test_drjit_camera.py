@@ -269,3 +269,19 @@ def test_faces_listed_twice_sampled_as_one_like_torch(m):
         assert np.array_equal(np.unique(np.array(s.global_edge_id)), st.global_edge_id.unique().numpy())
     assert totals[0] > 0 and totals[1] == pytest.approx(totals[0], rel=1e-12) and totals[2] == pytest.approx(totals[0], rel=1e-12)
     assert totals[4] == pytest.approx(totals[3], rel=1e-12) and totals[5] == pytest.approx(totals[3], rel=1e-12)
+
+
+def test_float32_scene_far_from_the_origin_like_torch(m):
+    """A float32 scene and camera 1e5 from the origin: the float32 re-projection of ``xy`` put
+    94 % of the samples' ``ray_inside``/``ray_outside`` on the wrong side of the edge; ``xy`` is
+    the host's float64 projection now (rayd.core ``SamplePlan.xy``), as in rayd.torch."""
+    o = np.array([1e5, -1e5 / 3, 1e5 / 2])
+    ds = rd.Scene()
+    ds.add_mesh(rd.Mesh(vec(m.Array3f, (TRI + o).astype(np.float32)), m.Array3i(0, 1, 2)))
+    ds.build()
+    pose = np.eye(4)
+    pose[:3, 3] = o
+    s = rd.Camera(64, 64, fov_y=40.0, to_world=m.Matrix4f(pose)).sample_edges(ds, 2000, generator=np.random.default_rng(0))
+    inside = np.array(ds.intersect(s.ray_inside).is_valid())
+    outside = np.array(ds.intersect(s.ray_outside).is_valid())
+    assert len(s) == 2000 and inside.mean() > 0.998 and outside.mean() < 0.002

@@ -491,6 +491,30 @@ def test_faces_listed_twice_are_sampled_as_one(device):
         torch.testing.assert_close(g, grads[0], rtol=1e-12, atol=1e-12 * float(grads[0].abs().max()))
 
 
+def test_float32_scene_far_from_the_origin_keeps_inside_and_outside(device):
+    """A float32 scene and camera placed 1e4 to 1e5 from the origin: ``xy`` was re-projected in
+    float32 from absolute coordinates (error ~0.01 pixel, above ``EDGE_OFFSET`` = 0.005), so
+    ``ray_inside`` missed or ``ray_outside`` hit the triangle for 49 % (1e4) and 95 % (1e5) of
+    the samples, biasing the boundary term. ``xy`` is now the host's float64 projection (the
+    motion's derivative is unchanged), and every sample's rays lie on their sides."""
+    for offset in (1e4, 1e5):
+        o = np.array([offset, -offset / 3, offset / 2])
+        v = torch.tensor(np.array(TRI) + o, dtype=torch.float32, device=device)
+        scene = _scene([(v, torch.tensor([[0, 1, 2]]))], device)
+        pose = torch.eye(4, dtype=torch.float32, device=device)
+        pose[:3, 3] = torch.tensor(o, dtype=torch.float32)
+        s = rt.Camera(64, 64, fov_y=40.0, to_world=pose).sample_edges(scene, 4000, generator=torch.Generator().manual_seed(0))
+        assert len(s) == 4000
+        assert bool(scene.intersect(s.ray_inside).is_valid().all())
+        assert not bool(scene.intersect(s.ray_outside).is_valid().any())
+        # xy is the projection of the sample's edge point (float64 reference)
+        top = scene.edge_topology()
+        ends = v.double().cpu()[top.v[s.global_edge_id.long()].long().cpu()]  # the float32 vertices
+        point = ends[:, 0] + s.edge_t.double().cpu()[:, None] * (ends[:, 1] - ends[:, 0])
+        want = rt.Camera(64, 64, fov_y=40.0, to_world=pose.double().cpu()).project(point)[0]
+        torch.testing.assert_close(s.xy.double().cpu(), want, rtol=0, atol=1e-4)
+
+
 def test_edge_samples_are_a_record_detach_index_to(device):
     # The same record operations as Intersection: fields in dir(), detach(), to(), indexing.
     v = torch.tensor([[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]], dtype=torch.float64, device=device, requires_grad=True)

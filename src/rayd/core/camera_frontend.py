@@ -379,12 +379,16 @@ class SamplePlan:
         edge_t: (N,) float64 parameter of the sample along its edge (0 at ``a``, 1 at ``b``).
         normal: (N, 2) float64 unit image-space normal, away from the edge's first face.
         total: the total clipped image length ``L`` of the candidate edges (pixels).
+        xy: (N, 2) float64 pixel coordinates of the samples, projected on the host (the
+            frontends' float32 re-projection of a float32 scene far from the origin was off by
+            more than ``EDGE_OFFSET``: ``ray_inside``/``ray_outside`` then crossed the edge).
     """
 
     edge: np.ndarray
     edge_t: np.ndarray
     normal: np.ndarray
     total: float
+    xy: np.ndarray
 
     @property
     def count(self) -> int:
@@ -423,14 +427,15 @@ def plan_samples(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.nd
     total = float(lengths.sum())
     n = num_samples if total > 0 else 0
     if n == 0:
-        return SamplePlan(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 2)), total)
+        return SamplePlan(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 2)), total, np.zeros((0, 2)))
     pick, s = _core.stratified_positions(lengths, np.asarray(jitter(n), dtype=np.float64))
     pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
     pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])
     u = _core.image_to_edge_param(s, pa[:, 2], pb[:, 2])
     edge_t = t0[pick] + u * (t1[pick] - t0[pick])
     normal = _core.edge_normals(a[pick], b[pick], o[pick], intrinsics)
-    return SamplePlan(kept[pick].astype(np.int64), edge_t, normal, total)
+    xy = _core.project(a[pick] + edge_t[:, None] * (b[pick] - a[pick]), intrinsics)
+    return SamplePlan(kept[pick].astype(np.int64), edge_t, normal, total, xy)
 
 
 def to_camera(world: np.ndarray, to_world: np.ndarray | None) -> np.ndarray:

@@ -152,7 +152,7 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan
     xy = camera.camera_to_pixels(m, double, camera.world_to_camera(m, double, point))
     mm = dr.dot(xy, nrm)
     motion = mm - dr.detach(mm)
-    xy = dr.detach(xy)
+    xy = Array2(plan.xy[:, 0].copy(), plan.xy[:, 1].copy())  # the value: float64 on the host (SamplePlan.xy)
     faces0 = np.array(top.faces).T[gid, 0]
     shape = np.array(top.shape_id)[gid]
     offsets = scene._core.table.tables()["global_offset"]

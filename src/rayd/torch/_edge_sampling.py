@@ -50,7 +50,8 @@ class EdgeSamples(TorchRecord, EdgeSamplesBase):
     """Samples on the visible-discontinuity curves of an image, from :meth:`Camera.sample_edges`.
 
     Attributes (N samples):
-        xy: (N, 2) pixel coordinates of each sample (detached).
+        xy: (N, 2) pixel coordinates of each sample (detached; projected in float64 on the host,
+            so float32 scenes far from the origin keep the offset rays on their sides).
         normal: (N, 2) unit image-space normal of the edge's image, pointing away from the
             face along the edge (the face that occludes on the ``inside``), detached.
         weight: (N,) ``1 / (N pdf)``, pdf with respect to image-space length; their sum
@@ -194,7 +195,7 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, pl
     xy = camera.camera_to_pixels(camera.world_to_camera(point))
     m = (xy * normal_t).sum(-1)
     motion = m - m.detach()
-    xy = xy.detach()
+    xy = torch.as_tensor(plan.xy, dtype=dtype).to(device)  # the value: float64 on the host (SamplePlan.xy)
     offset_xy = _core.EDGE_OFFSET * normal_t
     with torch.no_grad():
         shape = top.shape_id[gid].long()
