@@ -285,3 +285,23 @@ def test_float32_scene_far_from_the_origin_like_torch(m):
     inside = np.array(ds.intersect(s.ray_inside).is_valid())
     outside = np.array(ds.intersect(s.ray_outside).is_valid())
     assert len(s) == 2000 and inside.mean() > 0.998 and outside.mean() < 0.002
+
+
+def test_float32_closed_mesh_far_from_the_origin_is_visible_like_torch(m):
+    """A float32 cube 1e5 from the origin: 25 % of its silhouette samples were reported hidden
+    (the ``visible`` segment ended at the float32 edge point, inside the cube); it ends at the
+    float64 point now (``SamplePlan.point``), as in rayd.torch."""
+    o = np.array([1e5, -1e5 / 3, 1e5 / 2])
+    a = np.array([1.0, 2.0, 0.5]) / np.linalg.norm([1.0, 2.0, 0.5])
+    k = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+    rot = np.eye(3) + math.sin(0.6) * k + (1 - math.cos(0.6)) * k @ k
+    corners = np.array([[x, y, z] for x in (-.3, .3) for y in (-.3, .3) for z in (-.3, .3)]) @ rot.T + [0.1, -0.1, 3.0] + o
+    cube_f = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+                       [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+    ds = rd.Scene()
+    ds.add_mesh(rd.Mesh(vec(m.Array3f, corners.astype(np.float32)), m.Array3i(*cube_f.T)))
+    ds.build()
+    pose = np.eye(4)
+    pose[:3, 3] = o
+    s = rd.Camera(64, 64, fov_y=40.0, to_world=m.Matrix4f(pose)).sample_edges(ds, 2000, generator=np.random.default_rng(0))
+    assert len(s) == 2000 and np.array(s.visible).all()

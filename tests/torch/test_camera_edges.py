@@ -515,6 +515,24 @@ def test_float32_scene_far_from_the_origin_keeps_inside_and_outside(device):
         torch.testing.assert_close(s.xy.double().cpu(), want, rtol=0, atol=1e-4)
 
 
+def test_float32_closed_mesh_far_from_the_origin_is_visible(device):
+    """The cube of ``_cube_plane`` 1e4 and 1e5 from the origin, float32: the ``visible`` segment
+    ended at the float32 edge point, which can lie inside the cube (0.008 world units of
+    rounding at 1e5, above the segment's 1e-4 relative end gap), so 13 % (1e4) and 27 % (1e5)
+    of the silhouette samples were reported hidden. The segment now ends at the float64 point
+    (``SamplePlan.point``); every sample of the lone cube is visible, as in float64."""
+    cube = _cube_plane()[:8]
+    for offset in (1e4, 1e5):
+        o = torch.tensor([offset, -offset / 3, offset / 2], dtype=torch.float64)
+        scene = _scene([((cube + o).float().to(device), CUBE_F)], device)
+        pose = torch.eye(4, dtype=torch.float32, device=device)
+        pose[:3, 3] = o.float()
+        s = rt.Camera(64, 64, fov_y=40.0, to_world=pose).sample_edges(scene, 4000, generator=torch.Generator().manual_seed(0))
+        assert len(s) == 4000 and bool(s.visible.all())
+        assert bool(scene.intersect(s.ray_inside).is_valid().all())
+        assert not bool(scene.intersect(s.ray_outside).is_valid().any())
+
+
 def test_edge_samples_are_a_record_detach_index_to(device):
     # The same record operations as Intersection: fields in dir(), detach(), to(), indexing.
     v = torch.tensor([[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]], dtype=torch.float64, device=device, requires_grad=True)

@@ -157,7 +157,8 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan
     shape = np.array(top.shape_id)[gid]
     offsets = scene._core.table.tables()["global_offset"]
     face = plain.Int((offsets[shape] + faces0).astype(np.int32))
-    visible = scene.visible(Array3(*work.centre), dr.detach(point), ignore=face)
+    target = plain.Array3f64(*(plan.point[:, k].copy() for k in range(3)))  # float64: SamplePlan.point
+    visible = scene.visible(plain.Array3f64(*work.centre), target, ignore=face)
     off = _core.EDGE_OFFSET
     return dict(xy=xy, normal=nrm, weight=dr.full(Float, plan.weight, n),
                 ray_inside=camera.generate_rays(Array2(xy - off * nrm)),

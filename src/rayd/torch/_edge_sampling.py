@@ -200,8 +200,8 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, pl
     with torch.no_grad():
         shape = top.shape_id[gid].long()
         face = scene._state.table.global_offset[shape] + top.faces[gid, 0].long()
-        target = point.detach()
-        visible = scene.visible(centre.to(target.dtype).expand_as(target), target, ignore=face.to(torch.int32))
+        target = torch.as_tensor(plan.point, dtype=torch.float64).to(device)  # float64: SamplePlan.point
+        visible = scene.visible(centre.expand_as(target), target, ignore=face.to(torch.int32))
     return dict(xy=xy, normal=normal_t, weight=torch.full((n,), plan.weight, dtype=dtype, device=device),
                 ray_inside=camera.generate_rays(xy - offset_xy), ray_outside=camera.generate_rays(xy + offset_xy),
                 global_edge_id=gid.to(torch.int32), edge_t=t, visible=visible, motion=motion)
