@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -274,6 +275,10 @@ def test_tensor_fov_is_read_at_each_call():
         assert fov.grad is not None and fov.grad.abs() > 0
         opt.step()
     assert float(fov) != 40.0
+    twin = copy.deepcopy(cam)  # failed: the focal length was a non-leaf tensor computed at Camera()
+    with torch.no_grad():
+        twin.fov_y.fill_(60.0)
+    assert twin.intrinsics()[0] == pytest.approx(3.0 / math.tan(math.radians(30.0))) != cam.intrinsics()[0]
     with torch.no_grad():
         fov.fill_(200.0)  # in place out of range: the values are checked again by sample_edges
     scene = rt.Scene()

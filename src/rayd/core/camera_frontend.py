@@ -312,7 +312,7 @@ class CameraBase(PublicName, FrontendDocs):
             raise ValueError(f"{call}: one of 'fov_y', 'fx' or 'fy' is required")
         if fov_y is not None:
             if self._is_array(fov_y):
-                fx = fy = self._array_focal(fov_y)  # read again from fov_y at each use (``fx``)
+                fx = fy = self._array_focal(fov_y)
             elif not 0.0 < fov_y < 180.0:
                 raise ValueError(f"{call}: 'fov_y' must be in (0, 180) degrees, got {fov_y}")
             else:
@@ -323,7 +323,8 @@ class CameraBase(PublicName, FrontendDocs):
             if not self._is_array(value) and not value > 0:
                 raise ValueError(f"{call}: '{name}' must be positive, got {value}")
         self.fov_y = fov_y
-        self.fx, self.fy = fx, fy
+        array_fov = fov_y is not None and self._is_array(fov_y)
+        self.fx, self.fy = (None, None) if array_fov else (fx, fy)  # an array fov_y: read at each use (fx)
         self.cx = 0.5 * self.width if cx is None else cx
         self.cy = 0.5 * self.height if cy is None else cy
 
