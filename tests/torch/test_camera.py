@@ -266,15 +266,15 @@ def test_tensor_fov_is_read_at_each_call():
     xy = torch.tensor([[1.0, 2.0], [5.5, 0.5]], dtype=torch.float64)
     for _ in range(3):
         d = cam.generate_rays(xy).d
-        want = rt.Camera(8, 6, fov_y=float(fov)).generate_rays(xy).d
+        want = rt.Camera(8, 6, fov_y=float(fov.detach())).generate_rays(xy).d
         torch.testing.assert_close(d, want, rtol=0, atol=1e-15)
-        f = 3.0 / math.tan(math.radians(float(fov)) / 2)
+        f = 3.0 / math.tan(math.radians(float(fov.detach())) / 2)
         assert cam.intrinsics() == pytest.approx((f, f, 4.0, 3.0), rel=1e-14)
         opt.zero_grad()
         d[:, 0].sum().backward()
         assert fov.grad is not None and fov.grad.abs() > 0
         opt.step()
-    assert float(fov) != 40.0
+    assert float(fov.detach()) != 40.0
     twin = copy.deepcopy(cam)  # failed: the focal length was a non-leaf tensor computed at Camera()
     with torch.no_grad():
         twin.fov_y.fill_(60.0)
