@@ -13,7 +13,7 @@ from each camera). The loss is ``Σ_views mean_k (coverage_k − target_k)²`` p
 Laplacian regulariser ``λ mean_i |v_i − mean_{j∈N(i)} v_j|²`` (torch), minimised by Adam on
 per-vertex offsets; the IoU of each view (pixel-centre masks) is reported every iteration.
 
-    python examples/cameras/fit_bunny_silhouettes.py --meshes .device/meshes
+    python examples/cameras/fit_bunny_silhouettes.py                # fetches the bunny if missing
     python examples/cameras/fit_bunny_silhouettes.py --quick        # a few iterations, small images
 
 Writes ``views.png`` (the 8 views before and after: target outline over the current mask),
@@ -37,21 +37,26 @@ import torch
 import rayd.torch as rt
 
 ROOT = Path(__file__).resolve().parents[2]
-GET_MESHES = ROOT.parent / "shared" / "data" / "get_meshes.sh"
+GET_BUNNY = ROOT / "examples" / "get_bunny.py"
 
 
 # ---------------------------------------------------------------------- data
 def load_bunny(meshes: Path) -> tuple[np.ndarray, np.ndarray]:
-    """The 3.6k-triangle bunny from ``meshes/bunny.npz``, fetched with get_meshes.sh if missing."""
+    """The 3.6k-triangle bunny from ``meshes/bunny.npz``, fetched with examples/get_bunny.py if missing.
+
+    ``RAYD_GET_MESHES`` may name a ``get_meshes.sh``-style script (``bash SCRIPT DIR small``)
+    to run instead.
+    """
     path = meshes / "bunny.npz"
     if not path.exists():
-        script = Path(os.environ.get("RAYD_GET_MESHES", GET_MESHES))
-        if script.exists():
-            print(f"{path} missing: running {script} {meshes} small", flush=True)
-            subprocess.run(["bash", str(script), str(meshes), "small"], check=False)
+        script = os.environ.get("RAYD_GET_MESHES")
+        command = (["bash", script, str(meshes), "small"] if script
+                   else [sys.executable, str(GET_BUNNY), "--out", str(path)])
+        print(f"{path} missing: running {' '.join(command)}", flush=True)
+        subprocess.run(command, check=False)
         if not path.exists():
             sys.exit(f"fit_bunny_silhouettes.py: {path} not found; fetch it with "
-                     f"`bash ../shared/data/get_meshes.sh {meshes} small` (needs npm and node) "
+                     f"`python {GET_BUNNY} --out {path}` (needs npm or network access) "
                      f"or pass --meshes DIR holding bunny.npz")
     data = np.load(path)
     return data["vertices"].astype(np.float64), data["faces"].astype(np.int64)
@@ -138,7 +143,10 @@ def fit(target_v: np.ndarray, target_f: np.ndarray, *, size: int = 128, iteratio
         lam: float = 20.0, lam_final: float = 2.0, device: str = "cpu", seed: int = 0,
         log=print) -> dict:
     """Fit an icosphere to the silhouettes of (target_v, target_f); returns a dict of results."""
-    import trimesh
+    try:
+        import trimesh
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: the icosphere needs trimesh: pip install 'rayd-geom[examples]' ({error})") from error
 
     cams = make_cameras(size, device)
     target_scene = rt.Scene()
@@ -196,7 +204,10 @@ def outline(mask: np.ndarray) -> np.ndarray:
 
 
 def save_pictures(result: dict, out: Path) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -1,6 +1,9 @@
 """rayd.drjit quick start: closest hits of a camera's rays, and their gradients.
 
-    PYTHONPATH=src python3 examples/drjit/quickstart.py [--backend llvm|cuda] [--out depth.png]
+    python3 examples/drjit/quickstart.py [--backend llvm|cuda] [--size N] [--out depth.png]
+
+(with rayd installed, ``pip install ".[drjit,examples]"``; in a checkout without installing,
+prefix ``PYTHONPATH=src``).
 
 Builds a bumpy grid mesh from Dr.Jit arrays, shoots one ray per pixel from a pinhole
 camera, prints what the hits look like, then differentiates the mean hit distance
@@ -15,10 +18,11 @@ import argparse
 import importlib
 import math
 
-import drjit as dr
 import numpy as np
 
-import rayd.drjit as rd
+import rayd.drjit as rd  # first: without Dr.Jit it names the package and the pip extra to install
+
+import drjit as dr  # noqa: E402  (isort: skip)
 
 
 def bumpy_grid(m, cells: int):
@@ -103,7 +107,10 @@ def save_depth(path: str, t: np.ndarray, valid: np.ndarray) -> None:
     Misses must not reach the colour map as NaN or inf: ``plt.imsave`` scales by the
     array's min and max, so a single NaN made the whole picture transparent.
     """
-    import matplotlib.pyplot as plt
+    try:
+        import matplotlib.pyplot as plt
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: the depth image needs matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
     from matplotlib import colormaps
 
     rgba = np.empty(t.shape + (4,))

@@ -9,8 +9,10 @@ so ``d(length)/d(tx)`` moves the transmitter.
 
 Run::
 
-    PYTHONPATH=src python3 examples/reflections/street_canyon.py            # pictures in examples/reflections/
-    PYTHONPATH=src python3 examples/reflections/street_canyon.py --quick    # small grid, order 2, seconds
+    python3 examples/reflections/street_canyon.py            # pictures in examples/reflections/
+    python3 examples/reflections/street_canyon.py --quick    # small grid, order 2, seconds; pictures only with --out
+
+(with rayd installed; in a checkout without installing, prefix ``PYTHONPATH=src``).
 
 Pictures: ``paths_top.png`` (paths over the scene, top view), ``delay_profile.png`` (delays
 ``length / c`` of one receiver against relative power ``1 / length^2``), ``gradient_step.png``
@@ -104,7 +106,10 @@ def run(quick: bool = False, out: Path | None = None, bounces: int | None = None
 
 
 def _pictures(out, scene, tx, rx, found, r, lengths, orders, k, moved, after) -> None:
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -186,13 +191,16 @@ def _pictures(out, scene, tx, rx, found, r, lengths, orders, k, moved, after) ->
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--quick", action="store_true", help="small grid, order 2, fewer rays (CI)")
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent, help="folder for the PNGs")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="folder for the PNGs (default: this example's folder; with --quick: none, so that "
+                             "the quick run does not overwrite the full run's pictures)")
     parser.add_argument("--bounces", type=int, default=None)
     parser.add_argument("--num-rays", type=int, default=None)
     parser.add_argument("--receiver", type=int, default=None, help="receiver of the delay profile (default: the one nearest (3, 12))")
     parser.add_argument("--no-pictures", action="store_true")
     args = parser.parse_args()
-    summary = run(args.quick, None if args.no_pictures else args.out, args.bounces, args.num_rays, args.receiver)
+    out = args.out if args.out is not None or args.quick else Path(__file__).resolve().parent
+    summary = run(args.quick, None if args.no_pictures else out, args.bounces, args.num_rays, args.receiver)
     print(json.dumps({k: v for k, v in summary.items() if k != "delays_ns"}, indent=1))
     print(f"length before {summary['length_before']:.6f} m, after {summary['length_after']:.6f} m")
 

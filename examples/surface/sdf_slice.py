@@ -11,7 +11,7 @@ so its norm is printed (1 up to rounding wherever the distance is not 0).
 
 Usage::
 
-    bash ../shared/data/get_meshes.sh .device/meshes small   # writes .device/meshes/bunny.npz
+    python examples/get_bunny.py                       # writes .device/meshes/bunny.npz
     python examples/surface/sdf_slice.py --out examples/surface/sdf_slice.png
 
 Args (command line):
@@ -32,9 +32,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "src"))
-
-import rayd.torch as rt  # noqa: E402
+import rayd.torch as rt
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,14 +47,17 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
 
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as error:
+        raise SystemExit(f"{__file__}: its pictures need matplotlib: pip install 'rayd-geom[examples]' ({error})") from error
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     from matplotlib.colors import TwoSlopeNorm
 
     if not args.mesh.exists():
-        sys.exit(f"{args.mesh} not found; run: bash ../shared/data/get_meshes.sh .device/meshes small")
+        sys.exit(f"{args.mesh} not found; run: python {ROOT / 'examples' / 'get_bunny.py'} (or pass --mesh PATH.npz)")
     data = np.load(args.mesh)
     vertices = torch.from_numpy(data["vertices"].astype(np.float32)).to(args.device)
     faces = torch.from_numpy(data["faces"].astype(np.int64)).to(args.device)

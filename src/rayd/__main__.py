@@ -1,9 +1,9 @@
 """Command line: ``python -m rayd info`` and ``python -m rayd bench``.
 
     python -m rayd info              versions of rayd and its backends, and the devices they see
-    python -m rayd bench [ARGS...]   quick benchmark subset with a progress bar (needs the
-                                     source checkout's benchmarks/ folder); ARGS go to
-                                     benchmarks/run.py, e.g. ``--device cpu`` or ``--engines rayd,warp-sah``
+    python -m rayd bench [ARGS...]   quick benchmark subset with a progress bar (needs a source
+                                     checkout's benchmarks/ folder: run it from the
+                                     repository root); ARGS go to benchmarks/run.py, e.g. ``--device cpu`` or ``--engines rayd,warp-sah``
 """
 
 from __future__ import annotations
@@ -74,12 +74,18 @@ def info() -> int:
 
 
 def bench(argv: list[str]) -> int:
-    """Run ``benchmarks/run.py --quick`` from the source checkout this rayd comes from."""
-    root = Path(rayd.__file__).resolve().parent.parent.parent
-    if not (root / "benchmarks" / "run.py").exists():
+    """Run ``benchmarks/run.py --quick`` from a source checkout.
+
+    The checkout is the one this rayd comes from (an editable install or ``PYTHONPATH=src``),
+    else the current directory (a checkout beside a non-editable install).
+    """
+    beside = Path(rayd.__file__).resolve().parent.parent.parent
+    root = next((r for r in (beside, Path.cwd()) if (r / "benchmarks" / "run.py").exists()), None)
+    if root is None:
         print(
             "rayd bench: the benchmark suite lives in the source checkout's benchmarks/ folder, "
-            f"which is not beside this rayd ({Path(rayd.__file__).parent}); run it from a checkout.",
+            f"which is neither beside this rayd ({Path(rayd.__file__).parent}) nor in the current "
+            "directory; run it from the repository root of a checkout.",
             file=sys.stderr,
         )
         return 2

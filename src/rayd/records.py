@@ -90,16 +90,29 @@ class FieldRecord(metaclass=_Slotted):
         raise NotImplementedError(f"{self._name}[...]: indexing is not supported by this frontend")
 
     def detach(self) -> "FieldRecord":
-        """The same record with every field detached from the autodiff graph (no copy)."""
+        """The same record with every field detached from the autodiff graph (no copy).
+
+        Returns:
+            A record of the same type, fields and flags whose arrays share memory with
+            these and carry no gradient.
+        """
         return self._map(lambda name, value: self._detach_field(value))
 
     def __getitem__(self, index: Any) -> "FieldRecord":
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
-        ``index`` is anything the frontend's arrays accept for their leading dimensions
-        (a bool mask over the batch, integer indices, slices); trailing component
-        dimensions (the 3 of ``p``) are kept. The result has the same type, fields and
-        flags.
+        Args:
+            index: anything the frontend's arrays accept for their leading dimensions
+                (a bool mask over the batch, integer indices, slices); trailing
+                component dimensions (the 3 of ``p``) are kept.
+
+        Returns:
+            A record of the same type, fields and flags; its fields stay
+            differentiable (indexing is an autodiff op).
+
+        Raises:
+            IndexError: a bool mask whose shape is not the batch shape or a leading
+                part of it, or an index out of range (the array library's own error).
         """
         return self._map(lambda name, value: self._index_field(value, index))
 

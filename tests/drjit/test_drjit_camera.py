@@ -305,3 +305,14 @@ def test_float32_closed_mesh_far_from_the_origin_is_visible_like_torch(m):
     pose[:3, 3] = o
     s = rd.Camera(64, 64, fov_y=40.0, to_world=m.Matrix4f(pose)).sample_edges(ds, 2000, generator=np.random.default_rng(0))
     assert len(s) == 2000 and np.array(s.visible).all()
+
+
+def test_camera_space_maps_take_points_like_torch(m):
+    # world_to_camera(points) and camera_to_pixels(p): the same one-argument calls as rayd.torch.
+    d, t = _cameras(m)
+    p = np.random.default_rng(3).normal(size=(20, 3)) + [0, 0, 4]
+    cam_d = d.world_to_camera(vec(m.Array3f64, p))
+    cam_t = t.world_to_camera(torch.tensor(p))
+    np.testing.assert_allclose(rows(cam_d), cam_t.numpy(), atol=1e-12)
+    np.testing.assert_allclose(rows(d.camera_to_pixels(cam_d)), t.camera_to_pixels(cam_t).numpy(), atol=1e-10)
+    np.testing.assert_allclose(rows(d.camera_to_pixels(cam_d)), rows(d.project(vec(m.Array3f64, p))[0]), atol=1e-10)

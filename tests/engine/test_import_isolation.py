@@ -140,3 +140,30 @@ def test_core_never_imports_a_frontend():
     for name, targets in graph.items():
         if name.startswith(("rayd.core", "rayd.engine")):
             assert not any(t.startswith(("rayd.torch", "rayd.drjit")) for t in targets), (name, targets)
+
+
+def test_frontend_without_its_array_library_names_the_extra():
+    # A user who installed only one extra gets an ImportError naming the missing package and
+    # the pip extra, not a bare ModuleNotFoundError from inside rayd.
+    for frontend, blocked, package in (("rayd.torch", "torch", "PyTorch"), ("rayd.drjit", "drjit", "Dr.Jit")):
+        code = (
+            "import sys\n"
+            f"sys.modules[{blocked!r}] = None\n"
+            "try:\n"
+            f"    import {frontend}\n"
+            "except ImportError as error:\n"
+            "    print(type(error).__name__, error)\n"
+        )
+        result = _run(code)
+        assert result.returncode == 0, result.stderr
+        out = result.stdout.strip()
+        assert out.startswith("ImportError"), out
+        assert package in out and f"rayd-geom[{blocked}]" in out, out
+
+
+def test_each_frontend_imports_without_the_other_library():
+    for frontend, blocked in (("rayd.torch", "drjit"), ("rayd.drjit", "torch")):
+        code = f"import sys\nsys.modules[{blocked!r}] = None\nimport {frontend} as m\nprint(len(m.__all__))\n"
+        result = _run(code)
+        assert result.returncode == 0, result.stderr
+        assert int(result.stdout.strip().splitlines()[-1]) > 5

@@ -94,7 +94,7 @@ def _scan():
         if root and (Path(root) / "bunny.npz").exists():
             data = np.load(Path(root) / "bunny.npz")
             return data["vertices"].astype(np.float32), data["faces"].astype(np.int32)
-    pytest.skip("bunny.npz not fetched (bash ../shared/data/get_meshes.sh .device/meshes small)")
+    pytest.skip("bunny.npz not fetched (python examples/get_bunny.py)")
 
 
 def _workload(kind):

@@ -55,7 +55,7 @@ def test_fit_box_raises_iou(example, one_thread):
 def test_quick_bunny(example, one_thread):
     meshes = Path(os.environ.get("RAYD_MESH_DIR", ROOT / ".device" / "meshes"))
     if not (meshes / "bunny.npz").exists():
-        pytest.skip(f"{meshes / 'bunny.npz'} not downloaded (bash ../shared/data/get_meshes.sh {meshes} small)")
+        pytest.skip(f"{meshes / 'bunny.npz'} not downloaded (python examples/get_bunny.py --out {meshes / 'bunny.npz'})")
     result = example.main(["--quick", "--meshes", str(meshes), "--iterations", "6", "--threads", "0"])
     history = np.asarray(result["history"])
     assert history[-1].mean() > history[0].mean() + 0.03

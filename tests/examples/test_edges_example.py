@@ -16,7 +16,7 @@ MESH = ROOT / ".device" / "meshes" / "bunny.npz"
 def test_bunny_distance_slice_writes_png(tmp_path):
     pytest.importorskip("matplotlib")
     if not MESH.exists():
-        pytest.skip("bunny.npz not downloaded (bash ../shared/data/get_meshes.sh .device/meshes small)")
+        pytest.skip("bunny.npz not downloaded (python examples/get_bunny.py)")
     out = tmp_path / "slice.png"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     result = subprocess.run(

@@ -32,7 +32,7 @@ def _vertex_distance(points, vertices):
 def test_sdf_slice_writes_png_and_values(tmp_path):
     pytest.importorskip("matplotlib")
     if not MESH.exists():
-        pytest.skip("bunny.npz not downloaded (bash ../shared/data/get_meshes.sh .device/meshes small)")
+        pytest.skip("bunny.npz not downloaded (python examples/get_bunny.py)")
     out, values = tmp_path / "sdf.png", tmp_path / "sdf.npz"
     env = dict(os.environ, PYTHONPATH=str(ROOT / "src"))
     result = subprocess.run(

@@ -136,7 +136,7 @@ def test_point_parity_close_to_a_terrain(device):
 def test_point_parity_on_the_bunny_when_present(device):
     path = __import__("pathlib").Path(__file__).resolve().parents[2] / ".device/meshes/bunny.npz"
     if not path.exists():
-        pytest.skip("bunny.npz not downloaded (bash ../shared/data/get_meshes.sh .device/meshes small)")
+        pytest.skip("bunny.npz not downloaded (python examples/get_bunny.py)")
     import numpy as np
 
     data = np.load(path)

@@ -60,7 +60,7 @@ def test_parity_with_reference_on_bumpy_icosphere(device):
 BUNNY = Path(__file__).resolve().parents[2] / ".device" / "meshes" / "bunny.npz"
 
 
-@pytest.mark.skipif(not BUNNY.exists(), reason="bunny.npz not fetched (../shared/data/get_meshes.sh)")
+@pytest.mark.skipif(not BUNNY.exists(), reason="bunny.npz not fetched (python examples/get_bunny.py)")
 def test_parity_with_reference_on_bunny(device):
     data = np.load(BUNNY)
     v, f = data["vertices"].astype(np.float64), data["faces"].astype(np.int64)

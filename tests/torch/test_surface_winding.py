@@ -51,7 +51,7 @@ def _bunny():
         if root and (Path(root) / "bunny.npz").exists():
             data = np.load(Path(root) / "bunny.npz")
             return data["vertices"], data["faces"]
-    pytest.skip("bunny.npz not fetched (bash ../shared/data/get_meshes.sh .device/meshes small)")
+    pytest.skip("bunny.npz not fetched (python examples/get_bunny.py)")
 
 
 def _closed(name):

@@ -291,8 +291,20 @@ class SceneBase(FrontendDocs):
     def set_shape_enabled(self, shape_id: int, flag: bool) -> None:
         """Enable or disable a mesh or instance for all queries; takes effect at ``sync()`` (no rebuild).
 
+        A disabled shape is invisible to every query (hits, occlusion, edges, surface
+        queries); its ids keep their numbers.
+
+        Args:
+            shape_id: Python or NumPy int, a mesh or instance id (``add_mesh`` /
+                ``add_instance`` returned it).
+            flag: Python or NumPy bool, True to enable.
+
+        Returns:
+            None; the scene has pending updates until ``sync()``.
+
         Raises:
-            TypeError, ValueError: wrong id type/range, or ``flag`` not a bool.
+            TypeError: ``shape_id`` not an integer (bools refused), or ``flag`` not a bool.
+            ValueError: ``shape_id`` out of range.
         """
         call = f"{self._PREFIX}.set_shape_enabled()"
         shape = self._table.get(call, "shape_id", shape_id)

@@ -149,7 +149,7 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan
     nrm = Array2(plan.normal[:, 0].copy(), plan.normal[:, 1].copy())
     _, a_live, b_live = _winner_segments(m, double, m.Int(gid), edges, scene._live_geometry(m, double))
     point = Array3(a_live * (1 - m.Float64(t)) + b_live * m.Float64(t))
-    xy = camera.camera_to_pixels(m, double, camera.world_to_camera(m, double, point))
+    xy = camera._camera_to_pixels((m, double), camera._world_to_camera((m, double), point))
     mm = dr.dot(xy, nrm)
     motion = mm - dr.detach(mm)
     xy = Array2(plan.xy[:, 0].copy(), plan.xy[:, 1].copy())  # the value: float64 on the host (SamplePlan.xy)

@@ -172,7 +172,17 @@ DOCS = {
         ignore: optional ``global_prim_id`` per ray for segment 0 (-1 for none).
 
     Returns:
-        :class:`ReflectionChain` of shape ``(N, B)``.
+        :class:`ReflectionChain` of shape ``(N, B)`` (slot ``b`` of ray ``i`` at lane
+        ``i B + b``); the fields and miss values of :class:`rayd.torch.ReflectionChain`.
+
+    Units:
+        ``t`` in multiples of ``|d|`` (each reflected direction keeps ``d``'s length);
+        ``p``, ``image_source`` and ``path_length`` in world units.
+
+    Gradients:
+        ``t, p, geo_n, d_out, image_source, path_length`` are differentiable (Dr.Jit AD,
+        reverse and forward mode) with respect to vertices, transforms, ``ray.o`` and
+        ``ray.d``, for the fixed chain of faces.
 
     Raises:
         TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
@@ -200,6 +210,9 @@ DOCS = {
         :class:`SpecularPaths` of shape ``(N, B)``: ``points`` (width ``N B``),
         ``num_bounces``, ``length`` (``inf`` invalid), ``valid`` (width N). Float64
         when any of source, target or the vertices is, else float32.
+
+    Units:
+        ``points`` and ``length`` in world units.
 
     Gradients:
         ``points`` and ``length`` with respect to ``source``, ``target``, vertices and

@@ -64,15 +64,37 @@ DOCS = {
         TypeError: as :meth:`closest_point`; ``exact`` not a bool.
         ValueError, RuntimeError: as :meth:`closest_point`.
     """,
-    "contains": """(N,) ``Bool``: ``winding_number(points, exact=True) > 0.5``.
+    "contains": """Inside test: ``winding_number(points, exact=True) > 0.5``. Not differentiable.
 
     The hierarchical value decides except within 0.05 of 0.5, where the exact sum
     does (as rayd.torch's); ``exact=True`` sums exactly everywhere.
 
+    Args:
+        points: (N, 3) ``Array3f``/``Array3f64`` of width N on the scene's backend.
+        active: optional ``Bool`` of width N (or 1); inactive queries give False.
+        exact: Python bool; sum every face exactly (``O(F)`` per point).
+
+    Returns:
+        (N,) ``Bool``: True inside a closed, outward-oriented mesh.
+
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`winding_number`.
     """,
-    "signed_distance": """(N,) ``closest_point(points).distance``, negated where :meth:`contains`; differentiable like it.
+    "signed_distance": """Signed distance to the enabled triangles: negative inside.
+
+    Args:
+        points: (N, 3) ``Array3f``/``Array3f64`` of width N on the scene's backend.
+        active: optional ``Bool`` of width N (or 1); inactive queries give ``+inf``.
+        exact: Python bool; decide the sign by the exact winding number sum.
+
+    Returns:
+        (N,) ``Float``/``Float64``: concretely, ``closest_point(points).distance``,
+        negated where :meth:`contains`.
+
+    Units: world units.
+
+    Gradients: differentiable like ``distance`` (Dr.Jit AD, reverse and forward,
+    into ``points``, vertices and transforms); the sign is held fixed.
 
     Raises:
         TypeError, ValueError, RuntimeError: as :meth:`closest_point`.

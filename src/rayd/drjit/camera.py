@@ -84,13 +84,46 @@ class Camera(CameraBase):
         return _convert.module(backend, ad), double
 
     # ------------------------------------------------------------------ camera space (rayd.core.camera_frontend)
-    def world_to_camera(self, m, double, points):
-        """Camera-space positions of world points (differentiable)."""
-        return self._world_to_camera((m, double), points)
+    def world_to_camera(self, points):
+        """Camera-space positions of world points, no checks.
 
-    def camera_to_pixels(self, m, double, p):
-        """Pixel coordinates of camera-space points (differentiable)."""
-        return self._camera_to_pixels((m, double), p)
+        Args:
+            points: ``Array3f``/``Array3f64`` of width N, world-space points of the
+                camera's backend.
+
+        Returns:
+            (N, 3) ``Array3f``/``Array3f64`` (float64 if ``points`` or any camera
+            parameter is; ``.ad`` if any is): ``to_world⁻¹ @ [points, 1]`` (the points
+            themselves when ``to_world`` is ``None``), in the camera's axes (x right,
+            y down, z forward).
+
+        Units: world units.
+
+        Gradients: differentiable (Dr.Jit AD) with respect to ``points`` and ``to_world``.
+
+        Raises:
+            Nothing of its own (Dr.Jit errors for mismatched arrays).
+        """
+        return self._world_to_camera(self._namespace(points), points)
+
+    def camera_to_pixels(self, p):
+        """Pixel coordinates of camera-space points: the pinhole projection, no checks.
+
+        Args:
+            p: ``Array3f``/``Array3f64`` of width N, camera-space points.
+
+        Returns:
+            (N, 2) ``Array2f``/``Array2f64``: ``(fx x / z + cx, fy y / z + cy)``.
+            Points with ``z = 0`` divide by zero here; :meth:`project` handles them.
+
+        Units: pixels.
+
+        Gradients: differentiable (Dr.Jit AD) with respect to ``p`` and the intrinsics.
+
+        Raises:
+            Nothing of its own (Dr.Jit errors for mismatched arrays).
+        """
+        return self._camera_to_pixels(self._namespace(p), p)
 
 
 def _pixel_centres(camera: Camera) -> dr.ArrayBase:

@@ -52,9 +52,21 @@ class DrjitRecord(PublicName, FieldRecord):
         return picked, count
 
     def __getitem__(self, index: object):
-        """The record of the selected queries (Dr.Jit ``Bool`` mask of width N, integer
-        array, int or slice), by ``dr.gather``: same type, fields and flags; width 1 for
-        an int. Gathered fields stay differentiable."""
+        """The record of the selected queries, by ``dr.gather``.
+
+        Args:
+            index: a Dr.Jit ``Bool`` mask of width N, a Dr.Jit integer array of query
+                indices, a Python int or a slice.
+
+        Returns:
+            A record of the same type, fields and flags (width 1 for an int; for
+            top-k records every slot of each selected query). Gathered fields stay
+            differentiable.
+
+        Raises:
+            TypeError: another index type.
+            IndexError: a mask of another width, or an index (int or array) out of range.
+        """
         lanes, count = self._query_lanes(index)
         new = self._map(lambda name, value: dr.gather(type(value), value, lanes))
         new._resize(count)

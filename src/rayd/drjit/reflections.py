@@ -31,9 +31,19 @@ class _SlotRecord(DrjitRecord, FieldRecord):
         return self._shape
 
     def __getitem__(self, index: object):
-        """The record of the selected items along the first dimension (mask, indices, int, slice).
+        """The record of the selected items along the first dimension.
 
-        Every slot of each selected item is kept; gathered fields stay differentiable.
+        Args:
+            index: a Dr.Jit ``Bool`` mask of width N, a Dr.Jit integer array of item
+                indices, a Python int or a slice.
+
+        Returns:
+            A record of the same type, every slot of each selected item kept; gathered
+            fields stay differentiable.
+
+        Raises:
+            TypeError: another index type.
+            IndexError: a mask of another width, or an index (int or array) out of range.
         """
         full = self._shape
         slots, count = self._query_lanes(index)

@@ -12,6 +12,12 @@ Quick start::
     hit.t.sum().backward()                         # gradients reach vertices, o, d
 """
 
+try:
+    import torch as _torch  # noqa: F401 - fail early with an actionable message
+except ImportError as error:  # pragma: no cover - exercised only without torch
+    raise ImportError("rayd.torch needs PyTorch: pip install 'rayd-geom[torch]' (torch>=2.11; on a machine "
+                      "without a GPU, first: pip install torch --index-url https://download.pytorch.org/whl/cpu)") from error
+
 from rayd.flags import RayFlags
 from rayd.torch import _optim  # noqa: F401 - fused optimiser steps bump version counters
 from rayd.torch._closest_point import ClosestPoint

@@ -179,6 +179,10 @@ DOCS = {
     Returns:
         :class:`rayd.torch.ReflectionChain` with slot fields ``[..., B]`` / ``[..., B, 3]``.
 
+    Units:
+        ``t`` in multiples of ``|d|`` (each reflected direction keeps ``d``'s length);
+        ``p``, ``image_source`` and ``path_length`` in world units.
+
     Gradients:
         ``t, p, geo_n, d_out, image_source, path_length`` are differentiable (reverse
         and forward mode) with respect to vertices, transforms, ``ray.o`` and ``ray.d``,
@@ -216,6 +220,9 @@ DOCS = {
     Returns:
         :class:`rayd.torch.SpecularPaths`: ``points (..., B, 3)``, ``num_bounces``,
         ``length`` (``+inf`` invalid), ``valid``.
+
+    Units:
+        ``points`` and ``length`` in world units.
 
     Gradients:
         ``points`` and ``length`` with respect to ``source``, ``target``, vertices and

@@ -124,11 +124,44 @@ class Camera(CameraBase):
 
     # ------------------------------------------------------------------ camera space (rayd.core.camera_frontend)
     def camera_to_pixels(self, p: torch.Tensor) -> torch.Tensor:
-        """(..., 2) pixel coordinates of (..., 3) camera-space points (differentiable)."""
+        """Pixel coordinates of camera-space points: the pinhole projection, no checks.
+
+        Args:
+            p: (..., 3) float32/float64 camera-space points (x right, y down, z forward),
+                on the camera's device.
+
+        Returns:
+            (..., 2) tensor in ``p``'s dtype, pixel coordinates; concretely,
+            ``(fx x / z + cx, fy y / z + cy)``. Points with ``z = 0`` divide by zero
+            here (``inf``/NaN); :meth:`project` handles them.
+
+        Units: pixels.
+
+        Gradients: differentiable with respect to ``p`` and the intrinsics.
+
+        Raises:
+            Nothing of its own (torch errors for wrong shapes or devices).
+        """
         return self._camera_to_pixels((p.dtype, p.device), p)
 
     def world_to_camera(self, points: torch.Tensor) -> torch.Tensor:
-        """(..., 3) camera-space positions of world ``points`` (differentiable; no checks)."""
+        """Camera-space positions of world points, no checks.
+
+        Args:
+            points: (..., 3) float32/float64 world-space points on the camera's device.
+
+        Returns:
+            (..., 3) tensor in the promoted dtype of ``points`` and the camera's
+            parameters: ``to_world⁻¹ @ [points, 1]`` (the points themselves when
+            ``to_world`` is ``None``), in the camera's axes (x right, y down, z forward).
+
+        Units: world units.
+
+        Gradients: differentiable with respect to ``points`` and ``to_world``.
+
+        Raises:
+            Nothing of its own (torch errors for wrong shapes or devices).
+        """
         return self._world_to_camera(_working(self, points), points)
 
     # ------------------------------------------------------------------ CameraBase hooks

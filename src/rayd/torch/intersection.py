@@ -46,6 +46,9 @@ class TorchRecord(PublicName, FieldRecord):
 
         Returns:
             A record of the same type and flags; fields already there are not copied.
+
+        Raises:
+            TypeError: ``dtype`` is not a floating dtype.
         """
         if isinstance(device, torch.dtype):
             device, dtype = None, device
@@ -59,7 +62,11 @@ class TorchRecord(PublicName, FieldRecord):
         return self._map(move)
 
     def cpu(self):
-        """The record with every field on the CPU (``to("cpu")``)."""
+        """The record with every field on the CPU (``to("cpu")``).
+
+        Returns:
+            A record of the same type and flags; fields already on the CPU are not copied.
+        """
         return self.to("cpu")
 
     def __len__(self) -> int:
