@@ -223,6 +223,90 @@ def test_assigned_parameters_are_checked_and_used(m):
     assert cam.intrinsics()[0] == 5.0 and cam.height == 6
 
 
+def test_array_fov_like_torch(m):
+    """``fov_y`` may be a width-1 ``Float``/``Float64`` (it was a float only, unlike rayd.torch's
+    0-dim tensor): rays and the gradient to ``fov_y`` equal rayd.torch's, and its values are
+    checked like a float's."""
+    for Float, dtype in ((m.Float, torch.float32), (m.Float64, torch.float64)):
+        fov = Float(40.0)
+        dr.enable_grad(fov)
+        d = rd.Camera(8, 6, fov_y=fov).generate_rays(m.Array2f64([1.0, 5.5], [2.0, 0.5])).d
+        fov_t = torch.tensor(40.0, dtype=dtype, requires_grad=True)
+        d_t = rt.Camera(8, 6, fov_y=fov_t).generate_rays(torch.tensor([[1.0, 2.0], [5.5, 0.5]], dtype=torch.float64)).d
+        np.testing.assert_allclose(rows(d), d_t.detach().numpy(), rtol=0, atol=1e-12)
+        dr.backward(dr.sum(d.x + 2 * d.y))
+        (d_t[:, 0] + 2 * d_t[:, 1]).sum().backward()
+        np.testing.assert_allclose(float(dr.grad(fov)[0]), float(fov_t.grad), rtol=grad_rtol(m))
+    f = 3.0 / math.tan(math.radians(20.0))
+    assert rd.Camera(8, 6, fov_y=m.Float64(40.0)).intrinsics() == pytest.approx((f, f, 4.0, 3.0), rel=1e-14)
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): 'fov_y' must be in \(0, 180\) degrees, got 200"):
+        rd.Camera(8, 6, fov_y=m.Float(200.0))
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\): 'fov_y' must have width 1, got width 2"):
+        rd.Camera(8, 6, fov_y=m.Float([30.0, 40.0]))
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Camera\(\): 'fov_y' must be a float or a width-1 Float"):
+        rd.Camera(8, 6, fov_y=m.Int(30))
+
+
+def test_faces_listed_twice_sampled_as_one_like_torch(m):
+    """A face listed twice is one face for ``sample_edges`` (as in rayd.torch): a doubled triangle
+    had no sampled outline; a cube with a face listed again sampled the creases next to it twice."""
+    corners = np.array([[x, y, z] for x in (-.3, .3) for y in (-.3, .3) for z in (-.3, .3)]) + [0.1, -0.1, 3.0]
+    cube_f = [[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+              [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]]
+    totals = []
+    for v, faces in ((TRI, [[0, 1, 2]]), (TRI, [[0, 1, 2], [0, 1, 2]]), (TRI, [[0, 1, 2], [0, 2, 1]]),
+                     (corners, cube_f), (corners, cube_f + [cube_f[0]]), (corners, cube_f + [cube_f[5][::-1]])):
+        ds = rd.Scene()
+        ds.add_mesh(rd.Mesh(vec(m.Array3f64, np.asarray(v)), m.Array3i(*np.array(faces).T)))
+        ds.build()
+        s = rd.Camera(16, 16, fov_y=45.0).sample_edges(ds, 64, generator=np.random.default_rng(0))
+        ts = rt.Scene()
+        ts.add_mesh(rt.Mesh(torch.tensor(np.asarray(v)), torch.tensor(faces)))
+        ts.build()
+        st = rt.Camera(16, 16, fov_y=45.0).sample_edges(ts, 64, generator=torch.Generator().manual_seed(0))
+        totals.append(float(dr.sum(s.weight)[0]))
+        assert totals[-1] == pytest.approx(float(st.weight.sum()), rel=1e-12)
+        assert np.array_equal(np.unique(np.array(s.global_edge_id)), st.global_edge_id.unique().numpy())
+    assert totals[0] > 0 and totals[1] == pytest.approx(totals[0], rel=1e-12) and totals[2] == pytest.approx(totals[0], rel=1e-12)
+    assert totals[4] == pytest.approx(totals[3], rel=1e-12) and totals[5] == pytest.approx(totals[3], rel=1e-12)
+
+
+def test_float32_scene_far_from_the_origin_like_torch(m):
+    """A float32 scene and camera 1e5 from the origin: the float32 re-projection of ``xy`` put
+    94 % of the samples' ``ray_inside``/``ray_outside`` on the wrong side of the edge; ``xy`` is
+    the host's float64 projection now (rayd.core ``SamplePlan.xy``), as in rayd.torch."""
+    o = np.array([1e5, -1e5 / 3, 1e5 / 2])
+    ds = rd.Scene()
+    ds.add_mesh(rd.Mesh(vec(m.Array3f, (TRI + o).astype(np.float32)), m.Array3i(0, 1, 2)))
+    ds.build()
+    pose = np.eye(4)
+    pose[:3, 3] = o
+    s = rd.Camera(64, 64, fov_y=40.0, to_world=m.Matrix4f(pose)).sample_edges(ds, 2000, generator=np.random.default_rng(0))
+    inside = np.array(ds.intersect(s.ray_inside).is_valid())
+    outside = np.array(ds.intersect(s.ray_outside).is_valid())
+    assert len(s) == 2000 and inside.mean() > 0.998 and outside.mean() < 0.002
+
+
+def test_float32_closed_mesh_far_from_the_origin_is_visible_like_torch(m):
+    """A float32 cube 1e5 from the origin: 25 % of its silhouette samples were reported hidden
+    (the ``visible`` segment ended at the float32 edge point, inside the cube); it ends at the
+    float64 point now (``SamplePlan.point``), as in rayd.torch."""
+    o = np.array([1e5, -1e5 / 3, 1e5 / 2])
+    a = np.array([1.0, 2.0, 0.5]) / np.linalg.norm([1.0, 2.0, 0.5])
+    k = np.array([[0, -a[2], a[1]], [a[2], 0, -a[0]], [-a[1], a[0], 0]])
+    rot = np.eye(3) + math.sin(0.6) * k + (1 - math.cos(0.6)) * k @ k
+    corners = np.array([[x, y, z] for x in (-.3, .3) for y in (-.3, .3) for z in (-.3, .3)]) @ rot.T + [0.1, -0.1, 3.0] + o
+    cube_f = np.array([[0, 1, 3], [0, 3, 2], [4, 6, 7], [4, 7, 5], [0, 4, 5], [0, 5, 1],
+                       [2, 3, 7], [2, 7, 6], [0, 2, 6], [0, 6, 4], [1, 5, 7], [1, 7, 3]])
+    ds = rd.Scene()
+    ds.add_mesh(rd.Mesh(vec(m.Array3f, corners.astype(np.float32)), m.Array3i(*cube_f.T)))
+    ds.build()
+    pose = np.eye(4)
+    pose[:3, 3] = o
+    s = rd.Camera(64, 64, fov_y=40.0, to_world=m.Matrix4f(pose)).sample_edges(ds, 2000, generator=np.random.default_rng(0))
+    assert len(s) == 2000 and np.array(s.visible).all()
+
+
 def test_camera_space_maps_take_points_like_torch(m):
     # world_to_camera(points) and camera_to_pixels(p): the same one-argument calls as rayd.torch.
     d, t = _cameras(m)

@@ -341,3 +341,19 @@ def test_scene_copy_deepcopy_and_pickle_are_clear_errors(m):
     # the original is untouched and still answers
     assert scene.num_meshes == 1
     assert float(scene.intersect(_ray(m)).t[0]) == 1.0
+
+
+def test_visible_names_its_segments_not_a_ray(m):
+    """``visible(start, end, active, ignore=...)`` has no ``ray`` argument: a batch mismatch of
+    ``active`` or ``ignore`` named ``'ray' (2,)``; it names ``'start/end'`` now, and the ray
+    queries keep ``'ray'``."""
+    scene = _built(m)
+    start = m.Array3f([0.2, 0.3], [0.2, 0.2], [1, 1])
+    end = m.Array3f([0.2, 0.3], [0.2, 0.2], [-1, -1])
+    for kw, name in ((dict(active=m.Bool([True, False, True])), "active"), (dict(ignore=m.Int([0, 1, 1])), "ignore")):
+        with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.visible\(\): batch shapes do not broadcast: "
+                                             rf"'start/end' \(2,\), '{name}' \(3,\)$"):
+            scene.visible(start, end, **kw)
+        with pytest.raises(ValueError, match=rf"^rayd\.drjit\.Scene\.shadow_test\(\): .*'ray' \(2,\), '{name}' \(3,\)$"):
+            scene.shadow_test(rd.Ray(start, end - start), **kw)
+    assert np.array(scene.visible(start, end, m.Bool([True, True]))).tolist() == [False, False]

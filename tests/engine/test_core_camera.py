@@ -87,3 +87,20 @@ def test_merge_seams_pairs_coincident_boundary_edges():
                          np.array([True, True, True]))
     assert triple.tolist() == [True, True, True]
     assert merge_seams(np.zeros((0, 3)), np.zeros((0, 3)), np.zeros((0, 3)), np.zeros(0, bool)).shape == (0,)
+
+
+def test_coincident_faces_rule():
+    """Records of faces listed more than once (rayd.core.camera.coincident_faces): nothing to do
+    without coincident faces; a record of two coincident faces is a boundary when its edge has no
+    other face, else dropped; a record repeating an earlier one of its edge (same opposite pair)
+    is dropped."""
+    opp = np.array([[2, -1], [1, 3]])
+    assert cc.coincident_faces(opp, lambda: pytest.fail("not read")) is None
+    # edge (0,1) of shape 0 with faces A=(0,1,2), A'=(0,1,2), G=(0,1,3): records (A,A'), (A,G), (A',G);
+    # edge (0,2) of shape 0 with faces A, A' only: one record (A,A'); the same edge of shape 1: a plain pair.
+    v = np.array([[0, 1], [0, 1], [0, 1], [0, 2], [0, 2]])
+    opp = np.array([[2, 2], [2, 3], [2, 3], [1, 1], [1, 4]])
+    shape = np.array([0, 0, 0, 0, 1])
+    drop, boundary = cc.coincident_faces(opp, lambda: (v, shape))
+    assert drop.tolist() == [True, False, True, False, False]
+    assert boundary.tolist() == [False, False, False, True, False]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 
 import pytest
@@ -223,3 +224,65 @@ def test_assigned_parameters_are_checked_and_used():
         with pytest.raises(exc, match=r"^rayd\.torch\.Camera.*" + text):
             setattr(cam, name, value)
     assert cam.intrinsics() == before and cam.to_world is pose and cam.width == 8
+
+
+def test_camera_made_inside_vmap_over_poses():
+    """``torch.func.vmap`` over camera poses: ``Camera(to_world=M)`` with a batched ``M`` failed
+    with "Cannot access data pointer of Tensor that doesn't have storage" (its value check read
+    the matrix with ``tolist``); it now checks every matrix of the batch, as for the intrinsics,
+    and equals a loop. A bad matrix anywhere in the batch still raises ``ValueError``."""
+    points = torch.tensor([[0.1, 0.2, 3.0], [-0.4, 0.3, 2.5]], dtype=torch.float64)
+    poses = torch.eye(4, dtype=torch.float64).repeat(3, 1, 1)
+    poses[:, 0, 3] = torch.tensor([0.0, 0.1, 0.2], dtype=torch.float64)
+    poses[1, :3, :3] = _pose()[:3, :3]
+
+    def project(m):
+        xy, depth = rt.Camera(8, 8, fx=10.0, to_world=m).project(points)
+        return xy, depth
+
+    def rays(m):
+        return rt.Camera(8, 8, fx=10.0, to_world=m).generate_rays(points[:, :2]).d
+
+    xy, depth = torch.func.vmap(project)(poses)
+    loop = [project(m) for m in poses]
+    torch.testing.assert_close(xy, torch.stack([x for x, _ in loop]), rtol=0, atol=0)
+    torch.testing.assert_close(depth, torch.stack([z for _, z in loop]), rtol=0, atol=0)
+    torch.testing.assert_close(torch.func.vmap(rays)(poses), torch.stack([rays(m) for m in poses]), rtol=0, atol=0)
+    assert xy[0, 0].tolist() == pytest.approx([10 * 0.1 / 3 + 4, 10 * 0.2 / 3 + 4])
+    bad = poses.clone()
+    bad[2, :3, :3] = 0.0
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'to_world' .*singular"):
+        torch.func.vmap(project)(bad)
+
+
+def test_tensor_fov_is_read_at_each_call():
+    """A tensor ``fov_y`` was turned into ``fx = fy`` once, at ``Camera()``: after an optimiser
+    step on ``fov_y`` the camera kept the old focal length (stale rays), and the second
+    ``backward()`` failed ("Trying to backward through the graph a second time"). The focal
+    length now follows ``fov_y`` at each call, as the other tensor parameters do."""
+    fov = torch.tensor(40.0, dtype=torch.float64, requires_grad=True)
+    cam = rt.Camera(8, 6, fov_y=fov)
+    opt = torch.optim.SGD([fov], lr=10.0)
+    xy = torch.tensor([[1.0, 2.0], [5.5, 0.5]], dtype=torch.float64)
+    for _ in range(3):
+        d = cam.generate_rays(xy).d
+        want = rt.Camera(8, 6, fov_y=float(fov.detach())).generate_rays(xy).d
+        torch.testing.assert_close(d, want, rtol=0, atol=1e-15)
+        f = 3.0 / math.tan(math.radians(float(fov.detach())) / 2)
+        assert cam.intrinsics() == pytest.approx((f, f, 4.0, 3.0), rel=1e-14)
+        opt.zero_grad()
+        d[:, 0].sum().backward()
+        assert fov.grad is not None and fov.grad.abs() > 0
+        opt.step()
+    assert float(fov.detach()) != 40.0
+    twin = copy.deepcopy(cam)  # failed: the focal length was a non-leaf tensor computed at Camera()
+    with torch.no_grad():
+        twin.fov_y.fill_(60.0)
+    assert twin.intrinsics()[0] == pytest.approx(3.0 / math.tan(math.radians(30.0))) != cam.intrinsics()[0]
+    with torch.no_grad():
+        fov.fill_(200.0)  # in place out of range: the values are checked again by sample_edges
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor([[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]]), torch.tensor([[0, 1, 2]])))
+    scene.build()
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\.sample_edges\(\): 'fov_y' must be in \(0, 180\)"):
+        cam.sample_edges(scene, 4)

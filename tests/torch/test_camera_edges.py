@@ -457,6 +457,82 @@ def test_split_vertex_cube_seams_sampled_once(device):
     assert bool(((s.xy.double() - centre) * s.normal.double()).sum(-1).gt(0).all())
 
 
+def test_faces_listed_twice_are_sampled_as_one(device):
+    """A face listed twice (same three vertex indices, either winding) is one face for
+    ``sample_edges``. A triangle listed twice had no sampled outline (its records joined two
+    coincident faces: never a silhouette), and a cube with two faces listed again sampled
+    52 % (same winding) or 185 % (reversed copies) more length than the cube, each crease
+    next to a copy twice, with a wrong boundary-term gradient. Now the length, the sampled
+    edges' geometry and the gradient are the plain mesh's."""
+    tri = torch.tensor(TRI, dtype=torch.float64, device=device)
+    cam = rt.Camera(W, H, fov_y=45.0)
+    want = cam.sample_edges(_scene([(tri, torch.tensor([[0, 1, 2]]))], device), 500,
+                            generator=torch.Generator().manual_seed(2))
+    for f in ([[0, 1, 2], [0, 1, 2]], [[0, 1, 2], [0, 2, 1]], [[0, 1, 2], [1, 2, 0], [0, 1, 2]]):
+        got = cam.sample_edges(_scene([(tri, torch.tensor(f))], device), 500, generator=torch.Generator().manual_seed(2))
+        assert float(got.weight.sum()) == pytest.approx(float(want.weight.sum()), rel=1e-12) and len(got) == 500
+        torch.testing.assert_close(got.xy, want.xy, rtol=0, atol=1e-9)
+        torch.testing.assert_close(got.normal, want.normal, rtol=0, atol=1e-12)
+    cube = _cube_plane()[:8].to(device)
+    grads = []
+    for extra in ([], [CUBE_F[0], CUBE_F[5]], [CUBE_F[0].flip(0), CUBE_F[5].flip(0)], [CUBE_F[0], CUBE_F[0], CUBE_F[6]]):
+        v = cube.clone().requires_grad_()
+        f = torch.cat([CUBE_F] + [e[None] for e in extra])
+        scene = _scene([(v, f)], device)
+        s = cam.sample_edges(scene, 4000, generator=torch.Generator().manual_seed(4))
+        hull = convex_hull(cam.project(cube)[0].detach().cpu().numpy())
+        perimeter = float(np.linalg.norm(hull - np.roll(hull, -1, axis=0), axis=1).sum())
+        assert float(s.weight.sum()) == pytest.approx(perimeter, rel=1e-10)
+        term = s.boundary_term(_shade(scene, s.ray_inside), _shade(scene, s.ray_outside))
+        w = torch.rand(H, W, generator=torch.Generator().manual_seed(5), dtype=torch.float64).to(device)
+        (grad,) = torch.autograd.grad((term * w).sum(), [v])
+        grads.append(grad)
+    for g in grads[1:]:
+        torch.testing.assert_close(g, grads[0], rtol=1e-12, atol=1e-12 * float(grads[0].abs().max()))
+
+
+def test_float32_scene_far_from_the_origin_keeps_inside_and_outside(device):
+    """A float32 scene and camera placed 1e4 to 1e5 from the origin: ``xy`` was re-projected in
+    float32 from absolute coordinates (error ~0.01 pixel, above ``EDGE_OFFSET`` = 0.005), so
+    ``ray_inside`` missed or ``ray_outside`` hit the triangle for 49 % (1e4) and 95 % (1e5) of
+    the samples, biasing the boundary term. ``xy`` is now the host's float64 projection (the
+    motion's derivative is unchanged), and every sample's rays lie on their sides."""
+    for offset in (1e4, 1e5):
+        o = np.array([offset, -offset / 3, offset / 2])
+        v = torch.tensor(np.array(TRI) + o, dtype=torch.float32, device=device)
+        scene = _scene([(v, torch.tensor([[0, 1, 2]]))], device)
+        pose = torch.eye(4, dtype=torch.float32, device=device)
+        pose[:3, 3] = torch.tensor(o, dtype=torch.float32)
+        s = rt.Camera(64, 64, fov_y=40.0, to_world=pose).sample_edges(scene, 4000, generator=torch.Generator().manual_seed(0))
+        assert len(s) == 4000
+        assert bool(scene.intersect(s.ray_inside).is_valid().all())
+        assert not bool(scene.intersect(s.ray_outside).is_valid().any())
+        # xy is the projection of the sample's edge point (float64 reference)
+        top = scene.edge_topology()
+        ends = v.double().cpu()[top.v[s.global_edge_id.long()].long().cpu()]  # the float32 vertices
+        point = ends[:, 0] + s.edge_t.double().cpu()[:, None] * (ends[:, 1] - ends[:, 0])
+        want = rt.Camera(64, 64, fov_y=40.0, to_world=pose.double().cpu()).project(point)[0]
+        torch.testing.assert_close(s.xy.double().cpu(), want, rtol=0, atol=1e-4)
+
+
+def test_float32_closed_mesh_far_from_the_origin_is_visible(device):
+    """The cube of ``_cube_plane`` 1e4 and 1e5 from the origin, float32: the ``visible`` segment
+    ended at the float32 edge point, which can lie inside the cube (0.008 world units of
+    rounding at 1e5, above the segment's 1e-4 relative end gap), so 13 % (1e4) and 27 % (1e5)
+    of the silhouette samples were reported hidden. The segment now ends at the float64 point
+    (``SamplePlan.point``); every sample of the lone cube is visible, as in float64."""
+    cube = _cube_plane()[:8]
+    for offset in (1e4, 1e5):
+        o = torch.tensor([offset, -offset / 3, offset / 2], dtype=torch.float64)
+        scene = _scene([((cube + o).float().to(device), CUBE_F)], device)
+        pose = torch.eye(4, dtype=torch.float32, device=device)
+        pose[:3, 3] = o.float()
+        s = rt.Camera(64, 64, fov_y=40.0, to_world=pose).sample_edges(scene, 4000, generator=torch.Generator().manual_seed(0))
+        assert len(s) == 4000 and bool(s.visible.all())
+        assert bool(scene.intersect(s.ray_inside).is_valid().all())
+        assert not bool(scene.intersect(s.ray_outside).is_valid().any())
+
+
 def test_edge_samples_are_a_record_detach_index_to(device):
     # The same record operations as Intersection: fields in dir(), detach(), to(), indexing.
     v = torch.tensor([[-1.0, -1, 3], [1, -1, 3], [0, 1, 3]], dtype=torch.float64, device=device, requires_grad=True)

@@ -313,3 +313,33 @@ def test_edge_queries_need_the_edge_state_before_tracing(device):
     # rounding (bitwise on the CPU; on CUDA the two contract FMAs differently)
     torch.testing.assert_close(cfn(), scene.nearest_edge(pts).distance, rtol=2e-6, atol=1e-7)
     assert counter.frame_count == 1
+
+
+def test_camera_made_inside_the_compiled_step(device):
+    """A step that makes its ``Camera`` from tensor parameters (a pose being fitted) compiles into
+    one graph with eager values and gradients. ``Camera()``'s value check read the tensors on the
+    host and stopped tracing (``Unsupported``: a data-dependent branch, or a functorch builtin
+    Dynamo cannot trace); while tracing only the devices are checked now, and ``sample_edges``
+    still checks the values (tested in test_camera_edges.py)."""
+    scene, v = make_scene(device, F64)
+    fx = torch.tensor(12.0, dtype=F64, device=device, requires_grad=True)
+    pose = torch.eye(4, dtype=F64, device=device)
+    pose[:3, 3] = torch.tensor([0.1, -0.05, -3.0], dtype=F64)
+    pose.requires_grad_()
+
+    def step():
+        cam = rt.Camera(8, 6, fx=fx, cx=3.5, to_world=pose)
+        hit = scene.intersect(cam.generate_rays())
+        return _finite(hit.t).sum() + cam.project(v[:5])[0].sum()
+
+    cfn, counter = compiled(step)
+    got, want = cfn(), step()
+    assert torch.allclose(got, want, rtol=1e-12, atol=1e-12)
+    grads = _grads(want, [v, fx, pose])
+    for g, w in zip(_grads(got, [v, fx, pose]), grads):
+        assert torch.allclose(g, w, rtol=1e-10, atol=1e-12)
+    assert float(want.detach()) > 0 and grads[1].abs() > 0 and grads[2].abs().max() > 0
+    explained = torch._dynamo.explain(step)()
+    assert explained.graph_break_count == 0 and explained.graph_count == 1
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Camera\(\): 'fx' must be positive"):
+        rt.Camera(8, 6, fx=torch.tensor(-1.0, dtype=F64))  # eager: still checked

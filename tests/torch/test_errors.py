@@ -216,3 +216,22 @@ def test_malformed_rays_are_misses_not_errors(device):
     assert torch.isposinf(hit.t[:5]).all() and hit.t[5].item() == 1.0
     for name in ("t", "p", "n", "geo_n", "uv", "barycentric"):
         assert not torch.isnan(getattr(hit, name)).any(), name
+
+
+def test_visible_names_its_segments_not_a_ray():
+    """``visible(start, end, active, ignore=...)`` has no ``ray`` argument: a batch mismatch of
+    ``active`` or ``ignore`` named ``'ray' (2,)``; it names ``'start/end'`` now, and the ray
+    queries keep ``'ray'``."""
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]]), torch.tensor([[0, 1, 2]])))
+    scene.build()
+    start = torch.tensor([[0.2, 0.2, 1.0], [0.3, 0.2, 1.0]])
+    end = start * torch.tensor([1.0, 1.0, -1.0])
+    for kw, name in ((dict(active=torch.tensor([True, False, True])), "active"),
+                     (dict(ignore=torch.tensor([0, 1, 1])), "ignore")):
+        with pytest.raises(ValueError, match=r"^rayd\.torch\.Scene\.visible\(\): batch shapes do not broadcast: "
+                                             rf"'start/end' \(2,\), '{name}' \(3,\)$"):
+            scene.visible(start, end, **kw)
+        with pytest.raises(ValueError, match=rf"^rayd\.torch\.Scene\.shadow_test\(\): .*'ray' \(2,\), '{name}' \(3,\)$"):
+            scene.shadow_test(rt.Ray(start, end - start), **kw)
+    assert scene.visible(start, end, torch.tensor([True, True])).tolist() == [False, False]

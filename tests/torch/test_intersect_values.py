@@ -428,3 +428,39 @@ def test_tiny_directions_hit_like_unit_ones(device, length):
     assert scene.intersect_all(tiny, 2).global_prim_id.tolist() == scene.intersect_all(unit, 2).global_prim_id.tolist()
     assert scene.trace_reflections(tiny, 1).global_prim_id.tolist() == ref.global_prim_id[:, None].tolist()
     assert not scene.shadow_test(rt.Ray(o, tiny.d, 1.0 / length * 0.5)).any()  # the interval still counts
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_empty_batches_with_any_strides(device, dtype):
+    """An empty batch whose tensors keep non-unit strides (torch calls any empty tensor
+    contiguous: ``x[:, ::2]`` of a (0, 6) tensor, or the camera centre ``to_world[:3, 3]``
+    expanded to (0, 3), as ``sample_edges`` gives it with nothing on screen) raised Warp's
+    "source inner strides are not contiguous" in the float32 ``intersect`` and
+    ``closest_point`` paths; every query now returns its empty record, and non-empty strided
+    inputs give the values of contiguous ones."""
+    scene = _scene(device, ([[-1, -1, 0], [1, -1, 0], [0, 1, 0]], [[0, 1, 2]]), dtype=dtype)
+    for n in (0, 4):
+        base = torch.randn(n, 6, dtype=dtype, generator=torch.Generator().manual_seed(n)).to(device)
+        o, d = base[:, ::2] * 0.1 - torch.tensor([0, 0, 2.0], dtype=dtype, device=device), base[:, 1::2] * 0.02
+        d = d + torch.tensor([0, 0, 1.0], dtype=dtype, device=device)
+        centre = torch.eye(4, dtype=dtype, device=device)[:3, 3].expand(n, 3)
+        for o_ in (o, centre):
+            ray, dense = rt.Ray(o_, d), rt.Ray(o_.contiguous().clone(), d.contiguous().clone())
+            for got, want in [(scene.intersect(ray).t, scene.intersect(dense).t),
+                              (scene.intersect(ray, flags=RayFlags.Minimal).t, scene.intersect(dense, flags=RayFlags.Minimal).t),
+                              (scene.closest_point(o_).distance, scene.closest_point(o_.clone()).distance),
+                              (scene.shadow_test(ray), scene.shadow_test(dense)),
+                              (scene.intersect_all(ray, 2).t, scene.intersect_all(dense, 2).t),
+                              (scene.trace_reflections(ray, 2).t, scene.trace_reflections(dense, 2).t),
+                              (scene.nearest_edge(ray).distance, scene.nearest_edge(dense).distance),
+                              (scene.signed_distance(o_), scene.signed_distance(o_.clone()))]:
+                assert got.shape[0] == n
+                torch.testing.assert_close(got, want, rtol=0, atol=0)
+        if n == 4:
+            assert bool(scene.intersect(rt.Ray(o, d)).is_valid().all())
+    cam = rt.Camera(8, 8, fov_y=40.0, to_world=torch.eye(4, dtype=dtype, device=device))
+    behind = _scene(device, ([[-1, -1, -3], [1, -1, -3], [0, 1, -3]], [[0, 1, 2]]), dtype=dtype)
+    samples = cam.sample_edges(behind, 10)
+    assert len(samples) == 0
+    assert behind.intersect(samples.ray_inside).t.shape == (0,)
+    assert behind.closest_point(samples.ray_outside.o).distance.shape == (0,)

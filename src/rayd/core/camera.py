@@ -20,6 +20,7 @@ References:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -257,3 +258,131 @@ def _lex_less(x: np.ndarray, y: np.ndarray) -> np.ndarray:
         less |= ~decided & (x[:, k] < y[:, k])
         decided |= x[:, k] != y[:, k]
     return less
+
+
+def coincident_faces(opposite: np.ndarray, rest) -> tuple[np.ndarray, np.ndarray] | None:
+    """How ``sample_edges`` treats the edge records of faces listed more than once.
+
+    Two faces of one edge with the same opposite vertex have the same three vertex indices
+    (a face listed twice, with either winding). The silhouette rule compares the two faces
+    of a record, so a record of two such faces is never a silhouette when their windings
+    agree and always one when they differ, and the records of a third face with each copy
+    repeat one another: a triangle listed twice had no sampled outline (no boundary term),
+    and an edge next to a doubled face was sampled twice. For sampling, coincident faces
+    count as one (the first listed): a record is dropped when an earlier record of its edge
+    has the same two opposite vertices, or when it joins two coincident faces while its edge
+    has another face; it is sampled as a boundary edge when it joins two coincident faces
+    and its edge has no other face.
+
+    Args:
+        opposite: (E, 2) int host array, ``EdgeTopology.opposite`` (``-1`` for none).
+        rest: ``rest() -> (v, shape_id)``, the (E, 2) and (E,) int host arrays of the
+            topology, called only when a record joins two coincident faces.
+
+    Returns:
+        ``None`` when no record joins two coincident faces (nothing changes), else
+        ``(drop, as_boundary)``, (E,) bool masks.
+    """
+    opposite = np.asarray(opposite, np.int64).reshape(-1, 2)
+    same = (opposite[:, 0] == opposite[:, 1]) & (opposite[:, 0] >= 0)
+    if not same.any():
+        return None
+    v, shape_id = (np.asarray(x, np.int64) for x in rest())
+    edge = np.concatenate([shape_id.reshape(-1, 1), v.reshape(-1, 2)], axis=1)
+    pair = np.sort(opposite, axis=1)
+    _, first = np.unique(np.concatenate([edge, pair], axis=1), axis=0, return_index=True)
+    repeated = np.ones(len(opposite), bool)
+    repeated[first] = False
+    # distinct opposite vertices of each edge: one means every face of the edge is one face
+    _, edge_of = np.unique(edge, axis=0, return_inverse=True)
+    edge_of = edge_of.reshape(-1)
+    ends = np.concatenate([np.stack([edge_of, opposite[:, 0]], 1), np.stack([edge_of, opposite[:, 1]], 1)])
+    ends = np.unique(ends[ends[:, 1] >= 0], axis=0)
+    single = np.bincount(ends[:, 0], minlength=edge_of.max() + 1)[edge_of] == 1
+    as_boundary = same & single & ~repeated
+    return repeated | (same & ~single), as_boundary
+
+
+@dataclass(frozen=True)
+class SamplePlan:
+    """The discrete choices of ``sample_edges`` (host, float64; see :func:`plan_samples`).
+
+    Attributes:
+        edge: (N,) int64 index of each sample's edge into the candidate list.
+        edge_t: (N,) float64 parameter of the sample along its edge (0 at ``a``, 1 at ``b``).
+        normal: (N, 2) float64 unit image-space normal, away from the edge's first face.
+        total: the total clipped image length ``L`` of the candidate edges (pixels).
+        xy: (N, 2) float64 pixel coordinates of the samples, projected on the host (the
+            frontends' float32 re-projection of a float32 scene far from the origin was off by
+            more than ``EDGE_OFFSET``: ``ray_inside``/``ray_outside`` then crossed the edge).
+        point: (N, 3) float64 world-space sample points (``None`` without ``world``), the end
+            of the ``visible`` segments (a float32 point fell inside closed meshes, hidden).
+    """
+
+    edge: np.ndarray
+    edge_t: np.ndarray
+    normal: np.ndarray
+    total: float
+    xy: np.ndarray
+    point: np.ndarray | None = None
+
+    @property
+    def count(self) -> int:
+        """N, the number of samples."""
+        return int(self.edge.shape[0])
+
+    @property
+    def weight(self) -> float:
+        """``L / N``, every sample's ``1 / (N pdf)``."""
+        return self.total / max(self.count, 1)
+
+
+def plan_samples(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.ndarray,
+                 intrinsics: tuple[float, float, float, float], width: int, height: int,
+                 num_samples: int, jitter, world: tuple | None = None) -> SamplePlan:
+    """Where ``sample_edges`` puts its samples, given the candidate edges in camera space.
+
+    Args:
+        a, b: (E, 3) float64 camera-space end points of the candidate edges.
+        o: (E, 3) float64 camera-space opposite vertex of each edge's first face.
+        is_boundary: (E,) bool, boundary edges.
+        intrinsics: ``(fx, fy, cx, cy)``.
+        width, height: the image size.
+        num_samples: N >= 0.
+        jitter: ``jitter(n)`` -> (n,) float64 uniform numbers in ``[0, 1)`` (called once,
+            only when ``n > 0``: no edge on screen draws nothing).
+        world: ``(a, b)``, the (E, 3) float64 world-space end points of the same edges, for
+            :attr:`SamplePlan.point` (optional).
+
+    Returns:
+        :class:`SamplePlan`: seams merged (:func:`rayd.core.camera.merge_seams`), edges
+        clipped to the near plane and the image, N stratified samples in image length.
+    """
+    kept = np.flatnonzero(merge_seams(a, b, o, is_boundary))
+    a, b, o = a[kept], b[kept], o[kept]
+    t0, t1, xy0, xy1 = clip_to_image(a, b, intrinsics, width, height)
+    lengths = np.linalg.norm(xy1 - xy0, axis=-1)
+    total = float(lengths.sum())
+    n = num_samples if total > 0 else 0
+    if n == 0:
+        return SamplePlan(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 2)), total, np.zeros((0, 2)),
+                          np.zeros((0, 3)))
+    pick, s = stratified_positions(lengths, np.asarray(jitter(n), dtype=np.float64))
+    pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
+    pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])
+    u = image_to_edge_param(s, pa[:, 2], pb[:, 2])
+    edge_t = t0[pick] + u * (t1[pick] - t0[pick])
+    normal = edge_normals(a[pick], b[pick], o[pick], intrinsics)
+    xy = project(a[pick] + edge_t[:, None] * (b[pick] - a[pick]), intrinsics)
+    point = None
+    if world is not None:
+        wa, wb = (np.asarray(x, np.float64)[kept[pick]] for x in world)
+        point = wa + edge_t[:, None] * (wb - wa)
+    return SamplePlan(kept[pick].astype(np.int64), edge_t, normal, total, xy, point)
+
+
+def to_camera(world: np.ndarray, to_world: np.ndarray | None) -> np.ndarray:
+    """(K, 3) float64 camera-space positions of world points, ``to_world`` a (4, 4) host matrix or ``None``."""
+    if to_world is None:
+        return world
+    return (world - to_world[:3, 3]) @ np.linalg.inv(to_world[:3, :3]).T

@@ -2,7 +2,7 @@
 
 :class:`CameraBase` holds the argument checks and the intrinsics bookkeeping of
 ``Camera()`` (sizes, ``fov_y`` versus ``fx``/``fy``, defaults of the principal point);
-:func:`check_sample_args` and :func:`plan_samples` the argument checks and the
+:func:`check_sample_args` and :func:`rayd.core.camera.plan_samples` the argument checks and the
 host-side orchestration of ``Camera.sample_edges`` (seams, clipping, stratified
 positions, edge parameters and normals, from :mod:`rayd.core.camera`);
 :class:`EdgeSamplesBase` the record's bookkeeping. The frontends supply the array
@@ -71,12 +71,12 @@ array library: ``rayd.<frontend>._edge_sampling.OPS``, a namespace of
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from rayd.core import camera as _core
+from rayd.core.camera import SamplePlan, plan_samples, to_camera  # noqa: F401 - the host steps of sample_edges
 from rayd.core.checks import integer, real, type_name
 from rayd.core.docs import FrontendDocs
 from rayd.core.frontend import PublicName, frontend_module
@@ -107,6 +107,33 @@ class CameraBase(PublicName, FrontendDocs):
     _SCALAR = "a float"
     _ARRAY: type = type(None)
     _OPS: Any = None  # the frontend's array steps of the camera maps (module docstring), set below its class
+
+    @property
+    def fx(self) -> Any:
+        """The horizontal focal length in pixels: the number or array given, or, while ``fov_y`` is an
+        array, ``(height / 2) / tan(fov_y / 2)`` of its current value (evaluated at each read, so an
+        in-place change of ``fov_y`` takes effect and its gradient flows into ``fov_y``; it was
+        evaluated once at ``Camera()``, which kept stale rays after an optimiser step on ``fov_y``)."""
+        return self._focal("_fx")
+
+    @fx.setter
+    def fx(self, value: Any) -> None:
+        self.__dict__["_fx"] = value
+
+    @property
+    def fy(self) -> Any:
+        """The vertical focal length in pixels (as :attr:`fx`)."""
+        return self._focal("_fy")
+
+    @fy.setter
+    def fy(self, value: Any) -> None:
+        self.__dict__["_fy"] = value
+
+    def _focal(self, stored: str) -> Any:
+        fov_y = self.__dict__.get("fov_y")
+        if fov_y is not None and self._is_array(fov_y):
+            return self._array_focal(fov_y)
+        return self.__dict__.get(stored)
 
     @property
     def _CALL(self) -> str:
@@ -248,9 +275,10 @@ class CameraBase(PublicName, FrontendDocs):
         intrinsics = self.intrinsics()
         work, ids, a, b, o, is_boundary = ops.candidates(call, self, scene, edges, intrinsics)
         to_world = self._host_to_world()
+        world = (a, b)
         a, b, o = (to_camera(x, to_world) for x in (a, b, o))
         plan = plan_samples(a, b, o, is_boundary, intrinsics, self.width, self.height, num_samples,
-                            ops.jitter(generator))
+                            ops.jitter(generator), world=world)
         fields = ops.evaluate(self, scene, edges, work, ids, plan)
         return sampling.EdgeSamples(width=self.width, height=self.height, **fields)
 
@@ -295,7 +323,8 @@ class CameraBase(PublicName, FrontendDocs):
             if not self._is_array(value) and not value > 0:
                 raise ValueError(f"{call}: '{name}' must be positive, got {value}")
         self.fov_y = fov_y
-        self.fx, self.fy = fx, fy
+        array_fov = fov_y is not None and self._is_array(fov_y)
+        self.fx, self.fy = (None, None) if array_fov else (fx, fy)  # an array fov_y: read at each use (fx)
         self.cx = 0.5 * self.width if cx is None else cx
         self.cy = 0.5 * self.height if cy is None else cy
 
@@ -341,76 +370,6 @@ def check_sample_args(call: str, scene: object, scene_type: type, num_samples: o
         raise TypeError(f"{call}: 'generator' must be a {generator_name}, got {type_name(generator)}")
     return num_samples
 
-
-
-@dataclass(frozen=True)
-class SamplePlan:
-    """The discrete choices of ``sample_edges`` (host, float64; see :func:`plan_samples`).
-
-    Attributes:
-        edge: (N,) int64 index of each sample's edge into the candidate list.
-        edge_t: (N,) float64 parameter of the sample along its edge (0 at ``a``, 1 at ``b``).
-        normal: (N, 2) float64 unit image-space normal, away from the edge's first face.
-        total: the total clipped image length ``L`` of the candidate edges (pixels).
-    """
-
-    edge: np.ndarray
-    edge_t: np.ndarray
-    normal: np.ndarray
-    total: float
-
-    @property
-    def count(self) -> int:
-        """N, the number of samples."""
-        return int(self.edge.shape[0])
-
-    @property
-    def weight(self) -> float:
-        """``L / N``, every sample's ``1 / (N pdf)``."""
-        return self.total / max(self.count, 1)
-
-
-def plan_samples(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.ndarray,
-                 intrinsics: tuple[float, float, float, float], width: int, height: int,
-                 num_samples: int, jitter) -> SamplePlan:
-    """Where ``sample_edges`` puts its samples, given the candidate edges in camera space.
-
-    Args:
-        a, b: (E, 3) float64 camera-space end points of the candidate edges.
-        o: (E, 3) float64 camera-space opposite vertex of each edge's first face.
-        is_boundary: (E,) bool, boundary edges.
-        intrinsics: ``(fx, fy, cx, cy)``.
-        width, height: the image size.
-        num_samples: N >= 0.
-        jitter: ``jitter(n)`` -> (n,) float64 uniform numbers in ``[0, 1)`` (called once,
-            only when ``n > 0``: no edge on screen draws nothing).
-
-    Returns:
-        :class:`SamplePlan`: seams merged (:func:`rayd.core.camera.merge_seams`), edges
-        clipped to the near plane and the image, N stratified samples in image length.
-    """
-    kept = np.flatnonzero(_core.merge_seams(a, b, o, is_boundary))
-    a, b, o = a[kept], b[kept], o[kept]
-    t0, t1, xy0, xy1 = _core.clip_to_image(a, b, intrinsics, width, height)
-    lengths = np.linalg.norm(xy1 - xy0, axis=-1)
-    total = float(lengths.sum())
-    n = num_samples if total > 0 else 0
-    if n == 0:
-        return SamplePlan(np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros((0, 2)), total)
-    pick, s = _core.stratified_positions(lengths, np.asarray(jitter(n), dtype=np.float64))
-    pa = a[pick] + t0[pick, None] * (b[pick] - a[pick])
-    pb = a[pick] + t1[pick, None] * (b[pick] - a[pick])
-    u = _core.image_to_edge_param(s, pa[:, 2], pb[:, 2])
-    edge_t = t0[pick] + u * (t1[pick] - t0[pick])
-    normal = _core.edge_normals(a[pick], b[pick], o[pick], intrinsics)
-    return SamplePlan(kept[pick].astype(np.int64), edge_t, normal, total)
-
-
-def to_camera(world: np.ndarray, to_world: np.ndarray | None) -> np.ndarray:
-    """(K, 3) float64 camera-space positions of world points, ``to_world`` a (4, 4) host matrix or ``None``."""
-    if to_world is None:
-        return world
-    return (world - to_world[:3, 3]) @ np.linalg.inv(to_world[:3, :3]).T
 
 
 class EdgeSamplesBase(PublicName, FieldRecord):

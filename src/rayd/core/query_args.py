@@ -16,6 +16,13 @@ from typing import Any, Callable
 CANDIDATES = 8
 
 
+def batch_name(call: str) -> str:
+    """How a message names the query's batch of rays: ``ray``, or ``start/end`` for ``visible()``,
+    whose rays are made from its segments (``"... batch shapes do not broadcast: 'start/end' (2,),
+    'active' (3,)"``)."""
+    return "start/end" if call.endswith(".visible()") else "ray"
+
+
 def ray_checker(ray_type: type, name_of: Callable[[object], str]) -> Callable[[str, object, Any], Any]:
     """The frontend's ``check_ray(call, ray, device)``: ``ray`` if it is a ``ray_type`` on ``device``.
 

@@ -109,6 +109,10 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     with dr.suspend_grad():
         sil = np.array(scene.silhouette_edges(plain.Array3f64(*work.centre)), dtype=bool)
         applied = np.array(edges._applied, dtype=np.uint8).astype(bool)
+        boundary = np.array(top.is_boundary, dtype=bool)
+        rule = _core.coincident_faces(np.array(top.opposite).T, lambda: (np.array(top.v).T, np.array(top.shape_id)))
+        if rule is not None:  # faces listed more than once: sampled as one face
+            sil, boundary = (sil & ~rule[0]) | rule[1], boundary | rule[1]
         ids = np.flatnonzero(sil & applied).astype(np.int32)
         if ids.size == 0:  # no edge to sample (Dr.Jit does not broadcast width 0 against width 1)
             empty = np.zeros((0, 3))
@@ -120,7 +124,7 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
         opp = (rows[ids, 0] - local_v[ids, 0] + np.array(top.opposite).T[ids, 0]).astype(np.int64)
         o = _world_rows(m, double, edges, geometry, ids, opp)
         a, b = (np.array(x).T.reshape(-1, 3) for x in (a, b))
-        return work, ids, a, b, o, np.array(top.is_boundary, dtype=bool)[ids]
+        return work, ids, a, b, o, boundary[ids]
 
 
 def _jitter(generator: np.random.Generator | None) -> Callable[[int], np.ndarray]:
@@ -148,12 +152,13 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan
     xy = camera._camera_to_pixels((m, double), camera._world_to_camera((m, double), point))
     mm = dr.dot(xy, nrm)
     motion = mm - dr.detach(mm)
-    xy = dr.detach(xy)
+    xy = Array2(plan.xy[:, 0].copy(), plan.xy[:, 1].copy())  # the value: float64 on the host (SamplePlan.xy)
     faces0 = np.array(top.faces).T[gid, 0]
     shape = np.array(top.shape_id)[gid]
     offsets = scene._core.table.tables()["global_offset"]
     face = plain.Int((offsets[shape] + faces0).astype(np.int32))
-    visible = scene.visible(Array3(*work.centre), dr.detach(point), ignore=face)
+    target = plain.Array3f64(*(plan.point[:, k].copy() for k in range(3)))  # float64: SamplePlan.point
+    visible = scene.visible(plain.Array3f64(*work.centre), target, ignore=face)
     off = _core.EDGE_OFFSET
     return dict(xy=xy, normal=nrm, weight=dr.full(Float, plan.weight, n),
                 ray_inside=camera.generate_rays(Array2(xy - off * nrm)),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import drjit as dr
 
 from rayd.core import rays as core_rays
-from rayd.core.query_args import query_arguments, ray_checker
+from rayd.core.query_args import batch_name, query_arguments, ray_checker
 from rayd.drjit import _check, _convert
 from rayd.drjit.ray import Ray
 from rayd.engine.intersect import search
@@ -25,7 +25,7 @@ def check_active(call: str, ray: Ray, active: object, device: str) -> tuple[int,
         return ray.width, None
     active = _check.bool_array(call, "active", active)
     _check.same_backend(call, "active", active, device, "the scene")
-    n = _check.broadcast(call, [("ray", ray.width), ("active", dr.width(active))])
+    n = _check.broadcast(call, [(batch_name(call), ray.width), ("active", dr.width(active))])
     return n, active
 
 
@@ -37,7 +37,7 @@ def check_ignore(call: str, n: int, ignore: object, device: str) -> tuple[int, d
 def _ignore_ids(call: str, n: int, ignore: object, device: str) -> tuple[int, dr.ArrayBase]:
     ignore = _check.index_flat(call, "ignore", ignore)
     _check.same_backend(call, "ignore", ignore, device, "the scene")
-    n = _check.broadcast(call, [("ray", n), ("ignore", dr.width(ignore))])
+    n = _check.broadcast(call, [(batch_name(call), n), ("ignore", dr.width(ignore))])
     ignore = dr.detach(ignore)
     # Ids beyond int32 match no face: -1, not a wrapped id (no host synchronisation).
     if dr.type_v(ignore) == dr.VarType.Int64:

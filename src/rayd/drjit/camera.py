@@ -12,9 +12,9 @@ from types import SimpleNamespace
 
 import drjit as dr
 
+from rayd.core import camera as _core
 from rayd.core.camera_frontend import CameraBase
 from rayd.core.frontend import serialise_public
-from rayd.core.checks import real
 from rayd.drjit import _check, _convert
 from rayd.drjit._edge_sampling import EdgeSamples  # noqa: F401 - rayd.drjit.EdgeSamples, documented there
 from rayd.drjit.mesh import check_transform
@@ -26,7 +26,8 @@ class Camera(CameraBase):
 
     Args:
         width, height: image size in pixels, positive ints.
-        fov_y: vertical field of view in degrees (a float in ``(0, 180)``); sets
+        fov_y: vertical field of view in degrees, in ``(0, 180)``: a float or a flat
+            ``Float``/``Float64`` array of width 1 (differentiable, read at each call); sets
             ``fx = fy = (height / 2) / tan(fov_y / 2)``. Either ``fov_y`` or ``fx``/``fy``.
         fx, fy, cx, cy: floats, or flat ``Float``/``Float64`` arrays of width 1 (``.ad``
             with gradients enabled to differentiate); ``cx, cy`` default to the centre.
@@ -40,12 +41,17 @@ class Camera(CameraBase):
     _SCALAR = "a float or a width-1 Float array"
     _ARRAY = dr.ArrayBase
 
-    def _checked_fov(self, fov_y: object) -> float | None:
-        if fov_y is None:
-            return None
-        if real(fov_y) is None:
-            raise TypeError(f"{self._CALL}: 'fov_y' must be a float, got {type(fov_y).__name__}")
-        return real(fov_y)
+    def _checked_fov(self, fov_y: object) -> float | dr.ArrayBase | None:
+        return self._scalar("fov_y", fov_y)
+
+    def _array_focal(self, fov_y: dr.ArrayBase) -> dr.ArrayBase:
+        return (0.5 * self.height) / dr.tan(fov_y * (dr.pi / 360.0))
+
+    def _check_values(self, call: str) -> None:
+        """``ValueError`` for non-positive/non-finite intrinsics or ``fov_y`` outside ``(0, 180)``
+        (one host read of array values, at ``Camera()`` and ``sample_edges``)."""
+        fov_y = self._host_scalar(self.fov_y) if self._is_array(self.fov_y) else self.fov_y
+        _core.check_intrinsics(call, *self.intrinsics(), fov_y=fov_y)
 
     def _checked_to_world(self, to_world: object) -> dr.ArrayBase:
         """A checked ``Matrix4f``/``Matrix4f64`` of width 1 on the intrinsics' backend (values read once)."""
@@ -55,7 +61,7 @@ class Camera(CameraBase):
         return check_transform(self._CALL, "to_world", to_world, like)
 
     def _arrays(self) -> list:
-        return [v for v in (self.fx, self.fy, self.cx, self.cy, self.to_world) if isinstance(v, dr.ArrayBase)]
+        return [v for v in (self.fx, self.fy, self.cx, self.cy, self.fov_y, self.to_world) if isinstance(v, dr.ArrayBase)]
 
     # ------------------------------------------------------------------ CameraBase hooks
     def _array_scalar(self, name: str, value: object):

@@ -99,17 +99,24 @@ def vec3_view(tensor: torch.Tensor) -> wp.array:
     Views are of ``primal(tensor)``: inside ``torch.func`` transforms even freshly
     allocated buffers come wrapped, without storage of their own.
     """
-    return wp.from_torch(primal(tensor), dtype=wp.vec3)
+    return wp.from_torch(_dense(primal(tensor)), dtype=wp.vec3)
 
 
 def vec2i_view(tensor: torch.Tensor) -> wp.array:
     """Zero-copy ``wp.array(dtype=vec2i)`` of a contiguous int32 tensor of shape (N, 2)."""
-    return wp.from_torch(primal(tensor), dtype=wp.vec2i)
+    return wp.from_torch(_dense(primal(tensor)), dtype=wp.vec2i)
 
 
 def scalar_view(tensor: torch.Tensor) -> wp.array:
     """Zero-copy 1-D Warp array of a contiguous tensor (int32, uint8, float32)."""
-    return wp.from_torch(primal(tensor))
+    return wp.from_torch(_dense(primal(tensor)))
+
+
+def _dense(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor``, or a fresh one of its shape when it is empty: torch calls an empty tensor
+    contiguous whatever its strides (``x[:, ::2]`` of a (0, 6) tensor keeps stride 2), and
+    ``wp.from_torch`` refuses inner strides that are not the element's."""
+    return tensor if tensor.numel() else tensor.new_empty(tensor.shape)
 
 
 def flat_float32(tensor: torch.Tensor, batch: torch.Size, width: int | None) -> torch.Tensor:
@@ -135,7 +142,7 @@ def vec3_rows(tensor: torch.Tensor) -> tuple[wp.array, torch.Tensor]:
     value = primal(tensor)
     if value.dtype not in (torch.float32, torch.float64):
         value = primal(value.to(torch.float32))
-    value = primal(value.contiguous())  # ops inside torch.func re-wrap: unwrap last
+    value = _dense(primal(value.contiguous()))  # ops inside torch.func re-wrap: unwrap last
     return wp.from_torch(value, dtype=wp.vec3d if value.dtype == torch.float64 else wp.vec3), value
 
 

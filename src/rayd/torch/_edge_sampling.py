@@ -50,7 +50,8 @@ class EdgeSamples(TorchRecord, EdgeSamplesBase):
     """Samples on the visible-discontinuity curves of an image, from :meth:`Camera.sample_edges`.
 
     Attributes (N samples):
-        xy: (N, 2) pixel coordinates of each sample (detached).
+        xy: (N, 2) pixel coordinates of each sample (detached; projected in float64 on the host,
+            so float32 scenes far from the origin keep the offset rays on their sides).
         normal: (N, 2) unit image-space normal of the edge's image, pointing away from the
             face along the edge (the face that occludes on the ``inside``), detached.
         weight: (N,) ``1 / (N pdf)``, pdf with respect to image-space length; their sum
@@ -156,14 +157,20 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     with torch.no_grad():
         world = placed_vertices(scene._state, torch.float64, detach=True)
         centre = torch.tensor(camera._host_centre(), dtype=torch.float64, device=device)
-        chosen = scene.silhouette_edges(centre) & edges._applied.bool()
+        chosen, boundary = scene.silhouette_edges(centre), top.is_boundary
+        rule = _core.coincident_faces(_convert.host_array(top.opposite),
+                                      lambda: (_convert.host_array(top.v), _convert.host_array(top.shape_id)))
+        if rule is not None:  # faces listed more than once: sampled as one face
+            drop, extra = (torch.as_tensor(x, device=device) for x in rule)
+            chosen, boundary = (chosen & ~drop) | extra, boundary | extra
+        chosen = chosen & edges._applied.bool()
         ids = chosen.nonzero().squeeze(1)
         edge_rows = edges.edge_rows[ids].long()
         offset = (edges.edge_rows[ids, 0] - top.v[ids, 0]).long()
         opp = top.opposite[ids, 0].long() + offset
         a, b, o = (_convert.host_array(world[i]) for i in (edge_rows[:, 0], edge_rows[:, 1], opp))
     work = SimpleNamespace(device=device, dtype=dtype, centre=centre)
-    return work, ids, a, b, o, _convert.host_array(top.is_boundary[ids])
+    return work, ids, a, b, o, _convert.host_array(boundary[ids])
 
 
 def _jitter(generator: torch.Generator | None) -> Callable[[int], np.ndarray]:
@@ -188,13 +195,13 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, pl
     xy = camera.camera_to_pixels(camera.world_to_camera(point))
     m = (xy * normal_t).sum(-1)
     motion = m - m.detach()
-    xy = xy.detach()
+    xy = torch.as_tensor(plan.xy, dtype=dtype).to(device)  # the value: float64 on the host (SamplePlan.xy)
     offset_xy = _core.EDGE_OFFSET * normal_t
     with torch.no_grad():
         shape = top.shape_id[gid].long()
         face = scene._state.table.global_offset[shape] + top.faces[gid, 0].long()
-        target = point.detach()
-        visible = scene.visible(centre.to(target.dtype).expand_as(target), target, ignore=face.to(torch.int32))
+        target = torch.as_tensor(plan.point, dtype=torch.float64).to(device)  # float64: SamplePlan.point
+        visible = scene.visible(centre.expand_as(target), target, ignore=face.to(torch.int32))
     return dict(xy=xy, normal=normal_t, weight=torch.full((n,), plan.weight, dtype=dtype, device=device),
                 ray_inside=camera.generate_rays(xy - offset_xy), ray_outside=camera.generate_rays(xy + offset_xy),
                 global_edge_id=gid.to(torch.int32), edge_t=t, visible=visible, motion=motion)

@@ -6,7 +6,7 @@ import torch
 
 from rayd.core.checks import type_name
 from rayd.core import rays as core_rays
-from rayd.core.query_args import query_arguments, ray_checker
+from rayd.core.query_args import batch_name, query_arguments, ray_checker
 from rayd.torch import _check, _convert, _ops
 from rayd.torch.ray import Ray
 
@@ -20,7 +20,7 @@ def check_active(call: str, ray: Ray, active: object, device: torch.device) -> t
     if active.dtype != torch.bool:
         raise TypeError(f"{call}: 'active' must have dtype bool, got {active.dtype}")
     _check.same_device(call, "active", active, device, "the scene")
-    batch = _check.broadcast(call, [("ray", ray.shape), ("active", active.shape)])
+    batch = _check.broadcast(call, [(batch_name(call), ray.shape), ("active", active.shape)])
     return batch, active
 
 
@@ -34,7 +34,7 @@ def check_ignore(call: str, batch: torch.Size, ignore: object,
 def _ignore_ids(call: str, batch: torch.Size, ignore: object, device: torch.device) -> tuple[torch.Size, torch.Tensor]:
     ignore = _check.index_tensor(call, "ignore", ignore)
     _check.same_device(call, "ignore", ignore, device, "the scene")
-    batch = _check.broadcast(call, [("ray", batch), ("ignore", ignore.shape)])
+    batch = _check.broadcast(call, [(batch_name(call), batch), ("ignore", ignore.shape)])
     ignore = _convert.primal(ignore)
     if ignore.dtype == torch.int64:  # ids beyond int32 match no face: -1, not a wrapped id (no host sync)
         ignore = torch.where((ignore >= 2**31) | (ignore < -1), -1, ignore)

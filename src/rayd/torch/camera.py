@@ -38,7 +38,7 @@ class Camera(CameraBase):
     Any of ``fov_y, fx, fy, cx, cy, to_world`` may be a tensor that requires grad;
     :meth:`generate_rays`, :meth:`project` and the ``motion`` of :meth:`sample_edges`
     are differentiable with respect to them. Tensors are read live at each call (they
-    are not copied).
+    are not copied; a tensor ``fov_y`` gives ``fx = fy`` from its value at each call).
 
     Raises:
         TypeError: ``width``/``height`` not ints; an intrinsic neither a number nor a
@@ -47,8 +47,8 @@ class Camera(CameraBase):
             given, ``fov_y`` outside ``(0, 180)``, a non-positive focal length, a
             non-finite intrinsic, a tensor intrinsic that is not 0-dim, ``to_world`` not
             (4, 4), non-finite or singular (3x3 part of determinant 0), or tensors on
-            different devices. Tensor values are checked here (one host read) and again
-            by :meth:`sample_edges`.
+            different devices. Tensor values are checked here (one host read; not while
+            ``torch.compile`` traces) and again by :meth:`sample_edges`.
     """
 
     _SCALAR = "a float or a 0-dim float tensor"
@@ -80,15 +80,20 @@ class Camera(CameraBase):
     def _check_values(self, call: str) -> None:
         """``ValueError`` for tensors on different devices, non-positive/non-finite intrinsics or a
         non-finite/singular ``to_world`` (reads tensor values on the host: a synchronisation, at
-        ``Camera()`` and ``sample_edges``)."""
+        ``Camera()`` and ``sample_edges``). While ``torch.compile`` traces, only the devices are
+        checked: a host read would break the graph (``sample_edges``, which reads them anyway,
+        checks the values again outside)."""
         tensors = [(n, v) for n, v in self._parameters() if isinstance(v, torch.Tensor)]
         for name, value in tensors[1:]:
             _check.same_device(call, name, value, tensors[0][1].device, f"'{tensors[0][0]}'")
+        if torch.compiler.is_compiling():
+            return
         host = [_convert.host_array(v, torch.float64) if isinstance(v, torch.Tensor) else v
                 for v in (self.fx, self.fy, self.cx, self.cy, self.fov_y)]  # all of a vmap batch
         _core.check_intrinsics(call, *host[:4], fov_y=host[4])
         if self.to_world is not None:
-            check_matrices(call, "to_world", _convert.host_matrices(self.to_world))
+            host = _convert.host_array(self.to_world, torch.float64).reshape(-1, 4, 4)  # all of a vmap batch
+            check_matrices(call, "to_world", host, batch=False)
 
     # ------------------------------------------------------------------ properties
     def _parameters(self) -> list[tuple[str, object]]:
