@@ -337,6 +337,24 @@ class SamplePlan:
         return self.total / max(self.count, 1)
 
 
+def merge_coincident_faces(rule, chosen, boundary, convert) -> tuple:
+    """The silhouette and boundary masks of ``sample_edges`` with :func:`coincident_faces`' rule applied.
+
+    Args:
+        rule: what :func:`coincident_faces` returned (``None``: nothing changes).
+        chosen, boundary: (E,) bool masks of the frontend's array type (``&``, ``|``, ``~``).
+        convert: host bool array -> the frontend's array type (on the masks' device).
+
+    Returns:
+        ``(chosen, boundary)``: a dropped record is not chosen; a record sampled as a boundary
+        edge is chosen and a boundary edge.
+    """
+    if rule is None:
+        return chosen, boundary
+    drop, extra = (convert(x) for x in rule)
+    return (chosen & ~drop) | extra, boundary | extra
+
+
 def plan_samples(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.ndarray,
                  intrinsics: tuple[float, float, float, float], width: int, height: int,
                  num_samples: int, jitter, world: tuple | None = None) -> SamplePlan:

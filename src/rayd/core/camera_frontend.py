@@ -18,8 +18,9 @@ Hooks a :class:`CameraBase` subclass defines:
 - ``_ARRAY``: the frontend's array type (``_is_array(value)``: whether a checked
   intrinsic is one, not a Python float);
 - ``_array_focal(fov_y)``: the focal length of an array ``fov_y`` (differentiable);
-- ``_checked_fov(fov_y)``: ``fov_y`` checked (``None``, a float, or an array where the
-  frontend takes one); ``_checked_to_world(to_world)``: a given ``to_world`` checked
+- ``_checked_fov(fov_y)`` (optional): ``fov_y`` checked (``None``, a float, or an array
+  where the frontend takes one; default :meth:`CameraBase._scalar`);
+  ``_checked_to_world(to_world)``: a given ``to_world`` checked
   (the frontend's matrix, on the intrinsics' device);
 - ``_check_values(call)`` (optional): the value checks of ``Camera()`` and
   ``sample_edges`` (default: :func:`rayd.core.camera.check_intrinsics` of
@@ -189,8 +190,9 @@ class CameraBase(PublicName, FrontendDocs):
             object.__setattr__(self, "_made", True)
 
     # ------------------------------------------------------------------ hooks (frontends)
-    def _checked_fov(self, fov_y: object):  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _checked_fov(self, fov_y: object):
+        """``fov_y`` checked like every intrinsic (:meth:`_scalar`); a frontend may narrow it."""
+        return self._scalar("fov_y", fov_y)
 
     def _checked_to_world(self, to_world: object):  # pragma: no cover - abstract
         raise NotImplementedError

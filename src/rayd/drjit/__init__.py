@@ -19,10 +19,9 @@ the arrays. Gradients flow wherever inputs are ``.ad`` arrays with gradients ena
 rayd.torch and rayd.drjit objects do not mix.
 """
 
-try:
-    import drjit as _drjit  # noqa: F401 - fail early with an actionable message
-except ImportError as error:  # pragma: no cover - exercised only without drjit
-    raise ImportError("rayd.drjit needs Dr.Jit: pip install 'rayd-geom[drjit]' (drjit==1.5.0)") from error
+from rayd._extras import require as _require
+
+_require("drjit", "rayd.drjit needs Dr.Jit: pip install 'rayd-geom[drjit]' (drjit==1.5.0)")
 
 from rayd.drjit._closest_point import ClosestPoint
 from rayd.drjit.camera import Camera, EdgeSamples

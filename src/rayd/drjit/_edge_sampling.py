@@ -111,8 +111,7 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
         applied = np.array(edges._applied, dtype=np.uint8).astype(bool)
         boundary = np.array(top.is_boundary, dtype=bool)
         rule = _core.coincident_faces(np.array(top.opposite).T, lambda: (np.array(top.v).T, np.array(top.shape_id)))
-        if rule is not None:  # faces listed more than once: sampled as one face
-            sil, boundary = (sil & ~rule[0]) | rule[1], boundary | rule[1]
+        sil, boundary = _core.merge_coincident_faces(rule, sil, boundary, np.asarray)  # faces listed twice: one face
         ids = np.flatnonzero(sil & applied).astype(np.int32)
         if ids.size == 0:  # no edge to sample (Dr.Jit does not broadcast width 0 against width 1)
             empty = np.zeros((0, 3))

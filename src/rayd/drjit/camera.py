@@ -41,9 +41,6 @@ class Camera(CameraBase):
     _SCALAR = "a float or a width-1 Float array"
     _ARRAY = dr.ArrayBase
 
-    def _checked_fov(self, fov_y: object) -> float | dr.ArrayBase | None:
-        return self._scalar("fov_y", fov_y)
-
     def _array_focal(self, fov_y: dr.ArrayBase) -> dr.ArrayBase:
         return (0.5 * self.height) / dr.tan(fov_y * (dr.pi / 360.0))
 

@@ -12,11 +12,10 @@ Quick start::
     hit.t.sum().backward()                         # gradients reach vertices, o, d
 """
 
-try:
-    import torch as _torch  # noqa: F401 - fail early with an actionable message
-except ImportError as error:  # pragma: no cover - exercised only without torch
-    raise ImportError("rayd.torch needs PyTorch: pip install 'rayd-geom[torch]' (torch>=2.11; on a machine "
-                      "without a GPU, first: pip install torch --index-url https://download.pytorch.org/whl/cpu)") from error
+from rayd._extras import require as _require
+
+_require("torch", "rayd.torch needs PyTorch: pip install 'rayd-geom[torch]' (torch>=2.11; on a machine "
+         "without a GPU, first: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
 
 from rayd.flags import RayFlags
 from rayd.torch import _optim  # noqa: F401 - fused optimiser steps bump version counters

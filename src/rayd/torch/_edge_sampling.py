@@ -160,9 +160,9 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
         chosen, boundary = scene.silhouette_edges(centre), top.is_boundary
         rule = _core.coincident_faces(_convert.host_array(top.opposite),
                                       lambda: (_convert.host_array(top.v), _convert.host_array(top.shape_id)))
-        if rule is not None:  # faces listed more than once: sampled as one face
-            drop, extra = (torch.as_tensor(x, device=device) for x in rule)
-            chosen, boundary = (chosen & ~drop) | extra, boundary | extra
+        # faces listed more than once: sampled as one face
+        chosen, boundary = _core.merge_coincident_faces(rule, chosen, boundary,
+                                                        lambda x: torch.as_tensor(x, device=device))
         chosen = chosen & edges._applied.bool()
         ids = chosen.nonzero().squeeze(1)
         edge_rows = edges.edge_rows[ids].long()

@@ -68,9 +68,6 @@ class Camera(CameraBase):
     ) -> None:
         super().__init__(width, height, fov_y=fov_y, fx=fx, fy=fy, cx=cx, cy=cy, to_world=to_world)
 
-    def _checked_fov(self, fov_y: object) -> float | torch.Tensor | None:
-        return self._scalar("fov_y", fov_y)
-
     def _checked_to_world(self, to_world: object) -> torch.Tensor:
         to_world = _check.float_tensor(self._CALL, "to_world", to_world)
         if tuple(to_world.shape) != (4, 4):
