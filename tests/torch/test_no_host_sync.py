@@ -234,3 +234,29 @@ def test_float64_walk_on_answers_alike_on_both_paths(monkeypatch):
     behind = device[0][0]
     torch.testing.assert_close(behind.t[:3], first.t[:3] + 1.0, rtol=1e-12, atol=1e-12)
     assert not device[1][1][:3].any()  # tmax = t of the first face: nothing strictly before it
+
+
+def test_float64_walk_on_of_a_two_dimensional_ray_batch(monkeypatch):
+    """An image-shaped (H, W) float64 batch through the device path of the walk-on (always taken on CUDA):
+    it gave (H, W, 1, 3) origins to a (H W, K, 3) expand and raised; winners, ``t`` and occlusion must
+    equal the flat batch's, on the device path and on the CPU shortcut."""
+    scene = _scene("placed", torch.float64, "cpu")
+    o = torch.tensor([[0.1, 0.2, 5.0], [0.1, 3.2, 5.0], [3.1, 0.1, 5.0], [9.0, 9.0, 9.0],
+                      [0.3, 0.1, 5.0], [3.2, 3.1, 5.0]], dtype=torch.float64)
+    d = torch.tensor([[0.0, 0.0, -1.0]] * 6, dtype=torch.float64)
+    first = scene.intersect(rt.Ray(o, d))
+    tmin = first.t.nan_to_num(0.0, 0.0, 0.0)
+    flat = rt.Ray(o, d, tmin=tmin)
+    image = rt.Ray(o.reshape(2, 3, 3), d.reshape(2, 3, 3), tmin=tmin.reshape(2, 3))
+    want = (scene.intersect(flat), scene.shadow_test(flat))
+    for host_ok in (True, False):
+        if not host_ok:
+            monkeypatch.setattr(_interval, "host_ok", lambda tensor: False)
+        hit, blocked = scene.intersect(image), scene.shadow_test(image)
+        assert hit.t.shape == (2, 3) and blocked.shape == (2, 3)
+        assert torch.equal(hit.global_prim_id.reshape(-1), want[0].global_prim_id)
+        assert torch.equal(hit.t.reshape(-1).nan_to_num(-1.0), want[0].t.nan_to_num(-1.0))
+        assert torch.equal(blocked.reshape(-1), want[1])
+    behind = scene.intersect(image).t.reshape(-1)
+    valid = first.is_valid()
+    torch.testing.assert_close(behind[valid], first.t[valid] + 1.0, rtol=1e-12, atol=1e-12)

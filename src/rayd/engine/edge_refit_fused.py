@@ -51,8 +51,11 @@ REFIT_MODE = _ENV_MODE or "split"
 #: The same on CUDA. Since the 18th session no query reads the binary boxes of a tree with a wide copy (ray
 #: searches walk the wide tree too, ``edge_wide_walk.WIDE_RAYS``), so a ``"wide*"`` refit (no binary climb)
 #: costs no query anything; ``"wide3"`` was the fastest on the H100 (session 17: terrain 2 M 0.359 vs 0.395 ms,
-#: sphere 1 M 0.241 vs 0.254). The lead flips this line to ``"wide3"`` after ``benchmarks/h200/s18_edges.sh``.
-REFIT_MODE_CUDA = _ENV_MODE or "split"
+#: sphere 1 M 0.241 vs 0.254). Session 18, one H100 (``benchmarks/results/h100-session18/edge_refit.txt``,
+#: ``edge_ray.txt``, main ``81cf455``): ``"wide3"`` 0.360 / 0.239 ms against ``"split"`` 0.393 / 0.253 (two passes
+#: each, same boxes), and a refit + 1 M-ray query step on the terrain 220.6 ms with the wide walk against 652.3
+#: with the binary one: ``"wide3"`` is the CUDA default. ``RAYD_EDGE_REFIT=split`` gives the earlier one.
+REFIT_MODE_CUDA = _ENV_MODE or "wide3"
 
 
 @wp.kernel

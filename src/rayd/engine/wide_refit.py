@@ -17,8 +17,9 @@ left stale: ``TriangleScene.complete`` runs the fused refit when a query that re
 (``accel.SceneAccel.view_for``), which rewrites all of it from the same points and magnitude.
 
 ``RAYD_TRI_REFIT`` (or :func:`set_tri_refit`, read at every refit, so one scene can A/B):
-``"full"`` (the fused refit of everything at ``sync()``), ``"wide"`` (the default: this module, a
-thread per leaf), ``"wide_node"`` (a thread per wide node with leaf children: it computes all of
+``"full"`` (the fused refit of everything at ``sync()``), ``"wide"`` (this module, a
+thread per leaf; ``"wide_tris"``, the default, first writes the leaf triangles in a coalesced launch of
+its own, ``wide_refit_tris.py``), ``"wide_node"`` (a thread per wide node with leaf children: it computes all of
 them, and a node whose children are all leaves needs no atomic) or ``"wide_levels"`` (no atomics
 or fences: a launch over the leaves, then one per depth of the wide tree, deepest first); scenes
 without wide nodes keep the fused refit.
@@ -41,13 +42,17 @@ wp.set_module_options({"enable_backward": False})
 #: against 1.026 / 0.683 ms with ``"full"`` (terrain 2 M / sphere 1 M; ``"wide_node"`` 1.048 / 0.607,
 #: ``"wide_levels"`` 0.619 / 0.467); on one H200 (session 18, ``benchmarks/results/h200-session18/``)
 #: 0.534 / 0.347 ms against 0.857 / 0.563 ms, and the whole CUDA suite of both frontends passed with
-#: ``"wide"`` (and with ``"full"``), so ``"wide"`` is the default. ``RAYD_TRI_REFIT=full`` restores the old one.
+#: ``"wide"`` (and with ``"full"``), so ``"wide"`` became the default.
 #: ``"wide_v4"``, ``"wide_tris"`` and ``"wide_tris_r"`` (18th session) write the leaf triangles in 16-byte
 #: stores, in a coalesced launch of their own, or both and read them back; ``"wide_split"`` writes every
 #: leaf (16-byte stores) in a launch without atomics, then climbs from the wide nodes with leaf children
 #: (``wide_refit_tris.py``).
 TRI_REFITS = ("full", "wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split")
-_tri_refit = os.environ.get("RAYD_TRI_REFIT", "wide").strip().lower()
+#: Later in session 18 (one H100, ``benchmarks/results/h100-session18/tri.txt``, main ``81cf455``): update +
+#: sync terrain 2 M / sphere 1 M ``"wide_tris"`` 0.299 / 0.229 ms, ``"wide"`` 0.626 / 0.399, ``"full"`` 1.030 /
+#: 0.677, Warp ``wp.Mesh.refit`` 0.348 / 0.287 (0.86x / 0.80x Warp), every structure bit-equal: ``"wide_tris"``
+#: is the default. ``RAYD_TRI_REFIT=wide`` or ``full`` gives the earlier ones.
+_tri_refit = os.environ.get("RAYD_TRI_REFIT", "wide_tris").strip().lower()
 if _tri_refit not in TRI_REFITS:
     raise ValueError(f"rayd.engine: RAYD_TRI_REFIT must be one of {TRI_REFITS}, got {_tri_refit!r}")
 

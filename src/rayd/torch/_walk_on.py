@@ -100,7 +100,7 @@ def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor,
     with torch.no_grad():
         o, d = (x.detach().to(torch.float64) for x in (ray.o, ray.d))
         if o_batch is not None:  # rays (o_batch) -> candidate rows (o_batch, K)
-            o, d = (x.expand(tuple(o_batch) + (3,)).unsqueeze(-2) for x in (o, d))
+            o, d = (x.expand(tuple(o_batch) + (3,)).reshape(-1, 1, 3) for x in (o, d))  # (N, 1, 3)
         o, d = (x.expand(tuple(batch) + (3,)).reshape(n, 3) for x in (o, d))
         live = scene._state.live(torch.float64)
         if on_host(global_prim_id):  # the hits alone (host-side sizes are fine on the CPU)
