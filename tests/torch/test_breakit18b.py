@@ -28,9 +28,6 @@ def _grid(dtype):
     return scene
 
 
-@pytest.mark.xfail(strict=True, reason="float64 count_intersections searches from the ray's origin, intersect_all "
-                   "(widened tmin < 0) from o + tmin d: a grazing boundary-edge decision can differ (engine "
-                   "traversal._start_at_tmin); open defect, see the breakit18b report")
 def test_float64_count_equals_intersect_all_at_a_boundary_edge():
     """Rays through midpoints of the grid's border edges ((0.125, -1, 0), (-0.625, -1, 0)): the documented
     ``count_intersections == intersect_all(ray, K).is_valid().sum(-1)``; in float64 one ray counted 1 with

@@ -13,7 +13,7 @@ import torch
 
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags, unrequested
-from rayd.torch import _interval, _intersect_fused, _ops, _trace
+from rayd.torch import _interval, _intersect_fused, _ops, _trace, _walk_on
 from rayd.torch._geometry import gather, ids
 from rayd.torch._intersect import evaluate
 from rayd.torch.intersection import Intersection
@@ -46,11 +46,21 @@ def intersect_all(scene, call: str, ray, k: int, active, flags: RayFlags, ignore
 
 
 def count_intersections(scene, call: str, ray, active, ignore) -> torch.Tensor:
-    """``Scene.count_intersections``: the engine's exact count of each ray's crossings."""
-    batch, n, rows, _ = _trace.prepare(scene, call, ray, active, ignore)
+    """``Scene.count_intersections``: the engine's exact count of each ray's crossings.
+
+    A float64 query is searched as :func:`intersect_all`'s, below the widened ``tmin`` (the search
+    starts a ray with ``tmin < 0`` at ``o + tmin d``, and a ray grazing an edge may hit or miss by
+    its origin's rounding), up to the float32 ``tmax``; crossings whose float64 ``t`` is ``<= tmin``
+    are taken off (:func:`rayd.torch._walk_on.behind`)."""
+    batch, n, rows, ray = _trace.prepare(scene, call, ray, active, ignore, widen=True)
     if n == 0:
         return torch.zeros(batch, dtype=torch.int32, device=scene._device)
-    return _ops.count_hits(scene, call, rows, n).reshape(batch)
+    if scene._output_dtype(ray.o, ray.d) != torch.float64 or _walk_on.traced():  # not widened
+        return _ops.count_hits(scene, call, rows, n).reshape(batch)
+    rows = rows[:3] + _trace.prepare(scene, call, ray, active, ignore)[2][3:4] + rows[4:]
+    first = _ops.all_hits(scene, call, rows, n, 1).reshape(n)
+    count = _ops.count_hits(scene, call, rows, n) - _walk_on.behind(scene, ray, ignore, batch, rows, first)
+    return count.reshape(batch)
 
 
 def _evaluate_hits(scene, ray, shape: torch.Size, gid: torch.Tensor, flags: RayFlags) -> dict[str, torch.Tensor]:

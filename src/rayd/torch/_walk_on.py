@@ -38,20 +38,44 @@ def _rows(bound, batch: torch.Size):
     return bound.detach().expand(batch).reshape(-1) if isinstance(bound, torch.Tensor) else bound
 
 
-def _candidates(scene, ray, ignore, batch: torch.Size, doubt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(t, global_prim_id)``, (N, K) each, of the first crossings of the ``doubt`` rays ((N,) bool), ``t`` the
-    reported float64 ``t`` where it lies inside ``(tmin, tmax)`` and ``inf`` elsewhere (other rays: all ``inf``)."""
+def _lanes(bound, batch: torch.Size):
+    """A bound as :func:`_rows`, with a trailing axis of 1 to broadcast against (N, K) candidates."""
+    bound = _rows(bound, batch)
+    return bound.unsqueeze(-1) if isinstance(bound, torch.Tensor) else bound
+
+
+def _crossings(scene, ray, ignore, batch: torch.Size, doubt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(t, global_prim_id)``, (N, K) each, of the first crossings of the ``doubt`` rays ((N,) bool) in the
+    widened search (the float64 queries' search origin), ``t`` the reported float64 ``t`` (``inf`` for -1)."""
     call = f"{scene._PREFIX}.intersect()"
     n = doubt.shape[0]
     _, _, rows, _ = _trace.prepare(scene, call, ray, doubt.reshape(batch), ignore, widen=True)
     gid = _ops.all_hits(scene, call, rows, n, CANDIDATES).reshape(n * CANDIDATES)
     lanes = torch.Size((n, CANDIDATES))
     t = t_of(scene, ray, lanes, gid, o_batch=batch).reshape(n, CANDIDATES)
-    tmin, tmax = (_rows(b, batch) for b in (ray.tmin, ray.tmax))
-    tmin = tmin.unsqueeze(-1) if isinstance(tmin, torch.Tensor) else tmin
-    tmax = tmax.unsqueeze(-1) if isinstance(tmax, torch.Tensor) else tmax
-    inside = (t > tmin) & (t < tmax)
-    return torch.where(inside, t, torch.inf), gid.reshape(n, CANDIDATES)
+    return t, gid.reshape(n, CANDIDATES)
+
+
+def _candidates(scene, ray, ignore, batch: torch.Size, doubt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`_crossings` with ``t`` set to ``inf`` outside ``(tmin, tmax)`` (other rays: all ``inf``)."""
+    t, gid = _crossings(scene, ray, ignore, batch, doubt)
+    inside = (t > _lanes(ray.tmin, batch)) & (t < _lanes(ray.tmax, batch))
+    return torch.where(inside, t, torch.inf), gid
+
+
+def behind(scene, ray, ignore, batch: torch.Size, rows, first: torch.Tensor) -> torch.Tensor:
+    """(N,) int32 number of crossings of a float64 count (searched on ``rows``, widened below ``tmin``) whose
+    reported ``t`` is ``<= tmin``: none where the first crossing ``first`` ((N,) int32) lies past ``tmin``,
+    else counted among the first :data:`CANDIDATES` crossings. On the CPU, skipped when no ray is in doubt."""
+    zero = torch.zeros(first.shape, dtype=torch.int32, device=first.device)
+    if traced() or first.numel() == 0:
+        return zero
+    doubt = (first >= 0) & (t_of(scene, ray, batch, first) <= _rows(ray.tmin, batch))
+    if on_host(first) and not bool(doubt.any()):
+        return zero
+    t, gid = _crossings(scene, ray, ignore, batch, doubt)
+    early = (gid >= 0) & (t <= _lanes(ray.tmin, batch)) & doubt.unsqueeze(-1)
+    return early.sum(-1, dtype=torch.int32)
 
 
 def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
