@@ -14,6 +14,7 @@ import drjit as dr
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit.intersection import Intersection
+from rayd.core.query_args import CANDIDATES
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags
 
@@ -58,34 +59,55 @@ def intersect_all(scene, call: str, ray, k: int, active, flags: RayFlags, ignore
     m, double = scene._precision(ray.o, ray.d)
     if n == 0:
         return Intersections((0, k), flags, **empty(m, double, flags))
-    plain = _convert.module(scene._backend, False)
-    gid = _convert.empty_int32(n * k, scene._backend)
-    t32 = dr.empty(plain.Float, n * k)
-    dr.make_opaque(t32)
-    views = (_convert.scalar_view(t32, scene._device), _convert.scalar_view(gid, scene._device))
-    _convert.launch(scene._device, engine_all_hits.all_hits, scene._core.accel, rays, k, *views)
-    del keep, rays, views
+    gid, fields, ray_of_lane = _first_hits(scene, m, double, ray, rays, n, k, flags)
+    del keep, rays
     UInt = m.UInt
-    lane = dr.arange(UInt, n * k)
-    ray_of_lane = lane // k
-    o = _spread(ray.o, UInt, ray_of_lane)
-    d = _spread(ray.d, UInt, ray_of_lane)
-    fields = evaluate(m, double, o, d, gid, scene._state.live_geometry(m, double), flags)
     fields = enforce(m, fields, _spread(ray.tmin, UInt, ray_of_lane), _spread(ray.tmax, UInt, ray_of_lane))
     order = _valid_first(m, fields["global_prim_id"] >= 0, n, k)
     fields = {name: dr.gather(type(v), v, order) for name, v in fields.items()}
     return Intersections((n, k), flags, **fields)
 
 
+def _first_hits(scene, m, double: bool, ray, rays, n: int, k: int, flags: RayFlags) -> tuple:
+    """``(gid, fields, ray_of_lane)``: the engine's first ``k`` crossings of ``rays`` (width ``N K``, -1 unused),
+    evaluated for their fixed faces (``fields``, before any interval check), and each lane's ray."""
+    plain = _convert.module(scene._backend, False)
+    gid = _convert.empty_int32(n * k, scene._backend)
+    t32 = dr.empty(plain.Float, n * k)
+    dr.make_opaque(t32)
+    views = (_convert.scalar_view(t32, scene._device), _convert.scalar_view(gid, scene._device))
+    _convert.launch(scene._device, engine_all_hits.all_hits, scene._core.accel, rays, k, *views)
+    del views
+    ray_of_lane = dr.arange(m.UInt, n * k) // k
+    o = _spread(ray.o, m.UInt, ray_of_lane)
+    d = _spread(ray.d, m.UInt, ray_of_lane)
+    return gid, evaluate(m, double, o, d, gid, scene._state.live_geometry(m, double), flags), ray_of_lane
+
+
 def count_intersections(scene, call: str, ray, active, ignore) -> dr.ArrayBase:
-    """``Scene.count_intersections``: the engine's exact count of each ray's crossings."""
-    n, rays, keep, _ = _trace.prepare(scene, call, ray, active, ignore)
+    """``Scene.count_intersections``: the engine's exact count of each ray's crossings.
+
+    A float64 query is searched as :func:`intersect_all`'s, below the widened ``tmin`` (the search
+    starts a ray with ``tmin < 0`` at ``o + tmin d``, and a ray grazing an edge may hit or miss by
+    its origin's rounding), up to the float32 ``tmax``; crossings among the first ``CANDIDATES``
+    whose float64 ``t`` is ``<= tmin`` are taken off (no host read: every float64 query)."""
+    n, rays, keep, ray = _trace.prepare(scene, call, ray, active, ignore, widen="tmin")
     out = _convert.empty_int32(n, scene._backend)
     if n == 0:
         return out
     view = _convert.scalar_view(out, scene._device)
     _convert.launch(scene._device, engine_all_hits.count_hits, scene._core.accel, rays, view)
-    del keep, rays, view
+    del view
+    m, double = scene._precision(ray.o, ray.d)
+    if double:
+        k = CANDIDATES
+        gid, fields, ray_of_lane = _first_hits(scene, m, True, ray, rays, n, k, RayFlags.Minimal)
+        t = m.Float64(dr.detach(fields["t"]))
+        early = dr.select((gid >= 0) & (t <= _spread(ray.tmin, m.UInt, ray_of_lane)), 1, 0)
+        base = dr.arange(m.UInt, n) * k
+        for j in range(k):
+            out = out - dr.gather(type(out), type(out)(early), base + j)
+    del keep, rays
     return out
 
 

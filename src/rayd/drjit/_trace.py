@@ -64,14 +64,14 @@ def trace(scene, call: str, ray: object, active: object, ignore: object, any_hit
 
 
 def prepare(scene, call: str, ray: object, active: object, ignore: object,
-            widen: bool = False) -> tuple[int, RayBatch | None, tuple, Ray]:
+            widen: bool | str = False) -> tuple[int, RayBatch | None, tuple, Ray]:
     """Validate a query's rays, mask and ignore ids; returns (N, the engine's RayBatch, buffers to keep, the ray).
 
     The RayBatch (``None`` when N = 0) views float32 search-frame copies (origins minus
     the scene's centre); keep the returned buffers alive until the launch has run.
     ``widen`` (callers that decide on the float64 ``t``): in a float64 query the float32
     bounds are widened by a rounding band (:func:`widened`), so that the float32 search
-    drops no hit inside ``(tmin, tmax)`` on its float64 ``t``.
+    drops no hit inside ``(tmin, tmax)`` on its float64 ``t`` (``"tmin"``: the lower one only).
     """
     ray, n, active, ignore = query_arguments(scene, call, ray, active, ignore)
     backend, device = scene._backend, scene._device
@@ -87,6 +87,8 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
     d, d_buffer = _convert.vec3_view(ray.d, device)
     if widen and scene._precision(ray.o, ray.d)[1]:
         tmin, tmax = widened(o_rel, ray.d, ray.tmin, ray.tmax, backend)
+        if widen == "tmin":  # (count_intersections: its tmax bound stays the float32 one)
+            tmax = _convert.float32(ray.tmax, backend)
     else:
         tmin, tmax = _convert.float32(ray.tmin, backend), _convert.float32(ray.tmax, backend)
     flag = _convert.uint8(active, backend)
