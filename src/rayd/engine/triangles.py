@@ -364,8 +364,8 @@ class TriangleScene:
 
         With the fused refit (``RAYD_TRI_REFIT=full``) this is three launches replayed from records, no memset,
         no host read: the magnitude's two passes (one if ``partials_ready``) and the climb, which also
-        writes the pair nodes, leaf triangles and wide nodes. With ``RAYD_TRI_REFIT=wide`` (the default,
-        ``wide_refit.py``) the flat tree of a scene without instances that has wide nodes (the CUDA
+        writes the pair nodes, leaf triangles and wide nodes. With a wide-only refit (``RAYD_TRI_REFIT=wide_tris``, the
+        default, or ``wide`` and the others of ``wide_refit.py``) the flat tree of a scene without instances that has wide nodes (the CUDA
         default layout) gets a wide-only refit instead and is left :attr:`stale` until
         :meth:`complete` -- unless a query needed :meth:`complete` since the previous refit (closest
         point, all hits, winding numbers, ...): then this refit is a full one, so a scene queried that
