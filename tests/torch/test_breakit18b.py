@@ -154,7 +154,7 @@ def test_sorted_batch_order_follows_every_change_of_the_rays(monkeypatch):
     # reused is not asserted: alone and after tests/torch, tests/engine or tests/drjit it is reused (>= 8 times),
     # but after the whole suite of a clean-clone CI run it was not (session 18; not explained yet, and a
     # speed question only: every answer above is checked). test_cpu_embree_sorted.py spies the reuse itself.
-    assert not all(reused)
+    assert not reused or not all(reused)  # (empty where the Embree path did not run: no embreex)
 
 
 @pytest.mark.parametrize("host", [True, False])
