@@ -101,66 +101,48 @@ _FIELDS16_RAW = raw_pointers(_FIELDS16, {
     "global_prim_id": "int", "t": "float", "p": "wp::vec3", "geo_n": "wp::vec3", "barycentric": "wp::vec3",
     "shape_id": "int", "prim_id": "int"})
 
-@wp.func_native(_FIELDS16)
-def _fields16(
-    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
-    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
-    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
-    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
-    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
-    prim_id: wp.array(dtype=wp.int32), lo: int, hi: int,
-):
-    """Rows ``lo .. hi - 1`` (at most 16) of :func:`rayd.engine.evaluate.closest_fields` without placements."""
-    ...
+def _fields16_pair(snippet: str, name: str, doc: str):
+    """The ``func_native`` of ``snippet`` (rows ``lo .. hi - 1``, at most 16) and its kernel (packet
+    ``tid + base`` of 16 rows); the two C++ snippets share one signature."""
+
+    def fields16(
+        o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+        vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
+        face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
+        tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
+        geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float),
+        p: wp.array(dtype=wp.vec3), geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3),
+        shape_id: wp.array(dtype=wp.int32), prim_id: wp.array(dtype=wp.int32), lo: int, hi: int,
+    ):
+        ...
+
+    fields16.__doc__ = doc
+    fields16.__name__ = fields16.__qualname__ = name
+    func = wp.func_native(snippet)(fields16)
+
+    def kernel(
+        o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+        vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
+        face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
+        tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
+        geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float),
+        p: wp.array(dtype=wp.vec3), geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3),
+        shape_id: wp.array(dtype=wp.int32), prim_id: wp.array(dtype=wp.int32), n: int, base: int,
+    ):
+        lo = (wp.tid() + base) * 16
+        func(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows, tmin_stride,
+             tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n, barycentric, shape_id,
+             prim_id, lo, wp.min(lo + 16, n))
+
+    kernel.__name__ = kernel.__qualname__ = f"{name}_kernel"
+    return func, wp.kernel(kernel, enable_backward=False)
 
 
-@wp.kernel(enable_backward=False)
-def _fields16_kernel(
-    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
-    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
-    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
-    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
-    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
-    prim_id: wp.array(dtype=wp.int32), n: int, base: int,
-):
-    """Packet ``tid + base`` of 16 rows (:func:`_fields16`)."""
-    lo = (wp.tid() + base) * 16
-    _fields16(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows, tmin_stride,
-              tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n, barycentric, shape_id,
-              prim_id, lo, wp.min(lo + 16, n))
-
-
-@wp.func_native(_FIELDS16_RAW)
-def _fields16_raw(
-    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
-    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
-    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
-    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
-    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
-    prim_id: wp.array(dtype=wp.int32), lo: int, hi: int,
-):
-    """As :func:`_fields16`, every array contiguous (raw pointers)."""
-    ...
-
-
-@wp.kernel(enable_backward=False)
-def _fields16_raw_kernel(
-    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
-    vertices: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.int32), offsets: wp.array(dtype=wp.int32),
-    face_row: wp.array(dtype=wp.int32), tmin_value: wp.float64, tmin_rows: wp.array(dtype=wp.float64),
-    tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
-    geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float), p: wp.array(dtype=wp.vec3),
-    geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3), shape_id: wp.array(dtype=wp.int32),
-    prim_id: wp.array(dtype=wp.int32), n: int, base: int,
-):
-    """Packet ``tid + base`` of 16 rows (:func:`_fields16_raw`)."""
-    lo = (wp.tid() + base) * 16
-    _fields16_raw(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows, tmin_stride,
-              tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n, barycentric, shape_id,
-              prim_id, lo, wp.min(lo + 16, n))
+_fields16, _fields16_kernel = _fields16_pair(
+    _FIELDS16, "_fields16", "Rows ``lo .. hi - 1`` (at most 16) of :func:`rayd.engine.evaluate.closest_fields` "
+    "without placements.")
+_fields16_raw, _fields16_raw_kernel = _fields16_pair(
+    _FIELDS16_RAW, "_fields16_raw", "As :func:`_fields16`, every array contiguous (raw pointers).")
 
 
 def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, vertices: wp.array, indices: wp.array,
