@@ -139,6 +139,12 @@ def main():
         "E4 robust + caps, two-level (rayd coherent)": (4, embree_api.Scene(tri + [caps], quality=0, geometry_quality=1)),
         "E4 robust + caps, merged HIGH (rayd incoherent)": (4, embree_api.Scene(tri + [caps], quality=2)),
         "E4 not robust + caps, merged HIGH": (4, embree_api.Scene(tri + [caps], quality=2, robust=False)),
+        # the caps of one axis only (vertex_caps makes the x, y, z caps of a vertex in turn): enough for
+        # rays whose dominant axis is that one
+        "E4 robust + z caps only, two-level": (4, embree_api.Scene(
+            tri + [(caps[0], caps[1].reshape(-1, 3, 3)[:, 2].copy())], quality=0, geometry_quality=1)),
+        "E4 robust + z caps only, merged HIGH": (4, embree_api.Scene(
+            tri + [(caps[0], caps[1].reshape(-1, 3, 3)[:, 2].copy())], quality=2)),
     }
     fn4 = embree_api.intersect16_pointer()
     # rayd's whole search (ray preparation, rtcIntersect16 through rayd's own scenes, checks) on one thread:
