@@ -47,7 +47,7 @@ _E3 = r"""
         U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
     }
     ((fn_t)fn)(valid, (void*)scene, version == 3 ? (void*)&ctx : (void*)R, version == 3 ? (void*)R : (void*)&args);
-    for (int j = 0; j < 16; ++j) if (valid[j] && U[18 * 16 + j] == 0u) ++hits;
+    for (int j = 0; j < 16; ++j) if (valid[j] && (U[18 * 16 + j] == 0u || R[8 * 16 + j] < 0.0f)) ++hits;
     return hits;
 """
 
@@ -100,6 +100,7 @@ class Embree3Scene:
             get("rtcCommitGeometry")(g); get("rtcAttachGeometryByID")(self.ptr, g, k)
         get("rtcCommitScene")(self.ptr)
         self.fn = ctypes.cast(get("rtcIntersect16"), ctypes.c_void_p).value
+        self.occluded = ctypes.cast(get("rtcOccluded16"), ctypes.c_void_p).value
 
 
 def morton_order(o):
@@ -147,6 +148,7 @@ def main():
             tri + [(caps[0], caps[1].reshape(-1, 3, 3)[:, 2].copy())], quality=2)),
     }
     fn4 = embree_api.intersect16_pointer()
+    occ4 = ctypes.cast(embree_api.library().rtcOccluded16, ctypes.c_void_p).value
     # rayd's whole search (ray preparation, rtcIntersect16 through rayd's own scenes, checks) on one thread:
     # the arguments of one Scene.intersect call captured, then cpu_embree.search called with serial chunks.
     import torch, rayd.torch as rt
@@ -178,17 +180,20 @@ def main():
             embree_api.intersect_pointer = real_pointer
         for name, (ver, sc) in scenes.items():
             for k, (ao, ad) in arrays.items():
-                hits = wp.zeros(1, dtype=wp.int32)
-                fn = sc.fn if ver == 3 else fn4
-                c0 = time.process_time()
-                wp.launch(_trace, dim=(n + 15) // 16, inputs=[fn, sc.ptr, ver, coherent, n, ao, ad, hits])
-                dt = time.process_time() - c0
-                if rep:
-                    res.setdefault((name, k), []).append(dt)
+                for query in ("closest", "occluded"):  # rtcIntersect16 / rtcOccluded16 (any hit)
+                    if query == "occluded" and "rayd" not in name and "Mitsuba" not in name:
+                        continue
+                    hits = wp.zeros(1, dtype=wp.int32)
+                    fn = (sc.fn if ver == 3 else fn4) if query == "closest" else (sc.occluded if ver == 3 else occ4)
+                    c0 = time.process_time()
+                    wp.launch(_trace, dim=(n + 15) // 16, inputs=[fn, sc.ptr, ver, coherent, n, ao, ad, hits])
+                    dt = time.process_time() - c0
+                    if rep:
+                        res.setdefault((name + ("" if query == "closest" else ", rtcOccluded16"), k), []).append(dt)
     print(f"{wl.name}: Embree alone, 1 thread, {reps} repeats interleaved, load {os.getloadavg()[0]:.1f}; "
           f"process CPU ms, median (min); coherent flag {coherent}")
     for (name, k), t in res.items():
-        print(f"  {name:50s} {k:6s} {np.median(t) * 1e3:7.1f} ({min(t) * 1e3:6.1f})")
+        print(f"  {name:66s} {k:6s} {np.median(t) * 1e3:7.1f} ({min(t) * 1e3:6.1f})")
 
 
 if __name__ == "__main__":
