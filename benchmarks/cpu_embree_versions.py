@@ -103,6 +103,14 @@ class Embree3Scene:
         self.occluded = ctypes.cast(get("rtcOccluded16"), ctypes.c_void_p).value
 
 
+def compact(scene):
+    """``scene`` recommitted with ``RTC_SCENE_FLAG_ROBUST | RTC_SCENE_FLAG_COMPACT`` (smaller nodes)."""
+    lib = embree_api.library()
+    lib.rtcSetSceneFlags(scene.ptr, 4 | 2)
+    lib.rtcCommitScene(scene.ptr)
+    return scene
+
+
 def morton_order(o):
     lo, hi = o.min(0), o.max(0)
     q = ((o - lo) / (hi - lo + 1e-30) * 1023).astype(np.uint64)
@@ -140,6 +148,7 @@ def main():
         "E4 robust + caps, two-level (rayd coherent)": (4, embree_api.Scene(tri + [caps], quality=0, geometry_quality=1)),
         "E4 robust + caps, merged HIGH (rayd incoherent)": (4, embree_api.Scene(tri + [caps], quality=2)),
         "E4 not robust + caps, merged HIGH": (4, embree_api.Scene(tri + [caps], quality=2, robust=False)),
+        "E4 robust + caps, two-level, COMPACT": (4, compact(embree_api.Scene(tri + [caps], quality=0, geometry_quality=1))),
         # the caps of one axis only (vertex_caps makes the x, y, z caps of a vertex in turn): enough for
         # rays whose dominant axis is that one
         "E4 robust + z caps only, two-level": (4, embree_api.Scene(
