@@ -327,15 +327,18 @@ import warp as wp  # noqa: E402
 from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
 from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
 from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
-from rayd.engine.runtime import PerRow, run_parallel  # noqa: E402
+from rayd.engine.runtime import LaunchCache, PerRow, run_parallel  # noqa: E402
 
 
 def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
-    """Per-batch scratch arrays, reused while ``n`` repeats: taken off the mirror for the
-    query (a concurrent query on another thread allocates its own) and put back by :func:`search`."""
+    """Per-batch scratch arrays and recorded launches (``launches``: a :class:`LaunchCache` per chunk
+    and pass, about 24 instead of 56 us of host time per launch), reused while ``n`` repeats: taken
+    off the mirror for the query (a concurrent query on another thread allocates its own) and put back
+    by :func:`search`."""
     cache = m.__dict__.pop("_scratch", None)  # atomic under the GIL
     if cache is None or cache["n"] != n or (n >= SORT_MIN_RAYS and "keys" not in cache):
-        cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev)}
+        cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev),
+                 "redo_count": wp.zeros(1, dtype=wp.int32, device=dev), "launches": {}}
         if n >= SORT_MIN_RAYS:  # radix_sort_pairs works in arrays of twice the length
             cache.update(keys=wp.empty(2 * n, dtype=wp.int32, device=dev), order=wp.empty(2 * n, dtype=wp.int32, device=dev))
     return cache
@@ -374,7 +377,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     buf = _buffers(m, n, dev)
     launch_args = rays.launch_args(n)
     args = [x.array if isinstance(x, PerRow) else x for x in launch_args]
-    redo_count = wp.zeros(1, dtype=wp.int32, device=dev)
+    redo_count = buf["redo_count"]
+    redo_count.zero_()
     workers = os.cpu_count() or 1
     parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
@@ -395,14 +399,18 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0
 
+    launches = buf["launches"]  # recorded launches per chunk and pass (this query owns buf)
+
     def launcher(ray_args, key_pass: int):
         def run(k: int) -> None:
             lo, hi = bounds[k], bounds[k + 1]
             if hi > lo:
                 dim = (hi - lo + 15) // 16 if width == 0 else -(-(hi - lo) // (4 * width)) * ((width + 3) // 4)
-                wp.launch(_search16_kernel, dim=dim,
-                          inputs=[*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY],
-                          device=dev)
+                cache = launches.get((k, key_pass))
+                if cache is None:
+                    cache = launches[(k, key_pass)] = LaunchCache()
+                cache.launch(_search16_kernel, dim,
+                             [*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY], dev)
         return run
 
     sorted_pass = 0

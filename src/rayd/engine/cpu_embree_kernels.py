@@ -208,38 +208,44 @@ _SEARCH16 = r"""
             }
         }
     }
+    // The checks' arithmetic first, branch-free over the 16 lanes (vectorized; the same float32/float64
+    // expressions as one lane at a time, every term evaluated: no side effects), then the decisions.
+    int FARL[16], ZERO[16], BADH[16];
+    for (int j = 0; j < 16; ++j) {
+        float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
+        FARL[j] = sqrtf(px * px + py * py + pz * pz) > far_origin;
+        ZERO[j] = (DX[j] == 0.0f) | (DY[j] == 0.0f) | (DZ[j] == 0.0f);
+        double t = (double)R[8 * 16 + j] + S0[j];
+        double dl = DL[j];
+        int bad = (t <= (double)T0[j] + dl) | (t >= (double)T1[j] - dl);
+        float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
+        float w = 1.0f - bu - bv;
+        float m = bu < bv ? bu : bv;
+        m = m < w ? m : w;
+        // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
+        // rounding across the plane (graze / longest edge, in units of R) moves the crossing by
+        // that over the cosine of its angle with the face, m * altitude away from the edge
+        // (altitude >= |Ng| / longest edge): a near-tangent ray may cross for one test only.
+        float gx = R[12 * 16 + j], gy = R[13 * 16 + j], gz = R[14 * 16 + j];
+        float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
+        float dn = __builtin_fabsf(gx * ex + gy * ey + gz * ez);
+        int tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
+        BADH[j] = bad | (m < edge) | tangent | !__builtin_isfinite(t);
+    }
     for (int j = 0; j < 16; ++j) {
         int i = rows[j];
         if (i >= hi) continue;
         int res = -1, again = send[j];
         if (valid[j]) {
             bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
-            float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
-            wp::vec3 di = wp::index(d, i * d_stride);
-            if ((hit && U[18 * 16 + j] > 0u) || sqrtf(px * px + py * py + pz * pz) > far_origin) {
+            if ((hit && U[18 * 16 + j] > 0u) || FARL[j]) {
                 again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
             } else if (!hit) {
-                again = (graze_hit[j] || di[0] == 0.0f || di[1] == 0.0f || di[2] == 0.0f) ? 1 : 0;
+                again = (graze_hit[j] || ZERO[j]) ? 1 : 0;
                 if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
             } else {
                 int f = (int)U[17 * 16 + j];
-                double t = (double)R[8 * 16 + j] + S0[j];
-                double dl = DL[j];
-                bool bad = t <= (double)wp::index(tmin, i * tmin_stride) + dl
-                    || t >= (double)wp::index(tmax, i * tmax_stride) - dl;
-                float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
-                float w = 1.0f - bu - bv;
-                float m = bu < bv ? bu : bv;
-                m = m < w ? m : w;
-                // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
-                // rounding across the plane (graze / longest edge, in units of R) moves the crossing by
-                // that over the cosine of its angle with the face, m * altitude away from the edge
-                // (altitude >= |Ng| / longest edge): a near-tangent ray may cross for one test only.
-                float gx = R[12 * 16 + j], gy = R[13 * 16 + j], gz = R[14 * 16 + j];
-                float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
-                float dn = __builtin_fabsf(gx * ex + gy * ey + gz * ez);
-                bool tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
-                if (bad || m < edge || tangent || !__builtin_isfinite(t)) {
+                if (BADH[j]) {
                     again = 1;
                 } else {
                     int g = (face_mode & 1) ? f : wp::index(flat_global, f);

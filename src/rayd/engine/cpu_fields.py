@@ -17,9 +17,13 @@ import os
 import warp as wp
 
 from rayd.engine.native import raw_pointers
-from rayd.engine.runtime import PerRow, _warmed, run_parallel
+from rayd.engine.runtime import LaunchCache, PerRow, _warmed, run_parallel
 
 wp.set_module_options({"enable_backward": False})
+
+#: Recorded launches (a :class:`LaunchCache` per kernel and chunk), one dict per call in flight: a call
+#: takes one off this list (or makes one) and puts it back, so no two threads replay one command.
+_free: list = []
 
 #: Contiguous arrays through raw pointers (:data:`_FIELDS16_RAW`); off: ``wp::index`` (for measurements).
 RAW = True
@@ -172,9 +176,17 @@ def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, verti
     parts = min(4 * workers, max(1, packets // 64)) if kernel.key in _warmed else 1
     cuts = [packets * k // parts for k in range(parts + 1)]
 
+    caches = _free.pop() if _free else {}  # this call's recorded launches (atomic under the GIL)
+
     def run(k: int) -> None:
         if cuts[k + 1] > cuts[k]:
-            wp.launch(kernel, dim=cuts[k + 1] - cuts[k], inputs=[*inputs, cuts[k]], device=device)
+            cache = caches.get((kernel.key, k))
+            if cache is None:
+                cache = caches[(kernel.key, k)] = LaunchCache()
+            cache.launch(kernel, cuts[k + 1] - cuts[k], [*inputs, cuts[k]], device)
 
-    run_parallel(run, parts)
+    try:
+        run_parallel(run, parts)
+    finally:
+        _free.append(caches)
     _warmed.add(kernel.key)
