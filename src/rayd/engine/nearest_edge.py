@@ -18,7 +18,7 @@ import math
 
 import warp as wp
 
-from rayd.engine import edge_leaf_slab, edge_wide_walk
+from rayd.engine import edge_leaf_slab, edge_segment, edge_wide_walk
 from rayd.engine.edge_wide_walk import wide_kernel
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of this module's API
@@ -38,7 +38,7 @@ wp.set_module_options({"enable_backward": False})
 
 
 def _kernel(kind: int, counting: bool = False):
-    key = (kind, counting, kind == RAY and bool(kernels_module.RAY_BOUND))
+    key = (kind, counting, kind == RAY and bool(kernels_module.RAY_BOUND), edge_segment.SEG_TEST, edge_segment.SEG_LOAD)
     if key not in _KERNELS:
         _KERNELS[key] = _make_search_kernel(kind, counting)
     return _KERNELS[key]
