@@ -101,12 +101,10 @@ def point_segment_dsq_within(p: wp.vec3, a: wp.vec3, b: wp.vec3, limit: float) -
     den = _dot_rn(ab, ab)
     c = _dot_rn(pa, ab)
     if den > 0.0 and den < _INF:
-        if c <= 0.0:
-            return _dot_rn(pa, pa)
-        if c >= den:
-            pb = p - b
-            return _dot_rn(pb, pb)
         paa = _dot_rn(pa, pa)
+        if c <= 0.0 or c >= den:  # an end (about 96 % of a walk's tests): selected, not branched on
+            pb = p - b
+            return wp.where(c <= 0.0, paa, _dot_rn(pb, pb))
         if mul_rn(paa, den) - mul_rn(c, c) > mul_rn(limit + mul_rn(_LINE_SLACK, paa), den):
             return _INF
     t = float(0.0)
