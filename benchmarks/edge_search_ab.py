@@ -43,11 +43,23 @@ from benchmarks.edge_trees import unique_edges  # noqa: E402
 from benchmarks.edges import box_points, workloads  # noqa: E402
 
 
-def kernel_resources(device, kind: int) -> str:
-    """Registers per thread and local bytes of the compiled search kernel of ``kind`` (CUDA only)."""
+def search_kernel(bvh, kind: int):
+    """The search kernel a ``kind`` query on ``bvh`` launches now (as ``nearest_edge._launch`` picks it, unseeded)."""
+    seg = edge_segment.seg_modes(bvh.device)
+    wide = getattr(bvh, "wide", None)
+    if wide is None:
+        return search._kernel(kind, False, seg)
+    packed = wide.compressed
+    return edge_wide_walk.wide_kernel(kind, False, wide.max_registers, packed is not None,
+                                      packed is not None and packed.seg_boxes, False,
+                                      0 if getattr(bvh, "leaf_slabs", None) is None else 1 + int(edge_leaf_slab.AHEAD),
+                                      seg=seg)
+
+
+def kernel_resources(device, kernel) -> str:
+    """Registers per thread and local bytes of the compiled search ``kernel`` (CUDA only)."""
     if not device.is_cuda:
         return "-"
-    kernel = search._kernel(kind)
     try:
         func = kernel.module.get_kernel_hooks(kernel, device).forward
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -114,6 +126,7 @@ def main() -> None:
                                                        for s in args.seed for sl in args.slab for g in args.seg]:
                 if True:
                     edge_segment.SEG_TEST, edge_segment.SEG_LOAD = segmode.split(":")
+                    edge_segment.SEG_TEST_CPU = edge_segment.SEG_TEST
                     bvh.leaf_slabs = slabs if slab else None
                     edge_leaf_slab.AHEAD = slab == 2
                     edge_wide_walk.SEED_STRIDE = seed
@@ -140,7 +153,8 @@ def main() -> None:
                            "built_as": f"{bvh.builder}{'+' + str(wide) if bvh.wide is not None else ''}:{bvh.leaf_size}", "depth": bvh.depth,
                            "build_ms": round(build_ms, 2), "refit_ms": round(statistics.median(refits[1:]), 3),
                            "maxreg": maxreg, "block": block, "search_ms": round(statistics.median(times), 3),
-                           "resources": kernel_resources(device, kernels.POINT if args.k == 1 else kernels.TOPK),
+                           "resources": kernel_resources(device, search_kernel(bvh, kernels.POINT if args.k == 1
+                                                                               else kernels.TOPK)),
                            "seed": seed, "slab": slab, "seg": segmode, "same_edges": same}
                     print(f"{name:15s} {tree_spec:7s} (built {row['built_as']:7s} depth {bvh.depth:2d}, build "
                           f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} seed {seed:3d} slab {slab} seg {segmode:12s}: "
@@ -150,7 +164,8 @@ def main() -> None:
                             f.write(json.dumps(row) + "\n")
             kernels.SEARCH_MAX_REGISTERS, search.SEARCH_BLOCK_DIM = saved
             edge_wide_walk.SEED_STRIDE = 0
-            edge_segment.SEG_TEST, edge_segment.SEG_LOAD = "exact", "plain"
+            edge_segment.SEG_TEST = edge_segment.SEG_TEST_CPU = "exact"
+            edge_segment.SEG_LOAD = "plain"
             search._KERNELS.clear()
 
 

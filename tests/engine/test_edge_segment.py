@@ -1,4 +1,4 @@
-"""Engine ring: the segment-test switches of ``edge_segment.py`` (``SEG_TEST``, ``SEG_LOAD``) change no answer.
+"""Engine ring: the segment-test switches of ``edge_segment.py`` (``SEG_TEST``/``SEG_TEST_CPU``, ``SEG_LOAD``) change no answer.
 
 ``point_segment_dsq_within`` must return :func:`point_segment_dsq`'s bits wherever that value is within
 the limit (and only ``inf`` or that value elsewhere); every walk (binary, 4-wide, compressed; point and
@@ -94,9 +94,14 @@ def test_within_is_exact_where_within_the_limit(device):
 
 @pytest.fixture()
 def switches():
-    saved = edge_segment.SEG_TEST, edge_segment.SEG_LOAD
+    saved = edge_segment.SEG_TEST, edge_segment.SEG_TEST_CPU, edge_segment.SEG_LOAD
     yield
-    edge_segment.SEG_TEST, edge_segment.SEG_LOAD = saved
+    edge_segment.SEG_TEST, edge_segment.SEG_TEST_CPU, edge_segment.SEG_LOAD = saved
+
+
+def _set(test: str, load: str) -> None:
+    edge_segment.SEG_TEST = edge_segment.SEG_TEST_CPU = test
+    edge_segment.SEG_LOAD = load
 
 
 COMBOS = [("pruned", "plain"), ("exact", "v2"), ("pruned", "v2")]
@@ -114,16 +119,16 @@ def test_same_edges_visits_and_tests(device, switches, builder, leaf, wide, k):
     q = np.concatenate([rng.uniform(-0.2, 1.2, (1500, 3)), v[rng.integers(0, len(v), 300)],
                         0.5 * (v[ends[:300, 0]] + v[ends[:300, 1]]),
                         rng.uniform(-0.2, 1.2, (200, 3)) + [0.0, 0.0, 3.0]]).astype(np.float32)
-    edge_segment.SEG_TEST, edge_segment.SEG_LOAD = "exact", "plain"
+    _set("exact", "plain")
     ref, ref_counts = _answers(bvh, q, k, device, counts=True)
     ref_md = _answers(bvh, q, k, device, max_distance=0.02)
     for test, load in COMBOS:
-        edge_segment.SEG_TEST, edge_segment.SEG_LOAD = test, load
+        _set(test, load)
         got, counts = _answers(bvh, q, k, device, counts=True)
         np.testing.assert_array_equal(got, ref)
         np.testing.assert_array_equal(counts, ref_counts)  # the same walk, step for step
         np.testing.assert_array_equal(_answers(bvh, q, k, device, max_distance=0.02), ref_md)
-    edge_segment.SEG_TEST = "pruned"
+    _set("pruned", "v2")
     d_ref, _ = _brute(q.astype(np.float64), v, ends, mask, k)
     got = _answers(bvh, q, k, device).reshape(len(q), -1)
     a, b = v[ends[:, 0]].astype(np.float64), v[ends[:, 1]].astype(np.float64)
@@ -133,3 +138,14 @@ def test_same_edges_visits_and_tests(device, switches, builder, leaf, wide, k):
     t = np.clip(((qq - a[gid]) * ab).sum(-1) / (ab * ab).sum(-1), 0, 1)
     d = np.linalg.norm(qq - (a[gid] + t[..., None] * ab), axis=-1)
     np.testing.assert_allclose(d, d_ref, rtol=2e-6, atol=1e-7)
+
+
+def test_seg_modes_are_per_device(switches):
+    """``SEG_TEST`` is the CUDA line, ``SEG_TEST_CPU`` the CPU's; ``SEG_LOAD`` serves both (same reads on the CPU)."""
+    edge_segment.SEG_TEST, edge_segment.SEG_TEST_CPU, edge_segment.SEG_LOAD = "pruned", "exact", "v2"
+    assert edge_segment.seg_modes(wp.get_device("cpu")) == ("exact", "v2")
+
+    class _Cuda:
+        is_cuda = True
+
+    assert edge_segment.seg_modes(_Cuda()) == ("pruned", "v2")

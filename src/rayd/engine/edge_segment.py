@@ -7,7 +7,7 @@ and CUDA pick the same edge among edges at (nearly) equal distances, e.g. the ed
 nearest to the query. Two switches, read when a search kernel is generated (one GPU run A/Bs them;
 the answers are the same edges, bit for bit, either way; ``tests/engine/test_edge_segment.py``):
 
-* :data:`SEG_TEST` (``RAYD_EDGE_SEG_TEST``): ``"exact"`` computes :func:`point_segment_dsq` for every
+* :data:`SEG_TEST` (CUDA) / :data:`SEG_TEST_CPU` (``RAYD_EDGE_SEG_TEST`` sets both): ``"exact"`` computes :func:`point_segment_dsq` for every
   segment a walk tests; ``"pruned"`` calls :func:`point_segment_dsq_within` instead, which returns the
   same value where it may be within the search radius and ``inf`` for a segment whose line already lies
   beyond it, and skips the division where the query projects beyond an end (most tests: the segments
@@ -31,9 +31,13 @@ from rayd.engine.native import mul_rn
 
 wp.set_module_options({"enable_backward": False})
 
-#: ``"exact"`` or ``"pruned"`` (see the module's docstring); read when a search kernel is generated.
-SEG_TEST = os.environ.get("RAYD_EDGE_SEG_TEST", "exact").strip().lower()
-#: ``"plain"`` or ``"v2"`` (see the module's docstring); read when a search kernel is generated.
+_ENV_TEST = os.environ.get("RAYD_EDGE_SEG_TEST", "").strip().lower()
+#: ``"exact"`` or ``"pruned"`` on CUDA (see the module's docstring); read at each search (:func:`seg_modes`).
+SEG_TEST = _ENV_TEST or "exact"
+#: The same on the CPU. Measured there (2-core VM, cpu-size terrain / sphere, ``ploc+q:8`` and ``sah:4``, medians of
+#: 3 interleaved): ``"pruned"`` 2-9 % slower than ``"exact"`` (within the noise, never faster).
+SEG_TEST_CPU = _ENV_TEST or "exact"
+#: ``"plain"`` or ``"v2"`` (see the module's docstring; the CPU reads alike either way); read at each search.
 SEG_LOAD = os.environ.get("RAYD_EDGE_SEG_LOAD", "plain").strip().lower()
 
 _INF = wp.constant(float("inf"))
@@ -42,6 +46,11 @@ _INF = wp.constant(float("inf"))
 _LINE_SLACK = wp.constant(1.0 / 65536.0)
 
 vec6f = wp.types.vector(length=6, dtype=wp.float32)
+
+
+def seg_modes(device) -> tuple[str, str]:
+    """``(segment test, segment load)`` of the search kernels for ``device`` (a ``wp.context.Device``)."""
+    return (SEG_TEST if device.is_cuda else SEG_TEST_CPU), SEG_LOAD
 
 
 @wp.func

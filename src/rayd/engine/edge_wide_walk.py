@@ -20,7 +20,6 @@ import os
 
 import warp as wp
 
-from rayd.engine import edge_segment
 from rayd.engine.edge_leaf_slab import slab_skips
 from rayd.engine.edge_segment import load_segment, point_segment_dsq_within
 from rayd.engine.edge_wide_ray import box_magnitude, ray_keys_compressed, ray_keys_full, segment_box, sort2p
@@ -426,16 +425,17 @@ _WIDE_KERNELS: dict = {}
 
 
 def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
-                seg_boxes: bool = False, seeded: bool = False, leaf_slab: int = 0):
+                seg_boxes: bool = False, seeded: bool = False, leaf_slab: int = 0,
+                seg: tuple[str, str] = ("exact", "plain")):
     """The (cached) wide search kernel of ``kind`` (``POINT``, ``RAY`` or ``TOPK``), capped at ``max_registers``
     (0: none), over compressed nodes or not, with quantised segment boxes or not, with leaf slabs (1, 2) or not;
-    segments read and point distances computed as ``edge_segment.SEG_LOAD`` / ``SEG_TEST`` say now."""
+    segments read and point distances computed as ``seg`` = ``(test, load)`` says (``edge_segment.seg_modes``)."""
     ray_box_key = False
     if kind == RAY:  # point tests: not taken by ray walks
         seg_boxes, seeded, leaf_slab = False, False, 0
         ray_box_key = RAY_KEY == "box"
     key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded), int(leaf_slab),
-           ray_box_key, edge_segment.SEG_TEST, edge_segment.SEG_LOAD)
+           ray_box_key, *seg)
     if key not in _WIDE_KERNELS:
         _WIDE_KERNELS[key] = _make_wide_kernel(*key)
     return _WIDE_KERNELS[key]

@@ -13,7 +13,6 @@ References:
 import warp as wp
 
 from rayd.engine.edges import MAX_DEPTH
-from rayd.engine import edge_segment
 from rayd.engine.edge_segment import _axpy_rn, _dot_rn  # noqa: F401 - used by the tests and other modules
 from rayd.engine.edge_segment import point_segment_dsq as _point_segment_dsq
 from rayd.engine.edge_segment import point_segment_dsq_within, load_segment
@@ -200,7 +199,7 @@ def _nearest_edge_order_kernel(
 POINT, RAY, TOPK = 0, 1, 2
 
 
-def _make_search_kernel(kind: int, counting: bool):
+def _make_search_kernel(kind: int, counting: bool, seg_test: str = "exact", seg_load: str = "plain"):
     """The one search skeleton, specialised at code generation for a query kind.
 
     ``kind``: ``POINT`` (nearest edge to a point), ``RAY`` (to a ray segment) or
@@ -213,13 +212,13 @@ def _make_search_kernel(kind: int, counting: bool):
     key (squared box distance), skipped when popped if the search radius has
     shrunk below it. Ray queries test a box grown by the current radius instead
     (``_ray_box_reach``) and order children by their centres' distance to the ray.
-    Segments are read and point distances computed as ``edge_segment.SEG_LOAD`` /
-    ``SEG_TEST`` say at generation (the same answers either way).
+    Segments are read and point distances computed as ``seg_load`` / ``seg_test`` say
+    (``edge_segment.seg_modes``; the same answers either way).
     """
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
     ray_bound = kind == RAY and bool(RAY_BOUND)
-    seg_pruned = kind != RAY and edge_segment.SEG_TEST == "pruned"
-    seg_v2 = edge_segment.SEG_LOAD == "v2"
+    seg_pruned = kind != RAY and seg_test == "pruned"
+    seg_v2 = seg_load == "v2"
 
     def search(
         node_box: wp.array(dtype=wp.vec4),
