@@ -19,8 +19,8 @@
 #    every refit mode bit-equal to split).
 # WHAT DECIDES (one line each for the lead):
 # (a) if a seg variant is below exact:plain in both passes on both workloads of part 1, and not above it in part 2,
-#     and same True: set its defaults in src/rayd/engine/edge_segment.py, `SEG_TEST = ... "exact"` -> "pruned"
-#     and/or `SEG_LOAD = ... "plain"` -> "v2" (the best combination; the CPU measured pruned within its noise).
+#     and same True: set its defaults in src/rayd/engine/edge_segment.py, `SEG_TEST = _ENV_TEST or "exact"` -> "pruned"
+#     and/or `SEG_LOAD = os.environ.get("RAYD_EDGE_SEG_LOAD", "plain")` -> "v2" (the best combination; SEG_TEST is the CUDA line, SEG_TEST_CPU stays).
 # (b) if wide3l or wideg is below wide3 in both passes on both workloads of part 3 (same True): set
 #     `REFIT_MODE_CUDA = _ENV_MODE or "wide3"` in src/rayd/engine/edge_refit_fused.py to the faster of the two.
 # Part 5 must pass either way.
