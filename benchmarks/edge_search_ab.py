@@ -157,7 +157,9 @@ def main() -> None:
                                                                                else kernels.TOPK)),
                            "seed": seed, "slab": slab, "seg": segmode, "same_edges": same}
                     print(f"{name:15s} {tree_spec:7s} (built {row['built_as']:7s} depth {bvh.depth:2d}, build "
-                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} seed {seed:3d} slab {slab} seg {segmode:12s}: "
+                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} "
+                          f"seed {seed:3d} slab {slab} "
+                          f"seg {segmode:12s}: "
                           f"search {row['search_ms']:8.2f} ms  [{row['resources']}]  same {same}", flush=True)
                     if args.json:
                         with args.json.open("a") as f:

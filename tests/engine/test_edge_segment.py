@@ -1,4 +1,5 @@
-"""Engine ring: the segment-test switches of ``edge_segment.py`` (``SEG_TEST``/``SEG_TEST_CPU``, ``SEG_LOAD``) change no answer.
+"""Engine ring: the segment-test switches of ``edge_segment.py`` (``SEG_TEST``/``SEG_TEST_CPU``, ``SEG_LOAD``)
+change no answer.
 
 ``point_segment_dsq_within`` must return :func:`point_segment_dsq`'s bits wherever that value is within
 the limit (and only ``inf`` or that value elsewhere); every walk (binary, 4-wide, compressed; point and
@@ -66,9 +67,8 @@ def test_within_is_exact_where_within_the_limit(device):
     dev = _dev(device)
     arr = [wp.array(x, dtype=wp.vec3, device=dev) for x in (p, a, b)]
     exact = wp.empty(n, dtype=float, device=dev)
-    wp.launch(_both_kernel, n, arr + [wp.zeros(n, dtype=float, device=dev), exact,
-                                      wp.empty(n, dtype=float, device=dev), arr[0], wp.empty(2 * n, dtype=wp.vec3, device=dev)],
-              device=dev)
+    wp.launch(_both_kernel, n, arr + [wp.zeros(n, dtype=float, device=dev), exact, wp.empty(n, dtype=float, device=dev),
+                                      arr[0], wp.empty(2 * n, dtype=wp.vec3, device=dev)], device=dev)
     e = exact.numpy()
     scale = rng.choice([0.0, 0.5, 0.999, 1.0, 1.0000001, 1.001, 2.0, np.inf], n).astype(np.float32)
     with np.errstate(over="ignore", invalid="ignore"):

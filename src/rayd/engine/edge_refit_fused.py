@@ -20,7 +20,8 @@ Modes (:data:`REFIT_MODE` / :data:`REFIT_MODE_CUDA`, ``RAYD_EDGE_REFIT``; ``Edge
   leaves' segments, which another thread of the same launch may still be writing, so ``+qs``
   trees refit as ``"fused"`` in this mode.
 
-* ``"wide"`` / ``"wide1"`` / ``"wide3"`` / ``"wide3l"`` / ``"wideg"``: the climb runs on the wide tree itself, no binary level
+* ``"wide"`` / ``"wide1"`` / ``"wide3"`` / ``"wide3l"`` / ``"wideg"``: the climb runs on the wide tree itself,
+  no binary level
   (:mod:`rayd.engine.edge_refit_wide`; the binary boxes are refitted when read, ``EdgeBvh.binary_boxes``).
 
 Trees without compressed wide nodes (binary, ``+w``) refit as ``"split"`` whatever the mode.

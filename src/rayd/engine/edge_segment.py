@@ -4,14 +4,15 @@ The walks (``nearest_edge_kernels.py``, ``edge_wide_walk.py``) decide their winn
 squared distances of this module, computed with every product rounded on its own (``mul_rn``: CUDA's
 compiler would otherwise fuse products and sums into FMAs, which the CPU build does not), so that CPU
 and CUDA pick the same edge among edges at (nearly) equal distances, e.g. the edges around a vertex
-nearest to the query. Two switches, read when a search kernel is generated (one GPU run A/Bs them;
+nearest to the query. Two switches, read at each search (:func:`seg_modes`; one GPU run A/Bs them;
 the answers are the same edges, bit for bit, either way; ``tests/engine/test_edge_segment.py``):
 
-* :data:`SEG_TEST` (CUDA) / :data:`SEG_TEST_CPU` (``RAYD_EDGE_SEG_TEST`` sets both): ``"exact"`` computes :func:`point_segment_dsq` for every
-  segment a walk tests; ``"pruned"`` calls :func:`point_segment_dsq_within` instead, which returns the
-  same value where it may be within the search radius and ``inf`` for a segment whose line already lies
-  beyond it, and skips the division where the query projects beyond an end (most tests: the segments
-  are short against the radius).
+* :data:`SEG_TEST` (CUDA) / :data:`SEG_TEST_CPU` (``RAYD_EDGE_SEG_TEST`` sets both): ``"exact"`` computes
+  :func:`point_segment_dsq` for every segment a walk tests; ``"pruned"`` calls
+  :func:`point_segment_dsq_within` instead, which returns the same value where it may be within the
+  search radius and ``inf`` for a segment whose line already lies beyond it, and skips the division
+  where the query projects beyond an end (about 96 % of the tests: the segments are short against the
+  radius).
 * :data:`SEG_LOAD` (``RAYD_EDGE_SEG_LOAD``): ``"plain"`` reads a segment's two endpoints as Warp's
   ``vec3`` loads (six 32-bit loads on CUDA); ``"v2"`` reads its 24 contiguous bytes in three 64-bit
   read-only loads (:func:`load_segment`; the CPU reads the same values either way).

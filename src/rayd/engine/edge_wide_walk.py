@@ -416,7 +416,8 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
 
     name = (f"nearest_edge_wide{'_q' if compressed else ''}{'s' if seg_boxes else ''}_{('point', 'ray', 'topk')[kind]}"
             f"{'_counting' if counting else ''}{'_seeded' if seeded else ''}{'_slab' + str(leaf_slab) if leaf_slab else ''}"
-            f"{'_boxkey' if box_key else ''}{'_pruned' if seg_pruned else ''}{'_v2' if seg_v2 else ''}_r{max_registers}")
+            f"{'_boxkey' if box_key else ''}{'_pruned' if seg_pruned else ''}{'_v2' if seg_v2 else ''}"
+            f"_r{max_registers}")
     options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 

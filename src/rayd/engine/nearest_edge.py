@@ -107,7 +107,8 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         if kind == RAY and edge_wide_walk.RAY_MAX_REGISTERS is not None:
             maxreg = edge_wide_walk.RAY_MAX_REGISTERS
         kernel = wide_kernel(kind, counting, maxreg, packed is not None, seg_boxes, seeded,
-                             0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD), seg=edge_segment.seg_modes(edges.device))
+                             0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD),
+                             seg=edge_segment.seg_modes(edges.device))
         if not seeded:
             launch_offset_rows(kernel, n, args + [_dummy_seg_slots(edges.device), 1, 0], edges.device, stream,
                                block_dim=SEARCH_BLOCK_DIM)
