@@ -149,3 +149,20 @@ def test_seg_modes_are_per_device(switches):
         is_cuda = True
 
     assert edge_segment.seg_modes(_Cuda()) == ("pruned", "v2")
+
+
+@pytest.mark.parametrize("builder,leaf,wide", [("ploc", 8, "q"), ("sah", 4, False)])
+def test_ray_walks_read_segments_alike(device, switches, builder, leaf, wide):
+    """Rays take ``SEG_LOAD`` (not ``SEG_TEST``): the same edges either way, on the wide and the binary walk."""
+    from tests.engine.test_edge_wide import _ray_answers
+
+    v, ends = _grid_edges(20, seed=2)
+    rng = np.random.default_rng(4)
+    bvh = EdgeBvh(*_arrays(device, v, ends, np.ones(len(ends), bool)), builder=builder, leaf_size=leaf, wide=wide)
+    o = rng.uniform(-0.2, 1.2, (800, 3)).astype(np.float32)
+    d = rng.standard_normal((800, 3)).astype(np.float32)
+    _set("exact", "plain")
+    ref = _ray_answers(bvh, o, d, device)
+    _set("pruned", "v2")
+    np.testing.assert_array_equal(_ray_answers(bvh, o, d, device), ref)
+    assert (ref >= 0).all()
