@@ -29,7 +29,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
 SEG="exact:plain pruned:plain exact:v2 pruned:v2"
 echo "== 1. point search, ploc+q:8, 1 M sorted points (ms; two passes)"
-timeout 70 python3 benchmarks/edge_search_ab.py --device cuda --trees ploc+q:8 --maxreg 64 --block 128 --reps 5 \
+timeout 65 python3 benchmarks/edge_search_ab.py --device cuda --trees ploc+q:8 --maxreg 64 --block 128 --reps 5 \
   --seg $SEG $SEG --json "$OUT/s19_search.jsonl" > "$OUT/s19_search.txt" 2>&1
 echo "rc=$?" >> "$OUT/s19_search.txt"
 echo "== 2. top-8 search, sphere (ms; two passes)"
@@ -47,6 +47,6 @@ timeout 20 python3 benchmarks/edge_refit_parts.py --device cuda > "$OUT/s19_refi
 echo "rc=$?" >> "$OUT/s19_refit_parts.txt"; cat "$OUT/s19_refit_parts.txt"
 echo "== 5. CUDA edge tests"
 NX=""; python3 -c "import xdist" 2>/dev/null && NX="-n 14"
-timeout 75 python3 -m pytest -q $NX -p no:cacheprovider tests/engine tests/torch tests/drjit -k "cuda and edge" \
+timeout 80 python3 -m pytest -q $NX -p no:cacheprovider tests/engine tests/torch tests/drjit -k "cuda and edge" \
   > "$OUT/s19_tests_cuda.txt" 2>&1
 echo "rc=$?" >> "$OUT/s19_tests_cuda.txt"; grep -E "^FAILED|^ERROR" "$OUT/s19_tests_cuda.txt" | head; tail -3 "$OUT/s19_tests_cuda.txt"
