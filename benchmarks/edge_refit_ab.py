@@ -55,7 +55,8 @@ def main() -> None:
     parser.add_argument("--only", nargs="*", default=["terrain_2M_1M", "sphere_1M_1M"])
     parser.add_argument("--trees", nargs="*", default=["lbvh:8", "lbvh:4", "lbvh:1", "sah:4"])
     parser.add_argument("--modes", nargs="*", default=["0", "1"],
-                        help="0 / 1: TreeRefit one / two launches; split / fused / fused1 / wide / wide1 / wide3: "
+                        help="0 / 1: TreeRefit one / two launches; split / fused / fused1 / wide / wide1 / wide3 / "
+                             "wide3l / wideg: "
                              "EdgeBvh.refit "
                              "(wide trees)")
     parser.add_argument("--reps", type=int, default=20)
@@ -89,7 +90,7 @@ def main() -> None:
                         from rayd.engine.edge_leaf_slab import LeafSlabs
 
                         slabs = LeafSlabs(tree.leaves, bvh.seg, bvh.slot_id)
-                    if mode in ("wide", "wide1", "wide3") and spec not in fused:
+                    if mode.startswith("wide") and spec not in fused:
                         fused[spec] = WideRefit(tree, bvh.wide.compressed, bvh.num_edges, mode)
                         fused[spec].slabs = slabs if extra == "s" else None
                     elif mode != "split" and spec not in fused:

@@ -7,7 +7,8 @@ search (median of ``--reps`` after a warm-up, synchronised) for each
 ``cuda_max_registers`` value of ``--maxreg`` (0: the compiler's choice) and each block size
 of ``--block`` (top-k with ``--k``), with and without per-leaf slabs (``--slab 0 1``). On CUDA it also prints each compiled search kernel's registers per thread
 and local memory (``cuFuncGetAttribute``), and it checks that every variant returns the same
-edges as the first. One JSON line per (workload, tree, variant) with ``--json``.
+edges as the first. ``--seg`` A/Bs the segment test and read of ``engine/edge_segment.py``. One JSON line per
+(workload, tree, variant) with ``--json``.
 
 Usage::
 
@@ -31,7 +32,7 @@ import warp as wp
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rayd.engine import edge_wide_walk  # noqa: E402
+from rayd.engine import edge_segment, edge_wide_walk  # noqa: E402
 from rayd.engine import nearest_edge as search  # noqa: E402
 from rayd.engine import nearest_edge_kernels as kernels  # noqa: E402
 from rayd.engine.edges import EdgeBvh  # noqa: E402
@@ -42,11 +43,23 @@ from benchmarks.edge_trees import unique_edges  # noqa: E402
 from benchmarks.edges import box_points, workloads  # noqa: E402
 
 
-def kernel_resources(device, kind: int) -> str:
-    """Registers per thread and local bytes of the compiled search kernel of ``kind`` (CUDA only)."""
+def search_kernel(bvh, kind: int):
+    """The search kernel a ``kind`` query on ``bvh`` launches now (as ``nearest_edge._launch`` picks it, unseeded)."""
+    seg = edge_segment.seg_modes(bvh.device)
+    wide = getattr(bvh, "wide", None)
+    if wide is None:
+        return search._kernel(kind, False, seg)
+    packed = wide.compressed
+    return edge_wide_walk.wide_kernel(kind, False, wide.max_registers, packed is not None,
+                                      packed is not None and packed.seg_boxes, False,
+                                      0 if getattr(bvh, "leaf_slabs", None) is None else 1 + int(edge_leaf_slab.AHEAD),
+                                      seg=seg)
+
+
+def kernel_resources(device, kernel) -> str:
+    """Registers per thread and local bytes of the compiled search ``kernel`` (CUDA only)."""
     if not device.is_cuda:
         return "-"
-    kernel = search._kernel(kind)
     try:
         func = kernel.module.get_kernel_hooks(kernel, device).forward
         cuda = ctypes.CDLL("libcuda.so.1")
@@ -73,6 +86,9 @@ def main() -> None:
     parser.add_argument("--slab", nargs="*", type=int, default=[0],
                         help="1: with per-leaf oriented slabs (engine/edge_leaf_slab.py; wide trees), 2: the same "
                              "with the node's leaf slabs tested at its visit (edge_leaf_slab.AHEAD), 0: without")
+    parser.add_argument("--seg", nargs="*", default=["exact:plain"],
+                        help="edge_segment.SEG_TEST:SEG_LOAD pairs (exact|pruned : plain|v2), timed in this order "
+                             "(repeat them to interleave); the same edges either way")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
     wp.config.quiet = True
@@ -106,9 +122,11 @@ def main() -> None:
                 refits.append((time.perf_counter() - start) * 1e3)
             reference = None
             slabs = LeafSlabs(bvh._tree.leaves, bvh.seg, bvh.slot_id) if any(args.slab) and bvh.wide else None
-            for block, maxreg, seed, slab in [(b, m, s, sl) for b in args.block for m in args.maxreg
-                                              for s in args.seed for sl in args.slab]:
+            for block, maxreg, seed, slab, segmode in [(b, m, s, sl, g) for b in args.block for m in args.maxreg
+                                                       for s in args.seed for sl in args.slab for g in args.seg]:
                 if True:
+                    edge_segment.SEG_TEST, edge_segment.SEG_LOAD = segmode.split(":")
+                    edge_segment.SEG_TEST_CPU = edge_segment.SEG_TEST
                     bvh.leaf_slabs = slabs if slab else None
                     edge_leaf_slab.AHEAD = slab == 2
                     edge_wide_walk.SEED_STRIDE = seed
@@ -135,16 +153,21 @@ def main() -> None:
                            "built_as": f"{bvh.builder}{'+' + str(wide) if bvh.wide is not None else ''}:{bvh.leaf_size}", "depth": bvh.depth,
                            "build_ms": round(build_ms, 2), "refit_ms": round(statistics.median(refits[1:]), 3),
                            "maxreg": maxreg, "block": block, "search_ms": round(statistics.median(times), 3),
-                           "resources": kernel_resources(device, kernels.POINT if args.k == 1 else kernels.TOPK),
-                           "seed": seed, "slab": slab, "same_edges": same}
+                           "resources": kernel_resources(device, search_kernel(bvh, kernels.POINT if args.k == 1
+                                                                               else kernels.TOPK)),
+                           "seed": seed, "slab": slab, "seg": segmode, "same_edges": same}
                     print(f"{name:15s} {tree_spec:7s} (built {row['built_as']:7s} depth {bvh.depth:2d}, build "
-                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} seed {seed:3d} slab {slab}: "
+                          f"{build_ms:8.1f} ms, refit {row['refit_ms']:.3f} ms)  block {block:3d} maxreg {maxreg:3d} "
+                          f"seed {seed:3d} slab {slab} "
+                          f"seg {segmode:12s}: "
                           f"search {row['search_ms']:8.2f} ms  [{row['resources']}]  same {same}", flush=True)
                     if args.json:
                         with args.json.open("a") as f:
                             f.write(json.dumps(row) + "\n")
             kernels.SEARCH_MAX_REGISTERS, search.SEARCH_BLOCK_DIM = saved
             edge_wide_walk.SEED_STRIDE = 0
+            edge_segment.SEG_TEST = edge_segment.SEG_TEST_CPU = "exact"
+            edge_segment.SEG_LOAD = "plain"
             search._KERNELS.clear()
 
 

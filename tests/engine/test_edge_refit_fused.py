@@ -21,7 +21,7 @@ def _state(bvh):
 
 @pytest.mark.parametrize("wide", ["q", "qs"])
 @pytest.mark.parametrize("builder,leaf", TREES)
-@pytest.mark.parametrize("refit", ["fused", "fused1", "wide", "wide1", "wide3"])
+@pytest.mark.parametrize("refit", ["fused", "fused1", "wide", "wide1", "wide3", "wide3l", "wideg"])
 def test_fused_refit_equals_split_refit_and_fresh_build(device, builder, leaf, wide, refit):
     # The split refit to compare with runs on the same tree object (its ``_fused`` set aside): two builds
     # of one tree may number the wide nodes differently on CUDA (the collapse's atomic counter), so only

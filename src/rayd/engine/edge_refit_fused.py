@@ -20,7 +20,8 @@ Modes (:data:`REFIT_MODE` / :data:`REFIT_MODE_CUDA`, ``RAYD_EDGE_REFIT``; ``Edge
   leaves' segments, which another thread of the same launch may still be writing, so ``+qs``
   trees refit as ``"fused"`` in this mode.
 
-* ``"wide"`` / ``"wide1"`` / ``"wide3"``: the climb runs on the wide tree itself, no binary level
+* ``"wide"`` / ``"wide1"`` / ``"wide3"`` / ``"wide3l"`` / ``"wideg"``: the climb runs on the wide tree itself,
+  no binary level
   (:mod:`rayd.engine.edge_refit_wide`; the binary boxes are refitted when read, ``EdgeBvh.binary_boxes``).
 
 Trees without compressed wide nodes (binary, ``+w``) refit as ``"split"`` whatever the mode.
@@ -41,7 +42,7 @@ wp.set_module_options({"enable_backward": False})
 
 _INF = wp.constant(float("inf"))
 
-REFIT_MODES = ("split", "fused", "fused1", "wide", "wide1", "wide3")
+REFIT_MODES = ("split", "fused", "fused1", "wide", "wide1", "wide3", "wide3l", "wideg")
 _ENV_MODE = os.environ.get("RAYD_EDGE_REFIT", "").strip().lower()
 if _ENV_MODE and _ENV_MODE not in REFIT_MODES:
     raise ValueError(f"rayd.engine: RAYD_EDGE_REFIT must be one of {REFIT_MODES}, got {_ENV_MODE!r}")

@@ -25,6 +25,12 @@ Modes (``edge_refit_fused.REFIT_MODE`` / ``REFIT_MODE_CUDA``, ``RAYD_EDGE_REFIT`
 * ``"wide3"``: the slots launch, the climb writing only the float boxes, then a thread per wide node
   quantises it from its children's float boxes (one 128-byte line; three launches, the quantisation
   off the climb's critical path, as in ``"split"``).
+* ``"wide3l"``: ``"wide3"`` with a climb kernel compiled without the quantisation and slab code it skips
+  (fewer registers: more climbing threads in flight).
+* ``"wideg"``: as ``"wide3l"`` without the slots launch (two launches): each leaf thread gathers its up to 8
+  slots itself, every load of a round in flight together (:func:`leaf_gather_box8`: the slots' edges, then
+  their vertex ids and masks, then the endpoints), writes them to ``seg`` / ``slot_id`` and climbs. ``"wide1"``
+  gathered slot after slot (three dependent loads each), which the H100 measured slower than ``"wide3"``.
 
 References:
     Karras 2012, "Maximizing Parallelism in the Construction of BVHs, Octrees,
@@ -40,9 +46,16 @@ import warp as wp
 from rayd.engine.edge_leaf_slab import slab_record
 from rayd.engine.edge_wide_q import compress_boxes, mat43
 from rayd.engine.refit import _fence, _load_l2
-from rayd.engine.tree_refit import _tree_slots_kernel, leaf_segment_box
+from rayd.engine.tree_refit import _INF, _tree_slots_kernel, leaf_segment_box
 
 wp.set_module_options({"enable_backward": False})
+
+#: The refit modes of this module (``edge_refit_fused.REFIT_MODES`` lists them with the others).
+WIDE_MODES = ("wide", "wide1", "wide3", "wide3l", "wideg")
+#: ``cuda_max_registers`` of the lean climb (``"wide3l"``; read at import; 0: the compiler's choice). ptxas 13.0 for
+#: sm_90: the full climb kernel takes 100 registers, the lean one 64, and fits 48 without spilling (40: spills);
+#: the gathering one (``"wideg"``) takes 86 and spills when capped at 64, so it is left uncapped.
+LEAN_MAX_REGISTERS = 48
 
 
 @wp.kernel
@@ -91,8 +104,101 @@ def _leaves_kernel(wlinks: wp.array(dtype=wp.vec4i), leaf_at: wp.array(dtype=wp.
             wleaf[leaf_at[first]] = wp.vec4i(4 * w + j, first, (code & 7) + 1, 0)
 
 
-@wp.kernel
-def _wide_refit_kernel(
+_vec8i = wp.types.vector(length=8, dtype=wp.int32)
+_mat83 = wp.types.matrix(shape=(8, 3), dtype=wp.float32)
+
+
+@wp.func
+def leaf_gather_box8(first: int, count: int, points: wp.array(dtype=wp.vec3), edge_v: wp.array(dtype=wp.vec2i),
+                     mask: wp.array(dtype=wp.uint8), order: wp.array(dtype=wp.int32), seg: wp.array(dtype=wp.vec3),
+                     slot_id: wp.array(dtype=wp.int32)):
+    """``(lo, hi)``: the box of the unmasked segments of slots ``first .. first + count - 1`` (``count <= 8``),
+    gathered from the live endpoints and written to ``seg`` / ``slot_id`` as ``tree_refit.leaf_segment_box``
+    does (the same values), in three rounds of independent loads (unrolled loops of 8, predicated on
+    ``count``): edges, then vertex ids and masks, then endpoints; the stores come after every load."""
+    inf = _INF
+    e = _vec8i()
+    v0 = _vec8i()
+    v1 = _vec8i()
+    on = _vec8i()
+    for j in range(8):
+        if j < count:
+            e[j] = order[first + j]
+    for j in range(8):
+        if j < count:
+            ev = edge_v[e[j]]
+            v0[j] = ev[0]
+            v1[j] = ev[1]
+            on[j] = int(mask[e[j]])
+    pa = _mat83()
+    pb = _mat83()
+    for j in range(8):
+        if j < count:
+            pa[j] = points[v0[j]]
+            pb[j] = points[v1[j]]
+    lo = wp.vec3(inf, inf, inf)
+    hi = wp.vec3(-inf, -inf, -inf)
+    for j in range(8):
+        if j < count:
+            s = first + j
+            a = pa[j]
+            b = pb[j]
+            seg[2 * s] = a
+            seg[2 * s + 1] = b
+            if on[j] != 0:
+                slot_id[s] = e[j]
+                lo = wp.min(lo, wp.min(a, b))
+                hi = wp.max(hi, wp.max(a, b))
+            else:
+                slot_id[s] = wp.int32(-1)
+    return lo, hi
+
+
+def _make_wide_refit_kernel(gather8: bool, lean: bool):
+    """The wide climb kernel; ``gather8``: its leaf threads gather their slots by :func:`leaf_gather_box8`
+    (``"wideg"``), else as ``tree_refit.leaf_segment_box`` (from the slots launch, or one by one); ``lean``: the
+    climb of float boxes only, no quantisation and no slabs compiled in (its ``quantise`` and ``with_slab``
+    arguments are ignored; ``"wide3l"``, ``"wideg"``: fewer registers, so more climbing threads per SM)."""
+
+    def kernel(
+        points: wp.array(dtype=wp.vec3),
+        edge_v: wp.array(dtype=wp.vec2i),
+        mask: wp.array(dtype=wp.uint8),
+        order: wp.array(dtype=wp.int32),
+        wleaf: wp.array(dtype=wp.vec4i),
+        meta: wp.array(dtype=wp.int32),
+        wlinks: wp.array(dtype=wp.vec4i),
+        seg_boxes: int,
+        counters: wp.array(dtype=wp.int32),
+        cbox: wp.array(dtype=wp.vec4),
+        seg: wp.array(dtype=wp.vec3),
+        slot_id: wp.array(dtype=wp.int32),
+        root_box: wp.array(dtype=wp.vec3),
+        q: wp.array(dtype=wp.vec4i),
+        segq: wp.array(dtype=wp.vec2i),
+        gathered: int,
+        quantise: int,
+        direction: wp.array(dtype=wp.int32),
+        slab: wp.array(dtype=wp.vec4i),
+        with_slab: int,
+    ):
+        """Leaf ``wp.tid()`` climbs (:func:`_wide_climb`)."""
+        if wp.static(lean):
+            _wide_climb(wp.tid(), points, edge_v, mask, order, wleaf, meta, wlinks, seg_boxes, counters, cbox, seg,
+                        slot_id, root_box, q, segq, gathered, 0, direction, slab, 0, wp.static(int(gather8)))
+        else:
+            _wide_climb(wp.tid(), points, edge_v, mask, order, wleaf, meta, wlinks, seg_boxes, counters, cbox, seg,
+                        slot_id, root_box, q, segq, gathered, quantise, direction, slab, with_slab,
+                        wp.static(int(gather8)))
+
+    options = {"cuda_max_registers": LEAN_MAX_REGISTERS} if lean and not gather8 and LEAN_MAX_REGISTERS else {}
+    return wp.kernel(kernel, name=f"edge_wide_refit{'_g8' if gather8 else ''}{'_lean' if lean else ''}",
+                     module="unique", enable_backward=False, **options)
+
+
+@wp.func
+def _wide_climb(
+    t: int,
     points: wp.array(dtype=wp.vec3),
     edge_v: wp.array(dtype=wp.vec2i),
     mask: wp.array(dtype=wp.uint8),
@@ -113,14 +219,21 @@ def _wide_refit_kernel(
     direction: wp.array(dtype=wp.int32),
     slab: wp.array(dtype=wp.vec4i),
     with_slab: int,
+    gather8: int,
 ):
     """Leaf ``t``: its box, then the climb of the wide tree (see the module docstring); ``quantise`` 0:
     the nodes are quantised afterwards (``_compress_cbox_kernel``); ``with_slab``: also the leaf's oriented
-    slab (``edge_leaf_slab.slab_record``; ``wleaf`` is in the order of the tree's leaves, as ``direction``)."""
-    t = wp.tid()
+    slab (``edge_leaf_slab.slab_record``; ``wleaf`` is in the order of the tree's leaves, as ``direction``);
+    ``gather8``: the slots gathered by :func:`leaf_gather_box8` (``gathered`` is then ignored)."""
     leaf = wleaf[t]
     at = int(leaf[0])
-    lo, hi = leaf_segment_box(int(leaf[1]), int(leaf[2]), 1 - gathered, points, edge_v, mask, order, seg, slot_id)
+    lo = wp.vec3(0.0)
+    hi = wp.vec3(0.0)
+    if gather8 != 0:
+        lo, hi = leaf_gather_box8(int(leaf[1]), int(leaf[2]), points, edge_v, mask, order, seg, slot_id)
+    else:
+        lo, hi = leaf_segment_box(int(leaf[1]), int(leaf[2]), 1 - gathered, points, edge_v, mask, order, seg,
+                                  slot_id)
     if with_slab != 0:
         slab[leaf[1]] = slab_record(int(leaf[1]), int(leaf[2]), int(direction[t]), seg, slot_id)
     while True:
@@ -154,6 +267,11 @@ def _wide_refit_kernel(
             return
 
 
+# (gather8, lean) -> the climb kernel (each compiled when first launched)
+_CLIMB_KERNELS = {(g, lean): _make_wide_refit_kernel(g, lean) for g in (False, True) for lean in (False, True)}
+_wide_refit_kernel = _CLIMB_KERNELS[(False, False)]
+
+
 @wp.kernel
 def _compress_cbox_kernel(cbox: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i),
                           seg: wp.array(dtype=wp.vec3), slot_id: wp.array(dtype=wp.int32), seg_boxes: int,
@@ -179,11 +297,12 @@ class WideRefit:
         tree: the edge tree's :class:`~rayd.engine.tree_refit.TreeRefit` (its leaves, in slot order).
         compressed: the :class:`~rayd.engine.edge_wide_q.CompressedWide` rows (``wlinks``, ``q``, ``segq``).
         num_slots: the tree's segment slots.
-        mode: ``"wide"``, ``"wide1"`` or ``"wide3"``.
+        mode: one of :data:`WIDE_MODES`.
         stream: the stream to build on (``None`` on the CPU).
 
     Attributes:
-        gathered: the leaf threads gather their segments (``"wide1"`` without segment boxes): one launch.
+        gathered: the leaf threads gather their segments (``"wide1"`` without segment boxes: one launch;
+            ``"wideg"``: two, the climb and the quantisation).
         writes_binary: False: the binary tree's packed boxes are left as they were.
         slabs: the tree's :class:`~rayd.engine.edge_leaf_slab.LeafSlabs` (set by the caller), whose bounds the
             leaf threads then write (no launch of their own), or None.
@@ -193,11 +312,13 @@ class WideRefit:
     slabs = None
 
     def __init__(self, tree, compressed, num_slots: int, mode: str, stream: wp.Stream | None = None) -> None:
-        if mode not in ("wide", "wide1", "wide3"):
-            raise ValueError(f"rayd.engine.WideRefit(): 'mode' must be 'wide', 'wide1' or 'wide3', got {mode!r}")
+        if mode not in WIDE_MODES:
+            raise ValueError(f"rayd.engine.WideRefit(): 'mode' must be one of {WIDE_MODES}, got {mode!r}")
         self.compressed = c = compressed
-        self.gathered = mode == "wide1" and not c.seg_boxes
-        self.quantise = mode != "wide3"
+        self.gather8 = mode == "wideg"  # the quantising launch comes after the climb: segment boxes too
+        self.lean = mode in ("wide3l", "wideg")
+        self.gathered = (mode == "wide1" and not c.seg_boxes) or self.gather8
+        self.quantise = mode not in ("wide3", "wide3l", "wideg")
         dev = c.q.device
         self.num_leaves = tree.num_leaves
         self._no_slab = (wp.zeros(1, dtype=wp.int32, device=dev), wp.zeros(1, dtype=wp.vec4i, device=dev))
@@ -224,7 +345,8 @@ class WideRefit:
         if not self.gathered:
             wp.launch(_tree_slots_kernel, dim=order.shape[0], inputs=[points, edge_v, mask, order],
                       outputs=[seg, slot_id], device=points.device)
-        wp.launch(_wide_refit_kernel, dim=self.num_leaves,
+        kernel = _CLIMB_KERNELS[(self.gather8, self.lean and self.slabs is None)]  # slabs: the kernel writing them
+        wp.launch(kernel, dim=self.num_leaves,
                   inputs=[points, edge_v, mask, order, self.wleaf, self.meta, c.wlinks, int(c.seg_boxes)],
                   outputs=[self.counters, self.cbox, seg, slot_id, root_box, c.q, c.segq, int(self.gathered),
                            int(self.quantise), *slab, int(self.slabs is not None)],

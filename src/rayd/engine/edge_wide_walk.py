@@ -21,6 +21,7 @@ import os
 import warp as wp
 
 from rayd.engine.edge_leaf_slab import slab_skips
+from rayd.engine.edge_segment import load_segment, point_segment_dsq_within
 from rayd.engine.edge_wide_ray import box_magnitude, ray_keys_compressed, ray_keys_full, segment_box, sort2p
 from rayd.engine.native import bits_float, load4, load4i
 from rayd.engine.radius import magnitude, widened_radius_sq
@@ -143,7 +144,8 @@ def _seg_box_dsq(w: wp.vec2i, o: wp.vec3, s: wp.vec3, p: wp.vec3) -> float:
 
 
 def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed: bool, seg_boxes: bool,
-                      seeded: bool = False, leaf_slab: int = 0, ray_box_key: bool = False):
+                      seeded: bool = False, leaf_slab: int = 0, ray_box_key: bool = False, seg_test: str = "exact",
+                      seg_load: str = "plain"):
     """The wide walk for ``POINT``, ``RAY`` or ``TOPK`` queries over full (``data``, ``links``) or compressed
     (``links`` = the rows ``q`` of ``edge_wide_q.py``) nodes, the latter optionally with the leaf
     segments' quantised boxes (``segq``, tested before each segment); other arguments as the binary
@@ -156,8 +158,12 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
     (with the radius then); 2, the records of all the node's leaf children read and tested at once, with the
     radius at the node's visit (independent loads in flight together; ``edge_leaf_slab.AHEAD``). ``RAY``
     reads ``q1`` (directions), ``tmin``, ``tmax`` and ``root_box`` (for the radius' rounding margin); it takes
-    neither segment boxes, seeds nor slabs (point tests), which the other kinds take instead."""
+    neither segment boxes, seeds nor slabs (point tests), which the other kinds take instead. ``seg_test`` /
+    ``seg_load``: how point distances are computed and segments read (``edge_segment.SEG_TEST`` / ``SEG_LOAD``;
+    the same answers either way)."""
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
+    seg_pruned = kind != RAY and seg_test == "pruned"
+    seg_v2 = seg_load == "v2"
     box_key = int(kind == RAY and ray_box_key)  # rays keyed by a distance bound: pruned as points are
 
     def search(
@@ -341,10 +347,19 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
                             if wp.static(counting):
                                 tested += 1
                             dsq = float(0.0)
-                            if wp.static(kind == RAY):
-                                dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * sl], seg[2 * sl + 1])
+                            sa = wp.vec3(0.0)
+                            sb = wp.vec3(0.0)
+                            if wp.static(seg_v2):  # three 64-bit loads (edge_segment.SEG_LOAD)
+                                sa, sb = load_segment(seg, sl)
                             else:
-                                dsq = _point_segment_dsq(p, seg[2 * sl], seg[2 * sl + 1])
+                                sa = seg[2 * sl]
+                                sb = seg[2 * sl + 1]
+                            if wp.static(kind == RAY):
+                                dsq = _ray_segment_dsq(p, dir, s0, s1, sa, sb)
+                            elif wp.static(seg_pruned):  # inf for a segment whose line lies beyond (SEG_TEST)
+                                dsq = point_segment_dsq_within(p, sa, sb, bound)
+                            else:
+                                dsq = _point_segment_dsq(p, sa, sb)
                             if dsq <= bound:
                                 gid = int(slot_id[sl])  # -1: masked out
                                 if gid >= 0:
@@ -401,7 +416,8 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
 
     name = (f"nearest_edge_wide{'_q' if compressed else ''}{'s' if seg_boxes else ''}_{('point', 'ray', 'topk')[kind]}"
             f"{'_counting' if counting else ''}{'_seeded' if seeded else ''}{'_slab' + str(leaf_slab) if leaf_slab else ''}"
-            f"{'_boxkey' if box_key else ''}_r{max_registers}")
+            f"{'_boxkey' if box_key else ''}{'_pruned' if seg_pruned else ''}{'_v2' if seg_v2 else ''}"
+            f"_r{max_registers}")
     options = {"cuda_max_registers": int(max_registers)} if max_registers > 0 else {}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
@@ -410,15 +426,17 @@ _WIDE_KERNELS: dict = {}
 
 
 def wide_kernel(kind: int, counting: bool = False, max_registers: int = 0, compressed: bool = False,
-                seg_boxes: bool = False, seeded: bool = False, leaf_slab: int = 0):
+                seg_boxes: bool = False, seeded: bool = False, leaf_slab: int = 0,
+                seg: tuple[str, str] = ("exact", "plain")):
     """The (cached) wide search kernel of ``kind`` (``POINT``, ``RAY`` or ``TOPK``), capped at ``max_registers``
-    (0: none), over compressed nodes or not, with quantised segment boxes or not, with leaf slabs (1, 2) or not."""
+    (0: none), over compressed nodes or not, with quantised segment boxes or not, with leaf slabs (1, 2) or not;
+    segments read and point distances computed as ``seg`` = ``(test, load)`` says (``edge_segment.seg_modes``)."""
     ray_box_key = False
     if kind == RAY:  # point tests: not taken by ray walks
         seg_boxes, seeded, leaf_slab = False, False, 0
         ray_box_key = RAY_KEY == "box"
     key = (kind, counting, int(max_registers), bool(compressed), bool(seg_boxes), bool(seeded), int(leaf_slab),
-           ray_box_key)
+           ray_box_key, *seg)
     if key not in _WIDE_KERNELS:
         _WIDE_KERNELS[key] = _make_wide_kernel(*key)
     return _WIDE_KERNELS[key]

@@ -68,7 +68,7 @@ from rayd.engine.edge_wide import EdgeWide
 from rayd.engine.edge_sah import warp_tree
 from rayd.engine.runtime import launch_stream
 from rayd.engine import edge_refit_fused
-from rayd.engine.edge_refit_wide import WideRefit
+from rayd.engine.edge_refit_wide import WIDE_MODES, WideRefit
 from rayd.engine import edge_leaf_slab
 from rayd.engine.tree_refit import TreeRefit, single_leaf_tree
 
@@ -273,7 +273,7 @@ class EdgeBvh:
             raise ValueError(f"rayd.engine.EdgeBvh(): 'refit' must be one of {edge_refit_fused.REFIT_MODES}, "
                              f"got {mode!r}")
         self.refit_mode = "split"
-        if mode in ("wide", "wide1", "wide3") and self.wide is not None and self.wide.compressed is not None:
+        if mode in WIDE_MODES and self.wide is not None and self.wide.compressed is not None:
             with launch_stream(dev, stream):
                 self._fused = WideRefit(self._tree, self.wide.compressed, self.num_edges, mode, stream)
                 self._fused.slabs = self.leaf_slabs  # written by its leaf threads

@@ -18,7 +18,7 @@ import math
 
 import warp as wp
 
-from rayd.engine import edge_leaf_slab, edge_wide_walk
+from rayd.engine import edge_leaf_slab, edge_segment, edge_wide_walk
 from rayd.engine.edge_wide_walk import wide_kernel
 from rayd.engine.edges import EdgeBvh
 from rayd.engine.nearest_edge_kernels import (  # noqa: F401 - MAX_K is part of this module's API
@@ -37,10 +37,10 @@ from rayd.engine import nearest_edge_kernels as kernels_module
 wp.set_module_options({"enable_backward": False})
 
 
-def _kernel(kind: int, counting: bool = False):
-    key = (kind, counting, kind == RAY and bool(kernels_module.RAY_BOUND))
+def _kernel(kind: int, counting: bool = False, seg: tuple[str, str] = ("exact", "plain")):
+    key = (kind, counting, kind == RAY and bool(kernels_module.RAY_BOUND), seg)
     if key not in _KERNELS:
-        _KERNELS[key] = _make_search_kernel(kind, counting)
+        _KERNELS[key] = _make_search_kernel(kind, counting, *seg)
     return _KERNELS[key]
 
 
@@ -107,7 +107,8 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         if kind == RAY and edge_wide_walk.RAY_MAX_REGISTERS is not None:
             maxreg = edge_wide_walk.RAY_MAX_REGISTERS
         kernel = wide_kernel(kind, counting, maxreg, packed is not None, seg_boxes, seeded,
-                             0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD))
+                             0 if slabs is None else 1 + int(edge_leaf_slab.AHEAD),
+                             seg=edge_segment.seg_modes(edges.device))
         if not seeded:
             launch_offset_rows(kernel, n, args + [_dummy_seg_slots(edges.device), 1, 0], edges.device, stream,
                                block_dim=SEARCH_BLOCK_DIM)
@@ -118,7 +119,7 @@ def _launch(edges: EdgeBvh, kind: int, n: int, q0, q1, tmin, tmax, active, max_d
         launch_offset_rows(kernel, n, args + [edge_slot, stride, 2], edges.device, stream, block_dim=SEARCH_BLOCK_DIM)
         return
     launch_offset_rows(
-        _kernel(kind, counting),
+        _kernel(kind, counting, edge_segment.seg_modes(edges.device)),
         n,
         [
             edges.binary_boxes(stream), edges.node_link, edges.seg, edges.slot_id,

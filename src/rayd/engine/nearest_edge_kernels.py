@@ -13,7 +13,10 @@ References:
 import warp as wp
 
 from rayd.engine.edges import MAX_DEPTH
-from rayd.engine.native import mul_rn
+from rayd.engine.edge_segment import _axpy_rn, _dot_rn  # noqa: F401 - used by the tests and other modules
+from rayd.engine.edge_segment import point_segment_dsq as _point_segment_dsq
+from rayd.engine.edge_segment import point_segment_dsq_within, load_segment
+from rayd.engine.edge_segment import ray_segment_dsq as _ray_segment_dsq
 from rayd.engine.radius import magnitude, widened_radius_sq
 
 #: Largest ``k`` of a top-k query (the per-query heap lives in registers).
@@ -54,70 +57,6 @@ def _box_dsq(p: wp.vec3, lo: wp.vec3, hi: wp.vec3) -> float:
     if lo[0] > hi[0]:
         return _INF
     return wp.dot(q, q)
-
-
-@wp.func
-def _dot_rn(a: wp.vec3, b: wp.vec3) -> float:
-    """``a . b`` with every product rounded on its own (no FMA), the same on CPU and CUDA."""
-    return mul_rn(a[0], b[0]) + mul_rn(a[1], b[1]) + mul_rn(a[2], b[2])
-
-
-@wp.func
-def _axpy_rn(s: float, x: wp.vec3, y: wp.vec3) -> wp.vec3:
-    """``s x + y``, each product rounded on its own (no FMA)."""
-    return wp.vec3(mul_rn(s, x[0]) + y[0], mul_rn(s, x[1]) + y[1], mul_rn(s, x[2]) + y[2])
-
-
-# The segment distances below decide the winners, so they are computed with every float32
-# operation rounded as written (``mul_rn``: CUDA's compiler would otherwise fuse products and sums
-# into FMAs, which the CPU build does not), so that CPU and CUDA pick the same edge among edges at
-# (nearly) equal distances, e.g. the edges around a vertex nearest to the query.
-
-
-@wp.func
-def _point_segment_dsq(p: wp.vec3, a: wp.vec3, b: wp.vec3) -> float:
-    """Squared distance from ``p`` to the segment ``[a, b]`` (float32, rounded alike on every device)."""
-    ab = b - a
-    pa = p - a
-    den = _dot_rn(ab, ab)
-    t = float(0.0)
-    if den > 0.0:
-        t = wp.clamp(_dot_rn(pa, ab) / den, 0.0, 1.0)
-    q = _axpy_rn(-t, ab, pa)
-    if t >= 1.0:  # the end vertex itself (not pa - ab): a vertex's edges tie exactly, then by id
-        q = p - b
-    return _dot_rn(q, q)
-
-
-@wp.func
-def _ray_segment_dsq(o: wp.vec3, d: wp.vec3, s0: float, s1: float, a: wp.vec3, b: wp.vec3) -> float:
-    """Squared distance between ``o + s d, s in [s0, s1]`` and the segment ``[a, b]`` (rounded alike everywhere)."""
-    e = b - a
-    r = o - a
-    dd = _dot_rn(d, d)
-    ee = _dot_rn(e, e)
-    de = _dot_rn(d, e)
-    c = _dot_rn(d, r)
-    f = _dot_rn(e, r)
-    s = s0
-    t = float(0.0)
-    if ee > 0.0:
-        den = mul_rn(dd, ee) - mul_rn(de, de)
-        if den > mul_rn(mul_rn(1.0e-12, dd), ee):
-            s = wp.clamp((mul_rn(de, f) - mul_rn(c, ee)) / den, s0, s1)
-        else:
-            s = wp.clamp(-c / dd, s0, s1)
-        t = (mul_rn(de, s) + f) / ee
-        if t < 0.0:
-            t = 0.0
-            s = wp.clamp(-c / dd, s0, s1)
-        elif t > 1.0:
-            t = 1.0
-            s = wp.clamp((de - c) / dd, s0, s1)
-    else:
-        s = wp.clamp(-c / dd, s0, s1)
-    q = _axpy_rn(s, d, o) - _axpy_rn(t, e, a)
-    return _dot_rn(q, q)
 
 
 @wp.func
@@ -260,7 +199,7 @@ def _nearest_edge_order_kernel(
 POINT, RAY, TOPK = 0, 1, 2
 
 
-def _make_search_kernel(kind: int, counting: bool):
+def _make_search_kernel(kind: int, counting: bool, seg_test: str = "exact", seg_load: str = "plain"):
     """The one search skeleton, specialised at code generation for a query kind.
 
     ``kind``: ``POINT`` (nearest edge to a point), ``RAY`` (to a ray segment) or
@@ -273,9 +212,13 @@ def _make_search_kernel(kind: int, counting: bool):
     key (squared box distance), skipped when popped if the search radius has
     shrunk below it. Ray queries test a box grown by the current radius instead
     (``_ray_box_reach``) and order children by their centres' distance to the ray.
+    Segments are read and point distances computed as ``seg_load`` / ``seg_test`` say
+    (``edge_segment.seg_modes``; the same answers either way).
     """
     out_type = wp.array2d(dtype=wp.int32) if kind == TOPK else wp.array(dtype=wp.int32)
     ray_bound = kind == RAY and bool(RAY_BOUND)
+    seg_pruned = kind != RAY and seg_test == "pruned"
+    seg_v2 = seg_load == "v2"
 
     def search(
         node_box: wp.array(dtype=wp.vec4),
@@ -419,10 +362,19 @@ def _make_search_kernel(kind: int, counting: bool):
                         if wp.static(counting):
                             tested += 1
                         dsq = float(0.0)
-                        if wp.static(kind == RAY):
-                            dsq = _ray_segment_dsq(p, dir, s0, s1, seg[2 * s], seg[2 * s + 1])
+                        sa = wp.vec3(0.0)
+                        sb = wp.vec3(0.0)
+                        if wp.static(seg_v2):
+                            sa, sb = load_segment(seg, s)
                         else:
-                            dsq = _point_segment_dsq(p, seg[2 * s], seg[2 * s + 1])
+                            sa = seg[2 * s]
+                            sb = seg[2 * s + 1]
+                        if wp.static(kind == RAY):
+                            dsq = _ray_segment_dsq(p, dir, s0, s1, sa, sb)
+                        elif wp.static(seg_pruned):
+                            dsq = point_segment_dsq_within(p, sa, sb, bound)
+                        else:
+                            dsq = _point_segment_dsq(p, sa, sb)
                         # the id (or -1: masked out) is read only for a candidate within the radius
                         gid = int(-1)
                         if dsq <= bound:
@@ -482,7 +434,7 @@ def _make_search_kernel(kind: int, counting: bool):
             out[i] = wp.int32(best_id)
 
     name = (f"nearest_edge_search_{('point', 'ray', 'topk')[kind]}{'_counting' if counting else ''}"
-            f"{'_bound' if ray_bound else ''}")
+            f"{'_bound' if ray_bound else ''}{'_pruned' if seg_pruned else ''}{'_v2' if seg_v2 else ''}")
     options = {} if SEARCH_MAX_REGISTERS is None else {"cuda_max_registers": int(SEARCH_MAX_REGISTERS)}
     return wp.kernel(search, name=name, enable_backward=False, module="unique", **options)
 
