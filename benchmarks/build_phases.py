@@ -145,7 +145,7 @@ def _wrap(owner, name: str, key, skip=None) -> None:
     inherited = isinstance(owner, type) and name not in owner.__dict__
 
     def counting(*args, **kwargs):
-        if skip is None or not skip(*args, **kwargs):
+        if not _PAUSED[0] and (skip is None or not skip(*args, **kwargs)):
             COUNTS[key] += 1
         return real(*args, **kwargs)
 
@@ -157,7 +157,23 @@ def _pinned_or_cpu_view(arr, *_a, **_k) -> bool:
     return bool(getattr(arr, "pinned", False)) or (CUDA and arr.device.is_cpu)
 
 
+_PAUSED = [0]
+
+
 def install_counters() -> None:
+    from rayd.engine import runtime
+
+    real_mark = runtime.StageTimer.mark
+
+    def mark(self, name):  # the stage timers' own synchronisations are not the build's
+        _PAUSED[0] += 1
+        try:
+            return real_mark(self, name)
+        finally:
+            _PAUSED[0] -= 1
+
+    runtime.StageTimer.mark = mark
+    _wrapped.append((runtime.StageTimer, "mark", real_mark))
     _wrap(wp, "launch", "launch")
     _wrap(wp.Launch, "launch", "launch")
     _wrap(wp.utils, "array_scan", "scan")

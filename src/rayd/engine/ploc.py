@@ -44,6 +44,8 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.morton import BoxKeys, sorted_box_keys
+from rayd.engine.ploc_ahead import run_ahead, scan_int
+from rayd.engine import ploc_ahead
 from rayd.engine.ploc_emit import emit_tree
 from rayd.engine.runtime import StageTimer
 
@@ -309,6 +311,9 @@ class PlocBvh:
         tail: once at most this many clusters are left (as last read), one thread finishes
             the passes in one launch (default :data:`TAIL`; 0: never).
         fused_keep: one kernel for the nearest neighbours and the survivors (default :data:`FUSED_KEEP`).
+        ahead: passes the host may launch ahead of the newest cluster count it has read, with no
+            wait per pass (``ploc_ahead.py``; default ``ploc_ahead.AHEAD``); 0: a blocking read of
+            the count every ``sync_every`` passes. The same tree either way.
         triangles: ``(points, indices, face_base)`` when the boxes are these triangles' (as in
             ``TriangleScene``): the build then also emits the child-pair nodes and leaf corners of
             ``pair_nodes.PairNodes`` and the fused refit's leaf list (``ploc_emit.py``), unless
@@ -332,13 +337,14 @@ class PlocBvh:
                  max_leaf: int | None = None, radius: int | None = None,
                  costs: tuple[float, float] | None = None, sync_every: int | None = None,
                  tail: int | None = None, triangles: tuple | None = None,
-                 fused_keep: bool | None = None) -> None:
+                 fused_keep: bool | None = None, ahead: int | None = None, _lag: int = 0) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
         radius = RADIUS if radius is None else int(radius)
         sync_every = max(1, SYNC_EVERY if sync_every is None else int(sync_every))
         tail = TAIL if tail is None else int(tail)
         fused_keep = bool(FUSED_KEEP if fused_keep is None else fused_keep)
+        ahead = ploc_ahead.AHEAD if ahead is None else int(ahead)
         if n < 1:
             raise ValueError("rayd.engine.PlocBvh(): needs at least one box")
         if not 1 <= max_leaf <= 8:
@@ -402,12 +408,21 @@ class PlocBvh:
                           [next_id, counts[b], cl_node[b], cl_lo[b], cl_hi[b], node_lo, node_hi, child, parent,
                            leaves, cost, size, height, flag], device=dev, stream=stream, record_cmd=True),
             ))
+        def launch_tail(at: int) -> None:
+            wp.launch(_tail_kernel, 1, [counts[at], radius, max_leaf, c_t, c_i, nearest, cl_node[at], cl_lo[at],
+                                        cl_hi[at]],
+                      [next_id, node_lo, node_hi, child, parent, leaves, cost, size, height, flag], device=dev,
+                      stream=stream)
+
+        if ahead > 0 and n > 1:
+            iterations, made, src = run_ahead(passes, counts, keep, position, n, limit, tail, launch_tail, stream,
+                                              dev, ahead, _lag)
+            launches += made
+            stages.mark("passes")
+            count = 1
         while count > 1:
             if count <= tail:
-                wp.launch(_tail_kernel, 1,
-                          [counts[src], radius, max_leaf, c_t, c_i, nearest, cl_node[src], cl_lo[src], cl_hi[src]],
-                          [next_id, node_lo, node_hi, child, parent, leaves, cost, size, height, flag], device=dev,
-                          stream=stream)
+                launch_tail(src)
                 launches += 1
                 stages.mark("tail")
                 break
@@ -420,7 +435,7 @@ class PlocBvh:
                 before, merge = passes[src]
                 for cmd in before:
                     cmd.launch(stream)
-                wp.utils.array_scan(keep_now, position_now, inclusive=False)
+                scan_int(keep_now, position_now, count)
                 merge.launch(stream)
                 launches += 2 + len(before)
                 src = 1 - src

@@ -1,0 +1,71 @@
+"""Fewer host waits and launches in a PLOC build (issue 18, "build"; ``rayd.engine.ploc_ahead`` and
+``wide_levels``): the passes launched ahead of the counts read (``ahead``), stale counts (``_lag``, as a
+CUDA host running ahead sees them), the raw scans and the one-launch-per-level wide collapse build the
+same trees, bit for bit, as the blocking loop and two launches per level."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import warp as wp
+from test_ploc import _boxes, check_tree, constructor
+
+import rayd.torch as rt
+from rayd.engine import ploc_ahead, wide_nodes
+from rayd.engine.ploc import PlocBvh, tree_arrays
+
+
+def _same(a, b) -> None:
+    ta, tb = tree_arrays(a.nodes), tree_arrays(b.nodes)
+    for key in ("lo", "hi", "left", "right", "leaf", "primitives"):
+        np.testing.assert_array_equal(ta[key], tb[key])
+    np.testing.assert_array_equal(a.parents.numpy(), b.parents.numpy())
+    assert a.nodes.depth == b.nodes.depth
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 17, 3000])
+@pytest.mark.parametrize("max_leaf", [1, 4])
+def test_passes_ahead_build_the_same_tree(device, count, max_leaf):
+    lo, hi = _boxes(np.random.default_rng(count + 7), count)
+    args = (wp.array(lo, dtype=wp.vec3, device=device), wp.array(hi, dtype=wp.vec3, device=device))
+    ref = PlocBvh(*args, max_leaf=max_leaf, ahead=0)
+    check_tree(ref.nodes, ref.parents, lo, hi, count)
+    for ahead, lag, tail in ((1, 0, 0), (4, 0, 0), (4, 1, 0), (2, 3, 0), (4, 2, 64), (3, 0, 5000)):
+        got = PlocBvh(*args, max_leaf=max_leaf, ahead=ahead, _lag=lag, tail=tail)
+        _same(got, ref)
+        if device == "cpu" and lag == 0 and tail == 0:  # the host reads every count: no pass after the last
+            assert got.iterations == ref.iterations if count < 2 else got.iterations <= ref.iterations
+        if device == "cpu" and lag > 0 and tail == 0 and count > 1:  # passes that change nothing
+            assert got.iterations >= ref.iterations - 3
+
+
+@pytest.mark.parametrize("raw", [0, 1])
+def test_raw_scan_equals_warp_scan(device, raw, monkeypatch):
+    monkeypatch.setattr(ploc_ahead, "RAW_SCAN", raw)
+    keep = wp.array(np.random.default_rng(3).integers(0, 2, 5000).astype(np.int32), device=device)
+    position = wp.zeros(5000, dtype=wp.int32, device=device)
+    ploc_ahead.scan_int(keep, position, 4321)
+    want = np.concatenate([[0], np.cumsum(keep.numpy()[:4320])]).astype(np.int32)
+    np.testing.assert_array_equal(position.numpy()[:4321], want)
+    assert not position.numpy()[4321:].any()
+
+
+@pytest.mark.parametrize("levels", [0, 1])
+def test_wide_collapse_levels_build_the_same_nodes(device, levels, monkeypatch):
+    """One launch per level of the wide collapse (``wide_nodes.ONE_LAUNCH_LEVELS``) against two."""
+    v = np.random.default_rng(5).normal(size=(900, 3)).astype(np.float32)
+    f = np.random.default_rng(6).integers(0, 900, (1500, 3)).astype(np.int32)
+    scenes = []
+    with constructor("ploc", "wide4"):
+        for one in (0, levels):
+            monkeypatch.setattr(wide_nodes, "ONE_LAUNCH_LEVELS", one)
+            s = rt.Scene()
+            s.add_mesh(rt.Mesh(torch.from_numpy(v).to(device), torch.from_numpy(f).to(device)))
+            s.build()
+            scenes.append(s._core.flat)
+    a, b = scenes
+    assert a.wide is not None and b.wide is not None
+    for x, y in ((a.wide.data, b.wide.data), (a.wide.slots, b.wide.slots)):
+        np.testing.assert_array_equal(x.numpy(), y.numpy())
+    assert (a.wide.count, a.wide.stack_need, a.wide.root) == (b.wide.count, b.wide.stack_need, b.wide.root)
