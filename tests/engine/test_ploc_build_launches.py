@@ -1,7 +1,7 @@
-"""Fewer host waits and launches in a PLOC build (issue 18, "build"; ``rayd.engine.ploc_ahead`` and
-``wide_levels``): the passes launched ahead of the counts read (``ahead``), stale counts (``_lag``, as a
-CUDA host running ahead sees them), the raw scans and the one-launch-per-level wide collapse build the
-same trees, bit for bit, as the blocking loop and two launches per level."""
+"""Fewer host waits and host time in a PLOC build (issue 18, "build"; ``rayd.engine.ploc_ahead`` and
+``wide_nodes.LEVEL_REPLAY``): the passes launched ahead of the counts read (``ahead``), stale counts
+(``_lag``, as a CUDA host running ahead sees them), the raw scans and the replayed level launches of the
+wide collapse build the same trees, bit for bit, as the blocking loop and ``wp.launch`` per level."""
 
 from __future__ import annotations
 
@@ -53,13 +53,13 @@ def test_raw_scan_equals_warp_scan(device, raw, monkeypatch):
 
 @pytest.mark.parametrize("levels", [0, 1])
 def test_wide_collapse_levels_build_the_same_nodes(device, levels, monkeypatch):
-    """One launch per level of the wide collapse (``wide_nodes.ONE_LAUNCH_LEVELS``) against two."""
+    """The wide collapse with its level launches replayed (``wide_nodes.LEVEL_REPLAY``) against ``wp.launch`` per level."""
     v = np.random.default_rng(5).normal(size=(900, 3)).astype(np.float32)
     f = np.random.default_rng(6).integers(0, 900, (1500, 3)).astype(np.int32)
     scenes = []
     with constructor("ploc", "wide4"):
         for one in (0, levels):
-            monkeypatch.setattr(wide_nodes, "ONE_LAUNCH_LEVELS", one)
+            monkeypatch.setattr(wide_nodes, "LEVEL_REPLAY", one)
             s = rt.Scene()
             s.add_mesh(rt.Mesh(torch.from_numpy(v).to(device), torch.from_numpy(f).to(device)))
             s.build()

@@ -55,6 +55,11 @@ COLLAPSE = os.environ.get("RAYD_WIDE_COLLAPSE", "sah").strip().lower()
 if COLLAPSE not in COLLAPSES:
     raise ValueError(f"rayd.engine: RAYD_WIDE_COLLAPSE must be one of {COLLAPSES}, got {COLLAPSE!r}")
 
+#: 1 (default): the collapse's two launches per level are recorded once and replayed (a few us of host
+#: time each instead of ~15: the build's host launches are what the device waits for); 0: ``wp.launch``
+#: per level. The same launches either way. ``RAYD_WIDE_LEVEL_REPLAY``.
+LEVEL_REPLAY = int(os.environ.get("RAYD_WIDE_LEVEL_REPLAY", "1"))
+
 
 @wp.func
 def _child_box(boxes: wp.array(dtype=wp.vec4), code: int) -> tuple[wp.vec3, wp.vec3]:
@@ -369,19 +374,29 @@ class WideNodes:
             wp.launch(_parent_kernel, inner, [pairs.links], [parent], device=device, stream=stream)
             wp.launch(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive], [cost], device=device,
                       stream=stream)
-        level = wp.array([0, 1], dtype=wp.int32, device=device)
-        counter = wp.array([1, 0], dtype=wp.int32, device=device)  # wide nodes so far, deepest stack
+        state = wp.array([0, 1, 1, 0], dtype=wp.int32, device=device)  # level (first, end); wide nodes, deepest stack
+        level, counter = state[0:2], state[2:4]
+        args = ([pairs.boxes, pairs.links, cost, sah, level, counter, src, need], [self.data, self.links])
+        cmds = None  # the two launches of a level, recorded once and replayed (LEVEL_REPLAY; the same launches)
         width = 1
         for _ in range(max(1, depth)):
-            wp.launch(_collapse_kernel, min(width, inner),
-                      [pairs.boxes, pairs.links, cost, sah, level, counter, src, need], [self.data, self.links],
-                      device=device, stream=stream)
-            wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
+            dim = min(width, inner)
+            if not LEVEL_REPLAY:
+                wp.launch(_collapse_kernel, dim, *args, device=device, stream=stream)
+                wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
+            else:
+                if cmds is None:
+                    cmds = (wp.launch(_collapse_kernel, dim, *args, device=device, stream=stream, record_cmd=True),
+                            wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream,
+                                      record_cmd=True))
+                cmds[0].set_dim(dim)
+                for cmd in cmds:
+                    cmd.launch(stream)
             width *= 4
         if stream is not None:
             wp.synchronize_stream(stream)  # .numpy() copies on the legacy default stream (runtime.read_back)
-        tail = counter.numpy()  # small reads at build
-        done = level.numpy()
+        read = state.numpy()  # one small read at build
+        done, tail = read[0:2], read[2:4]
         self.count, self.stack_need = int(tail[0]), int(tail[1])
         self.root = 0
         # every wide node made (a depth below the true one would leave some unfilled) and the stack suffices
