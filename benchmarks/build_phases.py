@@ -15,7 +15,7 @@ already on the device, the kernels warm (one build first). On the CPU the CUDA d
    sorts (``wp.utils.array_scan``, ``radix_sort_pairs``: one or more kernels each), ``copy``
    (``wp.copy``, ``assign``, fills and memsets), ``read`` host reads that wait for the device
    (``wp.array.numpy`` of a non-pinned array, ``wp.synchronize*``, torch ``item``/``tolist``/``cpu``/
-   ``numpy``), ``alloc`` allocations of Warp's allocators (torch's on CUDA, from its allocator stats,
+   ``numpy``; ``wp.synchronize_event``), ``event`` events recorded, ``alloc`` allocations of Warp's allocators (torch's on CUDA, from its allocator stats,
    in ``talloc``). On the CPU the reads of CPU arrays cost nothing, but they are the reads a CUDA
    build makes. ``ploc.*`` lines are the PLOC build's own stages (``ploc.PROFILE``).
 
@@ -140,14 +140,23 @@ COUNTS: collections.Counter = collections.Counter()
 _wrapped: list = []
 
 
-def _wrap(owner, name: str, key, skip=None) -> None:
+def _wrap(owner, name: str, key, skip=None, exclusive: bool = False, pause_reads: bool = False) -> None:
+    """Count calls of ``owner.name`` under ``key`` (``exclusive``: not what it calls itself; ``pause_reads``:
+    not the host reads it makes)."""
     real = getattr(owner, name)
     inherited = isinstance(owner, type) and name not in owner.__dict__
 
     def counting(*args, **kwargs):
-        if not _PAUSED[0] and (skip is None or not skip(*args, **kwargs)):
+        if not _PAUSED[0] and not (key == "read" and _PAUSED[1]) and (skip is None or not skip(*args, **kwargs)):
             COUNTS[key] += 1
-        return real(*args, **kwargs)
+        if not (exclusive or pause_reads):
+            return real(*args, **kwargs)
+        at = 0 if exclusive else 1
+        _PAUSED[at] += 1
+        try:
+            return real(*args, **kwargs)
+        finally:
+            _PAUSED[at] -= 1
 
     setattr(owner, name, counting)
     _wrapped.append((owner, name, None if inherited else real))
@@ -157,7 +166,7 @@ def _pinned_or_cpu_view(arr, *_a, **_k) -> bool:
     return bool(getattr(arr, "pinned", False)) or (CUDA and arr.device.is_cpu)
 
 
-_PAUSED = [0]
+_PAUSED = [0, 0]  # counting paused (all; host reads only)
 
 
 def install_counters() -> None:
@@ -172,9 +181,37 @@ def install_counters() -> None:
         finally:
             _PAUSED[0] -= 1
 
+    real_init = runtime.StageTimer.__init__
+
+    def init(self, *args, **kwargs):
+        _PAUSED[0] += 1
+        try:
+            return real_init(self, *args, **kwargs)
+        finally:
+            _PAUSED[0] -= 1
+
     runtime.StageTimer.mark = mark
+    runtime.StageTimer.__init__ = init
     _wrapped.append((runtime.StageTimer, "mark", real_mark))
-    _wrap(wp, "launch", "launch")
+    _wrapped.append((runtime.StageTimer, "__init__", real_init))
+    from rayd.engine import ploc as ploc_mod
+
+    try:
+        from rayd.engine import ploc_ahead
+    except ImportError:  # (main before this branch)
+        ploc_ahead = None
+    if ploc_ahead is not None:
+        for owner in (ploc_ahead, ploc_mod):
+            _wrap(owner, "scan_int", "scan", exclusive=True)  # (its fallback is wp.utils.array_scan: counted once)
+        # on the CPU the ahead loop reads each count where the kernel wrote it (free); a CUDA build copies it
+        # to pinned memory instead (counted under copy, its waits under read)
+        for owner in (ploc_ahead, ploc_mod):
+            _wrap(owner, "run_ahead", "ahead_loops", pause_reads=not CUDA)
+    _wrap(wp.Stream, "record_event", "event")
+    core = getattr(getattr(wp._src.context, "runtime", None), "core", None)
+    if CUDA and core is not None:
+        _wrap(core, "wp_memcpy_d2h", "copy")
+    _wrap(wp, "launch", "launch", skip=lambda *a, **k: k.get("record_cmd", False))  # (recording is no launch)
     _wrap(wp.Launch, "launch", "launch")
     _wrap(wp.utils, "array_scan", "scan")
     _wrap(wp.utils, "radix_sort_pairs", "scan")
@@ -285,7 +322,7 @@ def phases_of_one_build() -> list[tuple[str, float, dict]]:
     return out
 
 
-KEYS = ("launch", "scan", "copy", "read", "alloc", "talloc")
+KEYS = ("launch", "scan", "copy", "event", "read", "alloc", "talloc")
 
 
 def print_phases(rows) -> None:
