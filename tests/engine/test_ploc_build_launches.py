@@ -69,3 +69,24 @@ def test_wide_collapse_levels_build_the_same_nodes(device, levels, monkeypatch):
     for x, y in ((a.wide.data, b.wide.data), (a.wide.slots, b.wide.slots)):
         np.testing.assert_array_equal(x.numpy(), y.numpy())
     assert (a.wide.count, a.wide.stack_need, a.wide.root) == (b.wide.count, b.wide.stack_need, b.wide.root)
+
+
+@pytest.mark.parametrize("staged", [0, 1])
+def test_read_back_on_cuda_equals_numpy(cuda_device, staged, monkeypatch):
+    """``runtime.read_back``: small arrays copied on the stream into pinned memory (one wait) read as ``numpy()``."""
+    from rayd.engine import runtime
+
+    monkeypatch.setattr(runtime, "STAGED_READS", staged)
+    rng = np.random.default_rng(2)
+    arrays = [wp.array(rng.integers(-9, 9, 5).astype(np.int32), device=cuda_device),
+              wp.array(rng.normal(size=3), dtype=wp.float64, device=cuda_device),
+              wp.array(rng.normal(size=(7, 3)).astype(np.float32), dtype=wp.vec3, device=cuda_device),
+              wp.array(rng.integers(0, 9, 9).astype(np.int64), device=cuda_device)[4:]]
+    stream = wp.Stream(cuda_device)
+    with wp.ScopedStream(stream):
+        arrays[0].fill_(7)  # queued on the stream: read_back must wait for it
+    got = runtime.read_back(stream, *arrays)
+    for g, a in zip(got, arrays):
+        np.testing.assert_array_equal(g, a.numpy())
+    assert (got[0] == 7).all()
+    assert runtime.read_back(None, arrays[1])[0].tolist() == arrays[1].numpy().tolist()

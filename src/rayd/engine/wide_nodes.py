@@ -42,6 +42,7 @@ import warp as wp
 
 from rayd.engine.pair_nodes import PairNodes
 from rayd.engine.refit import _fence, _load_l2
+from rayd.engine.runtime import read_back
 
 wp.set_module_options({"enable_backward": False})
 
@@ -393,9 +394,7 @@ class WideNodes:
                 for cmd in cmds:
                     cmd.launch(stream)
             width *= 4
-        if stream is not None:
-            wp.synchronize_stream(stream)  # .numpy() copies on the legacy default stream (runtime.read_back)
-        read = state.numpy()  # one small read at build
+        (read,) = read_back(stream, state)  # one small read at build (after the launches on the stream)
         done, tail = read[0:2], read[2:4]
         self.count, self.stack_need = int(tail[0]), int(tail[1])
         self.root = 0
