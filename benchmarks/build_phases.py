@@ -55,6 +55,7 @@ ap.add_argument("--src", default=None)
 ap.add_argument("--set", default="", help="mod.NAME=value,... of rayd.engine modules")
 ap.add_argument("--ab", default="", help="name=mod.NAME=v,mod.NAME=v;name=...: interleaved builds")
 ap.add_argument("--no-phases", action="store_true")
+ap.add_argument("--mitsuba", action="store_true", help="--ab: time Mitsuba 3's build of the same mesh too (run.py's)")
 ap.add_argument("--json", default=None)
 a = ap.parse_args()
 CUDA = a.device.startswith("cuda")
@@ -347,18 +348,44 @@ if a.ab:
         agree[name] = all(same(tree[k], ref[k]) for k in ref if k in tree) and tree.keys() == ref.keys()
         _apply(",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in old.items()))
     samples = {name: [] for name, _ in specs}
+    mitsuba = None
+    if a.mitsuba:
+        from benchmarks.engines.mitsuba3 import Mitsuba3
+
+        why = Mitsuba3.missing("cuda" if CUDA else "cpu")
+        if why:
+            print(f"mitsuba: skipped ({why})")
+        else:
+            rays = np.zeros((16, 3), np.float32)
+            mitsuba = Mitsuba3("cuda" if CUDA else "cpu")
+            mitsuba.load(workloads.Workload(a.workload, vertices, faces, rays, rays + np.float32(1.0), False, {}))
+            mitsuba.build()
+            mitsuba.synchronize()
+            samples["mitsuba"] = []
     for _ in range(a.builds):
         for name, sets in specs:
             old = _apply(sets)
             samples[name] += timed_builds(1)
             _apply(",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in old.items()))
+        if mitsuba is not None:
+            _sync()
+            mitsuba.synchronize()
+            t0 = time.perf_counter()
+            mitsuba.build()
+            mitsuba.synchronize()
+            samples["mitsuba"].append((time.perf_counter() - t0) * 1e3)
+            mitsuba.built = None
     base = statistics.median(samples[specs[0][0]])
     print(f"ab {a.workload} ({F.shape[0]} faces, {a.device}, src {_src or 'src'}), build ms, medians of {a.builds}:")
+    mi = statistics.median(samples["mitsuba"]) if samples.get("mitsuba") else None
     for name, sets in specs:
         m = statistics.median(samples[name])
-        print(f"ab {a.workload} {name:12s} {m:8.3f} min {min(samples[name]):8.3f} ratio {m / base:5.3f} "
+        vs = f" = {m / mi:5.2f} x mitsuba" if mi else ""
+        print(f"ab {a.workload} {name:12s} {m:8.3f} min {min(samples[name]):8.3f} ratio {m / base:5.3f}{vs} "
               f"same_tree {agree[name]}  [{sets}]")
-    results["ab"] = {name: {"median": statistics.median(v), "samples": v, "same_tree": agree[name]}
+    if mi:
+        print(f"ab {a.workload} {'mitsuba':12s} {mi:8.3f} min {min(samples['mitsuba']):8.3f}")
+    results["ab"] = {name: {"median": statistics.median(v), "samples": v, "same_tree": agree.get(name)}
                      for name, v in samples.items()}
 else:
     walls = timed_builds(a.builds)
