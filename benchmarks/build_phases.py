@@ -1,7 +1,7 @@
 """What one ``build()`` of a new scene costs, phase by phase (issue 18, "build").
 
-    PYTHONPATH=$PWD/src python3 benchmarks/build_phases.py [--device cpu|cuda] [--workload terrain:1024]
-        [--builds 10] [--src .device/baseline/src] [--set ploc.AHEAD=0,...] [--ab "a=...;b=..."]
+    PYTHONPATH=$PWD/src python3 benchmarks/build_phases.py [--device cpu|cuda] [--workload terrain:1024,sphere:513:1024]
+        [--builds 10] [--src .device/baseline/src] [--set ploc_ahead.AHEAD=0,...] [--ab "a=...;b=..."] [--mitsuba]
 
 The build is the one ``benchmarks/run.py`` times in its build row (``engines/rayd_torch.py``): a new
 ``rayd.torch.Scene()``, ``add_mesh(Mesh(vertices, faces), dynamic=True)``, ``build()``, the tensors
@@ -20,7 +20,7 @@ already on the device, the kernels warm (one build first). On the CPU the CUDA d
    build makes. ``ploc.*`` lines are the PLOC build's own stages (``ploc.PROFILE``).
 
 ``--set mod.NAME=value,...`` sets module switches of ``rayd.engine`` before the builds (e.g.
-``ploc.AHEAD=0`` for main's pass loop); ``--ab "name=sets;name=sets"`` instead times the named
+``ploc_ahead.AHEAD=0`` for main's pass loop); ``--ab "name=sets;name=sets"`` instead times the named
 settings interleaved, build by build (``--builds`` each), and prints their medians and ratios to the first
 (a tree check too: each setting's nodes and pair/wide arrays against the first's, bit for bit).
 ``--src`` imports rayd from another tree (main's, for an A/B across processes). ``--json FILE`` writes
@@ -49,7 +49,8 @@ from rayd.engine import ploc, triangles  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-ap.add_argument("--workload", default="terrain:1024", help="terrain:CELLS (2 C^2 triangles) or sphere:RINGS:SEGMENTS")
+ap.add_argument("--workload", default="terrain:1024,sphere:513:1024",
+                help="comma-separated terrain:CELLS (2 C^2 triangles) or sphere:RINGS:SEGMENTS (2 S (R - 1))")
 ap.add_argument("--builds", type=int, default=10)
 ap.add_argument("--src", default=None)
 ap.add_argument("--set", default="", help="mod.NAME=value,... of rayd.engine modules")
@@ -87,18 +88,23 @@ def _sync() -> None:
         torch.cuda.synchronize()
 
 
-kind, *size = a.workload.split(":")
-if kind == "terrain":
-    vertices, faces = workloads.terrain_mesh(int(size[0]))
-else:
-    vertices, faces = workloads.bumpy_sphere_mesh(int(size[0]), int(size[1]))
-V = torch.from_numpy(vertices).to(a.device)
-F = torch.from_numpy(faces).to(a.device)
+MESH: dict = {}  # the workload's vertices, faces (numpy) and V, F (tensors on the device)
+
+
+def load_mesh(workload: str) -> None:
+    kind, *size = workload.split(":")
+    if kind == "terrain":
+        vertices, faces = workloads.terrain_mesh(int(size[0]))
+    else:
+        vertices, faces = workloads.bumpy_sphere_mesh(int(size[0]), int(size[1]))
+    MESH.clear()
+    MESH.update(vertices=vertices, faces=faces, V=torch.from_numpy(vertices).to(a.device),
+                F=torch.from_numpy(faces).to(a.device))
 
 
 def build():
     scene = rt.Scene()
-    scene.add_mesh(rt.Mesh(V, F), dynamic=True)
+    scene.add_mesh(rt.Mesh(MESH["V"], MESH["F"]), dynamic=True)
     scene.build()
     return scene
 
@@ -118,16 +124,16 @@ def timed_builds(count: int) -> list[float]:
 def tree_of(scene) -> dict:
     """Host copies of the flat BVH's arrays (for the bit-equality check of --ab)."""
     tri = scene._core.flat
-    out = {"nodes_lo": tri.nodes.lowers.numpy(), "nodes_hi": tri.nodes.uppers.numpy(),
-           "prims": tri.nodes.primitives.numpy()}
+    out = {"nodes_lo": tri.nodes.lowers, "nodes_hi": tri.nodes.uppers, "prims": tri.nodes.primitives}
     if tri.pairs is not None:
-        out["pair_boxes"] = tri.pairs.boxes.numpy()
-        out["tris"] = tri.pairs.tris.numpy()
+        out["pair_boxes"] = tri.pairs.boxes
+        out["tris"] = tri.pairs.tris
     if tri.wide is not None:
-        out["wide"] = tri.wide.data.numpy()
+        out["wide"] = tri.wide.data
     if tri.fused is not None:
-        out["fused"] = [x.numpy() for x in vars(tri.fused).values() if isinstance(x, wp.array)]
-    return out
+        out["fused"] = [x for x in vars(tri.fused).values() if isinstance(x, wp.array)]
+    # (copies: on the CPU numpy() views the scene's memory, which the next build reuses)
+    return {k: [x.numpy().copy() for x in v] if isinstance(v, list) else v.numpy().copy() for k, v in out.items()}
 
 
 def same(x, y) -> bool:
@@ -333,68 +339,81 @@ def print_phases(rows) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ main
-results: dict = {"workload": a.workload, "device": a.device, "src": _src or "src", "faces": int(F.shape[0])}
-_apply(a.set)
-build()  # warm: kernels compiled and loaded, recorded launches made
-_sync()
-if a.ab:
-    specs = [tuple(s.split("=", 1)) if "=" in s else (s, "") for s in a.ab.split(";") if s.strip()]
-    ref, agree = None, {}
-    for name, sets in specs:  # warm each setting once, and check its tree against the first setting's
-        old = _apply(sets)
-        tree = tree_of(build())
-        if ref is None:
-            ref = tree
-        agree[name] = all(same(tree[k], ref[k]) for k in ref if k in tree) and tree.keys() == ref.keys()
-        _apply(",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in old.items()))
-    samples = {name: [] for name, _ in specs}
-    mitsuba = None
-    if a.mitsuba:
-        from benchmarks.engines.mitsuba3 import Mitsuba3
-
-        why = Mitsuba3.missing("cuda" if CUDA else "cpu")
-        if why:
-            print(f"mitsuba: skipped ({why})")
-        else:
-            rays = np.zeros((16, 3), np.float32)
-            mitsuba = Mitsuba3("cuda" if CUDA else "cpu")
-            mitsuba.load(workloads.Workload(a.workload, vertices, faces, rays, rays + np.float32(1.0), False, {}))
-            mitsuba.build()
-            mitsuba.synchronize()
-            samples["mitsuba"] = []
-    for _ in range(a.builds):
-        for name, sets in specs:
+def run(workload: str) -> dict:
+    """Everything above for one workload; returns its figures."""
+    load_mesh(workload)
+    vertices, faces, F = MESH["vertices"], MESH["faces"], MESH["F"]
+    results: dict = {"workload": workload, "device": a.device, "src": _src or "src", "faces": int(F.shape[0])}
+    build()  # warm: kernels compiled and loaded, recorded launches made
+    _sync()
+    if a.ab:
+        specs = [tuple(s.split("=", 1)) if "=" in s else (s, "") for s in a.ab.split(";") if s.strip()]
+        ref, agree = None, {}
+        for name, sets in specs:  # warm each setting once, and check its tree against the first setting's
             old = _apply(sets)
-            samples[name] += timed_builds(1)
+            tree = tree_of(build())
+            if ref is None:
+                ref = tree
+            differ = sorted(k for k in set(ref) | set(tree) if k not in ref or k not in tree or not same(tree[k], ref[k]))
+            agree[name] = not differ
+            if differ:
+                print(f"ab {workload} {name}: differs from {specs[0][0]} in {differ}")
             _apply(",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in old.items()))
+        samples = {name: [] for name, _ in specs}
+        mitsuba = None
+        if a.mitsuba:
+            from benchmarks.engines.mitsuba3 import Mitsuba3
+
+            why = Mitsuba3.missing("cuda" if CUDA else "cpu")
+            if why:
+                print(f"mitsuba: skipped ({why})")
+            else:
+                rays = np.zeros((16, 3), np.float32)
+                mitsuba = Mitsuba3("cuda" if CUDA else "cpu")
+                mitsuba.load(workloads.Workload(workload, vertices, faces, rays, rays + np.float32(1.0), False, {}))
+                mitsuba.build()
+                mitsuba.synchronize()
+                samples["mitsuba"] = []
+        for _ in range(a.builds):
+            for name, sets in specs:
+                old = _apply(sets)
+                samples[name] += timed_builds(1)
+                _apply(",".join(f"{k}={int(v) if isinstance(v, bool) else v}" for k, v in old.items()))
+            if mitsuba is not None:
+                _sync()
+                mitsuba.synchronize()
+                t0 = time.perf_counter()
+                mitsuba.build()
+                mitsuba.synchronize()
+                samples["mitsuba"].append((time.perf_counter() - t0) * 1e3)
+                mitsuba.built = None
+        base = statistics.median(samples[specs[0][0]])
+        print(f"ab {workload} ({F.shape[0]} faces, {a.device}, src {_src or 'src'}), build ms, medians of {a.builds}:")
+        mi = statistics.median(samples["mitsuba"]) if samples.get("mitsuba") else None
+        for name, sets in specs:
+            m = statistics.median(samples[name])
+            vs = f" = {m / mi:5.2f} x mitsuba" if mi else ""
+            print(f"ab {workload} {name:12s} {m:8.3f} min {min(samples[name]):8.3f} ratio {m / base:5.3f}{vs} "
+                  f"same_tree {agree[name]}  [{sets}]")
+        if mi:
+            print(f"ab {workload} {'mitsuba':12s} {mi:8.3f} min {min(samples['mitsuba']):8.3f}")
+        results["ab"] = {name: {"median": statistics.median(v), "samples": v, "same_tree": agree.get(name)}
+                         for name, v in samples.items()}
         if mitsuba is not None:
-            _sync()
-            mitsuba.synchronize()
-            t0 = time.perf_counter()
-            mitsuba.build()
-            mitsuba.synchronize()
-            samples["mitsuba"].append((time.perf_counter() - t0) * 1e3)
-            mitsuba.built = None
-    base = statistics.median(samples[specs[0][0]])
-    print(f"ab {a.workload} ({F.shape[0]} faces, {a.device}, src {_src or 'src'}), build ms, medians of {a.builds}:")
-    mi = statistics.median(samples["mitsuba"]) if samples.get("mitsuba") else None
-    for name, sets in specs:
-        m = statistics.median(samples[name])
-        vs = f" = {m / mi:5.2f} x mitsuba" if mi else ""
-        print(f"ab {a.workload} {name:12s} {m:8.3f} min {min(samples[name]):8.3f} ratio {m / base:5.3f}{vs} "
-              f"same_tree {agree[name]}  [{sets}]")
-    if mi:
-        print(f"ab {a.workload} {'mitsuba':12s} {mi:8.3f} min {min(samples['mitsuba']):8.3f}")
-    results["ab"] = {name: {"median": statistics.median(v), "samples": v, "same_tree": agree.get(name)}
-                     for name, v in samples.items()}
-else:
-    walls = timed_builds(a.builds)
-    results["wall_ms"] = statistics.median(walls)
-    print(f"build {a.workload} ({F.shape[0]} faces, {a.device}, src {_src or 'src'}, set [{a.set}]): wall "
-          f"median {statistics.median(walls):.3f} ms, min {min(walls):.3f} ({a.builds} builds)")
-    if not a.no_phases:
-        rows = phases_of_one_build()
-        print_phases(rows)
-        results["phases"] = [[label, round(ms, 4), c] for label, ms, c in rows]
+            mitsuba.close()
+    else:
+        walls = timed_builds(a.builds)
+        results["wall_ms"] = statistics.median(walls)
+        print(f"build {workload} ({F.shape[0]} faces, {a.device}, src {_src or 'src'}, set [{a.set}]): wall "
+              f"median {statistics.median(walls):.3f} ms, min {min(walls):.3f} ({a.builds} builds)")
+        if not a.no_phases:
+            rows = phases_of_one_build()
+            print_phases(rows)
+            results["phases"] = [[label, round(ms, 4), c] for label, ms, c in rows]
+    return results
+
+
+_apply(a.set)
+every = [run(w) for w in a.workload.split(",")]
 if a.json:
-    Path(a.json).write_text(json.dumps(results, indent=1, default=str))
+    Path(a.json).write_text(json.dumps(every if len(every) > 1 else every[0], indent=1, default=str))
