@@ -380,8 +380,8 @@ class PlocBvh:
         nearest = wp.empty(n, dtype=wp.int32, device=dev)
         keep = wp.empty(n, dtype=wp.int32, device=dev)
         position = wp.empty(n, dtype=wp.int32, device=dev)
-        next_id = wp.array([n], dtype=wp.int32, device=dev)
-        counts = [wp.array([n], dtype=wp.int32, device=dev), wp.empty(1, dtype=wp.int32, device=dev)]
+        next_id = wp.full(1, n, dtype=wp.int32, device=dev)  # (fills: no host-to-device copy)
+        counts = [wp.full(1, n, dtype=wp.int32, device=dev), wp.empty(1, dtype=wp.int32, device=dev)]
         # The cluster count stays on the device: each pass reads it there (threads past it return),
         # launched over the count last read on the host, which reads it every ``sync_every`` passes
         # (passes after the last merge change nothing).

@@ -366,7 +366,7 @@ class WideNodes:
             return
         src = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
         need = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
-        wp.copy(src, wp.array([pairs.root], dtype=wp.int32, device=device), 0, 0, 1, stream=stream)
+        src[0:1].fill_(pairs.root)
         sah = int(self.collapse == "sah")
         cost = wp.zeros(max(1, inner) if sah else 1, dtype=wp.vec4, device=device)
         if sah:
@@ -375,7 +375,8 @@ class WideNodes:
             wp.launch(_parent_kernel, inner, [pairs.links], [parent], device=device, stream=stream)
             wp.launch(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive], [cost], device=device,
                       stream=stream)
-        state = wp.array([0, 1, 1, 0], dtype=wp.int32, device=device)  # level (first, end); wide nodes, deepest stack
+        state = wp.zeros(4, dtype=wp.int32, device=device)  # level (first, end); wide nodes, deepest stack
+        state[1:3].fill_(1)  # (0, 1, 1, 0), by fills: no host-to-device copy
         level, counter = state[0:2], state[2:4]
         args = ([pairs.boxes, pairs.links, cost, sah, level, counter, src, need], [self.data, self.links])
         cmds = None  # the two launches of a level, recorded once and replayed (LEVEL_REPLAY; the same launches)
