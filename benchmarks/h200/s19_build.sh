@@ -26,6 +26,8 @@
 #      both back to main's value (e.g. `AHEAD = int(os.environ.get("RAYD_PLOC_AHEAD", "0"))` in ploc_ahead.py).
 #  (b) AHEAD: if `a2`, `a8` or `a16` is below `new` (a4) by >= 3 % on both workloads, set AHEAD's default to it.
 #  (c) ploc.TAIL: if `t64` or `t256` is below `new` by >= 3 % on both, set `TAIL = ... "RAYD_PLOC_TAIL", "<T>"`.
+#  (d) ploc.FUSED_KEEP (one kernel for nearest + keep, the search done twice): if `k1` is below `new` by >= 3 % on
+#      both, set `FUSED_KEEP = ... "RAYD_PLOC_FUSED_KEEP", "1"` (measured slower in session 12, with host reads).
 #  Goal line: "= x.xx x mitsuba" of the kept row <= 1.00 (session 13: terrain 2.4x, sphere 3.7x).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -44,7 +46,7 @@ echo "== 2. build rows interleaved (ms, medians of 12; ratio to main's path)"
 MAIN="ploc_ahead.AHEAD=0,ploc_ahead.RAW_SCAN=0,wide_nodes.LEVEL_REPLAY=0,triangles.EAGER_WIDE_REFIT=1,runtime.STAGED_READS=0"
 AB="main=$MAIN;new=;-ahead=ploc_ahead.AHEAD=0;-raw=ploc_ahead.RAW_SCAN=0;-replay=wide_nodes.LEVEL_REPLAY=0"
 AB="$AB;-lazy=triangles.EAGER_WIDE_REFIT=1;-staged=runtime.STAGED_READS=0;a2=ploc_ahead.AHEAD=2"
-AB="$AB;a8=ploc_ahead.AHEAD=8;a16=ploc_ahead.AHEAD=16;t64=ploc.TAIL=64;t256=ploc.TAIL=256"
+AB="$AB;a8=ploc_ahead.AHEAD=8;a16=ploc_ahead.AHEAD=16;t64=ploc.TAIL=64;t256=ploc.TAIL=256;k1=ploc.FUSED_KEEP=1"
 timeout 50 python3 benchmarks/build_phases.py --workload $W --builds 12 --mitsuba --ab "$AB" --json "$OUT/s19_ab.json" \
   > "$OUT/s19_ab.txt" 2>&1
 echo "rc=$?" >> "$OUT/s19_ab.txt"

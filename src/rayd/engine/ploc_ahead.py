@@ -99,6 +99,7 @@ def run_ahead(passes, counts: list, keep: wp.array, position: wp.array, n: int, 
         runtime = _native()
         memcpy = getattr(getattr(runtime, "core", None), "wp_memcpy_d2h", None)
     src, launched, done, seen, launches = 0, 0, 0, n, 0
+    dims: dict = {}  # the size each recorded launch was last given
     while True:
         if cpu:
             done = max(0, len(history) - lag)
@@ -120,10 +121,14 @@ def run_ahead(passes, counts: list, keep: wp.array, position: wp.array, n: int, 
             raise RuntimeError(f"rayd.engine.PlocBvh(): no convergence after {launched} iterations")
         before, merge = passes[src]
         for cmd in before:
-            cmd.set_dim(seen)
+            if dims.get(id(cmd)) != seen:  # (a host running ahead often launches over the same count again)
+                cmd.set_dim(seen)
+                dims[id(cmd)] = seen
             cmd.launch(stream)
         scan_int(keep, position, seen)
-        merge.set_dim(seen)
+        if dims.get(id(merge)) != seen:
+            merge.set_dim(seen)
+            dims[id(merge)] = seen
         merge.launch(stream)
         launches += 2 + len(before)
         src = 1 - src
