@@ -357,7 +357,8 @@ class WideNodes:
             raise ValueError(f"rayd.engine.WideNodes(): 'collapse' must be one of {COLLAPSES}, got {collapse!r}")
         device = pairs.boxes.device
         inner = pairs.boxes.shape[0] // 4
-        self.data = wp.zeros(8 * max(1, inner), dtype=wp.vec4, device=device)
+        # every row of a node made is written by the collapse (and the rest dropped): no fill but for a leaf root
+        self.data = (wp.zeros if pairs.root < 0 else wp.empty)(8 * max(1, inner), dtype=wp.vec4, device=device)
         self.links = wp.array(ptr=self.data.ptr, dtype=wp.vec4i, shape=self.data.shape, device=device)
         self.count, self.stack_need, self.root = 1, 0, pairs.root
         self.slots = None
