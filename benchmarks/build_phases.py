@@ -129,11 +129,27 @@ def tree_of(scene) -> dict:
         out["pair_boxes"] = tri.pairs.boxes
         out["tris"] = tri.pairs.tris
     if tri.wide is not None:
-        out["wide"] = tri.wide.data
+        out["wide"] = _wide_dfs(tri.wide)
     if tri.fused is not None:
         out["fused"] = [x for x in vars(tri.fused).values() if isinstance(x, wp.array)]
     # (copies: on the CPU numpy() views the scene's memory, which the next build reuses)
-    return {k: [x.numpy().copy() for x in v] if isinstance(v, list) else v.numpy().copy() for k, v in out.items()}
+    return {k: v if isinstance(v, np.ndarray) else [x.numpy().copy() for x in v] if isinstance(v, list)
+            else v.numpy().copy() for k, v in out.items()}
+
+
+def _wide_dfs(wide) -> np.ndarray:
+    """The wide nodes' rows in depth-first order from the root, child wide nodes' numbers zeroed (CUDA numbers
+    them by an atomic counter, in any order)."""
+    data = wide.data.numpy().reshape(-1, 8, 4).copy()
+    links = data.view(np.int32)
+    out, todo = [], [0]
+    while todo:
+        w = todo.pop()
+        refs = links[w, 6].copy()
+        todo += [int(r) for j, r in reversed(list(enumerate(refs))) if r >= 0 and (j == 0 or r != refs[0])]
+        links[w, 6] = np.where(refs >= 0, 0, refs)
+        out.append(data[w])
+    return np.stack(out) if out else data[:0]
 
 
 def same(x, y) -> bool:

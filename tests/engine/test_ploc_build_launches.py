@@ -1,7 +1,7 @@
-"""Fewer host waits and host time in a PLOC build (issue 18, "build"; ``rayd.engine.ploc_ahead`` and
-``wide_nodes.LEVEL_REPLAY``): the passes launched ahead of the counts read (``ahead``), stale counts
-(``_lag``, as a CUDA host running ahead sees them), the raw scans and the replayed level launches of the
-wide collapse build the same trees, bit for bit, as the blocking loop and ``wp.launch`` per level."""
+"""Fewer host waits and launches in a PLOC build (issue 18, "build"; ``rayd.engine.ploc_ahead`` and
+``wide_nodes.ONE_LAUNCH``): the passes launched ahead of the counts read (``ahead``), stale counts
+(``_lag``, as a CUDA host running ahead sees them), the raw scans and the one-launch levels of the wide
+collapse build the same trees as the blocking loop and two launches per level; staged reads."""
 
 from __future__ import annotations
 
@@ -51,24 +51,55 @@ def test_raw_scan_equals_warp_scan(device, raw, monkeypatch):
     assert not position.numpy()[4321:].any()
 
 
-@pytest.mark.parametrize("levels", [0, 1])
-def test_wide_collapse_levels_build_the_same_nodes(device, levels, monkeypatch):
-    """The wide collapse with its level launches replayed (``wide_nodes.LEVEL_REPLAY``) against ``wp.launch`` per level."""
+def _wide_dfs(wide) -> list:
+    """The wide nodes in depth-first order from the root, child wide nodes' numbers left out (the collapse
+    numbers them by an atomic counter: on CUDA in any order)."""
+    data = wide.data.numpy().reshape(-1, 8, 4)
+    links = wide.links.numpy().reshape(-1, 8, 4)
+    out, todo = [], [0]
+    while todo:
+        w = todo.pop()
+        refs = links[w, 6]
+        out.append((data[w, :6].tobytes(), links[w, 7].tobytes(), tuple(int(r) if r < 0 else -(1 << 30) for r in refs)))
+        todo += [int(r) for j, r in reversed(list(enumerate(refs))) if r >= 0 and (j == 0 or r != refs[0])]
+    return out
+
+
+def _wide_of(device, v, f):
+    with constructor("ploc", "wide4"):
+        s = rt.Scene()
+        s.add_mesh(rt.Mesh(torch.from_numpy(v).to(device), torch.from_numpy(f).to(device)))
+        s.build()
+    return s._core.flat
+
+
+@pytest.mark.parametrize("threads", [0, 1, 3, 64])
+def test_wide_collapse_in_one_launch_a_level(device, threads, monkeypatch):
+    """``wide_nodes.ONE_LAUNCH``: one launch per level (the last thread to finish sets the next level) builds the
+    wide nodes of two launches per level; with ``threads`` threads taking every ``threads``-th node (the CUDA
+    launch, here forced on every device) the same nodes up to their numbering, with a consistent slot map."""
     v = np.random.default_rng(5).normal(size=(900, 3)).astype(np.float32)
     f = np.random.default_rng(6).integers(0, 900, (1500, 3)).astype(np.int32)
-    scenes = []
-    with constructor("ploc", "wide4"):
-        for one in (0, levels):
-            monkeypatch.setattr(wide_nodes, "LEVEL_REPLAY", one)
-            s = rt.Scene()
-            s.add_mesh(rt.Mesh(torch.from_numpy(v).to(device), torch.from_numpy(f).to(device)))
-            s.build()
-            scenes.append(s._core.flat)
-    a, b = scenes
+    monkeypatch.setattr(wide_nodes, "ONE_LAUNCH", 0)
+    a = _wide_of(device, v, f)
+    monkeypatch.setattr(wide_nodes, "ONE_LAUNCH", 1)
+    if threads:
+        monkeypatch.setattr(wide_nodes, "_FIXED_ON_CPU", True)
+        monkeypatch.setattr(wide_nodes, "LEVEL_THREADS", threads)
+    b = _wide_of(device, v, f)
     assert a.wide is not None and b.wide is not None
-    for x, y in ((a.wide.data, b.wide.data), (a.wide.slots, b.wide.slots)):
-        np.testing.assert_array_equal(x.numpy(), y.numpy())
     assert (a.wide.count, a.wide.stack_need, a.wide.root) == (b.wide.count, b.wide.stack_need, b.wide.root)
+    if device == "cpu" and not threads:
+        np.testing.assert_array_equal(a.wide.data.numpy(), b.wide.data.numpy())
+        np.testing.assert_array_equal(a.wide.slots.numpy(), b.wide.slots.numpy())
+    assert _wide_dfs(a.wide) == _wide_dfs(b.wide)
+    links = b.wide.links.numpy().reshape(-1, 8, 4)
+    slots = b.wide.slots.numpy().reshape(-1)
+    for w in range(b.wide.count):
+        for j, code in enumerate(links[w, 7]):
+            if code >= 0:
+                assert slots[code] == 4 * w + j
+    assert (slots >= 0).sum() == (links[: b.wide.count, 7] >= 0).sum()
 
 
 @pytest.mark.parametrize("staged", [0, 1])

@@ -56,10 +56,15 @@ COLLAPSE = os.environ.get("RAYD_WIDE_COLLAPSE", "sah").strip().lower()
 if COLLAPSE not in COLLAPSES:
     raise ValueError(f"rayd.engine: RAYD_WIDE_COLLAPSE must be one of {COLLAPSES}, got {COLLAPSE!r}")
 
-#: 1 (default): the collapse's two launches per level are recorded once and replayed (a few us of host
-#: time each instead of ~15: the build's host launches are what the device waits for); 0: ``wp.launch``
-#: per level. The same launches either way. ``RAYD_WIDE_LEVEL_REPLAY``.
-LEVEL_REPLAY = int(os.environ.get("RAYD_WIDE_LEVEL_REPLAY", "1"))
+#: 1 (default): one launch per level of the collapse (``_collapse_level_kernel``: the next level's bounds
+#: set by the last thread to finish), on CUDA of :data:`LEVEL_THREADS` threads at most, each taking
+#: every so many nodes (the levels past the tree's depth launch that many threads, not one per pair
+#: node); on the CPU the launches keep one thread per node (so the same node numbers as two launches:
+#: on CUDA the numbering follows the atomic counter either way). 0: two ``wp.launch`` a level (before
+#: issue 18's "build" work). The same wide tree. ``RAYD_WIDE_ONE_LAUNCH``, ``RAYD_WIDE_LEVEL_THREADS``.
+ONE_LAUNCH = int(os.environ.get("RAYD_WIDE_ONE_LAUNCH", "1"))
+LEVEL_THREADS = int(os.environ.get("RAYD_WIDE_LEVEL_THREADS", "65536"))
+_FIXED_ON_CPU = False  # tests: the CUDA launches (LEVEL_THREADS threads, strided) on the CPU too
 
 
 @wp.func
@@ -253,23 +258,20 @@ def _sah_children(links: wp.array(dtype=wp.vec4i), cost: wp.array(dtype=wp.vec4)
     return codes, refs, n
 
 
-@wp.kernel
-def _collapse_kernel(
+@wp.func
+def _collapse_node(
+    w: int,
     boxes: wp.array(dtype=wp.vec4),
     links: wp.array(dtype=wp.vec4i),
     cost: wp.array(dtype=wp.vec4),
     sah: int,
-    level: wp.array(dtype=wp.int32),
     counter: wp.array(dtype=wp.int32),
     src: wp.array(dtype=wp.int32),
     need: wp.array(dtype=wp.int32),
     data: wp.array(dtype=wp.vec4),
     wlinks: wp.array(dtype=wp.vec4i),
 ):
-    """One level: wide nodes ``level[0] .. level[1] - 1`` (their pair nodes in ``src``) pick their children."""
-    w = level[0] + wp.tid()
-    if w >= level[1]:
-        return
+    """Wide node ``w`` (its pair node in ``src``) picks its children; their numbers from ``counter[0]``."""
     p = src[w]
     codes = wp.vec4i()
     refs = wp.vec4i()
@@ -300,6 +302,55 @@ def _collapse_kernel(
     _write_boxes(boxes, codes, w, data)
     wlinks[8 * w + 6] = refs
     wlinks[8 * w + 7] = codes
+
+
+@wp.kernel
+def _collapse_kernel(
+    boxes: wp.array(dtype=wp.vec4),
+    links: wp.array(dtype=wp.vec4i),
+    cost: wp.array(dtype=wp.vec4),
+    sah: int,
+    level: wp.array(dtype=wp.int32),
+    counter: wp.array(dtype=wp.int32),
+    src: wp.array(dtype=wp.int32),
+    need: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+):
+    """One level: wide nodes ``level[0] .. level[1] - 1`` (their pair nodes in ``src``) pick their children."""
+    w = level[0] + wp.tid()
+    if w >= level[1]:
+        return
+    _collapse_node(w, boxes, links, cost, sah, counter, src, need, data, wlinks)
+
+
+@wp.kernel
+def _collapse_level_kernel(
+    boxes: wp.array(dtype=wp.vec4),
+    links: wp.array(dtype=wp.vec4i),
+    cost: wp.array(dtype=wp.vec4),
+    sah: int,
+    level: wp.array(dtype=wp.int32),
+    counter: wp.array(dtype=wp.int32),
+    src: wp.array(dtype=wp.int32),
+    need: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    threads: int,
+):
+    """``_collapse_kernel`` with ``threads`` threads, each taking nodes ``level[0] + tid + k threads``, then
+    ``_next_level_kernel`` done by the last thread to finish (``level[2]`` counts them): one launch per level."""
+    w = level[0] + wp.tid()
+    end = level[1]
+    while w < end:
+        _collapse_node(w, boxes, links, cost, sah, counter, src, need, data, wlinks)
+        w += threads
+    _fence()  # (this thread's nodes and counter bumps before its count below)
+    if wp.atomic_add(level, 2, 1) == threads - 1:
+        _fence()
+        level[2] = 0
+        level[0] = end
+        level[1] = wp.atomic_add(counter, 0, 0)  # (every thread's bump is in: they counted themselves after it)
 
 
 @wp.kernel
@@ -376,28 +427,30 @@ class WideNodes:
             wp.launch(_parent_kernel, inner, [pairs.links], [parent], device=device, stream=stream)
             wp.launch(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive], [cost], device=device,
                       stream=stream)
-        state = wp.zeros(4, dtype=wp.int32, device=device)  # level (first, end); wide nodes, deepest stack
-        state[1:3].fill_(1)  # (0, 1, 1, 0), by fills: no host-to-device copy
-        level, counter = state[0:2], state[2:4]
-        args = ([pairs.boxes, pairs.links, cost, sah, level, counter, src, need], [self.data, self.links])
-        cmds = None  # the two launches of a level, recorded once and replayed (LEVEL_REPLAY; the same launches)
-        width = 1
+        state = wp.zeros(5, dtype=wp.int32, device=device)  # level (first, end, threads done); wide nodes, deepest stack
+        state[1:2].fill_(1)  # (0, 1, 0, 1, 0), by fills: no host-to-device copy
+        state[3:4].fill_(1)
+        level, counter = state[0:3], state[3:5]
+        args = [pairs.boxes, pairs.links, cost, sah, level, counter, src, need, self.data, self.links]
+        cmd, cmd_dim, width = None, 0, 1
         for _ in range(max(1, depth)):
             dim = min(width, inner)
-            if not LEVEL_REPLAY:
-                wp.launch(_collapse_kernel, dim, *args, device=device, stream=stream)
+            if not ONE_LAUNCH:
+                wp.launch(_collapse_kernel, dim, args, device=device, stream=stream)
                 wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
-            else:
-                if cmds is None:
-                    cmds = (wp.launch(_collapse_kernel, dim, *args, device=device, stream=stream, record_cmd=True),
-                            wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream,
-                                      record_cmd=True))
-                cmds[0].set_dim(dim)
-                for cmd in cmds:
-                    cmd.launch(stream)
+            else:  # one launch a level (on CUDA of a fixed size: the same record replayed)
+                dim = dim if device.is_cpu and not _FIXED_ON_CPU else min(inner, LEVEL_THREADS)
+                if cmd is None:
+                    cmd = wp.launch(_collapse_level_kernel, dim, [*args, dim], device=device, stream=stream,
+                                    record_cmd=True)
+                elif cmd_dim != dim:
+                    cmd.set_dim(dim)
+                    cmd.set_param_at_index(len(args), dim)
+                cmd_dim = dim
+                cmd.launch(stream)
             width *= 4
         (read,) = read_back(stream, state)  # one small read at build (after the launches on the stream)
-        done, tail = read[0:2], read[2:4]
+        done, tail = read[0:2], read[3:5]
         self.count, self.stack_need = int(tail[0]), int(tail[1])
         self.root = 0
         # every wide node made (a depth below the true one would leave some unfilled) and the stack suffices
