@@ -10,8 +10,10 @@ Stages (every one a Warp kernel, so the same code builds on the CPU and on CUDA)
    closest pair is always mutual and equal boxes pair up (2k, 2k + 1) instead of
    chaining); mutual pairs merge into a new node that takes the place of the lower
    cluster; an exclusive scan compacts the clusters, keeping their order. Per
-   iteration: 3 kernels and one scan; the cluster count stays on the device and the
-   host reads it every ``SYNC_EVERY`` iterations (to size the launches and stop).
+   iteration: 3 kernels and one scan; the cluster count stays on the device. The host
+   launches the passes ahead of the count it has read (``ploc_ahead.py``: each count
+   copied asynchronously to pinned memory, no wait per pass), or with ``ahead=0`` reads it
+   every ``SYNC_EVERY`` iterations (to size the launches and stop).
    Each new node records, from its children (created in earlier iterations), its
    number of primitives, its SAH cost with the collapse decision (a subtree of at most
    ``max_leaf`` primitives becomes one leaf where ``C_I n A <= C_T A + cost(children)``,
@@ -44,8 +46,8 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.morton import BoxKeys, sorted_box_keys
-from rayd.engine.ploc_ahead import run_ahead, scan_int
 from rayd.engine import ploc_ahead
+from rayd.engine.ploc_ahead import run_ahead, scan_int
 from rayd.engine.ploc_emit import emit_tree
 from rayd.engine.runtime import StageTimer
 
@@ -326,7 +328,7 @@ class PlocBvh:
         num_nodes: nodes of the tree.
         pairs: ``ploc_emit.EmittedPairs`` (``number``, ``boxes``, ``links``, ``tris``, ``root``) or ``None``.
         leaf_nodes: int32 (leaves,), the node of each leaf in slot order (with ``pairs``), or ``None``.
-        iterations: PLOC passes launched (up to ``sync_every - 1`` after the last merge);
+        iterations: PLOC passes launched (up to ``ahead`` or ``sync_every - 1`` after the last merge);
             launches: kernel launches of the build (copies and each scan or sort counted as one).
 
     Raises:
