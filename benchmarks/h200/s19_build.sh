@@ -7,9 +7,9 @@
 #    has read (each pass's count copied asynchronously to pinned memory), with no host wait per pass; main read the
 #    count every 4 passes (11 waits terrain 2 M, 20 sphere 1 M). 0 = main's loop.
 #  - ploc_ahead.RAW_SCAN (RAYD_PLOC_RAW_SCAN, 1): the per-pass scan calls Warp's native scan (no argument checks).
-#  - wide_nodes.ONE_LAUNCH (RAYD_WIDE_ONE_LAUNCH, 1): the wide collapse in one launch per level (the last thread to
+#  - wide_levels.ONE_LAUNCH (RAYD_WIDE_ONE_LAUNCH, 1): the wide collapse in one launch per level (the last thread to
 #    finish sets the next level) instead of 2 (52 launches terrain, 106 sphere), replayed from one record, of at
-#    most wide_nodes.LEVEL_THREADS (65536) threads each taking every 65536th node (main: one thread per pair node at
+#    most wide_levels.LEVEL_THREADS (65536) threads each taking every 65536th node (main: one thread per pair node at
 #    every level past the 8th, ~1 M threads, most of them idle); its level/counter read in one read; the wide rows
 #    allocated without a 137 MB fill. LEVEL_THREADS=262144 as `w262k`.
 #  - triangles.EAGER_WIDE_REFIT (RAYD_EAGER_WIDE_REFIT, 0): the wide-only refit's set-up (a scan, 3 waits) at the
@@ -32,7 +32,7 @@
 #  (c) ploc.TAIL: if `t64` or `t256` is below `new` by >= 3 % on both, set `TAIL = ... "RAYD_PLOC_TAIL", "<T>"`.
 #  (d) ploc.FUSED_KEEP (one kernel for nearest + keep, the search done twice): if `k1` is below `new` by >= 3 % on
 #      both, set `FUSED_KEEP = ... "RAYD_PLOC_FUSED_KEEP", "1"` (measured slower in session 12, with host reads).
-#  (e) wide_nodes.LEVEL_THREADS: if `w262k` is below `new` by >= 3 % on both, set its default to "262144".
+#  (e) wide_levels.LEVEL_THREADS: if `w262k` is below `new` by >= 3 % on both, set its default to "262144".
 #  Goal line: "= x.xx x mitsuba" of the kept row <= 1.00 (session 13: terrain 2.4x, sphere 3.7x).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -48,10 +48,10 @@ echo "== 1. one build phase by phase (ms, counts); main, then this branch"
 } > "$OUT/s19_phases.txt" 2>&1
 grep -vE "Warning|warn" "$OUT/s19_phases.txt" | grep -E "^build |^total|^build  |PlocBvh|WideNodes|WideRefit|check_meshes|centre|tri.bounds|keys|layout|passes|TriangleScene|SceneAccel|^rc" | sed -E 's/ +/ /g'
 echo "== 2. build rows interleaved (ms, medians of 12; ratio to main's path)"
-MAIN="ploc_ahead.AHEAD=0,ploc_ahead.RAW_SCAN=0,wide_nodes.ONE_LAUNCH=0,triangles.EAGER_WIDE_REFIT=1,runtime.STAGED_READS=0"
-AB="main=$MAIN;new=;-ahead=ploc_ahead.AHEAD=0;-raw=ploc_ahead.RAW_SCAN=0;-one=wide_nodes.ONE_LAUNCH=0"
+MAIN="ploc_ahead.AHEAD=0,ploc_ahead.RAW_SCAN=0,wide_levels.ONE_LAUNCH=0,triangles.EAGER_WIDE_REFIT=1,runtime.STAGED_READS=0"
+AB="main=$MAIN;new=;-ahead=ploc_ahead.AHEAD=0;-raw=ploc_ahead.RAW_SCAN=0;-one=wide_levels.ONE_LAUNCH=0"
 AB="$AB;-lazy=triangles.EAGER_WIDE_REFIT=1;-staged=runtime.STAGED_READS=0;a2=ploc_ahead.AHEAD=2"
-AB="$AB;a8=ploc_ahead.AHEAD=8;a16=ploc_ahead.AHEAD=16;t64=ploc.TAIL=64;t256=ploc.TAIL=256;k1=ploc.FUSED_KEEP=1;w262k=wide_nodes.LEVEL_THREADS=262144"
+AB="$AB;a8=ploc_ahead.AHEAD=8;a16=ploc_ahead.AHEAD=16;t64=ploc.TAIL=64;t256=ploc.TAIL=256;k1=ploc.FUSED_KEEP=1;w262k=wide_levels.LEVEL_THREADS=262144"
 timeout 50 python3 benchmarks/build_phases.py --workload $W --builds 12 --mitsuba --ab "$AB" --json "$OUT/s19_ab.json" \
   > "$OUT/s19_ab.txt" 2>&1
 echo "rc=$?" >> "$OUT/s19_ab.txt"

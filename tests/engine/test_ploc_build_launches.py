@@ -1,5 +1,5 @@
 """Fewer host waits and launches in a PLOC build (issue 18, "build"; ``rayd.engine.ploc_ahead`` and
-``wide_nodes.ONE_LAUNCH``): the passes launched ahead of the counts read (``ahead``), stale counts
+``wide_levels.ONE_LAUNCH``): the passes launched ahead of the counts read (``ahead``), stale counts
 (``_lag``, as a CUDA host running ahead sees them), the raw scans and the one-launch levels of the wide
 collapse build the same trees as the blocking loop and two launches per level; staged reads."""
 
@@ -12,7 +12,7 @@ import warp as wp
 from test_ploc import _boxes, check_tree, constructor
 
 import rayd.torch as rt
-from rayd.engine import ploc_ahead, wide_nodes
+from rayd.engine import ploc_ahead, wide_levels
 from rayd.engine.ploc import PlocBvh, tree_arrays
 
 
@@ -75,17 +75,17 @@ def _wide_of(device, v, f):
 
 @pytest.mark.parametrize("threads", [0, 1, 3, 64])
 def test_wide_collapse_in_one_launch_a_level(device, threads, monkeypatch):
-    """``wide_nodes.ONE_LAUNCH``: one launch per level (the last thread to finish sets the next level) builds the
+    """``wide_levels.ONE_LAUNCH``: one launch per level (the last thread to finish sets the next level) builds the
     wide nodes of two launches per level; with ``threads`` threads taking every ``threads``-th node (the CUDA
     launch, here forced on every device) the same nodes up to their numbering, with a consistent slot map."""
     v = np.random.default_rng(5).normal(size=(900, 3)).astype(np.float32)
     f = np.random.default_rng(6).integers(0, 900, (1500, 3)).astype(np.int32)
-    monkeypatch.setattr(wide_nodes, "ONE_LAUNCH", 0)
+    monkeypatch.setattr(wide_levels, "ONE_LAUNCH", 0)
     a = _wide_of(device, v, f)
-    monkeypatch.setattr(wide_nodes, "ONE_LAUNCH", 1)
+    monkeypatch.setattr(wide_levels, "ONE_LAUNCH", 1)
     if threads:
-        monkeypatch.setattr(wide_nodes, "_FIXED_ON_CPU", True)
-        monkeypatch.setattr(wide_nodes, "LEVEL_THREADS", threads)
+        monkeypatch.setattr(wide_levels, "_FIXED_ON_CPU", True)
+        monkeypatch.setattr(wide_levels, "LEVEL_THREADS", threads)
     b = _wide_of(device, v, f)
     assert a.wide is not None and b.wide is not None
     assert (a.wide.count, a.wide.stack_need, a.wide.root) == (b.wide.count, b.wide.stack_need, b.wide.root)

@@ -56,17 +56,6 @@ COLLAPSE = os.environ.get("RAYD_WIDE_COLLAPSE", "sah").strip().lower()
 if COLLAPSE not in COLLAPSES:
     raise ValueError(f"rayd.engine: RAYD_WIDE_COLLAPSE must be one of {COLLAPSES}, got {COLLAPSE!r}")
 
-#: 1 (default): one launch per level of the collapse (``_collapse_level_kernel``: the next level's bounds
-#: set by the last thread to finish), on CUDA of :data:`LEVEL_THREADS` threads at most, each taking
-#: every so many nodes (the levels past the tree's depth launch that many threads, not one per pair
-#: node); on the CPU the launches keep one thread per node (so the same node numbers as two launches:
-#: on CUDA the numbering follows the atomic counter either way). 0: two ``wp.launch`` a level (before
-#: issue 18's "build" work). The same wide tree. ``RAYD_WIDE_ONE_LAUNCH``, ``RAYD_WIDE_LEVEL_THREADS``.
-ONE_LAUNCH = int(os.environ.get("RAYD_WIDE_ONE_LAUNCH", "1"))
-LEVEL_THREADS = int(os.environ.get("RAYD_WIDE_LEVEL_THREADS", "65536"))
-_FIXED_ON_CPU = False  # tests: the CUDA launches (LEVEL_THREADS threads, strided) on the CPU too
-
-
 @wp.func
 def _child_box(boxes: wp.array(dtype=wp.vec4), code: int) -> tuple[wp.vec3, wp.vec3]:
     """(lo, hi) of child ``code & 1`` of pair node ``code >> 1``."""
@@ -325,35 +314,6 @@ def _collapse_kernel(
 
 
 @wp.kernel
-def _collapse_level_kernel(
-    boxes: wp.array(dtype=wp.vec4),
-    links: wp.array(dtype=wp.vec4i),
-    cost: wp.array(dtype=wp.vec4),
-    sah: int,
-    level: wp.array(dtype=wp.int32),
-    counter: wp.array(dtype=wp.int32),
-    src: wp.array(dtype=wp.int32),
-    need: wp.array(dtype=wp.int32),
-    data: wp.array(dtype=wp.vec4),
-    wlinks: wp.array(dtype=wp.vec4i),
-    threads: int,
-):
-    """``_collapse_kernel`` with ``threads`` threads, each taking nodes ``level[0] + tid + k threads``, then
-    ``_next_level_kernel`` done by the last thread to finish (``level[2]`` counts them): one launch per level."""
-    w = level[0] + wp.tid()
-    end = level[1]
-    while w < end:
-        _collapse_node(w, boxes, links, cost, sah, counter, src, need, data, wlinks)
-        w += threads
-    _fence()  # (this thread's nodes and counter bumps before its count below)
-    if wp.atomic_add(level, 2, 1) == threads - 1:
-        _fence()
-        level[2] = 0
-        level[0] = end
-        level[1] = wp.atomic_add(counter, 0, 0)  # (every thread's bump is in: they counted themselves after it)
-
-
-@wp.kernel
 def _next_level_kernel(level: wp.array(dtype=wp.int32), counter: wp.array(dtype=wp.int32)):
     level[0] = level[1]
     level[1] = counter[0]
@@ -432,23 +392,9 @@ class WideNodes:
         state[3:4].fill_(1)
         level, counter = state[0:3], state[3:5]
         args = [pairs.boxes, pairs.links, cost, sah, level, counter, src, need, self.data, self.links]
-        cmd, cmd_dim, width = None, 0, 1
-        for _ in range(max(1, depth)):
-            dim = min(width, inner)
-            if not ONE_LAUNCH:
-                wp.launch(_collapse_kernel, dim, args, device=device, stream=stream)
-                wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
-            else:  # one launch a level (on CUDA of a fixed size: the same record replayed)
-                dim = dim if device.is_cpu and not _FIXED_ON_CPU else min(inner, LEVEL_THREADS)
-                if cmd is None:
-                    cmd = wp.launch(_collapse_level_kernel, dim, [*args, dim], device=device, stream=stream,
-                                    record_cmd=True)
-                elif cmd_dim != dim:
-                    cmd.set_dim(dim)
-                    cmd.set_param_at_index(len(args), dim)
-                cmd_dim = dim
-                cmd.launch(stream)
-            width *= 4
+        from rayd.engine.wide_levels import collapse_levels  # (it imports this module's kernels)
+
+        collapse_levels(args, level, counter, inner, depth, device, stream)
         (read,) = read_back(stream, state)  # one small read at build (after the launches on the stream)
         done, tail = read[0:2], read[3:5]
         self.count, self.stack_need = int(tail[0]), int(tail[1])
