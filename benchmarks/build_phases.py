@@ -13,7 +13,8 @@ already on the device, the kernels warm (one build first). On the CPU the CUDA d
    a little): per phase its inclusive ms and what Warp was asked for inside it, device-independent:
    ``launch`` kernel launches (``wp.launch`` and replays of recorded launches), ``scan`` scans and
    sorts (``wp.utils.array_scan``, ``radix_sort_pairs``: one or more kernels each), ``copy``
-   (``wp.copy``, ``assign``, fills and memsets), ``read`` host reads that wait for the device
+   (``wp.copy``, ``assign``, fills and memsets), ``upload`` (``wp.array`` of host data: an allocation and a
+   host-to-device copy, which may wait for the stream), ``read`` host reads that wait for the device
    (``wp.array.numpy`` of a non-pinned array, ``wp.synchronize*``, torch ``item``/``tolist``/``cpu``/
    ``numpy``; ``wp.synchronize_event``), ``event`` events recorded, ``alloc`` allocations of Warp's allocators (torch's on CUDA, from its allocator stats,
    in ``talloc``). On the CPU the reads of CPU arrays cost nothing, but they are the reads a CUDA
@@ -192,6 +193,13 @@ def _pinned_or_cpu_view(arr, *_a, **_k) -> bool:
 _PAUSED = [0, 0]  # counting paused (all; host reads only)
 
 
+def _not_upload(self, data=None, *args, **kwargs) -> bool:
+    """Whether a ``wp.array(...)`` call is no copy of host data (a list, tuple, NumPy array or scalar)."""
+    data = kwargs.get("data", data)
+    return data is None or isinstance(data, wp.array) or hasattr(data, "__cuda_array_interface__") or \
+        hasattr(data, "__dlpack__") and not isinstance(data, np.ndarray)
+
+
 def install_counters() -> None:
     from rayd.engine import runtime
 
@@ -231,6 +239,7 @@ def install_counters() -> None:
         for owner in (ploc_ahead, ploc_mod):
             _wrap(owner, "run_ahead", "ahead_loops", pause_reads=not CUDA)
     _wrap(wp.Stream, "record_event", "event")
+    _wrap(wp.array, "__init__", "upload", skip=_not_upload)
     core = getattr(getattr(wp._src.context, "runtime", None), "core", None)
     if CUDA and core is not None:
         _wrap(core, "wp_memcpy_d2h", "copy")
@@ -345,7 +354,7 @@ def phases_of_one_build() -> list[tuple[str, float, dict]]:
     return out
 
 
-KEYS = ("launch", "scan", "copy", "event", "read", "alloc", "talloc")
+KEYS = ("launch", "scan", "copy", "upload", "event", "read", "alloc", "talloc")
 
 
 def print_phases(rows) -> None:
