@@ -56,6 +56,7 @@ COLLAPSE = os.environ.get("RAYD_WIDE_COLLAPSE", "sah").strip().lower()
 if COLLAPSE not in COLLAPSES:
     raise ValueError(f"rayd.engine: RAYD_WIDE_COLLAPSE must be one of {COLLAPSES}, got {COLLAPSE!r}")
 
+
 @wp.func
 def _child_box(boxes: wp.array(dtype=wp.vec4), code: int) -> tuple[wp.vec3, wp.vec3]:
     """(lo, hi) of child ``code & 1`` of pair node ``code >> 1``."""
@@ -387,8 +388,9 @@ class WideNodes:
             wp.launch(_parent_kernel, inner, [pairs.links], [parent], device=device, stream=stream)
             wp.launch(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive], [cost], device=device,
                       stream=stream)
-        state = wp.zeros(5, dtype=wp.int32, device=device)  # level (first, end, threads done); wide nodes, deepest stack
-        state[1:2].fill_(1)  # (0, 1, 0, 1, 0), by fills: no host-to-device copy
+        # level (first, end, threads done), then wide nodes made and the deepest stack: (0, 1, 0, 1, 0) by fills
+        state = wp.zeros(5, dtype=wp.int32, device=device)
+        state[1:2].fill_(1)
         state[3:4].fill_(1)
         level, counter = state[0:3], state[3:5]
         args = [pairs.boxes, pairs.links, cost, sah, level, counter, src, need, self.data, self.links]
