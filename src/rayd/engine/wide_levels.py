@@ -3,8 +3,8 @@
 ``WideNodes`` makes the wide nodes level by level. Before, each level took two launches (the level's
 nodes, then a one-thread kernel setting the next level's bounds) of one thread per node the level
 could hold, ``min(4^L, pair nodes)``: on the 2 M-triangle terrain 26 levels (52 launches), most of them
-past the tree's depth with about a million idle threads each. Here ``_collapse_level_kernel`` does a
-level in one launch: the last of its threads to finish (a counter, ``level[2]``) sets the next level's
+past the tree's depth with about a million idle threads each. Here ``wide_nodes._collapse_level_kernel``
+does a level in one launch: the last of its threads to finish (a counter, ``level[2]``) sets the next level's
 bounds after every thread's nodes and counter bumps are visible (a fence before the count, as the
 fused refit's climb does). On CUDA the launch has at most :data:`LEVEL_THREADS` threads, each taking
 every so many nodes, so every level is the same launch, recorded once and replayed; on the CPU it
@@ -18,10 +18,6 @@ import os
 
 import warp as wp
 
-from rayd.engine.refit import _fence
-from rayd.engine.wide_nodes import _collapse_kernel, _collapse_node, _next_level_kernel
-
-wp.set_module_options({"enable_backward": False})
 
 #: 1 (default): one launch per level; 0: two ``wp.launch`` a level (the collapse before this module).
 #: The same wide tree. ``RAYD_WIDE_ONE_LAUNCH``.
@@ -34,56 +30,29 @@ LEVEL_THREADS = int(os.environ.get("RAYD_WIDE_LEVEL_THREADS", "65536"))
 _FIXED_ON_CPU = False  # tests: the CUDA launches (LEVEL_THREADS threads, strided) on the CPU too
 
 
-@wp.kernel
-def _collapse_level_kernel(
-    boxes: wp.array(dtype=wp.vec4),
-    links: wp.array(dtype=wp.vec4i),
-    cost: wp.array(dtype=wp.vec4),
-    sah: int,
-    level: wp.array(dtype=wp.int32),
-    counter: wp.array(dtype=wp.int32),
-    src: wp.array(dtype=wp.int32),
-    need: wp.array(dtype=wp.int32),
-    data: wp.array(dtype=wp.vec4),
-    wlinks: wp.array(dtype=wp.vec4i),
-    threads: int,
-):
-    """``_collapse_kernel`` with ``threads`` threads, each taking nodes ``level[0] + tid + k threads``, then
-    ``_next_level_kernel`` done by the last thread to finish (``level[2]`` counts them): one launch per level."""
-    w = level[0] + wp.tid()
-    end = level[1]
-    while w < end:
-        _collapse_node(w, boxes, links, cost, sah, counter, src, need, data, wlinks)
-        w += threads
-    _fence()  # (this thread's nodes and counter bumps before its count below)
-    if wp.atomic_add(level, 2, 1) == threads - 1:
-        _fence()
-        level[2] = 0
-        level[0] = end
-        level[1] = wp.atomic_add(counter, 0, 0)  # (every thread's bump is in: they counted themselves after it)
-
-
-def collapse_levels(args: list, level: wp.array, counter: wp.array, inner: int, depth: int, device,
-                    stream: wp.Stream | None) -> None:
+def collapse_levels(kernels: tuple, args: list, level: wp.array, counter: wp.array, inner: int, depth: int,
+                    device, stream: wp.Stream | None) -> None:
     """Launch the ``max(1, depth)`` levels of the collapse (nothing is read back).
 
     Args:
+        kernels: ``wide_nodes``' ``(_collapse_level_kernel, _collapse_kernel, _next_level_kernel)``.
         args: ``_collapse_kernel``'s arguments: pair boxes and links, costs, ``sah``, ``level`` (int32 (3,):
             first and end node of the level, threads done), ``counter`` (int32 (2,): nodes made, deepest
             stack), ``src``, ``need``, the wide rows and links.
         level, counter: those two arrays; inner: pair nodes (the most wide nodes); depth: levels to launch.
         device: the Warp device; stream: the stream (``None``: the device's current one).
     """
+    one_level, collapse, next_level = kernels
     cmd, cmd_dim, width = None, 0, 1
     for _ in range(max(1, depth)):
         dim = min(width, inner)
         if not ONE_LAUNCH:
-            wp.launch(_collapse_kernel, dim, args, device=device, stream=stream)
-            wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
+            wp.launch(collapse, dim, args, device=device, stream=stream)
+            wp.launch(next_level, 1, [level, counter], device=device, stream=stream)
         else:
             dim = dim if device.is_cpu and not _FIXED_ON_CPU else min(inner, LEVEL_THREADS)
             if cmd is None:
-                cmd = wp.launch(_collapse_level_kernel, dim, [*args, dim], device=device, stream=stream,
+                cmd = wp.launch(one_level, dim, [*args, dim], device=device, stream=stream,
                                 record_cmd=True)
             elif cmd_dim != dim:
                 cmd.set_dim(dim)

@@ -43,6 +43,7 @@ import warp as wp
 from rayd.engine.pair_nodes import PairNodes
 from rayd.engine.refit import _fence, _load_l2
 from rayd.engine.runtime import read_back
+from rayd.engine.wide_levels import collapse_levels
 
 wp.set_module_options({"enable_backward": False})
 
@@ -315,6 +316,35 @@ def _collapse_kernel(
 
 
 @wp.kernel
+def _collapse_level_kernel(
+    boxes: wp.array(dtype=wp.vec4),
+    links: wp.array(dtype=wp.vec4i),
+    cost: wp.array(dtype=wp.vec4),
+    sah: int,
+    level: wp.array(dtype=wp.int32),
+    counter: wp.array(dtype=wp.int32),
+    src: wp.array(dtype=wp.int32),
+    need: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    threads: int,
+):
+    """``_collapse_kernel`` with ``threads`` threads, each taking nodes ``level[0] + tid + k threads``, then
+    ``_next_level_kernel`` done by the last thread to finish (``level[2]`` counts them): one launch per level."""
+    w = level[0] + wp.tid()
+    end = level[1]
+    while w < end:
+        _collapse_node(w, boxes, links, cost, sah, counter, src, need, data, wlinks)
+        w += threads
+    _fence()  # (this thread's nodes and counter bumps before its count below)
+    if wp.atomic_add(level, 2, 1) == threads - 1:
+        _fence()
+        level[2] = 0
+        level[0] = end
+        level[1] = wp.atomic_add(counter, 0, 0)  # (every thread's bump is in: they counted themselves after it)
+
+
+@wp.kernel
 def _next_level_kernel(level: wp.array(dtype=wp.int32), counter: wp.array(dtype=wp.int32)):
     level[0] = level[1]
     level[1] = counter[0]
@@ -394,9 +424,8 @@ class WideNodes:
         state[3:4].fill_(1)
         level, counter = state[0:3], state[3:5]
         args = [pairs.boxes, pairs.links, cost, sah, level, counter, src, need, self.data, self.links]
-        from rayd.engine.wide_levels import collapse_levels  # (it imports this module's kernels)
-
-        collapse_levels(args, level, counter, inner, depth, device, stream)
+        collapse_levels((_collapse_level_kernel, _collapse_kernel, _next_level_kernel), args, level, counter, inner,
+                        depth, device, stream)
         (read,) = read_back(stream, state)  # one small read at build (after the launches on the stream)
         done, tail = read[0:2], read[3:5]
         self.count, self.stack_need = int(tail[0]), int(tail[1])
