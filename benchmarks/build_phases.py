@@ -139,18 +139,18 @@ def tree_of(scene) -> dict:
 
 
 def _wide_dfs(wide) -> np.ndarray:
-    """The wide nodes' rows in depth-first order from the root, child wide nodes' numbers zeroed (CUDA numbers
-    them by an atomic counter, in any order)."""
-    data = wide.data.numpy().reshape(-1, 8, 4).copy()
+    """The wide nodes' rows in a numbering-free order (CUDA numbers them by an atomic counter, in any order):
+    each node by the least pair-box code among its slots (a code is in one slot of one node), child refs
+    renamed to that order."""
+    data = wide.data.numpy().reshape(-1, 8, 4)[: wide.count].copy()
     links = data.view(np.int32)
-    out, todo = [], [0]
-    while todo:
-        w = todo.pop()
-        refs = links[w, 6].copy()
-        todo += [int(r) for j, r in reversed(list(enumerate(refs))) if r >= 0 and (j == 0 or r != refs[0])]
-        links[w, 6] = np.where(refs >= 0, 0, refs)
-        out.append(data[w])
-    return np.stack(out) if out else data[:0]
+    codes = links[:, 7]
+    order = np.argsort(np.where(codes >= 0, codes, np.iinfo(np.int32).max).min(1), kind="stable")
+    rank = np.empty_like(order)
+    rank[order] = np.arange(len(order))
+    refs = links[:, 6]
+    links[:, 6] = np.where(refs >= 0, rank[np.maximum(refs, 0)], refs)
+    return data[order]
 
 
 def same(x, y) -> bool:
