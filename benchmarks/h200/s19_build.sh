@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issue 18, "build" row (build() of a new 2 M-triangle scene <= 1.0 x Mitsuba's), 19th session, helper build19.
-# One warm H100/H200, about 3 minutes with a warm kernel cache (timeouts add up to 305 s). Assumes
+# One warm H100/H200, about 3 minutes with a warm kernel cache (timeouts add up to 305 s; 345 s if step 2 fails). Assumes
 # PYTHONPATH=/tmp/site:$PWD/src and the repository root as working directory; optional main tree at
 # .device/baseline/src:   bash benchmarks/h200/s19_build.sh
 # What changed (each a switch; all off = main's path, less three small changes always on: start values by fills,
@@ -57,7 +57,13 @@ AB="$AB;-lazy=triangles.EAGER_WIDE_REFIT=1;-staged=runtime.STAGED_READS=0;a2=plo
 AB="$AB;a8=ploc_ahead.AHEAD=8;a16=ploc_ahead.AHEAD=16;t64=ploc.TAIL=64;t256=ploc.TAIL=256;k1=ploc.FUSED_KEEP=1;w262k=wide_levels.LEVEL_THREADS=262144"
 timeout 70 python3 benchmarks/build_phases.py --workload $W --builds 12 --mitsuba --ab "$AB" --json "$OUT/s19_ab.json" \
   > "$OUT/s19_ab.txt" 2>&1
-echo "rc=$?" >> "$OUT/s19_ab.txt"
+RC=$?; echo "rc=$RC" >> "$OUT/s19_ab.txt"
+if [ $RC -ne 0 ] && [ $RC -ne 124 ]; then  # (a CUDA fault of the new paths: the rest, with those two off)
+  tail -5 "$OUT/s19_ab.txt"; echo "== 2b. again with RAYD_PLOC_AHEAD=0 RAYD_STAGED_READS=0"
+  RAYD_PLOC_AHEAD=0 RAYD_STAGED_READS=0 timeout 40 python3 benchmarks/build_phases.py --workload $W --builds 12 \
+    --mitsuba --ab "main=$MAIN;new=;-one=wide_levels.ONE_LAUNCH=0;-lazy=triangles.EAGER_WIDE_REFIT=1" >> "$OUT/s19_ab.txt" 2>&1
+  echo "rc=$?" >> "$OUT/s19_ab.txt"
+fi
 grep -E "^ab|^rc|differs|mitsuba:" "$OUT/s19_ab.txt" | sed -E 's/ +/ /g; s/\[[^]]*\]//'
 echo "== 3. traversal of the tree built (closest All, ms)"
 timeout 50 python3 benchmarks/traversal_ab.py --device cuda --variants wide4:ploc,wide4:sah --engines mitsuba \
