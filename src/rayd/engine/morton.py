@@ -92,11 +92,16 @@ def _box_keys_kernel(lowers: wp.array(dtype=wp.vec3), uppers: wp.array(dtype=wp.
     order[i] = wp.int32(i)
 
 
-def _init_bounds(count: int, device) -> wp.array:
-    import numpy as np
-
-    init = np.tile(np.array([np.inf] * 3 + [-np.inf] * 3, np.float32), count)
-    return wp.array(init, dtype=float, device=device)
+@wp.kernel
+def _reset_bounds_kernel(partial: wp.array(dtype=float), bounds: wp.array(dtype=float)):
+    """Empty boxes (lower +inf, upper -inf) in every partial slot and in ``bounds``."""
+    i = wp.tid()
+    for k in range(3):
+        partial[6 * i + k] = _INF
+        partial[6 * i + 3 + k] = -_INF
+        if i == 0:
+            bounds[k] = _INF
+            bounds[3 + k] = -_INF
 
 
 class BoxKeys:
@@ -112,10 +117,8 @@ class BoxKeys:
         self.n = n
         self.codes = wp.empty(2 * n, dtype=wp.int64, device=device)
         self.order = wp.empty(2 * n, dtype=wp.int32, device=device)
-        self.partial_init = _init_bounds(int(_BOUNDS_PARTIALS), device)
-        self.partial = wp.empty_like(self.partial_init)
-        self.bounds_init = _init_bounds(1, device)
-        self.bounds = wp.empty_like(self.bounds_init)
+        self.partial = wp.empty(6 * int(_BOUNDS_PARTIALS), dtype=float, device=device)
+        self.bounds = wp.empty(6, dtype=float, device=device)
 
 
 def sorted_box_keys(lowers: wp.array, uppers: wp.array, scratch: BoxKeys, stream: wp.Stream | None = None,
@@ -134,8 +137,8 @@ def sorted_box_keys(lowers: wp.array, uppers: wp.array, scratch: BoxKeys, stream
     """
     n = lowers.shape[0]
     device = lowers.device
-    wp.copy(scratch.partial, scratch.partial_init, stream=stream)
-    wp.copy(scratch.bounds, scratch.bounds_init, stream=stream)
+    wp.launch(_reset_bounds_kernel, _BOUNDS_PARTIALS, [], [scratch.partial, scratch.bounds], device=device,
+              stream=stream)  # (a kernel, not uploads: a host-to-device copy may wait for the stream)
     threads = max(1, min(_BOUNDS_THREADS, n))
     wp.launch(_bounds_partial_kernel, threads, [lowers, uppers, threads], [scratch.partial], device=device,
               stream=stream)
@@ -145,4 +148,4 @@ def sorted_box_keys(lowers: wp.array, uppers: wp.array, scratch: BoxKeys, stream
     wp.launch(_box_keys_kernel, n, [lowers, uppers, scratch.bounds, bits, int(cubic)],
               [scratch.codes, scratch.order], device=device, stream=stream)
     wp.utils.radix_sort_pairs(scratch.codes, scratch.order, n, end_bit=3 * bits)
-    return 6  # two copies, three kernels, the sort
+    return 5  # four kernels, the sort

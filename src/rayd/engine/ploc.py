@@ -10,8 +10,10 @@ Stages (every one a Warp kernel, so the same code builds on the CPU and on CUDA)
    closest pair is always mutual and equal boxes pair up (2k, 2k + 1) instead of
    chaining); mutual pairs merge into a new node that takes the place of the lower
    cluster; an exclusive scan compacts the clusters, keeping their order. Per
-   iteration: 3 kernels and one scan; the cluster count stays on the device and the
-   host reads it every ``SYNC_EVERY`` iterations (to size the launches and stop).
+   iteration: 3 kernels and one scan; the cluster count stays on the device. The host
+   launches the passes ahead of the count it has read (``ploc_ahead.py``: each count
+   copied asynchronously to pinned memory, no wait per pass), or with ``ahead=0`` reads it
+   every ``SYNC_EVERY`` iterations (to size the launches and stop).
    Each new node records, from its children (created in earlier iterations), its
    number of primitives, its SAH cost with the collapse decision (a subtree of at most
    ``max_leaf`` primitives becomes one leaf where ``C_I n A <= C_T A + cost(children)``,
@@ -44,6 +46,8 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.morton import BoxKeys, sorted_box_keys
+from rayd.engine import ploc_ahead
+from rayd.engine.ploc_ahead import run_ahead, scan_int
 from rayd.engine.ploc_emit import emit_tree
 from rayd.engine.runtime import StageTimer
 
@@ -309,6 +313,9 @@ class PlocBvh:
         tail: once at most this many clusters are left (as last read), one thread finishes
             the passes in one launch (default :data:`TAIL`; 0: never).
         fused_keep: one kernel for the nearest neighbours and the survivors (default :data:`FUSED_KEEP`).
+        ahead: passes the host may launch ahead of the newest cluster count it has read, with no
+            wait per pass (``ploc_ahead.py``; default ``ploc_ahead.AHEAD``); 0: a blocking read of
+            the count every ``sync_every`` passes. The same tree either way.
         triangles: ``(points, indices, face_base)`` when the boxes are these triangles' (as in
             ``TriangleScene``): the build then also emits the child-pair nodes and leaf corners of
             ``pair_nodes.PairNodes`` and the fused refit's leaf list (``ploc_emit.py``), unless
@@ -321,7 +328,7 @@ class PlocBvh:
         num_nodes: nodes of the tree.
         pairs: ``ploc_emit.EmittedPairs`` (``number``, ``boxes``, ``links``, ``tris``, ``root``) or ``None``.
         leaf_nodes: int32 (leaves,), the node of each leaf in slot order (with ``pairs``), or ``None``.
-        iterations: PLOC passes launched (up to ``sync_every - 1`` after the last merge);
+        iterations: PLOC passes launched (up to ``ahead`` or ``sync_every - 1`` after the last merge);
             launches: kernel launches of the build (copies and each scan or sort counted as one).
 
     Raises:
@@ -332,13 +339,14 @@ class PlocBvh:
                  max_leaf: int | None = None, radius: int | None = None,
                  costs: tuple[float, float] | None = None, sync_every: int | None = None,
                  tail: int | None = None, triangles: tuple | None = None,
-                 fused_keep: bool | None = None) -> None:
+                 fused_keep: bool | None = None, ahead: int | None = None, _lag: int = 0) -> None:
         n = lowers.shape[0]
         max_leaf = MAX_LEAF if max_leaf is None else int(max_leaf)
         radius = RADIUS if radius is None else int(radius)
         sync_every = max(1, SYNC_EVERY if sync_every is None else int(sync_every))
         tail = TAIL if tail is None else int(tail)
         fused_keep = bool(FUSED_KEEP if fused_keep is None else fused_keep)
+        ahead = ploc_ahead.AHEAD if ahead is None else int(ahead)
         if n < 1:
             raise ValueError("rayd.engine.PlocBvh(): needs at least one box")
         if not 1 <= max_leaf <= 8:
@@ -374,8 +382,8 @@ class PlocBvh:
         nearest = wp.empty(n, dtype=wp.int32, device=dev)
         keep = wp.empty(n, dtype=wp.int32, device=dev)
         position = wp.empty(n, dtype=wp.int32, device=dev)
-        next_id = wp.array([n], dtype=wp.int32, device=dev)
-        counts = [wp.array([n], dtype=wp.int32, device=dev), wp.empty(1, dtype=wp.int32, device=dev)]
+        next_id = wp.full(1, n, dtype=wp.int32, device=dev)  # (fills: no host-to-device copy)
+        counts = [wp.full(1, n, dtype=wp.int32, device=dev), wp.empty(1, dtype=wp.int32, device=dev)]
         # The cluster count stays on the device: each pass reads it there (threads past it return),
         # launched over the count last read on the host, which reads it every ``sync_every`` passes
         # (passes after the last merge change nothing).
@@ -402,12 +410,21 @@ class PlocBvh:
                           [next_id, counts[b], cl_node[b], cl_lo[b], cl_hi[b], node_lo, node_hi, child, parent,
                            leaves, cost, size, height, flag], device=dev, stream=stream, record_cmd=True),
             ))
+        def launch_tail(at: int) -> None:
+            wp.launch(_tail_kernel, 1, [counts[at], radius, max_leaf, c_t, c_i, nearest, cl_node[at], cl_lo[at],
+                                        cl_hi[at]],
+                      [next_id, node_lo, node_hi, child, parent, leaves, cost, size, height, flag], device=dev,
+                      stream=stream)
+
+        if ahead > 0 and n > 1:
+            iterations, made, src = run_ahead(passes, counts, keep, position, n, limit, tail, launch_tail, stream,
+                                              dev, ahead, _lag)
+            launches += made
+            stages.mark("passes")
+            count = 1
         while count > 1:
             if count <= tail:
-                wp.launch(_tail_kernel, 1,
-                          [counts[src], radius, max_leaf, c_t, c_i, nearest, cl_node[src], cl_lo[src], cl_hi[src]],
-                          [next_id, node_lo, node_hi, child, parent, leaves, cost, size, height, flag], device=dev,
-                          stream=stream)
+                launch_tail(src)
                 launches += 1
                 stages.mark("tail")
                 break
@@ -420,7 +437,7 @@ class PlocBvh:
                 before, merge = passes[src]
                 for cmd in before:
                     cmd.launch(stream)
-                wp.utils.array_scan(keep_now, position_now, inclusive=False)
+                scan_int(keep_now, position_now, count)
                 merge.launch(stream)
                 launches += 2 + len(before)
                 src = 1 - src

@@ -27,6 +27,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.pair_nodes import _leaf_tris_kernel
+from rayd.engine.runtime import read_back
 
 wp.set_module_options({"enable_backward": False})
 
@@ -188,7 +189,7 @@ def emit_tree(n: int, order: wp.array, child: wp.array, parent: wp.array, leaves
               [pre, slot, inner_before, leaves_before, primitives], device=dev, stream=stream)
     info = wp.empty(4, dtype=wp.int32, device=dev)
     wp.launch(_info_kernel, 1, [root, size, height, leaves, flag], [info], device=dev, stream=stream)
-    num_nodes, depth, root_leaf, root_prims = (int(x) for x in info.numpy())
+    num_nodes, depth, root_leaf, root_prims = (int(x) for x in read_back(stream, info)[0])
     stages.mark("layout")
     lower = wp.empty(4 * num_nodes, dtype=float, device=dev)
     upper = wp.empty(4 * num_nodes, dtype=float, device=dev)

@@ -135,13 +135,52 @@ def launch_stream(device: wp.context.Device, stream: wp.Stream | None) -> Iterat
             yield
 
 
+#: 1 (default): :func:`read_back` of small CUDA arrays copies them on the stream into one pinned
+#: staging buffer and waits once; 0: a wait for the stream, then ``wp.array.numpy()`` per array (a
+#: blocking copy each). ``RAYD_STAGED_READS``.
+STAGED_READS = int(os.environ.get("RAYD_STAGED_READS", "1"))
+_STAGING_BYTES = 1 << 16
+_staging: dict = {}  # CUDA device name -> pinned uint8 buffer (reused: every read_back waits before it returns)
+
+
+def _staged(stream: wp.Stream, arrays: tuple) -> tuple[np.ndarray, ...] | None:
+    """The copies of :func:`read_back` through pinned memory (one wait), or ``None`` where it does not apply."""
+    dev = arrays[0].device
+    if not all(a.device == dev and a.is_contiguous for a in arrays):
+        return None
+    spans, end = [], 0
+    for a in arrays:
+        nbytes = a.size * wp.types.type_size_in_bytes(a.dtype)
+        spans.append((end, nbytes))
+        end += (nbytes + 15) & ~15
+    core = getattr(getattr(getattr(wp, "_src", None), "context", None), "runtime", None)
+    memcpy = getattr(getattr(core, "core", None), "wp_memcpy_d2h", None)
+    if end > _STAGING_BYTES or memcpy is None:
+        return None
+    buf = _staging.get(str(dev))
+    if buf is None:
+        buf = _staging[str(dev)] = wp.empty(_STAGING_BYTES, dtype=wp.uint8, device="cpu", pinned=True)
+    for a, (at, nbytes) in zip(arrays, spans):
+        if nbytes and not memcpy(dev.context, buf.ptr + at, a.ptr, nbytes, stream.cuda_stream):
+            return None  # (nothing read yet: the caller's plain path reads again)
+    wp.synchronize_stream(stream)
+    return tuple(wp.array(ptr=buf.ptr + at, dtype=a.dtype, shape=a.shape, device="cpu").numpy().copy()
+                 for a, (at, _) in zip(arrays, spans))
+
+
 def read_back(stream: wp.Stream | None, *arrays: wp.array) -> tuple[np.ndarray, ...]:
     """Host copies of ``arrays`` once the work queued on ``stream`` has finished.
 
     ``wp.array.numpy()`` copies on the CUDA legacy default stream, which does not wait
     for non-blocking streams (Dr.Jit's, PyTorch's side streams): reading without waiting
-    for ``stream`` first could return what the buffers held before the launch.
+    for ``stream`` first could return what the buffers held before the launch. Small CUDA
+    arrays (:data:`STAGED_READS`) are copied on ``stream`` itself into pinned memory, with one
+    wait for all of them. ``stream`` ``None``: Warp's current stream of the arrays' device.
     """
+    if STAGED_READS and arrays and arrays[0].device.is_cuda:
+        got = _staged(stream if stream is not None else wp.get_stream(arrays[0].device), arrays)
+        if got is not None:
+            return got
     if stream is not None:
         wp.synchronize_stream(stream)
     return tuple(a.numpy() for a in arrays)

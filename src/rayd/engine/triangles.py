@@ -151,6 +151,11 @@ def refit_kind() -> str:
     return _refit
 
 
+#: 1: a scene's wide-only refit (``wide_refit.WideRefit``: its leaf lists, a scan and two host reads) is
+#: set up at build; 0 (default): at its first refit, so ``build()`` waits for the device fewer times
+#: (issue 18, "build"; the first ``sync()`` after a build pays it instead). ``RAYD_EAGER_WIDE_REFIT``.
+EAGER_WIDE_REFIT = int(os.environ.get("RAYD_EAGER_WIDE_REFIT", "0"))
+
 #: Boxes are padded by this fraction of the scene's magnitude (largest absolute
 #: coordinate plus extent), so that slab tests rounded in float32 never reject a ray
 #: through a shared edge or vertex lying on a box face: a watertight triangle test
@@ -312,7 +317,7 @@ class TriangleScene:
             elif self.pairs is not None and self._reduce and FusedRefit.applies(self.bvh, self.nodes, num_triangles):
                 self.fused = FusedRefit.from_bvh(self.bvh, self.nodes, num_triangles)
             per = per_thread(tri_refit())
-            if per is not None and not instanced and WideRefit.applies(self):
+            if EAGER_WIDE_REFIT and per is not None and not instanced and WideRefit.applies(self):
                 self._wide_refits[per] = WideRefit(self, per, stream, recorder(per))  # (else at the first such refit)
 
     @property

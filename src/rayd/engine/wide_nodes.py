@@ -42,6 +42,8 @@ import warp as wp
 
 from rayd.engine.pair_nodes import PairNodes
 from rayd.engine.refit import _fence, _load_l2
+from rayd.engine.runtime import read_back
+from rayd.engine.wide_levels import collapse_levels
 
 wp.set_module_options({"enable_backward": False})
 
@@ -247,23 +249,20 @@ def _sah_children(links: wp.array(dtype=wp.vec4i), cost: wp.array(dtype=wp.vec4)
     return codes, refs, n
 
 
-@wp.kernel
-def _collapse_kernel(
+@wp.func
+def _collapse_node(
+    w: int,
     boxes: wp.array(dtype=wp.vec4),
     links: wp.array(dtype=wp.vec4i),
     cost: wp.array(dtype=wp.vec4),
     sah: int,
-    level: wp.array(dtype=wp.int32),
     counter: wp.array(dtype=wp.int32),
     src: wp.array(dtype=wp.int32),
     need: wp.array(dtype=wp.int32),
     data: wp.array(dtype=wp.vec4),
     wlinks: wp.array(dtype=wp.vec4i),
 ):
-    """One level: wide nodes ``level[0] .. level[1] - 1`` (their pair nodes in ``src``) pick their children."""
-    w = level[0] + wp.tid()
-    if w >= level[1]:
-        return
+    """Wide node ``w`` (its pair node in ``src``) picks its children; their numbers from ``counter[0]``."""
     p = src[w]
     codes = wp.vec4i()
     refs = wp.vec4i()
@@ -294,6 +293,55 @@ def _collapse_kernel(
     _write_boxes(boxes, codes, w, data)
     wlinks[8 * w + 6] = refs
     wlinks[8 * w + 7] = codes
+
+
+@wp.kernel
+def _collapse_kernel(
+    boxes: wp.array(dtype=wp.vec4),
+    links: wp.array(dtype=wp.vec4i),
+    cost: wp.array(dtype=wp.vec4),
+    sah: int,
+    level: wp.array(dtype=wp.int32),
+    counter: wp.array(dtype=wp.int32),
+    src: wp.array(dtype=wp.int32),
+    need: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+):
+    """One level: wide nodes ``level[0] .. level[1] - 1`` (their pair nodes in ``src``) pick their children."""
+    w = level[0] + wp.tid()
+    if w >= level[1]:
+        return
+    _collapse_node(w, boxes, links, cost, sah, counter, src, need, data, wlinks)
+
+
+@wp.kernel
+def _collapse_level_kernel(
+    boxes: wp.array(dtype=wp.vec4),
+    links: wp.array(dtype=wp.vec4i),
+    cost: wp.array(dtype=wp.vec4),
+    sah: int,
+    level: wp.array(dtype=wp.int32),
+    counter: wp.array(dtype=wp.int32),
+    src: wp.array(dtype=wp.int32),
+    need: wp.array(dtype=wp.int32),
+    data: wp.array(dtype=wp.vec4),
+    wlinks: wp.array(dtype=wp.vec4i),
+    threads: int,
+):
+    """``_collapse_kernel`` with ``threads`` threads, each taking nodes ``level[0] + tid + k threads``, then
+    ``_next_level_kernel`` done by the last thread to finish (``level[2]`` counts them): one launch per level."""
+    w = level[0] + wp.tid()
+    end = level[1]
+    while w < end:
+        _collapse_node(w, boxes, links, cost, sah, counter, src, need, data, wlinks)
+        w += threads
+    _fence()  # (this thread's nodes and counter bumps before its count below)
+    if wp.atomic_add(level, 2, 1) == threads - 1:
+        _fence()
+        level[2] = 0
+        level[0] = end
+        level[1] = wp.atomic_add(counter, 0, 0)  # (every thread's bump is in: they counted themselves after it)
 
 
 @wp.kernel
@@ -351,7 +399,8 @@ class WideNodes:
             raise ValueError(f"rayd.engine.WideNodes(): 'collapse' must be one of {COLLAPSES}, got {collapse!r}")
         device = pairs.boxes.device
         inner = pairs.boxes.shape[0] // 4
-        self.data = wp.zeros(8 * max(1, inner), dtype=wp.vec4, device=device)
+        # every row of a node made is written by the collapse (and the rest dropped): no fill but for a leaf root
+        self.data = (wp.zeros if pairs.root < 0 else wp.empty)(8 * max(1, inner), dtype=wp.vec4, device=device)
         self.links = wp.array(ptr=self.data.ptr, dtype=wp.vec4i, shape=self.data.shape, device=device)
         self.count, self.stack_need, self.root = 1, 0, pairs.root
         self.slots = None
@@ -360,7 +409,7 @@ class WideNodes:
             return
         src = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
         need = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
-        wp.copy(src, wp.array([pairs.root], dtype=wp.int32, device=device), 0, 0, 1, stream=stream)
+        src[0:1].fill_(pairs.root)
         sah = int(self.collapse == "sah")
         cost = wp.zeros(max(1, inner) if sah else 1, dtype=wp.vec4, device=device)
         if sah:
@@ -369,19 +418,16 @@ class WideNodes:
             wp.launch(_parent_kernel, inner, [pairs.links], [parent], device=device, stream=stream)
             wp.launch(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive], [cost], device=device,
                       stream=stream)
-        level = wp.array([0, 1], dtype=wp.int32, device=device)
-        counter = wp.array([1, 0], dtype=wp.int32, device=device)  # wide nodes so far, deepest stack
-        width = 1
-        for _ in range(max(1, depth)):
-            wp.launch(_collapse_kernel, min(width, inner),
-                      [pairs.boxes, pairs.links, cost, sah, level, counter, src, need], [self.data, self.links],
-                      device=device, stream=stream)
-            wp.launch(_next_level_kernel, 1, [level, counter], device=device, stream=stream)
-            width *= 4
-        if stream is not None:
-            wp.synchronize_stream(stream)  # .numpy() copies on the legacy default stream (runtime.read_back)
-        tail = counter.numpy()  # small reads at build
-        done = level.numpy()
+        # level (first, end, threads done), then wide nodes made and the deepest stack: (0, 1, 0, 1, 0) by fills
+        state = wp.zeros(5, dtype=wp.int32, device=device)
+        state[1:2].fill_(1)
+        state[3:4].fill_(1)
+        level, counter = state[0:3], state[3:5]
+        args = [pairs.boxes, pairs.links, cost, sah, level, counter, src, need, self.data, self.links]
+        collapse_levels((_collapse_level_kernel, _collapse_kernel, _next_level_kernel), args, level, counter, inner,
+                        depth, device, stream)
+        (read,) = read_back(stream, state)  # one small read at build (after the launches on the stream)
+        done, tail = read[0:2], read[3:5]
         self.count, self.stack_need = int(tail[0]), int(tail[1])
         self.root = 0
         # every wide node made (a depth below the true one would leave some unfilled) and the stack suffices
