@@ -16,7 +16,7 @@ import torch
 import rayd.torch as rt
 from rayd.engine import instances as inst_level
 
-WALKS = ("nested", "pairtop", "unified", "unified_cull")
+WALKS = ("nested", "pairtop", "unified", "unified_cull", "unified_wide", "unified_wideblas")
 
 
 @contextlib.contextmanager
