@@ -136,6 +136,12 @@ class InstanceLevel:
         stream: the stream to build on (``None`` on the CPU).
 
     Updating transforms (:meth:`update`) recomputes boxes and refits only this level.
+
+    Attributes:
+        walk: the instance walk its searches use (:data:`INSTANCE_WALKS`, ``"auto"`` resolved).
+        tlas_pairs: the top level's pair nodes (``None`` with the ``nested`` walk).
+        wide: the 4-wide nodes of the BLAS (and the top level) for the ``unified_wide`` /
+            ``unified_wideblas`` walks (``instance_wide.InstanceWide``), else ``None``.
     """
 
     def __init__(
@@ -200,7 +206,10 @@ class InstanceLevel:
         Those need every BLAS in the pair layout, top-level leaves of at most
         :data:`~rayd.engine.pair_nodes.MAX_LEAF` instances (the ref encoding) and both
         levels' depths within :data:`SHARED_STACK`; then the top level's pair nodes are
-        made (``tlas_pairs``) and kept after the BLAS nodes in ``pair_boxes``.
+        made (``tlas_pairs``) and kept after the BLAS nodes in ``pair_boxes``. The wide walks
+        also collapse the trees into 4-wide nodes (:attr:`wide`) and fall back to ``"unified"``
+        where a tree does not collapse or their stack need (``WideNodes.stack_need``; two
+        entries per top-level ref) exceeds :data:`SHARED_STACK`.
         """
         self.tlas_pairs = self.wide = None
         walk = instance_walk()
