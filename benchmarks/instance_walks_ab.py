@@ -4,7 +4,7 @@
 
 Usage:
     python benchmarks/instance_walks_ab.py --device cuda --mitsuba --json OUT.jsonl \\
-        [--variants nested,pairtop,unified,unified_wide,unified@64] [--instances 1000] [--tris 100000] [--rays N]
+        [--variants nested,pairtop,unified,wide_both,unified@64] [--instances 1000] [--tris 100000] [--rays N]
 
 A variant is ``walk`` or ``walk@N`` (``rayd.engine.instances.set_instance_walk`` and
 ``set_instance_max_registers(N)``: CUDA ``__maxnreg__`` of the instance search kernel). Each

@@ -45,11 +45,11 @@ def test_census_winners_and_visits(capsys):
 
 def test_wide_walks_ab_lines(tmp_path):
     out = tmp_path / "walks.jsonl"
-    variants = "unified,unified_wide,unified_wideblas,unified_wide@128"
+    variants = "unified,wide_both,wide_blas,wide_both@128"
     assert instance_walks_ab.main([*ARGS, "--repeats", "2", "--variants", variants, "--json", str(out)]) == 0
     records = [json.loads(line) for line in out.read_text().splitlines()]
-    assert [r["search_walk"] for r in records] == ["instances_unified", "instances_unified_wide",
-                                                 "instances_unified_wideblas", "instances_unified_wide"]
+    assert [r["search_walk"] for r in records] == ["instances_unified", "instances_wide_both",
+                                                 "instances_wide_blas", "instances_wide_both"]
     for r in records:
         assert r["same_prim_as_first"] == 1.0 and r["same_t_as_first"] and r["same_shadow_as_first"]
         assert r["closest_all_ms"] > 0 and r["spread"] >= 1.0

@@ -1,5 +1,5 @@
 """The shared-stack instance walks (rayd.engine.instance_walk: ``pairtop``, ``unified``; instance_wide_walk:
-``unified_wide``, ``unified_wideblas``) against the
+``wide_both``, ``wide_blas``) against the
 nested walk (``pair_walk``) and a float64 brute force: identical winners and ``t`` for closest and
 any hit, with ignored faces, disabled instances, a flat part, rays starting behind ``tmin < 0``,
 top-level leaves holding several coincident instances, and after transform updates (the top
@@ -17,7 +17,7 @@ import torch
 import rayd.torch as rt
 from rayd.engine import instances as inst_level
 
-WALKS = ("nested", "pairtop", "unified", "unified_cull", "unified_wide", "unified_wideblas")
+WALKS = ("nested", "pairtop", "unified", "unified_cull", "wide_both", "wide_blas")
 
 
 @contextlib.contextmanager
@@ -173,14 +173,14 @@ def test_auto_walk_is_unified_on_cuda_and_nested_on_the_cpu(device):
 
 
 def test_wide_walks_follow_a_moved_instanced_mesh(device):
-    """``unified_wide`` / ``unified_wideblas`` (4-wide copies of the BLAS and the top level,
+    """``wide_both`` / ``wide_blas`` (4-wide copies of the BLAS and the top level,
     ``engine/instance_wide.py``): after ``update_mesh_vertices`` of the instanced mesh and
     ``sync()`` (BLAS refit, wide boxes copied again), then a transform update, the same winners
     as the nested walk."""
     mats, side = _placements(27, 7)
     o, d = _rays(1500, side, 8)
     ray = rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device))
-    names = ("nested", "unified_wide", "unified_wideblas")
+    names = ("nested", "wide_both", "wide_blas")
     scenes = {}
     for name in names:
         with walk(name):

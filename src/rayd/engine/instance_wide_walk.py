@@ -1,25 +1,27 @@
 """Instance walks over 4-wide nodes (issue 18): the ``unified`` walk with the BLAS, or both
 levels, in the wide layout (``instance_wide.py``).
 
-:func:`_walk_unified_wide` is ``instance_walk._walk_unified`` (one loop and one int32 stack for
+:func:`_walk_wide` is ``instance_walk._walk_unified`` (one loop and one int32 stack for
 both levels, a marker leaves an instance, top-level entries carry their entry distance and are
 skipped when popped behind the closest hit so far) whose node step is the flat wide walk's
 (``wide_walk._children``: seven 128-bit loads, near planes by the sign of the direction; the
 children hit sorted by ``wide_walk._sort4``, the nearest walked next, the others pushed far
 first):
 
-- ``unified_wide`` (``top = 1``): both levels wide; the top level's wide nodes (SAH-collapsed
+- ``wide_both`` (``top = 1``): both levels wide; the top level's wide nodes (SAH-collapsed
   from its pair nodes) push (distance bits, ref) pairs;
-- ``unified_wideblas`` (``top = 0``): the top level keeps its pair nodes (``_pair_entries`` /
+- ``wide_blas`` (``top = 0``): the top level keeps its pair nodes (``_pair_entries`` /
   ``_pair_step``), each BLAS is walked wide (two node tests in the loop: lanes of a warp at
   different levels run different ones).
 
 Everything else is ``unified``'s: float64 transforms of the ray into object space, ``_approach``
 per level, the float32 sheared triangle test and float64 confirmation of candidates, the same
-leaves. The boxes are the pair nodes' (the wide collapse copies them), so the same leaves are
-reached; only the order differs where two children are entered at exactly the same distance
-(the wide node's slot order is not the pair tree's left-to-right order), which can change which
-of two triangles at exactly the same ``t`` wins (a shared edge, coincident instances).
+leaves. The boxes are the pair nodes' (the wide collapse copies them), so the same leaves can be
+reached; the order in which they are reached differs (four children sorted at once, not the pair
+tree's near-first recursion), which can change the winner only between triangles whose ``t`` agree
+within the float32 test's rounding (a shared edge, coincident instances): the closest hit so far
+rejects a later candidate by its float32 ``t``. On the ``instances.py`` workload (16,384 rays, CPU)
+the winners of ``unified`` and both wide walks are the same on every ray.
 """
 
 from __future__ import annotations
@@ -38,7 +40,7 @@ wp.set_module_options({"enable_backward": False})
 
 
 @wp.func
-def _walk_unified_wide(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+def _walk_wide(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                        any_hit: int, top: int) -> tuple[float, int]:
     """Both levels in one loop and one stack, BLAS (and with ``top`` 1 the top level) in 4-wide nodes:
     (t, global id) or (tmax, -1). ``top`` is a constant per kernel."""
@@ -165,20 +167,20 @@ def _walk_unified_wide(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, 
 @wp.func
 def _walk_wide_both(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                     any_hit: int) -> tuple[float, int]:
-    """:func:`_walk_unified_wide` with both levels wide (``unified_wide``)."""
-    t, winner = _walk_unified_wide(view, o_in, d, tmin, tmax, ignore, any_hit, 1)
+    """:func:`_walk_wide` with both levels wide (``wide_both``)."""
+    t, winner = _walk_wide(view, o_in, d, tmin, tmax, ignore, any_hit, 1)
     return t, winner
 
 
 @wp.func
 def _walk_wide_blas(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                     any_hit: int) -> tuple[float, int]:
-    """:func:`_walk_unified_wide` with the top level in pair nodes (``unified_wideblas``)."""
-    t, winner = _walk_unified_wide(view, o_in, d, tmin, tmax, ignore, any_hit, 0)
+    """:func:`_walk_wide` with the top level in pair nodes (``wide_blas``)."""
+    t, winner = _walk_wide(view, o_in, d, tmin, tmax, ignore, any_hit, 0)
     return t, winner
 
 
-_WALKS = {"unified_wide": _walk_wide_both, "unified_wideblas": _walk_wide_blas}
+_WALKS = {"wide_both": _walk_wide_both, "wide_blas": _walk_wide_blas}
 
 #: Every shared-stack instance walk's trace function by ``accel.search_walk`` name: ``instance_walk``'s
 #: and the wide ones (instances alone, or after the flat BVH).

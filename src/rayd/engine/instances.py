@@ -24,11 +24,11 @@ wp.set_module_options({"enable_backward": False})
 #: skipped too), or ``"auto"`` (the default: ``"unified"`` on CUDA, where the H200 of
 #: session 11 traced 1,000 instances 2.9x faster with it than nested, closest hit and any
 #: hit, ``benchmarks/results/h200-session11/``; ``"nested"`` on the CPU, where it was not
-#: faster). ``"unified_wide"`` / ``"unified_wideblas"`` (``instance_wide_walk.py``): ``unified`` with
+#: faster). ``"wide_both"`` / ``"wide_blas"`` (``instance_wide_walk.py``): ``unified`` with
 #: both levels / the BLAS only in 4-wide nodes (``instance_wide.py``; measured in session 19).
 #: ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk` changes it for scenes built
 #: afterwards. All give the same winners (the wide walks: up to exact ties in ``t``, see there).
-INSTANCE_WALKS = ("auto", "nested", "pairtop", "unified", "unified_cull", "unified_wide", "unified_wideblas")
+INSTANCE_WALKS = ("auto", "nested", "pairtop", "unified", "unified_cull", "wide_both", "wide_blas")
 _walk = os.environ.get("RAYD_INSTANCE_WALK", "auto").strip().lower()
 if _walk not in INSTANCE_WALKS:
     raise ValueError(f"rayd.engine: RAYD_INSTANCE_WALK must be one of {INSTANCE_WALKS}, got {_walk!r}")
@@ -140,8 +140,8 @@ class InstanceLevel:
     Attributes:
         walk: the instance walk its searches use (:data:`INSTANCE_WALKS`, ``"auto"`` resolved).
         tlas_pairs: the top level's pair nodes (``None`` with the ``nested`` walk).
-        wide: the 4-wide nodes of the BLAS (and the top level) for the ``unified_wide`` /
-            ``unified_wideblas`` walks (``instance_wide.InstanceWide``), else ``None``.
+        wide: the 4-wide nodes of the BLAS (and the top level) for the ``wide_both`` /
+            ``wide_blas`` walks (``instance_wide.InstanceWide``), else ``None``.
     """
 
     def __init__(
@@ -227,8 +227,8 @@ class InstanceLevel:
             return "nested"
         self.tlas_pairs = PairNodes(self.nodes, None, None, 0, stream)
         self._copy_tlas_pairs(stream)
-        if walk in ("unified_wide", "unified_wideblas"):
-            top = (self.tlas_pairs, self.nodes.depth) if walk == "unified_wide" else None
+        if walk in ("wide_both", "wide_blas"):
+            top = (self.tlas_pairs, self.nodes.depth) if walk == "wide_both" else None
             wide = InstanceWide([b.pairs for b in self.blas], [b.nodes.depth for b in self.blas], top, stream)
             # top-level entries are two (distance, ref), plus a leaf continuation pair and a marker
             top_need = 2 * (wide.top_stack if top is not None else self.nodes.depth)
