@@ -29,13 +29,13 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw \
   --format=csv,noheader > "$OUT/gpu.txt" 2>&1; cat "$OUT/gpu.txt"
 echo "== 1. instance walks, 1000 x 99 k tris, 4 M rays (ms, medians of 15, interleaved) + Mitsuba"
-timeout 145 python3 benchmarks/instance_walks_ab.py --device cuda --mitsuba --repeats 15 \
+timeout 135 python3 benchmarks/instance_walks_ab.py --device cuda --mitsuba --repeats 15 \
   --variants unified,wide_both,wide_blas,wide_both@128 --json "$OUT/s19_inst_ab.jsonl" \
   > "$OUT/s19_inst_ab.txt" 2>&1
 echo "rc=$?" >> "$OUT/s19_inst_ab.txt"; grep -vE "^\{|^\[instance_walks_ab\]" "$OUT/s19_inst_ab.txt" | tail -14
 echo "== 2. CUDA instance tests (RAYD_INSTANCE_WALK=wide_both), then test_instance_walks.py with the default"
 NX=""; python3 -c "import xdist" 2>/dev/null && NX="-n 14"
-RAYD_INSTANCE_WALK=wide_both timeout 65 python3 -m pytest -q $NX -p no:cacheprovider \
+RAYD_INSTANCE_WALK=wide_both timeout 75 python3 -m pytest -q $NX -p no:cacheprovider \
   -k "cuda and instance" tests/engine tests/torch tests/drjit > "$OUT/s19_tests_cuda.txt" 2>&1
 echo "rc=$? (RAYD_INSTANCE_WALK=wide_both)" >> "$OUT/s19_tests_cuda.txt"
 timeout 25 python3 -m pytest -q $NX -p no:cacheprovider -k cuda tests/engine/test_instance_walks.py \
