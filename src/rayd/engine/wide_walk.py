@@ -37,7 +37,7 @@ def _sort2(da: float, ra: int, db: float, rb: int) -> tuple[float, int, float, i
 @wp.func
 def _sort4(t: wp.vec4, r: wp.vec4i) -> tuple[wp.vec4, wp.vec4i]:
     """The four (entry distance, ref) pairs of a wide node's children in ascending distance (a five-comparator
-    network; equal distances keep their slot order): ``(distances, refs)``."""
+    network, not stable: equal distances may change their slot order): ``(distances, refs)``."""
     d0, r0, d1, r1 = _sort2(t[0], r[0], t[1], r[1])
     d2, r2, d3, r3 = _sort2(t[2], r[2], t[3], r[3])
     d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
