@@ -1,9 +1,9 @@
 """Instance walk census over 4-wide nodes (issue 18, session 19): per ray, the top-level and BLAS node
 fetches, instance entries, triangles tested and deepest shared stack of the ``wide_both`` /
-``wide_blas`` walks (``engine/instance_wide_walk.py``), beside ``unified`` (pair nodes, counted
+``wide_blas`` walks (``engine/instance_walk.py``, ``wide`` 2 / 1), beside ``unified`` (pair nodes, counted
 by ``instance_walk_counts.py``'s copy), on the workload of ``instances.py`` (CPU or CUDA).
 
-The wide walk is a copy of ``instance_wide_walk._walk_wide`` with counters added (keep in step
+The wide walk is a copy of ``instance_walk._walk_unified`` (its ``wide`` branches) with counters added (keep in step
 by hand); every walk's winners are checked against ``Scene.intersect`` of a ``unified`` scene. Usage:
 
     python benchmarks/instance_wide_counts.py [--device cpu] [--instances 1000] [--tris 100000] [--rays 16384]
@@ -40,7 +40,7 @@ from rayd.engine.wide_walk import _children, _near_rows, _sort4  # noqa: E402
 @wp.func
 def _counted_wide(counts: wp.array2d(dtype=wp.int32), ray: int, view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                        any_hit: int, top: int) -> tuple[float, int]:
-    """``instance_wide_walk._walk_wide`` with counters: top-level / BLAS node fetches (columns 0, 2),
+    """``instance_walk._walk_unified`` (its ``wide`` branches) with counters: top-level / BLAS node fetches (columns 0, 2),
     instance entries (1), triangles tested (3), deepest stack (4)."""
     winner = int(-1)
     shift = _world_shift(view, o_in, d)

@@ -2,7 +2,7 @@
 # Issue 18, instance rows, 19th session (helper inst19). One warm H100/H200, under 4 minutes (timeouts add up to 235 s; part 1 is mostly first compiles).
 # Assumes PYTHONPATH=/tmp/site:$PWD/src and the repository root as working directory:   bash benchmarks/h200/s19_inst.sh
 # What changed: the `unified` instance walk (the CUDA default since session 11) can walk its trees in the 4-wide
-# layout of the flat scenes (engine/instance_wide.py, engine/instance_wide_walk.py; node test wide_walk._children and
+# layout of the flat scenes (engine/instance_wide.py, a constant `wide` in engine/instance_walk._walk_unified; node test wide_walk._children and
 # the sort wide_walk._sort4 shared with the flat wide walk): `wide_both` (both levels wide: the 1,000 instance
 # boxes SAH-collapsed into 366 wide nodes, the 99 k-triangle BLAS into 39,052) and `wide_blas` (top level in
 # pair nodes, BLAS wide). CPU census, 16,384 of the workload's rays (results/instance-wide-12-07/): node fetches per

@@ -1,5 +1,5 @@
-"""The shared-stack instance walks (rayd.engine.instance_walk: ``pairtop``, ``unified``; instance_wide_walk:
-``wide_both``, ``wide_blas``) against the
+"""The shared-stack instance walks (rayd.engine.instance_walk: ``pairtop``, ``unified``, ``wide_blas``,
+``wide_both``) against the
 nested walk (``pair_walk``) and a float64 brute force: identical winners and ``t`` for closest and
 any hit, with ignored faces, disabled instances, a flat part, rays starting behind ``tmin < 0``,
 top-level leaves holding several coincident instances, and after transform updates (the top

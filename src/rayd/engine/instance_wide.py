@@ -1,4 +1,4 @@
-"""The instances' trees in rayd's 4-wide layout (issue 18; walked by ``instance_wide_walk.py``).
+"""The instances' trees in rayd's 4-wide layout (issue 18; walked by ``instance_walk._walk_unified``).
 
 :class:`InstanceWide` collapses each bottom-level BVH (BLAS) and, optionally, the top level
 over the instance boxes into 4-wide nodes (``wide_nodes.WideNodes``, the SAH collapse of the

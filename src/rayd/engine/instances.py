@@ -24,7 +24,7 @@ wp.set_module_options({"enable_backward": False})
 #: skipped too), or ``"auto"`` (the default: ``"unified"`` on CUDA, where the H200 of
 #: session 11 traced 1,000 instances 2.9x faster with it than nested, closest hit and any
 #: hit, ``benchmarks/results/h200-session11/``; ``"nested"`` on the CPU, where it was not
-#: faster). ``"wide_both"`` / ``"wide_blas"`` (``instance_wide_walk.py``): ``unified`` with
+#: faster). ``"wide_both"`` / ``"wide_blas"`` (``instance_walk.py``): ``unified`` with
 #: both levels / the BLAS only in 4-wide nodes (``instance_wide.py``; measured in session 19).
 #: ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk` changes it for scenes built
 #: afterwards. All give the same winners (the wide walks: up to exact ties in ``t``, see there).

@@ -11,7 +11,7 @@ import warp as wp
 
 from rayd.engine import cpu_embree
 from rayd.engine.accel import SceneAccel, flat_accel
-from rayd.engine.instance_wide_walk import TRACES as _INSTANCE_TRACES
+from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
 from rayd.engine.instances import instance_max_registers
 from rayd.engine.pair_walk import trace_flat_pair, trace_flat_pair_ww, trace_instances_pair, trace_pair
 from rayd.engine.rays import RayBatch

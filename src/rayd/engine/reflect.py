@@ -34,7 +34,7 @@ import warp as wp
 from rayd.engine.accel import SceneAccel
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
-from rayd.engine.instance_wide_walk import TRACES as _INSTANCE_TRACES
+from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
 from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.wide_walk import trace_flat_wide
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances

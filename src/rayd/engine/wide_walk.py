@@ -10,7 +10,7 @@ a stack of int32 refs (a popped node is not re-tested: its children are, in the 
 reads them). Leaves, their triangles (``PairNodes.tris``), the per-ray shear and the float64
 confirmation are those of ``pair_walk`` (``_slot_face``), so the same triangles are
 candidates and the winner's ``t`` is the same. The node test and the sort are shared with the
-wide instance walks (``instance_wide_walk.py``).
+wide instance walks (``instance_walk.py``).
 """
 
 from __future__ import annotations
