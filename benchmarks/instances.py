@@ -137,19 +137,26 @@ def timed(fn: Callable[[], object], sync: Callable[[], object], device: str, rep
 def gpu_state() -> dict:
     """The GPU's SM clock (now / max, MHz), temperature (C), power draw (W), throttle reasons and memory used
     by every process (MiB) from ``nvidia-smi`` ({} where it is absent): a slow figure with a low clock or
-    another process on the GPU is the machine's, not the code's."""
+    another process on the GPU is the machine's, not the code's. One query per field (a field this driver
+    does not know is left out, not the whole record)."""
     import subprocess
 
-    keys = ("clocks.sm", "clocks.max.sm", "temperature.gpu", "power.draw", "clocks_throttle_reasons.active",
-            "memory.used", "utilization.gpu")
-    try:
-        text = subprocess.run(["nvidia-smi", "--id=0", f"--query-gpu={','.join(keys)}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=10).stdout.strip()
-    except (OSError, subprocess.SubprocessError):
-        return {}
-    values = [x.strip() for x in text.split(",")]
-    return dict(zip(("sm_clock_mhz", "sm_clock_max_mhz", "temperature_c", "power_w", "throttle_reasons",
-                     "memory_used_mib", "utilization_pct"), values)) if len(values) == len(keys) else {}
+    fields = {"sm_clock_mhz": ("clocks.sm",), "sm_clock_max_mhz": ("clocks.max.sm",),
+              "temperature_c": ("temperature.gpu",), "power_w": ("power.draw",),
+              "throttle_reasons": ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
+              "memory_used_mib": ("memory.used",), "utilization_pct": ("utilization.gpu",)}
+    out = {}
+    for key, names in fields.items():
+        for name in names:
+            try:
+                run = subprocess.run(["nvidia-smi", "--id=0", f"--query-gpu={name}", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                return out
+            if run.returncode == 0 and run.stdout.strip():
+                out[key] = run.stdout.strip()
+                break
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
