@@ -4,12 +4,14 @@
 
 Usage:
     python benchmarks/instance_walks_ab.py --device cuda --mitsuba --json OUT.jsonl \\
-        [--variants nested,pairtop,unified,unified@64] [--instances 1000] [--tris 100000] [--rays N]
+        [--variants nested,pairtop,unified,wide_both,unified@64] [--instances 1000] [--tris 100000] [--rays N]
 
 A variant is ``walk`` or ``walk@N`` (``rayd.engine.instances.set_instance_walk`` and
 ``set_instance_max_registers(N)``: CUDA ``__maxnreg__`` of the instance search kernel). Each
 variant gets its own scene (same placements and rays); every repeat times each variant once in
-turn (closest, then any hit), after warm-up, and the medians are reported. Each variant's
+turn (closest ``Minimal``, closest ``All``, then any hit), after warm-up, and the medians are
+reported, with the ratio of the slowest to the fastest sample (``spread``) and the GPU's clock,
+temperature and throttle reasons before and after (``instances.gpu_state``). Each variant's
 winners (``global_prim_id``, ``t``, ``shadow_test``) are compared with the first variant's. On
 CUDA the search kernel's registers and local memory per thread are read from the driver
 (``cuFuncGetAttribute``; ``None`` where that fails). On the CPU the clock is process time
@@ -37,7 +39,7 @@ except ImportError:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import rayd.torch as rt  # noqa: E402
-from benchmarks.instances import median_ms, workload  # noqa: E402
+from benchmarks.instances import gpu_state, median_ms, workload  # noqa: E402
 from rayd.engine import instances as inst_level  # noqa: E402
 from rayd.engine import intersect  # noqa: E402
 
@@ -95,12 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         scene.build()
         sync()
         variants.append({"spec": spec, "walk": walk, "cap": int(cap or 0), "scene": scene,
-                         "build_ms": (time.perf_counter() - start) * 1e3, "closest": [], "any": []})
+                         "build_ms": (time.perf_counter() - start) * 1e3, "closest": [], "all": [], "any": []})
         print(f"[instance_walks_ab] built {spec}", file=sys.stderr, flush=True)
     inst_level.set_instance_walk("nested")
 
     def closest(var):
         return var["scene"].intersect(ray, flags=rt.RayFlags.Minimal)
+
+    def closest_all(var):
+        return var["scene"].intersect(ray)
 
     def any_hit(var):
         return var["scene"].shadow_test(ray)
@@ -108,21 +113,23 @@ def main(argv: list[str] | None = None) -> int:
     for var in variants:  # compile and warm up; answers
         inst_level.set_instance_max_registers(var["cap"])
         for _ in range(3):
-            closest(var), any_hit(var)
+            closest(var), closest_all(var), any_hit(var)
         sync()
         hit = closest(var)
         var["answer"] = (hit.global_prim_id.cpu(), hit.t.cpu(), any_hit(var).cpu())
         var["attributes"] = kernel_attributes(var["scene"]._core.accel.search_walk, device)
+    gpu_before = gpu_state() if cuda else {}
     for _ in range(args.repeats):
         for var in variants:
             inst_level.set_instance_max_registers(var["cap"])
-            for key, fn in (("closest", closest), ("any", any_hit)):
+            for key, fn in (("closest", closest), ("all", closest_all), ("any", any_hit)):
                 sync()
                 start = clock()
                 fn(var)
                 sync()
                 var[key].append((clock() - start) * 1e3)
     inst_level.set_instance_max_registers(0)
+    gpu_after = gpu_state() if cuda else {}
     base = variants[0]["answer"]
     records = []
     for var in variants:
@@ -134,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
             "instances": args.instances, "mesh_triangles": int(f.shape[0]), "rays": rays,
             "build_ms": var["build_ms"],
             "closest_minimal_ms": statistics.median(var["closest"]), "closest_minimal_min_ms": min(var["closest"]),
+            "closest_all_ms": statistics.median(var["all"]),
             "any_hit_ms": statistics.median(var["any"]), "any_hit_min_ms": min(var["any"]),
+            "spread": max(max(var[k]) / min(var[k]) for k in ("closest", "all", "any")),
+            "gpu_before": gpu_before, "gpu_after": gpu_after,
             "same_prim_as_first": float((a[0] == base[0]).double().mean()),
             "same_t_as_first": bool(torch.equal(a[1], base[1])),
             "same_shadow_as_first": bool(torch.equal(a[2], base[2])),
@@ -159,22 +169,25 @@ def main(argv: list[str] | None = None) -> int:
             with open(args.json, "a") as fh:
                 fh.write(line + "\n")
     print(table(records, mitsuba))
+    if cuda:
+        print(f"GPU before: {gpu_before}\nGPU after: {gpu_after}")
     return 0
 
 
 def table(records: list[dict], mitsuba: dict) -> str:
     """The variants as a Markdown table, with ratios to the first variant and to Mitsuba."""
     first = records[0]
-    head = ("| variant | kernel | registers | local B | closest `Minimal` ms | any hit ms | closest / first | "
-            "any / first | closest / Mitsuba | any / Mitsuba | same winners |")
+    head = ("| variant | kernel | registers | local B | closest `Minimal` ms | closest `All` ms | any hit ms | "
+            "closest / first | any / first | closest / Mitsuba | any / Mitsuba | spread | same winners |")
     rows = [head, "|" + "---|" * (head.count("|") - 1)]
     for r in records:
         mc, ma = mitsuba.get("mitsuba_closest_minimal_ms"), mitsuba.get("mitsuba_any_hit_ms")
         rows.append(
             f"| {r['variant']} | {r['search_walk']} | {r['registers']} | {r['local_bytes']} | "
-            f"{r['closest_minimal_ms']:.2f} | {r['any_hit_ms']:.2f} | "
+            f"{r['closest_minimal_ms']:.2f} | {r['closest_all_ms']:.2f} | {r['any_hit_ms']:.2f} | "
             f"{r['closest_minimal_ms'] / first['closest_minimal_ms']:.3f} | {r['any_hit_ms'] / first['any_hit_ms']:.3f} | "
             f"{r['closest_minimal_ms'] / mc if mc else float('nan'):.2f} | {r['any_hit_ms'] / ma if ma else float('nan'):.2f} | "
+            f"{r['spread']:.2f} | "
             f"{r['same_prim_as_first']:.6f} / {r['same_t_as_first']} / {r['same_shadow_as_first']} |")
     if mitsuba:
         rows.append(f"Mitsuba {mitsuba.get('mitsuba_version')} ({mitsuba.get('mitsuba_variant')}): closest "

@@ -10,7 +10,11 @@ of 20 synchronised calls after warm-up: ``set_mesh_transform`` on every instance
 ``sync()`` (refits only the top level), the same update as one batched
 ``set_mesh_transform(ids, (N, 4, 4))`` call + ``sync()``, and written in place into the
 (N, 4, 4) tensor whose rows the instances hold + ``sync()``; closest hit (``intersect``, all fields and
-Minimal) and any hit (``shadow_test``) on the same rays. With ``--mitsuba`` the same
+Minimal) and any hit (``shadow_test``) on the same rays, each with the spread of its samples
+and the cudaMalloc calls made while they ran, the closest hit once more with torch's cache
+emptied before every call, the GPU's clock, temperature, power, throttle reasons and memory in
+use before and after (``nvidia-smi``), the search kernel's walk and register cap, and the
+commit: what the figure depends on besides the code. With ``--mitsuba`` the same
 scene is also built as Mitsuba 3 instances of one shapegroup and timed the same way
 (``benchmarks/engines/mitsuba3_instances.py``), and the closest-hit ``t`` of both
 engines is compared ray by ray.
@@ -37,7 +41,7 @@ except ImportError:  # a source checkout without `pip install -e .`: use src/
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "src"))
 
 import rayd.torch as rt  # noqa: E402
-from benchmarks.measure import median, time_ms  # noqa: E402
+from benchmarks.measure import git_info, median, time_ms  # noqa: E402
 from rayd.engine.instances import instance_max_registers  # noqa: E402
 
 
@@ -113,6 +117,48 @@ def median_ms(fn: Callable[[], object], sync: Callable[[], object], repeats: int
     return median(time_ms(fn, sync, repeats, warmup=3))
 
 
+def device_allocations(device: str) -> int | None:
+    """cudaMalloc calls torch's caching allocator has made so far (None off CUDA)."""
+    if device != "cuda":
+        return None
+    return int(torch.cuda.memory_stats().get("num_device_alloc", 0))
+
+
+def timed(fn: Callable[[], object], sync: Callable[[], object], device: str, repeats: int = 20) -> dict:
+    """``median_ms`` with what the median depends on: ``min``, ``max`` of the samples and the cudaMalloc
+    calls made while they ran (``allocs``: 0 when torch's caching allocator served every call)."""
+    before = device_allocations(device)
+    samples = time_ms(fn, sync, repeats, warmup=3)
+    after = device_allocations(device)
+    return {"median": median(samples), "min": min(samples), "max": max(samples),
+            "allocs": None if before is None else after - before}
+
+
+def gpu_state() -> dict:
+    """The GPU's SM clock (now / max, MHz), temperature (C), power draw (W), throttle reasons and memory used
+    by every process (MiB) from ``nvidia-smi`` ({} where it is absent): a slow figure with a low clock or
+    another process on the GPU is the machine's, not the code's. One query per field (a field this driver
+    does not know is left out, not the whole record)."""
+    import subprocess
+
+    fields = {"sm_clock_mhz": ("clocks.sm",), "sm_clock_max_mhz": ("clocks.max.sm",),
+              "temperature_c": ("temperature.gpu",), "power_w": ("power.draw",),
+              "throttle_reasons": ("clocks_event_reasons.active", "clocks_throttle_reasons.active"),
+              "memory_used_mib": ("memory.used",), "utilization_pct": ("utilization.gpu",)}
+    out = {}
+    for key, names in fields.items():
+        for name in names:
+            try:
+                run = subprocess.run(["nvidia-smi", "--id=0", f"--query-gpu={name}", "--format=csv,noheader,nounits"],
+                                     capture_output=True, text=True, timeout=10)
+            except (OSError, subprocess.SubprocessError):
+                return out
+            if run.returncode == 0 and run.stdout.strip():
+                out[key] = run.stdout.strip()
+                break
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -179,9 +225,26 @@ def main(argv: list[str] | None = None) -> int:
     }
     if state["k"]:  # back to the first placement
         update_batched()
-    record["closest_all_ms"] = median_ms(lambda: scene.intersect(ray), sync)
-    record["closest_minimal_ms"] = median_ms(lambda: scene.intersect(ray, flags=rt.RayFlags.Minimal), sync)
-    record["any_hit_ms"] = median_ms(lambda: scene.shadow_test(ray), sync)
+    # Each query's median with its spread and the cudaMalloc calls made while timing it (what the figure
+    # depends on besides the code: issue 18 saw this row move 2.4-2.8x between runs).
+    record["gpu_before"] = gpu_state() if device == "cuda" else {}
+    for key, fn in (("closest_all", lambda: scene.intersect(ray)),
+                    ("closest_minimal", lambda: scene.intersect(ray, flags=rt.RayFlags.Minimal)),
+                    ("any_hit", lambda: scene.shadow_test(ray))):
+        stats = timed(fn, sync, device)
+        record[key + "_ms"] = stats["median"]
+        record[key + "_min_max_ms"] = [stats["min"], stats["max"]]
+        record[key + "_device_allocs"] = stats["allocs"]
+    if device == "cuda":
+        # The same closest-hit call with torch's cache emptied before each (every output allocated anew by
+        # cudaMalloc): how much a cold caching allocator costs the row.
+        def cold() -> object:
+            torch.cuda.empty_cache()
+            return scene.intersect(ray)
+        record["closest_all_cold_allocator_ms"] = median_ms(cold, sync, repeats=5)
+        record["gpu_after"] = gpu_state()
+    git = git_info()
+    record["commit"] = git["commit"] if git else None
     t = scene.intersect(ray, flags=rt.RayFlags.Minimal).t.double().cpu()
     record["hit_fraction"] = float(torch.isfinite(t).double().mean())
     if args.mitsuba:

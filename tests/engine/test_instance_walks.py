@@ -1,4 +1,5 @@
-"""The shared-stack instance walks (rayd.engine.instance_walk: ``pairtop``, ``unified``) against the
+"""The shared-stack instance walks (rayd.engine.instance_walk: ``pairtop``, ``unified``, ``wide_blas``,
+``wide_both``) against the
 nested walk (``pair_walk``) and a float64 brute force: identical winners and ``t`` for closest and
 any hit, with ignored faces, disabled instances, a flat part, rays starting behind ``tmin < 0``,
 top-level leaves holding several coincident instances, and after transform updates (the top
@@ -16,7 +17,7 @@ import torch
 import rayd.torch as rt
 from rayd.engine import instances as inst_level
 
-WALKS = ("nested", "pairtop", "unified", "unified_cull")
+WALKS = ("nested", "pairtop", "unified", "unified_cull", "wide_both", "wide_blas")
 
 
 @contextlib.contextmanager
@@ -169,3 +170,37 @@ def test_auto_walk_is_unified_on_cuda_and_nested_on_the_cpu(device):
     assert scene._core.accel.search_walk == want
     with pytest.raises(ValueError, match="set_instance_walk"):
         inst_level.set_instance_walk("sideways")
+
+
+def test_wide_walks_follow_a_moved_instanced_mesh(device):
+    """``wide_both`` / ``wide_blas`` (4-wide copies of the BLAS and the top level,
+    ``engine/instance_wide.py``): after ``update_mesh_vertices`` of the instanced mesh and
+    ``sync()`` (BLAS refit, wide boxes copied again), then a transform update, the same winners
+    as the nested walk."""
+    mats, side = _placements(27, 7)
+    o, d = _rays(1500, side, 8)
+    ray = rt.Ray(torch.tensor(o, device=device), torch.tensor(d, device=device))
+    names = ("nested", "wide_both", "wide_blas")
+    scenes = {}
+    for name in names:
+        with walk(name):
+            scenes[name] = _build(device, mats, dynamic=True)
+        assert scenes[name][0]._core.accel.search_walk == (
+            "instances_pair" if name == "nested" else "instances_" + name)
+    v = scenes["nested"][2]
+    grown = torch.tensor(v * np.float32(1.3) + np.float32(0.05), dtype=torch.float32, device=device)
+    moved, _ = _placements(27, 9)
+    results = {}
+    for step in ("vertices", "transforms"):
+        for name in names:
+            scene, ids, _, _ = scenes[name]
+            if step == "vertices":
+                scene.update_mesh_vertices(0, grown)
+            else:
+                scene.set_mesh_transform(ids, torch.tensor(moved, device=device))
+            scene.sync()
+            results[name] = _query(scene, ray)
+        for name in names[1:]:
+            for a, b in zip(results["nested"], results[name]):
+                np.testing.assert_array_equal(a, b)
+        assert (results["nested"][0] >= 0).sum() > 500

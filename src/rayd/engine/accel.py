@@ -85,6 +85,15 @@ class SceneAccel:
         if instances is not None and getattr(instances, "tlas_pairs", None) is not None:
             view.tlas_pair_base, view.tlas_pair_root = instances.tlas_pair_base, instances.tlas_pairs.root
             view.inst_table = instances.table(inst_global)
+        wide = getattr(instances, "wide", None) if instances is not None else None
+        if wide is not None:  # the wide instance walks (instance_wide.py)
+            view.inst_wide_data, view.inst_wide_links = wide.data, wide.links
+            view.inst_wide_table = wide.table(instances.blas_slot, instances.inst_prim_base, inst_global)
+            view.tlas_wide_base, view.tlas_wide_root = wide.top_base, wide.top_root
+        else:
+            view.inst_wide_data, view.inst_wide_links = self._wide.data, self._wide.links
+            view.inst_wide_table = view.inst_table
+            view.tlas_wide_base, view.tlas_wide_root = 0, 0
         if instances is None:
             dummy_mat = wp.zeros(1, dtype=wp.mat44d, device=device)
             dummy_int = wp.zeros(1, dtype=wp.int32, device=device)

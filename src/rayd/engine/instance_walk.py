@@ -18,7 +18,14 @@ first ``global_prim_id`` in one 128-bit load (``inst_table``):
   runs the same node test whichever level a lane is in (lanes of a warp stay together
   across levels); popping the marker switches back to the world ray. ``unified_cull``
   also skips popped BLAS nodes behind the closest hit so far (their entry distance on the
-  stack too).
+  stack too). ``wide_blas`` / ``wide_both`` walk each BLAS / both levels in 4-wide nodes
+  (``instance_wide.py``), with the flat wide walk's node test and sort (``wide_walk._children``,
+  ``_sort4``): the nearest child next, the others pushed far first (top-level ones with their
+  entry distance). The boxes are the pair nodes', so the same leaves can be reached; the order
+  they are reached in differs, which can change the winner only between triangles whose ``t``
+  agree within the float32 test's rounding (a shared edge, coincident instances: the closest hit
+  so far rejects a later candidate by its float32 ``t``). On ``benchmarks/instances.py``'s
+  workload (16,384 rays, CPU) their winners equal ``unified``'s on every ray.
 
 Both keep the arithmetic of ``pair_walk`` (float64 transforms of the ray into object
 space, ``_approach`` per level, the float32 sheared test and the float64 confirmation
@@ -43,6 +50,7 @@ from rayd.engine.pair_walk import (
 )
 from rayd.engine.traversal import SceneView, _approach
 from rayd.engine.watertight import INF, confirmed_t, safe_direction, sheared_t
+from rayd.engine.wide_walk import _children, _near_rows, _sort4
 
 wp.set_module_options({"enable_backward": False})
 
@@ -162,12 +170,14 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
 
 @wp.func
 def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
-                  any_hit: int, cull: int) -> tuple[float, int]:
+                  any_hit: int, cull: int, wide: int) -> tuple[float, int]:
     """Both levels in one loop and one stack (a marker leaves an instance): (t, global id) or (tmax, -1).
 
     ``cull`` (a constant per kernel): BLAS entries carry their entry distance too, and a popped
     BLAS node behind the closest hit so far is skipped (``unified_cull``; fewer node fetches
-    for closest hit, twice the BLAS part of the stack).
+    for closest hit, twice the BLAS part of the stack; pair nodes only).
+    ``wide`` (a constant per kernel): 0 both levels in pair nodes; 1 each BLAS in 4-wide nodes
+    (``wide_blas``); 2 the top level too (``wide_both``; ``instance_wide.py``).
     """
     winner = int(-1)
     shift = _world_shift(view, o_in, d)
@@ -179,28 +189,47 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
     # The ray of the level being walked: world at the top level, object space in a BLAS.
     o = o_in + shift * d
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+    near = _near_rows(inv_d)
     off = shift
-    base = view.tlas_pair_base
     level = int(0)
     k = wp.vec3i(0, 0, 0)
     sh = wp.vec3(0.0, 0.0, 0.0)
     inst = int(0)
     pbase = int(0)
     gbase = int(0)
+    base = view.tlas_pair_base
     ref = view.tlas_pair_root
+    if wide == 2:
+        base = view.tlas_wide_base
+        ref = view.tlas_wide_root
     while True:
         if ref >= 0:
-            g = 4 * (base + ref)
-            t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - off)
-            if t_left < INF or t_right < INF:
-                ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
-                if push != 0:
-                    if level == 0 or cull != 0:  # top-level entries carry their entry distance (culled when popped)
-                        stack[count] = float_bits(t_far)
+            if wide == 0 or (wide == 1 and level == 0):
+                g = 4 * (base + ref)
+                t_left, t_right = _pair_entries(view.blas_pair_boxes, g, o, inv_d, best - off)
+                if t_left < INF or t_right < INF:
+                    ref, far, t_far, push = _pair_step(load4i(view.blas_pair_links, g + 3), t_left, t_right)
+                    if push != 0:
+                        if level == 0 or cull != 0:  # top-level entries carry their entry distance (culled when popped)
+                            stack[count] = float_bits(t_far)
+                            count += 1
+                        stack[count] = far
                         count += 1
-                    stack[count] = far
-                    count += 1
-                continue
+                    continue
+            else:  # 4-wide nodes (wide_walk.py): the nearest child next, the others pushed far first
+                g = 8 * (base + ref)
+                entry = _children(view.inst_wide_data, g, near, o, inv_d, best - off)
+                if entry[0] < INF or entry[1] < INF or entry[2] < INF or entry[3] < INF:
+                    ds, rs = _sort4(entry, load4i(view.inst_wide_links, g + 6))
+                    for j in range(3, 0, -1):
+                        if ds[j] < INF:
+                            if level == 0:
+                                stack[count] = float_bits(ds[j])
+                                count += 1
+                            stack[count] = rs[j]
+                            count += 1
+                    ref = rs[0]
+                    continue
         elif level == 0:
             code = -1 - ref
             first = code >> 3
@@ -220,8 +249,13 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                     o = wp.vec3(o64 + wp.float64(s) * d64)
                     off = s + shift
                     inv_d, k, sh = ray_frame(dl)
+                    near = _near_rows(inv_d)
                     inst = leaf_inst
-                    row = load4i(view.inst_table, inst)
+                    row = wp.vec4i()
+                    if wide == 0:
+                        row = load4i(view.inst_table, inst)
+                    else:
+                        row = load4i(view.inst_wide_table, inst)
                     base = row[0]
                     pbase = row[1]
                     gbase = row[3]
@@ -254,8 +288,11 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                 level = 0  # the world ray again (recomputed: fewer registers held across the BLAS)
                 o = o_in + shift * d
                 inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+                near = _near_rows(inv_d)
                 off = shift
                 base = view.tlas_pair_base
+                if wide == 2:
+                    base = view.tlas_wide_base
                 continue
             if level == 0 or cull != 0:
                 count -= 1
@@ -272,7 +309,7 @@ def _walk_unified(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
 def _walk_unified_plain(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                         any_hit: int) -> tuple[float, int]:
     """:func:`_walk_unified` without culling popped BLAS nodes."""
-    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 0)
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 0, 0)
     return t, winner
 
 
@@ -280,12 +317,29 @@ def _walk_unified_plain(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float,
 def _walk_unified_culled(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
                          any_hit: int) -> tuple[float, int]:
     """:func:`_walk_unified`, popped BLAS nodes behind the closest hit skipped."""
-    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 1)
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 1, 0)
+    return t, winner
+
+
+@wp.func
+def _walk_wide_blas(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                    any_hit: int) -> tuple[float, int]:
+    """:func:`_walk_unified` with each BLAS in 4-wide nodes (``wide_blas``)."""
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 0, 1)
+    return t, winner
+
+
+@wp.func
+def _walk_wide_both(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax: float, ignore: int,
+                    any_hit: int) -> tuple[float, int]:
+    """:func:`_walk_unified` with both levels in 4-wide nodes (``wide_both``)."""
+    t, winner = _walk_unified(view, o_in, d, tmin, tmax, ignore, any_hit, 0, 2)
     return t, winner
 
 
 #: The shared-stack instance walks by name (``RAYD_INSTANCE_WALK``).
-_WALKS = {"pairtop": _walk_pairtop, "unified": _walk_unified_plain, "unified_cull": _walk_unified_culled}
+_WALKS = {"pairtop": _walk_pairtop, "unified": _walk_unified_plain, "unified_cull": _walk_unified_culled,
+          "wide_blas": _walk_wide_blas, "wide_both": _walk_wide_both}
 
 #: The trace functions per ``accel.search_walk`` name of the shared-stack walks (instances alone, or
 #: after the flat BVH).

@@ -7,6 +7,7 @@ import os
 import warp as wp
 
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
+from rayd.engine.instance_wide import InstanceWide
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.runtime import launch_stream
 from rayd.engine.triangles import TriangleScene
@@ -23,9 +24,11 @@ wp.set_module_options({"enable_backward": False})
 #: skipped too), or ``"auto"`` (the default: ``"unified"`` on CUDA, where the H200 of
 #: session 11 traced 1,000 instances 2.9x faster with it than nested, closest hit and any
 #: hit, ``benchmarks/results/h200-session11/``; ``"nested"`` on the CPU, where it was not
-#: faster). ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk` changes it
-#: for scenes built afterwards. All give the same winners.
-INSTANCE_WALKS = ("auto", "nested", "pairtop", "unified", "unified_cull")
+#: faster). ``"wide_both"`` / ``"wide_blas"`` (``instance_walk.py``): ``unified`` with
+#: both levels / the BLAS only in 4-wide nodes (``instance_wide.py``; measured in session 19).
+#: ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk` changes it for scenes built
+#: afterwards. All give the same winners (the wide walks: up to exact ties in ``t``, see there).
+INSTANCE_WALKS = ("auto", "nested", "pairtop", "unified", "unified_cull", "wide_both", "wide_blas")
 _walk = os.environ.get("RAYD_INSTANCE_WALK", "auto").strip().lower()
 if _walk not in INSTANCE_WALKS:
     raise ValueError(f"rayd.engine: RAYD_INSTANCE_WALK must be one of {INSTANCE_WALKS}, got {_walk!r}")
@@ -133,6 +136,12 @@ class InstanceLevel:
         stream: the stream to build on (``None`` on the CPU).
 
     Updating transforms (:meth:`update`) recomputes boxes and refits only this level.
+
+    Attributes:
+        walk: the instance walk its searches use (:data:`INSTANCE_WALKS`, ``"auto"`` resolved).
+        tlas_pairs: the top level's pair nodes (``None`` with the ``nested`` walk).
+        wide: the 4-wide nodes of the BLAS (and the top level) for the ``wide_both`` /
+            ``wide_blas`` walks (``instance_wide.InstanceWide``), else ``None``.
     """
 
     def __init__(
@@ -197,9 +206,12 @@ class InstanceLevel:
         Those need every BLAS in the pair layout, top-level leaves of at most
         :data:`~rayd.engine.pair_nodes.MAX_LEAF` instances (the ref encoding) and both
         levels' depths within :data:`SHARED_STACK`; then the top level's pair nodes are
-        made (``tlas_pairs``) and kept after the BLAS nodes in ``pair_boxes``.
+        made (``tlas_pairs``) and kept after the BLAS nodes in ``pair_boxes``. The wide walks
+        also collapse the trees into 4-wide nodes (:attr:`wide`) and fall back to ``"unified"``
+        where a tree does not collapse or their stack need (``WideNodes.stack_need``; two
+        entries per top-level ref) exceeds :data:`SHARED_STACK`.
         """
-        self.tlas_pairs = None
+        self.tlas_pairs = self.wide = None
         walk = instance_walk()
         if walk == "auto":
             walk = "unified" if self.nodes.lowers.device.is_cuda else "nested"
@@ -215,6 +227,15 @@ class InstanceLevel:
             return "nested"
         self.tlas_pairs = PairNodes(self.nodes, None, None, 0, stream)
         self._copy_tlas_pairs(stream)
+        if walk in ("wide_both", "wide_blas"):
+            top = (self.tlas_pairs, self.nodes.depth) if walk == "wide_both" else None
+            wide = InstanceWide([b.pairs for b in self.blas], [b.nodes.depth for b in self.blas], top, stream)
+            # top-level entries are two (distance, ref), plus a leaf continuation pair and a marker
+            top_need = 2 * (wide.top_stack if top is not None else self.nodes.depth)
+            if wide.ok and top_need + wide.blas_stack + 3 <= SHARED_STACK:
+                self.wide = wide
+            else:
+                walk = "unified"
         return walk
 
     def _copy_tlas_pairs(self, stream: wp.Stream | None) -> None:
@@ -285,3 +306,8 @@ class InstanceLevel:
             if self.tlas_pairs is not None:
                 self.tlas_pairs.refresh(stream)
                 self._copy_tlas_pairs(stream)
+            if self.wide is not None:
+                if geometry_changed:
+                    self.wide.copy(stream)
+                else:
+                    self.wide.refresh_top(stream)

@@ -72,6 +72,11 @@ class SceneView:
     tlas_pair_base: int  # first pair node of the top level in blas_pair_boxes (instance_walk.py)
     tlas_pair_root: int  # root ref (local) of the top level in the pair layout
     inst_table: wp.array(dtype=wp.vec4i)  # per instance: pair base, prim base, pair root, first global id
+    inst_wide_data: wp.array(dtype=wp.vec4)  # 4-wide nodes of every BLAS, then the top level's (instance_wide.py)
+    inst_wide_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
+    inst_wide_table: wp.array(dtype=wp.vec4i)  # per instance: wide base, prim base, wide root, first global id
+    tlas_wide_base: int  # first wide node of the top level in inst_wide_data
+    tlas_wide_root: int  # root ref (local) of the top level in the wide layout
 
 
 @wp.func

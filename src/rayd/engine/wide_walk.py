@@ -9,7 +9,8 @@ five-comparator network); the nearest is walked next and the others pushed far f
 a stack of int32 refs (a popped node is not re-tested: its children are, in the fetch that
 reads them). Leaves, their triangles (``PairNodes.tris``), the per-ray shear and the float64
 confirmation are those of ``pair_walk`` (``_slot_face``), so the same triangles are
-candidates and the winner's ``t`` is the same; instances keep the pair walk.
+candidates and the winner's ``t`` is the same. The node test and the sort are shared with the
+wide instance walks (``instance_walk.py``).
 """
 
 from __future__ import annotations
@@ -31,6 +32,18 @@ def _sort2(da: float, ra: int, db: float, rb: int) -> tuple[float, int, float, i
     if db < da:
         return db, rb, da, ra
     return da, ra, db, rb
+
+
+@wp.func
+def _sort4(t: wp.vec4, r: wp.vec4i) -> tuple[wp.vec4, wp.vec4i]:
+    """The four (entry distance, ref) pairs of a wide node's children in ascending distance (a five-comparator
+    network, not stable: equal distances may change their slot order): ``(distances, refs)``."""
+    d0, r0, d1, r1 = _sort2(t[0], r[0], t[1], r[1])
+    d2, r2, d3, r3 = _sort2(t[2], r[2], t[3], r[3])
+    d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
+    d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
+    d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
+    return wp.vec4(d0, d1, d2, d3), wp.vec4i(r0, r1, r2, r3)
 
 
 @wp.func
@@ -76,22 +89,12 @@ def _walk_flat_wide(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: fl
             base = 8 * ref
             t = _children(view.flat_wide_data, base, near, o, inv_d, best - s)
             if t[0] < INF or t[1] < INF or t[2] < INF or t[3] < INF:
-                r = load4i(view.flat_wide_links, base + 6)
-                d0, r0, d1, r1 = _sort2(t[0], r[0], t[1], r[1])
-                d2, r2, d3, r3 = _sort2(t[2], r[2], t[3], r[3])
-                d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
-                d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
-                d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
-                if d3 < INF:
-                    stack[count] = r3
-                    count += 1
-                if d2 < INF:
-                    stack[count] = r2
-                    count += 1
-                if d1 < INF:
-                    stack[count] = r1
-                    count += 1
-                ref = r0
+                ds, rs = _sort4(t, load4i(view.flat_wide_links, base + 6))
+                for j in range(3, 0, -1):  # the far ones first
+                    if ds[j] < INF:
+                        stack[count] = rs[j]
+                        count += 1
+                ref = rs[0]
                 continue
         else:
             code = -1 - ref
