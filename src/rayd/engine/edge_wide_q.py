@@ -121,12 +121,12 @@ def compress_node(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.v
 
 
 @wp.func
-def compress_boxes(lo_m: mat43, hi_m: mat43, codes: wp.vec4i, refs: wp.vec4i, seg: wp.array(dtype=wp.vec3),
-                   slot_id: wp.array(dtype=wp.int32), seg_boxes: int, q: wp.array(dtype=wp.vec4i),
-                   segq: wp.array(dtype=wp.vec2i), w: int):
-    """Wide node ``w`` quantised from its children's boxes ``(lo_m[j], hi_m[j])`` (rows with
-    ``codes[j] < 0`` are empty slots, not read): the four rows ``q[4 w .. 4 w + 3]`` (``refs`` the last)
-    and, with ``seg_boxes``, its leaf children's segment boxes ``segq`` (:func:`compress_node`)."""
+def quantise_children(lo_m: mat43, hi_m: mat43,
+                      codes: wp.vec4i) -> tuple[wp.vec4i, wp.vec4i, wp.vec4i, wp.vec3, wp.vec3i]:
+    """The first three rows of a compressed node (module docstring) from its children's boxes
+    ``(lo_m[j], hi_m[j])`` (rows with ``codes[j] < 0`` are empty slots, not read): ``(header, xy, z,
+    origin, exponents)``, ``header = (origin, exponents | flags)`` as ``float_bits``. The one quantiser
+    of rayd's compressed wide nodes (edges here, triangles in ``wide_q.py``)."""
     origin = wp.vec3(_BIG)
     top = wp.vec3(-_BIG)
     kind = wp.vec4i(0)  # 0 empty, 1 quantised, 2 not finite
@@ -170,8 +170,20 @@ def compress_boxes(lo_m: mat43, hi_m: mat43, codes: wp.vec4i, refs: wp.vec4i, se
             zw[1] = zw[1] | (255 << sh)
         else:  # empty: lo.x = 255 > hi.x = 0
             words[0] = words[0] | (255 << sh)
-    q[4 * w] = wp.vec4i(float_bits(origin[0]), float_bits(origin[1]), float_bits(origin[2]),
-                        e[0] | (e[1] << 8) | (e[2] << 16) | flags)
+    header = wp.vec4i(float_bits(origin[0]), float_bits(origin[1]), float_bits(origin[2]),
+                      e[0] | (e[1] << 8) | (e[2] << 16) | flags)
+    return header, words, zw, origin, e
+
+
+@wp.func
+def compress_boxes(lo_m: mat43, hi_m: mat43, codes: wp.vec4i, refs: wp.vec4i, seg: wp.array(dtype=wp.vec3),
+                   slot_id: wp.array(dtype=wp.int32), seg_boxes: int, q: wp.array(dtype=wp.vec4i),
+                   segq: wp.array(dtype=wp.vec2i), w: int):
+    """Wide node ``w`` quantised from its children's boxes ``(lo_m[j], hi_m[j])`` (rows with
+    ``codes[j] < 0`` are empty slots, not read): the four rows ``q[4 w .. 4 w + 3]`` (``refs`` the last)
+    and, with ``seg_boxes``, its leaf children's segment boxes ``segq`` (:func:`compress_node`)."""
+    header, words, zw, origin, e = quantise_children(lo_m, hi_m, codes)
+    q[4 * w] = header
     q[4 * w + 1] = words
     q[4 * w + 2] = zw
     q[4 * w + 3] = refs

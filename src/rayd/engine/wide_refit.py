@@ -320,6 +320,9 @@ class WideRefit:
             ``w`` in the order of its least leaf slot (``"node"``); one thread each.
         up: int32 (W,), ``4 (parent slot + 1) + children - 1`` per wide node (parent slot ``-1`` at the root).
         counters: int32 (W,), arrival counters (zero between refits).
+        quantises: whether :meth:`run` also writes the compressed nodes ``tri.wide.q`` (``wide_q.py``; set
+            when the launches are recorded, by ``wide_refit_tris.record``); else ``TriangleScene.refit``
+            quantises them after it.
         node_items: ``"leaf_split"`` only: int32, the wide nodes with leaf children, as ``items`` of ``"node"``.
     """
 
@@ -367,6 +370,7 @@ class WideRefit:
             if stream is not None:
                 wp.synchronize_stream(stream)  # before the scratch arrays are released
         self._cmds: list | None = None
+        self.quantises = False  # the recorded launches also write ``wide.q`` (wide_refit_tris.record)
 
     def run(self, tri, stream: wp.Stream | None) -> None:
         """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured; for ``"leaf_tris"``

@@ -33,10 +33,13 @@ References:
 
 from __future__ import annotations
 
+import os
+
 import warp as wp
 
 from rayd.engine.native import load4
 from rayd.engine.refit import BOX_PADDING, _fence
+from rayd.engine.wide_q import climb_q
 from rayd.engine.wide_refit import _climb, _slot_write
 
 wp.set_module_options({"enable_backward": False})
@@ -49,6 +52,10 @@ VARIANTS = {"wide_v4": 0, "wide_tris": 1, "wide_tris_r": 2}
 #: ``cuda_max_registers`` of the leaf climbs (``wide_refit._leaf_climb_kernel`` compiles to 32 on sm_90; the
 #: 16-byte stores and loads would take it to 40 and the kernel is bound by the latency of its gathers).
 MAX_REGISTERS = 32
+
+#: ``cuda_max_registers`` of the leaf climbs that also quantise (``wide_q.climb_q``; layout ``"wide4q"``):
+#: the quantiser holds a node's 24 planes; ``RAYD_WIDEQ_REFIT_MAXREG`` (read at import; 0: the compiler's choice).
+Q_MAX_REGISTERS = int(os.environ.get("RAYD_WIDEQ_REFIT_MAXREG", "32") or 0)
 
 #: Partial maxima of the scene magnitude (``refit._MAG_PARTIALS``) folded by the first launch.
 _PARTIALS = 256
@@ -125,9 +132,10 @@ def _leaf_box_from(points: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.i
     return lo, hi
 
 
-def _leaf_climb_kernel(source: int):
+def _leaf_climb_kernel(source: int, quant: int = 0):
     """``wide_refit._leaf_climb_kernel`` with the corners handled as ``source`` says (:data:`VARIANTS`; a
-    constant of the kernel, so each variant compiles without the others' branches)."""
+    constant of the kernel, so each variant compiles without the others' branches); ``quant``: the climb
+    also quantises every wide node it completes into ``q`` (``wide_q.climb_q``; else ``q`` is not read)."""
 
     def kernel(
         points: wp.array(dtype=wp.vec3),
@@ -142,6 +150,7 @@ def _leaf_climb_kernel(source: int):
         wlinks: wp.array(dtype=wp.vec4i),
         wide_f: wp.array(dtype=float),
         tris: wp.array(dtype=wp.vec4),
+        q: wp.array(dtype=wp.vec4i),
     ):
         # one thread per leaf (items: 4 w + j in slot order)
         s = items[wp.tid()]
@@ -156,13 +165,17 @@ def _leaf_climb_kernel(source: int):
         if wp.atomic_add(counters, w, 1) != (up[w] & 3):
             return  # a sibling's thread finishes w
         counters[w] = 0
-        _climb(w, up, counters, data, wide_f)
+        if wp.static(quant != 0):
+            climb_q(w, up, counters, data, wide_f, wlinks, q)
+        else:
+            _climb(w, up, counters, data, wide_f)
 
-    kernel.__name__ = kernel.__qualname__ = f"_leaf_climb_rows{source}_kernel"
-    return wp.kernel(kernel, cuda_max_registers=MAX_REGISTERS)
+    kernel.__name__ = kernel.__qualname__ = f"_leaf_climb_rows{source}{'_q' if quant else ''}_kernel"
+    return wp.kernel(kernel, cuda_max_registers=Q_MAX_REGISTERS if quant else MAX_REGISTERS)
 
 
-_CLIMBS = {source: _leaf_climb_kernel(source) for source in sorted(set(VARIANTS.values()))}
+_CLIMBS = {(source, quant): _leaf_climb_kernel(source, quant) for source in sorted(set(VARIANTS.values()))
+           for quant in (0, 1)}
 
 
 @wp.kernel(cuda_max_registers=MAX_REGISTERS)
@@ -246,6 +259,11 @@ def record(refit, tri, name: str) -> list:
                           [refit.node_items, refit.up, refit.counters, tri.wide.data, tri.wide.links, refit._wide_f],
                           device=tri.device, record_cmd=True)]
     source = VARIANTS[name]
+    q = getattr(tri.wide, "q", None)
+    refit.quantises = q is not None
+    if q is None:
+        q = wp.zeros(1, dtype=wp.vec4i, device=tri.device)
+        refit._q_dummy = q  # (kept alive with the records)
     cmds = []
     if source != 0:
         rows = 3 * tri.num_triangles
@@ -254,8 +272,8 @@ def record(refit, tri, name: str) -> list:
             [tri.points, tri.indices, tri.face_base, tri.nodes.primitives, rows, tri._partial, tri.magnitude,
              tri.pairs.tris], device=tri.device, record_cmd=True))
     cmds.append(wp.launch(
-        _CLIMBS[source], refit.items.shape[0],
+        _CLIMBS[(source, int(refit.quantises))], refit.items.shape[0],
         [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, refit.items, refit.up,
-         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris],
+         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris, q],
         device=tri.device, record_cmd=True))
     return cmds
