@@ -7,7 +7,8 @@
 A variant is ``layout[:constructor][+warprefit]``: ``layout`` the node layout the search
 walks (``warp``: Warp's nodes, the code before issue 18; ``pair``: rayd's child-pair
 nodes, ``rayd.engine.pair_nodes``, with leaf-ordered triangles and the per-ray shear;
-``wide4``: 4-wide nodes collapsed from the pair nodes, ``rayd.engine.wide_nodes``),
+``wide4``: 4-wide nodes collapsed from the pair nodes, ``rayd.engine.wide_nodes``; ``wide4q``: the
+same with compressed copies of them, 8-bit child boxes, ``rayd.engine.wide_q``),
 ``constructor`` the triangle BVH builder (``sah`` default, ``cubql``: Warp 1.19's GPU
 binned-SAH builder, CUDA only), ``+warprefit`` Warp's refit plus a copy instead of the
 fused refit (``rayd.engine.refit``). Every variant is a separate
@@ -131,6 +132,8 @@ class Variant:
             out["pair_layout"] = int(flat.pairs.nbytes)
         if getattr(flat, "wide", None) is not None:
             out["wide_layout"] = int(flat.wide.nbytes)
+            if getattr(flat.wide, "q", None) is not None:
+                out["wide_q_layout"] = 64 * int(flat.wide.count)
         return out
 
 
