@@ -125,6 +125,21 @@ def climb_q(w: int, up: wp.array(dtype=wp.int32), counters: wp.array(dtype=wp.in
         counters[w] = 0  # every child has arrived: zero again for the next refit (no memset)
 
 
+@wp.func_native("""
+#if defined(__CUDA_ARCH__)
+    union { unsigned int i; float f; } u;
+    u.i = __byte_perm((unsigned int)w, 0x4B000000u, 0x7540u + (unsigned int)j);
+    return u.f - 8388608.0f;
+#else
+    return (float)((w >> (8 * j)) & 255);
+#endif
+""")
+def byte_float(w: int, j: int) -> float:
+    """``float((w >> 8 j) & 255)``, exactly; on CUDA byte ``j`` of ``w`` put below the exponent of ``2^23``
+    (one byte permute, ``PRMT``, for sm_90) less ``2^23``: no integer-to-float conversion."""
+    ...
+
+
 @wp.func
 def children_q(q: wp.array(dtype=wp.vec4i), node: int, near: wp.vec3i, o: wp.vec3, inv_d: wp.vec3,
                reach: float) -> wp.vec4:
@@ -144,23 +159,22 @@ def children_q(q: wp.array(dtype=wp.vec4i), node: int, near: wp.vec3i, o: wp.vec
     fy = wp.where(near[1] == 0, r1[3], r1[2])
     nz = wp.where(near[2] == 0, r2[0], r2[1])
     fz = wp.where(near[2] == 0, r2[1], r2[0])
-    open_all = (ex & _OPEN_ALL) != 0
     out = wp.vec4(INF)
     for j in range(4):
-        sh = 8 * j
-        if ((r1[0] >> sh) & 255) <= ((r1[1] >> sh) & 255):  # (an empty slot: lo.x = 255 > hi.x = 0)
-            if open_all:
+        if ((r1[0] >> (8 * j)) & 255) <= ((r1[1] >> (8 * j)) & 255):  # (an empty slot: lo.x = 255 > hi.x = 0)
+            ax = org[0] + byte_float(nx, j) * s[0]
+            ay = org[1] + byte_float(ny, j) * s[1]
+            az = org[2] + byte_float(nz, j) * s[2]
+            bx = org[0] + byte_float(fx, j) * s[0]
+            by = org[1] + byte_float(fy, j) * s[1]
+            bz = org[2] + byte_float(fz, j) * s[2]
+            enter = wp.max(wp.max((ax - o[0]) * inv_d[0], (ay - o[1]) * inv_d[1]),
+                           wp.max((az - o[2]) * inv_d[2], 0.0))
+            leave = wp.min(wp.min((bx - o[0]) * inv_d[0], (by - o[1]) * inv_d[1]), (bz - o[2]) * inv_d[2])
+            if leave >= enter and enter < reach:
+                out[j] = enter
+    if (ex & _OPEN_ALL) != 0:  # (a non-finite child box: never for triangles, whose points are checked)
+        for j in range(4):
+            if ((r1[0] >> (8 * j)) & 255) <= ((r1[1] >> (8 * j)) & 255):
                 out[j] = 0.0
-            else:
-                ax = org[0] + float((nx >> sh) & 255) * s[0]
-                ay = org[1] + float((ny >> sh) & 255) * s[1]
-                az = org[2] + float((nz >> sh) & 255) * s[2]
-                bx = org[0] + float((fx >> sh) & 255) * s[0]
-                by = org[1] + float((fy >> sh) & 255) * s[1]
-                bz = org[2] + float((fz >> sh) & 255) * s[2]
-                enter = wp.max(wp.max((ax - o[0]) * inv_d[0], (ay - o[1]) * inv_d[1]),
-                               wp.max((az - o[2]) * inv_d[2], 0.0))
-                leave = wp.min(wp.min((bx - o[0]) * inv_d[0], (by - o[1]) * inv_d[1]), (bz - o[2]) * inv_d[2])
-                if leave >= enter and enter < reach:
-                    out[j] = enter
     return out
