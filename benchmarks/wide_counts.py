@@ -12,7 +12,8 @@ triangles. Counting copies of the walks (``pair_walk._walk_flat_pairs``, ``wide_
 over float and compressed rows, same arithmetic, plus per-ray tallies) give, per ray (mean):
 inner nodes fetched, child boxes tested (non-empty slots), child boxes entered, triangle tests,
 stack pushes and pops, and node bytes read (pair: 48 B of boxes + 16 B of refs when a child is
-entered; wide: 96 + 16; compressed: 48 + 16). The compressed walk's extra entries and triangle tests
+entered; wide: 96 + 16; compressed: 48 + 16, except the top ``wide_q.FLOAT_TOP`` nodes, read from the
+float rows; ``--float-top`` sets it). The compressed walk's extra entries and triangle tests
 are what its looser (decoded) boxes cost. Winners are compared between the production kernels
 (fraction of rays with the same face). Times: the production search kernels (``intersect.search_kernel``,
 ``flat_pair`` / ``flat_wide`` / ``flat_wide_q``), closest and any hit, round-robin, medians of ``--repeats``;
@@ -121,9 +122,10 @@ def _count_pair(view: SceneView, o0: wp.vec3, d: wp.vec3, stats: wp.array(dtype=
     return face
 
 
-def _make_count_wide(children: wp.Function, refs: wp.Function, box_bytes: int) -> wp.Function:
-    """A counting copy of ``wide_walk.make_wide_walk(children, refs)``; ``box_bytes`` read per node fetch
-    (float rows 96, compressed 48: header, xy, z), 16 more for the refs when a child is entered."""
+def _make_count_wide(children: wp.Function, refs: wp.Function, compressed: int) -> wp.Function:
+    """A counting copy of ``wide_walk.make_wide_walk(children, refs)``; box bytes read per node fetch: float
+    rows 96, compressed 48 (header, xy, z; ``compressed``, for the nodes from ``view.flat_wide_qfrom`` on),
+    16 more for the refs when a child is entered."""
 
     @wp.func
     def count_wide(view: SceneView, o0: wp.vec3, d: wp.vec3, stats: wp.array(dtype=wp.int32), row: int) -> int:
@@ -142,7 +144,7 @@ def _make_count_wide(children: wp.Function, refs: wp.Function, box_bytes: int) -
         while True:
             if ref >= 0:
                 _tally(stats, row, 0, 1)
-                _tally(stats, row, 6, box_bytes)
+                _tally(stats, row, 6, wp.where(compressed != 0 and ref >= view.flat_wide_qfrom, 48, 96))
                 src = load4i(view.flat_wide_links, 8 * ref + 7)  # counting only: which slots are used
                 for j in range(4):
                     if src[j] >= 0:
@@ -193,8 +195,8 @@ def _make_count_wide(children: wp.Function, refs: wp.Function, box_bytes: int) -
     return count_wide
 
 
-_count_wide = _make_count_wide(_float_children, _float_refs, 96)
-_count_wide_q = _make_count_wide(_q_children, _q_refs, 48)
+_count_wide = _make_count_wide(_float_children, _float_refs, 0)
+_count_wide_q = _make_count_wide(_q_children, _q_refs, 1)
 
 
 @wp.kernel
@@ -236,6 +238,7 @@ def run_workload(name: str, factory, args) -> dict:
            "pair_inner_nodes": tri.pairs.boxes.shape[0] // 4, "wide_nodes": tri.wide.count,
            "wide_stack_need": tri.wide.stack_need, "pair_layout_bytes": int(tri.pairs.boxes.capacity),
            "wide_layout_bytes": int(tri.wide.nbytes), "wide_q_bytes": 64 * tri.wide.count, "constructor": args.constructor,
+           "float_top": int(tri.wide.q_from),
            "counts": {}, "times_ms": {}}
     faces = {}
     for kind, flag in (("pair", 0), ("wide4", 1), ("wide4q", 2)):
@@ -298,12 +301,17 @@ def main(argv=None):
     p.add_argument("--mesh-dir", default=None)
     p.add_argument("--collapse", choices=("sah", "greedy"), default="sah", help="wide_nodes.COLLAPSE")
     p.add_argument("--constructor", choices=("sah", "ploc"), default="sah", help="the tree's builder")
+    p.add_argument("--float-top", type=int, default=None, help="wide_q.FLOAT_TOP (default: the module's)")
     p.add_argument("--output", default=None)
     args = p.parse_args(argv)
     wp.init()
     from rayd.engine import wide_nodes
 
     wide_nodes.COLLAPSE = args.collapse
+    if args.float_top is not None:
+        from rayd.engine import wide_q
+
+        wide_q.FLOAT_TOP = args.float_top
     factories = {**_workloads.suite("cuda", mesh_dir=args.mesh_dir), **_workloads.suite("cpu", mesh_dir=args.mesh_dir),
                  **_workloads.tiny()}
     results = []

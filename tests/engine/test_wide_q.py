@@ -2,7 +2,8 @@
 the decoded child boxes hold the float ones (after the build and after every kind of refit, which
 keeps the compressed rows bit-equal to a fresh quantisation), and the walk over them returns the
 same winners and ``t`` on terrain, sphere and a scan, closest and any hit, with ignored faces, after a
-vertex update, for SAH and PLOC trees, and in reflection chains.
+vertex update, for SAH and PLOC trees, and in reflection chains, with every node read compressed and with
+the top nodes read from their float rows (``wide_q.FLOAT_TOP``).
 
 On the CPU Embree is turned off, so the walks compared are rayd's own."""
 
@@ -80,14 +81,26 @@ def test_refits_keep_the_compressed_rows_current(constructor, mode, device):
         assert refit is not None and refit.quantises
 
 
+@pytest.fixture(params=[0, 20])
+def float_top(request):
+    """``wide_q.FLOAT_TOP`` for the scenes built: every node compressed, or the first 20 read as float rows."""
+    was = wide_q.FLOAT_TOP
+    wide_q.FLOAT_TOP = request.param
+    try:
+        yield request.param
+    finally:
+        wide_q.FLOAT_TOP = was
+
+
 @pytest.mark.parametrize("constructor", ["sah", "ploc"])
 @pytest.mark.parametrize("kind", ["terrain", "sphere", "scan"])
-def test_same_winner_and_t_as_wide4(device, kind, constructor):
+def test_same_winner_and_t_as_wide4(device, kind, constructor, float_top):
     v, f, o, d = _workload(kind)
     ray = _ray(o, d, device)
     with _settings(constructor, layout="wide4", refit=wide_refit.tri_refit()):
         wide = _scene([(v, f)], device, "wide4")
         comp = _scene([(v, f)], device, "wide4q")
+    assert comp._core.flat.wide.q_from == float_top < comp._core.flat.wide.count
     assert wide._core.accel.search_walk == "flat_wide" and comp._core.accel.search_walk == "flat_wide_q"
     a, b = _hits(wide, ray), _hits(comp, ray)
     assert (a[0] >= 0).sum() > 0.3 * len(o)
@@ -100,7 +113,7 @@ def test_same_winner_and_t_as_wide4(device, kind, constructor):
     _same_up_to_ties(_hits(wide, ray), _hits(comp, ray), o, d, moved, f)
 
 
-def test_reflection_chains_as_wide4(device):
+def test_reflection_chains_as_wide4(device, float_top):
     v, f, o, d = _workload("sphere")
     ray = _ray(o[:2000], d[:2000], device)
     chains = []

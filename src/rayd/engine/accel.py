@@ -71,6 +71,7 @@ class SceneAccel:
         view.flat_wide_data, view.flat_wide_links, view.flat_wide_root = wide.data, wide.links, wide.root
         wide_q = getattr(wide, "q", None)
         view.flat_wide_q = wide_q if wide_q is not None else wp.zeros(4, dtype=wp.vec4i, device=device)
+        view.flat_wide_qfrom = getattr(wide, "q_from", 0) if wide_q is not None else 0
         view.flat_global = flat_global
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled

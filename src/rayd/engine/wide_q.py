@@ -18,8 +18,9 @@ plane in those operations, so every decoded box holds the exact (padded) box of 
 monotone in the plane, so every box the uncompressed walk enters is entered here too (with an entry
 distance no larger): the same triangles reach the same watertight test and float64 confirmation, and
 the winners and ``t`` are those of ``"wide4"`` (only the visiting order may differ, hence ties on a
-shared edge). The walk reads four 16-byte rows a node instead of seven; the float rows stay (the
-refit climbs through them) and the nodes cost 64 more bytes each (about 26 bytes a triangle).
+shared edge). The walk reads four 16-byte rows a node instead of seven, except for the top levels
+(:data:`FLOAT_TOP`), which it reads from the float rows; those stay (the refit climbs through them) and
+the nodes cost 64 more bytes each (about 12 bytes a triangle on the terrain 2 M).
 
 Kept current: :func:`quantise` after a build or any refit that wrote the float rows (one launch), and
 inside the default wide-only refit's climb (``wide_refit_tris``, ``RAYD_TRI_REFIT=wide_tris``): the thread
@@ -28,6 +29,8 @@ quantises the node from the same rows (:func:`climb_q`), in the same launch.
 """
 
 from __future__ import annotations
+
+import os
 
 import warp as wp
 
@@ -40,6 +43,16 @@ from rayd.engine.wide_refit import _slot_write
 wp.set_module_options({"enable_backward": False})
 
 _OPEN_ALL = wp.constant(1 << 24)
+
+#: Wide nodes numbered below this are walked from their float rows (``RAYD_WIDEQ_FLOAT_TOP``, read at import;
+#: per scene at :func:`attach`). The collapse numbers the nodes level by level from the root, so these are the
+#: top levels: a few hundred kilobytes every ray shares (cache-resident), whose 8-bit grids are the coarsest in
+#: absolute terms. On the terrain 2 M (PLOC; rays straight down on a grid of half cells, nodes aligned with the
+#: mesh's cells) the padded upper planes sit just above a grid line and round up by a whole step (1/128 of a
+#: node), so rays beside a child's boundary also enter its neighbour, and its children, down to the level where
+#: a step is under the ray's distance to the boundary: 13.54 inner nodes a ray (xy containment along the walk,
+#: CPU count) against 10.57 with float rows; float rows for the first 1,024 nodes: 10.67, 4,096: 10.57.
+FLOAT_TOP = int(os.environ.get("RAYD_WIDEQ_FLOAT_TOP", "4096"))
 
 
 @wp.func
@@ -74,8 +87,10 @@ def _quantise_kernel(data: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.ve
 
 def attach(wide, stream: wp.Stream | None = None) -> None:
     """Give ``wide`` (a :class:`rayd.engine.wide_nodes.WideNodes`) its compressed rows ``wide.q``
-    (``wp.array(dtype=wp.vec4i)`` (4 W,)), quantised from its float rows now (one launch)."""
+    (``wp.array(dtype=wp.vec4i)`` (4 W,)), quantised from its float rows now (one launch), and ``wide.q_from``
+    (:data:`FLOAT_TOP`, at most W): the walk reads the nodes numbered below it from the float rows."""
     wide.q = wp.zeros(4 * wide.count, dtype=wp.vec4i, device=wide.data.device)
+    wide.q_from = min(FLOAT_TOP, wide.count)
     quantise(wide, stream)
 
 

@@ -76,13 +76,18 @@ def _float_refs(view: SceneView, ref: int) -> wp.vec4i:
 
 @wp.func
 def _q_children(view: SceneView, ref: int, near: wp.vec3i, o: wp.vec3, inv_d: wp.vec3, reach: float) -> wp.vec4:
-    """The same over the compressed rows (``wide_q.children_q``)."""
+    """The same over the compressed rows (``wide_q.children_q``), or the float rows for the top nodes
+    (``ref < view.flat_wide_qfrom``, ``wide_q.FLOAT_TOP``)."""
+    if ref < view.flat_wide_qfrom:
+        return _children(view.flat_wide_data, 8 * ref, near, o, inv_d, reach)
     return children_q(view.flat_wide_q, ref, near, o, inv_d, reach)
 
 
 @wp.func
 def _q_refs(view: SceneView, ref: int) -> wp.vec4i:
-    """The children's refs of compressed node ``ref`` (its row 3)."""
+    """The children's refs of wide node ``ref`` (compressed row 3, or float row 6 for the top nodes)."""
+    if ref < view.flat_wide_qfrom:
+        return load4i(view.flat_wide_links, 8 * ref + 6)
     return load4i(view.flat_wide_q, 4 * ref + 3)
 
 
