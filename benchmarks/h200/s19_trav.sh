@@ -9,16 +9,20 @@
 # a few %). The decoded boxes hold the float ones, so winners and t are wide4's (CPU tests bit-equal). The default
 # refit (wide_tris) quantises each wide node in its climb (same launch); wide_tris_q64 = its climb under 64 registers
 # instead of 32 (ptxas: 32 spills 600 B on the quantising path), wide_tris_ql = quantised by a launch after the climb.
-# 1. traversal_ab.py, wide4:ploc (today's CUDA default) vs wide4q:ploc, one process per workload (terrain 2 M coherent,
-#    sphere 1 M incoherent, 4 M rays), closest All / Minimal, any hit, update+sync, round-robin, medians of 15,
+# 1. traversal_ab.py, wide4:ploc (today's CUDA default) vs wide4q:ploc (the top 4,096 nodes walked from their float
+#    rows, wide_q.FLOAT_TOP: on the terrain the top levels' coarse grids made rays beside a child boundary enter its
+#    neighbour, CPU count 13.5 vs 10.6 inner nodes a ray) and wide4q@0:ploc (every node compressed); the table's
+#    ratio column is wide4q:ploc / wide4:ploc. One process per workload (terrain 2 M coherent, sphere 1 M incoherent,
+#    4 M rays), closest All / Minimal, any hit, update+sync, round-robin, medians of 15,
 #    Mitsuba and Warp SAH beside; "same winner" must read 1.000000 (or >= 0.99999: shared-edge ties).
 # 2. refit_orders.py on wide4q scenes: update+sync of wide_tris / wide_tris_q64 / wide_tris_ql / full, interleaved,
 #    against Warp's wp.Mesh.refit ("= x.xx x warp"); every "same" must read True/True (compressed rows included).
 # 3. CUDA tests (wide, walks, watertight, intersect; tests/engine/test_wide_q.py among them), then the watertight tests
 #    with RAYD_BVH_LAYOUT=wide4q.
-# WHAT DECIDES: wide4q becomes the CUDA default if its closest All AND Minimal medians are below wide4's on BOTH
-# workloads (part 1), its update+sync in part 2 (the best of wide_tris / wide_tris_q64 / wide_tris_ql) is <= 1.30 x
-# warp on both, every "same" is True/True, "same winner" >= 0.99999 and part 3 passes. The change is ONE line in
+# WHAT DECIDES: wide4q becomes the CUDA default if its closest All AND Minimal medians (wide4q:ploc; or wide4q@0:ploc
+# where that is the faster on both workloads: then also FLOAT_TOP's default "4096" -> "0" in src/rayd/engine/wide_q.py)
+# are below wide4's on BOTH workloads (part 1), its update+sync in part 2 (the best of wide_tris / wide_tris_q64 /
+# wide_tris_ql) is <= 1.30 x warp on both, every "same" is True/True, "same winner" >= 0.99999 and part 3 passes. The change is ONE line in
 # src/rayd/engine/triangles.py: `layout = "pair" if self.device.is_cpu or instanced else "wide4"` -> `... else "wide4q"`
 # (plus, if wide_tris_q64 or wide_tris_ql beat wide_tris by >= 3 % on both meshes: wide_refit_tris.Q_MAX_REGISTERS = 64,
 # or the default RAYD_TRI_REFIT "wide_tris_ql" in wide_refit.py). Otherwise nothing changes (wide4q stays opt-in).
@@ -28,7 +32,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1
 echo "== 1. wide4:ploc vs wide4q:ploc (ms, medians of 15, round-robin); Mitsuba / Warp SAH beside"
 for W in terrain_C1024_S2048:75 sphere_1M_4Mrays:70; do
   timeout "${W#*:}" python3 benchmarks/traversal_ab.py --device cuda --workloads "${W%:*}" \
-    --variants wide4:ploc,wide4q:ploc --engines mitsuba,warp-sah --metrics closest_all,closest_minimal,any_hit,update \
+    --variants wide4:ploc,wide4q@0:ploc,wide4q:ploc --engines mitsuba,warp-sah --metrics closest_all,closest_minimal,any_hit,update \
     --build-repeats 1 --repeats 15 --warmup 3 --output "$OUT/s19_trav_${W%%_*}.json" > "$OUT/s19_trav_${W%%_*}.txt" 2>&1
   echo "rc=$?" >> "$OUT/s19_trav_${W%%_*}.txt"
   grep -E "^\*\*|^\| (closest|any|update)|^same winner|^rc=|Error|error" "$OUT/s19_trav_${W%%_*}.txt" | cut -c1-260
