@@ -21,9 +21,9 @@ from tests.engine.test_wide_refit import _settings
 
 
 def _decoded(wide) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(lo, hi, refs, s) of every child slot, decoded from ``wide.q`` as the walk decodes them: (W, 4, 3)
-    float32 planes ``origin + q s``, (W, 4) refs and (W, 3) the scales."""
-    q = wide.q.numpy().reshape(-1, 4, 4)[: wide.count]
+    """(lo, hi, refs, s) of every child slot of the nodes from ``wide.q_from`` on, decoded from ``wide.q`` as the
+    walk decodes them: (W, 4, 3) float32 planes ``origin + q s``, (W, 4) refs and (W, 3) the scales."""
+    q = wide.q.numpy().reshape(-1, 4, 4)[wide.q_from: wide.count]
     origin = q[:, 0, :3].copy().view(np.float32)  # (W, 3)
     e = np.stack([(q[:, 0, 3] >> (8 * k)) & 255 for k in range(3)], 1)
     assert not (q[:, 0, 3] & (1 << 24)).any()  # no "open all" flag: every box finite
@@ -37,9 +37,11 @@ def _decoded(wide) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _check_holds(wide) -> None:
-    """Every decoded non-empty box holds its float box; empty slots decode empty; refs as the float rows."""
-    data = wide.data.numpy().reshape(-1, 8, 4)[: wide.count]
-    links = wide.links.numpy().reshape(-1, 8, 4)[: wide.count]
+    """Every decoded non-empty box holds its float box; empty slots decode empty; refs as the float rows (the
+    nodes from ``wide.q_from`` on; the others are walked from their float rows and have no compressed rows)."""
+    assert not wide.q.numpy().reshape(-1, 4, 4)[: wide.q_from].any()
+    data = wide.data.numpy().reshape(-1, 8, 4)[wide.q_from: wide.count]
+    links = wide.links.numpy().reshape(-1, 8, 4)[wide.q_from: wide.count]
     lo = data[:, [0, 2, 4]].transpose(0, 2, 1)  # (W, 4 children, xyz)
     hi = data[:, [1, 3, 5]].transpose(0, 2, 1)
     used = links[:, 7] >= 0
@@ -55,7 +57,7 @@ def _check_holds(wide) -> None:
 @pytest.mark.parametrize("mode", ["wide_tris", "full", "wide", "wide_split", "wide_levels", "wide_tris_q64",
                                   "wide_tris_ql"])
 @pytest.mark.parametrize("constructor", ["ploc", "sah"])
-def test_refits_keep_the_compressed_rows_current(constructor, mode, device):
+def test_refits_keep_the_compressed_rows_current(constructor, mode, device, float_top):
     """After the build and after each refit kind: the decoded boxes hold the float ones and ``q`` is bit-equal
     to a fresh quantisation of the float rows (``wide_tris`` writes it in its climb: no launch after)."""
     rng = np.random.default_rng(7)

@@ -25,7 +25,8 @@ the nodes cost 64 more bytes each (about 12 bytes a triangle on the terrain 2 M)
 Kept current: :func:`quantise` after a build or any refit that wrote the float rows (one launch), and
 inside the default wide-only refit's climb (``wide_refit_tris``, ``RAYD_TRI_REFIT=wide_tris``): the thread
 that completes a wide node (every child written) reads its rows from L2 for the union it passes up and
-quantises the node from the same rows (:func:`climb_q`), in the same launch.
+quantises the node from the same rows (:func:`climb_q`), in the same launch. Nodes the walk reads from
+their float rows (:data:`FLOAT_TOP`) are not quantised.
 """
 
 from __future__ import annotations
@@ -77,9 +78,13 @@ def _boxes(lx: wp.vec4, hx: wp.vec4, ly: wp.vec4, hy: wp.vec4, lz: wp.vec4, hz: 
 
 
 @wp.kernel
-def _quantise_kernel(data: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i), q: wp.array(dtype=wp.vec4i)):
-    """Wide node ``w``'s compressed rows from its float rows (a thread per node)."""
+def _quantise_kernel(data: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.vec4i), q_from: int,
+                     q: wp.array(dtype=wp.vec4i)):
+    """Wide node ``w``'s compressed rows from its float rows (a thread per node; none below ``q_from``, which
+    the walk reads from the float rows)."""
     w = wp.tid()
+    if w < q_from:
+        return
     b = 8 * w
     lo_m, hi_m = _boxes(data[b], data[b + 1], data[b + 2], data[b + 3], data[b + 4], data[b + 5])
     _store_q(q, w, lo_m, hi_m, wlinks[b + 7], wlinks[b + 6])
@@ -88,7 +93,8 @@ def _quantise_kernel(data: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.ve
 def attach(wide, stream: wp.Stream | None = None) -> None:
     """Give ``wide`` (a :class:`rayd.engine.wide_nodes.WideNodes`) its compressed rows ``wide.q``
     (``wp.array(dtype=wp.vec4i)`` (4 W,)), quantised from its float rows now (one launch), and ``wide.q_from``
-    (:data:`FLOAT_TOP`, at most W): the walk reads the nodes numbered below it from the float rows."""
+    (:data:`FLOAT_TOP`, at most W): the walk reads the nodes numbered below it from the float rows, so their
+    compressed rows are neither written nor read (zeros)."""
     wide.q = wp.zeros(4 * wide.count, dtype=wp.vec4i, device=wide.data.device)
     wide.q_from = min(FLOAT_TOP, wide.count)
     quantise(wide, stream)
@@ -99,14 +105,17 @@ def quantise(wide, stream: wp.Stream | None = None) -> None:
     ``wide.q`` or wide nodes)."""
     if getattr(wide, "q", None) is None or wide.pairs.root < 0:
         return
-    wp.launch(_quantise_kernel, wide.count, [wide.data, wide.links], [wide.q], device=wide.q.device, stream=stream)
+    wp.launch(_quantise_kernel, wide.count, [wide.data, wide.links, wide.q_from], [wide.q], device=wide.q.device,
+              stream=stream)
 
 
 @wp.func
 def climb_q(w: int, up: wp.array(dtype=wp.int32), counters: wp.array(dtype=wp.int32), data: wp.array(dtype=wp.vec4),
-            wide_f: wp.array(dtype=float), wlinks: wp.array(dtype=wp.vec4i), q: wp.array(dtype=wp.vec4i)):
-    """``wide_refit._climb`` that also quantises each wide node it completes (the root included) from the
-    rows it reads for the union (the same bits as :func:`quantise` after the climb)."""
+            wide_f: wp.array(dtype=float), wlinks: wp.array(dtype=wp.vec4i), q: wp.array(dtype=wp.vec4i),
+            q_from: int):
+    """``wide_refit._climb`` that also quantises each wide node it completes from ``q_from`` on (the top nodes,
+    the climb's last and least parallel steps, are walked from the float rows) from the rows it reads for the
+    union (the same bits as :func:`quantise` after the climb)."""
     while True:
         word = up[w]
         last = word & 3
@@ -118,11 +127,12 @@ def climb_q(w: int, up: wp.array(dtype=wp.int32), counters: wp.array(dtype=wp.in
         lz = _load_l2(data, base + 4)
         hz = _load_l2(data, base + 5)
         lo_m, hi_m = _boxes(lx, hx, ly, hy, lz, hz)
-        codes = wp.vec4i(-1)
-        for j in range(4):
-            if j <= last:
-                codes[j] = j
-        _store_q(q, w, lo_m, hi_m, codes, wlinks[base + 6])
+        if w >= q_from:
+            codes = wp.vec4i(-1)
+            for j in range(4):
+                if j <= last:
+                    codes[j] = j
+            _store_q(q, w, lo_m, hi_m, codes, wlinks[base + 6])
         parent = (word >> 2) - 1
         if parent < 0:
             return  # the root (its box is no wide row)

@@ -159,6 +159,7 @@ def _leaf_climb_kernel(source: int, quant: int = 0, cap: int = MAX_REGISTERS):
         wide_f: wp.array(dtype=float),
         tris: wp.array(dtype=wp.vec4),
         q: wp.array(dtype=wp.vec4i),
+        q_from: int,
     ):
         # one thread per leaf (items: 4 w + j in slot order)
         s = items[wp.tid()]
@@ -174,7 +175,7 @@ def _leaf_climb_kernel(source: int, quant: int = 0, cap: int = MAX_REGISTERS):
             return  # a sibling's thread finishes w
         counters[w] = 0
         if wp.static(quant != 0):
-            climb_q(w, up, counters, data, wide_f, wlinks, q)
+            climb_q(w, up, counters, data, wide_f, wlinks, q, q_from)
         else:
             _climb(w, up, counters, data, wide_f)
 
@@ -292,6 +293,7 @@ def record(refit, tri, name: str) -> list:
     cmds.append(wp.launch(
         _climb_kernel(source, cap if refit.quantises else None), refit.items.shape[0],
         [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, refit.items, refit.up,
-         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris, q],
+         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris, q,
+         getattr(tri.wide, "q_from", 0)],
         device=tri.device, record_cmd=True))
     return cmds
