@@ -32,7 +32,7 @@ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1
 echo "== 1. wide4:ploc vs wide4q:ploc (ms, medians of 15, round-robin); Mitsuba / Warp SAH beside"
 for W in terrain_C1024_S2048:75 sphere_1M_4Mrays:70; do
   timeout "${W#*:}" python3 benchmarks/traversal_ab.py --device cuda --workloads "${W%:*}" \
-    --variants wide4:ploc,wide4q@0:ploc,wide4q:ploc --engines mitsuba,warp-sah --metrics closest_all,closest_minimal,any_hit,update \
+    --variants wide4:ploc,wide4q@0:ploc,wide4q@1024:ploc,wide4q:ploc --engines mitsuba,warp-sah --metrics closest_all,closest_minimal,any_hit,update \
     --build-repeats 1 --repeats 15 --warmup 3 --output "$OUT/s19_trav_${W%%_*}.json" > "$OUT/s19_trav_${W%%_*}.txt" 2>&1
   echo "rc=$?" >> "$OUT/s19_trav_${W%%_*}.txt"
   grep -E "^\*\*|^\| (closest|any|update)|^same winner|^rc=|Error|error" "$OUT/s19_trav_${W%%_*}.txt" | cut -c1-260

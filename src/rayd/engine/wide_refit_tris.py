@@ -181,7 +181,7 @@ def _leaf_climb_kernel(source: int, quant: int = 0, cap: int = MAX_REGISTERS):
 
     kernel.__name__ = kernel.__qualname__ = f"_leaf_climb_rows{source}{f'_q{cap}' if quant else ''}_kernel"
     if quant:  # (made on first use, per cap: a module of its own, so the others are not compiled again)
-        return wp.kernel(kernel, cuda_max_registers=cap or None, module="unique")
+        return wp.kernel(kernel, enable_backward=False, cuda_max_registers=cap or None, module="unique")
     return wp.kernel(kernel, cuda_max_registers=cap)
 
 
