@@ -83,6 +83,28 @@ def test_refits_keep_the_compressed_rows_current(constructor, mode, device, floa
         assert refit is not None and refit.quantises
 
 
+def test_warp_refit_quantises_too(device, float_top):
+    """A SAH tree refitted by Warp's refit plus copies (``RAYD_REFIT=warp``: no fused refit) re-quantises too."""
+    rng = np.random.default_rng(8)
+    v = rng.uniform(-1, 1, (3000, 3)).astype(np.float32)
+    f = rng.permutation(3000).reshape(-1, 3).astype(np.int32)
+    was = triangles.refit_kind()
+    triangles.set_refit("warp")
+    try:
+        tri = triangles.TriangleScene(wp.array(v, dtype=wp.vec3, device=device),
+                                      wp.array(f.ravel(), dtype=wp.int32, device=device), layout="wide4q",
+                                      bvh_constructor="sah")
+    finally:
+        triangles.set_refit(was)
+    assert tri.fused is None and tri.wide is not None
+    tri.points.assign((v * 2.5 - 0.3).astype(np.float32))
+    tri.refit()
+    got = tri.wide.q.numpy().copy()
+    _check_holds(tri.wide)
+    wide_q.quantise(tri.wide)
+    np.testing.assert_array_equal(got, tri.wide.q.numpy())
+
+
 @pytest.fixture(params=[0, 20])
 def float_top(request):
     """``wide_q.FLOAT_TOP`` for the scenes built: every node compressed, or the first 20 read as float rows."""
