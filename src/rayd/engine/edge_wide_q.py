@@ -35,10 +35,11 @@ _BIG = wp.constant(3.0e38)
 
 @wp.func
 def _scale_exponent(extent: float) -> int:
-    """Biased exponent ``e`` (1..254) of the least power of two ``s`` with ``250 s >= extent``."""
+    """Biased exponent ``e`` (1..254) of the least power of two ``s`` with ``250 s >= extent``. The start is
+    ``extent``'s own exponent less 7 (``250 < 2^8``: one step short at most), the loops make it the least."""
     e = int(1)
     if extent > 0.0:
-        e = wp.clamp(int(wp.ceil(wp.log2(extent / 250.0))) + 127, 1, 254)
+        e = wp.clamp(((float_bits(extent) >> 23) & 255) - 7, 1, 254)
         while e < 254 and 250.0 * bits_float(e << 23) < extent:
             e += 1
         while e > 1 and 250.0 * bits_float((e - 1) << 23) >= extent:
@@ -48,11 +49,14 @@ def _scale_exponent(extent: float) -> int:
 
 @wp.func
 def _quantise(lo: float, hi: float, origin: float, s: float) -> wp.vec2i:
-    """Bytes ``(q_lo, q_hi)`` with ``origin + q_lo s <= lo`` and ``origin + q_hi s >= hi``."""
-    a = wp.clamp(int(wp.floor((lo - origin) / s)), 0, 255)
+    """Bytes ``(q_lo, q_hi)`` with ``origin + q_lo s <= lo`` and ``origin + q_hi s >= hi``. ``s`` is a power of
+    two: its reciprocal ``2^(127 - e)`` is exact (``s = 2^(e - 127)``, ``e <= 253``; 0 for ``e = 254``, where the
+    loops alone find the bytes), so the products equal the quotients ``/ s`` without a division."""
+    inv_s = bits_float((254 << 23) - float_bits(s))
+    a = wp.clamp(int(wp.floor((lo - origin) * inv_s)), 0, 255)
     while a > 0 and origin + float(a) * s > lo:
         a -= 1
-    b = wp.clamp(int(wp.ceil((hi - origin) / s)), 0, 255)
+    b = wp.clamp(int(wp.ceil((hi - origin) * inv_s)), 0, 255)
     while b < 255 and origin + float(b) * s < hi:
         b += 1
     return wp.vec2i(a, b)
