@@ -22,6 +22,10 @@ the kernel's 0.432 ms on the terrain 2 M. The variants here (:data:`VARIANTS`, c
   computing the leaves): about one atomic per wide node instead of one per leaf, and none where every
   child is a leaf (266 k of the terrain 2 M's 303 k such nodes, session 17).
 
+With the compressed nodes of layout ``"wide4q"`` (``wide_q.py``), ``"wide_tris"``'s climb also quantises each
+wide node it completes (``wide_q.climb_q``, under :data:`Q_MAX_REGISTERS`); ``"wide_tris_q64"`` is the same climb
+under 64 registers and ``"wide_tris_ql"`` quantises in a launch after the plain climb (:data:`Q_MODES`).
+
 Boxes are computed by the same operations in the same order as ``wide_refit._leaf_box`` (``min`` /
 ``max`` and one subtraction / addition of the padding per triangle), so every wide row is bit-equal;
 ``tris`` holds exact float32 copies of the points either way.
