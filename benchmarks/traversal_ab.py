@@ -7,7 +7,9 @@
 A variant is ``layout[:constructor][+warprefit]``: ``layout`` the node layout the search
 walks (``warp``: Warp's nodes, the code before issue 18; ``pair``: rayd's child-pair
 nodes, ``rayd.engine.pair_nodes``, with leaf-ordered triangles and the per-ray shear;
-``wide4``: 4-wide nodes collapsed from the pair nodes, ``rayd.engine.wide_nodes``),
+``wide4``: 4-wide nodes collapsed from the pair nodes, ``rayd.engine.wide_nodes``; ``wide4q``: the
+same with compressed copies of them, 8-bit child boxes, ``rayd.engine.wide_q``; ``wide4q@N``: with
+``wide_q.FLOAT_TOP = N``, the nodes the walk reads from their float rows),
 ``constructor`` the triangle BVH builder (``sah`` default, ``cubql``: Warp 1.19's GPU
 binned-SAH builder, CUDA only), ``+warprefit`` Warp's refit plus a copy instead of the
 fused refit (``rayd.engine.refit``). Every variant is a separate
@@ -65,6 +67,8 @@ class Variant:
         base, _, refit = spec.partition("+")
         self.refit = "warp" if refit == "warprefit" else "fused"
         self.layout, _, self.constructor = base.partition(":")
+        self.layout, _, top = self.layout.partition("@")
+        self.float_top = int(top) if top else None  # wide4q@N: wide_q.FLOAT_TOP = N for its scenes
         self.constructor = self.constructor or "sah"
         self.torch, self.rt, self.triangles = torch, rt, triangles
         self.vertex_sets, self.faces, self.ray, self.device = vertex_sets, faces, ray, device
@@ -79,6 +83,11 @@ class Variant:
         was_constructor = t.bvh_constructor() if hasattr(t, "bvh_constructor") else None
         was_refit = t.refit_kind() if hasattr(t, "refit_kind") else None
         t.set_bvh_layout(self.layout)
+        from rayd.engine import wide_q
+
+        was_top = wide_q.FLOAT_TOP
+        if self.float_top is not None:
+            wide_q.FLOAT_TOP = self.float_top
         if was_refit is not None:
             t.set_refit(self.refit)
         if self.constructor != "sah" or was_constructor is not None:
@@ -90,6 +99,7 @@ class Variant:
             scene.add_mesh(self.rt.Mesh(vertices, self.faces), dynamic=True)
             scene.build()
         finally:
+            wide_q.FLOAT_TOP = was_top
             t.set_bvh_layout(was_layout)
             if was_refit is not None:
                 t.set_refit(was_refit)
@@ -131,6 +141,8 @@ class Variant:
             out["pair_layout"] = int(flat.pairs.nbytes)
         if getattr(flat, "wide", None) is not None:
             out["wide_layout"] = int(flat.wide.nbytes)
+            if getattr(flat.wide, "q", None) is not None:
+                out["wide_q_layout"] = 64 * int(flat.wide.count)
         return out
 
 

@@ -1,18 +1,22 @@
-"""Work per ray of the pair walk and the 4-wide walk over the same tree (issue 18), and their
-search-kernel times in the same process.
+"""Work per ray of the pair walk, the 4-wide walk and the compressed 4-wide walk over the same tree
+(issue 18), and their search-kernel times in the same process.
 
     python benchmarks/wide_counts.py                          # terrain 2 M, sphere 1 M, dragon 871 k (CPU)
     python benchmarks/wide_counts.py --workloads terrain_C8_S16 --rays 256 --repeats 1
+    python benchmarks/wide_counts.py --workloads terrain_C1024_S2048,sphere_1M_4Mrays --constructor ploc
 
-One ``TriangleScene(layout="wide4")`` per workload holds both layouts of one SAH tree (the wide
-nodes are collapsed from its pair nodes and share their leaves), so both walks see the same
-boxes and triangles. Counting copies of the two walks (``pair_walk._walk_flat_pairs``,
-``wide_walk._walk_flat_wide``, same arithmetic, plus per-ray tallies) give, per ray (mean):
+One ``TriangleScene(layout="wide4q")`` per workload holds the three layouts of one tree (SAH, or PLOC with
+``--constructor ploc``: the wide nodes are collapsed from its pair nodes and share their leaves, the
+compressed nodes, ``wide_q.py``, are quantised from the wide ones), so the walks see the same
+triangles. Counting copies of the walks (``pair_walk._walk_flat_pairs``, ``wide_walk.make_wide_walk``
+over float and compressed rows, same arithmetic, plus per-ray tallies) give, per ray (mean):
 inner nodes fetched, child boxes tested (non-empty slots), child boxes entered, triangle tests,
 stack pushes and pops, and node bytes read (pair: 48 B of boxes + 16 B of refs when a child is
-entered; wide: 96 + 16). Winners are compared between the production kernels (fraction of rays
-with the same face and ``t``). Times: the production search kernels (``intersect.search_kernel``,
-``flat_pair`` / ``flat_wide``), closest and any hit, round-robin, medians of ``--repeats``;
+entered; wide: 96 + 16; compressed: 48 + 16, except the top ``wide_q.FLOAT_TOP`` nodes, read from the
+float rows; ``--float-top`` sets it). The compressed walk's extra entries and triangle tests
+are what its looser (decoded) boxes cost. Winners are compared between the production kernels
+(fraction of rays with the same face). Times: the production search kernels (``intersect.search_kernel``,
+``flat_pair`` / ``flat_wide`` / ``flat_wide_q``), closest and any hit, round-robin, medians of ``--repeats``;
 wall and process-CPU time (a shared machine: read the counts first). The rays are every
 k-th ray of the workload (``--rays`` of them), Embree off; ``--collapse`` picks how the wide
 nodes are grouped (``wide_nodes.COLLAPSE``).
@@ -46,7 +50,7 @@ from rayd.engine.pair_walk import _slab, _slot_face  # noqa: E402
 from rayd.engine.traversal import SceneView, _approach  # noqa: E402
 from rayd.engine.watertight import INF, ray_shear, safe_direction  # noqa: E402
 from rayd.engine.wide_nodes import STACK  # noqa: E402
-from rayd.engine.wide_walk import _children, _near_rows, _sort2  # noqa: E402
+from rayd.engine.wide_walk import _float_children, _float_refs, _near_rows, _q_children, _q_refs, _sort2  # noqa: E402
 
 K = 7
 NAMES = ("nodes", "boxes_tested", "boxes_entered", "tri_tests", "pushes", "pops", "node_bytes")
@@ -118,78 +122,90 @@ def _count_pair(view: SceneView, o0: wp.vec3, d: wp.vec3, stats: wp.array(dtype=
     return face
 
 
-@wp.func
-def _count_wide(view: SceneView, o0: wp.vec3, d: wp.vec3, stats: wp.array(dtype=wp.int32), row: int) -> int:
-    s = _approach(o0, d, view.flat_magnitude[0])
-    if s < 0.0:
-        return -1
-    o = o0 + s * d
-    inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
-    near = _near_rows(inv_d)
-    k, sh = ray_shear(d)
-    best = float(INF)
-    face = int(-1)
-    stack = wp.vector(dtype=wp.int32, length=STACK)
-    count = int(0)
-    ref = view.flat_wide_root
-    while True:
-        if ref >= 0:
-            base = 8 * ref
-            _tally(stats, row, 0, 1)
-            _tally(stats, row, 6, 96)
-            src = load4i(view.flat_wide_links, base + 7)  # counting only: which slots are used
-            for j in range(4):
-                if src[j] >= 0:
-                    _tally(stats, row, 1, 1)
-            t = _children(view.flat_wide_data, base, near, o, inv_d, best - s)
-            if t[0] < INF or t[1] < INF or t[2] < INF or t[3] < INF:
-                _tally(stats, row, 6, 16)
-                r = load4i(view.flat_wide_links, base + 6)
-                d0, r0, d1, r1 = _sort2(t[0], r[0], t[1], r[1])
-                d2, r2, d3, r3 = _sort2(t[2], r[2], t[3], r[3])
-                d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
-                d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
-                d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
-                _tally(stats, row, 2, 1)
-                if d3 < INF:
+def _make_count_wide(children: wp.Function, refs: wp.Function, compressed: int) -> wp.Function:
+    """A counting copy of ``wide_walk.make_wide_walk(children, refs)``; box bytes read per node fetch: float
+    rows 96, compressed 48 (header, xy, z; ``compressed``, for the nodes from ``view.flat_wide_qfrom`` on),
+    16 more for the refs when a child is entered."""
+
+    @wp.func
+    def count_wide(view: SceneView, o0: wp.vec3, d: wp.vec3, stats: wp.array(dtype=wp.int32), row: int) -> int:
+        s = _approach(o0, d, view.flat_magnitude[0])
+        if s < 0.0:
+            return -1
+        o = o0 + s * d
+        inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
+        near = _near_rows(inv_d)
+        k, sh = ray_shear(d)
+        best = float(INF)
+        face = int(-1)
+        stack = wp.vector(dtype=wp.int32, length=STACK)
+        count = int(0)
+        ref = view.flat_wide_root
+        while True:
+            if ref >= 0:
+                _tally(stats, row, 0, 1)
+                _tally(stats, row, 6, wp.where(compressed != 0 and ref >= view.flat_wide_qfrom, 48, 96))
+                src = load4i(view.flat_wide_links, 8 * ref + 7)  # counting only: which slots are used
+                for j in range(4):
+                    if src[j] >= 0:
+                        _tally(stats, row, 1, 1)
+                t = children(view, ref, near, o, inv_d, best - s)
+                if t[0] < INF or t[1] < INF or t[2] < INF or t[3] < INF:
+                    _tally(stats, row, 6, 16)
+                    r = refs(view, ref)
+                    d0, r0, d1, r1 = _sort2(t[0], r[0], t[1], r[1])
+                    d2, r2, d3, r3 = _sort2(t[2], r[2], t[3], r[3])
+                    d0, r0, d2, r2 = _sort2(d0, r0, d2, r2)
+                    d1, r1, d3, r3 = _sort2(d1, r1, d3, r3)
+                    d1, r1, d2, r2 = _sort2(d1, r1, d2, r2)
                     _tally(stats, row, 2, 1)
-                    _tally(stats, row, 4, 1)
-                    stack[count] = r3
-                    count += 1
-                if d2 < INF:
-                    _tally(stats, row, 2, 1)
-                    _tally(stats, row, 4, 1)
-                    stack[count] = r2
-                    count += 1
-                if d1 < INF:
-                    _tally(stats, row, 2, 1)
-                    _tally(stats, row, 4, 1)
-                    stack[count] = r1
-                    count += 1
-                ref = r0
-                continue
-        else:
-            code = -1 - ref
-            first = code >> 3
-            for slot in range(first, first + (code & 7) + 1):
-                _tally(stats, row, 3, 1)
-                th, f = _slot_face(view, slot, o, k, sh, s, o0, d, 0.0, best, -1)
-                if th < best:
-                    best = th
-                    face = f
-        if count == 0:
-            break
-        _tally(stats, row, 5, 1)
-        count -= 1
-        ref = stack[count]
-    return face
+                    if d3 < INF:
+                        _tally(stats, row, 2, 1)
+                        _tally(stats, row, 4, 1)
+                        stack[count] = r3
+                        count += 1
+                    if d2 < INF:
+                        _tally(stats, row, 2, 1)
+                        _tally(stats, row, 4, 1)
+                        stack[count] = r2
+                        count += 1
+                    if d1 < INF:
+                        _tally(stats, row, 2, 1)
+                        _tally(stats, row, 4, 1)
+                        stack[count] = r1
+                        count += 1
+                    ref = r0
+                    continue
+            else:
+                code = -1 - ref
+                first = code >> 3
+                for slot in range(first, first + (code & 7) + 1):
+                    _tally(stats, row, 3, 1)
+                    th, f = _slot_face(view, slot, o, k, sh, s, o0, d, 0.0, best, -1)
+                    if th < best:
+                        best = th
+                        face = f
+            if count == 0:
+                break
+            _tally(stats, row, 5, 1)
+            count -= 1
+            ref = stack[count]
+        return face
+
+    return count_wide
+
+
+_count_wide = _make_count_wide(_float_children, _float_refs, 0)
+_count_wide_q = _make_count_wide(_q_children, _q_refs, 1)
 
 
 @wp.kernel
 def _count_kernel(view: SceneView, o: wp.array(dtype=wp.vec3), d: wp.array(dtype=wp.vec3), wide: int,
                   stats: wp.array(dtype=wp.int32), faces: wp.array(dtype=wp.int32)):
     i = wp.tid()
-    if wide != 0:
+    if wide == 2:
+        faces[i] = _count_wide_q(view, o[i], d[i], stats, i)
+    elif wide == 1:
         faces[i] = _count_wide(view, o[i], d[i], stats, i)
     else:
         faces[i] = _count_pair(view, o[i], d[i], stats, i)
@@ -211,7 +227,7 @@ def run_workload(name: str, factory, args) -> dict:
     points = wp.array(wl.vertices, dtype=wp.vec3, device=device)
     indices = wp.array(wl.faces.ravel(), dtype=wp.int32, device=device)
     t0 = time.perf_counter()
-    tri = TriangleScene(points, indices, layout="wide4", bvh_constructor="sah")
+    tri = TriangleScene(points, indices, layout="wide4q", bvh_constructor=args.constructor)
     wp.synchronize_device(device)
     build_s = time.perf_counter() - t0
     assert tri.wide is not None, "the wide walk's stack would overflow on this tree"
@@ -221,9 +237,11 @@ def run_workload(name: str, factory, args) -> dict:
     res = {"workload": wl.describe(), "collapse": tri.wide.collapse, "rays_counted": n, "build_s": round(build_s, 3),
            "pair_inner_nodes": tri.pairs.boxes.shape[0] // 4, "wide_nodes": tri.wide.count,
            "wide_stack_need": tri.wide.stack_need, "pair_layout_bytes": int(tri.pairs.boxes.capacity),
-           "wide_layout_bytes": int(tri.wide.nbytes), "counts": {}, "times_ms": {}}
+           "wide_layout_bytes": int(tri.wide.nbytes), "wide_q_bytes": 64 * tri.wide.count, "constructor": args.constructor,
+           "float_top": int(tri.wide.q_from),
+           "counts": {}, "times_ms": {}}
     faces = {}
-    for kind, flag in (("pair", 0), ("wide4", 1)):
+    for kind, flag in (("pair", 0), ("wide4", 1), ("wide4q", 2)):
         stats = wp.zeros(K * n, dtype=wp.int32, device=device)
         out = wp.empty(n, dtype=wp.int32, device=device)
         wp.launch(_count_kernel, n, [accel.view, o, d, flag], [stats, out], device=device)
@@ -231,11 +249,12 @@ def run_workload(name: str, factory, args) -> dict:
         res["counts"][kind] = {k: round(float(per[:, j].mean()), 3) for j, k in enumerate(NAMES)}
         faces[kind] = out.numpy()
     res["count_walks_same_face"] = float((faces["pair"] == faces["wide4"]).mean())
+    res["count_walks_same_face_q"] = float((faces["wide4q"] == faces["wide4"]).mean())
     tmin = wp.zeros(1, dtype=float, device=device)
     tmax = wp.full(1, float("inf"), dtype=float, device=device)
     active = wp.ones(1, dtype=wp.uint8, device=device)
     rays = RayBatch(o, d, tmin, tmax, active, accel.no_ignore)
-    outs = {k: wp.empty(n, dtype=wp.int32, device=device) for k in ("flat_pair", "flat_wide")}
+    outs = {k: wp.empty(n, dtype=wp.int32, device=device) for k in ("flat_pair", "flat_wide", "flat_wide_q")}
 
     def search(walk, any_hit):
         launch_rows(intersect.search_kernel(walk), n, [accel.view, *rays.launch_args(n), int(any_hit)], [outs[walk]],
@@ -249,6 +268,7 @@ def run_workload(name: str, factory, args) -> dict:
             search(w, any_hit)  # compile / warm
         if not any_hit:
             res["kernels_same_face"] = float((outs["flat_pair"].numpy() == outs["flat_wide"].numpy()).mean())
+            res["kernels_same_face_q"] = float((outs["flat_wide_q"].numpy() == outs["flat_wide"].numpy()).mean())
         for _ in range(args.repeats):
             for w in outs:
                 c0, w0 = time.process_time(), time.perf_counter()
@@ -264,7 +284,7 @@ def markdown(results: list[dict]) -> str:
     lines = ["| workload | layout | " + " | ".join(NAMES) + " | closest wall / cpu ms | any hit wall / cpu ms |",
              "|---|---|" + "---|" * (len(NAMES) + 2)]
     for r in results:
-        for kind, walk in (("pair", "flat_pair"), ("wide4", "flat_wide")):
+        for kind, walk in (("pair", "flat_pair"), ("wide4", "flat_wide"), ("wide4q", "flat_wide_q")):
             c = r["counts"][kind]
             tc, ta = r["times_ms"][f"{walk}_closest"], r["times_ms"][f"{walk}_any_hit"]
             lines.append(f"| {r['workload']['workload']} | {kind} | " + " | ".join(f"{c[k]:.2f}" for k in NAMES)
@@ -280,12 +300,18 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--mesh-dir", default=None)
     p.add_argument("--collapse", choices=("sah", "greedy"), default="sah", help="wide_nodes.COLLAPSE")
+    p.add_argument("--constructor", choices=("sah", "ploc"), default="sah", help="the tree's builder")
+    p.add_argument("--float-top", type=int, default=None, help="wide_q.FLOAT_TOP (default: the module's)")
     p.add_argument("--output", default=None)
     args = p.parse_args(argv)
     wp.init()
     from rayd.engine import wide_nodes
 
     wide_nodes.COLLAPSE = args.collapse
+    if args.float_top is not None:
+        from rayd.engine import wide_q
+
+        wide_q.FLOAT_TOP = args.float_top
     factories = {**_workloads.suite("cuda", mesh_dir=args.mesh_dir), **_workloads.suite("cpu", mesh_dir=args.mesh_dir),
                  **_workloads.tiny()}
     results = []
@@ -293,7 +319,8 @@ def main(argv=None):
         results.append(run_workload(name, factories[name], args))
         r = results[-1]
         print(f"{name}: {r['pair_inner_nodes']} pair nodes -> {r['wide_nodes']} wide nodes "
-              f"(stack need {r['wide_stack_need']}), build {r['build_s']} s, same face {r['kernels_same_face']:.6f}",
+              f"(stack need {r['wide_stack_need']}), build {r['build_s']} s, same face {r['kernels_same_face']:.6f}, "
+              f"wide4q vs wide4 {r['kernels_same_face_q']:.6f}",
               flush=True)
     print(markdown(results))
     out = {"argv": sys.argv[1:] if argv is None else argv, "machine": machine_info(args.device), "git": git_info(),

@@ -27,7 +27,8 @@ and the ratio to full of update+sync and of the refit's GPU time by CUDA events;
 ``wide_levels`` too), the equality of
 the two (``same``: wide rows and leaf triangles right after the wide refit; every structure after
 ``complete()``), and the cost of that completion (the fused refit, run by the first query that reads
-the binary or pair boxes). ``--workloads terrain,sphere``: the terrain 2 M and the bumpy sphere 1 M;
+the binary or pair boxes; with ``--layouts wide4q`` also the compressed rows, ``wide_q.py``, which the
+``full`` refit re-quantises in a launch after it and ``wide_tris`` in its climb). ``--workloads terrain,sphere``: the terrain 2 M and the bumpy sphere 1 M;
 ``--warp`` then measures ``wp.Mesh.refit`` on each. (18th session: ``wide_v4``, ``wide_tris`` and
 ``wide_tris_r`` too, ``engine/wide_refit_tris.py``; their ``kernel`` figure adds the leaf-triangle launch
 of the last two, which also folds the magnitude: the refit's launches per call stay at three. A mode
@@ -195,6 +196,8 @@ def state(flat) -> dict:
     out["pairs"] = boxes.reshape(-1, 4, 4)[:, :3].view("int32")
     if flat.wide is not None:
         out["wide"] = flat.wide.data.numpy().view("int32")
+        if getattr(flat.wide, "q", None) is not None:  # compressed rows (layout wide4q, wide_q.py)
+            out["q"] = flat.wide.q.numpy()
     return out
 
 
@@ -267,7 +270,7 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
         scene.sync()
         sync()
         got = state(flat)
-        same_now = all(bool((got[x] == want[x]).all()) for x in ("wide", "tris", "magnitude"))
+        same_now = all(bool((got[x] == want[x]).all()) for x in ("wide", "tris", "magnitude", "q") if x in want)
         flat.complete(stream)
         sync()
         got = state(flat)
@@ -289,7 +292,8 @@ def tri_refit_ab(scene, modes: list[str]) -> dict:
             ms, per_call, rows = kernel_census(scene, ("_fused_refit_kernel", "_level_refit_kernel",
                                                        "_leaf_climb_kernel", "_node_climb_kernel",
                                                        "_leaf_boxes_kernel", "_level_kernel",
-                                                       "_leaf_climb_rows", "_tris_fold_kernel", "_split_"))
+                                                       "_leaf_climb_rows", "_tris_fold_kernel", "_split_",
+                                                       "_quantise_kernel"))
             rec[f"{m}_kernel_ms"], rec[f"{m}_kernels_per_call"] = ms, per_call
             if a.list:
                 print(f"    {m}: " + "".join(f"\n      {c:4.0f} x {us:9.1f} us  {key}" for c, us, key in rows))

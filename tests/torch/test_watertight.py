@@ -8,22 +8,25 @@ import reference
 import torch
 
 import rayd.torch as rt
-from rayd.engine import cpu_embree, triangles
+from rayd.engine import cpu_embree, triangles, wide_q
 
 
-@pytest.fixture(autouse=True, params=["default", "ploc", "wide4"])
+@pytest.fixture(autouse=True, params=["default", "ploc", "wide4", "wide4q"])
 def bvh_constructor(request):
-    """Every test over the default builder, over rayd's PLOC builder (``set_bvh_constructor("ploc")``)
-    and over the 4-wide node layout (``set_bvh_layout("wide4")``, ``engine.wide_nodes``); the last two
+    """Every test over the default builder, over rayd's PLOC builder (``set_bvh_constructor("ploc")``),
+    over the 4-wide node layout (``set_bvh_layout("wide4")``, ``engine.wide_nodes``) and over its compressed
+    nodes (``"wide4q"``, ``engine.wide_q``, every node read compressed: ``FLOAT_TOP = 0``); the last three
     on the CPU with Embree off, so that rayd's tree and walk are the ones tested."""
     if request.param == "default":
         yield request.param
         return
     was, was_layout, was_embree = triangles.bvh_constructor(), triangles.bvh_layout(), cpu_embree.active()
+    was_top = wide_q.FLOAT_TOP
     if request.param == "ploc":
         triangles.set_bvh_constructor("ploc")
     else:
-        triangles.set_bvh_layout("wide4")
+        triangles.set_bvh_layout(request.param)
+        wide_q.FLOAT_TOP = 0
     cpu_embree.set_enabled(False)
     try:
         yield request.param
@@ -31,6 +34,7 @@ def bvh_constructor(request):
         triangles.set_bvh_constructor(was)
         triangles.set_bvh_layout(was_layout)
         cpu_embree.set_enabled(was_embree)
+        wide_q.FLOAT_TOP = was_top
 
 
 def _build(vertices, faces, device):

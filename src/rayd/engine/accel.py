@@ -69,6 +69,9 @@ class SceneAccel:
         wide = flat.wide if getattr(flat, "wide", None) is not None else dummy_wide(device)
         self._wide = wide
         view.flat_wide_data, view.flat_wide_links, view.flat_wide_root = wide.data, wide.links, wide.root
+        wide_q = getattr(wide, "q", None)
+        view.flat_wide_q = wide_q if wide_q is not None else wp.zeros(4, dtype=wp.vec4i, device=device)
+        view.flat_wide_qfrom = getattr(wide, "q_from", 0) if wide_q is not None else 0
         view.flat_global = flat_global
         view.flat_shape = flat_shape
         view.shape_enabled = shape_enabled
@@ -156,10 +159,10 @@ class SceneAccel:
 
     def search_view(self, walk: str, stream: wp.Stream | None) -> SceneView:
         """The view for the closest/any-hit search kernel of ``walk`` (:attr:`search_walk`): the
-        ``"flat_wide"`` walk reads only the wide nodes, the leaf triangles and the magnitude, which a
-        wide-only refit keeps up to date, so nothing is completed for it; other walks get
+        ``"flat_wide"`` (``"flat_wide_q"``) walk reads only the wide (compressed) nodes, the leaf triangles and
+        the magnitude, which a wide-only refit keeps up to date, so nothing is completed for it; other walks get
         :meth:`view_for`."""
-        if walk == "flat_wide":
+        if walk in ("flat_wide", "flat_wide_q"):
             return self._view
         return self.view_for(stream)
 
@@ -180,14 +183,15 @@ class SceneAccel:
     @property
     def search_walk(self) -> str:
         """:attr:`walks`, with ``"_pair"`` appended where the BVHs are walked in the pair layout
-        (``"flat_wide"`` for a flat scene whose BVH has 4-wide nodes, ``wide_nodes.py``),
+        (``"flat_wide"`` for a flat scene whose BVH has 4-wide nodes, ``wide_nodes.py``; ``"flat_wide_q"`` where
+        they are also compressed, ``wide_q.py``),
         or, for instances walked with one shared stack, the instance walk's name
         (``"instances_unified"``, ``"both_pairtop"``; ``instances.INSTANCE_WALKS``)."""
         walk = self.walks
         if self.layout != "pair":
             return walk
         if walk == "flat" and getattr(self.flat, "wide", None) is not None:
-            return "flat_wide"
+            return "flat_wide_q" if getattr(self.flat.wide, "q", None) is not None else "flat_wide"
         if walk != "flat" and getattr(self.instances, "tlas_pairs", None) is not None:
             return walk + "_" + self.instances.walk
         return walk + "_pair"

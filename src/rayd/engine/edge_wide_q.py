@@ -35,10 +35,11 @@ _BIG = wp.constant(3.0e38)
 
 @wp.func
 def _scale_exponent(extent: float) -> int:
-    """Biased exponent ``e`` (1..254) of the least power of two ``s`` with ``250 s >= extent``."""
+    """Biased exponent ``e`` (1..254) of the least power of two ``s`` with ``250 s >= extent``. The start is
+    ``extent``'s own exponent less 7 (``250 < 2^8``: one step short at most), the loops make it the least."""
     e = int(1)
     if extent > 0.0:
-        e = wp.clamp(int(wp.ceil(wp.log2(extent / 250.0))) + 127, 1, 254)
+        e = wp.clamp(((float_bits(extent) >> 23) & 255) - 7, 1, 254)
         while e < 254 and 250.0 * bits_float(e << 23) < extent:
             e += 1
         while e > 1 and 250.0 * bits_float((e - 1) << 23) >= extent:
@@ -48,11 +49,14 @@ def _scale_exponent(extent: float) -> int:
 
 @wp.func
 def _quantise(lo: float, hi: float, origin: float, s: float) -> wp.vec2i:
-    """Bytes ``(q_lo, q_hi)`` with ``origin + q_lo s <= lo`` and ``origin + q_hi s >= hi``."""
-    a = wp.clamp(int(wp.floor((lo - origin) / s)), 0, 255)
+    """Bytes ``(q_lo, q_hi)`` with ``origin + q_lo s <= lo`` and ``origin + q_hi s >= hi``. ``s`` is a power of
+    two: its reciprocal ``2^(127 - e)`` is exact (``s = 2^(e - 127)``, ``e <= 253``; 0 for ``e = 254``, where the
+    loops alone find the bytes), so the products equal the quotients ``/ s`` without a division."""
+    inv_s = bits_float((254 << 23) - float_bits(s))
+    a = wp.clamp(int(wp.floor((lo - origin) * inv_s)), 0, 255)
     while a > 0 and origin + float(a) * s > lo:
         a -= 1
-    b = wp.clamp(int(wp.ceil((hi - origin) / s)), 0, 255)
+    b = wp.clamp(int(wp.ceil((hi - origin) * inv_s)), 0, 255)
     while b < 255 and origin + float(b) * s < hi:
         b += 1
     return wp.vec2i(a, b)
@@ -121,12 +125,12 @@ def compress_node(node_box: wp.array(dtype=wp.vec4), wlinks: wp.array(dtype=wp.v
 
 
 @wp.func
-def compress_boxes(lo_m: mat43, hi_m: mat43, codes: wp.vec4i, refs: wp.vec4i, seg: wp.array(dtype=wp.vec3),
-                   slot_id: wp.array(dtype=wp.int32), seg_boxes: int, q: wp.array(dtype=wp.vec4i),
-                   segq: wp.array(dtype=wp.vec2i), w: int):
-    """Wide node ``w`` quantised from its children's boxes ``(lo_m[j], hi_m[j])`` (rows with
-    ``codes[j] < 0`` are empty slots, not read): the four rows ``q[4 w .. 4 w + 3]`` (``refs`` the last)
-    and, with ``seg_boxes``, its leaf children's segment boxes ``segq`` (:func:`compress_node`)."""
+def quantise_children(lo_m: mat43, hi_m: mat43,
+                      codes: wp.vec4i) -> tuple[wp.vec4i, wp.vec4i, wp.vec4i, wp.vec3, wp.vec3i]:
+    """The first three rows of a compressed node (module docstring) from its children's boxes
+    ``(lo_m[j], hi_m[j])`` (rows with ``codes[j] < 0`` are empty slots, not read): ``(header, xy, z,
+    origin, exponents)``, ``header = (origin, exponents | flags)`` as ``float_bits``. The one quantiser
+    of rayd's compressed wide nodes (edges here, triangles in ``wide_q.py``)."""
     origin = wp.vec3(_BIG)
     top = wp.vec3(-_BIG)
     kind = wp.vec4i(0)  # 0 empty, 1 quantised, 2 not finite
@@ -170,8 +174,20 @@ def compress_boxes(lo_m: mat43, hi_m: mat43, codes: wp.vec4i, refs: wp.vec4i, se
             zw[1] = zw[1] | (255 << sh)
         else:  # empty: lo.x = 255 > hi.x = 0
             words[0] = words[0] | (255 << sh)
-    q[4 * w] = wp.vec4i(float_bits(origin[0]), float_bits(origin[1]), float_bits(origin[2]),
-                        e[0] | (e[1] << 8) | (e[2] << 16) | flags)
+    header = wp.vec4i(float_bits(origin[0]), float_bits(origin[1]), float_bits(origin[2]),
+                      e[0] | (e[1] << 8) | (e[2] << 16) | flags)
+    return header, words, zw, origin, e
+
+
+@wp.func
+def compress_boxes(lo_m: mat43, hi_m: mat43, codes: wp.vec4i, refs: wp.vec4i, seg: wp.array(dtype=wp.vec3),
+                   slot_id: wp.array(dtype=wp.int32), seg_boxes: int, q: wp.array(dtype=wp.vec4i),
+                   segq: wp.array(dtype=wp.vec2i), w: int):
+    """Wide node ``w`` quantised from its children's boxes ``(lo_m[j], hi_m[j])`` (rows with
+    ``codes[j] < 0`` are empty slots, not read): the four rows ``q[4 w .. 4 w + 3]`` (``refs`` the last)
+    and, with ``seg_boxes``, its leaf children's segment boxes ``segq`` (:func:`compress_node`)."""
+    header, words, zw, origin, e = quantise_children(lo_m, hi_m, codes)
+    q[4 * w] = header
     q[4 * w + 1] = words
     q[4 * w + 2] = zw
     q[4 * w + 3] = refs

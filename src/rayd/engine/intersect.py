@@ -18,7 +18,7 @@ from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
 from rayd.engine.triangles import TriangleScene
-from rayd.engine.wide_walk import trace_flat_wide
+from rayd.engine.wide_walk import trace_flat_wide, trace_flat_wide_q
 
 # Search kernels have no derivatives: skip generating adjoint code (halves the first compile).
 wp.set_module_options({"enable_backward": False})
@@ -66,6 +66,7 @@ def _search_kernel(trace_fn: wp.Function, max_registers: int = 0) -> wp.Kernel:
 #: use, per walk and register cap (``instances.set_instance_max_registers``).
 _SEARCH_TRACES = {"flat": trace_flat, "instances": trace_instances, "both": trace, "flat_pair": trace_flat_pair,
                   "both_pair": trace_pair, "instances_pair": trace_instances_pair, "flat_wide": trace_flat_wide,
+                  "flat_wide_q": trace_flat_wide_q,
                   # the shared-stack instance walks (instance_walk.py; RAYD_INSTANCE_WALK)
                   **_INSTANCE_TRACES,
                   # the while-while flat walk (pair_walk.py; RAYD_PAIR_WALK)

@@ -36,7 +36,7 @@ from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows
 from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
 from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
-from rayd.engine.wide_walk import trace_flat_wide
+from rayd.engine.wide_walk import trace_flat_wide, trace_flat_wide_q
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
 from rayd.engine.watertight import INF, confirmed_t
 
@@ -235,6 +235,7 @@ _CHAIN_KERNELS = {"flat": _chain_kernel(trace_flat), "instances": _chain_kernel(
                   # the same walks as the closest-hit search in rayd's child-pair node layout
                   "flat_pair": _chain_kernel(trace_flat_pair), "instances_pair": _chain_kernel(trace_instances_pair),
                   "both_pair": _chain_kernel(trace_pair), "flat_wide": _chain_kernel(trace_flat_wide),
+                  "flat_wide_q": _chain_kernel(trace_flat_wide_q),
                   **{name: _chain_kernel(fn) for name, fn in _INSTANCE_TRACES.items()}}
 
 

@@ -40,6 +40,8 @@ class SceneView:
     flat_wide_data: wp.array(dtype=wp.vec4)  # 4-wide nodes (see wide_nodes.py; one dummy node without them)
     flat_wide_links: wp.array(dtype=wp.vec4i)  # the same memory as int32
     flat_wide_root: int  # ref of the root in the wide layout
+    flat_wide_q: wp.array(dtype=wp.vec4i)  # compressed wide nodes (see wide_q.py; one dummy node without them)
+    flat_wide_qfrom: int  # the first wide node the compressed walk reads compressed (those before: float rows)
     shape_enabled: wp.array(dtype=wp.uint8)  # per shape id
     all_enabled: int
     num_instances: int

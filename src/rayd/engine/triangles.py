@@ -6,6 +6,7 @@ import os
 
 import warp as wp
 
+from rayd.engine import wide_q
 from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
@@ -72,16 +73,18 @@ LEAF_SIZE = int(os.environ.get("RAYD_BVH_LEAF_SIZE", "1"))
 #: ``"auto"`` (the default) is ``"wide4"`` for the flat BVH of a CUDA scene (H200 session 12,
 #: PLOC trees: closest hit 0.98x terrain 2M, 0.89x sphere 1M of ``"pair"`` with its ``ww`` walk;
 #: update 1.1-1.2x) and ``"pair"`` on the CPU and for the meshes that instances share.
-#: ``RAYD_BVH_LAYOUT`` sets the default; :func:`set_bvh_layout` changes it for scenes built
-#: afterwards (the kinds may live in one process, for A/B).
-LAYOUTS = ("auto", "pair", "warp", "wide4")
+#: ``"wide4q"``: ``"wide4"`` whose flat walk reads compressed copies of the wide nodes (8-bit child
+#: boxes, 64 bytes a node, ``wide_q.py``; the same winners). ``RAYD_BVH_LAYOUT`` sets the default;
+#: :func:`set_bvh_layout` changes it for scenes built afterwards (the kinds may live in one process, for A/B).
+LAYOUTS = ("auto", "pair", "warp", "wide4", "wide4q")
+_WIDE = ("wide4", "wide4q")
 _layout = os.environ.get("RAYD_BVH_LAYOUT", "auto").strip().lower()
 if _layout not in LAYOUTS:
     raise ValueError(f"rayd.engine: RAYD_BVH_LAYOUT must be one of {LAYOUTS}, got {_layout!r}")
 
 
 def set_bvh_layout(name: str) -> None:
-    """Choose the node layout of triangle BVHs built from now on (``"auto"``, ``"pair"``, ``"warp"`` or ``"wide4"``).
+    """Choose the node layout of triangle BVHs built from now on (one of :data:`LAYOUTS`).
 
     Raises:
         ValueError: if ``name`` is none of :data:`LAYOUTS`.
@@ -214,10 +217,11 @@ class TriangleScene:
         face_base: first face of ``indices`` that this BVH covers.
         bvh_constructor: ``"sah"``, ``"median"``, ``"lbvh"``, ``"cubql"`` (these two CUDA
             only) or ``"ploc"`` (``ploc.py``; default: :func:`bvh_constructor`, with its guards).
-        layout: ``"auto"``, ``"pair"``, ``"warp"`` or ``"wide4"`` (default: :func:`bvh_layout`); with ``"pair"``
-            and ``"wide4"``, :attr:`pairs` holds the child-pair nodes; with ``"wide4"``,
+        layout: one of :data:`LAYOUTS` (default: :func:`bvh_layout`); with ``"pair"``, ``"wide4"`` and
+            ``"wide4q"``, :attr:`pairs` holds the child-pair nodes; with ``"wide4"`` and ``"wide4q"``,
             :attr:`wide` the 4-wide nodes the flat search walks (``None`` where the tree's walk
-            could overflow the wide stack: the pair walk then serves).
+            could overflow the wide stack: the pair walk then serves); with ``"wide4q"`` they also
+            hold compressed copies (``wide.q``, ``wide_q.py``), which the flat search walks instead.
         instanced: the BVH of a mesh that instances share (``"auto"`` builds it by SAH).
 
     Raises:
@@ -278,7 +282,7 @@ class TriangleScene:
         layout = _layout if layout is None else layout
         if layout == "auto":
             layout = "pair" if self.device.is_cpu or instanced else "wide4"
-        self._reduce = layout in ("pair", "wide4") and _refit == "fused"
+        self._reduce = layout in ("pair", *_WIDE) and _refit == "fused"
         if bvh_constructor == "ploc":
             self._reduce = True  # the fused refit is the only refit of a tree without a wp.Bvh
         with launch_stream(self.device, stream):
@@ -286,7 +290,7 @@ class TriangleScene:
             self.bvh = self.tree = None
             if bvh_constructor == "ploc":
                 self.tree = PlocBvh(self.lowers, self.uppers, stream,
-                                    triangles=(points, indices, face_base) if layout in ("pair", "wide4") else None)
+                                    triangles=(points, indices, face_base) if layout in ("pair", *_WIDE) else None)
                 self.nodes = self.tree.nodes
                 if self.nodes.depth > MAX_DEPTH:
                     self.tree = None
@@ -304,12 +308,14 @@ class TriangleScene:
             if emitted is not None:  # written by the PLOC build itself
                 self.pairs = PairNodes.from_arrays(self.nodes, points, indices, face_base, emitted.number,
                                                    emitted.boxes, emitted.root, emitted.tris)
-            elif layout in ("pair", "wide4") and leaf_size <= MAX_LEAF:
+            elif layout in ("pair", *_WIDE) and leaf_size <= MAX_LEAF:
                 self.pairs = PairNodes(self.nodes, points, indices, face_base, stream)
-            if layout == "wide4" and self.pairs is not None:
+            if layout in _WIDE and self.pairs is not None:
                 self.wide = WideNodes(self.pairs, self.nodes.depth, stream)
                 if not self.wide.ok:
                     self.wide = None
+                elif layout == "wide4q":
+                    wide_q.attach(self.wide, stream)
             self.fused = None
             if self.tree is not None:
                 self.fused = FusedRefit(self.nodes, self.tree.parents, num_triangles,
@@ -391,11 +397,15 @@ class TriangleScene:
                 if per not in self._wide_refits:
                     self._wide_refits[per] = WideRefit(self, per, stream, recorder(per))
                 self._wide_refits[per].run(self, stream)
+                if not self._wide_refits[per].quantises:  # (the default "wide_tris" quantises in its climb)
+                    wide_q.quantise(self.wide, stream)
                 self.stale, self._stale_stream = True, stream
             else:
                 self.fused.run(self, stream)
                 if self.wide is not None and not FusedRefit.writes_wide(self):
                     self.wide.refresh(stream)
+                if self.wide is not None:
+                    wide_q.quantise(self.wide, stream)  # (no-op without compressed nodes)
         else:
             with launch_stream(self.device, stream):
                 self._bounds(stream, partials_ready)
@@ -404,6 +414,7 @@ class TriangleScene:
                     self.pairs.refresh(stream)
                 if self.wide is not None:
                     self.wide.refresh(stream)
+                    wide_q.quantise(self.wide, stream)
         self.version += 1
         mirror = getattr(self, "cpu_mirror", None)
         if mirror is not None:  # a CPU accelerator's copy (rayd.engine.cpu_embree): rebuilt here, at sync()

@@ -389,6 +389,7 @@ class WideNodes:
             (``refit.FusedRefit``); ``None`` for a tree of one leaf.
         ok: every node was made within ``depth`` levels and ``stack_need <= STACK`` (else the scene
             keeps the pair walk).
+        q: the compressed copies of the nodes (``wide_q.attach``; layout ``"wide4q"``), else ``None``.
     """
 
     def __init__(self, pairs: PairNodes, depth: int, stream: wp.Stream | None = None,
@@ -403,7 +404,7 @@ class WideNodes:
         self.data = (wp.zeros if pairs.root < 0 else wp.empty)(8 * max(1, inner), dtype=wp.vec4, device=device)
         self.links = wp.array(ptr=self.data.ptr, dtype=wp.vec4i, shape=self.data.shape, device=device)
         self.count, self.stack_need, self.root = 1, 0, pairs.root
-        self.slots = None
+        self.slots = self.q = None
         if pairs.root < 0:
             self.ok = True
             return
@@ -464,5 +465,5 @@ def dummy_wide(device) -> WideNodes:
     w = WideNodes.__new__(WideNodes)
     w.data = wp.zeros(8, dtype=wp.vec4, device=device)
     w.links = wp.array(ptr=w.data.ptr, dtype=wp.vec4i, shape=w.data.shape, device=device)
-    w.root, w.count, w.stack_need, w.ok, w.slots = 0, 1, 0, True, None
+    w.root, w.count, w.stack_need, w.ok, w.slots, w.q = 0, 1, 0, True, None, None
     return w

@@ -46,8 +46,10 @@ wp.set_module_options({"enable_backward": False})
 #: ``"wide_v4"``, ``"wide_tris"`` and ``"wide_tris_r"`` (18th session) write the leaf triangles in 16-byte
 #: stores, in a coalesced launch of their own, or both and read them back; ``"wide_split"`` writes every
 #: leaf (16-byte stores) in a launch without atomics, then climbs from the wide nodes with leaf children
-#: (``wide_refit_tris.py``).
-TRI_REFITS = ("full", "wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split")
+#: (``wide_refit_tris.py``). ``"wide_tris_q64"`` and ``"wide_tris_ql"`` (19th session) are ``"wide_tris"``
+#: with the compressed nodes of layout ``"wide4q"`` quantised otherwise (``wide_refit_tris.Q_MODES``).
+TRI_REFITS = ("full", "wide", "wide_node", "wide_levels", "wide_v4", "wide_tris", "wide_tris_r", "wide_split",
+              "wide_tris_q64", "wide_tris_ql")
 #: Later in session 18 (one H100, ``benchmarks/results/h100-session18/tri.txt``, main ``81cf455``): update +
 #: sync terrain 2 M / sphere 1 M ``"wide_tris"`` 0.299 / 0.229 ms, ``"wide"`` 0.626 / 0.399, ``"full"`` 1.030 /
 #: 0.677, Warp ``wp.Mesh.refit`` 0.348 / 0.287 (0.86x / 0.80x Warp), every structure bit-equal: ``"wide_tris"``
@@ -62,7 +64,8 @@ def set_tri_refit(name: str) -> None:
     structure), ``"wide"``, ``"wide_node"`` or ``"wide_levels"`` (the wide nodes and leaf triangles, a
     thread per leaf or per wide node, or level by level; the rest when a query reads it), or
     ``"wide_v4"``, ``"wide_tris"``, ``"wide_tris_r"``, ``"wide_split"`` (``"wide"`` with the leaf triangles
-    written otherwise, ``wide_refit_tris.py``; the same bits).
+    written otherwise, ``wide_refit_tris.py``; the same bits), or ``"wide_tris_q64"``, ``"wide_tris_ql"``
+    (``"wide_tris"`` quantising the compressed nodes of layout ``"wide4q"`` otherwise; the same bits).
 
     Raises:
         ValueError: for another name.
@@ -320,6 +323,9 @@ class WideRefit:
             ``w`` in the order of its least leaf slot (``"node"``); one thread each.
         up: int32 (W,), ``4 (parent slot + 1) + children - 1`` per wide node (parent slot ``-1`` at the root).
         counters: int32 (W,), arrival counters (zero between refits).
+        quantises: whether :meth:`run` also writes the compressed nodes ``tri.wide.q`` (``wide_q.py``; set
+            when the launches are recorded, by ``wide_refit_tris.record``); else ``TriangleScene.refit``
+            quantises them after it.
         node_items: ``"leaf_split"`` only: int32, the wide nodes with leaf children, as ``items`` of ``"node"``.
     """
 
@@ -367,6 +373,7 @@ class WideRefit:
             if stream is not None:
                 wp.synchronize_stream(stream)  # before the scratch arrays are released
         self._cmds: list | None = None
+        self.quantises = False  # the recorded launches also write ``wide.q`` (wide_refit_tris.record)
 
     def run(self, tri, stream: wp.Stream | None) -> None:
         """Refit ``tri``'s wide boxes and leaf triangles (its magnitude already measured; for ``"leaf_tris"``
@@ -410,4 +417,5 @@ def per_thread(name: str) -> str | None:
 
 
 _PER = {"wide": "leaf", "wide_node": "node", "wide_levels": "levels", "wide_v4": "leaf_v4", "wide_tris": "leaf_tris",
-        "wide_tris_r": "leaf_tris_r", "wide_split": "leaf_split"}
+        "wide_tris_r": "leaf_tris_r", "wide_split": "leaf_split", "wide_tris_q64": "leaf_tris_q64",
+        "wide_tris_ql": "leaf_tris_ql"}

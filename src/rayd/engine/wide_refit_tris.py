@@ -22,6 +22,10 @@ the kernel's 0.432 ms on the terrain 2 M. The variants here (:data:`VARIANTS`, c
   computing the leaves): about one atomic per wide node instead of one per leaf, and none where every
   child is a leaf (266 k of the terrain 2 M's 303 k such nodes, session 17).
 
+With the compressed nodes of layout ``"wide4q"`` (``wide_q.py``), ``"wide_tris"``'s climb also quantises each
+wide node it completes (``wide_q.climb_q``, under :data:`Q_MAX_REGISTERS`); ``"wide_tris_q64"`` is the same climb
+under 64 registers and ``"wide_tris_ql"`` quantises in a launch after the plain climb (:data:`Q_MODES`).
+
 Boxes are computed by the same operations in the same order as ``wide_refit._leaf_box`` (``min`` /
 ``max`` and one subtraction / addition of the padding per triangle), so every wide row is bit-equal;
 ``tris`` holds exact float32 copies of the points either way.
@@ -33,10 +37,13 @@ References:
 
 from __future__ import annotations
 
+import os
+
 import warp as wp
 
 from rayd.engine.native import load4
 from rayd.engine.refit import BOX_PADDING, _fence
+from rayd.engine.wide_q import climb_q
 from rayd.engine.wide_refit import _climb, _slot_write
 
 wp.set_module_options({"enable_backward": False})
@@ -49,6 +56,17 @@ VARIANTS = {"wide_v4": 0, "wide_tris": 1, "wide_tris_r": 2}
 #: ``cuda_max_registers`` of the leaf climbs (``wide_refit._leaf_climb_kernel`` compiles to 32 on sm_90; the
 #: 16-byte stores and loads would take it to 40 and the kernel is bound by the latency of its gathers).
 MAX_REGISTERS = 32
+
+#: ``cuda_max_registers`` of the leaf climbs that also quantise (``wide_q.climb_q``; layout ``"wide4q"``):
+#: the quantiser holds a node's 24 planes. ``ptxas`` for sm_90 (``benchmarks/README.md``, 19th session):
+#: 32 registers spill 600 B (stores) / 760 B (loads) on the quantising path, 64 spill 104 / 88, none at
+#: 88 (uncapped); the leaf part is the same gathers either way. ``RAYD_WIDEQ_REFIT_MAXREG`` (read at
+#: import; 0: the compiler's choice). The modes ``"wide_tris_q64"`` (cap 64) and ``"wide_tris_ql"`` (no
+#: quantisation in the climb: a launch over the wide nodes after it, ``wide_q.quantise``) are the same
+#: refit otherwise, for the H200's A/B (``benchmarks/h200/s19_trav.sh``).
+Q_MAX_REGISTERS = int(os.environ.get("RAYD_WIDEQ_REFIT_MAXREG", "32") or 0)
+#: The quantising modes of ``"wide_tris"``: name -> register cap of the quantising climb (-1: a launch after).
+Q_MODES = {"wide_tris_q64": 64, "wide_tris_ql": -1}
 
 #: Partial maxima of the scene magnitude (``refit._MAG_PARTIALS``) folded by the first launch.
 _PARTIALS = 256
@@ -125,9 +143,11 @@ def _leaf_box_from(points: wp.array(dtype=wp.vec3), indices: wp.array(dtype=wp.i
     return lo, hi
 
 
-def _leaf_climb_kernel(source: int):
+def _leaf_climb_kernel(source: int, quant: int = 0, cap: int = MAX_REGISTERS):
     """``wide_refit._leaf_climb_kernel`` with the corners handled as ``source`` says (:data:`VARIANTS`; a
-    constant of the kernel, so each variant compiles without the others' branches)."""
+    constant of the kernel, so each variant compiles without the others' branches); ``quant``: the climb
+    also quantises every wide node it completes into ``q`` (``wide_q.climb_q``; else ``q`` is not read);
+    ``cap``: its ``cuda_max_registers`` (0: the compiler's choice)."""
 
     def kernel(
         points: wp.array(dtype=wp.vec3),
@@ -142,6 +162,8 @@ def _leaf_climb_kernel(source: int):
         wlinks: wp.array(dtype=wp.vec4i),
         wide_f: wp.array(dtype=float),
         tris: wp.array(dtype=wp.vec4),
+        q: wp.array(dtype=wp.vec4i),
+        q_from: int,
     ):
         # one thread per leaf (items: 4 w + j in slot order)
         s = items[wp.tid()]
@@ -156,13 +178,26 @@ def _leaf_climb_kernel(source: int):
         if wp.atomic_add(counters, w, 1) != (up[w] & 3):
             return  # a sibling's thread finishes w
         counters[w] = 0
-        _climb(w, up, counters, data, wide_f)
+        if wp.static(quant != 0):
+            climb_q(w, up, counters, data, wide_f, wlinks, q, q_from)
+        else:
+            _climb(w, up, counters, data, wide_f)
 
-    kernel.__name__ = kernel.__qualname__ = f"_leaf_climb_rows{source}_kernel"
-    return wp.kernel(kernel, cuda_max_registers=MAX_REGISTERS)
+    kernel.__name__ = kernel.__qualname__ = f"_leaf_climb_rows{source}{f'_q{cap}' if quant else ''}_kernel"
+    if quant:  # (made on first use, per cap: a module of its own, so the others are not compiled again)
+        return wp.kernel(kernel, enable_backward=False, cuda_max_registers=cap or None, module="unique")
+    return wp.kernel(kernel, cuda_max_registers=cap)
 
 
-_CLIMBS = {source: _leaf_climb_kernel(source) for source in sorted(set(VARIANTS.values()))}
+_CLIMBS = {(source, None): _leaf_climb_kernel(source) for source in sorted(set(VARIANTS.values()))}
+
+
+def _climb_kernel(source: int, cap: int | None) -> wp.Kernel:
+    """The leaf climb of ``source``; ``cap``: ``None`` without quantisation, else the register cap of the
+    quantising climb (0: none)."""
+    if (source, cap) not in _CLIMBS:
+        _CLIMBS[(source, cap)] = _leaf_climb_kernel(source, 1, cap)
+    return _CLIMBS[(source, cap)]
 
 
 @wp.kernel(cuda_max_registers=MAX_REGISTERS)
@@ -217,7 +252,7 @@ def _split_climb_kernel(
 
 
 #: The variants whose first launch folds the magnitude's partial maxima.
-_FOLDING = ("wide_tris", "wide_tris_r")
+_FOLDING = ("wide_tris", "wide_tris_r", *Q_MODES)
 
 
 def folds_magnitude(name: str) -> bool:
@@ -230,7 +265,7 @@ def recorder(per: str):
     """What ``wide_refit.WideRefit(..., record=)`` takes for the kind ``per`` (``wide_refit.per_thread``):
     :func:`record` of its variant for ``"leaf_v4"`` ... ``"leaf_split"``, ``None`` for the others."""
     name = "wide" + per[4:] if per.startswith("leaf_") else None
-    if name not in VARIANTS and name != "wide_split":
+    if name not in VARIANTS and name not in Q_MODES and name != "wide_split":
         return None
     return lambda refit, tri: record(refit, tri, name)
 
@@ -245,7 +280,13 @@ def record(refit, tri, name: str) -> list:
                 wp.launch(_split_climb_kernel, refit.node_items.shape[0],
                           [refit.node_items, refit.up, refit.counters, tri.wide.data, tri.wide.links, refit._wide_f],
                           device=tri.device, record_cmd=True)]
-    source = VARIANTS[name]
+    cap = Q_MODES.get(name, Q_MAX_REGISTERS)
+    source = VARIANTS["wide_tris" if name in Q_MODES else name]
+    q = getattr(tri.wide, "q", None)
+    refit.quantises = q is not None and cap >= 0
+    if not refit.quantises:
+        q = wp.zeros(1, dtype=wp.vec4i, device=tri.device)
+        refit._q_dummy = q  # (kept alive with the records)
     cmds = []
     if source != 0:
         rows = 3 * tri.num_triangles
@@ -254,8 +295,9 @@ def record(refit, tri, name: str) -> list:
             [tri.points, tri.indices, tri.face_base, tri.nodes.primitives, rows, tri._partial, tri.magnitude,
              tri.pairs.tris], device=tri.device, record_cmd=True))
     cmds.append(wp.launch(
-        _CLIMBS[source], refit.items.shape[0],
+        _climb_kernel(source, cap if refit.quantises else None), refit.items.shape[0],
         [tri.points, tri.indices, tri.face_base, tri.magnitude, tri.nodes.primitives, refit.items, refit.up,
-         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris],
+         refit.counters, tri.wide.data, tri.wide.links, refit._wide_f, tri.pairs.tris, q,
+         getattr(tri.wide, "q_from", 0)],
         device=tri.device, record_cmd=True))
     return cmds
