@@ -219,6 +219,22 @@ def outside_transforms():
     return disable() if disable is not None else contextlib.nullcontext()
 
 
+def _plan(copies: list[torch.Tensor]) -> tuple[list[int], list[int], torch.Tensor | None]:
+    """For :meth:`TorchArrays.same`: the small arrays of one shape, dtype and device (compared
+    stacked, against the stacked copy returned), and the rest (compared one by one)."""
+    groups: dict = {}
+    for k, c in enumerate(copies):
+        if c.numel() <= 64:
+            groups.setdefault((tuple(c.shape), c.dtype, c.device), []).append(k)
+    small = max(groups.values(), key=len) if groups else []
+    if len(small) < 2:
+        small = []
+    chosen = set(small)
+    large = [k for k in range(len(copies)) if k not in chosen]
+    stacked = torch.stack([copies[k] for k in small]) if small else None
+    return small, large, stacked
+
+
 class TorchArrays(ArraysBase):
     """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors (``fence``: ArraysBase's no-op)."""
 
@@ -257,6 +273,59 @@ class TorchArrays(ArraysBase):
         return wp.from_torch(value), value
 
     host_matrices = staticmethod(host_matrices)
+
+    def snapshot(self, array: torch.Tensor) -> torch.Tensor:
+        """A private contiguous copy of ``array``'s values (no autograd, no functorch wrapper; :mod:`rayd.core.contents`)."""
+        with torch.no_grad(), outside_transforms():
+            return unwrapped(array).detach().clone(memory_format=torch.contiguous_format)
+
+    def same(self, arrays: list[torch.Tensor], copies: list[torch.Tensor], memo: dict) -> list[bool]:
+        """Per array, whether it still holds its copy's values (:mod:`rayd.core.contents`).
+
+        Arrays of at most 64 elements (matrices) are compared together: one ``torch.stack``
+        of them against one stacked copy (kept in ``memo``), so the torch calls per check do
+        not grow with the number of shapes. One host read on CUDA, none on the CPU.
+        """
+        if not arrays:
+            return []
+        with torch.no_grad(), outside_transforms():
+            plan = memo.get("plan")
+            if plan is None:
+                plan = memo["plan"] = _plan(copies)
+            small, large, stacked = plan
+            out = [True] * len(arrays)
+            cuda = copies[0].device.type == "cuda"
+            flags, where = [], []
+            if small:
+                try:
+                    now = torch.stack([unwrapped(arrays[k]) for k in small])
+                    ok = now.shape == stacked.shape and now.dtype == stacked.dtype
+                except RuntimeError:  # a shape or device changed through .data: one by one below
+                    ok = False
+                if ok:
+                    flags.append((now == stacked).all() if cuda else torch.equal(now, stacked))
+                    where.append(None)
+                else:
+                    large = small + large
+            for k in large:
+                a, c = unwrapped(arrays[k]).detach(), copies[k]
+                if a.shape != c.shape or a.dtype != c.dtype or a.device != c.device:
+                    out[k] = False
+                    continue
+                flags.append((a == c).all() if cuda else torch.equal(a, c))
+                where.append(k)
+            if cuda and flags:
+                flags = torch.stack(flags).tolist()  # the one host read
+            for k, ok in zip(where, flags):
+                if ok:
+                    continue
+                if k is not None:
+                    out[k] = False
+                else:  # which of the small ones moved
+                    for j in small:
+                        a, c = unwrapped(arrays[j]).detach(), copies[j]
+                        out[j] = a.shape == c.shape and a.dtype == c.dtype and bool(torch.equal(a.to(c.device), c))
+            return out
 
     def rows(self, call: str, name: str, array: torch.Tensor) -> int:
         if array.dim() != 2 or array.shape[1] != 3:
