@@ -372,6 +372,18 @@ class DrjitArrays:
     def track(self, array: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
         return track(array)
 
+    def snapshot(self, array: dr.ArrayBase) -> tuple:
+        """Engine copies of ``array``'s components (:mod:`rayd.drjit._contents`)."""
+        from rayd.drjit import _contents  # noqa: PLC0415 - import cycle
+
+        return _contents.snapshot(array, self.device)
+
+    def same(self, arrays: list, copies: list, memo: dict) -> list[bool]:
+        """Per array (whose version did not move), whether it still holds its copy's values."""
+        from rayd.drjit import _contents  # noqa: PLC0415 - import cycle
+
+        return _contents.same(copies, self.device)
+
     def rows(self, call: str, name: str, array: dr.ArrayBase) -> int:
         if dr.depth_v(array) == 2 and not dr.is_tensor_v(array) and not dr.is_matrix_v(array):
             widths = [dr.width(c) for c in array]

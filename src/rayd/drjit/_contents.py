@@ -1,0 +1,53 @@
+"""rayd.drjit's half of :mod:`rayd.core.contents`: copies of registered Dr.Jit arrays, compared per check.
+
+Dr.Jit's variable ids (:func:`rayd.drjit._convert.version`) see every Dr.Jit write, but not
+writes through zero-copy views of its memory (``.numpy()``, ``.torch()``, DLPack, Warp). At a
+snapshot each component array of a registered array (3 of an ``Array3f``, 16 of a
+``Matrix4f``) is viewed once through DLPack and copied by the engine; a check compares those
+views with the copies (:func:`rayd.engine.contents.same_views`). The views stay valid while
+the array's version is the one recorded: the scene holds a reference to those variables
+(:func:`rayd.drjit._convert.track`) and the core compares only arrays whose version did not
+move.
+"""
+
+from __future__ import annotations
+
+import drjit as dr
+import warp as wp
+
+from rayd.drjit import _convert
+from rayd.engine.contents import copy_of, same_views
+
+
+def _leaves(value: dr.ArrayBase) -> list[dr.ArrayBase]:
+    """The flat component arrays of ``value`` (no AD), in order."""
+    value = dr.detach(value)
+    if dr.is_tensor_v(value):
+        return [value.array]
+    if dr.depth_v(value) == 1:
+        return [value]
+    return [leaf for part in value for leaf in _leaves(part)]
+
+
+def snapshot(array: dr.ArrayBase, device: str) -> tuple[list, list, list]:
+    """``(leaves, views, copies)`` of a registered array (its components evaluated, viewed, copied)."""
+    leaves = _leaves(array)
+    dr.eval(*leaves)
+    stream = _convert.current_stream(device)
+    views = [wp.from_dlpack(_convert._capsule(leaf, device)) for leaf in leaves]
+    copies = [copy_of(v, stream) for v in views]
+    _convert.fence(device)
+    return leaves, views, copies
+
+
+def same(snapshots: list[tuple[list, list, list]], device: str) -> list[bool]:
+    """Per snapshot, whether every component still holds its copy's bytes (one host read on CUDA)."""
+    pairs, owner = [], []
+    for k, (_, views, copies) in enumerate(snapshots):
+        pairs += zip(views, copies)
+        owner += [k] * len(views)
+    same_pairs = same_views(pairs, _convert.current_stream(device))
+    out = [True] * len(snapshots)
+    for k, ok in zip(owner, same_pairs):
+        out[k] = out[k] and ok
+    return out
