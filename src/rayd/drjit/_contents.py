@@ -29,24 +29,26 @@ def _leaves(value: dr.ArrayBase) -> list[dr.ArrayBase]:
     return [leaf for part in value for leaf in _leaves(part)]
 
 
-def snapshot(array: dr.ArrayBase, device: str) -> tuple[list, list, list]:
-    """``(leaves, views, copies)`` of a registered array (its components evaluated, viewed, copied)."""
+def snapshot(array: dr.ArrayBase, device: str) -> tuple[list, list]:
+    """``(leaves, entries)`` of a registered array: its components (evaluated) and the engine's
+    copies of them (:func:`rayd.engine.contents.copy_of`)."""
     leaves = _leaves(array)
     dr.eval(*leaves)
     stream = _convert.current_stream(device)
     views = [wp.from_dlpack(_convert._capsule(leaf, device)) for leaf in leaves]
-    copies = [copy_of(v, stream) for v in views]
+    entries = [copy_of(v, stream) for v in views]
     _convert.fence(device)
-    return leaves, views, copies
+    return leaves, entries
 
 
-def same(snapshots: list[tuple[list, list, list]], device: str) -> list[bool]:
+def same(snapshots: list[tuple[list, list]], device: str) -> list[bool]:
     """Per snapshot, whether every component still holds its copy's bytes (one host read on CUDA)."""
-    pairs, owner = [], []
-    for k, (_, views, copies) in enumerate(snapshots):
-        pairs += zip(views, copies)
-        owner += [k] * len(views)
-    same_pairs = same_views(pairs, _convert.current_stream(device))
+    entries, owner = [], []
+    for k, (_, parts) in enumerate(snapshots):
+        entries += parts
+        owner += [k] * len(parts)
+    stream = _convert.current_stream(device) if device.startswith("cuda") else None
+    same_pairs = same_views(entries, stream)
     out = [True] * len(snapshots)
     for k, ok in zip(owner, same_pairs):
         out[k] = out[k] and ok

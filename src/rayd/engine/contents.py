@@ -31,29 +31,32 @@ def _words(a: wp.array) -> wp.array:
     return wp.array(ptr=a.ptr, dtype=wp.uint32, shape=(nbytes // 4,), device=a.device)
 
 
-def copy_of(view: wp.array, stream: wp.Stream | None = None) -> wp.array:
-    """An engine-owned copy of ``view`` (enqueued on ``stream`` on CUDA)."""
+def copy_of(view: wp.array, stream: wp.Stream | None = None) -> tuple:
+    """An engine-owned copy of ``view`` (enqueued on ``stream`` on CUDA), as the entry :func:`same_views` reads:
+    ``(view, copy, host)``, ``host`` the NumPy ``uint32`` words of both on the CPU (zero-copy, made once:
+    a check then makes no Warp call), else ``None``."""
     out = wp.empty_like(view)
     wp.copy(out, view, stream=stream)
-    return out
+    host = (_words(view).numpy(), _words(out).numpy()) if view.device.is_cpu and view.size else None
+    return view, out, host
 
 
-def same_views(pairs: list[tuple[wp.array, wp.array]], stream: wp.Stream | None = None) -> list[bool]:
-    """Per ``(view, copy)`` pair, whether ``view`` holds ``copy``'s bytes (one host read on CUDA).
+def same_views(entries: list[tuple], stream: wp.Stream | None = None) -> list[bool]:
+    """Per entry of :func:`copy_of`, whether its view holds its copy's bytes (one host read on CUDA).
 
     Args:
-        pairs: views of caller-owned arrays and the copies :func:`copy_of` made of them.
+        entries: ``copy_of``'s entries of views of caller-owned arrays.
         stream: the CUDA stream to compare on (ordered after the caller's writes).
     """
-    if not pairs:
+    if not entries:
         return []
-    device = pairs[0][0].device
+    device = entries[0][0].device
     if device.is_cpu:
-        return [v.shape == c.shape and bool(np.array_equal(_words(v).numpy(), _words(c).numpy())) for v, c in pairs]
+        return [host is None or bool(np.array_equal(*host)) for _, _, host in entries]
     scope = wp.ScopedStream(stream) if stream is not None else contextlib.nullcontext()
     with scope:  # the zero fill ordered before the launches, on the caller's stream
-        flags = wp.zeros(len(pairs), dtype=wp.int32, device=device)
-        for k, (v, c) in enumerate(pairs):
+        flags = wp.zeros(len(entries), dtype=wp.int32, device=device)
+        for k, (v, c, _) in enumerate(entries):
             words = _words(v)
             if words.size:
                 wp.launch(_contents_differ_kernel, dim=words.size, inputs=[words, _words(c), k, flags],
