@@ -2,19 +2,67 @@
 
 A frontend whose arrays are Warp views (rayd.drjit: DLPack views of Dr.Jit's component
 arrays) keeps an engine-side copy of each registered array at ``build()``/``sync()`` and
-compares the view with it at every check: bit for bit, every word. On the CPU by NumPy
-on the calling thread (zero-copy views of both); on CUDA by one kernel launch per array
-into a flag per array, read back once.
+compares the view with it at every check: bit for bit, every byte. On the CPU by the C
+library's ``memcmp`` (:func:`same_bytes`: chunks of 4 MiB over the machine's cores for large
+arrays; 2-3x faster than ``numpy.array_equal``, which also allocates a mask); on CUDA by one
+kernel launch per array into a flag per array, read back once. rayd.torch uses
+:func:`same_bytes` for its CPU tensors too.
 """
 
 from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import warp as wp
 
-from rayd.engine.runtime import read_back
+from rayd.engine.runtime import read_back, run_parallel
+
+#: Bytes per ``memcmp`` chunk, and the size from which a comparison is split across the cores.
+CHUNK = 4 << 20
+
+
+def _libc_memcmp():
+    import ctypes  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    try:
+        lib = ctypes.cdll.msvcrt if sys.platform == "win32" else ctypes.CDLL(None)
+        fn = lib.memcmp
+    except (OSError, AttributeError):  # pragma: no cover - every supported platform has one
+        return None
+    fn.restype = ctypes.c_int
+    fn.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+_memcmp = _libc_memcmp()
+
+
+def same_bytes(a: int, b: int, nbytes: int) -> bool:
+    """Whether the host memory at addresses ``a`` and ``b`` holds the same ``nbytes`` bytes.
+
+    ``memcmp`` (it releases the GIL) in chunks of :data:`CHUNK` over the machine's cores
+    (:func:`rayd.engine.runtime.run_parallel`) from ``2 * CHUNK`` bytes on, else one call.
+    """
+    if nbytes <= 0:
+        return True
+    if _memcmp is None:  # pragma: no cover
+        import ctypes  # noqa: PLC0415
+
+        return ctypes.string_at(a, nbytes) == ctypes.string_at(b, nbytes)
+    if nbytes < 2 * CHUNK:
+        return _memcmp(a, b, nbytes) == 0
+    parts = -(-nbytes // CHUNK)
+    differ = []
+
+    def run(k: int) -> None:
+        if not differ:
+            lo = k * CHUNK
+            if _memcmp(a + lo, b + lo, min(CHUNK, nbytes - lo)) != 0:
+                differ.append(k)
+
+    run_parallel(run, parts)
+    return not differ
 
 
 @wp.kernel
@@ -33,11 +81,11 @@ def _words(a: wp.array) -> wp.array:
 
 def copy_of(view: wp.array, stream: wp.Stream | None = None) -> tuple:
     """An engine-owned copy of ``view`` (enqueued on ``stream`` on CUDA), as the entry :func:`same_views` reads:
-    ``(view, copy, host)``, ``host`` the NumPy ``uint32`` words of both on the CPU (zero-copy, made once:
-    a check then makes no Warp call), else ``None``."""
+    ``(view, copy, host)``, ``host`` ``(address of view, address of copy, bytes)`` on the CPU (a check
+    then makes no Warp call), else ``None``."""
     out = wp.empty_like(view)
     wp.copy(out, view, stream=stream)
-    host = (_words(view).numpy(), _words(out).numpy()) if view.device.is_cpu and view.size else None
+    host = (view.ptr, out.ptr, view.size * wp.types.type_size_in_bytes(view.dtype)) if view.device.is_cpu else None
     return view, out, host
 
 
@@ -52,7 +100,7 @@ def same_views(entries: list[tuple], stream: wp.Stream | None = None) -> list[bo
         return []
     device = entries[0][0].device
     if device.is_cpu:
-        return [host is None or bool(np.array_equal(*host)) for _, _, host in entries]
+        return [same_bytes(*host) for _, _, host in entries]
     scope = wp.ScopedStream(stream) if stream is not None else contextlib.nullcontext()
     with scope:  # the zero fill ordered before the launches, on the caller's stream
         flags = wp.zeros(len(entries), dtype=wp.int32, device=device)
