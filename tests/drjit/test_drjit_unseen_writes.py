@@ -153,3 +153,35 @@ def test_instance_matrix_writes_are_seen(m, backend, path, dtype, batched):
     _write(mat[2][3], path, backend, edit)
     assert scene.has_pending_updates()
     assert _moved(m, scene, dtype, scene.sync) == pytest.approx(1.5)
+
+
+@pytest.mark.parametrize("query", ["intersect", "closest_point", "count_intersections", "nearest_edge"])
+def test_deferred_verdict_raises_at_the_query_end(m, backend, query, monkeypatch):
+    """On CUDA a query's content comparison is read at its one fence; the query then raises the
+    lifecycle error (exercised on the CPU with the deferral forced)."""
+    from rayd.drjit import _contents
+
+    monkeypatch.setattr(_contents, "DEFER_ON_CPU", True)
+    v = _vec(m, "float32", TRI)
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, _faces(m)), dynamic=True)
+    scene.build()
+    ray = rd.Ray(m.Array3f(0.2, 0.2, 1.0), m.Array3f(0.0, 0.0, -1.0))
+    p = m.Array3f(0.2, 0.2, 1.0)
+    run = {"intersect": lambda: scene.intersect(ray), "closest_point": lambda: scene.closest_point(p),
+           "count_intersections": lambda: scene.count_intersections(ray),
+           "nearest_edge": lambda: scene.nearest_edge(p)}[query]
+    dr.eval(run())  # unchanged: answers
+    _write(v.z, "warp", backend, _minus_half)
+    from rayd.drjit import _convert
+
+    deferred = []
+    original = _convert.defer
+    monkeypatch.setattr(_convert, "defer", lambda verdict: (deferred.append(verdict), original(verdict)))
+    with pytest.raises(RuntimeError, match=r"^rayd\.drjit\.Scene\.\w+\(\): the vertices or transform of mesh 0 "
+                                           r"changed in place since the last sync\(\)"):
+        dr.eval(run())
+    assert deferred and deferred[0]()  # the check left its verdict to the query's end, which raised
+    scene.sync()
+    dr.eval(run())
+    assert _t(m, scene, "float32") == pytest.approx(1.5)

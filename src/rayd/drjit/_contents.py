@@ -16,7 +16,11 @@ import drjit as dr
 import warp as wp
 
 from rayd.drjit import _convert
-from rayd.engine.contents import copy_of, same_views
+from rayd.engine.contents import compare_views, copy_of, same_views
+
+#: Defer the verdict to the query's end on the CPU too (tests of the CUDA path's deferral; on the CPU the
+#: comparison is done at once either way).
+DEFER_ON_CPU = False
 
 
 def _leaves(value: dr.ArrayBase) -> list[dr.ArrayBase]:
@@ -47,7 +51,18 @@ def same(snapshots: list[tuple[list, list]], device: str) -> list[bool]:
     for k, (_, parts) in enumerate(snapshots):
         entries += parts
         owner += [k] * len(parts)
-    stream = _convert.current_stream(device) if device.startswith("cuda") else None
+    cuda = device.startswith("cuda")
+    stream = _convert.current_stream(device) if cuda else None
+    if entries and (cuda or DEFER_ON_CPU) and _convert.deferring():
+        # Inside a query on CUDA: the flags are read after the query's own fence (no host sync here);
+        # the query raises there if any array changed (rayd.drjit.scene.Scene._require_ready).
+        if cuda:
+            flags = compare_views(entries, stream)
+            _convert.defer(lambda: bool(flags.numpy().any()))
+        else:
+            changed = not all(same_views(entries))
+            _convert.defer(lambda: changed)
+        return [True] * len(snapshots)
     same_pairs = same_views(entries, stream)
     out = [True] * len(snapshots)
     for k, ok in zip(owner, same_pairs):

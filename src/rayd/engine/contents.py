@@ -101,6 +101,13 @@ def same_views(entries: list[tuple], stream: wp.Stream | None = None) -> list[bo
     device = entries[0][0].device
     if device.is_cpu:
         return [same_bytes(*host) for _, _, host in entries]
+    return [not bad for bad in read_back(stream, compare_views(entries, stream))[0].tolist()]
+
+
+def compare_views(entries: list[tuple], stream: wp.Stream | None = None) -> wp.array:
+    """On CUDA: enqueue the comparisons of :func:`same_views` on ``stream``; returns the flags (int32,
+    one per entry, 1 where the bytes differ), to read once the stream's work is done."""
+    device = entries[0][0].device
     scope = wp.ScopedStream(stream) if stream is not None else contextlib.nullcontext()
     with scope:  # the zero fill ordered before the launches, on the caller's stream
         flags = wp.zeros(len(entries), dtype=wp.int32, device=device)
@@ -109,4 +116,4 @@ def same_views(entries: list[tuple], stream: wp.Stream | None = None) -> list[bo
             if words.size:
                 wp.launch(_contents_differ_kernel, dim=words.size, inputs=[words, _words(c), k, flags],
                           device=device, stream=stream)
-    return [not bad for bad in read_back(stream, flags)[0].tolist()]
+    return flags
