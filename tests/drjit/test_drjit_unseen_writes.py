@@ -173,11 +173,11 @@ def test_deferred_verdict_raises_at_the_query_end(m, backend, query, monkeypatch
            "nearest_edge": lambda: scene.nearest_edge(p)}[query]
     dr.eval(run())  # unchanged: answers
     _write(v.z, "warp", backend, _minus_half)
-    from rayd.drjit import _convert
+    from rayd.drjit import _verdicts
 
     deferred = []
-    original = _convert.defer
-    monkeypatch.setattr(_convert, "defer", lambda verdict: (deferred.append(verdict), original(verdict)))
+    original = _verdicts.defer
+    monkeypatch.setattr(_verdicts, "defer", lambda verdict: (deferred.append(verdict), original(verdict)))
     with pytest.raises(RuntimeError, match=r"^rayd\.drjit\.Scene\.\w+\(\): the vertices or transform of mesh 0 "
                                            r"changed in place since the last sync\(\)"):
         dr.eval(run())

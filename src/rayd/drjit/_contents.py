@@ -15,7 +15,7 @@ from __future__ import annotations
 import drjit as dr
 import warp as wp
 
-from rayd.drjit import _convert
+from rayd.drjit import _convert, _verdicts
 from rayd.engine.contents import compare_views, copy_of, same_views
 
 #: Defer the verdict to the query's end on the CPU too (tests of the CUDA path's deferral; on the CPU the
@@ -53,15 +53,15 @@ def same(snapshots: list[tuple[list, list]], device: str) -> list[bool]:
         owner += [k] * len(parts)
     cuda = device.startswith("cuda")
     stream = _convert.current_stream(device) if cuda else None
-    if entries and (cuda or DEFER_ON_CPU) and _convert.deferring():
+    if entries and (cuda or DEFER_ON_CPU) and _verdicts.deferring():
         # Inside a query on CUDA: the flags are read after the query's own fence (no host sync here);
         # the query raises there if any array changed (rayd.drjit.scene.Scene._require_ready).
         if cuda:
             flags = compare_views(entries, stream)
-            _convert.defer(lambda: bool(flags.numpy().any()))
+            _verdicts.defer(lambda: bool(flags.numpy().any()))
         else:
             changed = not all(same_views(entries))
-            _convert.defer(lambda: changed)
+            _verdicts.defer(lambda: changed)
         return [True] * len(snapshots)
     same_pairs = same_views(entries, stream)
     out = [True] * len(snapshots)

@@ -162,67 +162,10 @@ def fence(device: str) -> None:
     if device.startswith("cuda"):
         dr.sync_thread()
         wp.synchronize_device(to_warp_device(device))
-        _read_verdicts()
+        if getattr(_query, "verdicts", None):
+            from rayd.drjit import _verdicts  # noqa: PLC0415 - import cycle
 
-
-# ------------------------------------------------------------------ content checks read at the fence
-def deferring() -> bool:
-    """Whether a content check (:mod:`rayd.drjit._contents`) may leave its verdict to the query's fence.
-
-    Inside a public query (:func:`one_fence`) with one fence per query (:data:`QUERY_FENCES` 3),
-    unless :func:`checking_now`: the comparison is enqueued, its flags read after the fence the
-    query makes anyway (no host synchronisation of its own), and the query raises there.
-    """
-    return QUERY_FENCES == 3 and getattr(_query, "depth", 0) > 0 and not getattr(_query, "now", False)
-
-
-def defer(verdict: Callable[[], bool]) -> None:
-    """Leave ``verdict()`` (True: a registered array changed) to the end of the current query."""
-    pending = getattr(_query, "verdicts", None)
-    if pending is None:
-        pending = _query.verdicts = []
-    pending.append(verdict)
-
-
-def deferred_count() -> int:
-    """How many verdicts the current query has left to its end (to know that a check just deferred)."""
-    return len(getattr(_query, "verdicts", None) or ())
-
-
-def on_changed(recheck: Callable[[], None]) -> None:
-    """What the current query runs at its end if a deferred verdict says changed (it raises the precise error)."""
-    _query.recheck = recheck
-
-
-@contextlib.contextmanager
-def checking_now():
-    """Content checks inside this block read their verdicts at once (the recheck of :func:`on_changed`)."""
-    before = getattr(_query, "now", False)
-    _query.now = True
-    try:
-        yield
-    finally:
-        _query.now = before
-
-
-def _read_verdicts() -> None:
-    """Read the deferred verdicts (after a fence: the flags are ready); remember whether any said changed."""
-    pending, _query.verdicts = getattr(_query, "verdicts", None), None
-    if pending and any(v() for v in pending):
-        _query.changed = True
-
-
-def _finish_checks() -> None:
-    """At the end of the outermost query: run the recheck (raises) if a deferred verdict said changed."""
-    _read_verdicts()  # (those no fence read: a query without a launch, or on the CPU)
-    changed, _query.changed = getattr(_query, "changed", False), False
-    recheck, _query.recheck = getattr(_query, "recheck", None), None
-    if changed:
-        with checking_now():
-            if recheck is not None:
-                recheck()
-        raise RuntimeError("rayd.drjit.Scene: a registered array changed in place during the query; call sync() "
-                           "(or build()) first")
+            _verdicts.read()
 
 
 #: Host synchronisations of a query on CUDA (``RAYD_DRJIT_QUERY_FENCES``): 3 (the default:
@@ -293,7 +236,10 @@ def one_fence(method: Callable) -> Callable:
                 if _query.device is not None:
                     device, _query.device = _query.device, None
                     fence(device)
-                _finish_checks()
+                if getattr(_query, "verdicts", None) or getattr(_query, "changed", False):
+                    from rayd.drjit import _verdicts  # noqa: PLC0415 - import cycle
+
+                    _verdicts.finish()
 
     return query
 

@@ -13,7 +13,7 @@ import drjit as dr
 
 from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, AllHitsQueries, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
-from rayd.drjit import _check, _convert, _trace, _walk_on
+from rayd.drjit import _check, _convert, _trace, _verdicts, _walk_on
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import gather_matrix, shape_is_ad
 from rayd.drjit._scene_edges import EdgeQueries
@@ -62,12 +62,12 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 
     def _require_ready(self, call: str) -> None:
         """The lifecycle check of a query (SceneBase's); inside a query on CUDA its content comparison
-        is read at the query's fence (:func:`rayd.drjit._convert.deferring`), where the query raises this
+        is read at the query's fence (:func:`rayd.drjit._verdicts.deferring`), where the query raises this
         check's error if an array changed."""
-        before = _convert.deferred_count()
+        before = _verdicts.deferred_count()
         super()._require_ready(call)
-        if _convert.deferred_count() > before:
-            _convert.on_changed(lambda: super(Scene, self)._require_ready(call))
+        if _verdicts.deferred_count() > before:
+            _verdicts.on_changed(lambda: super(Scene, self)._require_ready(call))
 
     def _batch_entry(self, batch: dr.ArrayBase, k: int) -> dr.ArrayBase:
         return gather_matrix(batch, k, self._backend)
