@@ -68,3 +68,15 @@ def same(snapshots: list[tuple[list, list]], device: str) -> list[bool]:
     for k, ok in zip(owner, same_pairs):
         out[k] = out[k] and ok
     return out
+
+
+class ContentArrays(_convert.DrjitArrays):
+    """rayd.drjit's array protocol with the content copies of :mod:`rayd.core.contents`."""
+
+    def snapshot(self, array: dr.ArrayBase) -> tuple:
+        """Engine copies of ``array``'s components (:func:`snapshot`)."""
+        return snapshot(array, self.device)
+
+    def same(self, arrays: list, copies: list, memo: dict) -> list[bool]:
+        """Per array (whose version did not move), whether it still holds its copy's values (:func:`same`)."""
+        return same(copies, self.device)

@@ -163,9 +163,7 @@ def fence(device: str) -> None:
         dr.sync_thread()
         wp.synchronize_device(to_warp_device(device))
         if getattr(_query, "verdicts", None):
-            from rayd.drjit import _verdicts  # noqa: PLC0415 - import cycle
-
-            _verdicts.read()
+            after_fence()
 
 
 #: Host synchronisations of a query on CUDA (``RAYD_DRJIT_QUERY_FENCES``): 3 (the default:
@@ -183,6 +181,15 @@ def fence(device: str) -> None:
 QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "3"))
 
 _query = threading.local()  # per thread (Dr.Jit's streams are): depth of public queries, a launch since
+
+
+def _no_hook() -> None:
+    return None
+
+
+#: Run after a fence and at the end of the outermost query while content verdicts wait there
+#: (:mod:`rayd.drjit._verdicts` sets them: its ``read`` and ``finish``).
+after_fence = after_query = _no_hook
 
 
 def query_fence(device: str, after: bool) -> None:
@@ -237,9 +244,7 @@ def one_fence(method: Callable) -> Callable:
                     device, _query.device = _query.device, None
                     fence(device)
                 if getattr(_query, "verdicts", None) or getattr(_query, "changed", False):
-                    from rayd.drjit import _verdicts  # noqa: PLC0415 - import cycle
-
-                    _verdicts.finish()
+                    after_query()
 
     return query
 
@@ -379,18 +384,6 @@ class DrjitArrays:
 
     def track(self, array: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
         return track(array)
-
-    def snapshot(self, array: dr.ArrayBase) -> tuple:
-        """Engine copies of ``array``'s components (:mod:`rayd.drjit._contents`)."""
-        from rayd.drjit import _contents  # noqa: PLC0415 - import cycle
-
-        return _contents.snapshot(array, self.device)
-
-    def same(self, arrays: list, copies: list, memo: dict) -> list[bool]:
-        """Per array (whose version did not move), whether it still holds its copy's values."""
-        from rayd.drjit import _contents  # noqa: PLC0415 - import cycle
-
-        return _contents.same(copies, self.device)
 
     def rows(self, call: str, name: str, array: dr.ArrayBase) -> int:
         if dr.depth_v(array) == 2 and not dr.is_tensor_v(array) and not dr.is_matrix_v(array):

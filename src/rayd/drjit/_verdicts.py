@@ -76,3 +76,6 @@ def finish() -> None:
                 recheck()
         raise RuntimeError("rayd.drjit.Scene: a registered array changed in place during the query; call sync() "
                            "(or build()) first")
+
+
+_convert.after_fence, _convert.after_query = read, finish
