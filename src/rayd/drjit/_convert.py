@@ -110,8 +110,8 @@ def track(value: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
     ``dr.scatter_reduce``, ``dr.scatter_exch``, ``v.x[k] = ...``, ...) copies the
     variable first and so gives it a new id; the first such write costs one copy of
     the written component, later ones are in place again. Writes that bypass Dr.Jit
-    (through a zero-copy view: ``.numpy()``, ``.torch()``, DLPack, Warp) change no id
-    and are not seen.
+    (through a zero-copy view: ``.numpy()``, ``.torch()``, DLPack, Warp) change no id;
+    they are seen by content (:mod:`rayd.core.contents`, :mod:`rayd.drjit._contents`).
     """
     dr.make_opaque(value)
     plain = module(backend_name(value), False)
