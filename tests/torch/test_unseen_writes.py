@@ -200,3 +200,28 @@ def test_unchanged_values_written_back_are_not_pending(device):
     scene.build()
     v.data.copy_(v.detach().clone())
     assert scene.is_ready() and not scene.has_pending_updates()
+
+
+def test_sync_copies_only_what_changed(device, monkeypatch):
+    """``build()`` copies every registered array; ``sync()`` only those that changed (not the faces)."""
+    from rayd.torch._convert import TorchArrays
+
+    copied = []
+    original = TorchArrays.snapshot
+    monkeypatch.setattr(TorchArrays, "snapshot", lambda self, a: (copied.append(a), original(self, a))[1])
+    v = torch.tensor(VERTS[:3], device=device)
+    m = torch.eye(4, device=device)
+    f = torch.tensor([[0, 1, 2]], device=device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f, to_world=m), dynamic=True)
+    scene.build()
+    assert [id(a) for a in copied] == [id(m), id(v), id(f)]
+    copied.clear()
+    v.data[:, 2] -= 0.5
+    scene.sync()
+    assert [id(a) for a in copied] == [id(v)]
+    copied.clear()
+    m.data[2, 3] -= 0.5
+    scene.sync()
+    assert [id(a) for a in copied] == [id(m)]
+    assert _t(scene, device, torch.float32) == pytest.approx(2.0)

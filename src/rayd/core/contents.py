@@ -49,8 +49,8 @@ class Contents:
         """Copy ``arrays`` (the table's watched list), reusing the copy of an array kept before
         unless its ``id`` is in ``fresh`` (``None``: copy all, as at ``build()``).
 
-        A reused copy is of an array that no check found changed since that copy, so it still
-        holds the array's contents; an array re-read by ``sync()`` is copied again.
+        The caller reuses only copies of arrays that no check found changed since the copy
+        (:meth:`rayd.core.shapes.ShapeTable._watch`), so they still hold the arrays' values.
         """
         if not self.enabled:
             return

@@ -243,11 +243,12 @@ class ShapeTable:
             holds.append(memo[key][1])
         shape.holds = tuple(holds)
 
-    def _watch(self, fresh: set[int] | None = None) -> None:
+    def _watch(self, keep: bool = False) -> None:
         """The unique registered arrays, their recorded versions and copies, for :meth:`unchanged` (after a snapshot).
 
-        ``fresh``: the shapes just re-read (``None``: all, at ``build()``); the copies of the
-        other shapes' arrays are kept.
+        ``keep`` (at ``sync()``): an array watched before whose stamp did not move and whose values
+        did not either (the last :meth:`unchanged`) keeps its copy; every other one is copied
+        (at ``build()``: all). So a ``sync()`` copies only what changed, e.g. not the faces.
         """
         arrays, versions, seen = [], [], set()
         for s in self.shapes:
@@ -259,13 +260,12 @@ class ShapeTable:
                     seen.add(id(array))
                     arrays.append(array)
                     versions.append(stamp)
-        self._watched = (arrays, versions)
         renewed = None
-        if fresh is not None:
-            renewed = set()
-            for i in fresh:
-                s = self.shapes[i]
-                renewed.update(id(a) for a in (s.matrix, s.vertices, s.mesh.faces) if a is not None)
+        if keep:
+            before = {id(a): v for a, v in zip(*self._watched)}
+            renewed = {id(a) for a, v in zip(arrays, versions)
+                       if id(a) not in before or before[id(a)] != v or id(a) in self._differing}
+        self._watched = (arrays, versions)
         self.contents.take(arrays, renewed)
         self._differing = set()
 
@@ -404,7 +404,7 @@ class ShapeTable:
                 self.record(shape, memo)
         self.pending.clear()
         self.enabled_dirty = False
-        self._watch(todo)
+        self._watch(keep=True)
 
     def finish_build(self) -> None:
         self.record_all()
