@@ -29,26 +29,28 @@ def sync_device():
 
 
 def ab(cases, contents):
-    """{name: (median ms on, median ms off)} over REPS interleaved rounds."""
-    res = {k: ([], []) for k in cases}
+    """{name: (median wall ms on, off, median process CPU ms on, off)} over REPS interleaved rounds."""
+    res = {k: ([], [], [], []) for k in cases}
     for rep in range(REPS):
         for k, f in cases.items():
             for on in ((True, False) if rep % 2 == 0 else (False, True)):
                 contents.enabled = on
                 f()
                 sync_device()
-                t0 = time.perf_counter()
+                t0, c0 = time.perf_counter(), time.process_time()
                 f()
                 sync_device()
                 res[k][0 if on else 1].append(time.perf_counter() - t0)
+                res[k][2 if on else 3].append(time.process_time() - c0)
     contents.enabled = True
-    return {k: (np.median(a) * 1e3, np.median(b) * 1e3) for k, (a, b) in res.items()}
+    return {k: tuple(np.median(x) * 1e3 for x in v) for k, v in res.items()}
 
 
 def report(title, out):
     print(title)
-    for k, (on, off) in out.items():
-        print(f"  {k:34s} on {on:8.3f} ms  off {off:8.3f} ms  cost {on - off:+7.3f} ms ({100 * (on / off - 1):+5.1f} %)")
+    for k, (on, off, con, coff) in out.items():
+        print(f"  {k:34s} wall on {on:8.3f} off {off:8.3f} ms ({100 * (on / off - 1):+6.1f} %)   "
+              f"cpu on {con:8.3f} off {coff:8.3f} ms ({100 * (con / coff - 1):+6.1f} %)")
 
 
 v = torch.from_numpy(wl.vertices).to(device)
