@@ -289,7 +289,13 @@ class TorchArrays(ArraysBase):
     def snapshot(self, array: torch.Tensor) -> torch.Tensor:
         """A private contiguous copy of ``array``'s values (no autograd, no functorch wrapper; :mod:`rayd.core.contents`)."""
         with torch.no_grad(), outside_transforms():
-            return unwrapped(array).detach().clone(memory_format=torch.contiguous_format)
+            value = unwrapped(array).detach()
+            if value.device.type == "cpu":  # by NumPy on this thread: torch's copy wakes its thread pool
+                try:
+                    return torch.from_numpy(np.array(value.numpy(), order="C", copy=True))
+                except (TypeError, RuntimeError):  # a dtype NumPy lacks
+                    pass
+            return value.clone(memory_format=torch.contiguous_format)
 
     def same(self, arrays: list[torch.Tensor], copies: list[torch.Tensor], memo: dict) -> list[bool]:
         """Per array, whether it still holds its copy's values (:mod:`rayd.core.contents`).
