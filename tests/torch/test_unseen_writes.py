@@ -225,3 +225,28 @@ def test_sync_copies_only_what_changed(device, monkeypatch):
     scene.sync()
     assert [id(a) for a in copied] == [id(m)]
     assert _t(scene, device, torch.float32) == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("path", ["data", "inference"])
+def test_writes_into_one_of_many_small_arrays(device, path):
+    """Small arrays (matrices, small meshes) are compared stacked, per group: a write into one member
+    marks exactly its shape, and the answers follow it."""
+    scene = rt.Scene()
+    verts, mats = [], []
+    for k in range(4):
+        v = _make(path, [[x + 3.0 * k, y, z] for x, y, z in VERTS[:3]], torch.float32, device)
+        m = _make(path, torch.eye(4).tolist(), torch.float32, device)
+        verts.append(v)
+        mats.append(m)
+        scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]], device=device), to_world=m), dynamic=True)
+    scene.build()
+    _write(verts[2], path, lambda a: a[:, 2].sub_(0.5))
+    _write(mats[3], path, _lower)
+    table = scene._core.table
+    assert table.has_pending() and not table.unchanged()
+    assert [table.vertices_changed(s) for s in table.shapes] == [False, False, True, False]
+    assert [table.matrix_changed(s, {}) for s in table.shapes] == [False, False, False, True]
+    scene.sync()
+    ray = rt.Ray(torch.tensor([[0.2 + 3.0 * k, 0.2, 1.0] for k in range(4)], device=device),
+                 torch.tensor([0.0, 0, -1], device=device))
+    torch.testing.assert_close(scene.intersect(ray).t, torch.tensor([1.0, 1.0, 1.5, 1.5], device=device))

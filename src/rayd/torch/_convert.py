@@ -223,28 +223,25 @@ def outside_transforms():
 
 def _equal(a: torch.Tensor, c: torch.Tensor, cuda: bool):
     """``a`` holds ``c``'s values (same shape and dtype; ``c`` contiguous): a device bool on CUDA; on the
-    CPU a Python bool, byte for byte (:func:`rayd.engine.contents.same_bytes`) where ``a`` is contiguous."""
+    CPU a Python bool, byte for byte (:func:`rayd.engine.contents.same_bytes`, no torch op) where ``a`` is
+    contiguous, else by NumPy."""
     if cuda:
         return (a == c).all()
     if a.is_contiguous():
         return same_bytes(a.data_ptr(), c.data_ptr(), a.numel() * a.element_size())
-    return bool(np.array_equal(a.numpy(), c.numpy()))
+    return bool(np.array_equal(a.detach().numpy(), c.numpy()))
 
 
-def _plan(copies: list[torch.Tensor]) -> tuple[list[int], list[int], torch.Tensor | None]:
-    """For :meth:`TorchArrays.same`: the small arrays of one shape, dtype and device (compared
-    stacked, against the stacked copy returned), and the rest (compared one by one)."""
-    groups: dict = {}
+def _plan(copies: list[torch.Tensor]) -> tuple[list[tuple[list[int], torch.Tensor]], list[int]]:
+    """For :meth:`TorchArrays.same`: the groups of two or more small arrays of one shape, dtype and
+    device (compared stacked, each against its stacked copy), and the rest (compared one by one)."""
+    found: dict = {}
     for k, c in enumerate(copies):
         if c.numel() <= 64:
-            groups.setdefault((tuple(c.shape), c.dtype, c.device), []).append(k)
-    small = max(groups.values(), key=len) if groups else []
-    if len(small) < 2:
-        small = []
-    chosen = set(small)
-    large = [k for k in range(len(copies)) if k not in chosen]
-    stacked = torch.stack([copies[k] for k in small]) if small else None
-    return small, large, stacked
+            found.setdefault((tuple(c.shape), c.dtype, c.device), []).append(k)
+    groups = [(members, torch.stack([copies[k] for k in members])) for members in found.values() if len(members) > 1]
+    grouped = {k for members, _ in groups for k in members}
+    return groups, [k for k in range(len(copies)) if k not in grouped]
 
 
 class TorchArrays(ArraysBase):
@@ -300,12 +297,12 @@ class TorchArrays(ArraysBase):
     def same(self, arrays: list[torch.Tensor], copies: list[torch.Tensor], memo: dict) -> list[bool]:
         """Per array, whether it still holds its copy's values (:mod:`rayd.core.contents`).
 
-        Arrays of at most 64 elements (matrices) are compared together: one ``torch.stack``
-        of them against one stacked copy (kept in ``memo``), so the torch calls per check do
-        not grow with the number of shapes. On the CPU the bytes are compared by ``memcmp``
-        (:func:`rayd.engine.contents.same_bytes`; ``torch.equal`` wakes the intra-op thread
-        pool: 16 ms for 160 k floats on a loaded 2-core host, against 0.03 ms); on CUDA on the
-        device, with one host read.
+        Arrays of at most 64 elements (matrices, small meshes) are compared per group of one
+        shape and dtype: one ``torch.stack`` of the group against one stacked copy (kept in
+        ``memo``), so the torch ops per check do not grow with the number of shapes. On the CPU
+        the bytes are compared by ``memcmp`` (:func:`rayd.engine.contents.same_bytes`; no torch
+        op; ``torch.equal`` wakes the intra-op thread pool: 16 ms for 160 k floats on a loaded
+        2-core host, against 0.03 ms); on CUDA on the device, with one host read.
         """
         if not arrays:
             return []
@@ -313,23 +310,23 @@ class TorchArrays(ArraysBase):
             plan = memo.get("plan")
             if plan is None:
                 plan = memo["plan"] = _plan(copies)
-            small, large, stacked = plan
+            groups, large = plan
             out = [True] * len(arrays)
             cuda = copies[0].device.type == "cuda"
             flags, where = [], []
-            if small:
+            for members, stacked in groups:
                 try:
-                    now = torch.stack([unwrapped(arrays[k]) for k in small])  # (no_grad: no graph; one op)
+                    now = torch.stack([unwrapped(arrays[k]) for k in members])  # (no_grad: one op, no graph)
                     ok = now.shape == stacked.shape and now.dtype == stacked.dtype and now.device == stacked.device
                 except RuntimeError:  # a shape or device changed through .data: one by one below
                     ok = False
                 if ok:
                     flags.append(_equal(now, stacked, cuda))
-                    where.append(None)
+                    where.append(members)
                 else:
-                    large = small + large
+                    large = list(members) + list(large)
             for k in large:
-                a, c = unwrapped(arrays[k]).detach(), copies[k]
+                a, c = unwrapped(arrays[k]), copies[k]
                 if a.shape != c.shape or a.dtype != c.dtype or a.device != c.device:
                     out[k] = False
                     continue
@@ -340,13 +337,13 @@ class TorchArrays(ArraysBase):
             for k, ok in zip(where, flags):
                 if ok:
                     continue
-                if k is not None:
+                if isinstance(k, int):
                     out[k] = False
-                else:  # which of the small ones moved
-                    for j in small:
-                        a, c = unwrapped(arrays[j]).detach(), copies[j]
-                        out[j] = a.shape == c.shape and a.dtype == c.dtype and a.device == c.device and bool(
-                            _equal(a, c, False) if not cuda else (a == c).all())
+                else:  # which one of the group moved
+                    for j in k:
+                        a, c = unwrapped(arrays[j]), copies[j]
+                        out[j] = bool(a.shape == c.shape and a.dtype == c.dtype and a.device == c.device
+                                      and _equal(a, c, cuda))
             return out
 
     def rows(self, call: str, name: str, array: torch.Tensor) -> int:
