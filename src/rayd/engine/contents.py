@@ -38,6 +38,14 @@ def _libc_memcmp():
 _memcmp = _libc_memcmp()
 
 
+def copy_bytes(dst: int, src: int, nbytes: int) -> None:
+    """Copy ``nbytes`` bytes of host memory from address ``src`` to ``dst`` (``memmove``, on this thread)."""
+    if nbytes > 0:
+        import ctypes  # noqa: PLC0415
+
+        ctypes.memmove(dst, src, nbytes)
+
+
 def same_bytes(a: int, b: int, nbytes: int) -> bool:
     """Whether the host memory at addresses ``a`` and ``b`` holds the same ``nbytes`` bytes.
 

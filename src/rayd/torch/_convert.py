@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import contextlib
 
-import numpy as np
 import torch
 import warp as wp
 
 from rayd.core.protocol import ArraysBase, cached_stream
 from rayd.engine import runtime
-from rayd.engine.contents import same_bytes
+from rayd.engine.contents import copy_bytes, same_bytes
 from rayd.engine import warp_device
 
 try:  # functorch transforms (torch.func.jvp, grad, ...) wrap tensors without storage
@@ -223,13 +222,13 @@ def outside_transforms():
 
 def _equal(a: torch.Tensor, c: torch.Tensor, cuda: bool):
     """``a`` holds ``c``'s values (same shape and dtype; ``c`` contiguous): a device bool on CUDA; on the
-    CPU a Python bool, byte for byte (:func:`rayd.engine.contents.same_bytes`, no torch op) where ``a`` is
-    contiguous, else by NumPy."""
+    CPU a Python bool, byte for byte (:func:`rayd.engine.contents.same_bytes`; no torch op where ``a`` is
+    contiguous)."""
     if cuda:
         return (a == c).all()
-    if a.is_contiguous():
-        return same_bytes(a.data_ptr(), c.data_ptr(), a.numel() * a.element_size())
-    return bool(np.array_equal(a.detach().numpy(), c.numpy()))
+    if not a.is_contiguous():
+        a = a.contiguous()  # (not .numpy(): it would mark the user's storage not resizable)
+    return same_bytes(a.data_ptr(), c.data_ptr(), a.numel() * a.element_size())
 
 
 def _plan(copies: list[torch.Tensor]) -> tuple[list[tuple[list[int], torch.Tensor]], list[int]]:
@@ -287,11 +286,12 @@ class TorchArrays(ArraysBase):
         """A private contiguous copy of ``array``'s values (no autograd, no functorch wrapper; :mod:`rayd.core.contents`)."""
         with torch.no_grad(), outside_transforms():
             value = unwrapped(array).detach()
-            if value.device.type == "cpu":  # by NumPy on this thread: torch's copy wakes its thread pool
-                try:
-                    return torch.from_numpy(np.array(value.numpy(), order="C", copy=True))
-                except (TypeError, RuntimeError):  # a dtype NumPy lacks
-                    pass
+            if value.device.type == "cpu" and value.is_contiguous():
+                # memmove on this thread: torch's copy wakes its thread pool (+11 ms CPU per sync under
+                # load); NumPy would mark the user's storage not resizable (Tensor.numpy() does)
+                out = torch.empty(value.shape, dtype=value.dtype)
+                copy_bytes(out.data_ptr(), value.data_ptr(), value.numel() * value.element_size())
+                return out
             return value.clone(memory_format=torch.contiguous_format)
 
     def same(self, arrays: list[torch.Tensor], copies: list[torch.Tensor], memo: dict) -> list[bool]:
