@@ -6,7 +6,8 @@ this small protocol once, for its own arrays, and hands an instance to
 
 - ``version(a)``: a hashable stamp that changes whenever ``a``'s contents change in
   place (torch: the storage's version counter; Dr.Jit: the JIT variable ids behind its
-  components). ``None`` if the array has none (then in-place changes cannot be seen).
+  components). ``None`` if the array has none (then only the content copies below see its
+  in-place changes).
 - ``vec3_view(a)``: a Warp ``vec3``/``vec3d`` view of an (n, 3) array's rows (zero-copy
   where the layout allows, else one packing copy), and the object that must stay
   alive while Warp reads it.
@@ -22,6 +23,9 @@ Optional:
 - ``track(a) -> (version, hold)``: the version to record at a snapshot, and an object
   the scene keeps until the next one (Dr.Jit: a second reference, so that a later
   in-place scatter copies and changes the version); default ``(version(a), None)``.
+- ``snapshot(a)`` / ``same(arrays, copies, memo)``: a private copy of an array's values,
+  and whether arrays still hold their copies' values (:mod:`rayd.core.contents`: the
+  writes no version stamp sees); without them only the stamps decide.
 - ``rows(call, name, a) -> int``: the row count of an array, raising the contract's
   ``ValueError`` (naming ``call`` and ``name``) if it is malformed (Dr.Jit: ragged
   components); default: the mesh's own count.

@@ -10,8 +10,9 @@ Shape ids number meshes and instances together, 0, 1, 2, ... in insertion order
   mesh's ``face_row``.
 
 Change tracking compares the :meth:`ArrayProtocol.version` stamps of the registered
-arrays with those recorded at the last ``build()``/``sync()``. The rules (one place,
-both frontends):
+arrays with those recorded at the last ``build()``/``sync()``, and the arrays whose stamp
+did not move with copies taken then (:mod:`rayd.core.contents`: writes no stamp sees,
+e.g. through torch's ``.data`` or a NumPy view). The rules (one place, both frontends):
 
 - a dynamic mesh's vertices changed in place: pending (``sync()`` refits);
 - a static mesh's vertices changed in place: stale (queries and ``sync()`` raise until
@@ -32,6 +33,7 @@ from typing import Any
 
 import numpy as np
 
+from rayd.core.contents import Contents
 from rayd.core.protocol import ArrayProtocol
 
 
@@ -109,6 +111,8 @@ class ShapeTable:
         self.structure_changed = False
         self.built = False
         self._watched: tuple[list, list] = ([], [])
+        self.contents = Contents(arrays)
+        self._differing: set[int] = set()  # ids of watched arrays whose values moved (the last unchanged())
 
     # ------------------------------------------------------------------ contents
     def add(self, shape: Shape) -> int:
@@ -239,8 +243,13 @@ class ShapeTable:
             holds.append(memo[key][1])
         shape.holds = tuple(holds)
 
-    def _watch(self) -> None:
-        """The unique registered arrays and their recorded versions, for :meth:`unchanged` (after a snapshot)."""
+    def _watch(self, keep: bool = False) -> None:
+        """The unique registered arrays, their recorded versions and copies, for :meth:`unchanged` (after a snapshot).
+
+        ``keep`` (at ``sync()``): an array watched before whose stamp did not move and whose values
+        did not either (the last :meth:`unchanged`) keeps its copy; every other one is copied
+        (at ``build()``: all). So a ``sync()`` copies only what changed, e.g. not the faces.
+        """
         arrays, versions, seen = [], [], set()
         for s in self.shapes:
             items = [(s.matrix, s.transform_version)]
@@ -251,14 +260,29 @@ class ShapeTable:
                     seen.add(id(array))
                     arrays.append(array)
                     versions.append(stamp)
+        renewed = None
+        if keep:
+            before = {id(a): v for a, v in zip(*self._watched)}
+            renewed = {id(a) for a, v in zip(arrays, versions)
+                       if id(a) not in before or before[id(a)] != v or id(a) in self._differing}
         self._watched = (arrays, versions)
+        self.contents.take(arrays, renewed)
+        self._differing = set()
 
     def unchanged(self) -> bool:
-        """True if no registered array changed in place since the last snapshot (one pass, no per-shape logic)."""
+        """True if no registered array changed in place since the last snapshot (one pass, no per-shape logic).
+
+        Also refreshes what :meth:`vertices_changed`, :meth:`matrix_changed` and
+        :meth:`faces_changed` read: the arrays whose stamp stayed but whose values moved.
+        """
         arrays, versions = self._watched
         many = getattr(self.arrays, "versions", None)
         now = many(arrays) if many is not None else [self.arrays.version(a) for a in arrays]
-        return now == versions
+        if now == versions:
+            self._differing = self.contents.differing(arrays, [True] * len(arrays))
+            return not self._differing
+        self._differing = self.contents.differing(arrays, [a == b for a, b in zip(now, versions)])
+        return False
 
     def record_all(self, shape_ids: Iterable[int] | None = None) -> None:
         memo: dict[int, Any] = {}
@@ -267,15 +291,21 @@ class ShapeTable:
             self.record(self.shapes[i], memo)
 
     def vertices_changed(self, shape: Shape) -> bool:
-        return not shape.is_instance and self.arrays.version(shape.vertices) != shape.vertex_version
+        if shape.is_instance:
+            return False
+        return self.arrays.version(shape.vertices) != shape.vertex_version or id(shape.vertices) in self._differing
 
     def matrix_changed(self, shape: Shape, memo: dict[int, Any]) -> bool:
-        return shape.matrix is not None and self._matrix_version(shape, memo) != shape.transform_version
+        if shape.matrix is None:
+            return False
+        return self._matrix_version(shape, memo) != shape.transform_version or id(shape.matrix) in self._differing
 
     def faces_changed(self, shape: Shape) -> bool:
         """True if a mesh's faces were written in place since ``build()`` (an instance: its mesh's)."""
         base = self.shapes[shape.base]
-        return base.num_faces > 0 and self.arrays.version(base.mesh.faces) != base.face_version
+        if base.num_faces == 0:
+            return False
+        return self.arrays.version(base.mesh.faces) != base.face_version or id(base.mesh.faces) in self._differing
 
     def needs_sync(self, shape: Shape, memo: dict[int, Any]) -> bool:
         """An in-place change that ``sync()`` applies: a dynamic mesh's vertices or any shape's matrix."""
@@ -298,10 +328,12 @@ class ShapeTable:
 
     def has_pending(self) -> bool:
         """Registered updates, enable flags, or in-place changes that ``sync()`` will apply (after ``build()``)."""
+        if not self.built:
+            return bool(self.pending or self.enabled_dirty)
+        if self.unchanged() and not self.pending and not self.enabled_dirty:
+            return False
         if self.pending or self.enabled_dirty:
             return True
-        if not self.built or self.unchanged():
-            return False
         memo: dict[int, Any] = {}
         return any(self.needs_sync(s, memo) for s in self.shapes)
 
@@ -333,7 +365,7 @@ class ShapeTable:
         self.require_built(call)
         if self.enabled_dirty:
             raise RuntimeError(f"{call}: shape enable flags changed; call sync() first")
-        if not self.pending and self.unchanged():
+        if self.unchanged() and not self.pending:
             return
         stale = self.stale()
         if stale is not None:
@@ -355,6 +387,7 @@ class ShapeTable:
             RuntimeError: before ``build()``, or a static mesh changed in place.
         """
         self.require_built(call)
+        self.unchanged()  # (refreshes what the per-shape checks read)
         stale = self.stale()
         if stale is not None:
             raise RuntimeError(f"{call}: {stale[1]}")
@@ -371,7 +404,7 @@ class ShapeTable:
                 self.record(shape, memo)
         self.pending.clear()
         self.enabled_dirty = False
-        self._watch()
+        self._watch(keep=True)
 
     def finish_build(self) -> None:
         self.record_all()

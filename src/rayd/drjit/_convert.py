@@ -110,8 +110,8 @@ def track(value: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
     ``dr.scatter_reduce``, ``dr.scatter_exch``, ``v.x[k] = ...``, ...) copies the
     variable first and so gives it a new id; the first such write costs one copy of
     the written component, later ones are in place again. Writes that bypass Dr.Jit
-    (through a zero-copy view: ``.numpy()``, ``.torch()``, DLPack, Warp) change no id
-    and are not seen.
+    (through a zero-copy view: ``.numpy()``, ``.torch()``, DLPack, Warp) change no id;
+    they are seen by content (:mod:`rayd.core.contents`, :mod:`rayd.drjit._contents`).
     """
     dr.make_opaque(value)
     plain = module(backend_name(value), False)
@@ -162,6 +162,8 @@ def fence(device: str) -> None:
     if device.startswith("cuda"):
         dr.sync_thread()
         wp.synchronize_device(to_warp_device(device))
+        if getattr(_query, "verdicts", None):
+            after_fence()
 
 
 #: Host synchronisations of a query on CUDA (``RAYD_DRJIT_QUERY_FENCES``): 3 (the default:
@@ -179,6 +181,15 @@ def fence(device: str) -> None:
 QUERY_FENCES = int(os.environ.get("RAYD_DRJIT_QUERY_FENCES", "3"))
 
 _query = threading.local()  # per thread (Dr.Jit's streams are): depth of public queries, a launch since
+
+
+def _no_hook() -> None:
+    return None
+
+
+#: Run after a fence and at the end of the outermost query while content verdicts wait there
+#: (:mod:`rayd.drjit._verdicts` sets them: its ``read`` and ``finish``).
+after_fence = after_query = _no_hook
 
 
 def query_fence(device: str, after: bool) -> None:
@@ -232,6 +243,8 @@ def one_fence(method: Callable) -> Callable:
                 if _query.device is not None:
                     device, _query.device = _query.device, None
                     fence(device)
+                if getattr(_query, "verdicts", None) or getattr(_query, "changed", False):
+                    after_query()
 
     return query
 

@@ -6,7 +6,7 @@ launches are followed by the query fences of ``RAYD_DRJIT_QUERY_FENCES``.
 """
 
 from rayd.drjit import _closest_point, _convert, _nearest_edge, _scene_allhits, _scene_reflect
-from rayd.drjit._convert import DrjitArrays as Arrays  # noqa: F401
+from rayd.drjit._contents import ContentArrays as Arrays  # noqa: F401
 from rayd.drjit._live import LiveState  # noqa: F401
 from rayd.drjit._trace import check_active, check_ignore, check_ray  # noqa: F401
 from rayd.drjit.edges import SceneEdges  # noqa: F401

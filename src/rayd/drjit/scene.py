@@ -13,7 +13,7 @@ import drjit as dr
 
 from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, AllHitsQueries, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
-from rayd.drjit import _check, _convert, _trace, _walk_on
+from rayd.drjit import _check, _convert, _trace, _verdicts, _walk_on
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit._live import gather_matrix, shape_is_ad
 from rayd.drjit._scene_edges import EdgeQueries
@@ -60,11 +60,21 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     def _same_device(self, call: str, name: str, array: dr.ArrayBase) -> None:
         _check.same_backend(call, name, array, self._device, "the scene")
 
+    def _require_ready(self, call: str) -> None:
+        """The lifecycle check of a query (SceneBase's); inside a query on CUDA its content comparison
+        is read at the query's fence (:func:`rayd.drjit._verdicts.deferring`), where the query raises this
+        check's error if an array changed."""
+        before = _verdicts.deferred_count()
+        super()._require_ready(call)
+        if _verdicts.deferred_count() > before:
+            _verdicts.on_changed(lambda: super(Scene, self)._require_ready(call))
+
     def _batch_entry(self, batch: dr.ArrayBase, k: int) -> dr.ArrayBase:
         return gather_matrix(batch, k, self._backend)
 
     def _before_sync(self) -> None:
         memo: dict = {}
+        self._table.unchanged()  # (what matrix_changed reads: also writes no version stamp sees)
         for shape in self._table:  # a batch changed in place: take the new values (differentiably)
             if shape.source is not None and self._table.matrix_changed(shape, memo):
                 shape.to_world = gather_matrix(shape.source, shape.source_index, self._backend)
@@ -141,6 +151,12 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 # One host synchronisation per CUDA query, after its last engine launch (rayd.drjit._convert.one_fence):
 # the frontend's part of each query is wrapped, so the public methods keep running the core's own code.
 for _name in ("_intersect", "_occluded", "_unblocked"):
+    setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
+# The public queries too, so that their lifecycle check (its content comparison) runs inside the query's
+# scope and leaves its verdict to that one fence (nested scopes fence once, at the outermost's end).
+for _name in ("intersect", "shadow_test", "visible", "intersect_all", "count_intersections", "trace_reflections",
+              "specular_paths", "closest_point", "winding_number", "contains", "signed_distance", "nearest_edge",
+              "nearest_edges", "silhouette_edges"):
     setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)
