@@ -17,6 +17,15 @@ dr = pytest.importorskip("drjit")
 rd = pytest.importorskip("rayd.drjit")
 wp = pytest.importorskip("warp")
 
+
+@pytest.fixture(autouse=True)
+def _content_check_everywhere(monkeypatch):
+    """These tests also run the opt-in CUDA check (``RAYD_CONTENT_CHECK=1``; the default compares on the CPU only)."""
+    from rayd.core import contents
+
+    monkeypatch.setattr(contents, "MODE", "1")
+
+
 PATHS = ["numpy", "torch", "dlpack", "warp"]
 TRI = [[0.0, 0, 0], [1, 0, 0], [0, 1, 0]]
 VERTS = TRI + [[0.0, 0, -0.5], [1, 0, -0.5], [0, 1, -0.5]]  # a second triangle 0.5 below

@@ -18,6 +18,14 @@ import torch.utils.dlpack
 
 import rayd.torch as rt
 
+
+@pytest.fixture(autouse=True)
+def _content_check_everywhere(monkeypatch):
+    """These tests also run the opt-in CUDA check (``RAYD_CONTENT_CHECK=1``; the default compares on the CPU only)."""
+    from rayd.core import contents
+
+    monkeypatch.setattr(contents, "MODE", "1")
+
 PATHS = ["data", "numpy", "dlpack", "storage", "inference"]
 DTYPES = [torch.float32, torch.float64]
 

@@ -27,8 +27,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-#: Off (``RAYD_CONTENT_CHECK=0``): the stamps alone decide, as before session 19 (for measurements only).
-ENABLED = os.environ.get("RAYD_CONTENT_CHECK", "1") != "0"
+#: ``RAYD_CONTENT_CHECK``: ``"cpu"`` (default) compares the arrays of scenes on the CPU only; ``"1"`` also
+#: on CUDA (rayd.torch: one host read per check, which DESIGN.md's "no hidden device synchronisation"
+#: forbids by default; rayd.drjit: read after the query's own fence), not yet run on a GPU; ``"0"``: the
+#: stamps alone decide, as before session 19 (for measurements only).
+MODE = os.environ.get("RAYD_CONTENT_CHECK", "cpu").strip().lower()
+ENABLED = MODE != "0"
 
 
 class Contents:
@@ -54,6 +58,9 @@ class Contents:
         """
         if not self.enabled:
             return
+        if MODE not in ("1", "all") and self._on_cuda(arrays):
+            self.enabled = False  # (see MODE: the CUDA check is opt-in)
+            return
         old = {} if fresh is None else {id(a): c for a, c in zip(self.watched, self.copies)}
         copies = []
         for a in arrays:
@@ -61,6 +68,13 @@ class Contents:
             c = old.get(key) if fresh is not None and key not in fresh else None
             copies.append(self.arrays.snapshot(a) if c is None else c)
         self.watched, self.copies, self.memo = arrays, copies, {}
+
+    def _on_cuda(self, arrays: list) -> bool:
+        """Whether the scene's arrays live on a CUDA device (the protocol's ``device``, else the first array's)."""
+        device = getattr(self.arrays, "device", None)
+        if not isinstance(device, str):
+            device = str(getattr(arrays[0], "device", "")) if arrays else ""
+        return device.startswith("cuda")
 
     def differing(self, arrays: list, stamped: list[bool]) -> set[int]:
         """The ``id`` of every watched array whose stamp did not move (``stamped``) but whose values did."""
