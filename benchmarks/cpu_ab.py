@@ -27,6 +27,11 @@ if "--no-mitsuba" not in sys.argv:
     E = [v for k, v in vars(m3).items() if isinstance(v, type) and getattr(v, "name", "") == "mitsuba3"][0]
     mi = E("cpu"); mi.load(wl)
     cases["mitsuba All"] = lambda: (mi.closest(), mi.synchronize())
+# Trees before cpu19b's fix (6ca0ece) crash at the second query of a fresh process when their search
+# kernel's module is first loaded by two threads at once: load it here, on one thread.
+import warp as wp
+for ce in (other_embree, cpu_embree):
+    wp.load_module(ce._search16_kernel.module, device="cpu")
 trees = {}
 for name, mod in (("A " + sys.argv[2], other), ("B this", rt)):
     scene = mod.Scene(); scene.add_mesh(mod.Mesh(torch.from_numpy(wl.vertices), torch.from_numpy(wl.faces)), dynamic=True)
