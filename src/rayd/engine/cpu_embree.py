@@ -327,7 +327,7 @@ import warp as wp  # noqa: E402
 from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
 from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
 from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
-from rayd.engine.runtime import LaunchCache, PerRow, _warmed, run_parallel  # noqa: E402
+from rayd.engine.runtime import LaunchCache, PerRow, load_once, run_parallel  # noqa: E402
 
 
 def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
@@ -400,9 +400,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     width = 0
 
     launches = buf["launches"]  # recorded launches per chunk and pass (this query owns buf)
-    if _search16_kernel.key not in _warmed:  # Warp's first-launch load is not thread-safe: a chunk's recorded
-        wp.load_module(_search16_kernel.module, device=dev)  # launch kept a copy another thread's load unloaded
-        _warmed.add(_search16_kernel.key)
+    load_once(_search16_kernel, dev)  # (before the chunks' first launches on several threads)
 
     def launcher(ray_args, key_pass: int):
         def run(k: int) -> None:
