@@ -4,7 +4,7 @@ Wraps the phases of ``Scene.intersect`` / ``shadow_test`` with timers (wall ``pe
 CPU ``process_time`` over all threads, calling-thread CPU ``thread_time``): ray conversion
 (``_ops.ray_batch``), the incoherence sample, the image-width probe, the key pass and the trace
 (``run_parallel`` calls), the radix sort, the permutation, the Warp re-search, the fields
-(``engine.closest_fields``); "rest" is the query minus the phases. Medians over the repeats.
+(``engine.closest_fields``), the Warp re-search (``intersect._warp_search``); "rest" is the query minus the phases. Medians over the repeats.
 
 Usage: python benchmarks/cpu_phases.py terrain|sphere [repeats]
 """
@@ -49,6 +49,8 @@ wp.utils.radix_sort_pairs = timed("radix sort", wp.utils.radix_sort_pairs)
 engine.closest_fields = timed("fields (closest_fields)", engine.closest_fields)
 _ops.ray_batch = timed("ray conversion (ray_batch)", _ops.ray_batch)
 cpu_embree.search = timed("cpu_embree.search", cpu_embree.search)
+from rayd.engine import intersect as _intersect
+_intersect._warp_search = timed("Warp re-search (_warp_search)", _intersect._warp_search)
 
 wl = workloads.terrain(256, 512) if sys.argv[1] == "terrain" else workloads.sphere(129, 256, 1 << 18)
 reps = int(sys.argv[2]) if len(sys.argv) > 2 else 9
@@ -71,9 +73,9 @@ for name, q in queries.items():
         for k, v in times.items():
             s = np.sum(v, 0); per[k].append(s)
             if k != "cpu_embree.search":
-                inner += s if not k.startswith(("incoherence", "image", "permutation", "run_parallel", "radix")) else 0
+                inner += s if not k.startswith(("incoherence", "image", "permutation", "run_parallel", "radix", "Warp")) else 0
         search = np.sum(times.get("cpu_embree.search", [[0, 0, 0]]), 0)
-        parts = sum(np.sum(v, 0) for k, v in times.items() if k.startswith(("incoherence", "image", "permutation", "run_parallel", "radix")))
+        parts = sum(np.sum(v, 0) for k, v in times.items() if k.startswith(("incoherence", "image", "permutation", "run_parallel", "radix", "Warp")))
         per["  search other (Python, re-search)"].append(search - parts)
         per["rest (frontend, torch ops)"].append(np.array(total) - search - inner)
     print(f" {name}:")

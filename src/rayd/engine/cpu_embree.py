@@ -327,7 +327,7 @@ import warp as wp  # noqa: E402
 from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
 from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
 from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
-from rayd.engine.runtime import LaunchCache, PerRow, run_parallel  # noqa: E402
+from rayd.engine.runtime import LaunchCache, PerRow, load_once, run_parallel  # noqa: E402
 
 
 def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
@@ -400,6 +400,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     width = 0
 
     launches = buf["launches"]  # recorded launches per chunk and pass (this query owns buf)
+    load_once(_search16_kernel, dev)  # (before the chunks' first launches on several threads)
 
     def launcher(ray_args, key_pass: int):
         def run(k: int) -> None:
@@ -447,8 +448,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     if int(redo_count.numpy()[0]) == 0:
         return
     flags = buf["redo"].numpy()
-    redo = np.flatnonzero(flags)
-    if EDGE_CAPS and m.edge_scene is None and bool(np.any(flags == 2)):
+    redo = np.flatnonzero(flags != 0)  # (flatnonzero of the uint8 flags: 0.45 ms for 256 k rays, this 0.04)
+    if EDGE_CAPS and m.edge_scene is None and bool(np.any(flags[redo] == 2)):
         m.build_edge_scene()  # a query with misses: the edge caps for the next ones
     stats["redone"] += int(redo.size)
     # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.

@@ -141,10 +141,15 @@ _SEARCH16 = r"""
         S0[j] = ok ? (double)(float)s0 : 0.0; DL[j] = ok ? (double)(float)dl : 0.0;
         valid[j] = ok ? -1 : 0;
     }
+    float INV[16];  // (every lane, vectorized; only the valid ones are read)
+    for (int j = 0; j < 16; ++j) {
+        float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
+        INV[j] = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
+    }
     for (int j = 0; j < 16; ++j) {
         if (valid[j]) {
             float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
-            float inv = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
+            float inv = INV[j];
             if (first < 0) { first = j; fx = dx * inv; fy = dy * inv; fz = dz * inv; }
             else if ((dx * fx + dy * fy + dz * fz) * inv < coherent_cos) coherent = false;
             ++live;

@@ -5,6 +5,7 @@ out as the rows of an image (then it is traced in 4 x 4 tiles)."""
 
 from __future__ import annotations
 
+import ctypes
 import os
 
 import numpy as np
@@ -131,11 +132,28 @@ def _fingerprint(arrays: list, n: int) -> bytes:
     return b"".join((a.numpy()[rows] if a.shape[0] == n else a.numpy()).tobytes() for a in arrays)
 
 
+def _memcmp():
+    """libc's ``memcmp`` through ``ctypes`` (``None`` where there is none to load)."""
+    try:
+        fn = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.restype, fn.argtypes = ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+    return fn
+
+
+#: ``memcmp`` for :func:`_same`: no temporary, and it stops at the first difference (NumPy's byte-wise
+#: ``array_equal`` wrote a boolean per byte: 3 MB of 256 k rays' origins, twice the time from memory).
+_MEMCMP = _memcmp()
+
+
 def _same(array: wp.array, copy: np.ndarray) -> bool:
     """Whether ``array`` holds ``copy``'s bytes (NaNs compared as bits)."""
     a = array.numpy()
-    if a.shape != copy.shape or not a.flags.c_contiguous:
+    if a.shape != copy.shape or a.dtype != copy.dtype or not a.flags.c_contiguous or not copy.flags.c_contiguous:
         return False
+    if _MEMCMP is not None:
+        return _MEMCMP(a.ctypes.data, copy.ctypes.data, a.nbytes) == 0
     return bool(np.array_equal(a.view(np.uint8), copy.view(np.uint8)))
 
 

@@ -192,6 +192,20 @@ CPU_SPLIT_MIN = 8192
 
 _pool = None
 _warmed: set = set()
+_load_lock = threading.Lock()
+
+
+def load_once(kernel, device) -> None:
+    """Load ``kernel``'s module on ``device`` now, on this thread, unless a launch already did: the
+    load at a first launch is not thread-safe (two threads loading one module at once left a recorded
+    launch with the entry point of a copy the other load unloaded), so call this before a kernel's
+    first launch on several threads."""
+    if kernel.key in _warmed:
+        return
+    with _load_lock:
+        if kernel.key not in _warmed:
+            wp.load_module(kernel.module, device=device)
+            _warmed.add(kernel.key)
 #: Cores for CPU launches, read once (``os.cpu_count()`` reads sysfs: tens of microseconds
 #: on every launch, CUDA ones included, when it was called per launch).
 _WORKERS = os.cpu_count() or 1
