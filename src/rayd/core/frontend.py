@@ -371,7 +371,29 @@ class SceneBase(FrontendDocs):
         self._table.require_current(call)
 
     def _require_ready(self, call: str) -> None:
+        """The lifecycle check of a query (``RuntimeError`` unless built and synced, naming ``call``).
+
+        While the frontend traces a graph (:meth:`_tracing`) only the structural check runs; a
+        frontend that reads a check's content verdict later (:meth:`_ready_mark`,
+        :meth:`_after_ready`) repeats the check there.
+        """
+        if self._tracing():
+            self._table.require_built(call)
+            return
+        mark = self._ready_mark()
         self._table.require_ready(call)
+        self._after_ready(call, mark)
+
+    def _tracing(self) -> bool:
+        """Whether a graph is being traced now (rayd.torch under ``torch.compile``); default ``False``."""
+        return False
+
+    def _ready_mark(self) -> Any:
+        """A mark taken before the lifecycle check, passed to :meth:`_after_ready`; default ``None``."""
+        return None
+
+    def _after_ready(self, call: str, mark: Any) -> None:
+        """Run after the lifecycle check of ``call`` passed (``mark``: :meth:`_ready_mark`'s); default nothing."""
 
     def _synced_edges(self, call: str) -> Any:
         """The scene's edges (:class:`~rayd.core.edges.EdgeState`), refusing edge masks that await ``sync()``."""

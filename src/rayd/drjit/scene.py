@@ -60,14 +60,16 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
     def _same_device(self, call: str, name: str, array: dr.ArrayBase) -> None:
         _check.same_backend(call, name, array, self._device, "the scene")
 
-    def _require_ready(self, call: str) -> None:
-        """The lifecycle check of a query (SceneBase's); inside a query on CUDA its content comparison
-        is read at the query's fence (:func:`rayd.drjit._verdicts.deferring`), where the query raises this
-        check's error if an array changed."""
-        before = _verdicts.deferred_count()
-        super()._require_ready(call)
-        if _verdicts.deferred_count() > before:
-            _verdicts.on_changed(lambda: super(Scene, self)._require_ready(call))
+    def _ready_mark(self) -> int:
+        """Inside a query on CUDA the lifecycle check's content comparison is read at the query's fence
+        (:func:`rayd.drjit._verdicts.deferring`): the verdicts deferred before the check."""
+        return _verdicts.deferred_count()
+
+    def _after_ready(self, call: str, mark: int) -> None:
+        """If the check deferred a verdict, the query repeats the check at its fence, raising its error
+        there if an array changed."""
+        if _verdicts.deferred_count() > mark:
+            _verdicts.on_changed(lambda: self._table.require_ready(call))
 
     def _batch_entry(self, batch: dr.ArrayBase, k: int) -> dr.ArrayBase:
         return gather_matrix(batch, k, self._backend)

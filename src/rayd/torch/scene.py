@@ -81,17 +81,12 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         for dtype in (torch.float32, torch.float64):  # cached constants: the same graph before and after
             stand_in(dtype, self._device)
 
-    def _require_ready(self, call: str) -> None:
-        """The lifecycle check of a query (SceneBase's), deferred to run time under ``torch.compile``.
-
-        Reading version counters would break a compiled graph: while tracing only the
-        structural check runs, and the search op repeats the full check each time the
-        graph runs (:mod:`rayd.torch._ops`), raising the same ``RuntimeError``.
-        """
-        if torch.compiler.is_compiling():
-            self._table.require_built(call)
-            return
-        super()._require_ready(call)
+    def _tracing(self) -> bool:
+        """Under ``torch.compile`` the lifecycle check is deferred to run time: reading version
+        counters would break a compiled graph, so while tracing only the structural check runs
+        (SceneBase._require_ready), and the search op repeats the full check each time the graph
+        runs (:mod:`rayd.torch._ops`), raising the same ``RuntimeError``."""
+        return torch.compiler.is_compiling()
 
     # ------------------------------------------------------------------ queries (RayQueries hooks)
     def _intersect(self, call: str, ray: Ray, active, flags: RayFlags, ignore) -> Intersection:
