@@ -138,8 +138,10 @@ DOCS = {
     "count_intersections": """The number of crossings of each ray with ``tmin < t < tmax``, exact (no cap).
 
     Hits of a shared edge or vertex count once, by the rule of :meth:`intersect_all`,
-    so a ray through a closed mesh crosses it an even number of times, wherever it
-    passes. Equals ``intersect_all(ray, K).is_valid().sum(-1)`` for any ``K`` at least
+    so a ray that passes through a closed mesh crosses it an even number of times, its
+    edges and vertices included; a ray that only touches it (tangent at a vertex or
+    along an edge, without entering) counts that touch once (docs/known-limitations.md).
+    Equals ``intersect_all(ray, K).is_valid().sum(-1)`` for any ``K`` at least
     the count (the count itself is not capped).
 
     Args:
