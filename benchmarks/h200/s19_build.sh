@@ -38,6 +38,8 @@
 #  (e) wide_levels.LEVEL_THREADS: if `w262k` is below `new` by >= 3 % on both, set its default to "262144".
 #  Goal line: "= x.xx x mitsuba" of the kept row <= 1.00 (session 13: terrain 2.4x, sphere 3.7x).
 set -uo pipefail
+# (lead, session 19: the new paths are opt-in at main until this script has run; every switch on for this run)
+export RAYD_PLOC_AHEAD=${RAYD_PLOC_AHEAD:-4} RAYD_WIDE_ONE_LAUNCH=${RAYD_WIDE_ONE_LAUNCH:-1} RAYD_STAGED_READS=${RAYD_STAGED_READS:-1} RAYD_EAGER_WIDE_REFIT=${RAYD_EAGER_WIDE_REFIT:-0}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader > "$OUT/gpu.txt" 2>&1
 git rev-parse HEAD >> "$OUT/gpu.txt" 2>/dev/null

@@ -25,9 +25,10 @@ import os
 
 import warp as wp
 
-#: Passes the host may run ahead of the newest count it has read (0: ``ploc.SYNC_EVERY``'s blocking
-#: reads instead). ``RAYD_PLOC_AHEAD``.
-AHEAD = int(os.environ.get("RAYD_PLOC_AHEAD", "4"))
+#: Passes the host may run ahead of the newest count it has read (0, the default: ``ploc.SYNC_EVERY``'s
+#: blocking reads instead). ``RAYD_PLOC_AHEAD``; 4 is helper build19's setting, opt-in until
+#: ``benchmarks/h200/s19_build.sh`` has run on a GPU (session 19 got none).
+AHEAD = int(os.environ.get("RAYD_PLOC_AHEAD", "0"))
 
 #: 1: the scans of the passes call Warp's native scan directly (no per-call argument checks and
 #: views: about 10 us of host time per pass); 0: ``wp.utils.array_scan``. ``RAYD_PLOC_RAW_SCAN``.
