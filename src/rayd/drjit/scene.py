@@ -9,8 +9,11 @@ checks, the hand-over of arrays, the differentiable evaluation and the records.
 
 from __future__ import annotations
 
+import functools
+
 import drjit as dr
 
+from rayd.core import contents
 from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, AllHitsQueries, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.drjit import _check, _convert, _trace, _verdicts, _walk_on
@@ -154,11 +157,27 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
 # the frontend's part of each query is wrapped, so the public methods keep running the core's own code.
 for _name in ("_intersect", "_occluded", "_unblocked"):
     setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
-# The public queries too, so that their lifecycle check (its content comparison) runs inside the query's
-# scope and leaves its verdict to that one fence (nested scopes fence once, at the outermost's end).
+
+
+def _content_scope(method):
+    """``method`` (a public query) run as one query scope (:func:`rayd.drjit._convert.one_fence`), so that its
+    lifecycle check's content comparison leaves its verdict to the query's one fence (nested scopes fence
+    once, at the outermost's end), wherever the content check runs (:data:`rayd.core.contents.MODE`: on the
+    CPU by default; on CUDA opt-in, and there without this scope the fences stay where they were)."""
+    scoped = _convert.one_fence(method)
+
+    @functools.wraps(method)
+    def query(self, *args, **kwargs):
+        if self._device.startswith("cuda") and contents.MODE not in ("1", "all"):
+            return method(self, *args, **kwargs)
+        return scoped(self, *args, **kwargs)
+
+    return query
+
+
 for _name in ("intersect", "shadow_test", "visible", "intersect_all", "count_intersections", "trace_reflections",
               "specular_paths", "closest_point", "winding_number", "contains", "signed_distance", "nearest_edge",
               "nearest_edges", "silhouette_edges"):
-    setattr(Scene, _name, _convert.one_fence(getattr(Scene, _name)))
+    setattr(Scene, _name, _content_scope(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)
