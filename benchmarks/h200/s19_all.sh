@@ -11,7 +11,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"; X=$OUT; Y=$OUT/ab; mkdir -p $Y
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; git rev-parse --short HEAD 2>/dev/null; } | tee $X/gpu.txt
-timeout 250 python3 -m pytest -q -n 15 -p no:cacheprovider -k cuda tests/torch tests/drjit tests/engine > $X/tests_cuda.txt 2>&1; echo rc=$? >> $X/tests_cuda.txt
+timeout 200 python3 -m pytest -q -n 15 -p no:cacheprovider -k cuda tests/torch tests/drjit tests/engine > $X/tests_cuda.txt 2>&1; echo rc=$? >> $X/tests_cuda.txt
 grep -E "^FAILED|^ERROR" $X/tests_cuda.txt | head -40 | cut -c1-220; tail -2 $X/tests_cuda.txt
 echo "== seed"; timeout 40 torchrun --nproc_per_node=1 ${SEED:-../shared/seed/ddp_intersect_train.py} > $X/seed_1gpu.txt 2>&1; echo rc=$? >> $X/seed_1gpu.txt; tail -2 $X/seed_1gpu.txt
 echo "== trav"
