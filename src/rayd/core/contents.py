@@ -89,3 +89,20 @@ class Contents:
             sub, copies, memo = [arrays[k] for k in idx], [self.copies[k] for k in idx], {}
         same = self.arrays.same(sub, copies, memo)
         return {id(a) for a, ok in zip(sub, same) if not ok}
+
+    def kept(self, arrays: list, moved: list[bool]) -> set[int]:
+        """The ``id`` of every watched array whose stamp moved (``moved``) but whose values did not.
+
+        A torch version counter belongs to the storage: a write into another part of it (a
+        neighbouring mesh's rows of one packed tensor, the fourth column of an ``(V, 4)`` buffer
+        whose first three the mesh holds) or of the same values moves the stamp of every view.
+        Only for a protocol whose ``storage_stamps`` is True (:mod:`rayd.core.protocol`).
+        """
+        if not self.enabled or arrays is not self.watched or not getattr(self.arrays, "storage_stamps", False):
+            return set()
+        idx = [k for k, m in enumerate(moved) if m]
+        if not idx:
+            return set()
+        sub = [arrays[k] for k in idx]
+        same = self.arrays.same(sub, [self.copies[k] for k in idx], {})
+        return {id(a) for a, ok in zip(sub, same) if ok}

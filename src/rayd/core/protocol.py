@@ -26,6 +26,12 @@ Optional:
 - ``snapshot(a)`` / ``same(arrays, copies, memo)``: a private copy of an array's values,
   and whether arrays still hold their copies' values (:mod:`rayd.core.contents`: the
   writes no version stamp sees); without them only the stamps decide.
+- ``storage_stamps``: True where ``version(a)`` is shared by every view of one storage
+  (torch), so that a write elsewhere in the storage moves it: then ``same`` must also
+  compare arrays whose stamp moved, and faces or a static mesh's vertices whose values
+  equal their copy are no change (:meth:`rayd.core.shapes.ShapeTable.unchanged`).
+  Default False (Dr.Jit: its copies are read through views valid only while the stamp
+  holds).
 - ``rows(call, name, a) -> int``: the row count of an array, raising the contract's
   ``ValueError`` (naming ``call`` and ``name``) if it is malformed (Dr.Jit: ragged
   components); default: the mesh's own count.

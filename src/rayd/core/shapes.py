@@ -28,7 +28,7 @@ queries and ``sync()`` raise until ``build()``.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -64,7 +64,7 @@ class Shape:
     transform_version: Hashable | None = None
     face_version: Hashable | None = None
     built_vertices: int = 0  # V at build()
-    holds: tuple = ()  # what the protocol's track() returned: keeps in-place writes visible
+    holds: dict = field(default_factory=dict)  # what the protocol's track() returned, per array: keeps writes visible
 
     @property
     def num_vertices(self) -> int:
@@ -226,22 +226,42 @@ class ShapeTable:
     def record(self, shape: Shape, memo: dict[int, Any] | None = None) -> None:
         """Remember the versions of a shape's arrays just snapshotted (vertices and faces of a mesh, its matrix)."""
         memo = {} if memo is None else memo
-        holds = []
         shape.vertex_version = shape.face_version = shape.transform_version = None
+        shape.holds = {}
         if not shape.is_instance:
-            shape.vertex_version, hold = self._track(shape.vertices)
-            holds.append(hold)
+            shape.vertex_version, shape.holds["vertices"] = self._track(shape.vertices)
             if shape.num_faces:
-                shape.face_version, hold = self._track(shape.mesh.faces)
-                holds.append(hold)
+                shape.face_version, shape.holds["faces"] = self._track(shape.mesh.faces)
         src = shape.matrix
         if src is not None:
             key = id(src)
             if key not in memo:
                 memo[key] = self._track(src)
-            shape.transform_version = memo[key][0]
-            holds.append(memo[key][1])
-        shape.holds = tuple(holds)
+            shape.transform_version, shape.holds["matrix"] = memo[key]
+
+    def _adopt(self, kept: set[int]) -> None:
+        """Take the current stamps of the watched arrays ``kept`` (stamp moved, values not: no change).
+
+        Each is tracked again (the frontend's ``track``: a new stamp and hold), in the shapes
+        and in the watched list; its copy stays (it holds the same values).
+        """
+        memo: dict[int, Any] = {}
+
+        def again(array: Any) -> tuple[Hashable | None, Any]:
+            if id(array) not in memo:
+                memo[id(array)] = self._track(array)
+            return memo[id(array)]
+
+        for s in self.shapes:
+            if not s.is_instance:
+                if id(s.vertices) in kept:
+                    s.vertex_version, s.holds["vertices"] = again(s.vertices)
+                if s.num_faces and id(s.mesh.faces) in kept:
+                    s.face_version, s.holds["faces"] = again(s.mesh.faces)
+            if s.matrix is not None and id(s.matrix) in kept:
+                s.transform_version, s.holds["matrix"] = again(s.matrix)
+        arrays, versions = self._watched
+        self._watched = (arrays, [memo[id(a)][0] if id(a) in memo else v for a, v in zip(arrays, versions)])
 
     def _watch(self, keep: bool = False) -> None:
         """The unique registered arrays, their recorded versions and copies, for :meth:`unchanged` (after a snapshot).
@@ -273,7 +293,10 @@ class ShapeTable:
         """True if no registered array changed in place since the last snapshot (one pass, no per-shape logic).
 
         Also refreshes what :meth:`vertices_changed`, :meth:`matrix_changed` and
-        :meth:`faces_changed` read: the arrays whose stamp stayed but whose values moved.
+        :meth:`faces_changed` read: the arrays whose stamp stayed but whose values moved. Faces
+        or a static mesh's vertices whose stamp moved but whose values equal their copy (a write
+        elsewhere in their storage, or of the same values) are no change: the new stamp is
+        adopted (:meth:`_adopt`).
         """
         arrays, versions = self._watched
         many = getattr(self.arrays, "versions", None)
@@ -281,8 +304,30 @@ class ShapeTable:
         if now == versions:
             self._differing = self.contents.differing(arrays, [True] * len(arrays))
             return not self._differing
-        self._differing = self.contents.differing(arrays, [a == b for a, b in zip(now, versions)])
-        return False
+        moved = [a != b for a, b in zip(now, versions)]
+        self._differing = self.contents.differing(arrays, [not m for m in moved])
+        fixed = self._fixed_arrays()  # a stamp moved by a write elsewhere in its storage: compare
+        kept = self.contents.kept(arrays, [m and id(a) in fixed for a, m in zip(arrays, moved)])
+        if kept:
+            self._adopt(kept)
+        return len(kept) == sum(moved) and not self._differing
+
+    def _fixed_arrays(self) -> set[int]:
+        """The ``id`` of every registered array that only ``build()`` reads: faces, a static mesh's vertices.
+
+        A moved stamp of such an array makes the scene stale (queries raise until ``build()``), so
+        :meth:`unchanged` compares its values first. A moved stamp of a dynamic mesh's vertices or
+        of a matrix stays a change (pending: ``sync()`` re-reads it), even for the same values.
+        """
+        fixed, moving = set(), set()
+        for s in self.shapes:
+            if s.matrix is not None:
+                moving.add(id(s.matrix))
+            if not s.is_instance:
+                (moving if s.dynamic else fixed).add(id(s.vertices))
+                if s.num_faces:
+                    fixed.add(id(s.mesh.faces))
+        return fixed - moving
 
     def record_all(self, shape_ids: Iterable[int] | None = None) -> None:
         memo: dict[int, Any] = {}

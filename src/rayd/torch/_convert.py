@@ -246,6 +246,10 @@ def _plan(copies: list[torch.Tensor]) -> tuple[list[tuple[list[int], torch.Tenso
 class TorchArrays(ArraysBase):
     """rayd.core's array protocol (:mod:`rayd.core.protocol`) for torch tensors (``fence``: ArraysBase's no-op)."""
 
+    #: A tensor's version counter is its storage's, shared by every view of it (and ``same`` compares
+    #: the live tensor with a private copy, whatever its stamp).
+    storage_stamps = True
+
     version = staticmethod(version)
 
     def versions(self, arrays: list[torch.Tensor]) -> list[int | None]:
