@@ -131,3 +131,42 @@ def test_instance_matrices_as_views_of_one_batch(device):
     assert scene.has_pending_updates()
     scene.sync()
     assert scene.intersect(_down(device)).t.tolist() == [5.0, 6.0]
+
+
+# ----------------------------------------------------------------- unsigned faces
+@pytest.mark.parametrize("unsigned, signed", [(torch.uint32, torch.int32), (torch.uint64, torch.int64)])
+def test_unsigned_faces_are_accepted_as_views(device, unsigned, signed):
+    """DESIGN.md: faces of "any 32- or 64-bit integer type". torch.uint32/uint64 (``torch.from_numpy`` of a
+    PLY file's uint32 faces) raised TypeError; now the mesh holds a signed view of the caller's memory."""
+    import numpy as np
+
+    faces_np = np.array([[0, 1, 2], [3, 4, 5]], dtype=np.uint32 if unsigned == torch.uint32 else np.uint64)
+    faces = torch.from_numpy(faces_np).to(device)
+    assert faces.dtype == unsigned
+    v = _packed(device, torch.float32)
+    mesh = rt.Mesh(v, faces)
+    assert mesh.faces.dtype == signed and mesh.faces.data_ptr() == faces.data_ptr()
+    scene = rt.Scene()
+    scene.add_mesh(mesh)
+    scene.build()
+    reference = rt.Scene()
+    reference.add_mesh(rt.Mesh(v, faces.to(torch.int64)))
+    reference.build()
+    ray = _down(device)
+    hit, expected = scene.intersect(ray), reference.intersect(ray)
+    assert hit.prim_id.tolist() == expected.prim_id.tolist() == [0, 1]
+    assert torch.equal(hit.t, expected.t) and torch.equal(hit.barycentric, expected.barycentric)
+    assert torch.equal(scene.edge_topology().v, reference.edge_topology().v)
+    faces[1, 0] = 4  # an in-place write into the caller's unsigned tensor is seen
+    with pytest.raises(RuntimeError, match=r"the faces of mesh 0 changed in place since build\(\)"):
+        scene.intersect(ray)
+
+
+def test_unsigned_faces_out_of_range(device):
+    """An unsigned index beyond the signed range reads negative: the contract's ValueError, not a wrapped index."""
+    v = torch.tensor(TRI, device=device)
+    for bad in ([0, 1, 3], [0, 1, 2**32 - 1]):
+        with pytest.raises(ValueError, match=r"^rayd\.torch\.Mesh\(\): 'faces' must index vertices in \[0, 3\)"):
+            rt.Mesh(v, torch.tensor([bad], dtype=torch.uint32, device=device))
+    with pytest.raises(TypeError, match=r"'faces' must have dtype int32 or int64, got torch.int16"):
+        rt.Mesh(v, torch.tensor([[0, 1, 2]], dtype=torch.int16, device=device))

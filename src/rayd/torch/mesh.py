@@ -21,8 +21,9 @@ class Mesh(MeshBase):
 
     Args:
         vertices: (V, 3) float32 or float64, positions in object space.
-        faces: (F, 3) int32 or int64, vertex indices in ``[0, V)``; the winding
-            order defines ``geo_n`` (right-hand rule).
+        faces: (F, 3) int32 or int64 (uint32 and uint64 are held as int32/int64 views
+            of the same memory), vertex indices in ``[0, V)``; the winding order defines
+            ``geo_n`` (right-hand rule).
         normals: optional (V, 3) float32/float64 per-vertex shading normals (any
             length; the interpolated normal is normalised).
         uv: optional (V, 2) float32/float64 per-vertex texture coordinates.
@@ -51,6 +52,11 @@ class Mesh(MeshBase):
 
     @staticmethod
     def _check_faces(call: str, name: str, value: object) -> torch.Tensor:
+        if isinstance(value, torch.Tensor) and value.dtype in _UNSIGNED:
+            # uint32/uint64 (e.g. torch.from_numpy of a PLY file's faces): the same bits as int32/int64
+            # for every index in range; a view, so the mesh still holds the caller's memory (and its
+            # version counter). An index of 2^31 or more reads negative: refused by the range check.
+            value = _convert.primal(value).view(_UNSIGNED[value.dtype])
         return _check.index_tensor(call, name, value, last=3, ndim=2)
 
     @staticmethod
@@ -107,6 +113,8 @@ class Mesh(MeshBase):
 
 
 _host = _convert.host_matrices
+_UNSIGNED = {getattr(torch, u): getattr(torch, i) for u, i in (("uint32", "int32"), ("uint64", "int64"))
+             if hasattr(torch, u)}  # unsigned face dtypes, read as the signed type of their width
 
 
 def check_transforms(call: str, name: str, value: object, count: int, device: torch.device | None) -> torch.Tensor:
