@@ -170,3 +170,18 @@ def test_unsigned_faces_out_of_range(device):
             rt.Mesh(v, torch.tensor([bad], dtype=torch.uint32, device=device))
     with pytest.raises(TypeError, match=r"'faces' must have dtype int32 or int64, got torch.int16"):
         rt.Mesh(v, torch.tensor([[0, 1, 2]], dtype=torch.int16, device=device))
+
+
+# ----------------------------------------------------------------- float64 directions
+@pytest.mark.xfail(strict=True, reason="docs/known-limitations.md: float64 directions beyond float32's range miss")
+def test_float64_directions_beyond_float32_range_hit(device):
+    """A float64 ray with |d| = 1e39 (t = 1e-39 is a float64 number) misses: the search rounds d to float32 (inf)."""
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor(TRI, dtype=torch.float64, device=device),
+                           torch.tensor([[0, 1, 2]], device=device)))
+    scene.build()
+    o = torch.tensor([[0.2, 0.2, 1.0]], dtype=torch.float64, device=device)
+    d = torch.tensor([[0.0, 0.0, -1e39]], dtype=torch.float64, device=device)
+    hit = scene.intersect(rt.Ray(o, d))
+    assert hit.t.item() == pytest.approx(1e-39, rel=1e-12)
+    assert scene.shadow_test(rt.Ray(o, d)).item()
