@@ -214,7 +214,7 @@ class InstanceLevel:
         self.tlas_pairs = self.wide = None
         walk = instance_walk()
         if walk == "auto":
-            walk = "unified" if self.nodes.lowers.device.is_cuda else "nested"
+            walk = "wide_blas" if self.nodes.lowers.device.is_cuda else "nested"
         if walk == "nested" or not self.has_pairs:
             return "nested"
         per_blas_level = 2 if walk == "unified_cull" else 1
