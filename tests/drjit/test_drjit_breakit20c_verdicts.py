@@ -22,13 +22,24 @@ rd = pytest.importorskip("rayd.drjit")
 wp = pytest.importorskip("warp")
 
 
-@pytest.fixture(autouse=True)
-def _deferred(monkeypatch):
+@pytest.fixture(autouse=True, params=["read_at_end", "read_at_fence"])
+def _deferred(monkeypatch, request):
+    """The deferral forced on the CPU; ``read_at_fence``: the verdicts are read by the query's fence, as on
+    CUDA (on the CPU the fence is a no-op and the query's end reads them)."""
     from rayd.core import contents
-    from rayd.drjit import _contents
+    from rayd.drjit import _contents, _convert
 
     monkeypatch.setattr(contents, "MODE", "1")
     monkeypatch.setattr(_contents, "DEFER_ON_CPU", True)
+    if request.param == "read_at_fence":
+        fence = _convert.fence
+
+        def cuda_like_fence(device):
+            fence(device)
+            if getattr(_convert._query, "verdicts", None):
+                _convert.after_fence()
+
+        monkeypatch.setattr(_convert, "fence", cuda_like_fence)
 
 
 def _scene(m, dtype, dynamic=True):
