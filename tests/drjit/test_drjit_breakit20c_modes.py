@@ -141,3 +141,17 @@ def test_query_on_a_scene_without_meshes_raises_not_built(m, query):
            "winding_number": lambda s, o, d: s.winding_number(o)}[query]
     with pytest.raises(RuntimeError, match=rf"^rayd\.drjit\.Scene\.{query}\(\): the scene is not built"):
         run(scene, o, d)
+
+
+def test_sample_edges_is_refused_by_its_own_name_in_symbolic_loops(m):
+    scene = _scene(m)
+    cam = rd.Camera(8, 6, fov_y=60.0, to_world=m.Matrix4f([[1, 0, 0, 0.2], [0, -1, 0, 0.2], [0, 0, -1, 3], [0, 0, 0, 1]]))
+    eager = cam.sample_edges(scene, 16)
+    assert dr.width(eager.xy) == 16
+
+    def body(i, acc):
+        return i + 1, acc + dr.sum(cam.sample_edges(scene, 16).weight)
+
+    with pytest.raises(RuntimeError) as info:
+        dr.while_loop((m.UInt32(0), m.Float(0)), lambda i, acc: i < 2, body, mode="symbolic")
+    assert "rayd.drjit.Camera.sample_edges(): cannot run inside a symbolic loop" in _cause_chain(info.value)
