@@ -197,8 +197,7 @@ def _outside_recording(method):
     return lifecycle_call
 
 
-for _name in ("build", "sync", "update_mesh_vertices", "set_mesh_transform", "has_pending_updates", "is_ready",
-              "edge_topology"):
+for _name in ("build", "sync", "set_mesh_transform"):  # (they read arrays on the host: Dr.Jit's obscure errors there)
     setattr(Scene, _name, _outside_recording(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)
