@@ -1,0 +1,108 @@
+"""Break-it session 20 (helper breakit20b): edges, reflections, surface queries, cameras.
+
+Each test holds a defect found by an independent user-side check, now fixed.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import rayd.torch as rt
+from rayd.engine import edge_wide_walk, edges as engine_edges
+
+from edge_reference import bumpy_sphere, ray_distances
+
+INF = math.inf
+
+
+def _sphere_scene(dtype, device):
+    v, f = bumpy_sphere(8, 16, seed=3, dtype=dtype, device=device)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v, f))
+    scene.build()
+    top = scene.edge_topology()
+    a = v.double()[top.v[:, 0].long()]
+    b = v.double()[top.v[:, 1].long()]
+    return scene, v, f, a, b
+
+
+def _rays(n, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    o = (torch.randn(n, 3, generator=g, dtype=torch.float64) * 2.0).to(dtype).to(device)
+    d = torch.randn(n, 3, generator=g, dtype=torch.float64).to(dtype).to(device)
+    return o, d
+
+
+# ------------------------------------------------------------ nearest_edge(ray), tmin = -inf
+@pytest.mark.parametrize("wide,wide_rays", [(False, False), ("q", True), ("q", False), (True, True)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_nearest_edge_of_lines_and_backward_half_lines(device, monkeypatch, dtype, wide, wide_rays):
+    """``s in [tmin, tmax]`` with ``tmin = -inf`` is a half-line backwards (or, with ``tmax = inf``, the
+    whole line). Was: every such ray a miss (``distance = inf``, ids -1), while ``tmin = -1e30`` worked."""
+    monkeypatch.setitem(engine_edges.DEFAULT_WIDE, "cpu", wide)
+    monkeypatch.setitem(engine_edges.DEFAULT_WIDE, "cuda", wide)
+    monkeypatch.setattr(edge_wide_walk, "WIDE_RAYS", wide_rays)
+    scene, _, _, a, b = _sphere_scene(dtype, device)
+    o, d = _rays(400, dtype, device)
+    tol = 1e-5 if dtype == torch.float32 else 1e-6
+    for tmin, tmax in [(-INF, INF), (-INF, 0.0), (-INF, -0.5), (-INF, 1.0)]:
+        got = scene.nearest_edge(rt.Ray(o, d, tmax, tmin=tmin))
+        want = ray_distances(o.cpu().double(), d.cpu().double(), tmin, tmax, a.cpu(), b.cpu())
+        assert got.is_valid().all(), (tmin, tmax)
+        assert torch.allclose(got.distance.cpu().double(), want.min(1).values, rtol=tol, atol=tol), (tmin, tmax)
+        assert (got.ray_t <= tmax).all() and torch.isfinite(got.ray_t).all()
+        # the reported points are where the distance is measured
+        assert torch.allclose((got.ray_point - got.edge_point).norm(dim=-1), got.distance, rtol=1e-5, atol=1e-6)
+        assert torch.allclose(got.ray_point, o + got.ray_t[:, None] * d, rtol=1e-5, atol=1e-5)
+    # per-ray bounds, mixed; and intervals that are no segment stay misses
+    tmin = torch.tensor([-INF, -INF, INF, -INF, 0.0], dtype=dtype, device=device)
+    tmax = torch.tensor([INF, -INF, INF, 2.0, INF], dtype=dtype, device=device)
+    got = scene.nearest_edge(rt.Ray(o[:5], d[:5], tmax, tmin=tmin))
+    assert got.is_valid().tolist() == [True, False, False, True, True]
+    assert torch.isinf(got.distance[1:3]).all() and (got.global_edge_id[1:3] == -1).all()
+
+
+def test_line_query_gradients_match_finite_differences(device):
+    """Fixed winner, as for finite bounds: reverse mode and ``jvp`` equal float64 central differences
+    (rays whose winner changes within the difference step are left out)."""
+    v, f = bumpy_sphere(8, 16, seed=3, dtype=torch.float64, device=device)
+    o0, d0 = _rays(30, torch.float64, device, seed=1)
+
+    def fields(vertices, o, d):
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(vertices, f))
+        scene.build()
+        hit = scene.nearest_edge(rt.Ray(o, d, INF, tmin=-INF))
+        out = torch.cat([hit.distance[:, None], hit.ray_t[:, None], hit.edge_t[:, None], hit.ray_point,
+                         hit.edge_point], 1)
+        return out, hit.global_edge_id
+
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn((30, 9), generator=g, dtype=torch.float64).to(device)
+    base = [v, o0, d0]
+    for k in range(3):
+        args = [x.clone() for x in base]
+        args[k].requires_grad_(True)
+        out, ids = fields(*args)
+        (grad,) = torch.autograd.grad((out * w).sum(), args[k])
+        assert torch.isfinite(grad).all()
+        step = torch.randn(base[k].shape, generator=g, dtype=torch.float64).to(device)
+        h = 1e-6
+        (plus, ids_p), (minus, ids_m) = fields(*[x + h * step if j == k else x for j, x in enumerate(base)]), \
+            fields(*[x - h * step if j == k else x for j, x in enumerate(base)])
+        same = (ids_p == ids) & (ids_m == ids)
+        assert same.sum() >= 10  # ties at a shared vertex switch the id (not the distance)
+        keep = w * same[:, None]
+
+        def scalar(x, k=k):
+            return (fields(*[x if j == k else y for j, y in enumerate(base)])[0] * keep).sum()
+
+        fd = ((plus - minus) * keep).sum() / (2 * h)
+        (grad,) = torch.autograd.grad((fields(*args)[0] * keep).sum(), args[k])
+        _, jvp = torch.func.jvp(scalar, (base[k],), (step,))
+        assert abs((grad * step).sum().item() - fd.item()) <= 1e-5 * (1 + abs(fd.item())), k
+        assert abs(jvp.item() - (grad * step).sum().item()) <= 1e-9 * (1 + abs(fd.item())), k
