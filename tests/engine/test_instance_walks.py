@@ -161,12 +161,12 @@ def test_set_instance_walk_rejects_unknown_names():
         inst_level.set_instance_walk("fast")
 
 
-def test_auto_walk_is_unified_on_cuda_and_nested_on_the_cpu(device):
+def test_auto_walk_is_wide_blas_on_cuda_and_nested_on_the_cpu(device):
     """The default ("auto") resolves by device when the scene is built."""
     mats, side = _placements(8, 3)
     with walk("auto"):
         scene = _build(device, mats)[0]
-    want = "instances_unified" if str(device).startswith("cuda") else "instances_pair"
+    want = "instances_wide_blas" if str(device).startswith("cuda") else "instances_pair"
     assert scene._core.accel.search_walk == want
     with pytest.raises(ValueError, match="set_instance_walk"):
         inst_level.set_instance_walk("sideways")

@@ -131,8 +131,8 @@ def test_instances_with_flat_part(device):
     _same(out)
     assert set(np.unique(out["pair"][1])) == {-1, 0, 1, 2}
     walk = instances.instance_walk()  # RAYD_INSTANCE_WALK: the shared-stack walks have their own kernels
-    if walk == "auto":  # the default: the unified walk on CUDA, the nested one on the CPU
-        walk = "unified" if str(device).startswith("cuda") else "nested"
+    if walk == "auto":  # the default: the wide_blas walk on CUDA (session 20), the nested one on the CPU
+        walk = "wide_blas" if str(device).startswith("cuda") else "nested"
     suffix = "pair" if walk == "nested" else walk
     assert out["pair"][4]._core.accel.search_walk == "both_" + suffix
     # only the instances (the mesh itself disabled), then a refit of the shared mesh

@@ -14,7 +14,7 @@ from rayd.torch import _interval
 from reference import icosphere
 
 
-def _grid(dtype):
+def _grid(dtype, device="cpu"):
     """A flat 8 x 8 grid over [-1, 1]^2 at z = 0 (open: its border edges are silhouette edges)."""
     ax = np.linspace(-1.0, 1.0, 9)
     y, x = np.meshgrid(ax, ax, indexing="ij")
@@ -23,12 +23,12 @@ def _grid(dtype):
     a, b, c, e = idx[:-1, :-1].ravel(), idx[:-1, 1:].ravel(), idx[1:, :-1].ravel(), idx[1:, 1:].ravel()
     f = np.concatenate([np.stack([a, b, c], -1), np.stack([b, e, c], -1)])
     scene = rt.Scene()
-    scene.add_mesh(rt.Mesh(torch.tensor(v, dtype=dtype), torch.tensor(f)))
+    scene.add_mesh(rt.Mesh(torch.tensor(v, dtype=dtype, device=device), torch.tensor(f, device=device)))
     scene.build()
     return scene
 
 
-def test_float64_count_equals_intersect_all_at_a_boundary_edge():
+def test_float64_count_equals_intersect_all_at_a_boundary_edge(device):
     """Rays through midpoints of the grid's border edges ((0.125, -1, 0), (-0.625, -1, 0)): the documented
     ``count_intersections == intersect_all(ray, K).is_valid().sum(-1)``; in float64 one ray counted 1 with
     no hit, the other 0 with a hit at t = 1 (float32: both agree)."""
@@ -37,8 +37,8 @@ def test_float64_count_equals_intersect_all_at_a_boundary_edge():
     d = [[0.8125127154304683, -0.5158311910047422, -0.5006538326278032],
          [-1.4141553617060865, 0.01966247858298069, -1.4607031577700955]]
     for dtype in (torch.float32, torch.float64):
-        scene = _grid(dtype)
-        ray = rt.Ray(torch.tensor(o, dtype=dtype), torch.tensor(d, dtype=dtype))
+        scene = _grid(dtype, device)
+        ray = rt.Ray(torch.tensor(o, dtype=dtype, device=device), torch.tensor(d, dtype=dtype, device=device))
         hit, count = scene.intersect(ray), scene.count_intersections(ray)
         assert torch.equal(count, scene.intersect_all(ray, 8).is_valid().sum(-1).to(count.dtype)), dtype
         assert torch.equal(count > 0, hit.is_valid()) and torch.equal(scene.shadow_test(ray), hit.is_valid())

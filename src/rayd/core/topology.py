@@ -109,3 +109,37 @@ def assemble(owner: str, shapes: list, world_offsets: list[int], counts: dict[in
         world_shift=np.repeat(world, per_shape).astype(np.int32),
         vertex_shift=np.repeat(vertex, per_shape).astype(np.int32),
     )
+
+
+def same_direction(v: np.ndarray, tri0: np.ndarray, tri1: np.ndarray, has_second: np.ndarray) -> np.ndarray:
+    """Which records join two faces that run through their edge in the same direction.
+
+    In a consistently oriented mesh the two faces of an edge traverse it in opposite
+    directions (``p -> q`` in one, ``q -> p`` in the other). Where they do not (a face
+    flipped against its neighbour, as in scanned or merged meshes), "exactly one of the two
+    faces faces the viewpoint" no longer marks where the surface folds away from it.
+    ``sample_edges`` therefore reads the second face's facing as if it were re-oriented to
+    agree with the first on such records (``rayd.torch.edges``, ``rayd.drjit.edges``).
+
+    Args:
+        v: (E, 2) int host array, each record's vertex pair ``(p, q)``.
+        tri0, tri1: (E, 3) int host arrays, the vertex indices of the record's two faces, in
+            their winding order (the same index space as ``v``).
+        has_second: (E,) bool, the record has a second face (not a boundary edge).
+
+    Returns:
+        (E,) bool: both faces contain the directed edge ``p -> q`` (and not ``q -> p``), or
+        both ``q -> p`` (and not ``p -> q``). Faces with a repeated vertex index that run
+        through the edge both ways, or not at all, count as no direction (False).
+    """
+    v = np.asarray(v, np.int64).reshape(-1, 2)
+    p, q = v[:, :1], v[:, 1:]
+
+    def direction(tri: np.ndarray) -> np.ndarray:
+        tri = np.asarray(tri, np.int64).reshape(-1, 3)
+        after = np.roll(tri, -1, axis=1)
+        forward = ((tri == p) & (after == q)).any(1)
+        backward = ((tri == q) & (after == p)).any(1)
+        return forward.astype(np.int64) - backward.astype(np.int64)
+
+    return (direction(tri0) * direction(tri1) > 0) & np.asarray(has_second, bool).reshape(-1)

@@ -156,3 +156,26 @@ def face_range(call: str, name: str, faces: dr.ArrayBase, num_vertices: int) -> 
     high = int(dr.max(flat, axis=None).item())
     _face_range(call, name, low, high, num_vertices)
 
+
+
+def outside_recording(call: str) -> None:
+    """``RuntimeError`` inside a symbolic region or while ``drjit.freeze`` records, where a scene call cannot run.
+
+    A scene call hands Dr.Jit arrays to Warp kernels (DLPack) and reads small arrays on the host,
+    outside Dr.Jit's recording: inside a symbolic loop, conditional or call (``drjit.while_loop``,
+    ``drjit.if_stmt``, ``drjit.switch``, ``@drjit.syntax``) Dr.Jit cannot evaluate the symbolic
+    variables involved, and a function frozen with ``drjit.freeze`` would replay without the
+    engine's launches. Evaluated loops and conditionals (``mode='evaluated'``, or
+    ``drjit.JitFlag.SymbolicLoops`` / ``SymbolicConditionals`` off) work.
+    """
+    if dr.flag(dr.JitFlag.SymbolicScope):
+        raise RuntimeError(
+            f"{call}: cannot run inside a symbolic loop, conditional or call (drjit.while_loop, drjit.if_stmt, "
+            f"drjit.switch, @drjit.syntax); run that loop or conditional with mode='evaluated' (or with "
+            f"drjit.JitFlag.SymbolicLoops / SymbolicConditionals off)"
+        )
+    if dr.flag(dr.JitFlag.FreezingScope):
+        raise RuntimeError(
+            f"{call}: cannot run inside a function frozen with drjit.freeze (the scene's engine launches are not "
+            f"Dr.Jit kernels and would not be replayed); call it outside the frozen function"
+        )

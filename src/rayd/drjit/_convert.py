@@ -232,6 +232,8 @@ def one_fence(method: Callable) -> Callable:
         if depth == 0:
             _query.device = None
             _query.scope, _query.scoped = contextlib.ExitStack(), False
+            # (nothing of an earlier query's content check carries over: rayd.drjit._verdicts)
+            _query.verdicts, _query.changed, _query.recheck = None, False, None
         _query.depth = depth + 1
         try:
             return method(*args, **kwargs)
@@ -243,8 +245,11 @@ def one_fence(method: Callable) -> Callable:
                 if _query.device is not None:
                     device, _query.device = _query.device, None
                     fence(device)
-                if getattr(_query, "verdicts", None) or getattr(_query, "changed", False):
-                    after_query()
+                try:
+                    if getattr(_query, "verdicts", None) or getattr(_query, "changed", False):
+                        after_query()
+                finally:  # (the recheck holds its scene: never kept past the query)
+                    _query.recheck = None
 
     return query
 

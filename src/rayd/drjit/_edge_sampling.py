@@ -21,7 +21,7 @@ from rayd.core.camera_frontend import EdgeSamplesBase
 from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply
-from rayd.drjit._nearest_edge import _kind, _winner_segments, ready
+from rayd.drjit._nearest_edge import _kind, _winner_segments, ready, silhouette_edges
 from rayd.drjit.intersection import DrjitRecord
 from rayd.drjit.ray import Ray
 
@@ -107,7 +107,8 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     plain = _convert.module(scene._backend, False)
     top = edges.topology
     with dr.suspend_grad():
-        sil = np.array(scene.silhouette_edges(plain.Array3f64(*work.centre)), dtype=bool)
+        # every record's faces read as consistently oriented (rayd.torch._edge_sampling)
+        sil = np.array(silhouette_edges(scene, call, plain.Array3f64(*work.centre), oriented=True), dtype=bool)
         applied = np.array(edges._applied, dtype=np.uint8).astype(bool)
         boundary = np.array(top.is_boundary, dtype=bool)
         rule = _core.coincident_faces(np.array(top.opposite).T, lambda: (np.array(top.v).T, np.array(top.shape_id)))

@@ -11,6 +11,8 @@ from __future__ import annotations
 import drjit as dr
 import numpy as np
 
+from rayd.drjit import _concat
+
 Columns = tuple  # (a0, a1, a2, shift), 3-vector arrays
 
 
@@ -51,13 +53,8 @@ def world(points: dr.ArrayBase, to_world: dr.ArrayBase | None) -> dr.ArrayBase:
 
 
 def concat(parts: list[dr.ArrayBase]) -> dr.ArrayBase:
-    """Concatenate arrays of one type lane-wise (componentwise for vectors)."""
-    if len(parts) == 1:
-        return parts[0]
-    kind = type(parts[0])
-    if dr.depth_v(kind) == 1:
-        return dr.concat(parts)
-    return kind(*(dr.concat([p[i] for p in parts]) for i in range(dr.size_v(kind))))
+    """Concatenate arrays of one type lane-wise (componentwise for vectors); see :func:`rayd.drjit._concat.concat`."""
+    return _concat.concat(parts)
 
 
 class StackMatrices(dr.CustomOp):

@@ -228,8 +228,9 @@ def _sorted_slots(m: ModuleType, fields: dict[str, dr.ArrayBase], n: int, k: int
     return {name: dr.gather(type(v), v, source) for name, v in fields.items()}
 
 
-def silhouette_edges(scene, call: str, viewpoint: object) -> dr.ArrayBase:
-    """``Scene.silhouette_edges`` after the lifecycle check."""
+def silhouette_edges(scene, call: str, viewpoint: object, oriented: bool = False) -> dr.ArrayBase:
+    """``Scene.silhouette_edges`` after the lifecycle check (``oriented``: ``sample_edges``' rule,
+    :meth:`rayd.drjit.edges.SceneEdges.silhouette`)."""
     viewpoint = _check.float_array(call, "viewpoint", viewpoint, 3)
     _check.same_backend(call, "viewpoint", viewpoint, scene._device, "the scene")
     if dr.width(viewpoint) != 1:
@@ -238,7 +239,7 @@ def silhouette_edges(scene, call: str, viewpoint: object) -> dr.ArrayBase:
     with dr.suspend_grad():
         geometry = scene._live_geometry(m, double)
         Array3 = m.Array3f64 if double else m.Array3f
-        return scene._edges.silhouette(m, geometry, Array3(dr.detach(viewpoint)))
+        return scene._edges.silhouette(m, geometry, Array3(dr.detach(viewpoint)), oriented=oriented)
 
 
 def _relative(scene, x: dr.ArrayBase) -> dr.ArrayBase:

@@ -46,7 +46,8 @@ DOCS = {
     Args:
         points_or_ray: (N, 3) points, an ``Array3f``/``Array3f64`` of width N, or a
             :class:`Ray` whose segment ``o + s d, s in [tmin, tmax]`` is queried (a
-            half-line if ``tmax = inf``); on the scene's backend and device.
+            half-line if ``tmax = inf`` or ``tmin = -inf``, the whole line if both); on the scene's
+            backend and device.
         active: optional ``Bool`` of width N or 1; inactive queries miss.
         max_distance: only edges within this distance count (default ``inf``).
 

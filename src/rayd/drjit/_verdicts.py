@@ -43,8 +43,15 @@ def deferred_count() -> int:
 
 
 def on_changed(recheck: Callable[[], None]) -> None:
-    """What the current query runs at its end if a deferred verdict says changed (it raises the precise error)."""
-    _query.recheck = recheck
+    """What the current query runs at its end if a deferred verdict says changed (it raises the precise error).
+
+    The first check of the outermost query sets it: a query another one runs inside it (the float64
+    ``intersect`` and ``shadow_test`` run ``intersect_all`` for their walk-on) must not replace it, so
+    the error names the call the user made (found by helper breakit20c: on CUDA the opt-in check named
+    ``intersect_all()`` for a float64 ``intersect()``).
+    """
+    if getattr(_query, "recheck", None) is None:
+        _query.recheck = recheck
 
 
 @contextlib.contextmanager

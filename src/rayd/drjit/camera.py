@@ -8,6 +8,7 @@ module evaluates the differentiable parts with Dr.Jit ops (see
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 
 import drjit as dr
@@ -173,6 +174,20 @@ Camera._OPS = SimpleNamespace(working=lambda camera, array: camera._namespace(ar
                               ray=Ray, empty=lambda array: dr.width(array) == 0,
                               nothing=lambda work, components: _type(*work, components)())
 
+
+
+def _sample_edges_outside_recording(method):
+    """``Camera.sample_edges`` refused by its own name in symbolic regions and ``drjit.freeze`` (it queries the scene)."""
+
+    @functools.wraps(method)
+    def sample_edges(self, *args, **kwargs):
+        _check.outside_recording("rayd.drjit.Camera.sample_edges()")
+        return method(self, *args, **kwargs)
+
+    return sample_edges
+
+
+Camera.sample_edges = _sample_edges_outside_recording(Camera.sample_edges)
 serialise_public(Camera)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
 
 

@@ -15,6 +15,7 @@ import warp as wp
 
 from rayd.core.edge_state import EdgeBuffers
 from rayd.core.edges import TopologyBase, document
+from rayd.core.topology import same_direction
 from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import apply, concat
 from rayd.engine.edge_topology import mesh_edges
@@ -212,7 +213,23 @@ class SceneEdges(EdgeBuffers):
         dr.make_opaque(checked)
         return checked, dr.width(mask), f"width {dr.width(mask)}"
 
-    def silhouette(self, m, geometry, viewpoint: dr.ArrayBase) -> dr.ArrayBase:
+    def _flipped(self, top: EdgeTopology) -> np.ndarray:
+        """(E,) bool host array, :func:`rayd.core.topology.same_direction` of the records (once per topology)."""
+        cached = getattr(self, "_flip_cache", None)
+        if cached is not None and cached[0] is top:
+            return cached[1]
+        shape_id = np.array(top.shape_id, dtype=np.int64)
+        v = np.array(top.v, dtype=np.int64).T.reshape(-1, 2)
+        faces = np.array(top.faces, dtype=np.int64).T.reshape(-1, 2)
+        row = np.array(self._scene._face_row, dtype=np.int64)[shape_id]
+        offset = np.array([s.vertex_offset for s in self._shapes], dtype=np.int64)[shape_id]
+        table = np.array(self._scene._faces, dtype=np.int64).T.reshape(-1, 3)
+        tri0, tri1 = (table[row + np.maximum(faces[:, k], 0)] - offset[:, None] for k in (0, 1))
+        flip = same_direction(v, tri0, tri1, faces[:, 1] >= 0)
+        self._flip_cache = (top, flip)
+        return flip
+
+    def silhouette(self, m, geometry, viewpoint: dr.ArrayBase, *, oriented: bool = False) -> dr.ArrayBase:
         """(E,) ``Bool``: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.
 
         Args:
@@ -220,6 +237,9 @@ class SceneEdges(EdgeBuffers):
             geometry: the scene's detached :class:`~rayd.drjit._intersect.LiveGeometry`
                 (mesh vertices and per-shape transforms), in the working float type.
             viewpoint: ``Array3f``/``Array3f64`` of width 1 in that float type.
+            oriented: read the second face of a record whose faces run through the edge in
+                the same direction as if it were flipped (:func:`rayd.core.topology.same_direction`;
+                ``sample_edges``), as rayd.torch does. Consistently oriented records: the same.
 
         Returns:
             The edges of the silhouette rule (:class:`rayd.core.edges.EdgeState`, ``silhouette``).
@@ -234,17 +254,22 @@ class SceneEdges(EdgeBuffers):
         if geometry.transform is not None:
             cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
 
-        def front(face: dr.ArrayBase) -> dr.ArrayBase:
+        def towards(face: dr.ArrayBase) -> dr.ArrayBase:
             tri = dr.gather(m.Array3u, m.Array3u(scene._faces), m.UInt(first_row + face))
             v0, v1, v2 = (dr.gather(Array3, geometry.vertices, i) for i in (tri.x, tri.y, tri.z))
             if cols is not None:
                 v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
-            return dr.dot(dr.cross(v1 - v0, v2 - v0), viewpoint - v0) > 0
+            return dr.dot(dr.cross(v1 - v0, v2 - v0), viewpoint - v0)
 
         faces = m.Array2i(top.faces)
         boundary = m.Bool(top.is_boundary)
         second = dr.select(boundary, faces.x, faces.y)
+        front0 = towards(faces.x) > 0
+        along = towards(second)
+        front1 = along > 0
+        if oriented:
+            front1 = dr.select(m.Bool(self._flipped(top)), along < 0, front1)
         # masked-out edges and edges of disabled shapes are invisible to edge queries
-        result = plain.Bool(dr.detach(boundary | (front(faces.x) != front(second)))) & (self._applied != 0)
+        result = plain.Bool(dr.detach(boundary | (front0 != front1))) & (self._applied != 0)
         dr.eval(result)
         return result

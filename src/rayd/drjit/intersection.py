@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import drjit as dr
+import numpy as np
 
 from rayd.core.edges import document
 from rayd.core.frontend import PublicName
@@ -37,7 +38,8 @@ class DrjitRecord(PublicName, FieldRecord):
             picked = uint(index)
             if dr.width(picked) and int(dr.max(picked)[0]) >= n:  # one host read
                 raise IndexError(f"{self._name}[index]: an index is out of range for {n} queries")
-        elif isinstance(index, int) and not isinstance(index, bool):
+        elif isinstance(index, (int, np.integer)) and not isinstance(index, bool):
+            index = int(index)  # (a NumPy integer as a Python int, as rayd.torch's records take it)
             if not -n <= index < n:
                 raise IndexError(f"{self._name}[{index}]: index out of range for {n} queries")
             picked = uint([index % n])
@@ -56,7 +58,7 @@ class DrjitRecord(PublicName, FieldRecord):
 
         Args:
             index: a Dr.Jit ``Bool`` mask of width N, a Dr.Jit integer array of query
-                indices, a Python int or a slice.
+                indices, a Python (or NumPy) int or a slice.
 
         Returns:
             A record of the same type, fields and flags (width 1 for an int; for

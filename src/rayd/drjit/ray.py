@@ -22,7 +22,8 @@ class Ray(RayBase):
 
     As :class:`rayd.torch.Ray` (whose docstring states the rules): a ``Ray`` holds no
     scene state (reuse one across steps, refits and scenes), and malformed rays are
-    misses, not errors (``nearest_edge``'s segment ``s in [tmin, tmax]`` is closed).
+    misses, not errors (``nearest_edge``'s segment ``s in [tmin, tmax]`` is closed, and
+    ``tmin = -inf`` is a half-line backwards there).
 
     Gradients:
         Flow into ``o`` and ``d`` (and into arrays they were computed from) when they

@@ -165,9 +165,13 @@ def _content_scope(method):
     once, at the outermost's end), wherever the content check runs (:data:`rayd.core.contents.MODE`: on the
     CPU by default; on CUDA opt-in, and there without this scope the fences stay where they were)."""
     scoped = _convert.one_fence(method)
+    call = f"rayd.drjit.Scene.{method.__name__}()"
 
     @functools.wraps(method)
     def query(self, *args, **kwargs):
+        _check.outside_recording(call)
+        if self._device is None:
+            return method(self, *args, **kwargs)  # (not built: the lifecycle check raises)
         if self._device.startswith("cuda") and contents.MODE not in ("1", "all"):
             return method(self, *args, **kwargs)
         return scoped(self, *args, **kwargs)
@@ -179,5 +183,21 @@ for _name in ("intersect", "shadow_test", "visible", "intersect_all", "count_int
               "specular_paths", "closest_point", "winding_number", "contains", "signed_distance", "nearest_edge",
               "nearest_edges", "silhouette_edges"):
     setattr(Scene, _name, _content_scope(getattr(Scene, _name)))
+
+
+def _outside_recording(method):
+    """``method`` (a lifecycle call) refused inside symbolic regions and ``drjit.freeze`` (:func:`_check.outside_recording`)."""
+    call = f"rayd.drjit.Scene.{method.__name__}()"
+
+    @functools.wraps(method)
+    def lifecycle_call(self, *args, **kwargs):
+        _check.outside_recording(call)
+        return method(self, *args, **kwargs)
+
+    return lifecycle_call
+
+
+for _name in ("build", "sync", "set_mesh_transform"):  # (they read arrays on the host: Dr.Jit's obscure errors there)
+    setattr(Scene, _name, _outside_recording(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)

@@ -56,7 +56,9 @@ REFIT_MODE = _ENV_MODE or "split"
 #: ``edge_ray.txt``, main ``81cf455``): ``"wide3"`` 0.360 / 0.239 ms against ``"split"`` 0.393 / 0.253 (two passes
 #: each, same boxes), and a refit + 1 M-ray query step on the terrain 220.6 ms with the wide walk against 652.3
 #: with the binary one: ``"wide3"`` is the CUDA default. ``RAYD_EDGE_REFIT=split`` gives the earlier one.
-REFIT_MODE_CUDA = _ENV_MODE or "wide3"
+#: Session 20, one H200 (``benchmarks/results/h200-session20/``, two passes, median of 20): ``"wide3l"`` 0.284 /
+#: 0.195 ms against ``"wide3"`` 0.329 / 0.225 (terrain 2 M / sphere 1 M, same boxes): ``"wide3l"`` is the default.
+REFIT_MODE_CUDA = _ENV_MODE or "wide3l"
 
 
 @wp.kernel

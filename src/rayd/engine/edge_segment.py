@@ -17,6 +17,10 @@ the answers are the same edges, bit for bit, either way; ``tests/engine/test_edg
   ``vec3`` loads (six 32-bit loads on CUDA); ``"v2"`` reads its 24 contiguous bytes in three 64-bit
   read-only loads (:func:`load_segment`; the CPU reads the same values either way).
 
+Defaults since the 20th session (one H200, ``benchmarks/results/h200-session20/``, 1 M sorted points,
+``ploc+q:8``, median of 5): ``pruned`` + ``v2`` on CUDA, terrain 2 M 15.23 -> 13.98 ms, sphere 1 M
+33.78 -> 30.31 ms against ``exact`` + ``plain``; the CPU keeps ``exact``.
+
 References:
     Ericson 2004, "Real-Time Collision Detection", Morgan Kaufmann, sec. 5.1.2
     (closest point on a segment) and 5.1.9 (closest points of two segments).
@@ -34,12 +38,12 @@ wp.set_module_options({"enable_backward": False})
 
 _ENV_TEST = os.environ.get("RAYD_EDGE_SEG_TEST", "").strip().lower()
 #: ``"exact"`` or ``"pruned"`` on CUDA (see the module's docstring); read at each search (:func:`seg_modes`).
-SEG_TEST = _ENV_TEST or "exact"
+SEG_TEST = _ENV_TEST or "pruned"
 #: The same on the CPU. Measured there (2-core VM, cpu-size terrain / sphere, ``ploc+q:8`` and ``sah:4``, medians of
 #: 3 interleaved): ``"pruned"`` 2-9 % slower than ``"exact"`` (within the noise, never faster).
 SEG_TEST_CPU = _ENV_TEST or "exact"
 #: ``"plain"`` or ``"v2"`` (see the module's docstring; the CPU reads alike either way); read at each search.
-SEG_LOAD = os.environ.get("RAYD_EDGE_SEG_LOAD", "plain").strip().lower()
+SEG_LOAD = os.environ.get("RAYD_EDGE_SEG_LOAD", "v2").strip().lower()
 
 _INF = wp.constant(float("inf"))
 # Relative slack of the line test of point_segment_dsq_within, in units of |p - a|^2: 2^-16, about 7 x the

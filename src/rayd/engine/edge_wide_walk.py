@@ -33,6 +33,7 @@ from rayd.engine.nearest_edge_kernels import (
     RAY,
     TOPK,
     _better,
+    _bounds_ok,
     _heap_f,
     _heap_i,
     _in_range,
@@ -239,7 +240,7 @@ def _make_wide_kernel(kind: int, counting: bool, max_registers: int, compressed:
             dir = q1[i * q1_stride]
             s0 = tmin[i * tmin_stride]
             s1 = tmax[i * tmax_stride]
-            wellformed = wellformed and wp.isfinite(dir) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
+            wellformed = wellformed and wp.isfinite(dir) and _bounds_ok(s0, s1)
             if wellformed:
                 dir, s0, s1 = _in_range(dir, s0, s1)
                 wellformed = wp.dot(dir, dir) > 0.0

@@ -428,14 +428,22 @@ def _adjoint_split(o, d, global_prim_id, vertices, indices, outputs, grad_output
                    grad_vertices) -> None:
     """:func:`evaluate_hits_adjoint` on all CPU cores: chunks of rows, each accumulating into its own
     zeroed ``grad_vertices`` (and ``grad_o``/``grad_d`` where broadcast), summed at the end (Warp's
-    CPU atomics are plain adds: one buffer per concurrent launch)."""
+    CPU atomics are plain adds: one buffer per concurrent launch). Each of ``grad_o``, ``grad_d``,
+    ``grad_vertices`` may be ``None`` (not wanted), as in the one-launch path."""
     n = global_prim_id.shape[0]
     parts = 2 * (os.cpu_count() or 1)
     bounds = [n * k // parts for k in range(parts + 1)]
     dev = global_prim_id.device
     per_o, per_d = per_row(o, n)[1], per_row(d, n)[1]
-    own = [[wp.zeros_like(grad_vertices),
-            grad_o if per_o else wp.zeros_like(grad_o), grad_d if per_d else wp.zeros_like(grad_d)] for _ in range(parts)]
+
+    def own_buffer(grad, per):  # per-row gradients: chunks write disjoint rows of the caller's array
+        return grad if grad is None or per else wp.zeros_like(grad)
+
+    own = [[own_buffer(grad_vertices, False), own_buffer(grad_o, per_o), own_buffer(grad_d, per_d)]
+           for _ in range(parts)]
+
+    def rows(array, per, lo, hi):
+        return array[lo:hi] if per and array is not None else array
 
     def run(k: int) -> None:
         lo, hi = bounds[k], bounds[k + 1]
@@ -445,18 +453,16 @@ def _adjoint_split(o, d, global_prim_id, vertices, indices, outputs, grad_output
         wp.launch(
             _evaluate_hits_kernel,
             dim=hi - lo,
-            inputs=[o[lo:hi] if per_o else o, per_o, d[lo:hi] if per_d else d, per_d, global_prim_id[lo:hi],
+            inputs=[rows(o, per_o, lo, hi), per_o, rows(d, per_d, lo, hi), per_d, global_prim_id[lo:hi],
                     vertices, indices],
             outputs=[x[lo:hi] for x in outputs],
-            adj_inputs=[go[lo:hi] if per_o else go, 0, gd[lo:hi] if per_d else gd, 0, None, gv, None],
+            adj_inputs=[rows(go, per_o, lo, hi), 0, rows(gd, per_d, lo, hi), 0, None, gv, None],
             adj_outputs=[x[lo:hi] for x in grad_outputs],
             adjoint=True,
             device=dev,
         )
 
     run_parallel(run, parts)
-    total = grad_vertices.numpy()
-    total += sum(b[0].numpy() for b in own)
-    for j, (grad, per) in enumerate(((grad_o, per_o), (grad_d, per_d))):
-        if not per:
-            grad.numpy()[:] += sum(b[j + 1].numpy() for b in own)
+    for j, (grad, per) in enumerate(((grad_vertices, False), (grad_o, per_o), (grad_d, per_d))):
+        if grad is not None and not per:
+            grad.numpy()[:] += sum(b[j].numpy() for b in own)

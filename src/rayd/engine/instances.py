@@ -21,11 +21,12 @@ wp.set_module_options({"enable_backward": False})
 #: each BLAS walked in a loop nested in the top level's, one stack of refs per ray),
 #: ``"unified"`` (one loop and one stack for both levels: a marker on the stack leaves
 #: an instance), ``"unified_cull"`` (the same, popped BLAS nodes behind the closest hit
-#: skipped too), or ``"auto"`` (the default: ``"unified"`` on CUDA, where the H200 of
-#: session 11 traced 1,000 instances 2.9x faster with it than nested, closest hit and any
-#: hit, ``benchmarks/results/h200-session11/``; ``"nested"`` on the CPU, where it was not
-#: faster). ``"wide_both"`` / ``"wide_blas"`` (``instance_walk.py``): ``unified`` with
-#: both levels / the BLAS only in 4-wide nodes (``instance_wide.py``; measured in session 19).
+#: skipped too), ``"wide_both"`` / ``"wide_blas"`` (``instance_walk.py``): ``unified`` with
+#: both levels / the BLAS only in 4-wide nodes (``instance_wide.py``), or ``"auto"`` (the
+#: default: ``"wide_blas"`` on CUDA, where the H200 of session 20 traced 1,000 instances in
+#: 0.985x / 0.993x the time of ``unified`` (closest / any hit; ``wide_both`` 1.36x;
+#: ``benchmarks/results/h200-session20/``), itself 2.9x faster than nested on the H200 of
+#: session 11; ``"nested"`` on the CPU, where it was not faster).
 #: ``RAYD_INSTANCE_WALK`` sets the default; :func:`set_instance_walk` changes it for scenes built
 #: afterwards. All give the same winners (the wide walks: up to exact ties in ``t``, see there).
 INSTANCE_WALKS = ("auto", "nested", "pairtop", "unified", "unified_cull", "wide_both", "wide_blas")
@@ -214,7 +215,7 @@ class InstanceLevel:
         self.tlas_pairs = self.wide = None
         walk = instance_walk()
         if walk == "auto":
-            walk = "unified" if self.nodes.lowers.device.is_cuda else "nested"
+            walk = "wide_blas" if self.nodes.lowers.device.is_cuda else "nested"
         if walk == "nested" or not self.has_pairs:
             return "nested"
         per_blas_level = 2 if walk == "unified_cull" else 1

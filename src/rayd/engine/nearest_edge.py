@@ -244,12 +244,13 @@ def nearest_edge_ray(
         edges: the scene's :class:`EdgeBvh`.
         o: ray origins, ``wp.array(dtype=wp.vec3)`` of shape (N,) or (1,) (broadcast).
         d: ray directions, same rule; need not be unit length.
-        tmin: float32 array of shape (N,) or (1,).
-        tmax: float32 array of shape (N,) or (1,); ``inf`` for a half-line.
+        tmin: float32 array of shape (N,) or (1,); ``-inf`` for a half-line backwards.
+        tmax: float32 array of shape (N,) or (1,); ``inf`` for a half-line (both: the line).
         active: uint8 array of shape (N,) or (1,); 0 marks an inactive query.
         max_distance: only edges within this distance of the segment count.
         global_edge_id: int32 output of shape (N,); -1 for none, for inactive and for
-            malformed rays (NaN/inf, zero direction, ``tmax < tmin``).
+            malformed rays (NaN/inf in ``o``/``d``, zero direction, NaN bounds, ``tmax < tmin``,
+            ``tmin = tmax = +-inf``).
         stream: the CUDA stream to launch on (``None`` on the CPU).
         sort_queries: run the queries in Morton order of their positions (ray queries:
             origins) for coherent traversal; ``None`` sorts batches of at least

@@ -90,25 +90,39 @@ def _ray_box_reach(o: wp.vec3, d: wp.vec3, s0: float, s1: float, lo: wp.vec3, hi
 
 
 @wp.func
+def _bounds_ok(s0: float, s1: float) -> bool:
+    """Whether ``[s0, s1]`` is a ray segment's parameter interval: no NaN, ``s0 <= s1``, and not a point at
+    infinity (``s0 = -inf`` is a half-line backwards, ``s0 = -inf, s1 = inf`` the whole line)."""
+    return (not wp.isnan(s0)) and (not wp.isnan(s1)) and s0 <= s1 and s0 < _INF and s1 > -_INF
+
+
+@wp.func
+def _segment_end(o: float, d: float, s: float) -> float:
+    """Coordinate ``o + s d`` of a segment's end (``d != 0``), ``+-inf`` where ``s`` is infinite."""
+    if wp.isfinite(s):
+        return o + s * d
+    if (s > 0.0) == (d > 0.0):
+        return _INF
+    return -_INF
+
+
+@wp.func
 def segment_box(o: wp.vec3, d: wp.vec3, s0: float, s1: float) -> tuple[wp.vec3, wp.vec3]:
-    """A box holding the segment ``o + s d, s in [s0, s1]`` (``s0`` finite; ``s1 = inf``: a half-line), widened
-    by ``2^-18`` of its largest finite coordinate magnitude (the rounding of ``o + s d``)."""
-    a = o + s0 * d
-    lo = a
-    hi = a
-    m = wp.max(magnitude(a), magnitude(o))
+    """A box holding the segment ``o + s d, s in [s0, s1]`` (``s1 = inf`` or ``s0 = -inf``: a half-line, both: the
+    line), widened by ``2^-18`` of its largest finite coordinate magnitude (the rounding of ``o + s d``)."""
+    lo = o
+    hi = o
+    m = magnitude(o)
     for k in range(3):
         if d[k] != 0.0:
-            b = float(0.0)
-            if wp.isfinite(s1):
-                b = o[k] + s1 * d[k]
+            a = _segment_end(o[k], d[k], s0)
+            b = _segment_end(o[k], d[k], s1)
+            if wp.isfinite(a):
+                m = wp.max(m, wp.abs(a))
+            if wp.isfinite(b):
                 m = wp.max(m, wp.abs(b))
-            elif d[k] > 0.0:
-                b = _INF
-            else:
-                b = -_INF
-            lo[k] = wp.min(lo[k], b)
-            hi[k] = wp.max(hi[k], b)
+            lo[k] = wp.min(a, b)
+            hi[k] = wp.max(a, b)
     tol = _SEG_TOL * m
     return lo - wp.vec3(tol), hi + wp.vec3(tol)
 
@@ -265,7 +279,7 @@ def _make_search_kernel(kind: int, counting: bool, seg_test: str = "exact", seg_
             dir = q1[i * q1_stride]
             s0 = tmin[i * tmin_stride]
             s1 = tmax[i * tmax_stride]
-            wellformed = wellformed and wp.isfinite(dir) and wp.isfinite(s0) and not wp.isnan(s1) and s1 >= s0
+            wellformed = wellformed and wp.isfinite(dir) and _bounds_ok(s0, s1)
             if wellformed:
                 dir, s0, s1 = _in_range(dir, s0, s1)
                 wellformed = wp.dot(dir, dir) > 0.0

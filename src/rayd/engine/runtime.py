@@ -136,9 +136,11 @@ def launch_stream(device: wp.context.Device, stream: wp.Stream | None) -> Iterat
 
 
 #: 1: :func:`read_back` of small CUDA arrays copies them on the stream into one pinned staging buffer
-#: and waits once; 0 (default): a wait for the stream, then ``wp.array.numpy()`` per array (a blocking
-#: copy each). ``RAYD_STAGED_READS``; opt-in until ``benchmarks/h200/s19_build.sh`` has run on a GPU.
-STAGED_READS = int(os.environ.get("RAYD_STAGED_READS", "0"))
+#: and waits once (default); 0: a wait for the stream, then ``wp.array.numpy()`` per array (a blocking
+#: copy each). ``RAYD_STAGED_READS`` 
+#: (session 20, one H200, ``benchmarks/results/h200-session20/``: with the other build switches, ``build()``
+#: terrain 2 M 12.39 -> 10.37 ms, sphere 1 M 13.37 -> 11.33 ms, medians of 10, the same tree).
+STAGED_READS = int(os.environ.get("RAYD_STAGED_READS", "1"))
 _STAGING_BYTES = 1 << 16
 _staging: dict = {}  # CUDA device name -> pinned uint8 buffer (reused: every read_back waits before it returns)
 

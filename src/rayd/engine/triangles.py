@@ -154,11 +154,12 @@ def refit_kind() -> str:
     return _refit
 
 
-#: 1 (default): a scene's wide-only refit (``wide_refit.WideRefit``: its leaf lists, a scan and two host
-#: reads) is set up at build; 0: at its first refit, so ``build()`` waits for the device fewer times
-#: (issue 18, "build"; the first ``sync()`` after a build pays it instead). ``RAYD_EAGER_WIDE_REFIT``;
-#: 0 is opt-in until ``benchmarks/h200/s19_build.sh`` has run on a GPU (session 19 got none).
-EAGER_WIDE_REFIT = int(os.environ.get("RAYD_EAGER_WIDE_REFIT", "1"))
+#: 1: a scene's wide-only refit (``wide_refit.WideRefit``: its leaf lists, a scan and two host
+#: reads) is set up at build; 0 (default): at its first refit, so ``build()`` waits for the device fewer times
+#: (issue 18, "build"; the first ``sync()`` after a build pays it instead). ``RAYD_EAGER_WIDE_REFIT``
+#: (session 20, one H200, ``benchmarks/results/h200-session20/``: with the other build switches, ``build()``
+#: terrain 2 M 12.39 -> 10.37 ms, sphere 1 M 13.37 -> 11.33 ms, medians of 10, the same tree).
+EAGER_WIDE_REFIT = int(os.environ.get("RAYD_EAGER_WIDE_REFIT", "0"))
 
 #: Boxes are padded by this fraction of the scene's magnitude (largest absolute
 #: coordinate plus extent), so that slab tests rounded in float32 never reject a ray

@@ -10,56 +10,6 @@ INF = wp.constant(float("inf"))
 
 
 @wp.func
-def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
-    """Ray parameter ``t`` of the hit of ``o + t d`` with triangle (a, b, c), or ``+inf``.
-
-    Both faces count. The edge functions are evaluated in a ray-aligned sheared frame,
-    in float64 from float32 inputs (exact products), so a ray through a shared edge or
-    vertex hits at least one of the adjacent triangles (no leaks) on every device.
-    ``t`` may be negative; the caller applies its interval.
-    """
-    kz = int(0)
-    if wp.abs(d[1]) > wp.abs(d[kz]):
-        kz = 1
-    if wp.abs(d[2]) > wp.abs(d[kz]):
-        kz = 2
-    kx = (kz + 1) % 3
-    ky = (kx + 1) % 3
-    if d[kz] < 0.0:
-        swap = kx
-        kx = ky
-        ky = swap
-    sx = d[kx] / d[kz]
-    sy = d[ky] / d[kz]
-    sz = 1.0 / d[kz]
-
-    pa = a - o
-    pb = b - o
-    pc = c - o
-    ax = pa[kx] - sx * pa[kz]
-    ay = pa[ky] - sy * pa[kz]
-    bx = pb[kx] - sx * pb[kz]
-    by = pb[ky] - sy * pb[kz]
-    cx = pc[kx] - sx * pc[kz]
-    cy = pc[ky] - sy * pc[kz]
-
-    # Edge functions in float64: the float32 products are exact there, so the
-    # difference is rounded once and a shared edge gets exactly opposite values in its
-    # two triangles, whatever the compiler contracts into FMAs (CUDA does).
-    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
-    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
-    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
-    zero = wp.float64(0.0)
-    if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
-        return INF
-    det = u + v + w
-    if det == zero:
-        return INF
-    big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
-    return float(big_t / det)
-
-
-@wp.func
 def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
     """The ``t`` a candidate hit is ranked and bounded by, or ``+inf`` for a triangle without interior.
 
@@ -130,6 +80,50 @@ def ray_shear(d: wp.vec3) -> tuple[wp.vec3i, wp.vec3]:
 def _sheared(p: wp.vec3, k: wp.vec3i, sh: wp.vec3) -> wp.vec2:
     """``p`` (relative to the origin) projected along the ray: the same rounding for every vertex."""
     return wp.vec2(p[k[0]] - mul_rn(sh[0], p[k[2]]), p[k[1]] - mul_rn(sh[1], p[k[2]]))
+
+
+@wp.func
+def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
+    """Ray parameter ``t`` of the hit of ``o + t d`` with triangle (a, b, c), or ``+inf``.
+
+    Both faces count. The edge functions are evaluated in a ray-aligned sheared frame,
+    in float64 from float32 inputs (exact products), so a ray through a shared edge or
+    vertex hits at least one of the adjacent triangles (no leaks) on every device.
+    ``t`` may be negative; the caller applies its interval.
+    """
+    # The permutation, shear and sheared corners exactly as :func:`sheared_t` has them (products never
+    # fused into FMAs, which CUDA would otherwise do), so that every query (closest hit, any hit, all
+    # hits, counts) decides a ray through an edge or vertex alike on every device.
+    k, sh = ray_shear(d)
+    pa = a - o
+    pb = b - o
+    pc = c - o
+    qa = _sheared(pa, k, sh)
+    qb = _sheared(pb, k, sh)
+    qc = _sheared(pc, k, sh)
+    ax = qa[0]
+    ay = qa[1]
+    bx = qb[0]
+    by = qb[1]
+    cx = qc[0]
+    cy = qc[1]
+    sz = sh[2]
+    kz = k[2]
+
+    # Edge functions in float64: the float32 products are exact there, so the
+    # difference is rounded once and a shared edge gets exactly opposite values in its
+    # two triangles, whatever the compiler contracts into FMAs (CUDA does).
+    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
+    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
+    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
+    zero = wp.float64(0.0)
+    if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
+        return INF
+    det = u + v + w
+    if det == zero:
+        return INF
+    big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
+    return float(big_t / det)
 
 
 @wp.func

@@ -19,10 +19,11 @@ import os
 import warp as wp
 
 
-#: 1: one launch per level; 0 (default): two ``wp.launch`` a level (the collapse before this module).
-#: The same wide tree. ``RAYD_WIDE_ONE_LAUNCH``; 1 is opt-in until ``benchmarks/h200/s19_build.sh`` has
-#: run on a GPU (session 19 got none).
-ONE_LAUNCH = int(os.environ.get("RAYD_WIDE_ONE_LAUNCH", "0"))
+#: 1 (default): one launch per level; 0: two ``wp.launch`` a level (the collapse before this module).
+#: The same wide tree. ``RAYD_WIDE_ONE_LAUNCH`` 
+#: (session 20, one H200, ``benchmarks/results/h200-session20/``: with the other build switches, ``build()``
+#: terrain 2 M 12.39 -> 10.37 ms, sphere 1 M 13.37 -> 11.33 ms, medians of 10, the same tree).
+ONE_LAUNCH = int(os.environ.get("RAYD_WIDE_ONE_LAUNCH", "1"))
 
 #: Most threads of a level's launch on CUDA (each takes every ``LEVEL_THREADS``-th node of the level).
 #: ``RAYD_WIDE_LEVEL_THREADS``.

@@ -15,7 +15,10 @@ DOCS = {
             :class:`EdgeSamples` with fields of shape (N,) / (N, 2) (see there).
             Concretely: the edges are ``scene.silhouette_edges(c)`` for the camera centre
             ``c`` (boundary edges and edges between a face facing ``c`` and one facing
-            away), without masked edges or edges of disabled shapes; each is clipped to
+            away; a record whose two faces run through the edge in the same direction, one
+            wound against the other, reads its second face as re-oriented, so the outline
+            does not depend on face windings), without masked edges or edges of disabled
+            shapes; each is clipped to
             the near plane (depth above ``1e-6`` times its far end's depth) and its image
             to ``[0, width] x [0, height]``; the pieces are laid end to end and sample
             ``i`` sits at length ``(i + ξ_i) L / N`` (stratified, so uniform in

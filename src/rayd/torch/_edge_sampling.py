@@ -38,7 +38,7 @@ import torch
 from rayd.core import camera as _core
 from rayd.core.camera_frontend import EdgeSamplesBase
 from rayd.torch import _check, _convert
-from rayd.torch._nearest_edge import _dtype, _ready_edges
+from rayd.torch._nearest_edge import _dtype, _ready_edges, silhouette_edges
 from rayd.torch.edges import placed_vertices
 from rayd.torch.intersection import TorchRecord
 from rayd.torch.ray import Ray
@@ -157,7 +157,9 @@ def _candidates(call: str, camera, scene, edges, intrinsics: tuple) -> tuple:
     with torch.no_grad():
         world = placed_vertices(scene._state, torch.float64, detach=True)
         centre = torch.tensor(camera._host_centre(), dtype=torch.float64, device=device)
-        chosen, boundary = scene.silhouette_edges(centre), top.is_boundary
+        # the silhouette rule with every record's faces read as consistently oriented (a flipped face
+        # would hide the fold there and mark a crease instead)
+        chosen, boundary = silhouette_edges(scene, call, centre, oriented=True), top.is_boundary
         rule = _core.coincident_faces(_convert.host_array(top.opposite),
                                       lambda: (_convert.host_array(top.v), _convert.host_array(top.shape_id)))
         # faces listed more than once: sampled as one face

@@ -171,15 +171,16 @@ def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, t
     return evaluate_points(p, winner, edges.edge_rows, vertices, edges.topology)
 
 
-def silhouette_edges(scene, call: str, viewpoint: object) -> torch.Tensor:
-    """``Scene.silhouette_edges`` after the lifecycle check."""
+def silhouette_edges(scene, call: str, viewpoint: object, oriented: bool = False) -> torch.Tensor:
+    """``Scene.silhouette_edges`` after the lifecycle check (``oriented``: ``sample_edges``' rule,
+    :meth:`rayd.torch.edges.SceneEdges.silhouette`)."""
     viewpoint = _check.float_tensor(call, "viewpoint", viewpoint, last=3, ndim=1)
     _check.same_device(call, "viewpoint", viewpoint, scene._device, "the scene")
     dtype = _dtype(viewpoint.dtype, scene)
     vertices = placed_vertices(scene._state, dtype, detach=True)
     with _convert.outside_transforms():
         scene._edges.topology  # noqa: B018 - lazily built state, kept beyond this call
-    return scene._edges.silhouette(vertices, _convert.primal(viewpoint).to(dtype))
+    return scene._edges.silhouette(vertices, _convert.primal(viewpoint).to(dtype), oriented=oriented)
 
 
 def _interval(value: float | torch.Tensor, batch: torch.Size, dtype: torch.dtype, device: torch.device) -> torch.Tensor:

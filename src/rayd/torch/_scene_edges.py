@@ -43,7 +43,7 @@ DOCS = {
     Args:
         points_or_ray: (..., 3) float32/float64 points, or a :class:`Ray` whose
             segment ``o + s d, s in [tmin, tmax]`` is queried (a half-line if
-            ``tmax = inf``); on the scene's device.
+            ``tmax = inf`` or ``tmin = -inf``, the whole line if both); on the scene's device.
         active: optional bool tensor broadcastable to ``...``; inactive queries miss.
         max_distance: only edges within this distance count (default ``inf``).
 

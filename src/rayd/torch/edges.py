@@ -22,6 +22,7 @@ import warp as wp
 
 from rayd.core.edge_state import EdgeBuffers
 from rayd.core.edges import TopologyBase, document
+from rayd.core.topology import same_direction
 from rayd.engine.edge_topology import mesh_edges as engine_mesh_edges
 from rayd.records import EdgeRecord
 from rayd.torch.intersection import TorchRecord
@@ -184,7 +185,7 @@ class SceneEdges(EdgeBuffers):
         self._faces = [local[getattr(s, "base", i)] for i, s in enumerate(shapes)]
         self._points: torch.Tensor | None = None
         self._applied: torch.Tensor | None = None  # uint8, what the BVH sees (since sync)
-        self._silhouette_tables: tuple[torch.Tensor, torch.Tensor] | None = None  # (faces, offset) of silhouette()
+        self._silhouette_tables: tuple | None = None  # (faces, offset, flip or None) of silhouette()
 
     def _mesh_records(self, base: int, stream) -> tuple[int, tuple[torch.Tensor, ...]]:
         records = _mesh_records(self._faces[base], self._shapes[base].mesh.num_vertices)
@@ -250,12 +251,16 @@ class SceneEdges(EdgeBuffers):
         _check.same_device(call, "mask", mask, self._device, "the scene")
         return _convert.primal(mask).clone(), mask.shape[0] if mask.dim() == 1 else -1, tuple(mask.shape)
 
-    def silhouette(self, world_vertices: torch.Tensor, viewpoint: torch.Tensor) -> torch.Tensor:
+    def silhouette(self, world_vertices: torch.Tensor, viewpoint: torch.Tensor, *, oriented: bool = False) -> torch.Tensor:
         """(E,) bool: boundary edges, and edges whose faces face opposite ways from ``viewpoint``.
 
         Args:
             world_vertices: (V, 3) :func:`placed_vertices` of the scene.
             viewpoint: (3,) in the same dtype.
+            oriented: read the second face of a record whose faces run through the edge in
+                the same direction as if it were flipped (:func:`rayd.core.topology.same_direction`;
+                ``sample_edges``), so that the rule marks where the surface folds away from
+                ``viewpoint`` whatever the faces' windings. Consistently oriented records: the same.
 
         Returns:
             The edges of the silhouette rule (:class:`rayd.core.edges.EdgeState`, ``silhouette``).
@@ -265,12 +270,21 @@ class SceneEdges(EdgeBuffers):
             mesh_faces = self._faces  # build-time faces, as the topology
             faces = torch.cat([f + off for f, off in zip(mesh_faces, self._world_offsets)])
             counts = torch.tensor([0] + [f.shape[0] for f in mesh_faces[:-1]], device=faces.device)
-            self._silhouette_tables = (faces, counts.cumsum(0)[top.shape_id.long()])
-        faces, offset = self._silhouette_tables  # (no host-to-device copy per query)
-        tri = world_vertices[faces]  # (F, 3, 3)
-        normal = torch.linalg.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
-        front = ((viewpoint - tri[:, 0]) * normal).sum(-1) > 0
+            self._silhouette_tables = (faces, counts.cumsum(0)[top.shape_id.long()], None)
+        faces, offset, flip = self._silhouette_tables  # (no host-to-device copy per query)
         f0 = top.faces[:, 0].long() + offset
         f1 = top.faces[:, 1].long().clamp(min=0) + offset
+        if oriented and flip is None:  # one host pass over the topology, at the first such call
+            local = torch.cat([f.to(faces.device).long() for f in self._faces])
+            flip = torch.as_tensor(same_direction(*(_convert.host_array(x) for x in (
+                top.v, local[f0], local[f1], ~top.is_boundary))), device=faces.device)
+            self._silhouette_tables = (faces, offset, flip)
+        tri = world_vertices[faces]  # (F, 3, 3)
+        normal = torch.linalg.cross(tri[:, 1] - tri[:, 0], tri[:, 2] - tri[:, 0])
+        towards = ((viewpoint - tri[:, 0]) * normal).sum(-1)
+        front0 = towards[f0] > 0
+        front1 = towards[f1] > 0
+        if oriented:
+            front1 = torch.where(flip, towards[f1] < 0, front1)
         # masked-out edges and edges of disabled shapes are invisible to edge queries
-        return (top.is_boundary | (front[f0] != front[f1])) & self._applied.bool()
+        return (top.is_boundary | (front0 != front1)) & self._applied.bool()

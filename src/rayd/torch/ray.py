@@ -23,7 +23,8 @@ class Ray(RayBase):
     and scenes. Malformed rays (NaN or inf components, a zero direction,
     ``tmax <= tmin``) are not errors; queries report them as misses. The exception is
     ``nearest_edge``, whose segment ``s in [tmin, tmax]`` is closed: there
-    ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin`` is a miss.
+    ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin`` is a miss; and
+    ``tmin = -inf`` is a half-line backwards (with ``tmax = inf``, the whole line).
 
     Gradients:
         Flow into ``o`` and ``d`` (and into tensors they were computed from).
