@@ -295,7 +295,7 @@ def run_parallel(run, parts: int) -> None:
     launches and Embree do). Exceptions are re-raised here.
     """
     global _pool
-    workers = os.cpu_count() or 1
+    workers = _WORKERS
     if parts <= 1 or workers == 1:
         for k in range(parts):
             run(k)
