@@ -46,3 +46,33 @@ def test_place_points_through_cache_equals_plain_launch(device):
         place_points(v, m, 10 * (k % 2), out_a, centre=centre, launches=cache)
         place_points(v, m, 10 * (k % 2), out_b, centre=centre)
         np.testing.assert_array_equal(out_a.numpy(), out_b.numpy())
+
+
+def test_cpu_replay_through_kept_struct_equals_warp_replay():
+    """On the CPU a replay calls the kernel with a kept argument struct (``runtime.CPU_DIRECT``); the same
+    sequence of changing arguments through Warp's ``Launch.launch`` gives the same bytes."""
+    from rayd.engine import runtime
+
+    rng = np.random.default_rng(1)
+    xs = [wp.array(rng.standard_normal(8).astype(np.float32), device="cpu") for _ in range(3)]
+    calls = [(8, [2.0, xs[0], 0]), (8, [2.0, xs[0], 0]), (8, [-1.5, xs[1], 8]), (4, [0.5, xs[2][4:], 3]),
+             (8, [2.0, xs[0], 0]), (6, [1.25, xs[1][:6], 10])]
+    results = []
+    for direct in (True, False):
+        was = runtime.CPU_DIRECT
+        runtime.CPU_DIRECT = direct
+        try:
+            cache = LaunchCache()
+            y = wp.zeros(16, dtype=float, device="cpu")
+            for dim, args in calls:
+                cache.launch(_axpy, dim, [*args, y], "cpu")
+            kept = [entry[3] for entry in cache._cmds.values()]
+            assert all((k is not None) == direct for k in kept)
+            results.append(y.numpy().copy())
+        finally:
+            runtime.CPU_DIRECT = was
+    np.testing.assert_array_equal(results[0], results[1])
+    want = np.zeros(16, np.float32)
+    for dim, (a, x, offset) in calls:
+        want[offset:offset + dim] += a * x.numpy()[:dim]
+    np.testing.assert_allclose(results[0], want, rtol=1e-6)
