@@ -41,7 +41,7 @@ _SEARCH16 = r"""
     bool coherent = true;
     int rows[16];
     float OX[16], OY[16], OZ[16], DX[16], DY[16], DZ[16], T0[16], T1[16];
-    int ACT[16];
+    int ACT[16], IGN[16];
     for (int j = 0; j < 16; ++j) {
         // Lane j's row: lo + j, or with tiles (width > 0) column 4 tile + (j % 4) of image row j / 4
         // of the band of 4 rows that starts at lo (rows past the image's width or hi: no ray).
@@ -53,9 +53,10 @@ _SEARCH16 = r"""
             OX[j] = oi[0]; OY[j] = oi[1]; OZ[j] = oi[2]; DX[j] = di[0]; DY[j] = di[1]; DZ[j] = di[2];
             T0[j] = wp::index(tmin, i * tmin_stride); T1[j] = wp::index(tmax, i * tmax_stride);
             ACT[j] = wp::index(active, i * active_stride) != 0;
+            IGN[j] = wp::index(ignore, i * ignore_stride);
         } else {
             OX[j] = 0.0f; OY[j] = 0.0f; OZ[j] = 0.0f; DX[j] = 1.0f; DY[j] = 1.0f; DZ[j] = 1.0f;
-            T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0;
+            T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0; IGN[j] = -1;
         }
     }
     if (key_pass == 1 && fast_key) {
@@ -237,34 +238,56 @@ _SEARCH16 = r"""
         int tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
         BADH[j] = bad | (m < edge) | tangent | !__builtin_isfinite(t);
     }
+    // The decisions. With the per-face tables unneeded (face_mode & 7 == 7: one identity map, every shape
+    // enabled, no flagged face) branch-free over the 16 lanes (selects, vectorized), else one lane at a
+    // time through the tables; both give every lane the same (res, again).
+    int RES[16], AGAIN[16];
+    if ((face_mode & 7) == 7) {
+        const int miss_wait = (face_mode & 8) ? 2 : 0;  // no edge caps yet: Warp answers the misses
+        for (int j = 0; j < 16; ++j) {
+            unsigned int geom = U[18 * 16 + j];
+            int f = (int)U[17 * 16 + j];
+            int hit = geom != 0xFFFFFFFFu;
+            int capfar = (hit & (geom > 0u)) | FARL[j];  // a cap (near a vertex, or a sliver) or too far
+            int miss_again = (graze_hit[j] | ZERO[j]) ? 1 : miss_wait;
+            int hit_again = BADH[j] | (f == IGN[j]);
+            int again = capfar ? 1 : (hit ? hit_again : miss_again);
+            AGAIN[j] = valid[j] ? again : send[j];
+            RES[j] = (valid[j] & hit & !again) ? f : -1;
+        }
+    } else {
+        for (int j = 0; j < 16; ++j) {
+            int res = -1, again = send[j];
+            if (valid[j] && rows[j] < hi) {
+                bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
+                if ((hit && U[18 * 16 + j] > 0u) || FARL[j]) {
+                    again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
+                } else if (!hit) {
+                    again = (graze_hit[j] || ZERO[j]) ? 1 : 0;
+                    if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
+                } else {
+                    int f = (int)U[17 * 16 + j];
+                    if (BADH[j]) {
+                        again = 1;
+                    } else {
+                        int g = (face_mode & 1) ? f : wp::index(flat_global, f);
+                        if (!(face_mode & 2) && wp::index(shape_enabled, wp::index(flat_shape, f)) == 0) again = 1;
+                        else if (!(face_mode & 4) && wp::index(degenerate, f) != 0) again = 1;
+                        else if (g == IGN[j]) again = 1;
+                        else res = g;
+                    }
+                }
+            }
+            RES[j] = res; AGAIN[j] = again;
+        }
+    }
     for (int j = 0; j < 16; ++j) {
         int i = rows[j];
         if (i >= hi) continue;
-        int res = -1, again = send[j];
-        if (valid[j]) {
-            bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
-            if ((hit && U[18 * 16 + j] > 0u) || FARL[j]) {
-                again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
-            } else if (!hit) {
-                again = (graze_hit[j] || ZERO[j]) ? 1 : 0;
-                if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
-            } else {
-                int f = (int)U[17 * 16 + j];
-                if (BADH[j]) {
-                    again = 1;
-                } else {
-                    int g = (face_mode & 1) ? f : wp::index(flat_global, f);
-                    if (!(face_mode & 2) && wp::index(shape_enabled, wp::index(flat_shape, f)) == 0) again = 1;
-                    else if (!(face_mode & 4) && wp::index(degenerate, f) != 0) again = 1;
-                    else if (g == wp::index(ignore, i * ignore_stride)) again = 1;
-                    else res = g;
-                }
-            }
-        }
         int dst = key_pass == 2 ? wp::index(order, i) : i;  // a sorted batch: row i is ray order[i]
-        wp::index(out, dst) = res;
-        wp::index(redo, dst) = (uint8_t)again;
-        count += again;
+        wp::index(out, dst) = RES[j];
+        wp::index(redo, dst) = (uint8_t)AGAIN[j];
+        count += AGAIN[j];
     }
     return count;
 """
