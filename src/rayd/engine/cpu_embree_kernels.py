@@ -91,12 +91,16 @@ _SEARCH16 = r"""
             code[j] = ok ? m : 0x3FFFFFFFu;
         }
         int nk = 0, f0 = -1;
-        bool coh = true;
+        for (int j = 0; j < 16; ++j) nk += keyed[j] != 0;
         for (int j = 0; j < 16; ++j) {
-            if (!keyed[j]) continue;
-            ++nk;
-            if (f0 < 0) f0 = j;
-            else if (UX[j] * UX[f0] + UY[j] * UY[f0] + UZ[j] * UZ[f0] < coherent_cos) coh = false;
+            if (keyed[j]) { f0 = j; break; }
+        }
+        bool coh = true;
+        if (f0 >= 0) {  // (as the main pass's test below: the first keyed lane, then all lanes at once)
+            int apart = 0;
+            for (int j = 0; j < 16; ++j)
+                apart |= (keyed[j] != 0) & (j > f0) & (UX[j] * UX[f0] + UY[j] * UY[f0] + UZ[j] * UZ[f0] < coherent_cos);
+            coh = apart == 0;
         }
         for (int j = 0; j < 16 && lo + j < hi; ++j) {
             wp::index(keys, lo + j) = (int)code[j];
@@ -147,14 +151,20 @@ _SEARCH16 = r"""
         float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
         INV[j] = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
     }
+    // Coherent: every valid lane's unit direction within coherent_cos of the first valid lane's (the
+    // first found, then the test over all lanes at once, vectorized: the same products, the same answer).
+    for (int j = 0; j < 16; ++j) live += valid[j] != 0;
     for (int j = 0; j < 16; ++j) {
-        if (valid[j]) {
+        if (valid[j]) { first = j; break; }
+    }
+    if (first >= 0) {
+        fx = R[4 * 16 + first] * INV[first]; fy = R[5 * 16 + first] * INV[first]; fz = R[6 * 16 + first] * INV[first];
+        int apart = 0;
+        for (int j = 0; j < 16; ++j) {
             float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
-            float inv = INV[j];
-            if (first < 0) { first = j; fx = dx * inv; fy = dy * inv; fz = dz * inv; }
-            else if ((dx * fx + dy * fy + dz * fz) * inv < coherent_cos) coherent = false;
-            ++live;
+            apart |= (valid[j] != 0) & (j > first) & ((dx * fx + dy * fy + dz * fz) * INV[j] < coherent_cos);
         }
+        coherent = apart == 0;
     }
     if (key_pass == 1) {
         // Sort keys only: the Morton code (10 bits per axis, over [-2 R, 2 R]^3) of each Embree
