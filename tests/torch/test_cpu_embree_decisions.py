@@ -74,3 +74,55 @@ def test_ignore_active_and_bounds_as_on_the_warp_path(degenerate, disable):
     assert (want[0] >= 0).sum() > n // 4 and (want[3] != want[0]).any()
     for w, g in zip(want, got):
         assert torch.equal(w, g)
+
+
+def test_strided_ray_arrays_answer_as_contiguous_ones():
+    """The packet reads contiguous ray arrays through their data pointers and others through ``wp::index``:
+    a batch of strided views (every other row of larger arrays) gets the contiguous batch's winners."""
+    import warp as wp
+
+    from rayd import engine
+
+    v, f = _triangles(5, 400, 3)
+    rng = np.random.default_rng(6)
+    n = 5000
+    target = rng.uniform(v.min(0), v.max(0), (n, 3))
+    o = (target + 3.0 * rng.normal(size=(n, 3))).astype(np.float32)
+    d = (target - o).astype(np.float32)
+    tmax = rng.uniform(0.5, 2.0, n).astype(np.float32)
+    active = (rng.uniform(size=n) < 0.9).astype(np.uint8)
+    ignore = rng.integers(-1, len(f), n).astype(np.int32)
+    was, warm = cpu_embree.active(), cpu_embree.WARM_QUERIES
+    try:
+        cpu_embree.set_enabled(True)
+        cpu_embree.WARM_QUERIES = 0
+        scene = rt.Scene()
+        scene.add_mesh(rt.Mesh(torch.from_numpy(v), torch.from_numpy(f)))
+        scene.build()
+        accel = scene._core.accel
+
+        def batch(strided: bool) -> engine.RayBatch:
+            arrays = []
+            for x, dtype in ((o, wp.vec3), (d, wp.vec3), (np.zeros(n, np.float32), float), (tmax, float),
+                             (active, wp.uint8), (ignore, wp.int32)):
+                if strided:  # every other row of an array twice as long
+                    wide = np.repeat(x, 2, axis=0)
+                    arrays.append(wp.array(wide, dtype=dtype, device="cpu")[::2])
+                else:
+                    arrays.append(wp.array(x, dtype=dtype, device="cpu"))
+            return engine.RayBatch(*arrays)
+
+        out = []
+        for strided in (False, True):
+            for any_hit in (False, True):
+                ids = wp.empty(n, dtype=wp.int32, device="cpu")
+                before = cpu_embree.stats["rays"]
+                engine.search(accel, batch(strided), ids, any_hit)
+                assert cpu_embree.stats["rays"] > before, "the Embree path was not taken"
+                out.append(ids.numpy().copy())
+    finally:
+        cpu_embree.set_enabled(was)
+        cpu_embree.WARM_QUERIES = warm
+    np.testing.assert_array_equal(out[0], out[2])
+    np.testing.assert_array_equal(out[1], out[3])
+    assert (out[0] >= 0).sum() > n // 4

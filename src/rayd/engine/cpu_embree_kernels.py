@@ -42,13 +42,31 @@ _SEARCH16 = r"""
     int rows[16];
     float OX[16], OY[16], OZ[16], DX[16], DY[16], DZ[16], T0[16], T1[16];
     int ACT[16], IGN[16];
+    // Ray arrays of contiguous rows (every frontend's) are read through their data pointers: wp::index
+    // recomputes each strided address (terrain, one thread, Embree stood in: 0.7 of the packet's ~5 ms).
+    const bool dense = o.strides[0] == (int)sizeof(wp::vec3) && d.strides[0] == (int)sizeof(wp::vec3)
+        && tmin.strides[0] == (int)sizeof(float) && tmax.strides[0] == (int)sizeof(float)
+        && active.strides[0] == (int)sizeof(uint8_t) && ignore.strides[0] == (int)sizeof(int);
+    const float* o_ = (const float*)o.data;
+    const float* d_ = (const float*)d.data;
+    const float* tmin_ = (const float*)tmin.data;
+    const float* tmax_ = (const float*)tmax.data;
+    const uint8_t* active_ = (const uint8_t*)active.data;
+    const int* ignore_ = (const int*)ignore.data;
     for (int j = 0; j < 16; ++j) {
         // Lane j's row: lo + j, or with tiles (width > 0) column 4 tile + (j % 4) of image row j / 4
         // of the band of 4 rows that starts at lo (rows past the image's width or hi: no ray).
         int col = width > 0 ? 4 * tile + (j & 3) : 0;
         int i = width > 0 ? (col < width ? lo + (j >> 2) * width + col : hi) : lo + j;
         rows[j] = i;
-        if (i < hi) {
+        if (i < hi && dense) {
+            const float* oi = o_ + 3 * (i * o_stride);
+            const float* di = d_ + 3 * (i * d_stride);
+            OX[j] = oi[0]; OY[j] = oi[1]; OZ[j] = oi[2]; DX[j] = di[0]; DY[j] = di[1]; DZ[j] = di[2];
+            T0[j] = tmin_[i * tmin_stride]; T1[j] = tmax_[i * tmax_stride];
+            ACT[j] = active_[i * active_stride] != 0;
+            IGN[j] = ignore_[i * ignore_stride];
+        } else if (i < hi) {
             wp::vec3 oi = wp::index(o, i * o_stride), di = wp::index(d, i * d_stride);
             OX[j] = oi[0]; OY[j] = oi[1]; OZ[j] = oi[2]; DX[j] = di[0]; DY[j] = di[1]; DZ[j] = di[2];
             T0[j] = wp::index(tmin, i * tmin_stride); T1[j] = wp::index(tmax, i * tmax_stride);
