@@ -77,8 +77,9 @@ def test_ignore_active_and_bounds_as_on_the_warp_path(degenerate, disable):
 
 
 def test_strided_ray_arrays_answer_as_contiguous_ones():
-    """The packet reads contiguous ray arrays through their data pointers and others through ``wp::index``:
-    a batch of strided views (every other row of larger arrays) gets the contiguous batch's winners."""
+    """The packet reads contiguous ray arrays (and writes contiguous outputs) through their data pointers and
+    others through ``wp::index``: a batch of strided views (every other row of larger arrays), written into a
+    strided output, gets the contiguous batch's winners."""
     import warp as wp
 
     from rayd import engine
@@ -115,7 +116,8 @@ def test_strided_ray_arrays_answer_as_contiguous_ones():
         out = []
         for strided in (False, True):
             for any_hit in (False, True):
-                ids = wp.empty(n, dtype=wp.int32, device="cpu")
+                # (strided: the winners too, into every other entry of a longer array)
+                ids = wp.empty(2 * n if strided else n, dtype=wp.int32, device="cpu")[:: 2 if strided else 1]
                 before = cpu_embree.stats["rays"]
                 engine.search(accel, batch(strided), ids, any_hit)
                 assert cpu_embree.stats["rays"] > before, "the Embree path was not taken"

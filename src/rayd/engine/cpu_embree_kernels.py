@@ -309,13 +309,28 @@ _SEARCH16 = r"""
             RES[j] = res; AGAIN[j] = again;
         }
     }
-    for (int j = 0; j < 16; ++j) {
-        int i = rows[j];
-        if (i >= hi) continue;
-        int dst = key_pass == 2 ? wp::index(order, i) : i;  // a sorted batch: row i is ray order[i]
-        wp::index(out, dst) = RES[j];
-        wp::index(redo, dst) = (uint8_t)AGAIN[j];
-        count += AGAIN[j];
+    if (out.strides[0] == (int)sizeof(int) && redo.strides[0] == 1 && order.strides[0] == (int)sizeof(int)) {
+        // (through the data pointers: wp::index reloads pointer and stride around every store)
+        int* out_ = (int*)out.data;
+        uint8_t* redo_ = (uint8_t*)redo.data;
+        const int* order_ = (const int*)order.data;
+        for (int j = 0; j < 16; ++j) {
+            int i = rows[j];
+            if (i >= hi) continue;
+            int dst = key_pass == 2 ? order_[i] : i;  // a sorted batch: row i is ray order[i]
+            out_[dst] = RES[j];
+            redo_[dst] = (uint8_t)AGAIN[j];
+            count += AGAIN[j];
+        }
+    } else {
+        for (int j = 0; j < 16; ++j) {
+            int i = rows[j];
+            if (i >= hi) continue;
+            int dst = key_pass == 2 ? wp::index(order, i) : i;
+            wp::index(out, dst) = RES[j];
+            wp::index(redo, dst) = (uint8_t)AGAIN[j];
+            count += AGAIN[j];
+        }
     }
     return count;
 """
