@@ -354,7 +354,10 @@ class LaunchCache:
     array counts as unchanged when its pointer, dtype, shape and strides are) and costs a
     few microseconds. One command per (kernel, device, argument dtypes); the cache keeps no
     reference to the arguments (the packed pointers only), so it must not be replayed
-    under a Warp APIC capture.
+    under a Warp APIC capture. On the CPU a replay also keeps the kernel's argument struct
+    (:class:`_CpuArgs`) and calls the kernel with it, where Warp's ``Launch.launch`` would
+    build a new one (one ``setattr`` per argument); under an APIC capture it goes through
+    Warp as before.
     """
 
     __slots__ = ("_cmds", "_buffers")
