@@ -385,6 +385,10 @@ class LaunchCache:
             entry = self._cmds[key] = [cmd, sigs, dim, _cpu_args(cmd)]
         else:
             cmd, last, last_dim, packed = entry
+            if packed is not None and packed.busy:
+                # another thread runs this command's kept struct now (the kernel reads it while it runs):
+                # this launch and later ones go through Warp's replay, which packs a struct per launch
+                packed = entry[3] = None
             if sigs != last:  # (one C-level comparison when nothing changed)
                 for i, sig in enumerate(sigs):
                     if sig != last[i]:
@@ -398,7 +402,11 @@ class LaunchCache:
         cmd.fwd_args = None  # (kept by Warp for graph-capture replays only): no references to the arguments
         packed = entry[3]
         if packed is not None and _apic_capture(device) is None:
-            packed.forward(ctypes.byref(cmd.params[0]), packed.byref)  # (ctypes: the GIL is released)
+            packed.busy = True
+            try:
+                packed.forward(ctypes.byref(cmd.params[0]), packed.byref)  # (ctypes: the GIL is released)
+            finally:
+                packed.busy = False
         else:
             cmd.launch(None if device.is_cpu else stream)
 
@@ -407,11 +415,13 @@ class _CpuArgs:
     """A recorded CPU launch's argument struct, kept between replays (Warp's ``Launch.launch`` builds a
     new one per launch, one ``setattr`` per argument: 15-20 us for the search's 40 arguments, 16 to 24
     launches per query); :meth:`LaunchCache.launch` re-sets the arguments that changed and calls the
-    kernel's entry point as Warp's ``invoke`` does."""
+    kernel's entry point as Warp's ``invoke`` does. A command replayed by a second thread while its kernel
+    runs on another drops the kept struct (the running kernel reads it) and goes through Warp."""
 
-    __slots__ = ("struct", "names", "types", "forward", "byref")
+    __slots__ = ("struct", "names", "types", "forward", "byref", "busy")
 
     def __init__(self, cmd) -> None:
+        self.busy = False  # a kernel runs with the struct (set and read under the GIL)
         self.names = [arg.label for arg in cmd.kernel.adj.args]
         self.types = [type(p) for p in cmd.params[1:]]
         struct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": list(zip(self.names, self.types))})
