@@ -327,6 +327,7 @@ import warp as wp  # noqa: E402
 from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
 from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
 from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
+from rayd.engine import runtime  # noqa: E402
 from rayd.engine.runtime import LaunchCache, PerRow, load_once, run_parallel  # noqa: E402
 
 
@@ -379,7 +380,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     args = [x.array if isinstance(x, PerRow) else x for x in launch_args]
     redo_count = buf["redo_count"]
     redo_count.zero_()
-    workers = os.cpu_count() or 1
+    workers = runtime._WORKERS  # (os.cpu_count() reads sysfs: ~10-40 us a call)
     parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
     cached, cached_order, entry = reuse_order(m, launch_args, n) if n >= SORT_MIN_RAYS and REUSE_ORDER else (None, None, None)

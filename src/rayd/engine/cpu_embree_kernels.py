@@ -41,21 +41,40 @@ _SEARCH16 = r"""
     bool coherent = true;
     int rows[16];
     float OX[16], OY[16], OZ[16], DX[16], DY[16], DZ[16], T0[16], T1[16];
-    int ACT[16];
+    int ACT[16], IGN[16];
+    // Ray arrays of contiguous rows (every frontend's) are read through their data pointers: wp::index
+    // recomputes each strided address (terrain, one thread, Embree stood in: 0.7 of the packet's ~5 ms).
+    const bool dense = o.strides[0] == (int)sizeof(wp::vec3) && d.strides[0] == (int)sizeof(wp::vec3)
+        && tmin.strides[0] == (int)sizeof(float) && tmax.strides[0] == (int)sizeof(float)
+        && active.strides[0] == (int)sizeof(uint8_t) && ignore.strides[0] == (int)sizeof(int);
+    const float* o_ = (const float*)o.data;
+    const float* d_ = (const float*)d.data;
+    const float* tmin_ = (const float*)tmin.data;
+    const float* tmax_ = (const float*)tmax.data;
+    const uint8_t* active_ = (const uint8_t*)active.data;
+    const int* ignore_ = (const int*)ignore.data;
     for (int j = 0; j < 16; ++j) {
         // Lane j's row: lo + j, or with tiles (width > 0) column 4 tile + (j % 4) of image row j / 4
         // of the band of 4 rows that starts at lo (rows past the image's width or hi: no ray).
         int col = width > 0 ? 4 * tile + (j & 3) : 0;
         int i = width > 0 ? (col < width ? lo + (j >> 2) * width + col : hi) : lo + j;
         rows[j] = i;
-        if (i < hi) {
+        if (i < hi && dense) {
+            const float* oi = o_ + 3 * (i * o_stride);
+            const float* di = d_ + 3 * (i * d_stride);
+            OX[j] = oi[0]; OY[j] = oi[1]; OZ[j] = oi[2]; DX[j] = di[0]; DY[j] = di[1]; DZ[j] = di[2];
+            T0[j] = tmin_[i * tmin_stride]; T1[j] = tmax_[i * tmax_stride];
+            ACT[j] = active_[i * active_stride] != 0;
+            IGN[j] = ignore_[i * ignore_stride];
+        } else if (i < hi) {
             wp::vec3 oi = wp::index(o, i * o_stride), di = wp::index(d, i * d_stride);
             OX[j] = oi[0]; OY[j] = oi[1]; OZ[j] = oi[2]; DX[j] = di[0]; DY[j] = di[1]; DZ[j] = di[2];
             T0[j] = wp::index(tmin, i * tmin_stride); T1[j] = wp::index(tmax, i * tmax_stride);
             ACT[j] = wp::index(active, i * active_stride) != 0;
+            IGN[j] = wp::index(ignore, i * ignore_stride);
         } else {
             OX[j] = 0.0f; OY[j] = 0.0f; OZ[j] = 0.0f; DX[j] = 1.0f; DY[j] = 1.0f; DZ[j] = 1.0f;
-            T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0;
+            T0[j] = 0.0f; T1[j] = -1.0f; ACT[j] = 0; IGN[j] = -1;
         }
     }
     if (key_pass == 1 && fast_key) {
@@ -90,12 +109,16 @@ _SEARCH16 = r"""
             code[j] = ok ? m : 0x3FFFFFFFu;
         }
         int nk = 0, f0 = -1;
-        bool coh = true;
+        for (int j = 0; j < 16; ++j) nk += keyed[j] != 0;
         for (int j = 0; j < 16; ++j) {
-            if (!keyed[j]) continue;
-            ++nk;
-            if (f0 < 0) f0 = j;
-            else if (UX[j] * UX[f0] + UY[j] * UY[f0] + UZ[j] * UZ[f0] < coherent_cos) coh = false;
+            if (keyed[j]) { f0 = j; break; }
+        }
+        bool coh = true;
+        if (f0 >= 0) {  // (as the main pass's test below: the first keyed lane, then all lanes at once)
+            int apart = 0;
+            for (int j = 0; j < 16; ++j)
+                apart |= (keyed[j] != 0) & (j > f0) & (UX[j] * UX[f0] + UY[j] * UY[f0] + UZ[j] * UZ[f0] < coherent_cos);
+            coh = apart == 0;
         }
         for (int j = 0; j < 16 && lo + j < hi; ++j) {
             wp::index(keys, lo + j) = (int)code[j];
@@ -146,14 +169,20 @@ _SEARCH16 = r"""
         float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
         INV[j] = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
     }
+    // Coherent: every valid lane's unit direction within coherent_cos of the first valid lane's (the
+    // first found, then the test over all lanes at once, vectorized: the same products, the same answer).
+    for (int j = 0; j < 16; ++j) live += valid[j] != 0;
     for (int j = 0; j < 16; ++j) {
-        if (valid[j]) {
+        if (valid[j]) { first = j; break; }
+    }
+    if (first >= 0) {
+        fx = R[4 * 16 + first] * INV[first]; fy = R[5 * 16 + first] * INV[first]; fz = R[6 * 16 + first] * INV[first];
+        int apart = 0;
+        for (int j = 0; j < 16; ++j) {
             float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
-            float inv = INV[j];
-            if (first < 0) { first = j; fx = dx * inv; fy = dy * inv; fz = dz * inv; }
-            else if ((dx * fx + dy * fy + dz * fz) * inv < coherent_cos) coherent = false;
-            ++live;
+            apart |= (valid[j] != 0) & (j > first) & ((dx * fx + dy * fy + dz * fz) * INV[j] < coherent_cos);
         }
+        coherent = apart == 0;
     }
     if (key_pass == 1) {
         // Sort keys only: the Morton code (10 bits per axis, over [-2 R, 2 R]^3) of each Embree
@@ -237,34 +266,71 @@ _SEARCH16 = r"""
         int tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
         BADH[j] = bad | (m < edge) | tangent | !__builtin_isfinite(t);
     }
-    for (int j = 0; j < 16; ++j) {
-        int i = rows[j];
-        if (i >= hi) continue;
-        int res = -1, again = send[j];
-        if (valid[j]) {
-            bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
-            if ((hit && U[18 * 16 + j] > 0u) || FARL[j]) {
-                again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
-            } else if (!hit) {
-                again = (graze_hit[j] || ZERO[j]) ? 1 : 0;
-                if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
-            } else {
-                int f = (int)U[17 * 16 + j];
-                if (BADH[j]) {
-                    again = 1;
+    // The decisions. With the per-face tables unneeded (face_mode & 7 == 7: one identity map, every shape
+    // enabled, no flagged face) branch-free over the 16 lanes (selects, vectorized), else one lane at a
+    // time through the tables; both give every lane the same (res, again).
+    int RES[16], AGAIN[16];
+    if ((face_mode & 7) == 7) {
+        const int miss_wait = (face_mode & 8) ? 2 : 0;  // no edge caps yet: Warp answers the misses
+        for (int j = 0; j < 16; ++j) {
+            unsigned int geom = U[18 * 16 + j];
+            int f = (int)U[17 * 16 + j];
+            int hit = geom != 0xFFFFFFFFu;
+            int capfar = (hit & (geom > 0u)) | FARL[j];  // a cap (near a vertex, or a sliver) or too far
+            int miss_again = (graze_hit[j] | ZERO[j]) ? 1 : miss_wait;
+            int hit_again = BADH[j] | (f == IGN[j]);
+            int again = capfar ? 1 : (hit ? hit_again : miss_again);
+            AGAIN[j] = valid[j] ? again : send[j];
+            RES[j] = (valid[j] & hit & !again) ? f : -1;
+        }
+    } else {
+        for (int j = 0; j < 16; ++j) {
+            int res = -1, again = send[j];
+            if (valid[j] && rows[j] < hi) {
+                bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
+                if ((hit && U[18 * 16 + j] > 0u) || FARL[j]) {
+                    again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
+                } else if (!hit) {
+                    again = (graze_hit[j] || ZERO[j]) ? 1 : 0;
+                    if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
                 } else {
-                    int g = (face_mode & 1) ? f : wp::index(flat_global, f);
-                    if (!(face_mode & 2) && wp::index(shape_enabled, wp::index(flat_shape, f)) == 0) again = 1;
-                    else if (!(face_mode & 4) && wp::index(degenerate, f) != 0) again = 1;
-                    else if (g == wp::index(ignore, i * ignore_stride)) again = 1;
-                    else res = g;
+                    int f = (int)U[17 * 16 + j];
+                    if (BADH[j]) {
+                        again = 1;
+                    } else {
+                        int g = (face_mode & 1) ? f : wp::index(flat_global, f);
+                        if (!(face_mode & 2) && wp::index(shape_enabled, wp::index(flat_shape, f)) == 0) again = 1;
+                        else if (!(face_mode & 4) && wp::index(degenerate, f) != 0) again = 1;
+                        else if (g == IGN[j]) again = 1;
+                        else res = g;
+                    }
                 }
             }
+            RES[j] = res; AGAIN[j] = again;
         }
-        int dst = key_pass == 2 ? wp::index(order, i) : i;  // a sorted batch: row i is ray order[i]
-        wp::index(out, dst) = res;
-        wp::index(redo, dst) = (uint8_t)again;
-        count += again;
+    }
+    if (out.strides[0] == (int)sizeof(int) && redo.strides[0] == 1 && order.strides[0] == (int)sizeof(int)) {
+        // (through the data pointers: wp::index reloads pointer and stride around every store)
+        int* out_ = (int*)out.data;
+        uint8_t* redo_ = (uint8_t*)redo.data;
+        const int* order_ = (const int*)order.data;
+        for (int j = 0; j < 16; ++j) {
+            int i = rows[j];
+            if (i >= hi) continue;
+            int dst = key_pass == 2 ? order_[i] : i;  // a sorted batch: row i is ray order[i]
+            out_[dst] = RES[j];
+            redo_[dst] = (uint8_t)AGAIN[j];
+            count += AGAIN[j];
+        }
+    } else {
+        for (int j = 0; j < 16; ++j) {
+            int i = rows[j];
+            if (i >= hi) continue;
+            int dst = key_pass == 2 ? wp::index(order, i) : i;
+            wp::index(out, dst) = RES[j];
+            wp::index(redo, dst) = (uint8_t)AGAIN[j];
+            count += AGAIN[j];
+        }
     }
     return count;
 """

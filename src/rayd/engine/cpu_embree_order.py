@@ -6,12 +6,11 @@ out as the rows of an image (then it is traced in 4 x 4 tiles)."""
 from __future__ import annotations
 
 import ctypes
-import os
 
 import numpy as np
 import warp as wp
 
-from rayd.engine import embree_api
+from rayd.engine import embree_api, runtime
 from rayd.engine.cpu_embree_kernels import GATHER_ROWS, _gather_rows_kernel
 from rayd.engine.runtime import PerRow, run_parallel
 
@@ -109,7 +108,7 @@ def _permuted(launch_args: list, order: wp.array, buf: dict, n: int, dev) -> lis
     inputs = [a if a.is_contiguous else wp.clone(a) for a in inputs]  # the gather reads raw rows
     strides = launch_args[1::2]
     mask = sum(1 << k for k, s in enumerate(strides) if s)
-    parts = max(1, min(4 * (os.cpu_count() or 1), n // 16384))
+    parts = max(1, min(4 * runtime._WORKERS, n // 16384))
     bounds = [n * k // parts // GATHER_ROWS * GATHER_ROWS for k in range(parts)] + [n]
 
     def run(k: int) -> None:
