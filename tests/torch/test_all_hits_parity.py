@@ -64,8 +64,6 @@ def test_rays_through_vertices_and_edges_of_a_closed_mesh_cross_twice(device, pl
     torch.testing.assert_close(scene.intersect(ray).t, torch.ones(len(o), dtype=F64, device=device))
 
 
-@pytest.mark.xfail(strict=True, reason="a tangential touch at a vertex or edge of a closed mesh counts one crossing "
-                                       "(rayd.engine.all_hits's documented merge rule), so the parity is odd")
 def test_touching_a_closed_mesh_keeps_the_parity(device):
     v = np.array(OCTA_V)
     scene = rt.Scene()

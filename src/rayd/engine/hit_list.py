@@ -2,7 +2,9 @@
 
 See :mod:`rayd.engine.all_hits` for the queries and the rule (two hits on faces of one
 shape that share a vertex index, with ``t`` equal to :data:`MERGE_TOLERANCE` relative,
-are one crossing, kept on the smaller ``global_prim_id``).
+are one hit, kept on the smaller ``global_prim_id``). Each entry also keeps the *side*
+of its merged faces (:func:`rayd.engine.watertight.watertight_hit`), from which
+``count_intersections`` tells a crossing from a touch (:func:`rayd.engine.watertight.crossings`).
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.traversal import SceneView
+from rayd.engine.watertight import merge_sides
 
 wp.set_module_options({"enable_backward": False})
 
@@ -27,6 +30,7 @@ class HitList:
     gid: wp.array2d(dtype=wp.int32)
     key: wp.array2d(dtype=wp.int32)  # flat face index, or the instance's local face index
     inst: wp.array2d(dtype=wp.int32)  # -1 for a flat face, else the instance index
+    side: wp.array2d(dtype=wp.int32)  # the merged faces' side (watertight.watertight_hit, merge_sides)
     cap: int
 
 
@@ -66,7 +70,7 @@ def search_end(hits: HitList, i: int, count: int, tmax: float, scale: float) -> 
 
 @wp.func
 def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: float, gid_in: int,
-           key_in: int, inst_in: int, scale: float) -> int:
+          key_in: int, inst_in: int, side_in: int, scale: float) -> int:
     """Insert a hit into row ``i``'s sorted list (merging shared-edge duplicates); returns the new count."""
     cap = hits.cap
     for j in range(carry):  # one crossing with an entry of the previous round: already counted
@@ -78,6 +82,7 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
     gid = gid_in
     key = key_in
     inst = inst_in
+    side = side_in
     merging = int(1)
     while merging != 0:
         found = int(-1)
@@ -88,6 +93,7 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
         if found < 0:
             merging = 0
         else:
+            side = merge_sides(side, hits.side[i, found])
             if hits.gid[i, found] < gid:  # the crossing keeps the smaller global_prim_id
                 t = hits.t[i, found]
                 gid = hits.gid[i, found]
@@ -98,6 +104,7 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
                 hits.gid[i, j] = hits.gid[i, j + 1]
                 hits.key[i, j] = hits.key[i, j + 1]
                 hits.inst[i, j] = hits.inst[i, j + 1]
+                hits.side[i, j] = hits.side[i, j + 1]
             count -= 1
     pos = count
     while pos > 0 and (hits.t[i, pos - 1] > t or (hits.t[i, pos - 1] == t and hits.gid[i, pos - 1] > gid)):
@@ -111,11 +118,13 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
         hits.gid[i, j] = hits.gid[i, j - 1]
         hits.key[i, j] = hits.key[i, j - 1]
         hits.inst[i, j] = hits.inst[i, j - 1]
+        hits.side[i, j] = hits.side[i, j - 1]
         j -= 1
     hits.t[i, pos] = t
     hits.gid[i, pos] = wp.int32(gid)
     hits.key[i, pos] = wp.int32(key)
     hits.inst[i, pos] = wp.int32(inst)
+    hits.side[i, pos] = wp.int32(side)
     return wp.min(count + 1, cap)
 
 

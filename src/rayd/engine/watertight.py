@@ -60,6 +60,124 @@ def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> 
 
 
 @wp.func
+def _tie(px: float, py: float, qx: float, qy: float) -> int:
+    """Sign of the edge function of ``p -> q`` at the origin displaced to ``(e, e^2)``, ``e -> 0+``.
+
+    Where the edge passes exactly through the origin (edge function 0), the displaced origin
+    lies on the side ``sign(qy - py)``, else (a horizontal edge) ``sign(px - qx)``: exact
+    comparisons of the projected corners, so the reversed edge of the neighbouring face gets
+    the opposite sign (simulation of simplicity: Edelsbrunner, Muecke 1990, ACM TOG 9(1)).
+    """
+    if qy > py:
+        return 1
+    if qy < py:
+        return -1
+    if px > qx:
+        return 1
+    if px < qx:
+        return -1
+    return 0
+
+
+@wp.func
+def _edge_sign(value: wp.float64, tie: int) -> int:
+    if value > wp.float64(0.0):
+        return 1
+    if value < wp.float64(0.0):
+        return -1
+    return tie
+
+
+@wp.func
+def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> tuple[float, int]:
+    """:func:`watertight_t` and the hit's *side*: how the face covers the ray, for counting crossings.
+
+    Returns ``(t, side)``; ``side`` (0 for a miss) packs ``4 cover + facing``: ``facing`` is
+    1 where the face's projected winding is positive (``det > 0``), 2 where negative;
+    ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the ray's origin
+    displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0. The displaced
+    origin lies in exactly one of two faces that share an edge through the ray (:func:`_tie`),
+    so summed over the faces of a shared edge or vertex, ``cover`` is the signed number of
+    sheets the displaced ray crosses there: ``+-1`` where the ray passes through a
+    consistently oriented surface, 0 where it only touches it (:func:`crossings`).
+    """
+    kz = int(0)
+    if wp.abs(d[1]) > wp.abs(d[kz]):
+        kz = 1
+    if wp.abs(d[2]) > wp.abs(d[kz]):
+        kz = 2
+    kx = (kz + 1) % 3
+    ky = (kx + 1) % 3
+    if d[kz] < 0.0:
+        swap = kx
+        kx = ky
+        ky = swap
+    sx = d[kx] / d[kz]
+    sy = d[ky] / d[kz]
+    sz = 1.0 / d[kz]
+
+    pa = a - o
+    pb = b - o
+    pc = c - o
+    ax = pa[kx] - sx * pa[kz]
+    ay = pa[ky] - sy * pa[kz]
+    bx = pb[kx] - sx * pb[kz]
+    by = pb[ky] - sy * pb[kz]
+    cx = pc[kx] - sx * pc[kz]
+    cy = pc[ky] - sy * pc[kz]
+
+    # As watertight_t (exact float64 products, one rounding: exact signs, opposite on a shared edge).
+    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
+    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
+    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
+    zero = wp.float64(0.0)
+    if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
+        return INF, 0
+    det = u + v + w
+    if det == zero:
+        return INF, 0
+    big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
+    # u, v, w are the edge functions of b -> c, c -> a, a -> b.
+    su = _edge_sign(u, _tie(bx, by, cx, cy))
+    sv = _edge_sign(v, _tie(cx, cy, ax, ay))
+    sw = _edge_sign(w, _tie(ax, ay, bx, by))
+    facing = int(1)
+    sign = int(1)
+    if det < zero:
+        facing = 2
+        sign = -1
+    cover = int(0)
+    if su == sign and sv == sign and sw == sign:
+        cover = sign
+    return float(big_t / det), 4 * cover + facing
+
+
+@wp.func
+def merge_sides(a: int, b: int) -> int:
+    """The side of two hits counted as one (:func:`watertight_hit`): covers add, facings join."""
+    fa = a & 3
+    fb = b & 3
+    return (a - fa) + (b - fb) + (fa | fb)
+
+
+@wp.func
+def crossings(side: int) -> int:
+    """The crossings of a merged group of hits of one side (:func:`watertight_hit`, :func:`merge_sides`).
+
+    ``|cover|`` where it is not 0; where it is 0, 0 for a group that faces both ways (the
+    surface folds back over the ray: a touch) and 1 for one that faces one way (a lone
+    face, or faces of an open surface, whose edge the ray only grazes).
+    """
+    facing = side & 3
+    cover = (side - facing) / 4
+    if cover != 0:
+        return wp.abs(cover)
+    if facing == 3:
+        return 0
+    return 1
+
+
+@wp.func
 def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
     """The ``t`` a candidate hit is ranked and bounded by, or ``+inf`` for a triangle without interior.
 
