@@ -73,7 +73,7 @@ def _walk_flat(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, 
                     b = view.flat_points[view.flat_indices[3 * f + 1]]
                     c = view.flat_points[view.flat_indices[3 * f + 2]]
                     reach = search_end(hits, i, count, tmax, scale)
-                    t, side = watertight_hit(o, d, a, b, c)
+                    t, side = watertight_hit(o, d, a, b, c, s, scale)
                     t = t + s
                     if t > tmin and t < reach:
                         t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
@@ -148,7 +148,7 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64:
                     b = view.blas_points[view.blas_indices[row + 1]]
                     c = view.blas_points[view.blas_indices[row + 2]]
                     reach = search_end(hits, i, count, tmax, scale)
-                    t, side = watertight_hit(o, d, a, b, c)
+                    t, side = watertight_hit(o, d, a, b, c, s, scale)
                     t = t + s
                     if t > tmin and t < reach:
                         t = confirmed_t(c64, d64, a, b, c)

@@ -12,12 +12,10 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.traversal import SceneView
-from rayd.engine.watertight import merge_sides
+from rayd.engine.watertight import MERGE_TOLERANCE, merge_sides
 
 wp.set_module_options({"enable_backward": False})
 
-#: Relative ``t`` tolerance under which two hits on faces that share a vertex are one crossing.
-MERGE_TOLERANCE = 1.0e-5
 
 _TOL = wp.constant(MERGE_TOLERANCE)
 

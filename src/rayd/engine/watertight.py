@@ -8,6 +8,11 @@ from rayd.engine.native import mul_rn
 
 INF = wp.constant(float("inf"))
 
+#: Relative ``t`` tolerance under which two hits on faces that share a vertex are one hit
+#: (the all-hits merge rule, :mod:`rayd.engine.hit_list`).
+MERGE_TOLERANCE = 1.0e-5
+_MERGE_TOL = wp.constant(MERGE_TOLERANCE)
+
 
 @wp.func
 def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
@@ -89,17 +94,30 @@ def _edge_sign(value: wp.float64, tie: int) -> int:
 
 
 @wp.func
-def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> tuple[float, int]:
+def _near_edge(fn: wp.float64, px: float, py: float, qx: float, qy: float, tol: wp.float64) -> bool:
+    """True where the edge ``p -> q`` (edge function ``fn``) passes within ``tol`` of the origin (2D)."""
+    ex = wp.float64(qx) - wp.float64(px)
+    ey = wp.float64(qy) - wp.float64(py)
+    return fn * fn <= tol * tol * (ex * ex + ey * ey)
+
+
+@wp.func
+def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, shift: float,
+                   slack: float) -> tuple[float, int]:
     """:func:`watertight_t` and the hit's *side*: how the face covers the ray, for counting crossings.
 
-    Returns ``(t, side)``; ``side`` (0 for a miss) packs ``4 cover + facing``: ``facing`` is
-    1 where the face's projected winding is positive (``det > 0``), 2 where negative;
-    ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the ray's origin
-    displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0. The displaced
-    origin lies in exactly one of two faces that share an edge through the ray (:func:`_tie`),
-    so summed over the faces of a shared edge or vertex, ``cover`` is the signed number of
-    sheets the displaced ray crosses there: ``+-1`` where the ray passes through a
-    consistently oriented surface, 0 where it only touches it (:func:`crossings`).
+    Returns ``(t, side)``; ``side`` (0 for a miss) packs ``8 cover + 4 inner + facing``:
+    ``facing`` is 1 where the face's projected winding is positive (``det > 0``), 2 where
+    negative; ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the ray's
+    origin displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0; ``inner``
+    is 1 where the ray passes farther than ``slack_t = MERGE_TOLERANCE (|t + shift| + slack)``
+    (in units of ``t``, ``shift`` the caller's offset of ``o``, ``slack`` the scene's
+    magnitude over ``|d|``: the merge tolerance of :mod:`rayd.engine.hit_list`) from every
+    edge of the face. The displaced origin lies in exactly one of two faces that share an
+    edge through the ray (:func:`_tie`), so summed over the faces of a shared edge or
+    vertex, ``cover`` is the signed number of sheets the displaced ray crosses there: ``+-1``
+    where the ray passes through a consistently oriented surface, 0 where it only touches
+    it (:func:`crossings`).
     """
     kz = int(0)
     if wp.abs(d[1]) > wp.abs(d[kz]):
@@ -149,14 +167,19 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -
     cover = int(0)
     if su == sign and sv == sign and sw == sign:
         cover = sign
-    return float(big_t / det), 4 * cover + facing
+    t = float(big_t / det)
+    tol = wp.float64(_MERGE_TOL * (wp.abs(t + shift) + slack) * wp.length(d))
+    inner = int(4)
+    if _near_edge(u, bx, by, cx, cy, tol) or _near_edge(v, cx, cy, ax, ay, tol) or _near_edge(w, ax, ay, bx, by, tol):
+        inner = 0
+    return t, 8 * cover + inner + facing
 
 
 @wp.func
 def merge_sides(a: int, b: int) -> int:
-    """The side of two hits counted as one (:func:`watertight_hit`): covers add, facings join."""
-    fa = a & 3
-    fb = b & 3
+    """The side of two hits counted as one (:func:`watertight_hit`): covers add, flags join."""
+    fa = a & 7
+    fb = b & 7
     return (a - fa) + (b - fb) + (fa | fb)
 
 
@@ -164,12 +187,17 @@ def merge_sides(a: int, b: int) -> int:
 def crossings(side: int) -> int:
     """The crossings of a merged group of hits of one side (:func:`watertight_hit`, :func:`merge_sides`).
 
-    ``|cover|`` where it is not 0; where it is 0, 0 for a group that faces both ways (the
-    surface folds back over the ray: a touch) and 1 for one that faces one way (a lone
-    face, or faces of an open surface, whose edge the ray only grazes).
+    1 for a group with an *inner* hit (one face crossed away from its edges: hits merged
+    by their ``t`` alone count once, as listed); else ``|cover|`` where it is not 0; where it
+    is 0, 0 for a group that faces both ways (the surface folds back over the ray: a touch)
+    and 1 for one that faces one way (a lone face, or faces of an open surface, whose edge
+    the ray only grazes).
     """
+    flags = side & 7
     facing = side & 3
-    cover = (side - facing) / 4
+    cover = (side - flags) / 8
+    if flags >= 4:
+        return 1
     if cover != 0:
         return wp.abs(cover)
     if facing == 3:
