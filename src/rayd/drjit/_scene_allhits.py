@@ -68,16 +68,18 @@ def intersect_all(scene, call: str, ray, k: int, active, flags: RayFlags, ignore
     return Intersections((n, k), flags, **fields)
 
 
-def _first_hits(scene, m, double: bool, ray, rays, n: int, k: int, flags: RayFlags) -> tuple:
-    """``(gid, fields, ray_of_lane)``: the engine's first ``k`` crossings of ``rays`` (width ``N K``, -1 unused),
-    evaluated for their fixed faces (``fields``, before any interval check), and each lane's ray."""
+def _first_hits(scene, m, double: bool, ray, rays, n: int, k: int, flags: RayFlags, crossings=None) -> tuple:
+    """``(gid, fields, ray_of_lane)``: the engine's first ``k`` hits of ``rays`` (width ``N K``, -1 unused),
+    evaluated for their fixed faces (``fields``, before any interval check), and each lane's ray.
+    ``crossings`` (an int32 array of width ``N K``, optional) receives the crossings each hit counts (0: a touch)."""
     plain = _convert.module(scene._backend, False)
     gid = _convert.empty_int32(n * k, scene._backend)
     t32 = dr.empty(plain.Float, n * k)
     dr.make_opaque(t32)
     views = (_convert.scalar_view(t32, scene._device), _convert.scalar_view(gid, scene._device))
-    _convert.launch(scene._device, engine_all_hits.all_hits, scene._core.accel, rays, k, *views)
-    del views
+    extra = None if crossings is None else _convert.scalar_view(crossings, scene._device)
+    _convert.launch(scene._device, engine_all_hits.all_hits, scene._core.accel, rays, k, *views, crossings=extra)
+    del views, extra
     ray_of_lane = dr.arange(m.UInt, n * k) // k
     o = _spread(ray.o, m.UInt, ray_of_lane)
     d = _spread(ray.d, m.UInt, ray_of_lane)
@@ -101,9 +103,10 @@ def count_intersections(scene, call: str, ray, active, ignore) -> dr.ArrayBase:
     m, double = scene._precision(ray.o, ray.d)
     if double:
         k = CANDIDATES
-        gid, fields, ray_of_lane = _first_hits(scene, m, True, ray, rays, n, k, RayFlags.Minimal)
+        weight = _convert.empty_int32(n * k, scene._backend)
+        gid, fields, ray_of_lane = _first_hits(scene, m, True, ray, rays, n, k, RayFlags.Minimal, weight)
         t = m.Float64(dr.detach(fields["t"]))
-        early = dr.select((gid >= 0) & (t <= _spread(ray.tmin, m.UInt, ray_of_lane)), 1, 0)
+        early = dr.select((gid >= 0) & (t <= _spread(ray.tmin, m.UInt, ray_of_lane)), weight, 0)  # a touch: 0
         base = dr.arange(m.UInt, n) * k
         for j in range(k):
             out = out - dr.gather(type(out), type(out)(early), base + j)

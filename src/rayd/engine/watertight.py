@@ -106,14 +106,15 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
                    slack: float) -> tuple[float, int]:
     """:func:`watertight_t` and the hit's *side*: how the face covers the ray, for counting crossings.
 
-    Returns ``(t, side)``; ``side`` (0 for a miss) packs ``8 cover + 4 inner + facing``:
-    ``facing`` is 1 where the face's projected winding is positive (``det > 0``), 2 where
-    negative; ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the ray's
-    origin displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0; ``inner``
-    is 1 where the ray passes farther than ``slack_t = MERGE_TOLERANCE (|t + shift| + slack)``
-    (in units of ``t``, ``shift`` the caller's offset of ``o``, ``slack`` the scene's
-    magnitude over ``|d|``: the merge tolerance of :mod:`rayd.engine.hit_list`) from every
-    edge of the face. The displaced origin lies in exactly one of two faces that share an
+    Returns ``(t, side)``; ``side`` (0 for a miss) packs ``16 cover + 8 corner + 4 inner +
+    facing``: ``facing`` is 1 where the face's projected winding is positive (``det > 0``), 2
+    where negative; ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the
+    ray's origin displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0;
+    ``corner`` is 1 where the ray passes exactly through a corner of the face (two edge
+    functions are 0); ``inner`` is 1 where the ray passes farther than
+    ``MERGE_TOLERANCE (|t + shift| + slack)`` (in units of ``t``, ``shift`` the caller's
+    offset of ``o``, ``slack`` the scene's magnitude over ``|d|``: the merge tolerance of
+    :mod:`rayd.engine.hit_list`) from every edge of the face. The displaced origin lies in exactly one of two faces that share an
     edge through the ray (:func:`_tie`), so summed over the faces of a shared edge or
     vertex, ``cover`` is the signed number of sheets the displaced ray crosses there: ``+-1``
     where the ray passes through a consistently oriented surface, 0 where it only touches
@@ -172,14 +173,24 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     inner = int(4)
     if _near_edge(u, bx, by, cx, cy, tol) or _near_edge(v, cx, cy, ax, ay, tol) or _near_edge(w, ax, ay, bx, by, tol):
         inner = 0
-    return t, 8 * cover + inner + facing
+    zeros = int(0)
+    if u == zero:
+        zeros += 1
+    if v == zero:
+        zeros += 1
+    if w == zero:
+        zeros += 1
+    corner = int(0)
+    if zeros >= 2:
+        corner = 8
+    return t, 16 * cover + corner + inner + facing
 
 
 @wp.func
 def merge_sides(a: int, b: int) -> int:
     """The side of two hits counted as one (:func:`watertight_hit`): covers add, flags join."""
-    fa = a & 7
-    fb = b & 7
+    fa = a & 15
+    fb = b & 15
     return (a - fa) + (b - fb) + (fa | fb)
 
 
@@ -190,17 +201,18 @@ def crossings(side: int) -> int:
     1 for a group with an *inner* hit (one face crossed away from its edges: hits merged
     by their ``t`` alone count once, as listed); else ``|cover|`` where it is not 0; where it
     is 0, 0 for a group that faces both ways (the surface folds back over the ray: a touch)
-    and 1 for one that faces one way (a lone face, or faces of an open surface, whose edge
-    the ray only grazes).
+    or that the ray meets exactly at a corner (the displaced ray misses it: a touch, or a
+    part of a vertex's faces that a grazing face's ``t`` split off), and 1 for one that
+    faces one way and is met along an edge (a lone face, or faces of an open surface, whose
+    edge the ray only grazes: listed as a hit, counted as one).
     """
-    flags = side & 7
-    facing = side & 3
-    cover = (side - flags) / 8
-    if flags >= 4:
+    flags = side & 15
+    cover = (side - flags) / 16
+    if (flags & 4) != 0:
         return 1
     if cover != 0:
         return wp.abs(cover)
-    if facing == 3:
+    if (flags & 3) == 3 or (flags & 8) != 0:
         return 0
     return 1
 
