@@ -142,8 +142,10 @@ DOCS = {
     "intersect_all": """The first ``max_hits`` hits of each ray in increasing ``t``, as :meth:`rayd.torch.Scene.intersect_all`.
 
     Hits of a shared edge or vertex (faces of one shape sharing a vertex index, ``t``
-    equal to ``rayd.engine.all_hits.MERGE_TOLERANCE`` relative) are one crossing,
-    reported on the face with the smaller ``global_prim_id``.
+    equal to ``rayd.engine.all_hits.MERGE_TOLERANCE`` relative) are one hit,
+    reported on the face with the smaller ``global_prim_id``. A ray that only touches
+    a surface there is listed too (one hit), though :meth:`count_intersections` counts
+    it 0.
 
     Args:
         ray: :class:`rayd.drjit.Ray` of width N; hits count for ``tmin < t < tmax``.
@@ -165,6 +167,13 @@ DOCS = {
         RuntimeError: as :meth:`intersect`.
     """,
     "count_intersections": """The number of crossings of each ray, exact (no cap), as :meth:`rayd.torch.Scene.count_intersections`.
+
+    A merged hit of a shared edge or vertex counts 1 where the ray passes from one
+    side of the surface to the other there, 0 where it only touches it (the signed
+    count of its faces containing the infinitesimally displaced ray, in absolute
+    value), so a ray from ``o`` crosses a closed, consistently oriented mesh an odd
+    number of times exactly where ``o`` lies inside it. Equals the number of hits
+    ``intersect_all`` lists, except on rays that touch a surface (listed, not counted).
 
     Args:
         ray: :class:`rayd.drjit.Ray` of width N.

@@ -14,14 +14,24 @@ or a vertex on every face around it; two hits are *one crossing* when
   largest absolute coordinate of the scene in the search frame (so the bound is about
   1e-5 relative to the distance travelled plus the scene's size).
 
-The crossing keeps the face with the smaller ``global_prim_id``. A ray that grazes a
-silhouette edge (touching both faces at the same point) is one crossing too, by the
-same rule; a tangential touch at a vertex (the tip of a cone) likewise counts once.
+The merged hit keeps the face with the smaller ``global_prim_id``. A ray that grazes a
+silhouette edge (touching both faces at the same point) is one hit too, by the same
+rule, and so is a tangential touch at a vertex (the tip of a cone): :func:`all_hits`
+lists them.
 
-``count_intersections`` counts every crossing, without a cap: it collects the hits in
-rounds of :data:`COUNT_CAPACITY`, each round taking the next ones after the last
-``(t, global_prim_id)`` of the previous round, whose entries stay available for merging.
-Under the cap it counts what :func:`all_hits` lists.
+:func:`count_hits` counts *crossings*: each merged hit counts the crossings of the ray
+displaced by an infinitesimal there (:func:`rayd.engine.watertight.watertight_hit`: the
+signed number of the merged faces that contain the displaced origin, decided by exact
+signs, so the two faces of an edge never both or neither hold it unless they fold), in
+absolute value: 1 for a crossing, 0 for a touch (:func:`rayd.engine.watertight.crossings`
+also counts 0 for faces met exactly at a corner that the displaced ray misses, 1 for a
+lone face grazed along an edge and for hits merged by ``t`` alone). Summed along a ray,
+the parity is that of the displaced ray, so a closed, consistently oriented mesh is
+crossed an odd number of times exactly from inside. It counts without a cap: it
+collects the hits in rounds of :data:`COUNT_CAPACITY`, each round taking the next ones
+after the last ``(t, global_prim_id)`` of the previous round, whose entries stay
+available for merging. Under the cap it counts the ``crossings`` of what :func:`all_hits`
+lists.
 """
 
 from __future__ import annotations
