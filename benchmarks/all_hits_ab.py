@@ -2,8 +2,8 @@
 source trees in one process (A/B), on the CPU or CUDA.
 
 ``count_intersections`` (float32 and float64 rays) and ``intersect_all(ray, 8, flags=Minimal)`` on the bumpy
-sphere workload (incoherent rays through the sphere, about 8 crossings each with ``K`` = 8 filled) and on the
-terrain (coherent, 1-2 hits). The trees run interleaved, a new order per repeat; CPU: process CPU time, CUDA:
+sphere workload (incoherent rays through the sphere, 2 crossings each), four nested copies of it (``shells``,
+about 6) and the terrain (coherent, 1 hit). The trees run interleaved, a new order per repeat; CPU: process CPU time, CUDA:
 wall time between synchronisations; medians and the ratio B / A. Counts and listed hits are compared
 (they may differ only on rays that touch a surface: none of these workloads' random rays should).
 
@@ -22,7 +22,7 @@ parser.add_argument("other_name")
 parser.add_argument("--device", default="cpu")
 parser.add_argument("--rays", type=int, default=1 << 16)
 parser.add_argument("--repeats", type=int, default=9)
-parser.add_argument("--workloads", default="sphere,terrain")
+parser.add_argument("--workloads", default="sphere,shells,terrain")
 args = parser.parse_args()
 sys.path.insert(0, args.other_src)
 import numpy as np, torch
@@ -41,8 +41,19 @@ def clock():
     return time.process_time()
 
 
+def shells(rays: int) -> workloads.Workload:
+    """Four nested bumpy spheres (radii 1, 0.85, 0.7, 0.55) and the sphere workload's rays: about 6 crossings a ray."""
+    wl = workloads.sphere(129, 256, rays)
+    v, f = wl.vertices, wl.faces
+    wl.vertices = np.concatenate([v * r for r in (1.0, 0.85, 0.7, 0.55)]).astype(np.float32)
+    wl.faces = np.concatenate([f + k * len(v) for k in range(4)]).astype(np.int32)
+    wl.name = wl.name.replace("sphere", "shells4")
+    return wl
+
+
 for name in args.workloads.split(","):
-    wl = workloads.terrain(256, 512) if name == "terrain" else workloads.sphere(129, 256, args.rays)
+    wl = {"terrain": lambda: workloads.terrain(256, 512), "shells": lambda: shells(args.rays)}.get(
+        name, lambda: workloads.sphere(129, 256, args.rays))()
     n = min(args.rays, len(wl.o))
     cases, answers = {}, {}
     for tag, mod in trees.items():

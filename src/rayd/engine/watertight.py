@@ -11,7 +11,6 @@ INF = wp.constant(float("inf"))
 #: Relative ``t`` tolerance under which two hits on faces that share a vertex are one hit
 #: (the all-hits merge rule, :mod:`rayd.engine.hit_list`).
 MERGE_TOLERANCE = 1.0e-5
-_MERGE_TOL = wp.constant(MERGE_TOLERANCE)
 
 
 @wp.func
@@ -85,12 +84,12 @@ def _tie(px: float, py: float, qx: float, qy: float) -> int:
 
 
 @wp.func
-def _edge_sign(value: wp.float64, tie: int) -> int:
+def _edge_sign(value: wp.float64) -> int:
     if value > wp.float64(0.0):
         return 1
     if value < wp.float64(0.0):
         return -1
-    return tie
+    return 0
 
 
 @wp.func
@@ -102,19 +101,20 @@ def _near_edge(fn: wp.float64, px: float, py: float, qx: float, qy: float, tol: 
 
 
 @wp.func
-def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, shift: float,
-                   slack: float) -> tuple[float, int]:
+def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, shift: float, tmin: float,
+                   reach: float, tol0: float, tol1: float) -> tuple[float, int]:
     """:func:`watertight_t` and the hit's *side*: how the face covers the ray, for counting crossings.
 
-    Returns ``(t, side)``; ``side`` (0 for a miss) packs ``16 cover + 8 corner + 4 inner +
+    Returns ``(t + shift, side)`` (``shift``: the caller's offset of ``o`` along the ray);
+    ``side`` is 0 for a miss and where ``t + shift`` lies outside ``(tmin, reach)``, else packs ``16 cover + 8 corner + 4 inner +
     facing``: ``facing`` is 1 where the face's projected winding is positive (``det > 0``), 2
     where negative; ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the
     ray's origin displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0;
     ``corner`` is 1 where the ray passes exactly through a corner of the face (two edge
     functions are 0); ``inner`` is 1 where the ray passes farther than
-    ``MERGE_TOLERANCE (|t + shift| + slack)`` (in units of ``t``, ``shift`` the caller's
-    offset of ``o``, ``slack`` the scene's magnitude over ``|d|``: the merge tolerance of
-    :mod:`rayd.engine.hit_list`) from every edge of the face. The displaced origin lies in exactly one of two faces that share an
+    ``tol1 |t + shift| + tol0`` (the merge tolerance of :mod:`rayd.engine.hit_list` in the
+    units of ``o``: ``tol1 = MERGE_TOLERANCE |d|``, ``tol0 = MERGE_TOLERANCE M`` for a scene
+    of magnitude ``M``) from every edge of the face. The displaced origin lies in exactly one of two faces that share an
     edge through the ray (:func:`_tie`), so summed over the faces of a shared edge or
     vertex, ``cover`` is the signed number of sheets the displaced ray crosses there: ``+-1``
     where the ray passes through a consistently oriented surface, 0 where it only touches
@@ -156,10 +156,19 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     if det == zero:
         return INF, 0
     big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
-    # u, v, w are the edge functions of b -> c, c -> a, a -> b.
-    su = _edge_sign(u, _tie(bx, by, cx, cy))
-    sv = _edge_sign(v, _tie(cx, cy, ax, ay))
-    sw = _edge_sign(w, _tie(ax, ay, bx, by))
+    t = float(big_t / det) + shift
+    if not (t > tmin and t < reach):  # (the caller's own test: not offered)
+        return t, 0
+    # u, v, w are the edge functions of b -> c, c -> a, a -> b; an exact 0 is decided by the displaced origin.
+    su = _edge_sign(u)
+    if su == 0:
+        su = _tie(bx, by, cx, cy)
+    sv = _edge_sign(v)
+    if sv == 0:
+        sv = _tie(cx, cy, ax, ay)
+    sw = _edge_sign(w)
+    if sw == 0:
+        sw = _tie(ax, ay, bx, by)
     facing = int(1)
     sign = int(1)
     if det < zero:
@@ -168,8 +177,7 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     cover = int(0)
     if su == sign and sv == sign and sw == sign:
         cover = sign
-    t = float(big_t / det)
-    tol = wp.float64(_MERGE_TOL * (wp.abs(t + shift) + slack) * wp.length(d))
+    tol = wp.float64(tol1 * wp.abs(t) + tol0)
     inner = int(4)
     if _near_edge(u, bx, by, cx, cy, tol) or _near_edge(v, cx, cy, ax, ay, tol) or _near_edge(w, ax, ay, bx, by, tol):
         inner = 0
