@@ -39,7 +39,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
-from rayd.engine.hit_list import MERGE_TOLERANCE, HitList, after, offer, search_end
+from rayd.engine.hit_list import MERGE_TOLERANCE, HitList, after, offer, search_end  # noqa: F401 - MERGE_TOLERANCE documented here
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows, per_row
 from rayd.engine.traversal import SceneView, _approach, _entry, _start_at_tmin, ray_is_wellformed
@@ -54,7 +54,6 @@ COUNT_CAPACITY = 8
 #: Rays per launch of :func:`count_hits` (bounds its scratch memory: 80 MiB).
 COUNT_CHUNK = 1 << 18
 _NO_GID = wp.constant(2147483647)
-_TOL = wp.constant(MERGE_TOLERANCE)
 
 
 @wp.func
@@ -63,8 +62,6 @@ def _walk_flat(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, 
     """Every hit of the flat BVH in ``(tmin, reach)`` offered to the list (see ``traversal._walk_flat_ordered``)."""
     o = o0 + s * d
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
-    tol1 = _TOL * wp.length(d)  # the merge tolerance in units of o (watertight_hit's inner faces)
-    tol0 = tol1 * scale
     nodes = wp.vector(dtype=wp.int32, length=64)
     entries = wp.vector(dtype=wp.float32, length=64)
     top = int(0)
@@ -86,11 +83,11 @@ def _walk_flat(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, 
                     b = view.flat_points[view.flat_indices[3 * f + 1]]
                     c = view.flat_points[view.flat_indices[3 * f + 2]]
                     reach = search_end(hits, i, count, tmax, scale)
-                    t, side = watertight_hit(o, d, a, b, c, s, tmin, reach, tol0, tol1)
+                    t, side = watertight_hit(o, d, a, b, c, s, tmin, reach)
                     if t > tmin and t < reach:
                         t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
                         if t > tmin and t < reach and after(t, gid, lo_t, lo_gid):
-                            count = offer(view, hits, i, count, carry, t, gid, f, -1, side, scale)
+                            count = offer(view, hits, i, count, carry, t, gid, f, -1, side, scale, o, d)
         else:
             left = low[3]
             right = view.flat_upper_index[node][3] & 0x7FFFFFFF
@@ -138,8 +135,6 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64:
     o = wp.vec3(o64 + wp.float64(s) * d64)
     s = s + shift
     inv_d = wp.cw_div(wp.vec3(1.0, 1.0, 1.0), safe_direction(d))
-    tol1 = _TOL * wp.length(d)  # in object units (watertight_hit's inner faces)
-    tol0 = tol1 * scale
     node_base = view.inst_node_base[inst]
     prim_base = view.inst_prim_base[inst]
     base = view.inst_face_base[inst]
@@ -162,12 +157,12 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64:
                     b = view.blas_points[view.blas_indices[row + 1]]
                     c = view.blas_points[view.blas_indices[row + 2]]
                     reach = search_end(hits, i, count, tmax, scale)
-                    t, side = watertight_hit(o, d, a, b, c, s, tmin, reach, tol0, tol1)
+                    t, side = watertight_hit(o, d, a, b, c, s, tmin, reach)
                     if t > tmin and t < reach:
                         t = confirmed_t(c64, d64, a, b, c)
                         gid = first_gid + f
                         if t > tmin and t < reach and after(t, gid, lo_t, lo_gid):
-                            count = offer(view, hits, i, count, carry, t, gid, f, inst, side, scale)
+                            count = offer(view, hits, i, count, carry, t, gid, f, inst, side, scale, o, d)
         else:
             left = low[3]
             right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF

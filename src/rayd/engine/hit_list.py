@@ -12,7 +12,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.traversal import SceneView
-from rayd.engine.watertight import MERGE_TOLERANCE, merge_sides
+from rayd.engine.watertight import MERGE_TOLERANCE, inner_hit, merge_sides
 
 wp.set_module_options({"enable_backward": False})
 
@@ -67,9 +67,35 @@ def search_end(hits: HitList, i: int, count: int, tmax: float, scale: float) -> 
 
 
 @wp.func
+def _inner(view: SceneView, key: int, inst: int, t: float, scale: float, o: wp.vec3, d: wp.vec3) -> int:
+    """The *inner* flag of a listed face (``watertight.inner_hit``) at the merge tolerance of its ``t``
+    (``o``, ``d``: the frame of the walk that offered it, world or the instance's object space)."""
+    a = int(0)
+    b = int(0)
+    c = int(0)
+    if inst < 0:
+        a = view.flat_indices[3 * key]
+        b = view.flat_indices[3 * key + 1]
+        c = view.flat_indices[3 * key + 2]
+        return inner_hit(o, d, view.flat_points[a], view.flat_points[b], view.flat_points[c],
+                         _TOL * (wp.abs(t) + scale) * wp.length(d))
+    row = 3 * (view.inst_face_base[inst] + key)
+    a = view.blas_indices[row]
+    b = view.blas_indices[row + 1]
+    c = view.blas_indices[row + 2]
+    return inner_hit(o, d, view.blas_points[a], view.blas_points[b], view.blas_points[c],
+                     _TOL * (wp.abs(t) + scale) * wp.length(d))
+
+
+@wp.func
 def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: float, gid_in: int,
-          key_in: int, inst_in: int, side_in: int, scale: float) -> int:
-    """Insert a hit into row ``i``'s sorted list (merging shared-edge duplicates); returns the new count."""
+          key_in: int, inst_in: int, side_in: int, scale: float, o: wp.vec3, d: wp.vec3) -> int:
+    """Insert a hit into row ``i``'s sorted list (merging shared-edge duplicates); returns the new count.
+
+    Where hits merge, each one's *inner* flag (``watertight.inner_hit``) joins the merged side
+    (``side_in``: ``watertight.watertight_hit``'s): only merged hits need it. ``o``, ``d``: the
+    walk's frame of the hit's face (the same for every face it can merge with: one shape).
+    """
     cap = hits.cap
     for j in range(carry):  # one crossing with an entry of the previous round: already counted
         c = cap + j
@@ -92,6 +118,8 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
             merging = 0
         else:
             side = merge_sides(side, hits.side[i, found])
+            side = side | _inner(view, key, inst, t, scale, o, d)
+            side = side | _inner(view, hits.key[i, found], hits.inst[i, found], hits.t[i, found], scale, o, d)
             if hits.gid[i, found] < gid:  # the crossing keeps the smaller global_prim_id
                 t = hits.t[i, found]
                 gid = hits.gid[i, found]

@@ -101,8 +101,39 @@ def _near_edge(fn: wp.float64, px: float, py: float, qx: float, qy: float, tol: 
 
 
 @wp.func
+def inner_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, tol: float) -> int:
+    """4 (the *inner* flag of :func:`watertight_hit`'s side) where the ray ``o + t d`` passes farther than
+    ``tol`` (units of ``o``, in the plane across the ray) from every edge of the triangle, else 0."""
+    kz = int(0)
+    if wp.abs(d[1]) > wp.abs(d[kz]):
+        kz = 1
+    if wp.abs(d[2]) > wp.abs(d[kz]):
+        kz = 2
+    kx = (kz + 1) % 3
+    ky = (kx + 1) % 3
+    sx = d[kx] / d[kz]
+    sy = d[ky] / d[kz]
+    pa = a - o
+    pb = b - o
+    pc = c - o
+    ax = pa[kx] - sx * pa[kz]
+    ay = pa[ky] - sy * pa[kz]
+    bx = pb[kx] - sx * pb[kz]
+    by = pb[ky] - sy * pb[kz]
+    cx = pc[kx] - sx * pc[kz]
+    cy = pc[ky] - sy * pc[kz]
+    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
+    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
+    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
+    t = wp.float64(tol)
+    if _near_edge(u, bx, by, cx, cy, t) or _near_edge(v, cx, cy, ax, ay, t) or _near_edge(w, ax, ay, bx, by, t):
+        return 0
+    return 4
+
+
+@wp.func
 def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, shift: float, tmin: float,
-                   reach: float, tol0: float, tol1: float) -> tuple[float, int]:
+                   reach: float) -> tuple[float, int]:
     """:func:`watertight_t` and the hit's *side*: how the face covers the ray, for counting crossings.
 
     Returns ``(t + shift, side)`` (``shift``: the caller's offset of ``o`` along the ray);
@@ -111,10 +142,8 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     where negative; ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the
     ray's origin displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0;
     ``corner`` is 1 where the ray passes exactly through a corner of the face (two edge
-    functions are 0); ``inner`` is 1 where the ray passes farther than
-    ``tol1 |t + shift| + tol0`` (the merge tolerance of :mod:`rayd.engine.hit_list` in the
-    units of ``o``: ``tol1 = MERGE_TOLERANCE |d|``, ``tol0 = MERGE_TOLERANCE M`` for a scene
-    of magnitude ``M``) from every edge of the face. The displaced origin lies in exactly one of two faces that share an
+    functions are 0); ``inner`` (0 here) is set by the hit list where the hit merges with
+    another (:func:`inner_hit`). The displaced origin lies in exactly one of two faces that share an
     edge through the ray (:func:`_tie`), so summed over the faces of a shared edge or
     vertex, ``cover`` is the signed number of sheets the displaced ray crosses there: ``+-1``
     where the ray passes through a consistently oriented surface, 0 where it only touches
@@ -177,10 +206,6 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     cover = int(0)
     if su == sign and sv == sign and sw == sign:
         cover = sign
-    tol = wp.float64(tol1 * wp.abs(t) + tol0)
-    inner = int(4)
-    if _near_edge(u, bx, by, cx, cy, tol) or _near_edge(v, cx, cy, ax, ay, tol) or _near_edge(w, ax, ay, bx, by, tol):
-        inner = 0
     zeros = int(0)
     if u == zero:
         zeros += 1
@@ -191,7 +216,7 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     corner = int(0)
     if zeros >= 2:
         corner = 8
-    return t, 16 * cover + corner + inner + facing
+    return t, 16 * cover + corner + facing
 
 
 @wp.func
@@ -206,8 +231,8 @@ def merge_sides(a: int, b: int) -> int:
 def crossings(side: int) -> int:
     """The crossings of a merged group of hits of one side (:func:`watertight_hit`, :func:`merge_sides`).
 
-    1 for a group with an *inner* hit (one face crossed away from its edges: hits merged
-    by their ``t`` alone count once, as listed); else ``|cover|`` where it is not 0; where it
+    1 for a group with an *inner* hit (one face crossed away from its edges, flagged by the
+    hit list where hits merge: hits merged by their ``t`` alone count once, as listed); else ``|cover|`` where it is not 0; where it
     is 0, 0 for a group that faces both ways (the surface folds back over the ray: a touch)
     or that the ray meets exactly at a corner (the displaced ray misses it: a touch, or a
     part of a vertex's faces that a grazing face's ``t`` split off), and 1 for one that
