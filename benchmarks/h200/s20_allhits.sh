@@ -6,7 +6,7 @@
 # integer ops and one int32 column per list entry), and count_hits sums crossings(side) instead of counting entries.
 # The closest-hit and any-hit walks are untouched.
 # 1. CUDA tests of the touch/parity rule (torch and drjit): they must pass (the CPU passes them).
-# 2. all_hits_ab.py: main (4af7700, renamed rayd_main) vs this tree, sphere 1 M rays and terrain 256 k, count f32 / f64
+# 2. all_hits_ab.py: main (4af7700, renamed rayd_main) vs this tree, sphere and shells4 1 M rays, terrain 256 k, count f32 / f64
 #    and intersect_all K=8 Minimal, interleaved, medians of 10, CUDA wall time.
 # WHAT DECIDES: the branch merges as it is if part 1 passes and every B / A of part 2 is <= 1.10 (count f32 and
 # intersect_all; count f64 includes host-free re-checks, <= 1.15). Otherwise report the ratios: the suspect is register
