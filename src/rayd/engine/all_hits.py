@@ -39,7 +39,8 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
-from rayd.engine.hit_list import MERGE_TOLERANCE, HitList, after, offer, search_end  # noqa: F401 - MERGE_TOLERANCE documented here
+from rayd.engine.hit_list import MERGE_TOLERANCE  # noqa: F401 - documented here
+from rayd.engine.hit_list import HitList, after, offer, search_end
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows, per_row
 from rayd.engine.traversal import SceneView, _approach, _entry, _start_at_tmin, ray_is_wellformed

@@ -137,17 +137,18 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     """:func:`watertight_t` and the hit's *side*: how the face covers the ray, for counting crossings.
 
     Returns ``(t + shift, side)`` (``shift``: the caller's offset of ``o`` along the ray);
-    ``side`` is 0 for a miss and where ``t + shift`` lies outside ``(tmin, reach)``, else packs ``16 cover + 8 corner + 4 inner +
-    facing``: ``facing`` is 1 where the face's projected winding is positive (``det > 0``), 2
-    where negative; ``cover`` is ``+-1`` (the sign of ``det``) where the face contains the
-    ray's origin displaced by an infinitesimal ``(e, e^2)`` in the sheared frame, else 0;
-    ``corner`` is 1 where the ray passes exactly through a corner of the face (two edge
-    functions are 0); ``inner`` (0 here) is set by the hit list where the hit merges with
-    another (:func:`inner_hit`). The displaced origin lies in exactly one of two faces that share an
-    edge through the ray (:func:`_tie`), so summed over the faces of a shared edge or
-    vertex, ``cover`` is the signed number of sheets the displaced ray crosses there: ``+-1``
-    where the ray passes through a consistently oriented surface, 0 where it only touches
-    it (:func:`crossings`).
+    ``side`` is 0 for a miss and where ``t + shift`` lies outside ``(tmin, reach)``, else
+    packs ``16 cover + 8 corner + 4 inner + facing``: ``facing`` is 1 where the face's
+    projected winding is positive (``det > 0``), 2 where negative; ``cover`` is ``+-1``
+    (the sign of ``det``) where the face contains the ray's origin displaced by an
+    infinitesimal ``(e, e^2)`` in the sheared frame, else 0; ``corner`` is 1 where the ray
+    passes exactly through a corner of the face (two edge functions are 0); ``inner`` (0
+    here) is set by the hit list where the hit merges with another (:func:`inner_hit`).
+    The displaced origin lies in exactly one of two faces that share an edge through the
+    ray (:func:`_tie`), so summed over the faces of a shared edge or vertex, ``cover`` is
+    the signed number of sheets the displaced ray crosses there: ``+-1`` where the ray
+    passes through a consistently oriented surface, 0 where it only touches it
+    (:func:`crossings`).
     """
     kz = int(0)
     if wp.abs(d[1]) > wp.abs(d[kz]):
@@ -232,12 +233,13 @@ def crossings(side: int) -> int:
     """The crossings of a merged group of hits of one side (:func:`watertight_hit`, :func:`merge_sides`).
 
     1 for a group with an *inner* hit (one face crossed away from its edges, flagged by the
-    hit list where hits merge: hits merged by their ``t`` alone count once, as listed); else ``|cover|`` where it is not 0; where it
-    is 0, 0 for a group that faces both ways (the surface folds back over the ray: a touch)
-    or that the ray meets exactly at a corner (the displaced ray misses it: a touch, or a
-    part of a vertex's faces that a grazing face's ``t`` split off), and 1 for one that
-    faces one way and is met along an edge (a lone face, or faces of an open surface, whose
-    edge the ray only grazes: listed as a hit, counted as one).
+    hit list where hits merge: hits merged by their ``t`` alone count once, as listed);
+    else ``|cover|`` where it is not 0; where it is 0, 0 for a group that faces both ways
+    (the surface folds back over the ray: a touch) or that the ray meets exactly at a
+    corner (the displaced ray misses it: a touch, or a part of a vertex's faces that a
+    grazing face's ``t`` split off), and 1 for one that faces one way and is met along an
+    edge (a lone face, or faces of an open surface, whose edge the ray only grazes: listed
+    as a hit, counted as one).
     """
     flags = side & 15
     cover = (side - flags) / 16
