@@ -18,6 +18,10 @@ wp.set_module_options({"enable_backward": False})
 
 
 _TOL = wp.constant(MERGE_TOLERANCE)
+#: A merged face is *inner* (hits merged by ``t`` alone) where the ray passes farther than this many merge
+#: tolerances from all its edges (a nearly tangent ray meets the faces of one vertex at points that far apart).
+INNER_TOLERANCES = 3.0
+_INNER = wp.constant(INNER_TOLERANCES * MERGE_TOLERANCE)
 
 
 @wp.struct
@@ -78,13 +82,13 @@ def _inner(view: SceneView, key: int, inst: int, t: float, scale: float, o: wp.v
         b = view.flat_indices[3 * key + 1]
         c = view.flat_indices[3 * key + 2]
         return inner_hit(o, d, view.flat_points[a], view.flat_points[b], view.flat_points[c],
-                         _TOL * (wp.abs(t) + scale) * wp.length(d))
+                         _INNER * (wp.abs(t) + scale) * wp.length(d))
     row = 3 * (view.inst_face_base[inst] + key)
     a = view.blas_indices[row]
     b = view.blas_indices[row + 1]
     c = view.blas_indices[row + 2]
     return inner_hit(o, d, view.blas_points[a], view.blas_points[b], view.blas_points[c],
-                     _TOL * (wp.abs(t) + scale) * wp.length(d))
+                     _INNER * (wp.abs(t) + scale) * wp.length(d))
 
 
 @wp.func
