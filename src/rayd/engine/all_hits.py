@@ -5,8 +5,8 @@ collecting hits into a per-ray list sorted by ``(t, global_prim_id)``. Once the 
 full, the search interval shrinks to its last entry (plus the merge tolerance), so only
 nearer hits are still looked for.
 
-Shared edges and vertices count once. The watertight test reports a ray through an edge
-or a vertex on every face around it; two hits are *one crossing* when
+Shared edges and vertices are listed once. The watertight test reports a ray through an
+edge or a vertex on every face around it; two hits are *one hit* when
 
 * their faces belong to the same shape and share a vertex index (topology, no welding by
   position: an unwelded soup counts each face), and
@@ -25,7 +25,8 @@ signed number of the merged faces that contain the displaced origin, decided by 
 signs, so the two faces of an edge never both or neither hold it unless they fold), in
 absolute value: 1 for a crossing, 0 for a touch (:func:`rayd.engine.watertight.crossings`
 also counts 0 for faces met exactly at a corner that the displaced ray misses, 1 for a
-lone face grazed along an edge and for hits merged by ``t`` alone). Summed along a ray,
+lone face grazed along an edge and for hits merged by ``t`` alone: faces crossed farther
+than :data:`rayd.engine.hit_list.INNER_TOLERANCES` merge tolerances from their edges). Summed along a ray,
 the parity is that of the displaced ray, so a closed, consistently oriented mesh is
 crossed an odd number of times exactly from inside. It counts without a cap: it
 collects the hits in rounds of :data:`COUNT_CAPACITY`, each round taking the next ones
