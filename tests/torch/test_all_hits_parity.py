@@ -4,11 +4,10 @@
 even number of times, wherever it passes. Rays exactly through vertices and edges that
 cross the surface do (the first test, float64, through every vertex and edge point of a
 rotated, offset icosphere, placed directly, by ``to_world`` and as an instance). A ray
-that only *touches* a closed mesh at a vertex or along an edge tangentially counts one
-crossing there (the merge rule of ``rayd.engine.all_hits``, which documents it), so the
-total is odd: the second test is a strict xfail recording that contradiction for the lead
-(a fix: count a merged group by the signed winding of its faces' projected corners
-around the hit point, 0 for a touch, ±1 for a crossing).
+that only *touches* a closed mesh at a vertex or along an edge tangentially counted one
+crossing there, so the total was odd: the second test was a strict xfail until session 20
+(helper limits20) made a touch count 0 (each merged hit counts the crossings of the
+infinitesimally displaced ray; more in ``test_all_hits_touch.py``).
 """
 
 from __future__ import annotations
@@ -64,8 +63,6 @@ def test_rays_through_vertices_and_edges_of_a_closed_mesh_cross_twice(device, pl
     torch.testing.assert_close(scene.intersect(ray).t, torch.ones(len(o), dtype=F64, device=device))
 
 
-@pytest.mark.xfail(strict=True, reason="a tangential touch at a vertex or edge of a closed mesh counts one crossing "
-                                       "(rayd.engine.all_hits's documented merge rule), so the parity is odd")
 def test_touching_a_closed_mesh_keeps_the_parity(device):
     v = np.array(OCTA_V)
     scene = rt.Scene()

@@ -68,16 +68,18 @@ def intersect_all(scene, call: str, ray, k: int, active, flags: RayFlags, ignore
     return Intersections((n, k), flags, **fields)
 
 
-def _first_hits(scene, m, double: bool, ray, rays, n: int, k: int, flags: RayFlags) -> tuple:
-    """``(gid, fields, ray_of_lane)``: the engine's first ``k`` crossings of ``rays`` (width ``N K``, -1 unused),
-    evaluated for their fixed faces (``fields``, before any interval check), and each lane's ray."""
+def _first_hits(scene, m, double: bool, ray, rays, n: int, k: int, flags: RayFlags, crossings=None) -> tuple:
+    """``(gid, fields, ray_of_lane)``: the engine's first ``k`` hits of ``rays`` (width ``N K``, -1 unused),
+    evaluated for their fixed faces (``fields``, before any interval check), and each lane's ray.
+    ``crossings`` (an int32 array of width ``N K``, optional) receives the crossings each hit counts (0: a touch)."""
     plain = _convert.module(scene._backend, False)
     gid = _convert.empty_int32(n * k, scene._backend)
     t32 = dr.empty(plain.Float, n * k)
     dr.make_opaque(t32)
     views = (_convert.scalar_view(t32, scene._device), _convert.scalar_view(gid, scene._device))
-    _convert.launch(scene._device, engine_all_hits.all_hits, scene._core.accel, rays, k, *views)
-    del views
+    extra = None if crossings is None else _convert.scalar_view(crossings, scene._device)
+    _convert.launch(scene._device, engine_all_hits.all_hits, scene._core.accel, rays, k, *views, crossings=extra)
+    del views, extra
     ray_of_lane = dr.arange(m.UInt, n * k) // k
     o = _spread(ray.o, m.UInt, ray_of_lane)
     d = _spread(ray.d, m.UInt, ray_of_lane)
@@ -101,9 +103,10 @@ def count_intersections(scene, call: str, ray, active, ignore) -> dr.ArrayBase:
     m, double = scene._precision(ray.o, ray.d)
     if double:
         k = CANDIDATES
-        gid, fields, ray_of_lane = _first_hits(scene, m, True, ray, rays, n, k, RayFlags.Minimal)
+        weight = _convert.empty_int32(n * k, scene._backend)
+        gid, fields, ray_of_lane = _first_hits(scene, m, True, ray, rays, n, k, RayFlags.Minimal, weight)
         t = m.Float64(dr.detach(fields["t"]))
-        early = dr.select((gid >= 0) & (t <= _spread(ray.tmin, m.UInt, ray_of_lane)), 1, 0)
+        early = dr.select((gid >= 0) & (t <= _spread(ray.tmin, m.UInt, ray_of_lane)), weight, 0)  # a touch: 0
         base = dr.arange(m.UInt, n) * k
         for j in range(k):
             out = out - dr.gather(type(out), type(out)(early), base + j)
@@ -139,8 +142,10 @@ DOCS = {
     "intersect_all": """The first ``max_hits`` hits of each ray in increasing ``t``, as :meth:`rayd.torch.Scene.intersect_all`.
 
     Hits of a shared edge or vertex (faces of one shape sharing a vertex index, ``t``
-    equal to ``rayd.engine.all_hits.MERGE_TOLERANCE`` relative) are one crossing,
-    reported on the face with the smaller ``global_prim_id``.
+    equal to ``rayd.engine.all_hits.MERGE_TOLERANCE`` relative) are one hit,
+    reported on the face with the smaller ``global_prim_id``. A ray that only touches
+    a surface there is listed too (one hit), though :meth:`count_intersections` counts
+    it 0.
 
     Args:
         ray: :class:`rayd.drjit.Ray` of width N; hits count for ``tmin < t < tmax``.
@@ -162,6 +167,13 @@ DOCS = {
         RuntimeError: as :meth:`intersect`.
     """,
     "count_intersections": """The number of crossings of each ray, exact (no cap), as :meth:`rayd.torch.Scene.count_intersections`.
+
+    A merged hit of a shared edge or vertex counts 1 where the ray passes from one
+    side of the surface to the other there, 0 where it only touches it (the signed
+    count of its faces containing the infinitesimally displaced ray, in absolute
+    value), so a ray from ``o`` crosses a closed, consistently oriented mesh an odd
+    number of times exactly where ``o`` lies inside it. Equals the number of hits
+    ``intersect_all`` lists, except on rays that touch a surface (listed, not counted).
 
     Args:
         ray: :class:`rayd.drjit.Ray` of width N.

@@ -5,8 +5,8 @@ collecting hits into a per-ray list sorted by ``(t, global_prim_id)``. Once the 
 full, the search interval shrinks to its last entry (plus the merge tolerance), so only
 nearer hits are still looked for.
 
-Shared edges and vertices count once. The watertight test reports a ray through an edge
-or a vertex on every face around it; two hits are *one crossing* when
+Shared edges and vertices are listed once. The watertight test reports a ray through an
+edge or a vertex on every face around it; two hits are *one hit* when
 
 * their faces belong to the same shape and share a vertex index (topology, no welding by
   position: an unwelded soup counts each face), and
@@ -14,14 +14,25 @@ or a vertex on every face around it; two hits are *one crossing* when
   largest absolute coordinate of the scene in the search frame (so the bound is about
   1e-5 relative to the distance travelled plus the scene's size).
 
-The crossing keeps the face with the smaller ``global_prim_id``. A ray that grazes a
-silhouette edge (touching both faces at the same point) is one crossing too, by the
-same rule; a tangential touch at a vertex (the tip of a cone) likewise counts once.
+The merged hit keeps the face with the smaller ``global_prim_id``. A ray that grazes a
+silhouette edge (touching both faces at the same point) is one hit too, by the same
+rule, and so is a tangential touch at a vertex (the tip of a cone): :func:`all_hits`
+lists them.
 
-``count_intersections`` counts every crossing, without a cap: it collects the hits in
-rounds of :data:`COUNT_CAPACITY`, each round taking the next ones after the last
-``(t, global_prim_id)`` of the previous round, whose entries stay available for merging.
-Under the cap it counts what :func:`all_hits` lists.
+:func:`count_hits` counts *crossings*: each merged hit counts the crossings of the ray
+displaced by an infinitesimal there (:func:`rayd.engine.watertight.watertight_hit`: the
+signed number of the merged faces that contain the displaced origin, decided by exact
+signs, so the two faces of an edge never both or neither hold it unless they fold), in
+absolute value: 1 for a crossing, 0 for a touch (:func:`rayd.engine.watertight.crossings`
+also counts 0 for faces met exactly at a corner that the displaced ray misses, 1 for a
+lone face grazed along an edge and for hits merged by ``t`` alone: faces crossed farther
+than :data:`rayd.engine.hit_list.INNER_TOLERANCES` merge tolerances from their edges). Summed along a ray,
+the parity is that of the displaced ray, so a closed, consistently oriented mesh is
+crossed an odd number of times exactly from inside. It counts without a cap: it
+collects the hits in rounds of :data:`COUNT_CAPACITY`, each round taking the next ones
+after the last ``(t, global_prim_id)`` of the previous round, whose entries stay
+available for merging. Under the cap it counts the ``crossings`` of what :func:`all_hits`
+lists.
 """
 
 from __future__ import annotations
@@ -29,11 +40,12 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.accel import SceneAccel
-from rayd.engine.hit_list import MERGE_TOLERANCE, HitList, after, offer, search_end  # noqa: F401 - MERGE_TOLERANCE documented here
+from rayd.engine.hit_list import MERGE_TOLERANCE  # noqa: F401 - documented here
+from rayd.engine.hit_list import HitList, after, offer, search_end
 from rayd.engine.rays import RayBatch
 from rayd.engine.runtime import launch_rows, per_row
 from rayd.engine.traversal import SceneView, _approach, _entry, _start_at_tmin, ray_is_wellformed
-from rayd.engine.watertight import INF, confirmed_t, safe_direction, watertight_t
+from rayd.engine.watertight import INF, confirmed_t, crossings, safe_direction, watertight_hit
 
 wp.set_module_options({"enable_backward": False})
 
@@ -41,7 +53,7 @@ wp.set_module_options({"enable_backward": False})
 MAX_HITS = 64
 #: Hits per round of :func:`count_hits` (its scratch is ``2 COUNT_CAPACITY`` entries per ray).
 COUNT_CAPACITY = 8
-#: Rays per launch of :func:`count_hits` (bounds its scratch memory: 64 MiB).
+#: Rays per launch of :func:`count_hits` (bounds its scratch memory: 80 MiB).
 COUNT_CHUNK = 1 << 18
 _NO_GID = wp.constant(2147483647)
 
@@ -73,11 +85,11 @@ def _walk_flat(view: SceneView, o0: wp.vec3, s: float, d: wp.vec3, tmin: float, 
                     b = view.flat_points[view.flat_indices[3 * f + 1]]
                     c = view.flat_points[view.flat_indices[3 * f + 2]]
                     reach = search_end(hits, i, count, tmax, scale)
-                    t = watertight_t(o, d, a, b, c) + s
+                    t, side = watertight_hit(o, d, a, b, c, s, tmin, reach)
                     if t > tmin and t < reach:
                         t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
                         if t > tmin and t < reach and after(t, gid, lo_t, lo_gid):
-                            count = offer(view, hits, i, count, carry, t, gid, f, -1, scale)
+                            count = offer(view, hits, i, count, carry, t, gid, f, -1, side, scale, o, d)
         else:
             left = low[3]
             right = view.flat_upper_index[node][3] & 0x7FFFFFFF
@@ -147,12 +159,12 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64:
                     b = view.blas_points[view.blas_indices[row + 1]]
                     c = view.blas_points[view.blas_indices[row + 2]]
                     reach = search_end(hits, i, count, tmax, scale)
-                    t = watertight_t(o, d, a, b, c) + s
+                    t, side = watertight_hit(o, d, a, b, c, s, tmin, reach)
                     if t > tmin and t < reach:
                         t = confirmed_t(c64, d64, a, b, c)
                         gid = first_gid + f
                         if t > tmin and t < reach and after(t, gid, lo_t, lo_gid):
-                            count = offer(view, hits, i, count, carry, t, gid, f, inst, scale)
+                            count = offer(view, hits, i, count, carry, t, gid, f, inst, side, scale, o, d)
         else:
             left = low[3]
             right = view.blas_upper_index[node_base + node][3] & 0x7FFFFFFF
@@ -305,6 +317,7 @@ def _all_hits_search_kernel(
     list_gid: wp.array2d(dtype=wp.int32),
     list_key: wp.array2d(dtype=wp.int32),
     list_inst: wp.array2d(dtype=wp.int32),
+    list_side: wp.array2d(dtype=wp.int32),
 ):
     i = wp.tid()
     hits = HitList()
@@ -312,10 +325,12 @@ def _all_hits_search_kernel(
     hits.gid = list_gid
     hits.key = list_key
     hits.inst = list_inst
+    hits.side = list_side
     hits.cap = cap
     for j in range(hits.cap):
         hits.t[i, j] = INF
         hits.gid[i, j] = wp.int32(-1)
+    found = int(0)
     if active[i * active_stride] != wp.uint8(0):
         oi = o[i * o_stride]
         di = d[i * d_stride]
@@ -323,8 +338,13 @@ def _all_hits_search_kernel(
         t1 = tmax[i * tmax_stride]
         if ray_is_wellformed(oi, di, t0, t1):
             oi, t0, t1 = _start_at_tmin(oi, di, t0, t1)
-            _collect(scene, walk_flat, oi, di, t0, t1, int(ignore[i * ignore_stride]), t0, _NO_GID, hits, i, 0,
-                     _scale(scene, walk_flat, di))
+            found = _collect(scene, walk_flat, oi, di, t0, t1, int(ignore[i * ignore_stride]), t0, _NO_GID, hits,
+                             i, 0, _scale(scene, walk_flat, di))
+    for j in range(hits.cap):  # each slot's crossings (0 for a touch), 0 in unused slots
+        weight = int(0)
+        if j < found:
+            weight = crossings(hits.side[i, j])
+        hits.side[i, j] = wp.int32(weight)
 
 
 @wp.kernel(enable_backward=False)
@@ -348,6 +368,7 @@ def _count_hits_search_kernel(
     list_gid: wp.array2d(dtype=wp.int32),
     list_key: wp.array2d(dtype=wp.int32),
     list_inst: wp.array2d(dtype=wp.int32),
+    list_side: wp.array2d(dtype=wp.int32),
     count: wp.array(dtype=wp.int32),
 ):
     i = wp.tid()
@@ -356,6 +377,7 @@ def _count_hits_search_kernel(
     hits.gid = list_gid
     hits.key = list_key
     hits.inst = list_inst
+    hits.side = list_side
     hits.cap = cap
     total = int(0)
     if active[i * active_stride] != wp.uint8(0):
@@ -373,7 +395,8 @@ def _count_hits_search_kernel(
             more = int(1)
             while more != 0:
                 found = _collect(scene, walk_flat, oi, di, t0, t1, skip, lo_t, lo_gid, hits, i, carry, scale)
-                total += found
+                for j in range(found):  # a crossing counts 1 (or the sheets it crosses), a touch 0
+                    total += crossings(hits.side[i, j])
                 more = 0
                 if found == cap:  # full: the next round starts after the last entry, which stays for merging
                     more = 1
@@ -389,8 +412,8 @@ def _count_hits_search_kernel(
 
 
 def all_hits(accel: SceneAccel, rays: RayBatch, max_hits: int, t: wp.array, global_prim_id: wp.array,
-             stream: wp.Stream | None = None) -> None:
-    """The first ``max_hits`` crossings of each ray, sorted by ``(t, global_prim_id)``.
+             stream: wp.Stream | None = None, crossings: wp.array | None = None) -> None:
+    """The first ``max_hits`` hits of each ray, sorted by ``(t, global_prim_id)``.
 
     Args:
         accel: the scene's acceleration structures.
@@ -400,10 +423,13 @@ def all_hits(accel: SceneAccel, rays: RayBatch, max_hits: int, t: wp.array, glob
             hit (``watertight.confirmed_t``), ``+inf`` in unused slots.
         global_prim_id: int32 output of N K entries: the hit faces, -1 in unused slots.
         stream: the CUDA stream to launch on (``None`` on the CPU).
+        crossings: optional int32 output of N K entries: the crossings each listed hit
+            counts for :func:`count_hits` (1, 0 for a touch; the module's rule), 0 in
+            unused slots.
 
     Hits count for ``tmin < t < tmax``, skipping the ray's ``ignore`` face, disabled
     shapes, inactive and malformed rays (as :func:`rayd.engine.search`). Hits of a shared
-    edge or vertex count once (the module's rule).
+    edge or vertex are listed once (the module's rule), touches included.
     """
     if not 1 <= max_hits <= MAX_HITS:
         raise ValueError(f"rayd.engine.all_hits(): 'max_hits' must be in [1, {MAX_HITS}], got {max_hits}")
@@ -413,7 +439,9 @@ def all_hits(accel: SceneAccel, rays: RayBatch, max_hits: int, t: wp.array, glob
     device = accel.device
     lists = [t.reshape((n, max_hits)), global_prim_id.reshape((n, max_hits)),
              wp.empty((n, max_hits), dtype=wp.int32, device=device),
-             wp.empty((n, max_hits), dtype=wp.int32, device=device)]
+             wp.empty((n, max_hits), dtype=wp.int32, device=device),
+             crossings.reshape((n, max_hits)) if crossings is not None
+             else wp.empty((n, max_hits), dtype=wp.int32, device=device)]
     walk_flat = 0 if accel.walks == "instances" else 1
     launch_rows(_all_hits_search_kernel, n, [accel.view_for(stream), walk_flat, *rays.launch_args(n), max_hits], lists,
                 device, stream)
@@ -422,8 +450,9 @@ def all_hits(accel: SceneAccel, rays: RayBatch, max_hits: int, t: wp.array, glob
 def count_hits(accel: SceneAccel, rays: RayBatch, count: wp.array, stream: wp.Stream | None = None) -> None:
     """The number of crossings of each ray (int32 ``count`` of length N), exact and uncapped.
 
-    Args and hit rules as :func:`all_hits`; with ``max_hits`` at least the count, the
-    count equals the number of hits :func:`all_hits` lists.
+    Args and hit rules as :func:`all_hits`; a merged hit counts its crossings (1, or 0 for a
+    touch: the module's rule), so with ``max_hits`` at least the number of hits, the count
+    is the sum of :func:`all_hits`' ``crossings``.
     """
     n = count.shape[0]
     if n == 0:
@@ -432,7 +461,7 @@ def count_hits(accel: SceneAccel, rays: RayBatch, count: wp.array, stream: wp.St
     rows = min(n, COUNT_CHUNK)
     width = 2 * COUNT_CAPACITY
     scratch = [wp.empty((rows, width), dtype=float, device=device)] + [
-        wp.empty((rows, width), dtype=wp.int32, device=device) for _ in range(3)]
+        wp.empty((rows, width), dtype=wp.int32, device=device) for _ in range(4)]
     walk_flat = 0 if accel.walks == "instances" else 1
     arrays = (rays.o, rays.d, rays.tmin, rays.tmax, rays.active, rays.ignore)
     for start in range(0, n, rows):

@@ -2,7 +2,9 @@
 
 See :mod:`rayd.engine.all_hits` for the queries and the rule (two hits on faces of one
 shape that share a vertex index, with ``t`` equal to :data:`MERGE_TOLERANCE` relative,
-are one crossing, kept on the smaller ``global_prim_id``).
+are one hit, kept on the smaller ``global_prim_id``). Each entry also keeps the *side*
+of its merged faces (:func:`rayd.engine.watertight.watertight_hit`), from which
+``count_intersections`` tells a crossing from a touch (:func:`rayd.engine.watertight.crossings`).
 """
 
 from __future__ import annotations
@@ -10,13 +12,16 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.traversal import SceneView
+from rayd.engine.watertight import MERGE_TOLERANCE, inner_hit, merge_sides
 
 wp.set_module_options({"enable_backward": False})
 
-#: Relative ``t`` tolerance under which two hits on faces that share a vertex are one crossing.
-MERGE_TOLERANCE = 1.0e-5
 
 _TOL = wp.constant(MERGE_TOLERANCE)
+#: A merged face is *inner* (hits merged by ``t`` alone) where the ray passes farther than this many merge
+#: tolerances from all its edges (a nearly tangent ray meets the faces of one vertex at points that far apart).
+INNER_TOLERANCES = 3.0
+_INNER = wp.constant(INNER_TOLERANCES * MERGE_TOLERANCE)
 
 
 @wp.struct
@@ -27,6 +32,7 @@ class HitList:
     gid: wp.array2d(dtype=wp.int32)
     key: wp.array2d(dtype=wp.int32)  # flat face index, or the instance's local face index
     inst: wp.array2d(dtype=wp.int32)  # -1 for a flat face, else the instance index
+    side: wp.array2d(dtype=wp.int32)  # the merged faces' side (watertight.watertight_hit, merge_sides)
     cap: int
 
 
@@ -65,9 +71,35 @@ def search_end(hits: HitList, i: int, count: int, tmax: float, scale: float) -> 
 
 
 @wp.func
+def _inner(view: SceneView, key: int, inst: int, t: float, scale: float, o: wp.vec3, d: wp.vec3) -> int:
+    """The *inner* flag of a listed face (``watertight.inner_hit``) at the merge tolerance of its ``t``
+    (``o``, ``d``: the frame of the walk that offered it, world or the instance's object space)."""
+    a = int(0)
+    b = int(0)
+    c = int(0)
+    if inst < 0:
+        a = view.flat_indices[3 * key]
+        b = view.flat_indices[3 * key + 1]
+        c = view.flat_indices[3 * key + 2]
+        return inner_hit(o, d, view.flat_points[a], view.flat_points[b], view.flat_points[c],
+                         _INNER * (wp.abs(t) + scale) * wp.length(d))
+    row = 3 * (view.inst_face_base[inst] + key)
+    a = view.blas_indices[row]
+    b = view.blas_indices[row + 1]
+    c = view.blas_indices[row + 2]
+    return inner_hit(o, d, view.blas_points[a], view.blas_points[b], view.blas_points[c],
+                     _INNER * (wp.abs(t) + scale) * wp.length(d))
+
+
+@wp.func
 def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: float, gid_in: int,
-           key_in: int, inst_in: int, scale: float) -> int:
-    """Insert a hit into row ``i``'s sorted list (merging shared-edge duplicates); returns the new count."""
+          key_in: int, inst_in: int, side_in: int, scale: float, o: wp.vec3, d: wp.vec3) -> int:
+    """Insert a hit into row ``i``'s sorted list (merging shared-edge duplicates); returns the new count.
+
+    Where hits merge, each one's *inner* flag (``watertight.inner_hit``) joins the merged side
+    (``side_in``: ``watertight.watertight_hit``'s): only merged hits need it. ``o``, ``d``: the
+    walk's frame of the hit's face (the same for every face it can merge with: one shape).
+    """
     cap = hits.cap
     for j in range(carry):  # one crossing with an entry of the previous round: already counted
         c = cap + j
@@ -78,6 +110,7 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
     gid = gid_in
     key = key_in
     inst = inst_in
+    side = side_in
     merging = int(1)
     while merging != 0:
         found = int(-1)
@@ -88,6 +121,9 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
         if found < 0:
             merging = 0
         else:
+            side = merge_sides(side, hits.side[i, found])
+            side = side | _inner(view, key, inst, t, scale, o, d)
+            side = side | _inner(view, hits.key[i, found], hits.inst[i, found], hits.t[i, found], scale, o, d)
             if hits.gid[i, found] < gid:  # the crossing keeps the smaller global_prim_id
                 t = hits.t[i, found]
                 gid = hits.gid[i, found]
@@ -98,6 +134,7 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
                 hits.gid[i, j] = hits.gid[i, j + 1]
                 hits.key[i, j] = hits.key[i, j + 1]
                 hits.inst[i, j] = hits.inst[i, j + 1]
+                hits.side[i, j] = hits.side[i, j + 1]
             count -= 1
     pos = count
     while pos > 0 and (hits.t[i, pos - 1] > t or (hits.t[i, pos - 1] == t and hits.gid[i, pos - 1] > gid)):
@@ -111,11 +148,13 @@ def offer(view: SceneView, hits: HitList, i: int, count: int, carry: int, t_in: 
         hits.gid[i, j] = hits.gid[i, j - 1]
         hits.key[i, j] = hits.key[i, j - 1]
         hits.inst[i, j] = hits.inst[i, j - 1]
+        hits.side[i, j] = hits.side[i, j - 1]
         j -= 1
     hits.t[i, pos] = t
     hits.gid[i, pos] = wp.int32(gid)
     hits.key[i, pos] = wp.int32(key)
     hits.inst[i, pos] = wp.int32(inst)
+    hits.side[i, pos] = wp.int32(side)
     return wp.min(count + 1, cap)
 
 

@@ -8,6 +8,10 @@ from rayd.engine.native import mul_rn
 
 INF = wp.constant(float("inf"))
 
+#: Relative ``t`` tolerance under which two hits on faces that share a vertex are one hit
+#: (the all-hits merge rule, :mod:`rayd.engine.hit_list`).
+MERGE_TOLERANCE = 1.0e-5
+
 
 @wp.func
 def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
@@ -168,3 +172,176 @@ def sheared_t(o: wp.vec3, k: wp.vec3i, sh: wp.vec3, a: wp.vec3, b: wp.vec3, c: w
     sz = sh[2]
     big_t = u * wp.float64(sz * pa[k[2]]) + v * wp.float64(sz * pb[k[2]]) + w * wp.float64(sz * pc[k[2]])
     return float(big_t / det)
+
+
+@wp.func
+def _tie(px: float, py: float, qx: float, qy: float) -> int:
+    """Sign of the edge function of ``p -> q`` at the origin displaced to ``(e, e^2)``, ``e -> 0+``.
+
+    Where the edge passes exactly through the origin (edge function 0), the displaced origin
+    lies on the side ``sign(qy - py)``, else (a horizontal edge) ``sign(px - qx)``: exact
+    comparisons of the projected corners, so the reversed edge of the neighbouring face gets
+    the opposite sign (simulation of simplicity: Edelsbrunner, Muecke 1990, ACM TOG 9(1)).
+    """
+    if qy > py:
+        return 1
+    if qy < py:
+        return -1
+    if px > qx:
+        return 1
+    if px < qx:
+        return -1
+    return 0
+
+
+@wp.func
+def _edge_sign(value: wp.float64) -> int:
+    if value > wp.float64(0.0):
+        return 1
+    if value < wp.float64(0.0):
+        return -1
+    return 0
+
+
+@wp.func
+def _near_edge(fn: wp.float64, px: float, py: float, qx: float, qy: float, tol: wp.float64) -> bool:
+    """True where the edge ``p -> q`` (edge function ``fn``) passes within ``tol`` of the origin (2D)."""
+    ex = wp.float64(qx) - wp.float64(px)
+    ey = wp.float64(qy) - wp.float64(py)
+    return fn * fn <= tol * tol * (ex * ex + ey * ey)
+
+
+@wp.func
+def inner_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, tol: float) -> int:
+    """4 (the *inner* flag of :func:`watertight_hit`'s side) where the ray ``o + t d`` passes farther than
+    ``tol`` (units of ``o``, in the plane across the ray) from every edge of the triangle, else 0."""
+    k, sh = ray_shear(d)  # (the permutation may swap x and y: distances to edges are the same)
+    qa = _sheared(a - o, k, sh)
+    qb = _sheared(b - o, k, sh)
+    qc = _sheared(c - o, k, sh)
+    ax = qa[0]
+    ay = qa[1]
+    bx = qb[0]
+    by = qb[1]
+    cx = qc[0]
+    cy = qc[1]
+    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
+    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
+    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
+    t = wp.float64(tol)
+    if _near_edge(u, bx, by, cx, cy, t) or _near_edge(v, cx, cy, ax, ay, t) or _near_edge(w, ax, ay, bx, by, t):
+        return 0
+    return 4
+
+
+@wp.func
+def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, shift: float, tmin: float,
+                   reach: float) -> tuple[float, int]:
+    """:func:`watertight_t` and the hit's *side*: how the face covers the ray, for counting crossings.
+
+    Returns ``(t + shift, side)`` (``shift``: the caller's offset of ``o`` along the ray);
+    ``side`` is 0 for a miss and where ``t + shift`` lies outside ``(tmin, reach)``, else
+    packs ``16 cover + 8 corner + 4 inner + facing``: ``facing`` is 1 where the face's
+    projected winding is positive (``det > 0``), 2 where negative; ``cover`` is ``+-1``
+    (the sign of ``det``) where the face contains the ray's origin displaced by an
+    infinitesimal ``(e, e^2)`` in the sheared frame, else 0; ``corner`` is 1 where the ray
+    passes exactly through a corner of the face (two edge functions are 0); ``inner`` (0
+    here) is set by the hit list where the hit merges with another (:func:`inner_hit`).
+    The displaced origin lies in exactly one of two faces that share an edge through the
+    ray (:func:`_tie`), so summed over the faces of a shared edge or vertex, ``cover`` is
+    the signed number of sheets the displaced ray crosses there: ``+-1`` where the ray
+    passes through a consistently oriented surface, 0 where it only touches it
+    (:func:`crossings`).
+    """
+    # The sheared corners of :func:`sheared_t` (no FMA on CUDA): every query decides alike.
+    k, sh = ray_shear(d)
+    kz = k[2]
+    sz = sh[2]
+    pa = a - o
+    pb = b - o
+    pc = c - o
+    qa = _sheared(pa, k, sh)
+    qb = _sheared(pb, k, sh)
+    qc = _sheared(pc, k, sh)
+    ax = qa[0]
+    ay = qa[1]
+    bx = qb[0]
+    by = qb[1]
+    cx = qc[0]
+    cy = qc[1]
+
+    # As watertight_t (exact float64 products, one rounding: exact signs, opposite on a shared edge).
+    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
+    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
+    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
+    zero = wp.float64(0.0)
+    if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
+        return INF, 0
+    det = u + v + w
+    if det == zero:
+        return INF, 0
+    big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
+    t = float(big_t / det) + shift
+    if not (t > tmin and t < reach):  # (the caller's own test: not offered)
+        return t, 0
+    # u, v, w are the edge functions of b -> c, c -> a, a -> b; an exact 0 is decided by the displaced origin.
+    su = _edge_sign(u)
+    if su == 0:
+        su = _tie(bx, by, cx, cy)
+    sv = _edge_sign(v)
+    if sv == 0:
+        sv = _tie(cx, cy, ax, ay)
+    sw = _edge_sign(w)
+    if sw == 0:
+        sw = _tie(ax, ay, bx, by)
+    facing = int(1)
+    sign = int(1)
+    if det < zero:
+        facing = 2
+        sign = -1
+    cover = int(0)
+    if su == sign and sv == sign and sw == sign:
+        cover = sign
+    zeros = int(0)
+    if u == zero:
+        zeros += 1
+    if v == zero:
+        zeros += 1
+    if w == zero:
+        zeros += 1
+    corner = int(0)
+    if zeros >= 2:
+        corner = 8
+    return t, 16 * cover + corner + facing
+
+
+@wp.func
+def merge_sides(a: int, b: int) -> int:
+    """The side of two hits counted as one (:func:`watertight_hit`): covers add, flags join."""
+    fa = a & 15
+    fb = b & 15
+    return (a - fa) + (b - fb) + (fa | fb)
+
+
+@wp.func
+def crossings(side: int) -> int:
+    """The crossings of a merged group of hits of one side (:func:`watertight_hit`, :func:`merge_sides`).
+
+    1 for a group with an *inner* hit (one face crossed away from its edges, flagged by the
+    hit list where hits merge: hits merged by their ``t`` alone count once, as listed);
+    else ``|cover|`` where it is not 0; where it is 0, 0 for a group that faces both ways
+    (the surface folds back over the ray: a touch) or that the ray meets exactly at a
+    corner (the displaced ray misses it: a touch, or a part of a vertex's faces that a
+    grazing face's ``t`` split off), and 1 for one that faces one way and is met along an
+    edge (a lone face, or faces of an open surface, whose edge the ray only grazes: listed
+    as a hit, counted as one).
+    """
+    flags = side & 15
+    cover = (side - flags) / 16
+    if (flags & 4) != 0:
+        return 1
+    if cover != 0:
+        return wp.abs(cover)
+    if (flags & 3) == 3 or (flags & 8) != 0:
+        return 0
+    return 1

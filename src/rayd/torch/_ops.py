@@ -287,15 +287,18 @@ def chain_impl(scene, o, d, tmin, tmax, flag, skip, n: int, bounces: int) -> tor
     return ids
 
 
-def all_hits_impl(scene, o, d, tmin, tmax, flag, skip, n: int, k: int) -> torch.Tensor:
-    """(n, K) int32 ``global_prim_id`` of each ray's first ``K`` crossings in increasing ``t`` (-1 unused)."""
+def all_hits_impl(scene, o, d, tmin, tmax, flag, skip, n: int, k: int,
+                  crossings: torch.Tensor | None = None) -> torch.Tensor:
+    """(n, K) int32 ``global_prim_id`` of each ray's first ``K`` hits in increasing ``t`` (-1 unused);
+    ``crossings``, an optional (n, K) int32 tensor, receives the crossings each hit counts (0: a touch)."""
     device = scene._device
     gid = torch.full((n, k), -1, dtype=torch.int32, device=device)
     if n:
         t = torch.empty(n * k, dtype=torch.float32, device=device)
+        extra = None if crossings is None else _convert.scalar_view(crossings.view(-1))
         _all_hits_engine.all_hits(scene._core.accel, ray_batch(o, d, tmin, tmax, flag, skip), k,
                                   _convert.scalar_view(t), _convert.scalar_view(gid.view(-1)),
-                                  _convert.current_stream(device))
+                                  _convert.current_stream(device), extra)
     return gid
 
 

@@ -103,10 +103,11 @@ DOCS = {
     smaller ``global_prim_id``). Concretely, two hits are one crossing when their
     faces belong to the same shape and share a vertex index, and
     ``|t_a - t_b| <= 1e-5 (|t| + M / |d|)`` with ``M`` the scene's largest absolute
-    coordinate (``rayd.engine.all_hits.MERGE_TOLERANCE``). A ray grazing a silhouette
-    edge (touching its two faces) is one crossing by the same rule. Faces that share
-    no vertex index (an unwelded soup, separate meshes, coincident duplicates) count
-    separately.
+    coordinate (``rayd.engine.all_hits.MERGE_TOLERANCE``). A ray that only touches
+    the surface (tangent at a vertex, or over an edge with both faces on one side) is
+    listed too, as one hit (the point ``intersect`` finds), though
+    :meth:`count_intersections` counts it 0. Faces that share no vertex index (an
+    unwelded soup, separate meshes, coincident duplicates) count separately.
 
     Args:
         ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3), float32 or float64,
@@ -137,12 +138,25 @@ DOCS = {
     """,
     "count_intersections": """The number of crossings of each ray with ``tmin < t < tmax``, exact (no cap).
 
-    Hits of a shared edge or vertex count once, by the rule of :meth:`intersect_all`,
-    so a ray that passes through a closed mesh crosses it an even number of times, its
-    edges and vertices included; a ray that only touches it (tangent at a vertex or
-    along an edge, without entering) counts that touch once (docs/known-limitations.md).
-    Equals ``intersect_all(ray, K).is_valid().sum(-1)`` for any ``K`` at least
-    the count (the count itself is not capped).
+    ``count`` is the number of times the ray passes from one side of a surface to the
+    other. Hits of a shared edge or vertex are one hit, by the rule of
+    :meth:`intersect_all`; that hit counts 1 where the ray crosses the surface there and
+    0 where it only touches it (tangent at a vertex, as at the apex of an octahedron
+    passed from the side, or over an edge with both faces on one side of the ray).
+    Concretely, a merged hit counts the signed number of its faces that contain the
+    ray displaced by an infinitesimal in a fixed direction (exact signs of the
+    watertight test's edge functions; simulation of simplicity), in absolute value. So
+    a ray from ``o`` to ``+inf`` crosses a closed, consistently oriented mesh an odd
+    number of times exactly where ``o`` lies inside it, whatever vertices and edges it
+    passes through. Open meshes: a ray through an interior vertex or edge of a surface
+    counts 1; through a boundary edge (a face's edge that no other face listed there
+    shares), 1, as listed; exactly through a boundary vertex shared by two or more
+    faces, as the displaced ray (0 or 1). Hits merged by ``t`` alone (a face crossed
+    away from its edges within the tolerance of another that shares a vertex index)
+    count once, as listed.
+
+    So ``count == intersect_all(ray, K).is_valid().sum(-1)`` (any ``K`` at least the
+    number of hits) except on rays that touch a surface: a touch is listed, not counted.
 
     Args:
         ray: :class:`rayd.torch.Ray`, ``o``, ``d`` of shape (..., 3) on the scene's device.

@@ -44,13 +44,18 @@ def _lanes(bound, batch: torch.Size):
     return bound.unsqueeze(-1) if isinstance(bound, torch.Tensor) else bound
 
 
-def _crossings(scene, ray, ignore, batch: torch.Size, doubt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def _crossings(scene, ray, ignore, batch: torch.Size, doubt: torch.Tensor,
+               weight: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(t, global_prim_id)``, (N, K) each, of the first crossings of the ``doubt`` rays ((N,) bool) in the
-    widened search (the float64 queries' search origin), ``t`` the reported float64 ``t`` (``inf`` for -1)."""
+    widened search (the float64 queries' search origin), ``t`` the reported float64 ``t`` (``inf`` for -1).
+    ``weight`` ((N, K) int32, optional, never under tracing) receives the crossings each one counts (0: a touch)."""
     call = f"{scene._PREFIX}.intersect()"
     n = doubt.shape[0]
     _, _, rows, _ = _trace.prepare(scene, call, ray, doubt.reshape(batch), ignore, widen=True)
-    gid = _ops.all_hits(scene, call, rows, n, CANDIDATES).reshape(n * CANDIDATES)
+    if weight is None:
+        gid = _ops.all_hits(scene, call, rows, n, CANDIDATES).reshape(n * CANDIDATES)
+    else:
+        gid = _ops.all_hits_impl(scene, *(x.detach() for x in rows), n, CANDIDATES, weight).reshape(n * CANDIDATES)
     lanes = torch.Size((n, CANDIDATES))
     t = t_of(scene, ray, lanes, gid, o_batch=batch).reshape(n, CANDIDATES)
     return t, gid.reshape(n, CANDIDATES)
@@ -73,9 +78,10 @@ def behind(scene, ray, ignore, batch: torch.Size, rows, first: torch.Tensor) -> 
     doubt = (first >= 0) & (t_of(scene, ray, batch, first) <= _rows(ray.tmin, batch))
     if on_host(first) and not bool(doubt.any()):
         return zero
-    t, gid = _crossings(scene, ray, ignore, batch, doubt)
+    weight = torch.zeros((first.shape[0], CANDIDATES), dtype=torch.int32, device=first.device)
+    t, gid = _crossings(scene, ray, ignore, batch, doubt, weight)
     early = (gid >= 0) & (t <= _lanes(ray.tmin, batch)) & doubt.unsqueeze(-1)
-    return early.sum(-1, dtype=torch.int32)
+    return torch.where(early, weight, 0).sum(-1, dtype=torch.int32)  # a touch counted 0
 
 
 def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
