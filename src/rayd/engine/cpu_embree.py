@@ -142,6 +142,11 @@ MIN_CHUNK = 4096
 #: 2 / 4 / 8 per core: terrain 26.7 / 26.9 / 27.4 ms CPU, sphere 81.5 / 81.9 / 86.4, wall alike at load 10).
 CHUNKS_PER_CORE = 4
 
+#: 1: chunks shrinking to about ``GUIDED_LEAST`` rays (``cpu_embree_order.guided_cuts``); 0: equal
+#: chunks. Same packets either way (a chunk starts on a packet of 16 rays or a band of 4 image rows).
+GUIDED = 1
+GUIDED_LEAST = 2048
+
 #: Batches of at least this many rays whose packets are mostly incoherent are traced in the Morton
 #: order of their Embree origins (a key pass, Warp's radix sort, the rays permuted); others in turn.
 SORT_MIN_RAYS = 16384
@@ -325,7 +330,7 @@ def usable(accel) -> bool:
 import warp as wp  # noqa: E402
 
 from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
-from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
+from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, guided_cuts, image_width  # noqa: E402, F401
 from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
 from rayd.engine import runtime  # noqa: E402
 from rayd.engine.runtime import LaunchCache, PerRow, load_once, run_parallel  # noqa: E402
@@ -382,7 +387,9 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     redo_count.zero_()
     workers = runtime._WORKERS  # (os.cpu_count() reads sysfs: ~10-40 us a call)
     parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
-    bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
+    bounds = ([min(n, 16 * c) for c in guided_cuts((n + 15) // 16, parts, GUIDED_LEAST // 16)] if GUIDED and parts > 1
+              else [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n])
+    parts = len(bounds) - 1
     cached, cached_order, entry = reuse_order(m, launch_args, n) if n >= SORT_MIN_RAYS and REUSE_ORDER else (None, None, None)
     layout = entry["layout"] if entry is not None and cached is None else None  # (incoherent, width) of these rays
     if cached is not None or layout is not None:
@@ -421,7 +428,12 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         if width:  # chunks of whole bands of 4 rows, traced as 4 x 4 tiles
             bands = -(-n // (4 * width))
             parts = max(1, min(CHUNKS_PER_CORE * workers, bands))
-            bounds = [min(n, bands * k // parts * 4 * width) for k in range(parts)] + [n]
+            if GUIDED and parts > 1:
+                cuts = guided_cuts(bands, parts, -(-GUIDED_LEAST // (4 * width)))
+                bounds = [min(n, c * 4 * width) for c in cuts]
+                parts = len(bounds) - 1
+            else:
+                bounds = [min(n, bands * k // parts * 4 * width) for k in range(parts)] + [n]
     if cached is not None:  # the same rays as an earlier query: its order and sorted rays
         args, order, sorted_pass = cached, cached_order, 2
     elif incoherent:
