@@ -142,10 +142,10 @@ MIN_CHUNK = 4096
 #: 2 / 4 / 8 per core: terrain 26.7 / 26.9 / 27.4 ms CPU, sphere 81.5 / 81.9 / 86.4, wall alike at load 10).
 CHUNKS_PER_CORE = 4
 
-#: 1: chunks shrinking to about ``GUIDED_LEAST`` rays (``cpu_embree_order.guided_cuts``); 0: equal
-#: chunks. Same packets either way (a chunk starts on a packet of 16 rays or a band of 4 image rows).
-GUIDED = 1
-GUIDED_LEAST = 2048
+#: 1: a batch of several chunks traced by one launch per core, each taking ``STEAL_STEP`` packets at a
+#: time from a shared counter (the same packets: the threads end within ~0.1 ms, where equal chunks left
+#: one idle for up to a chunk); 0: the chunks, a launch each.
+STEAL, STEAL_STEP = 1, 32
 
 #: Batches of at least this many rays whose packets are mostly incoherent are traced in the Morton
 #: order of their Embree origins (a key pass, Warp's radix sort, the rays permuted); others in turn.
@@ -329,8 +329,8 @@ def usable(accel) -> bool:
 
 import warp as wp  # noqa: E402
 
-from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
-from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, guided_cuts, image_width  # noqa: E402, F401
+from rayd.engine.cpu_embree_kernels import _search16_kernel, _search16_steal_kernel, _trace_kernel  # noqa: E402
+from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401
 from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
 from rayd.engine import runtime  # noqa: E402
 from rayd.engine.runtime import LaunchCache, PerRow, load_once, run_parallel  # noqa: E402
@@ -344,7 +344,8 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
     cache = m.__dict__.pop("_scratch", None)  # atomic under the GIL
     if cache is None or cache["n"] != n or (n >= SORT_MIN_RAYS and "keys" not in cache):
         cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev),
-                 "redo_count": wp.zeros(1, dtype=wp.int32, device=dev), "launches": {}}
+                 "redo_count": wp.zeros(1, dtype=wp.int32, device=dev), "launches": {},
+                 "counter": wp.zeros(1, dtype=wp.int32, device=dev)}
         if n >= SORT_MIN_RAYS:  # radix_sort_pairs works in arrays of twice the length
             cache.update(keys=wp.empty(2 * n, dtype=wp.int32, device=dev), order=wp.empty(2 * n, dtype=wp.int32, device=dev))
     return cache
@@ -387,9 +388,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     redo_count.zero_()
     workers = runtime._WORKERS  # (os.cpu_count() reads sysfs: ~10-40 us a call)
     parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
-    bounds = ([min(n, 16 * c) for c in guided_cuts((n + 15) // 16, parts, GUIDED_LEAST // 16)] if GUIDED and parts > 1
-              else [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n])
-    parts = len(bounds) - 1
+    bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
     cached, cached_order, entry = reuse_order(m, launch_args, n) if n >= SORT_MIN_RAYS and REUSE_ORDER else (None, None, None)
     layout = entry["layout"] if entry is not None and cached is None else None  # (incoherent, width) of these rays
     if cached is not None or layout is not None:
@@ -410,17 +409,24 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     launches = buf["launches"]  # recorded launches per chunk and pass (this query owns buf)
     load_once(_search16_kernel, dev)  # (before the chunks' first launches on several threads)
 
+    steal = STEAL and parts > 1  # one launch per thread taking STEAL_STEP packets at a time
+    if steal:
+        load_once(_search16_steal_kernel, dev)
+
     def launcher(ray_args, key_pass: int):
         def run(k: int) -> None:
-            lo, hi = bounds[k], bounds[k + 1]
+            lo, hi = (0, n) if steal else (bounds[k], bounds[k + 1])
             if hi > lo:
                 dim = (hi - lo + 15) // 16 if width == 0 else -(-(hi - lo) // (4 * width)) * ((width + 3) // 4)
-                cache = launches.get((k, key_pass))
+                cache = launches.get((k, key_pass, steal))
                 if cache is None:
-                    cache = launches[(k, key_pass)] = LaunchCache()
-                cache.launch(_search16_kernel, dim,
-                             [*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY], dev)
-        return run
+                    cache = launches[(k, key_pass, steal)] = LaunchCache()
+                a = [*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY]
+                cache.launch(_search16_steal_kernel, 1, [*a, buf["counter"], dim, STEAL_STEP], dev) if steal else \
+                    cache.launch(_search16_kernel, dim, a, dev)
+        if steal:
+            buf["counter"].numpy()[0] = 0
+        run_parallel(run, workers if steal else parts)
 
     sorted_pass = 0
     if n >= TILE_MIN_RAYS and not incoherent:
@@ -428,12 +434,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         if width:  # chunks of whole bands of 4 rows, traced as 4 x 4 tiles
             bands = -(-n // (4 * width))
             parts = max(1, min(CHUNKS_PER_CORE * workers, bands))
-            if GUIDED and parts > 1:
-                cuts = guided_cuts(bands, parts, -(-GUIDED_LEAST // (4 * width)))
-                bounds = [min(n, c * 4 * width) for c in cuts]
-                parts = len(bounds) - 1
-            else:
-                bounds = [min(n, bands * k // parts * 4 * width) for k in range(parts)] + [n]
+            bounds = [min(n, bands * k // parts * 4 * width) for k in range(parts)] + [n]
     if cached is not None:  # the same rays as an earlier query: its order and sorted rays
         args, order, sorted_pass = cached, cached_order, 2
     elif incoherent:
@@ -441,7 +442,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         # permuted into contiguous arrays (read through the order instead, most of the gain was
         # lost): sphere search 235 -> 99 ms CPU. Coherent ones (camera rows) stay in turn.
         keys, order = buf["keys"], buf["order"]
-        run_parallel(launcher(args, 1), parts)
+        launcher(args, 1)
         incoherent = int(redo_count.numpy()[0])
         redo_count.zero_()
         if incoherent * 32 > n:  # more than half of the packets (the sample above may err)
@@ -451,7 +452,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         keys = global_prim_id
         if not sorted_pass:
             order = global_prim_id
-    run_parallel(launcher(args, sorted_pass), parts)
+    launcher(args, sorted_pass)
     if entry is not None:
         if cached is None:
             entry["layout"] = (sampled, width)

@@ -201,18 +201,3 @@ def keep_order(m, entry: dict, launch_args: list, n: int, order, args) -> None:
         entry["order"] = wp.clone(order[:n])
         entry["sorted"] = [wp.clone(args[2 * k]) if args[2 * k + 1] else None for k in range(len(arrays))]
     m._ray_order = entry
-
-
-def guided_cuts(units: int, parts: int, least: int) -> list[int]:
-    """Cuts ``0 = c0 < c1 < ... = units`` of ``units`` work items for ``run_parallel``: chunks of at
-    most ``units / parts`` items, shrinking with the work left (``left / (2 * cores)``) down to
-    ``least``, so that the threads taking them in turn finish close together (equal chunks left a
-    core idle for up to one chunk at the end of a call)."""
-    cap = max(1, -(-units // max(1, parts)))
-    least = max(1, least)
-    share = 2 * runtime._WORKERS
-    cuts, at = [0], 0
-    while at < units:
-        at = min(units, at + min(cap, max(least, -(-(units - at) // share))))
-        cuts.append(at)
-    return cuts

@@ -16,7 +16,6 @@ import warp as wp
 
 from rayd.engine import runtime
 from rayd.engine.native import raw_pointers
-from rayd.engine.cpu_embree_order import guided_cuts
 from rayd.engine.runtime import LaunchCache, PerRow, _warmed, run_parallel
 
 wp.set_module_options({"enable_backward": False})
@@ -174,8 +173,7 @@ def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, verti
     kernel = _fields16_raw_kernel if RAW and all(a.is_contiguous for a in arrays) else _fields16_kernel
     workers = runtime._WORKERS  # (os.cpu_count() reads sysfs: ~10-40 us a call)
     parts = min(4 * workers, max(1, packets // 64)) if kernel.key in _warmed else 1
-    cuts = guided_cuts(packets, parts, 128) if parts > 1 else [0, packets]  # (shrinking chunks)
-    parts = len(cuts) - 1
+    cuts = [packets * k // parts for k in range(parts + 1)]
 
     caches = _free.pop() if _free else {}  # this call's recorded launches (atomic under the GIL)
 
