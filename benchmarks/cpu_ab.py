@@ -68,6 +68,9 @@ base = np.median(res["mitsuba All"][1]) if "mitsuba All" in res else None
 for k, (w, c) in res.items():
     ratio = f"  {np.median(c) / base:5.2f}x Mitsuba All (CPU)" if base else ""
     print(f"  {k:22s} wall {np.median(w)*1e3:7.1f} (min {min(w)*1e3:6.1f})  cpu {np.median(c)*1e3:7.1f} (min {min(c)*1e3:6.1f}){ratio}")
+wbase = np.median(res["mitsuba All"][0]) if "mitsuba All" in res else None
 for kind in ("All", "shadow"):
     a, b = (np.median(res[f"{t} {kind}"][1]) for t in ("A " + sys.argv[2], "B this"))
-    print(f"  B / A {kind}: CPU {b / a:.3f}")
+    wa, wb = (np.median(res[f"{t} {kind}"][0]) for t in ("A " + sys.argv[2], "B this"))
+    vs = f" (wall / Mitsuba All: A {wa / wbase:.2f}x, B {wb / wbase:.2f}x)" if wbase else ""
+    print(f"  B / A {kind}: CPU {b / a:.3f}, wall {wb / wa:.3f}{vs}")

@@ -142,6 +142,11 @@ MIN_CHUNK = 4096
 #: 2 / 4 / 8 per core: terrain 26.7 / 26.9 / 27.4 ms CPU, sphere 81.5 / 81.9 / 86.4, wall alike at load 10).
 CHUNKS_PER_CORE = 4
 
+#: 1: a batch of several chunks traced by one launch per core, each taking ``STEAL_STEP`` packets at a
+#: time from a shared counter (the same packets: the threads end within ~0.1 ms, where equal chunks left
+#: one idle for up to a chunk); 0: the chunks, a launch each.
+STEAL, STEAL_STEP = 1, 32
+
 #: Batches of at least this many rays whose packets are mostly incoherent are traced in the Morton
 #: order of their Embree origins (a key pass, Warp's radix sort, the rays permuted); others in turn.
 SORT_MIN_RAYS = 16384
@@ -324,8 +329,8 @@ def usable(accel) -> bool:
 
 import warp as wp  # noqa: E402
 
-from rayd.engine.cpu_embree_kernels import _search16_kernel, _trace_kernel  # noqa: E402
-from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401 - tests patch them here
+from rayd.engine.cpu_embree_kernels import _search16_kernel, _search16_steal_kernel, _trace_kernel  # noqa: E402
+from rayd.engine.cpu_embree_order import _incoherent, _permuted, _rows, image_width  # noqa: E402, F401
 from rayd.engine.cpu_embree_order import keep_order, reuse_order  # noqa: E402
 from rayd.engine import runtime  # noqa: E402
 from rayd.engine.runtime import LaunchCache, PerRow, load_once, run_parallel  # noqa: E402
@@ -339,7 +344,8 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
     cache = m.__dict__.pop("_scratch", None)  # atomic under the GIL
     if cache is None or cache["n"] != n or (n >= SORT_MIN_RAYS and "keys" not in cache):
         cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev),
-                 "redo_count": wp.zeros(1, dtype=wp.int32, device=dev), "launches": {}}
+                 "redo_count": wp.zeros(1, dtype=wp.int32, device=dev), "launches": {},
+                 "counter": wp.zeros(1, dtype=wp.int32, device=dev)}
         if n >= SORT_MIN_RAYS:  # radix_sort_pairs works in arrays of twice the length
             cache.update(keys=wp.empty(2 * n, dtype=wp.int32, device=dev), order=wp.empty(2 * n, dtype=wp.int32, device=dev))
     return cache
@@ -403,17 +409,24 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     launches = buf["launches"]  # recorded launches per chunk and pass (this query owns buf)
     load_once(_search16_kernel, dev)  # (before the chunks' first launches on several threads)
 
+    steal = STEAL and parts > 1  # one launch per thread taking STEAL_STEP packets at a time
+    if steal:
+        load_once(_search16_steal_kernel, dev)
+
     def launcher(ray_args, key_pass: int):
         def run(k: int) -> None:
-            lo, hi = bounds[k], bounds[k + 1]
+            lo, hi = (0, n) if steal else (bounds[k], bounds[k + 1])
             if hi > lo:
                 dim = (hi - lo + 15) // 16 if width == 0 else -(-(hi - lo) // (4 * width)) * ((width + 3) // 4)
-                cache = launches.get((k, key_pass))
+                cache = launches.get((k, key_pass, steal))
                 if cache is None:
-                    cache = launches[(k, key_pass)] = LaunchCache()
-                cache.launch(_search16_kernel, dim,
-                             [*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY], dev)
-        return run
+                    cache = launches[(k, key_pass, steal)] = LaunchCache()
+                a = [*ray_args, *fixed, lo, hi, width, out, redo, redo_count, keys, order, key_pass, FAST_KEY]
+                cache.launch(_search16_steal_kernel, 1, [*a, buf["counter"], dim, STEAL_STEP], dev) if steal else \
+                    cache.launch(_search16_kernel, dim, a, dev)
+        if steal:
+            buf["counter"].numpy()[0] = 0
+        run_parallel(run, workers if steal else parts)
 
     sorted_pass = 0
     if n >= TILE_MIN_RAYS and not incoherent:
@@ -429,7 +442,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         # permuted into contiguous arrays (read through the order instead, most of the gain was
         # lost): sphere search 235 -> 99 ms CPU. Coherent ones (camera rows) stay in turn.
         keys, order = buf["keys"], buf["order"]
-        run_parallel(launcher(args, 1), parts)
+        launcher(args, 1)
         incoherent = int(redo_count.numpy()[0])
         redo_count.zero_()
         if incoherent * 32 > n:  # more than half of the packets (the sample above may err)
@@ -439,7 +452,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         keys = global_prim_id
         if not sorted_pass:
             order = global_prim_id
-    run_parallel(launcher(args, sorted_pass), parts)
+    launcher(args, sorted_pass)
     if entry is not None:
         if cached is None:
             entry["layout"] = (sampled, width)

@@ -393,6 +393,59 @@ def _search16_kernel(
         wp.atomic_add(redo_count, 0, count)
 
 
+_GRAB = r"""
+    // A true atomic add (Warp's atomic_add is a plain add on the CPU): the next items of a counter
+    // shared by the launches of several threads, or a count they add to.
+    return __atomic_fetch_add((int32_t*)counter.data, step, __ATOMIC_RELAXED);
+"""
+
+
+@wp.func_native(_GRAB)
+def _grab(counter: wp.array(dtype=wp.int32), step: int) -> int:
+    """``counter[0] += step`` atomically across threads; returns the old value."""
+    ...
+
+
+@wp.kernel(enable_backward=False)
+def _search16_steal_kernel(
+    o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
+    tmin: wp.array(dtype=float), tmin_stride: int, tmax: wp.array(dtype=float), tmax_stride: int,
+    active: wp.array(dtype=wp.uint8), active_stride: int, ignore: wp.array(dtype=wp.int32), ignore_stride: int,
+    centre: wp.vec3d, radius: float, band: float,
+    flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
+    shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
+    far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
+    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
+    out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
+    keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
+    counter: wp.array(dtype=wp.int32), items: int, step: int,
+):
+    """:func:`_search16_kernel`'s packets ``0 .. items - 1`` taken ``step`` at a time from ``counter``
+    (zero before the call) by one such launch (dim 1) per thread: the threads share the work to the
+    last ``step`` packets without a launch per chunk. The same packets, so the same answers."""
+    tiles = int(1)
+    if width > 0:
+        tiles = (width + 3) // 4
+    count = int(0)
+    first = _grab(counter, step)
+    while first < items:
+        for i in range(first, wp.min(first + step, items)):
+            lo = base + i * 16
+            hi = wp.min(lo + 16, n)
+            tile = int(0)
+            if width > 0:
+                lo = base + (i // tiles) * 4 * width
+                hi = wp.min(lo + 4 * width, n)
+                tile = i % tiles
+            count += _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
+                               ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
+                               degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene,
+                               coherent_cos, packet, lo, hi, width, tile, out, redo, keys, order, key_pass, fast_key)
+        first = _grab(counter, step)
+    if count > 0:
+        _grab(redo_count, count)
+
+
 _GATHER = r"""
     // Rows lo .. hi - 1 of each gathered output from row order[i] of its ray array; arrays of stride 0
     // (broadcast) are left out (copy bit k of mask clear): their launch argument stays the array itself.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine import runtime
+from rayd.engine.cpu_embree_kernels import _grab
 from rayd.engine.native import raw_pointers
 from rayd.engine.runtime import LaunchCache, PerRow, _warmed, run_parallel
 
@@ -26,6 +27,11 @@ _free: list = []
 
 #: Contiguous arrays through raw pointers (:data:`_FIELDS16_RAW`); off: ``wp::index`` (for measurements).
 RAW = True
+
+#: 1: a call of several chunks runs as one launch per core, each taking ``STEAL_STEP`` packets at a
+#: time from a shared counter (as ``cpu_embree.STEAL``; 32 packets read 0.5 ms slower: the pass is
+#: memory-bound, and runs of 4096 rays keep its streams sequential); 0: a launch per chunk.
+STEAL, STEAL_STEP = 1, 256
 
 _FIELDS16 = r"""
     int F[16], SH[16];
@@ -131,11 +137,23 @@ def _fields16_pair(snippet: str, name: str, doc: str):
         geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float),
         p: wp.array(dtype=wp.vec3), geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3),
         shape_id: wp.array(dtype=wp.int32), prim_id: wp.array(dtype=wp.int32), n: int, base: int,
+        counter: wp.array(dtype=wp.int32), step: int,
     ):
-        lo = (wp.tid() + base) * 16
-        func(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows, tmin_stride,
-             tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n, barycentric, shape_id,
-             prim_id, lo, wp.min(lo + 16, n))
+        first = wp.tid() + base
+        last = first + 1
+        if step > 0:  # packets 0 .. base - 1 taken step at a time from counter by one launch per thread
+            first = _grab(counter, step)
+            last = wp.min(first + step, base)
+        while first < last:
+            for i in range(first, last):
+                lo = i * 16
+                func(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows,
+                     tmin_stride, tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n,
+                     barycentric, shape_id, prim_id, lo, wp.min(lo + 16, n))
+            first = last
+            if step > 0:
+                first = _grab(counter, step)
+                last = wp.min(first + step, base)
 
     kernel.__name__ = kernel.__qualname__ = f"{name}_kernel"
     return func, wp.kernel(kernel, enable_backward=False)
@@ -173,19 +191,29 @@ def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, verti
     kernel = _fields16_raw_kernel if RAW and all(a.is_contiguous for a in arrays) else _fields16_kernel
     workers = runtime._WORKERS  # (os.cpu_count() reads sysfs: ~10-40 us a call)
     parts = min(4 * workers, max(1, packets // 64)) if kernel.key in _warmed else 1
+    step = STEAL_STEP if STEAL and parts > 1 else 0  # one launch per thread, packets from a counter
     cuts = [packets * k // parts for k in range(parts + 1)]
 
     caches = _free.pop() if _free else {}  # this call's recorded launches (atomic under the GIL)
 
+    counter = caches.get("counter")
+    if counter is None:
+        counter = caches["counter"] = wp.zeros(1, dtype=wp.int32, device=device)
+
     def run(k: int) -> None:
         if cuts[k + 1] > cuts[k]:
-            cache = caches.get((kernel.key, k))
+            cache = caches.get((kernel.key, k, step))
             if cache is None:
-                cache = caches[(kernel.key, k)] = LaunchCache()
-            cache.launch(kernel, cuts[k + 1] - cuts[k], [*inputs, cuts[k]], device)
+                cache = caches[(kernel.key, k, step)] = LaunchCache()
+            if step:
+                cache.launch(kernel, 1, [*inputs, packets, counter, step], device)
+            else:
+                cache.launch(kernel, cuts[k + 1] - cuts[k], [*inputs, cuts[k], counter, 0], device)
 
     try:
-        run_parallel(run, parts)
+        if step:
+            counter.numpy()[0] = 0
+        run_parallel(run, workers if step else parts)
     finally:
         _free.append(caches)
     _warmed.add(kernel.key)
