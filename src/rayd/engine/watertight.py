@@ -87,6 +87,30 @@ def _sheared(p: wp.vec3, k: wp.vec3i, sh: wp.vec3) -> wp.vec2:
 
 
 @wp.func
+def _sheared_triangle(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3,
+                      c: wp.vec3) -> tuple[wp.vec2, wp.vec2, wp.vec2, wp.vec3]:
+    """The corners of (a, b, c) in the ray's sheared frame (:func:`ray_shear`, :func:`_sheared`: the
+    rounding of :func:`sheared_t`, no FMA on CUDA, so every query decides a ray through an edge or
+    vertex alike) and their scaled depths ``sz * (corner - o)[kz]``."""
+    k, sh = ray_shear(d)
+    pa = a - o
+    pb = b - o
+    pc = c - o
+    z = wp.vec3(sh[2] * pa[k[2]], sh[2] * pb[k[2]], sh[2] * pc[k[2]])
+    return _sheared(pa, k, sh), _sheared(pb, k, sh), _sheared(pc, k, sh), z
+
+
+@wp.func
+def _exact_edges(qa: wp.vec2, qb: wp.vec2, qc: wp.vec2) -> wp.vec3d:
+    """Edge functions ``(u, v, w)`` of b -> c, c -> a, a -> b at the origin, in float64: the float32
+    products are exact there, so the difference is rounded once and a shared edge gets exactly
+    opposite values in its two triangles (Woop, Benthin, Wald 2013, sec. 4)."""
+    return wp.vec3d(wp.float64(qc[0]) * wp.float64(qb[1]) - wp.float64(qc[1]) * wp.float64(qb[0]),
+                    wp.float64(qa[0]) * wp.float64(qc[1]) - wp.float64(qa[1]) * wp.float64(qc[0]),
+                    wp.float64(qb[0]) * wp.float64(qa[1]) - wp.float64(qb[1]) * wp.float64(qa[0]))
+
+
+@wp.func
 def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
     """Ray parameter ``t`` of the hit of ``o + t d`` with triangle (a, b, c), or ``+inf``.
 
@@ -95,38 +119,18 @@ def watertight_t(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> 
     vertex hits at least one of the adjacent triangles (no leaks) on every device.
     ``t`` may be negative; the caller applies its interval.
     """
-    # The permutation, shear and sheared corners exactly as :func:`sheared_t` has them (products never
-    # fused into FMAs, which CUDA would otherwise do), so that every query (closest hit, any hit, all
-    # hits, counts) decides a ray through an edge or vertex alike on every device.
-    k, sh = ray_shear(d)
-    pa = a - o
-    pb = b - o
-    pc = c - o
-    qa = _sheared(pa, k, sh)
-    qb = _sheared(pb, k, sh)
-    qc = _sheared(pc, k, sh)
-    ax = qa[0]
-    ay = qa[1]
-    bx = qb[0]
-    by = qb[1]
-    cx = qc[0]
-    cy = qc[1]
-    sz = sh[2]
-    kz = k[2]
-
-    # Edge functions in float64: the float32 products are exact there, so the
-    # difference is rounded once and a shared edge gets exactly opposite values in its
-    # two triangles, whatever the compiler contracts into FMAs (CUDA does).
-    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
-    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
-    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
+    qa, qb, qc, z = _sheared_triangle(o, d, a, b, c)
+    e = _exact_edges(qa, qb, qc)
+    u = e[0]
+    v = e[1]
+    w = e[2]
     zero = wp.float64(0.0)
     if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
         return INF
     det = u + v + w
     if det == zero:
         return INF
-    big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
+    big_t = u * wp.float64(z[0]) + v * wp.float64(z[1]) + w * wp.float64(z[2])
     return float(big_t / det)
 
 
@@ -215,19 +219,17 @@ def _near_edge(fn: wp.float64, px: float, py: float, qx: float, qy: float, tol: 
 def inner_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, tol: float) -> int:
     """4 (the *inner* flag of :func:`watertight_hit`'s side) where the ray ``o + t d`` passes farther than
     ``tol`` (units of ``o``, in the plane across the ray) from every edge of the triangle, else 0."""
-    k, sh = ray_shear(d)  # (the permutation may swap x and y: distances to edges are the same)
-    qa = _sheared(a - o, k, sh)
-    qb = _sheared(b - o, k, sh)
-    qc = _sheared(c - o, k, sh)
+    qa, qb, qc, z = _sheared_triangle(o, d, a, b, c)  # (x and y may be swapped: the same distances)
+    e = _exact_edges(qa, qb, qc)
+    u = e[0]
+    v = e[1]
+    w = e[2]
     ax = qa[0]
     ay = qa[1]
     bx = qb[0]
     by = qb[1]
     cx = qc[0]
     cy = qc[1]
-    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
-    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
-    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
     t = wp.float64(tol)
     if _near_edge(u, bx, by, cx, cy, t) or _near_edge(v, cx, cy, ax, ay, t) or _near_edge(w, ax, ay, bx, by, t):
         return 0
@@ -253,34 +255,24 @@ def watertight_hit(o: wp.vec3, d: wp.vec3, a: wp.vec3, b: wp.vec3, c: wp.vec3, s
     passes through a consistently oriented surface, 0 where it only touches it
     (:func:`crossings`).
     """
-    # The sheared corners of :func:`sheared_t` (no FMA on CUDA): every query decides alike.
-    k, sh = ray_shear(d)
-    kz = k[2]
-    sz = sh[2]
-    pa = a - o
-    pb = b - o
-    pc = c - o
-    qa = _sheared(pa, k, sh)
-    qb = _sheared(pb, k, sh)
-    qc = _sheared(pc, k, sh)
+    qa, qb, qc, z = _sheared_triangle(o, d, a, b, c)
+    e = _exact_edges(qa, qb, qc)  # (as watertight_t: exact signs, opposite on a shared edge)
+    u = e[0]
+    v = e[1]
+    w = e[2]
     ax = qa[0]
     ay = qa[1]
     bx = qb[0]
     by = qb[1]
     cx = qc[0]
     cy = qc[1]
-
-    # As watertight_t (exact float64 products, one rounding: exact signs, opposite on a shared edge).
-    u = wp.float64(cx) * wp.float64(by) - wp.float64(cy) * wp.float64(bx)
-    v = wp.float64(ax) * wp.float64(cy) - wp.float64(ay) * wp.float64(cx)
-    w = wp.float64(bx) * wp.float64(ay) - wp.float64(by) * wp.float64(ax)
     zero = wp.float64(0.0)
     if (u < zero or v < zero or w < zero) and (u > zero or v > zero or w > zero):
         return INF, 0
     det = u + v + w
     if det == zero:
         return INF, 0
-    big_t = u * wp.float64(sz * pa[kz]) + v * wp.float64(sz * pb[kz]) + w * wp.float64(sz * pc[kz])
+    big_t = u * wp.float64(z[0]) + v * wp.float64(z[1]) + w * wp.float64(z[2])
     t = float(big_t / det) + shift
     if not (t > tmin and t < reach):  # (the caller's own test: not offered)
         return t, 0
