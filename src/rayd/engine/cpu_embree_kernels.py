@@ -360,6 +360,19 @@ def _search16(
     ...
 
 
+_GRAB = r"""
+    // A true atomic add (Warp's atomic_add is a plain add on the CPU): the next items of a counter
+    // shared by the launches of several threads, or a count they add to.
+    return __atomic_fetch_add((int32_t*)counter.data, step, __ATOMIC_RELAXED);
+"""
+
+
+@wp.func_native(_GRAB)
+def _grab(counter: wp.array(dtype=wp.int32), step: int) -> int:
+    """``counter[0] += step`` atomically across threads; returns the old value."""
+    ...
+
+
 @wp.kernel(enable_backward=False)
 def _search16_kernel(
     o: wp.array(dtype=wp.vec3), o_stride: int, d: wp.array(dtype=wp.vec3), d_stride: int,
@@ -390,20 +403,7 @@ def _search16_kernel(
                       degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet, lo, hi, width, tile,
                       out, redo, keys, order, key_pass, fast_key)
     if count > 0:
-        wp.atomic_add(redo_count, 0, count)
-
-
-_GRAB = r"""
-    // A true atomic add (Warp's atomic_add is a plain add on the CPU): the next items of a counter
-    // shared by the launches of several threads, or a count they add to.
-    return __atomic_fetch_add((int32_t*)counter.data, step, __ATOMIC_RELAXED);
-"""
-
-
-@wp.func_native(_GRAB)
-def _grab(counter: wp.array(dtype=wp.int32), step: int) -> int:
-    """``counter[0] += step`` atomically across threads; returns the old value."""
-    ...
+        _grab(redo_count, count)  # (chunks of one call run on several threads)
 
 
 @wp.kernel(enable_backward=False)
