@@ -192,4 +192,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    status = main()
+    # Skip the interpreter's teardown (as the torch example does, see its
+    # `exit_without_teardown`): a gloo worker thread still releasing the last
+    # broadcast's tensor would need the GIL then, and the process would abort.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
