@@ -166,9 +166,15 @@ def _evaluate_points(scene, edges, points, batch, repeat, winner) -> dict[str, t
         return fields
     n = batch.numel()
     dtype = _dtype(points.dtype, scene)
-    vertices = placed_vertices(scene._state, dtype)
-    p = points.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, repeat, 3).reshape(n * repeat, 3)
-    return evaluate_points(p, winner, edges.edge_rows, vertices, edges.topology)
+    # Evaluated in float64 and rounded once, as the ray queries (``nearest_edge_ray``), ``intersect``
+    # and ``closest_point`` are: the placement of a transformed or instanced float32 mesh far from the
+    # origin, rounded to float32 first, was off by half a float32 ulp of the world coordinates
+    # (5e-4 at 3e4), and with it distance, edge_t, edge_point and their gradients.
+    work = torch.float64
+    vertices = placed_vertices(scene._state, work)
+    p = points.to(work).expand(tuple(batch) + (3,)).reshape(n, 1, 3).expand(n, repeat, 3).reshape(n * repeat, 3)
+    fields = evaluate_points(p, winner, edges.edge_rows, vertices, edges.topology)
+    return {k: v.to(dtype) if v.is_floating_point() else v for k, v in fields.items()}
 
 
 def silhouette_edges(scene, call: str, viewpoint: object, oriented: bool = False) -> torch.Tensor:
