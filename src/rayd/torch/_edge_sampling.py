@@ -192,11 +192,15 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: torch.Tensor, pl
     ends = edges.edge_rows[gid].long()
     t = torch.as_tensor(plan.edge_t, dtype=dtype).to(device)
     normal_t = torch.as_tensor(plan.normal, dtype=dtype).to(device)
-    vertices = placed_vertices(scene._state, dtype)
-    point = vertices[ends[:, 0]] * (1 - t)[:, None] + vertices[ends[:, 1]] * t[:, None]
+    # The motion in float64, rounded once (as the plan's xy): a transformed float32 mesh and camera
+    # far from the origin, placed and projected in float32, gave derivatives off by 1e-4 (3e4 away).
+    work = torch.float64
+    vertices = placed_vertices(scene._state, work)
+    edge_t = torch.as_tensor(plan.edge_t, dtype=work).to(device)
+    point = vertices[ends[:, 0]] * (1 - edge_t)[:, None] + vertices[ends[:, 1]] * edge_t[:, None]
     xy = camera.camera_to_pixels(camera.world_to_camera(point))
-    m = (xy * normal_t).sum(-1)
-    motion = m - m.detach()
+    m = (xy * torch.as_tensor(plan.normal, dtype=work).to(device)).sum(-1)
+    motion = (m - m.detach()).to(dtype)
     xy = torch.as_tensor(plan.xy, dtype=dtype).to(device)  # the value: float64 on the host (SamplePlan.xy)
     offset_xy = _core.EDGE_OFFSET * normal_t
     with torch.no_grad():
