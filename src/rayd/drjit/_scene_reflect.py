@@ -35,7 +35,9 @@ _IMAGE_OPS = SimpleNamespace(dot=lambda a, b: a.x * b.x + a.y * b.y + a.z * b.z,
 # trace_reflections and specular_paths after the checks written there, the argument checks of
 # specular_paths and the host arrays of the shared validity rules.
 def trace_reflections(scene, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
-    n, rays, keep, ray = _trace.prepare(scene, call, ray, active, ignore)
+    # float64 chains: segment 0's float32 search bound widened above tmax (the chain decides on the
+    # float64 t, as intersect does); was: a hit at t with tmax = t (1 + 1e-12) missed
+    n, rays, keep, ray = _trace.prepare(scene, call, ray, active, ignore, widen="tmax")
     m, double = scene._precision(ray.o, ray.d)
     if n == 0:
         kinds = {"slot": m.Float64 if double else m.Float, "slot3": m.Array3f64 if double else m.Array3f,

@@ -71,7 +71,8 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
     the scene's centre); keep the returned buffers alive until the launch has run.
     ``widen`` (callers that decide on the float64 ``t``): in a float64 query the float32
     bounds are widened by a rounding band (:func:`widened`), so that the float32 search
-    drops no hit inside ``(tmin, tmax)`` on its float64 ``t`` (``"tmin"``: the lower one only).
+    drops no hit inside ``(tmin, tmax)`` on its float64 ``t`` (``"tmin"``: the lower one only;
+    ``"tmax"``: the upper one only).
     """
     ray, n, active, ignore = query_arguments(scene, call, ray, active, ignore)
     backend, device = scene._backend, scene._device
@@ -89,6 +90,8 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
         tmin, tmax = widened(o_rel, ray.d, ray.tmin, ray.tmax, backend)
         if widen == "tmin":  # (count_intersections: its tmax bound stays the float32 one)
             tmax = _convert.float32(ray.tmax, backend)
+        elif widen == "tmax":  # (trace_reflections: no search again behind a winner at or before tmin)
+            tmin = _convert.float32(ray.tmin, backend)
     else:
         tmin, tmax = _convert.float32(ray.tmin, backend), _convert.float32(ray.tmax, backend)
     flag = _convert.uint8(active, backend)

@@ -56,7 +56,9 @@ def search(scene, o: torch.Tensor, d: torch.Tensor, tmin: torch.Tensor, tmax: to
 # trace_reflections and specular_paths after the checks written there, the argument checks of
 # specular_paths and the host arrays of the shared validity rules.
 def trace_reflections(scene, call: str, ray, bounces: int, active, ignore) -> ReflectionChain:
-    batch, n, rows, ray = _trace.prepare(scene, call, ray, active, ignore)
+    # float64 chains: segment 0's float32 search bound widened above tmax (the chain decides on the
+    # float64 t, as intersect does); was: a hit at t with tmax = t (1 + 1e-12) missed
+    batch, n, rows, ray = _trace.prepare(scene, call, ray, active, ignore, widen="tmax")
     dtype = scene._output_dtype(ray.o, ray.d)
     if n == 0:
         out = _empty_chain(bounces, dtype, scene._device)

@@ -61,7 +61,7 @@ def trace(scene, call: str, ray: object, active: object, ignore: object,
 
 
 def prepare(scene, call: str, ray: object, active: object, ignore: object,
-            widen: bool = False) -> tuple[torch.Size, int, tuple[torch.Tensor, ...] | None, Ray]:
+            widen: bool | str = False) -> tuple[torch.Size, int, tuple[torch.Tensor, ...] | None, Ray]:
     """Validate a query's rays, mask and ignore ids; returns (batch shape, N, the ray rows, the ray).
 
     The rows (``None`` when N = 0) are ``(o, d, tmin, tmax, flag, skip)`` as the searches of
@@ -71,7 +71,8 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
 
     ``widen`` (callers that decide on the float64 ``t``): in a float64 query (not under
     ``torch.compile``/``torch.func``, where no later step decides), the float32 bounds are widened by a rounding band (:func:`widened`), so that a hit inside
-    ``(tmin, tmax)`` on its float64 ``t`` is never dropped by the float32 search.
+    ``(tmin, tmax)`` on its float64 ``t`` is never dropped by the float32 search (``"tmax"``: the upper one
+    only, for ``trace_reflections``, whose chain cannot search again behind a winner at or before ``tmin``).
     """
     ray, batch, active, ignore = query_arguments(scene, call, ray, active, ignore)
     device = scene._device
@@ -94,7 +95,8 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
     made = scene._state.bound_rows
     tmin, tmax = bound(ray.tmin, batch, device, made), bound(ray.tmax, batch, device, made)
     if widen and scene._output_dtype(ray.o, ray.d) == torch.float64 and not _traced():
-        tmin, tmax = widened(o, ray.d, ray.tmin, ray.tmax, batch)
+        wide_min, tmax = widened(o, ray.d, ray.tmin, ray.tmax, batch)
+        tmin = tmin if widen == "tmax" else wide_min
     rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3), tmin, tmax, flag, skip)
     return batch, n, rows, ray
 
