@@ -132,3 +132,53 @@ def test_specular_paths_with_non_finite_end_points_have_zero_gradients(m, double
     np.testing.assert_allclose(rows(dr.grad(s))[0], expected[0], atol=2e-3)  # the mirror is tilted by 0.01/21
     assert np.all(np.isfinite(np.array(dr.grad(v)))) and np.all(np.isfinite(tv.grad.numpy()))
     np.testing.assert_allclose(tv.grad.numpy(), rows(dr.grad(v)), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_winding_number_of_non_finite_points_has_zero_gradient_in_both_frontends(m, double):
+    """A tetrahedron without its slanted face (open, so the winding number varies smoothly off the surface);
+    points inside, outside, and with NaN / inf: 0 for the non-finite ones, with gradient 0 (rayd.torch's
+    differentiable exact sum gave NaN to the points and to every vertex)."""
+    tet_v = np.array([[0.0, 0.0, 0.0], [1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]])
+    tet_f = np.array([[0, 2, 1], [0, 1, 3], [0, 3, 2]])  # outward; the face (1, 2, 3) left out
+    pts = np.array([[0.2, 0.2, 0.2], [2.0, 0.5, 0.5], [NAN, 0.1, 0.1], [0.1, INF, 0.1], [-INF, -INF, -INF]])
+    dtype = torch.float64 if double else torch.float32
+    Array3 = m.Array3f64 if double else m.Array3f
+
+    v = vec(Array3, tet_v)
+    p = vec(Array3, pts)
+    dr.enable_grad(v, p)
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, m.Array3i(tet_f.T.astype(np.int32))))
+    scene.build()
+    w = scene.winding_number(p)
+    dr.backward(dr.sum(w))
+
+    tv = torch.tensor(tet_v, dtype=dtype, requires_grad=True)
+    tp = torch.tensor(pts, dtype=dtype, requires_grad=True)
+    ts = rt.Scene()
+    ts.add_mesh(rt.Mesh(tv, torch.tensor(tet_f)))
+    ts.build()
+    tw = ts.winding_number(tp)
+    tw.sum().backward()
+
+    np.testing.assert_allclose(tw.detach().numpy()[:2], [_winding(tet_v[tet_f], q) for q in pts[:2]], atol=1e-6)
+    assert torch.all(tw[2:] == 0)
+    np.testing.assert_allclose(np.array(w), tw.detach().numpy(), atol=1e-6)
+    assert np.all(np.isfinite(tp.grad.numpy())) and np.all(np.isfinite(tv.grad.numpy()))  # NaN before
+    assert np.all(tp.grad.numpy()[2:] == 0)
+    np.testing.assert_allclose(tp.grad.numpy(), rows(dr.grad(p)), atol=1e-5)
+    np.testing.assert_allclose(tv.grad.numpy(), rows(dr.grad(v)), atol=1e-5)
+    # the finite points' gradients are the smooth ones: nonzero (and equal across frontends, above)
+    assert np.abs(tp.grad.numpy()[:2]).min(1).max() > 1e-3 and np.abs(tv.grad.numpy()).max() > 1e-3
+
+
+def _winding(tri: np.ndarray, q: np.ndarray) -> float:
+    """NumPy float64 winding number of triangles (F, 3, 3) at ``q``: sum of signed solid angles / 4 pi
+    (Van Oosterom, Strackee 1983)."""
+    a, b, c = (tri[:, k] - q for k in range(3))
+    la, lb, lc = (np.linalg.norm(x, axis=1) for x in (a, b, c))
+    num = np.einsum("ij,ij->i", a, np.cross(b, c))
+    den = la * lb * lc + np.einsum("ij,ij->i", a, b) * lc + np.einsum("ij,ij->i", b, c) * la \
+        + np.einsum("ij,ij->i", c, a) * lb
+    return float((2 * np.arctan2(num, den)).sum() / (4 * np.pi))
