@@ -93,6 +93,7 @@ def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any
         plane) give finite values; validity is decided by :func:`rayd.core.paths.validate`.
     """
     bounces = len(corners)
+    src, dst = finite_rows(ops, ops.select, src, dst)
     planes = []
     for v0, v1, v2 in corners:
         normal = ops.cross(v1 - v0, v2 - v0)
@@ -116,6 +117,26 @@ def image_method(ops: ImageOps, src: Any, dst: Any, corners: list[tuple[Any, Any
     for a, b in zip(chain[1:-1], chain[2:]):
         length = length + safe_norm(ops, b - a)
     return points, length
+
+
+def finite_rows(ops: Any, select: Callable[[Any, Any, Any], Any], a: Any, b: Any) -> tuple[Any, Any]:
+    """``(a, b)`` with every row where either holds NaN or inf set to zero in both.
+
+    Malformed rays (``o`` or ``d``) and paths (``source`` or ``target``) are misses and
+    invalid paths (DESIGN.md); their search finds nothing, but the differentiable
+    evaluation still runs on their rows, where ``0 * inf`` (``path_length = sum(t) |d|``
+    with no hit) or an adjoint through ``inf`` gives NaN values and NaN derivatives even
+    under a mask. On the zero stand-in every formula is finite, so such rows report their
+    documented empty values with derivative 0.
+
+    Args:
+        ops: the frontend's ops (``dot``).
+        select: ``select(mask, vector, number)`` of the frontend, a per-row mask over
+            vectors (``ops.select`` of :class:`ImageOps`, ``where3`` of the chain's ops).
+        a, b: vectors (float64 rows).
+    """
+    ok = (ops.dot(a, a) < math.inf) & (ops.dot(b, b) < math.inf)  # False for a NaN too
+    return select(ok, a, 0.0), select(ok, b, 0.0)
 
 
 def slot_planes(ops: Any, v0: Any, v1: Any, v2: Any, hit: Any) -> tuple[Any, Any, Any, Any]:

@@ -65,6 +65,7 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         o = dr.gather(Work, o, dr.zeros(UInt, n))
     if dr.width(d) != n:
         d = dr.gather(Work, d, dr.zeros(UInt, n))
+    o, d = specular.finite_rows(ops, dr.select, o, d)  # malformed rays: an empty chain, path_length 0, no NaN
     out = {"t": dr.full(Float, math.inf, total), "p": dr.zeros(Array3, total), "geo_n": dr.zeros(Array3, total),
            "d_out": dr.zeros(Array3, total), "image_source": dr.zeros(Array3, total)}
     valid_all = dr.zeros(m.Bool, total)

@@ -74,7 +74,10 @@ class ContentArrays(_convert.DrjitArrays):
     """rayd.drjit's array protocol with the content copies of :mod:`rayd.core.contents`."""
 
     def snapshot(self, array: dr.ArrayBase) -> tuple:
-        """Engine copies of ``array``'s components (:func:`snapshot`)."""
+        """Engine copies of ``array``'s components (:func:`snapshot`); none of a ``drjit.scalar`` matrix,
+        whose version already is its values (:func:`rayd.drjit._convert.version`)."""
+        if dr.backend_v(array) == dr.JitBackend.Invalid:
+            return [], []
         return snapshot(array, self.device)
 
     def same(self, arrays: list, copies: list, memo: dict) -> list[bool]:

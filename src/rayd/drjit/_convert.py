@@ -85,8 +85,19 @@ def to_warp_device(name: str) -> wp.context.Device:
     return warp_device(name)
 
 
-def version(value: dr.ArrayBase) -> tuple[int, ...]:
-    """The JIT variable ids behind ``value``'s components.
+def is_scalar_matrix(value: object) -> bool:
+    """True for a float32/float64 4x4 matrix of ``drjit.scalar`` (a host object, e.g. ``drjit.scalar.Matrix4f``)."""
+    return (isinstance(value, dr.ArrayBase) and dr.backend_v(value) == dr.JitBackend.Invalid
+            and dr.is_matrix_v(value) and dr.size_v(value) == 4
+            and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64))
+
+
+def version(value: dr.ArrayBase) -> tuple:
+    """The JIT variable ids behind ``value``'s components (a ``drjit.scalar`` matrix: its values).
+
+    A scalar matrix has no JIT variables: it is a host object whose entries Python writes in
+    place (``m[2, 3] = 1``), so its version is the bytes of its 16 values (a host read, no
+    device work).
 
     Assigning a component (``v.y = ...``), augmented assignment (``v.z += 1``), a
     masked ``dr.select`` written back, ``dr.scatter_add`` and friends give a component
@@ -96,6 +107,8 @@ def version(value: dr.ArrayBase) -> tuple[int, ...]:
     copy-on-write) and shows up here too. Enabling gradients does not change the
     version (AD ids are masked).
     """
+    if dr.backend_v(value) == dr.JitBackend.Invalid:
+        return ("values", np.array(value).tobytes())
     return tuple(i & 0xFFFFFFFF for i in dr.detail.collect_indices(value))
 
 
@@ -113,6 +126,8 @@ def track(value: dr.ArrayBase) -> tuple[tuple[int, ...], dr.ArrayBase]:
     (through a zero-copy view: ``.numpy()``, ``.torch()``, DLPack, Warp) change no id;
     they are seen by content (:mod:`rayd.core.contents`, :mod:`rayd.drjit._contents`).
     """
+    if dr.backend_v(value) == dr.JitBackend.Invalid:  # a scalar matrix: its version is its values
+        return version(value), None
     dr.make_opaque(value)
     plain = module(backend_name(value), False)
     hold = getattr(plain, type(value).__name__)(dr.detach(value))

@@ -32,7 +32,8 @@ class Camera(CameraBase):
             ``fx = fy = (height / 2) / tan(fov_y / 2)``. Either ``fov_y`` or ``fx``/``fy``.
         fx, fy, cx, cy: floats, or flat ``Float``/``Float64`` arrays of width 1 (``.ad``
             with gradients enabled to differentiate); ``cx, cy`` default to the centre.
-        to_world: optional camera-to-world ``Matrix4f``/``Matrix4f64`` (width 1).
+        to_world: optional camera-to-world ``Matrix4f``/``Matrix4f64`` (width 1) of the
+            backend or of ``drjit.scalar``, read at each call (held, not copied).
 
     Raises:
         TypeError, ValueError: as :class:`rayd.torch.Camera` (messages start with
@@ -76,7 +77,8 @@ class Camera(CameraBase):
     def _namespace(self, *arrays):
         """``(m, double)``: the output namespace (``.ad`` if anything is) and precision."""
         found = [a for a in list(arrays) + self._arrays() if isinstance(a, dr.ArrayBase)]
-        backend = _convert.backend_name(found[0]) if found else "llvm"
+        jit = [a for a in found if dr.is_jit_v(a)]  # (a drjit.scalar to_world has no backend)
+        backend = _convert.backend_name(jit[0]) if jit else "llvm"
         double = any(_convert.is_double(a) for a in found)
         ad = any(_convert.is_ad(a) for a in found)
         return _convert.module(backend, ad), double

@@ -31,7 +31,8 @@ class Mesh(MeshBase):
         uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates.
         to_world: optional 4x4 object-to-world matrix acting on column vectors,
             ``p_world = to_world @ [p, 1]``: a ``Matrix4f``/``Matrix4f64`` of the
-            backend (width 1) or of ``drjit.scalar``.
+            backend (width 1) or of ``drjit.scalar`` (held as given, like the others: a
+            later write into it, ``m[2, 3] = 1``, is seen; no gradients).
 
     Gradients:
         Flow into ``vertices``, ``normals``, ``uv`` and ``to_world`` through the
@@ -90,16 +91,17 @@ class Mesh(MeshBase):
 
 
 def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> dr.ArrayBase:
-    """A finite, invertible 4x4 float matrix of ``like``'s backend (width 1); scalar matrices are converted.
+    """A finite, invertible 4x4 float matrix of ``like``'s backend (width 1), or of ``drjit.scalar``.
 
+    A ``drjit.scalar`` matrix is held as it is, like a matrix of the backend: the scene
+    reads its values at ``build()`` / ``sync()`` and sees a later write into it (its
+    version is its values, :func:`rayd.drjit._convert.version`); it has no gradients.
     Reads the matrix once (a host synchronisation at ``Mesh()`` / ``add_instance`` /
     ``set_mesh_transform``, never in queries).
     """
-    if isinstance(value, dr.ArrayBase) and dr.is_matrix_v(value) and dr.backend_v(value) == dr.JitBackend.Invalid:
-        if dr.size_v(value) == 4 and dr.type_v(value) in (dr.VarType.Float32, dr.VarType.Float64):
-            _check_values(call, name, value)
-            plain = _convert.module(_convert.backend_name(like), False)
-            return (plain.Matrix4f64 if dr.type_v(value) == dr.VarType.Float64 else plain.Matrix4f)(value)
+    if _convert.is_scalar_matrix(value):
+        _check_values(call, name, value)
+        return value
     value = _matrices(call, name, value, "have shape (4, 4): a Matrix4f or Matrix4f64")
     _check.same_backend(call, name, value, _convert.device_name(like), "the mesh")
     if dr.width(value) != 1:

@@ -12,7 +12,7 @@ winner's corners ``v0, v1, v2`` (live, world space):
   ``0 < t < inf`` after it), and every earlier slot counted,
 - ``p = o + t d``, ``d_out = d - 2 (d . g) g``, ``I = I - 2 ((I - p) . g) g`` (``I`` starts
   at the ray's origin), each rounded to float32; the next segment is ``(p, d_out)``,
-- ``path_length = |d_0| * sum(t)``.
+- ``path_length = |d_0| * sum(t)`` (0 where no slot counts, whatever ``d_0`` holds).
 
 Slots that do not count get ids -1 (in ``ids_out``), ``t = inf`` and zero vectors. No derivatives here:
 the frontends differentiate their own formulas for the fixed chain (the same values).
@@ -125,6 +125,8 @@ def _evaluate_chain_kernel(
             count = count + 1
             oi = p
     num_bounces[i] = wp.int32(count)
+    if count == 0:
+        length = zero  # no hit: 0, also for a malformed d (not 0 * inf)
     path_length[i] = float(total * length)
 
 

@@ -103,8 +103,7 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
     ops = _ChainOps(dtype)
     v0, v1, v2 = corners.unbind(-2)
     normal, unit, offset, ok = specular.slot_planes(ops, v0, v1, v2, hit)
-    o = origin.double()
-    d = direction.double()
+    o, d = specular.finite_rows(ops, _vector.where3, origin.double(), direction.double())  # malformed rays: no NaN
     bounds = (_interval._rows(tmin, batch, gid), _interval._rows(tmax, batch, gid))
     ts, vectors, oks = [], [], []
 

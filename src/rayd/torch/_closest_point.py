@@ -202,12 +202,18 @@ def winding_number(scene, call: str, points: object, active: object, exact: bool
     if wanted and not value_only:
         tri = _placed_faces(scene, device)  # (F, 3, 3)
         q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)
+        finite = torch.isfinite(q).all(-1)
+        if tri.shape[0]:
+            # A NaN/inf point is summed from a point beyond the faces' bounding box instead (no host read): its
+            # solid angles there are finite, so the mask below leaves it 0 with gradient 0 (not NaN through it).
+            outside = tri.detach().reshape(-1, 3).amax(0) + 1.0
+            q = torch.where(finite.unsqueeze(-1), q, outside)
         step = max(1, _CHUNK_ELEMENTS // max(1, tri.shape[0]))
         parts = [_solid_angle_sum(q[i:i + step], tri) for i in range(0, n, step)]
         total = torch.cat(parts) if parts else q.new_zeros(0)
         result = total / (4.0 * math.pi)
         on = flag.bool().expand(n) if flag.numel() == 1 else flag.bool()
-        result = torch.where(on & torch.isfinite(q).all(-1), result, torch.zeros_like(result))
+        result = torch.where(on & finite, result, torch.zeros_like(result))
         return result.to(dtype).reshape(batch)
     out = _ops.winding_number(scene, call, _search_rows(points, batch, scene._state.centre), flag, n, exact,
                               refine)
