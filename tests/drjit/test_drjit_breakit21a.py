@@ -1,4 +1,4 @@
-"""Session 21, helper breakit21a: rayd.drjit ``visible`` on float64 segments decides like ``shadow_test``
+"""Session 21, helper breakit21a: rayd.drjit ``visible`` and ``specular_paths`` on float64 segments decide like ``shadow_test``
 (see tests/torch/test_breakit21a_visible.py for the case)."""
 
 from __future__ import annotations
@@ -31,3 +31,13 @@ def test_float64_segments_ending_on_a_grazed_face_are_visible_both_ways(m):
     normal /= np.linalg.norm(normal)
     through = scene.visible(vec(m.Array3f64, a + 0.5 * normal), vec(m.Array3f64, a - 0.7 * normal))
     assert not rows(through).any()
+
+
+def test_float64_line_of_sight_paths_ending_on_a_grazed_face_are_valid(m):
+    v, f, a, e = _grazing_segments()
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f64, v), m.Array3i(f.T.astype(np.int32))))
+    scene.build()
+    paths = scene.specular_paths(vec(m.Array3f64, e), vec(m.Array3f64, a), m.TensorXi(np.full((len(a), 1), -1, np.int32)))
+    assert rows(paths.valid).all()
+    np.testing.assert_allclose(rows(paths.length), np.linalg.norm(e - a, axis=1), rtol=1e-12)
