@@ -216,7 +216,8 @@ DOCS = {
     and each back-traced point lies strictly between its start and its image),
     every segment is unblocked (no face other than the faces at its ends crosses
     ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
-    skip the end's own face), the sequence is well formed (ids in range, ``-1``
+    skip the end's own face; float64 paths decide on the float64 ``t``, as
+    :meth:`intersect`), the sequence is well formed (ids in range, ``-1``
     padding only at the end) and source and target are finite. These rules are
     :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
     copies of the inputs: the call reads them back once (a synchronisation on CUDA).
