@@ -132,8 +132,9 @@ def test_at_most_one_host_sync_per_query(m, double, mode, monkeypatch):
             result = query()
         dr.eval(result)
         counts[name] = dict(found)
-    # (float64 count_intersections: the count and the all-hits launch of its crossings at tmin, two launches)
-    twice = {"intersect", "intersect_tmin", "shadow_test", "shadow_test_tmin", "signed_distance",
+    # (float64 count_intersections: the count and the all-hits launch of its crossings at tmin, two launches;
+    # float64 visible: shadow_test's search and its float64 confirmation, two launches)
+    twice = {"intersect", "intersect_tmin", "shadow_test", "shadow_test_tmin", "visible", "signed_distance",
              "count_intersections"} if double else {"signed_distance"}
     limit = {name: 1 if mode == 3 or name not in twice else 2 for name in counts}
     over = {name: c for name, c in counts.items() if sum(c.values()) > limit[name] or any(w != "fence" for w, _ in c)}

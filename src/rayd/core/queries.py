@@ -45,7 +45,9 @@ VISIBILITY_EPSILON = 1e-4
 VISIBLE_RULE = """True where no triangle crosses ``start + s (end - start)`` for
         ``s in (VISIBILITY_EPSILON, 1 - VISIBILITY_EPSILON)`` (``1e-4``, relative
         to the segment length, so endpoints lying on surfaces do not block
-        themselves). Symmetric in its endpoints. Not differentiable. Degenerate
+        themselves); decided as ``shadow_test`` over that interval (float64
+        segments: on the float64 crossing). Symmetric in its endpoints (except
+        for segments lying in a face's plane). Not differentiable. Degenerate
         (zero-length or non-finite) segments report False.
 
     Raises:

@@ -229,8 +229,9 @@ class ReflectionQueries(FrontendDocs):
     points as the frontend evaluates them in ``precision`` (its dtype, or whether it is
     double); ``host_corners(scene, ids, precision)``, the (n, B, 3, 3) float64 world corners
     of the faces ``ids`` (n, B) (:func:`rayd.core.paths.check_sequences`' ids, ``-1`` in the
-    slots not to gather, where any values do); ``host_search(scene, o, d, tmin, tmax, flag,
-    skip)``, its host closest-hit search (:mod:`rayd.core.paths`).
+    slots not to gather, where any values do); ``host_search(scene, precision, o, d, tmin, tmax,
+    flag, skip)``, its host closest-hit search (:mod:`rayd.core.paths`; float64 paths decide on
+    the float64 ``t``, as ``intersect`` does).
     """
 
     _PREFIX = "rayd.Scene"
@@ -296,5 +297,5 @@ class ReflectionQueries(FrontendDocs):
         if prior is not None:
             ok &= prior
         out = paths.validate(src, dst, reflect.host_corners(self, ids, precision), seq, ok, used,
-                             functools.partial(reflect.host_search, self), with_points)
+                             functools.partial(reflect.host_search, self, precision), with_points)
         return (out[0], used, ids) + tuple(out[1:])

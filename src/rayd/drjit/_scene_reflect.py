@@ -20,6 +20,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import specular
+from rayd.flags import RayFlags
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
 from rayd.drjit.ray import Ray
@@ -122,13 +123,20 @@ def _slot_corners_flat(scene, m, ids: np.ndarray, double: bool) -> list[np.ndarr
     return [np.array(m.Array3f64(dr.detach(v)), dtype=np.float64).T for v in corners]
 
 
-def host_search(scene, o, d, tmin, tmax, flag, skip):
-    """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
+def host_search(scene, double: bool, o, d, tmin, tmax, flag, skip):
+    """The closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`: the engine's
+    float32 winners for float32 paths; for float64 paths ``intersect``'s, decided on the float64
+    ``t`` (a face the float32 search rounds into ``(tmin, tmax)``, such as one a segment's end
+    lies on at a grazing angle, does not win)."""
+    call = "rayd.drjit.Scene.specular_paths()"
     plain = _convert.module(scene._backend, False)
     ray = Ray(plain.Array3f64(np.ascontiguousarray(o.T)), plain.Array3f64(np.ascontiguousarray(d.T)),
-              plain.Float(tmax), tmin=plain.Float(tmin))
-    _, winner = _trace.trace(scene, "rayd.drjit.Scene.specular_paths()", ray, plain.Bool(flag),
-                             plain.Int(skip), any_hit=False)
+              plain.Float64(tmax) if double else plain.Float(tmax), tmin=plain.Float64(tmin) if double else plain.Float(tmin))
+    if double:
+        with dr.suspend_grad():
+            hit = scene._intersect(call, ray, plain.Bool(flag), RayFlags.Minimal, plain.Int(skip))
+        return np.array(hit.global_prim_id, dtype=np.int32)
+    _, winner = _trace.trace(scene, call, ray, plain.Bool(flag), plain.Int(skip), any_hit=False)
     return np.array(winner, dtype=np.int32)
 
 

@@ -116,10 +116,10 @@ def widened(o, d, tmin, tmax, backend: str) -> tuple[dr.ArrayBase, dr.ArrayBase]
     return core_rays.widened(dr.norm(o64) / dr.norm(d64), lo, hi, plain.Float)
 
 
-def unblocked(ray: Ray, blocker: dr.ArrayBase, active: dr.ArrayBase | None) -> dr.ArrayBase:
-    """Width-N ``Bool`` ``visible``: no ``blocker`` (-1 = none), finite endpoints, a non-zero direction and
-    ``active`` (if given)."""
+def unblocked(ray: Ray, blocked: dr.ArrayBase, active: dr.ArrayBase | None) -> dr.ArrayBase:
+    """Width-N ``Bool`` ``visible``: not ``blocked`` (``shadow_test``'s answer), finite endpoints, a
+    non-zero direction and ``active`` (if given)."""
     d = ray.d
-    result = (blocker < 0) & (dr.all(dr.isfinite(ray.o)) & dr.all(dr.isfinite(d)) & dr.any(d != 0))
+    result = ~blocked & (dr.all(dr.isfinite(ray.o)) & dr.all(dr.isfinite(d)) & dr.any(d != 0))
     return result if active is None else result & dr.detach(active)
 

@@ -112,10 +112,11 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return start, end
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:
-        n, blocker = _trace.trace(self, call, ray, active, ignore, any_hit=True)
-        if n == 0:
-            return _convert.module(self._backend, False).Bool()
-        return _trace.unblocked(ray, blocker, active)
+        # shadow_test's decision (float64 segments: the blocker's float64 t decides), then the segment rules
+        blocked = self._occluded(call, ray, active, ignore)
+        if dr.width(blocked) == 0:
+            return blocked
+        return _trace.unblocked(ray, blocked, active)
 
     # ------------------------------------------------------------------ internals
     def _precision(self, *arrays: dr.ArrayBase) -> tuple:

@@ -33,7 +33,10 @@ def _incoherent(d: wp.array, n: int, samples: int = 128) -> bool:
     with np.errstate(invalid="ignore", divide="ignore"):
         u = rows / np.linalg.norm(rows, axis=2, keepdims=True)
     cos = np.einsum("pjk,pk->pj", u, u[:, 0])
-    return int(np.sum(np.nanmin(cos, axis=1) < embree_api.COHERENT_COS)) * 2 > samples
+    # NaN (zero or non-finite directions: misses) never makes a packet incoherent; a packet of
+    # only such rows counts as coherent (np.nanmin would warn "All-NaN slice" to the caller)
+    least = np.where(np.isnan(cos), np.inf, cos).min(axis=1)
+    return int(np.sum(least < embree_api.COHERENT_COS)) * 2 > samples
 
 
 def image_width(rays, n: int, probe: int = 4096) -> int:

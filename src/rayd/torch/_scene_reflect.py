@@ -20,9 +20,11 @@ import torch
 import numpy as np
 
 from rayd.core import specular
+from rayd.flags import RayFlags
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch._nearest_edge import _search_rows
+from rayd.torch.ray import Ray
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
 _PATHS = "rayd.torch.Scene.specular_paths()"
@@ -132,12 +134,21 @@ def host_corners(scene, ids: np.ndarray, dtype: torch.dtype) -> np.ndarray:
         return _convert.primal(corners).cpu().numpy()
 
 
-def host_search(scene, o, d, tmin, tmax, flag, skip):
-    """The engine's closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`."""
+def host_search(scene, dtype: torch.dtype, o, d, tmin, tmax, flag, skip):
+    """The closest-hit search on host (NumPy) rays, for :mod:`rayd.core.paths`: the engine's
+    float32 winners for float32 paths; for float64 paths ``intersect``'s, decided on the float64
+    ``t`` (a face the float32 search rounds into ``(tmin, tmax)``, such as one a segment's end
+    lies on at a grazing angle, does not win)."""
     device = scene._device
     with _convert.outside_transforms():
         t = [torch.from_numpy(np.ascontiguousarray(x)).to(device) for x in (o, d, tmin, tmax, flag, skip)]
-        return search(scene, *t, False, _PATHS).cpu().numpy()
+        if dtype != torch.float64:
+            return search(scene, *t, False, _PATHS).cpu().numpy()
+        o, d, tmin, tmax, flag, skip = t
+        ray = Ray(o, d, tmax.to(torch.float64), tmin=tmin.to(torch.float64))
+        with torch.no_grad():
+            hit = scene._intersect(_PATHS, ray, flag.to(torch.bool), RayFlags.Minimal, skip.to(torch.int32))
+        return hit.global_prim_id.reshape(-1).cpu().numpy()
 
 
 def _image_method(src: torch.Tensor, dst: torch.Tensor, corners: torch.Tensor, used: torch.Tensor):
@@ -207,7 +218,8 @@ DOCS = {
     and each back-traced point lies strictly between its start and its image),
     every segment is unblocked (no face other than the faces at its ends crosses
     ``s in (1e-4, 1 - 1e-4)`` of it, by closest-hit searches from both ends that
-    skip the end's own face), the sequence is well formed (ids in range, ``-1``
+    skip the end's own face; float64 paths decide on the float64 ``t``, as
+    :meth:`intersect`), the sequence is well formed (ids in range, ``-1``
     padding only at the end) and source and target are finite. These rules are
     :func:`rayd.core.paths.validate`'s (shared with rayd.drjit), applied to host float64
     copies of the inputs: the call reads them back once (a synchronisation on CUDA).

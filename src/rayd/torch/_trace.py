@@ -116,11 +116,12 @@ def widened(o: torch.Tensor, d: torch.Tensor, tmin, tmax, batch: torch.Size) -> 
     return core_rays.widened(reach, lo, hi, lambda b: b.to(torch.float32).contiguous())
 
 
-def unblocked(ray: Ray, batch: torch.Size, blocker: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
-    """(batch) bool ``visible``: no ``blocker`` ((N,) int32, -1 = none), finite endpoints, a non-zero
-    direction and ``active`` (if given)."""
+def unblocked(ray: Ray, blocked: torch.Tensor, active: torch.Tensor | None) -> torch.Tensor:
+    """(batch) bool ``visible``: not ``blocked`` ((batch) bool, ``shadow_test``'s answer), finite
+    endpoints, a non-zero direction and ``active`` (if given)."""
     o = _convert.primal(ray.o)
     d = _convert.primal(ray.d)
+    batch = blocked.shape
     ok = torch.isfinite(o).all(-1) & torch.isfinite(d).all(-1) & (d != 0).any(-1)
-    result = (blocker < 0).reshape(batch) & ok.expand(batch)
+    result = ~blocked & ok.expand(batch)
     return result if active is None else result & _convert.primal(active).expand(batch)

@@ -127,8 +127,8 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         return (blocker >= 0).reshape(batch)
 
     def _unblocked(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
-        batch, n, blocker, _ = _trace.trace(self, call, ray, active, ignore, any_hit=True)
-        return _trace.unblocked(ray, batch, blocker, active)
+        # shadow_test's decision (float64 segments: the blocker's float64 t decides), then the segment rules
+        return _trace.unblocked(ray, self._occluded(call, ray, active, ignore), active)
 
     # ------------------------------------------------------------------ copies
     _DEEPCOPY = "use copy.deepcopy(scene) for an independent scene"
