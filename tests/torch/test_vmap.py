@@ -111,3 +111,42 @@ def test_vmap_keeps_lifecycle_errors(device):
         v.mul_(1.01)
     with pytest.raises(RuntimeError, match=r"rayd.torch.Scene.intersect\(\): .*changed in place.*sync\(\)"):
         torch.func.vmap(lambda x: scene.intersect(rt.Ray(o, x)).t)(d)
+
+
+def test_vmap_over_geometry_is_refused_by_name(device):
+    """A scene holds one geometry: batched vertices/faces/normals, or a batched update, get a
+    ValueError naming the call and the argument (was: torch's "Cannot access data pointer" at build)."""
+    faces = torch.tensor([[0, 1, 2]], device=device)
+    tri = torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]], device=device)
+    batch = torch.stack([tri, tri + 1.0])
+
+    def build(vertices):
+        return rt.Mesh(vertices, faces)
+
+    with pytest.raises(ValueError, match=r"rayd.torch.Mesh\(\): 'vertices' is batched by torch.func.vmap"):
+        torch.func.vmap(build)(batch)
+    with pytest.raises(ValueError, match=r"rayd.torch.Mesh\(\): 'normals' is batched"):
+        torch.func.vmap(lambda n: rt.Mesh(tri, faces, normals=n))(batch)
+    with pytest.raises(ValueError, match=r"rayd.torch.Mesh\(\): 'faces' is batched"):
+        torch.func.vmap(lambda f: rt.Mesh(tri, f))(torch.stack([faces, faces]))
+    dyn = rt.Scene()
+    mesh_id = dyn.add_mesh(rt.Mesh(tri.clone(), faces), dynamic=True)
+    dyn.build()
+    with pytest.raises(ValueError, match=r"update_mesh_vertices\(\): 'vertices' is batched"):
+        torch.func.vmap(lambda x: dyn.update_mesh_vertices(mesh_id, x))(batch)
+    # not batched: grad over a mesh built inside the transform still works
+    o = torch.tensor([0.2, 0.2, -1.0], dtype=torch.float64, device=device)
+    d = torch.tensor([0.0, 0.0, 1.0], dtype=torch.float64, device=device)
+
+    def depth(vertices):
+        s = rt.Scene()
+        s.add_mesh(rt.Mesh(vertices, faces))
+        s.build()
+        return s.intersect(rt.Ray(o, d)).t
+
+    lifted = tri.double().clone()
+    lifted[:, 2] = torch.tensor([0.5, 1.0, 2.0], dtype=torch.float64, device=device)
+    grad = torch.func.grad(depth)(lifted)
+    # t = 1 + z(0.2, 0.2) with z = 0.5 w0 + 1 w1 + 2 w2, barycentrics (0.6, 0.2, 0.2)
+    assert torch.allclose(grad[:, 2], torch.tensor([0.6, 0.2, 0.2], dtype=torch.float64, device=device))
+    assert torch.allclose(depth(lifted), torch.tensor(1.0 + 0.3 + 0.2 + 0.4, dtype=torch.float64, device=device))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.checks import face_range, lifecycle, non_finite
+from rayd.torch._convert import is_batched
 
 __all__ = ["lifecycle"]  # re-exported: rayd.torch modules raise lifecycle faults through _check
 
@@ -55,6 +56,16 @@ def shape(call: str, name: str, value: torch.Tensor, *, last: int | None = None,
         raise ValueError(f"{call}: '{name}' must have shape {want}, got {tuple(value.shape)}")
     if last is not None and (value.dim() == 0 or value.shape[-1] != last):
         raise ValueError(f"{call}: '{name}' must have shape (..., {last}), got {tuple(value.shape)}")
+
+
+def unbatched(call: str, name: str, value: torch.Tensor) -> torch.Tensor:
+    """``value`` unless it is batched by ``torch.func.vmap`` (a scene holds one geometry), else ``ValueError``."""
+    if is_batched(value):
+        raise ValueError(
+            f"{call}: '{name}' is batched by torch.func.vmap, but a scene holds one geometry: "
+            "vmap over rays and points (every query supports it), or build one scene per batch element "
+            "outside vmap (docs/compile.md)")
+    return value
 
 
 def same_device(call: str, name: str, value: torch.Tensor, device: torch.device, owner: str) -> None:

@@ -48,7 +48,7 @@ class Mesh(MeshBase):
     # ------------------------------------------------------------------ MeshBase hooks
     @staticmethod
     def _check_float(call: str, name: str, value: object, components: int) -> torch.Tensor:
-        return _check.float_tensor(call, name, value, last=components, ndim=2)
+        return _check.unbatched(call, name, _check.float_tensor(call, name, value, last=components, ndim=2))
 
     @staticmethod
     def _check_faces(call: str, name: str, value: object) -> torch.Tensor:
@@ -57,7 +57,7 @@ class Mesh(MeshBase):
             # for every index in range; a view, so the mesh still holds the caller's memory (and its
             # version counter). An index of 2^31 or more reads negative: refused by the range check.
             value = _convert.primal(value).view(_UNSIGNED[value.dtype])
-        return _check.index_tensor(call, name, value, last=3, ndim=2)
+        return _check.unbatched(call, name, _check.index_tensor(call, name, value, last=3, ndim=2))
 
     @staticmethod
     def _device_of(call: str, name: str, value: torch.Tensor) -> torch.device:
