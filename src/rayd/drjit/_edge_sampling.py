@@ -20,7 +20,7 @@ from rayd.core import camera as _core
 from rayd.core.camera_frontend import EdgeSamplesBase
 from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
-from rayd.drjit._geometry import apply
+from rayd.drjit._geometry import place
 from rayd.drjit._nearest_edge import _kind, _winner_segments, ready, silhouette_edges
 from rayd.drjit.intersection import DrjitRecord
 from rayd.drjit.ray import Ray
@@ -178,12 +178,9 @@ def _empty_samples(camera, m, double) -> dict[str, object]:
 def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
     """(K, 3) float64 world positions of the concatenated-vertex ``rows`` of edges ``ids`` (detached)."""
     Array3 = m.Array3f64 if double else m.Array3f
-    p = dr.gather(Array3, geometry.vertices, m.UInt(rows.astype(np.uint32)))
-    if geometry.transform is not None:
-        shape = m.UInt(np.array(edges.topology.shape_id)[ids].astype(np.uint32))
-        cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
-        p = apply(cols, p)
-    return np.array(m.Array3f64(p)).T.reshape(-1, 3).astype(np.float64)
+    shape = None if geometry.transform is None else m.UInt(np.array(edges.topology.shape_id)[ids].astype(np.uint32))
+    (p,) = place(geometry.transform, shape, dr.gather(Array3, geometry.vertices, m.UInt(rows.astype(np.uint32))))
+    return np.array(p).T.reshape(-1, 3).astype(np.float64)
 
 
 #: rayd.drjit's steps of :meth:`rayd.core.camera_frontend.CameraBase.sample_edges`.
