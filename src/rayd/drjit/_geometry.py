@@ -44,9 +44,9 @@ def place(transform: Columns | None, shape: dr.ArrayBase, *points: dr.ArrayBase)
     to its placement; callers round their outputs once to the output type (as rayd.torch's
     ``placed_vertices`` and ``_geometry.gather``). Differentiable in the points and the columns.
     """
-    Work = type(transform[0]) if transform is not None else None
-    if Work is None:
+    if transform is None:
         return tuple(dr.float64_array_t(type(p))(p) for p in points)
+    Work = type(transform[0])
     cols = tuple(dr.gather(Work, c, shape) for c in transform)
     return tuple(apply(cols, Work(p)) for p in points)
 

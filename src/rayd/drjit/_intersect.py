@@ -83,7 +83,7 @@ def locate(m: ModuleType, Array3: type, global_prim_id: dr.ArrayBase, geometry: 
     prim = g - dr.gather(Int, offsets, shape)
     winner = UInt(dr.gather(Int, Int(geometry.face_row), shape) + prim)  # row in the face table
     tri = dr.gather(m.Array3u, m.Array3u(geometry.faces), winner)
-    corners = place(geometry.transform, shape, *(dr.gather(Array3, geometry.vertices, i) for i in (tri.x, tri.y, tri.z)))
+    corners = place(geometry.transform, shape, *(dr.gather(Array3, geometry.vertices, i) for i in tri))
     return gid, hit, shape, prim, winner, tri, corners
 
 

@@ -104,6 +104,7 @@ class LiveState(LiveBase):
         exactly; an instance's composition is computed in float64): the evaluation places
         the winners' vertices in float64 and rounds its outputs once
         (:func:`rayd.drjit._geometry.place`), as rayd.torch does.
+
         When no registered matrix has gradients enabled, they come from the host table
         (plain arrays, cached until a transform changes). Otherwise every shape's own
         matrix starts from the host table and the matrices that require gradients are
