@@ -50,14 +50,14 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     gid = dr.gather(Int, flat, 3 * lane)
     shape = dr.gather(Int, flat, 3 * lane + 1)
     prim = dr.gather(Int, flat, 3 * lane + 2)
-    _, hit, _, _, _, _, (v0, v1, v2), _ = locate(m, Array3, gid, scene._state.live_geometry(m, double))
+    _, hit, _, _, _, _, (v0, v1, v2) = locate(m, Array3, gid, scene._state.live_geometry(m, double))
     ops = SimpleNamespace(
         dot=dr.dot, select=dr.select, where=dr.select, divide=operator.truediv, cross=dr.cross, sqrt=dr.sqrt,
         rsqrt=_vector.rsqrt, scale=_vector.scale,  # not dr.rsqrt / a vector over a scalar: approximate on CUDA
         madd=lambda x, a, y, scale: x + a * y if scale == 1.0 else x + scale * a * y,
         compared=lambda t: F64(Float(dr.detach(t))),  # compared in the output precision, as intersect does
         reported=lambda x: x if double else Work(Array3(x)))
-    normal, unit, offset, ok = specular.slot_planes(ops, Work(v0), Work(v1), Work(v2), hit)
+    normal, unit, offset, ok = specular.slot_planes(ops, v0, v1, v2, hit)  # float64 corners (locate)
     first = dr.arange(UInt, n) * bounces
     o = Work(ray.o)
     d = Work(ray.d)

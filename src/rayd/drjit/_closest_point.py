@@ -96,11 +96,11 @@ def _safe_pos_div(num, den):
 def _corners(m: ModuleType, double: bool, gid, geometry):
     """``(found, shape, prim, a, b, c)``: world corners (float64) of the winners, stand-ins where none."""
     Array3 = m.Array3f64 if double else m.Array3f
-    _, found, shape, prim, _, _, (v0, v1, v2), _ = locate(m, Array3, gid, geometry)
+    _, found, shape, prim, _, _, (v0, v1, v2) = locate(m, Array3, gid, geometry)
     Work = m.Array3f64
-    a = dr.select(found, Work(v0), Work(0, 0, 0))
-    b = dr.select(found, Work(v1), Work(1, 0, 0))
-    c = dr.select(found, Work(v2), Work(0, 1, 0))
+    a = dr.select(found, v0, Work(0, 0, 0))  # float64 corners (placed in float64 by locate)
+    b = dr.select(found, v1, Work(1, 0, 0))
+    c = dr.select(found, v2, Work(0, 1, 0))
     return found, shape, prim, a, b, c
 
 

@@ -20,7 +20,7 @@ from rayd.core import camera as _core
 from rayd.core.camera_frontend import EdgeSamplesBase
 from rayd.core.transforms import check_matrices
 from rayd.drjit import _check, _convert
-from rayd.drjit._geometry import apply
+from rayd.drjit._geometry import place
 from rayd.drjit._nearest_edge import _kind, _winner_segments, ready, silhouette_edges
 from rayd.drjit.intersection import DrjitRecord
 from rayd.drjit.ray import Ray
@@ -143,15 +143,18 @@ def _evaluate(camera, scene, edges, work: SimpleNamespace, ids: np.ndarray, plan
     top = edges.topology
     Float = m.Float64 if double else m.Float
     Array2 = m.Array2f64 if double else m.Array2f
-    Array3 = m.Array3f64 if double else m.Array3f
     gid = ids[plan.edge]
     t = Float(plan.edge_t)
     nrm = Array2(plan.normal[:, 0].copy(), plan.normal[:, 1].copy())
+    # The motion in float64 from the float64 placement, rounded once (as rayd.torch): a transformed
+    # float32 mesh and camera 3e4 from the origin, placed and projected in float32, gave derivatives
+    # up to 4.5e-4 (relative) off (tests/drjit/test_drjit21_placement.py).
     _, a_live, b_live = _winner_segments(m, double, m.Int(gid), edges, scene._live_geometry(m, double))
-    point = Array3(a_live * (1 - m.Float64(t)) + b_live * m.Float64(t))
-    xy = camera._camera_to_pixels((m, double), camera._world_to_camera((m, double), point))
-    mm = dr.dot(xy, nrm)
-    motion = mm - dr.detach(mm)
+    t64 = m.Float64(plan.edge_t)
+    point = a_live * (1 - t64) + b_live * t64
+    xy64 = camera._camera_to_pixels((m, True), camera._world_to_camera((m, True), point))
+    mm = dr.dot(xy64, m.Array2f64(plan.normal[:, 0].copy(), plan.normal[:, 1].copy()))
+    motion = Float(mm - dr.detach(mm))
     xy = Array2(plan.xy[:, 0].copy(), plan.xy[:, 1].copy())  # the value: float64 on the host (SamplePlan.xy)
     faces0 = np.array(top.faces).T[gid, 0]
     shape = np.array(top.shape_id)[gid]
@@ -178,12 +181,9 @@ def _empty_samples(camera, m, double) -> dict[str, object]:
 def _world_rows(m, double, edges, geometry, ids, rows) -> np.ndarray:
     """(K, 3) float64 world positions of the concatenated-vertex ``rows`` of edges ``ids`` (detached)."""
     Array3 = m.Array3f64 if double else m.Array3f
-    p = dr.gather(Array3, geometry.vertices, m.UInt(rows.astype(np.uint32)))
-    if geometry.transform is not None:
-        shape = m.UInt(np.array(edges.topology.shape_id)[ids].astype(np.uint32))
-        cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
-        p = apply(cols, p)
-    return np.array(m.Array3f64(p)).T.reshape(-1, 3).astype(np.float64)
+    shape = None if geometry.transform is None else m.UInt(np.array(edges.topology.shape_id)[ids].astype(np.uint32))
+    (p,) = place(geometry.transform, shape, dr.gather(Array3, geometry.vertices, m.UInt(rows.astype(np.uint32))))
+    return np.array(p).T.reshape(-1, 3).astype(np.float64)
 
 
 #: rayd.drjit's steps of :meth:`rayd.core.camera_frontend.CameraBase.sample_edges`.

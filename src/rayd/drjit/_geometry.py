@@ -34,6 +34,23 @@ def apply(cols: Columns, p: dr.ArrayBase) -> dr.ArrayBase:
     return linear(cols, p) + cols[3]
 
 
+def place(transform: Columns | None, shape: dr.ArrayBase, *points: dr.ArrayBase) -> tuple:
+    """World positions, ``Array3f64``, of object-space ``points`` of the shapes ``shape``.
+
+    ``transform`` is :class:`rayd.drjit._intersect.LiveGeometry`'s width-S float64 columns
+    (``None``: every shape is in world space); ``shape`` (``UInt``, one per lane) picks each
+    lane's placement. The points (float32 or float64) are widened exactly to float64 and
+    placed there, so a float32 mesh far from the origin keeps its float32 precision relative
+    to its placement; callers round their outputs once to the output type (as rayd.torch's
+    ``placed_vertices`` and ``_geometry.gather``). Differentiable in the points and the columns.
+    """
+    if transform is None:
+        return tuple(dr.float64_array_t(type(p))(p) for p in points)
+    Work = type(transform[0])
+    cols = tuple(dr.gather(Work, c, shape) for c in transform)
+    return tuple(apply(cols, Work(p)) for p in points)
+
+
 def compose(outer: Columns, inner: Columns) -> Columns:
     """The columns of ``outer @ inner``."""
     return linear(outer, inner[0]), linear(outer, inner[1]), linear(outer, inner[2]), apply(outer, inner[3])

@@ -19,7 +19,7 @@ import drjit as dr
 
 from rayd.core import hits
 from rayd.drjit import _vector
-from rayd.drjit._geometry import apply, linear
+from rayd.drjit._geometry import linear, place
 from rayd.flags import RayFlags
 
 
@@ -35,9 +35,10 @@ class LiveGeometry:
     face_has_uv: (F_m,) ``Bool``, or ``None``.
     global_offset: (S,) ``Int`` first ``global_prim_id`` of each shape (ascending).
     face_row: (S,) ``Int`` row in ``faces`` of the first face of each shape's mesh.
-    transform: per-shape world transform columns (width S, ``M_mesh`` or
-        ``M_instance @ M_mesh``), or ``None`` when every shape is in world space.
-    normal_transform: per-shape ``inv(L)^T`` columns, or ``None``.
+    transform: per-shape world transform columns (width S ``Array3f64``, ``M_mesh`` or
+        ``M_instance @ M_mesh``, float64 whatever the vertices' type:
+        :func:`rayd.drjit._geometry.place`), or ``None`` when every shape is in world space.
+    normal_transform: per-shape ``inv(L)^T`` columns (``Array3f64``), or ``None``.
     """
 
     vertices: dr.ArrayBase
@@ -61,11 +62,11 @@ def _interpolate(kind: type, values: dr.ArrayBase, tri: dr.ArrayBase, w: dr.Arra
 def locate(m: ModuleType, Array3: type, global_prim_id: dr.ArrayBase, geometry: LiveGeometry) -> tuple:
     """Where the faces of (N,) ``Int`` ``global_prim_id`` (-1 = none) are, and their world corners.
 
-    Returns ``(gid, hit, shape, prim, winner, tri, (v0, v1, v2), cols)``: ``hit`` where
+    Returns ``(gid, hit, shape, prim, winner, tri, (v0, v1, v2))``: ``hit`` where
     ``gid >= 0``, the shape, the face within its mesh, its row in the face table, its
-    vertex ids, its world-space corners as ``Array3`` (face 0's where not ``hit``) and the
-    shape's transform columns (``None`` when every shape is in world space).
-    Differentiable in the corners (gathers of the live arrays).
+    vertex ids and its world-space corners as ``Array3f64`` (face 0's where not ``hit``),
+    placed in float64 from the ``Array3`` vertices (:func:`rayd.drjit._geometry.place`;
+    the caller rounds its outputs once). Differentiable in the vertices and transforms.
     """
     Int, UInt = m.Int, m.UInt
     gid = Int(global_prim_id)
@@ -82,14 +83,8 @@ def locate(m: ModuleType, Array3: type, global_prim_id: dr.ArrayBase, geometry: 
     prim = g - dr.gather(Int, offsets, shape)
     winner = UInt(dr.gather(Int, Int(geometry.face_row), shape) + prim)  # row in the face table
     tri = dr.gather(m.Array3u, m.Array3u(geometry.faces), winner)
-    v0 = dr.gather(Array3, geometry.vertices, tri.x)
-    v1 = dr.gather(Array3, geometry.vertices, tri.y)
-    v2 = dr.gather(Array3, geometry.vertices, tri.z)
-    cols = None
-    if geometry.transform is not None:
-        cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
-        v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
-    return gid, hit, shape, prim, winner, tri, (v0, v1, v2), cols
+    corners = place(geometry.transform, shape, *(dr.gather(Array3, geometry.vertices, i) for i in tri))
+    return gid, hit, shape, prim, winner, tri, corners
 
 
 def evaluate(
@@ -110,20 +105,20 @@ def evaluate(
     """
     Array3 = m.Array3f64 if double else m.Array3f
     Array2 = m.Array2f64 if double else m.Array2f
-    gid, hit, shape, prim, winner, tri, corners, cols = locate(m, Array3, global_prim_id, geometry)
+    Work = m.Array3f64
+    gid, hit, shape, prim, winner, tri, corners = locate(m, Array3, global_prim_id, geometry)
     normal_cols = None
-    if cols is not None and geometry.normal_transform is not None:
-        normal_cols = tuple(dr.gather(Array3, c, shape) for c in geometry.normal_transform)
+    if geometry.transform is not None and geometry.normal_transform is not None:
+        normal_cols = tuple(dr.gather(Work, c, shape) for c in geometry.normal_transform)
     # The solve runs in float64 even for float32 inputs (differentiably cast back):
     # grazing hits are ill-conditioned, and float32 rounding (with or without FMA
     # contraction) would otherwise make CPU, CUDA and rayd.torch disagree.
-    Work = m.Array3f64
     ids = {"prim_id": prim, "shape_id": m.Int(shape), "global_prim_id": gid}
 
     def normals(w: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
         interpolated = _interpolate(Array3, geometry.normals, tri, w)
-        if normal_cols is not None:
-            interpolated = linear(normal_cols, interpolated)
+        if normal_cols is not None:  # mapped in float64 (the columns' type), rounded once
+            interpolated = Array3(linear(normal_cols, Work(interpolated)))
         return interpolated, dr.gather(m.Bool, m.Bool(geometry.face_has_normals), winner)
 
     def uv(w: dr.ArrayBase) -> tuple[dr.ArrayBase, dr.ArrayBase]:
@@ -132,7 +127,7 @@ def evaluate(
     def cast(x: dr.ArrayBase) -> dr.ArrayBase:
         return x if double else dr.float32_array_t(type(x))(x)
 
-    return hits.evaluate(_vector, flags, hit, Work(o), Work(d), tuple(Work(v) for v in corners), ids, cast,
+    return hits.evaluate(_vector, flags, hit, Work(o), Work(d), corners, ids, cast,
                          None if geometry.normals is None else normals, None if geometry.uv is None else uv)
 
 

@@ -97,8 +97,13 @@ class LiveState(LiveBase):
             )
         return self._columns_cache[key]
 
-    def transform_columns(self, m: ModuleType, Array3: type, with_normals: bool) -> tuple[tuple, tuple | None]:
-        """Width-S placement columns (and normal-transform columns) for the differentiable evaluation.
+    def transform_columns(self, m: ModuleType, with_normals: bool) -> tuple[tuple, tuple | None]:
+        """Width-S ``Array3f64`` placement columns (and normal-transform columns) for the differentiable evaluation.
+
+        float64 whatever the vertices' and matrices' types (float32 matrices widen
+        exactly; an instance's composition is computed in float64): the evaluation places
+        the winners' vertices in float64 and rounds its outputs once
+        (:func:`rayd.drjit._geometry.place`), as rayd.torch does.
 
         When no registered matrix has gradients enabled, they come from the host table
         (plain arrays, cached until a transform changes). Otherwise every shape's own
@@ -109,6 +114,7 @@ class LiveState(LiveBase):
         in one vectorised step. The traced expression does not grow with the number
         of shapes.
         """
+        Array3 = m.Array3f64
         (every_batch, every_single), _ = self._groups()  # filtered per distinct array, as matrix_groups(.., keep)
         batches = {key: group for key, group in every_batch.items() if _requires_grad(group[0])}
         singles = {key: group for key, group in every_single.items() if _requires_grad(group[0])}
@@ -124,10 +130,9 @@ class LiveState(LiveBase):
                 self._columns_cache[key] = normal
             return transform, normal
 
-        Float = dr.value_t(Array3)
-        dtype = np.float64 if dr.type_v(Array3) == dr.VarType.Float64 else np.float32
+        Float = m.Float64
         own = self.core.transforms.own
-        entries = [[Float(np.ascontiguousarray(own[:, i, j], dtype=dtype)) for j in range(4)] for i in range(3)]
+        entries = [[Float(np.ascontiguousarray(own[:, i, j], dtype=np.float64)) for j in range(4)] for i in range(3)]
 
         def overwrite(values, index, positions):  # entries[positions] = values[index]
             where = m.UInt(positions)
@@ -166,7 +171,7 @@ class LiveState(LiveBase):
                                         lambda array, k: kinds[k](array), lambda n, k: dr.zeros(kinds[k], n), concat)
         transform = normal_transform = None
         if self._groups()[1]:  # any shape has a matrix
-            transform, normal_transform = self.transform_columns(m, Array3, normals is not None)
+            transform, normal_transform = self.transform_columns(m, normals is not None)
         return LiveGeometry(
             vertices=vertices,
             faces=self._faces,

@@ -19,7 +19,7 @@ from rayd.core import segments
 from rayd.core.closest import within_max_distance
 from rayd.core.frontend import SceneBase
 from rayd.drjit import _check, _convert, _vector
-from rayd.drjit._geometry import apply
+from rayd.drjit._geometry import place
 from rayd.drjit.edges import NearestEdge, SceneEdges
 from rayd.drjit.ray import Ray
 from rayd.engine import nearest_edge as _search
@@ -42,13 +42,10 @@ def _winner_segments(m: ModuleType, double: bool, gid: dr.ArrayBase, edges: Scen
     found = gid >= 0
     g = m.UInt(dr.select(found, gid, 0))
     rows = dr.gather(m.Array2u, m.Array2u(edges.edge_rows), g)
-    a = dr.gather(Array3, geometry.vertices, rows.x)
-    b = dr.gather(Array3, geometry.vertices, rows.y)
-    if geometry.transform is not None:
-        shape = m.UInt(dr.gather(m.Int, m.Int(edges.topology.shape_id), g))
-        cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
-        a, b = apply(cols, a), apply(cols, b)
-    a, b = segments.stand_in_edge(_vector, found, m.Array3f64(a), m.Array3f64(b))
+    shape = None if geometry.transform is None else m.UInt(dr.gather(m.Int, m.Int(edges.topology.shape_id), g))
+    a, b = place(geometry.transform, shape, dr.gather(Array3, geometry.vertices, rows.x),
+                 dr.gather(Array3, geometry.vertices, rows.y))  # float64 (rounded once by _cast)
+    a, b = segments.stand_in_edge(_vector, found, a, b)
     return found, a, b
 
 

@@ -97,7 +97,7 @@ def _slot_corners(scene, m, ids: np.ndarray) -> list[tuple]:
     if not bounces:
         return []
     geometry = scene._state.live_geometry(m, True)
-    _, _, _, _, _, _, (v0, v1, v2), _ = locate(m, m.Array3f64, m.Int(ids.reshape(-1)), geometry)
+    _, _, _, _, _, _, (v0, v1, v2) = locate(m, m.Array3f64, m.Int(ids.reshape(-1)), geometry)
     lanes = dr.arange(m.UInt, n) * bounces
     return [tuple(dr.gather(m.Array3f64, v, lanes + k) for v in (v0, v1, v2)) for k in range(bounces)]
 
@@ -119,8 +119,8 @@ def host_corners(scene, ids: np.ndarray, double: bool) -> np.ndarray:
 def _slot_corners_flat(scene, m, ids: np.ndarray, double: bool) -> list[np.ndarray]:
     Array3 = m.Array3f64 if double else m.Array3f
     geometry = scene._state.live_geometry(m, double)
-    _, _, _, _, _, _, corners, _ = locate(m, Array3, m.Int(ids.reshape(-1)), geometry)
-    return [np.array(m.Array3f64(dr.detach(v)), dtype=np.float64).T for v in corners]
+    _, _, _, _, _, _, corners = locate(m, Array3, m.Int(ids.reshape(-1)), geometry)
+    return [np.array(dr.detach(v), dtype=np.float64).T for v in corners]
 
 
 def host_search(scene, double: bool, o, d, tmin, tmax, flag, skip):

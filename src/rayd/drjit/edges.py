@@ -17,7 +17,7 @@ from rayd.core.edge_state import EdgeBuffers
 from rayd.core.edges import TopologyBase, document
 from rayd.core.topology import same_direction
 from rayd.drjit import _check, _convert
-from rayd.drjit._geometry import apply, concat
+from rayd.drjit._geometry import apply, concat, place
 from rayd.engine.edge_topology import mesh_edges
 from rayd.records import EdgeRecord
 from rayd.drjit.intersection import DrjitRecord
@@ -250,15 +250,12 @@ class SceneEdges(EdgeBuffers):
         Array3 = type(viewpoint)
         shape = m.UInt(top.shape_id)
         first_row = dr.gather(m.Int, m.Int(scene._face_row), shape)
-        cols = None
-        if geometry.transform is not None:
-            cols = tuple(dr.gather(Array3, c, shape) for c in geometry.transform)
 
         def towards(face: dr.ArrayBase) -> dr.ArrayBase:
             tri = dr.gather(m.Array3u, m.Array3u(scene._faces), m.UInt(first_row + face))
             v0, v1, v2 = (dr.gather(Array3, geometry.vertices, i) for i in (tri.x, tri.y, tri.z))
-            if cols is not None:
-                v0, v1, v2 = apply(cols, v0), apply(cols, v1), apply(cols, v2)
+            if geometry.transform is not None:  # placed in float64, rounded once (rayd.torch's placed_vertices)
+                v0, v1, v2 = (Array3(v) for v in place(geometry.transform, shape, v0, v1, v2))
             return dr.dot(dr.cross(v1 - v0, v2 - v0), viewpoint - v0)
 
         faces = m.Array2i(top.faces)
