@@ -55,7 +55,7 @@ def test_find_specular_paths_is_core_code_with_frontend_words(frontend, array):
     assert find.__doc__ == words.DOCS["find_specular_paths"]
     assert (find.__module__, find.__name__, find.__qualname__) == (f"rayd.{frontend}.paths",) + ("find_specular_paths",) * 2
     assert str(inspect.signature(find)) == (
-        f"(scene, sources: '{array}', targets: '{array}', max_bounces: 'int', *, num_rays: 'int' = 100000, "
+        f"(scene: 'Scene', sources: '{array}', targets: '{array}', max_bounces: 'int', *, num_rays: 'int' = 100000, "
         "line_of_sight: 'bool' = True) -> 'SpecularPathSet'")
     with pytest.raises(TypeError, match=rf"^rayd\.{frontend}\.find_specular_paths\(\): 'scene' must be a "
                                         rf"rayd\.{frontend}\.Scene, got object"):

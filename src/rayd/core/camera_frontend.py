@@ -343,7 +343,7 @@ class CameraBase(PublicName, FrontendDocs):
         return (0.0, 0.0, 0.0) if to_world is None else tuple(float(x) for x in to_world[:3, 3])
 
     def intrinsics(self) -> tuple[float, float, float, float]:
-        """``(fx, fy, cx, cy)`` as Python floats (detached; a host read for arrays)."""
+        """``(fx, fy, cx, cy)`` in pixels, as Python floats (detached; a host read for arrays)."""
         return tuple(self._host_scalar(v) if self._is_array(v) else float(v)
                      for v in (self.fx, self.fy, self.cx, self.cy))
 

@@ -55,23 +55,34 @@ def document(cls: type, docs: dict[str, str], annotations: dict[str, dict[str, A
     Args:
         cls: the frontend's mixin (a subclass of a core mixin such as :class:`EdgeQueries`).
         docs: method name -> docstring.
-        annotations: method name -> annotations to show (the frontend's types).
+        annotations: method name -> annotations to show (the frontend's types); a
+            name here but not in ``docs`` keeps the inherited docstring.
 
     Returns:
         ``cls``, to allow use as a decorator's helper.
     """
-    for name, doc in docs.items():
+    annotations = annotations or {}
+    names = [*docs, *(name for name in annotations if name not in docs)]
+    for name in names:
         base = inspect.getattr_static(cls, name)
+        doc = docs.get(name, _doc_of(base))
         if isinstance(base, (classmethod, staticmethod)):  # the function inside, wrapped again
-            method = _copy(cls, name, base.__func__, doc, (annotations or {}).get(name, {}))
+            method = _copy(cls, name, base.__func__, doc, annotations.get(name, {}))
             setattr(cls, name, type(base)(method))
             continue
         if isinstance(base, property):  # a property: its getter copied the same way
-            getter = _copy(cls, name, base.fget, doc, (annotations or {}).get(name, {}))
+            getter = _copy(cls, name, base.fget, doc, annotations.get(name, {}))
             setattr(cls, name, property(getter, base.fset, base.fdel, doc))
             continue
-        setattr(cls, name, _copy(cls, name, base, doc, (annotations or {}).get(name, {})))
+        setattr(cls, name, _copy(cls, name, base, doc, annotations.get(name, {})))
     return cls
+
+
+def _doc_of(base: Any) -> str | None:
+    """The docstring of an inherited method, classmethod, staticmethod or property."""
+    if isinstance(base, (classmethod, staticmethod)):
+        return base.__func__.__doc__
+    return base.__doc__
 
 
 def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]) -> Any:
@@ -83,3 +94,37 @@ def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]
     method.__module__ = cls.__module__
     method.__qualname__ = f"{cls.__qualname__}.{name}"
     return method
+
+
+def scene_annotations(array: str, all_hits: str, names: Any) -> dict[str, dict[str, Any]]:
+    """The annotations a frontend's ``Scene`` query methods show (for a docs module's ``ANNOTATIONS``).
+
+    Args:
+        array: how the frontend's array type is written (``"torch.Tensor"``, ``"dr.ArrayBase"``).
+        all_hits: the name of its ``intersect_all`` record (``"Intersection"``, ``"Intersections"``).
+        names: the method names wanted (a docs module's ``DOCS``).
+
+    Returns:
+        method name -> parameter name (and ``"return"``) -> annotation, as strings naming the
+        frontend's public types, for the methods of ``names`` that are queries.
+    """
+    optional, ignore = f"{array} | None", f"{array} | int | None"
+    ray = {"ray": "Ray", "active": optional, "ignore": ignore}
+    points = {"points": array, "active": optional}
+    table = {
+        "intersect": {**ray, "return": "Intersection"},
+        "shadow_test": {**ray, "return": array},
+        "visible": {"start": array, "end": array, "active": optional, "ignore": ignore, "return": array},
+        "intersect_all": {**ray, "return": all_hits},
+        "count_intersections": {**ray, "return": array},
+        "edge_topology": {"return": "EdgeTopology"},
+        "set_edge_mask": {"mask": array, "return": None},
+        "edge_mask": {"return": array},
+        "nearest_edge": {"points_or_ray": f"{array} | Ray", "active": optional, "return": "NearestEdge"},
+        "nearest_edges": {**points, "k": int, "return": "NearestEdge"},
+        "silhouette_edges": {"viewpoint": array, "return": array},
+        "trace_reflections": {**ray, "max_bounces": int, "return": "ReflectionChain"},
+        "specular_paths": {"source": array, "target": array, "prim_sequence": array, "active": optional,
+                           "return": "SpecularPaths"},
+    }
+    return {name: table[name] for name in names if name in table}

@@ -134,7 +134,7 @@ def path_finder(frontend: str, find: Callable, check_points: Callable, check_dev
     find_specular_paths.__doc__ = doc
     find_specular_paths.__module__ = f"rayd.{frontend}.paths"
     find_specular_paths.__qualname__ = "find_specular_paths"
-    find_specular_paths.__annotations__ = {"sources": array, "targets": array, "max_bounces": "int", "num_rays": "int",
+    find_specular_paths.__annotations__ = {"scene": "Scene", "sources": array, "targets": array, "max_bounces": "int", "num_rays": "int",
                                            "line_of_sight": "bool", "return": "SpecularPathSet"}
     return find_specular_paths
 

@@ -70,5 +70,6 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {'generate_rays': {'return': 'Ray'}, 'project': {},
+ANNOTATIONS = {'generate_rays': {'samples': 'dr.ArrayBase | None', 'return': 'Ray'},
+    'project': {'points': 'dr.ArrayBase', 'return': 'tuple[dr.ArrayBase, dr.ArrayBase]'},
     'sample_edges': {'num_samples': int, 'generator': 'numpy.random.Generator | None', 'return': 'EdgeSamples'}}

@@ -11,7 +11,7 @@ estimator and its references).
 from __future__ import annotations
 
 from types import SimpleNamespace
-from typing import Callable
+from typing import Any, Callable
 
 import drjit as dr
 import numpy as np
@@ -39,7 +39,7 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
     _width_field = "weight"
     _RAY = Ray
 
-    def __init__(self, *, m, count: int, **fields) -> None:
+    def __init__(self, *, m: Any, count: int, **fields: Any) -> None:
         super().__init__(**fields)
         self.m = m
         self.count = count
@@ -57,7 +57,7 @@ class EdgeSamples(DrjitRecord, EdgeSamplesBase):
             x = x + dr.zeros(type(x), self.count)
         return x
 
-    def boundary_term(self, f_inside, f_outside, *, filter: str = "box"):
+    def boundary_term(self, f_inside: dr.ArrayBase, f_outside: dr.ArrayBase, *, filter: str = "box") -> dr.ArrayBase:
         """Flat ``Float`` image of width ``height * width`` (lane ``j * width + i``), zero in value.
 
         ``Σ h_k(xy) (f_inside − f_outside) · motion · weight · visible`` with the box

@@ -26,4 +26,6 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {"from_trimesh": {"to_world": "dr.ArrayBase | None", "return": "'Mesh'"}}
+ANNOTATIONS = {"from_trimesh": {"to_world": "dr.ArrayBase | None", "return": "'Mesh'"}, "__init__": {"vertices": "dr.ArrayBase", "faces": "dr.ArrayBase", "normals": "dr.ArrayBase | None", "uv": "dr.ArrayBase | None",
+    "to_world": "dr.ArrayBase | None"}, "vertices": {"return": "dr.ArrayBase"}, "faces": {"return": "dr.ArrayBase"},
+    "normals": {"return": "dr.ArrayBase | None"}, "uv": {"return": "dr.ArrayBase | None"}, "to_world": {"return": "dr.ArrayBase | None"}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import drjit as dr
 
+from rayd.core.docs import scene_annotations
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit.intersection import Intersection
@@ -187,3 +188,5 @@ DOCS = {
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
 }
+
+ANNOTATIONS = scene_annotations("dr.ArrayBase", "Intersections", DOCS)

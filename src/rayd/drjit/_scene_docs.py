@@ -1,5 +1,6 @@
 """rayd.drjit's words for the core's ray queries and ``device``: as :mod:`rayd.torch._scene_docs`, for Dr.Jit arrays."""
 
+from rayd.core.docs import scene_annotations
 from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
 
 DOCS = {
@@ -66,4 +67,4 @@ DOCS = {
         (N,) ``Bool``, """ + VISIBLE_RULE,
 }
 
-ANNOTATIONS = {"device": {"return": "str | None"}}
+ANNOTATIONS = {"device": {"return": "str | None"}, **scene_annotations("dr.ArrayBase", "Intersections", DOCS)}

@@ -20,6 +20,7 @@ import drjit as dr
 import numpy as np
 
 from rayd.core import specular
+from rayd.core.docs import scene_annotations
 from rayd.flags import RayFlags
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
@@ -235,3 +236,5 @@ DOCS = {
         RuntimeError: the scene is not built or has pending changes.
     """,
 }
+
+ANNOTATIONS = scene_annotations("dr.ArrayBase", "Intersections", DOCS)

@@ -84,7 +84,7 @@ class Camera(CameraBase):
         return _convert.module(backend, ad), double
 
     # ------------------------------------------------------------------ camera space (rayd.core.camera_frontend)
-    def world_to_camera(self, points):
+    def world_to_camera(self, points: dr.ArrayBase) -> dr.ArrayBase:
         """Camera-space positions of world points, no checks.
 
         Args:
@@ -106,7 +106,7 @@ class Camera(CameraBase):
         """
         return self._world_to_camera(self._namespace(points), points)
 
-    def camera_to_pixels(self, p):
+    def camera_to_pixels(self, p: dr.ArrayBase) -> dr.ArrayBase:
         """Pixel coordinates of camera-space points: the pinhole projection, no checks.
 
         Args:

@@ -53,7 +53,7 @@ class DrjitRecord(PublicName, FieldRecord):
             picked = dr.repeat(picked, k) * k + dr.tile(dr.arange(uint, k), count)
         return picked, count
 
-    def __getitem__(self, index: object):
+    def __getitem__(self, index: object) -> "DrjitRecord":
         """The record of the selected queries, by ``dr.gather``.
 
         Args:

@@ -64,4 +64,12 @@ class Ray(RayBase):
         return f"rayd.drjit.Ray(width={self.width}, type={_convert.type_name(self.o)})"
 
 
-document_ray(Ray, "dr.ArrayBase", """The point ``o + t d``.""")
+document_ray(Ray, "dr.ArrayBase", """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
+
+    Args:
+        t: a float, or a ``Float``/``Float64`` of the rays' width (or width 1); in multiples of ``|d|``.
+
+    Returns:
+        ``Array3f``/``Array3f64`` points (world units) in the promoted dtype of ``o``, ``d``, ``t``; differentiable
+        in all three. No checks: a miss's ``t = inf`` gives non-finite points.
+    """)

@@ -30,7 +30,7 @@ class _SlotRecord(DrjitRecord, FieldRecord):
         """The record's shape, its last entry the number of slots ``B``."""
         return self._shape
 
-    def __getitem__(self, index: object):
+    def __getitem__(self, index: object) -> "_SlotRecord":
         """The record of the selected items along the first dimension.
 
         Args:

@@ -28,4 +28,6 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {"from_trimesh": {"to_world": "torch.Tensor | None", "return": "'Mesh'"}}
+ANNOTATIONS = {"from_trimesh": {"to_world": "torch.Tensor | None", "return": "'Mesh'"}, "__init__": {"vertices": "torch.Tensor", "faces": "torch.Tensor", "normals": "torch.Tensor | None", "uv": "torch.Tensor | None",
+    "to_world": "torch.Tensor | None"}, "vertices": {"return": "torch.Tensor"}, "faces": {"return": "torch.Tensor"},
+    "normals": {"return": "torch.Tensor | None"}, "uv": {"return": "torch.Tensor | None"}, "to_world": {"return": "torch.Tensor | None"}}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core.docs import scene_annotations
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags, unrequested
 from rayd.torch import _interval, _intersect_fused, _ops, _trace, _walk_on
@@ -170,3 +171,5 @@ DOCS = {
         TypeError, ValueError, RuntimeError: as :meth:`intersect`.
     """,
 }
+
+ANNOTATIONS = scene_annotations("torch.Tensor", "Intersection", DOCS)

@@ -2,6 +2,7 @@
 :class:`rayd.core.queries.RayQueries`, :class:`rayd.core.frontend.SceneBase`), bound by
 :class:`rayd.core.docs.FrontendDocs` when the Scene class is made."""
 
+from rayd.core.docs import scene_annotations
 from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
 
 DOCS = {
@@ -66,4 +67,4 @@ DOCS = {
         (...) bool, """ + VISIBLE_RULE,
 }
 
-ANNOTATIONS = {"device": {"return": "torch.device | None"}}
+ANNOTATIONS = {"device": {"return": "torch.device | None"}, **scene_annotations("torch.Tensor", "Intersection", DOCS)}

@@ -20,6 +20,7 @@ import torch
 import numpy as np
 
 from rayd.core import specular
+from rayd.core.docs import scene_annotations
 from rayd.flags import RayFlags
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
@@ -248,3 +249,5 @@ DOCS = {
         RuntimeError: the scene is not built or has pending changes.
     """,
 }
+
+ANNOTATIONS = scene_annotations("torch.Tensor", "Intersection", DOCS)

@@ -35,7 +35,7 @@ class TorchRecord(PublicName, FieldRecord):
         return value[index]
 
     def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
-           non_blocking: bool = False):
+           non_blocking: bool = False) -> "TorchRecord":
         """The record with every field on ``device`` and float fields in ``dtype``.
 
         Args:
@@ -61,7 +61,7 @@ class TorchRecord(PublicName, FieldRecord):
 
         return self._map(move)
 
-    def cpu(self):
+    def cpu(self) -> "TorchRecord":
         """The record with every field on the CPU (``to("cpu")``).
 
         Returns:

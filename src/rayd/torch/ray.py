@@ -79,4 +79,12 @@ class Ray(RayBase):
         return f"rayd.torch.Ray(shape={tuple(self.shape)}, dtype={self.o.dtype}, device={self.device})"
 
 
-document_ray(Ray, "torch.Tensor", """The point ``o + t d`` (``t`` broadcast against the batch shape).""")
+document_ray(Ray, "torch.Tensor", """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
+
+    Args:
+        t: a float, or a float tensor broadcastable to the batch shape ``...``; in multiples of ``|d|``.
+
+    Returns:
+        (..., 3) points (world units) in the promoted dtype of ``o``, ``d``, ``t``; differentiable
+        in all three. No checks: a miss's ``t = inf`` gives non-finite points.
+    """)

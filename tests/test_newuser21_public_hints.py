@@ -1,0 +1,82 @@
+"""Every public callable of rayd.torch and rayd.drjit shows type hints and a docstring (help() is the reference
+a new user reads first): each class of ``__all__``, its public methods and properties, and the module functions.
+
+Methods a class inherits from Python itself (``int``'s methods on ``RayFlags``, ``object.__init__``) are not rayd's
+and are skipped.
+"""
+
+from __future__ import annotations
+
+import enum
+import importlib
+import inspect
+
+import pytest
+
+
+def _own(cls: type, name: str) -> bool:
+    """True if ``cls.name`` is rayd's (defined by a class of a rayd module), not Python's or enum's."""
+    for klass in cls.__mro__:
+        if name in klass.__dict__:
+            return klass.__module__.startswith("rayd")
+    return False
+
+
+def _gaps(module_name: str) -> list[str]:
+    module = importlib.import_module(module_name)
+    gaps = []
+
+    def check(qual: str, function, init: bool = False) -> None:
+        if not (inspect.getdoc(function) or init):
+            gaps.append(f"{qual}: no docstring")
+        signature = inspect.signature(function)
+        for parameter in signature.parameters.values():
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD) or parameter.name in ("self", "cls"):
+                continue
+            if parameter.annotation is inspect.Parameter.empty:
+                gaps.append(f"{qual}: no type hint on '{parameter.name}'")
+        if signature.return_annotation is inspect.Signature.empty and not init:
+            gaps.append(f"{qual}: no return type hint")
+
+    for name in module.__all__:
+        obj = getattr(module, name)
+        qual = f"{module_name}.{name}"
+        if not inspect.isclass(obj):
+            check(qual, obj)
+            continue
+        if not inspect.getdoc(obj):
+            gaps.append(f"{qual}: no class docstring")
+        if issubclass(obj, enum.Enum):
+            continue  # RayFlags: members and int's methods
+        for member in sorted(vars(obj).keys() | {n for k in obj.__mro__ for n in vars(k)}):
+            if (member.startswith("_") and member not in ("__init__", "__call__", "__getitem__")) or not _own(obj, member):
+                continue
+            raw = inspect.getattr_static(obj, member)
+            if isinstance(raw, property):
+                if not raw.__doc__:
+                    gaps.append(f"{qual}.{member}: property without docstring")
+                if "return" not in getattr(raw.fget, "__annotations__", {}):
+                    gaps.append(f"{qual}.{member}: property without return type hint")
+            elif isinstance(raw, (staticmethod, classmethod)) or inspect.isfunction(raw):
+                check(f"{qual}.{member}", getattr(obj, member), init=member == "__init__")
+    return gaps
+
+
+@pytest.mark.parametrize("frontend", ["torch", "drjit"])
+def test_public_api_has_type_hints_and_docstrings(frontend):
+    pytest.importorskip(frontend)
+    assert _gaps(f"rayd.{frontend}") == []
+
+
+@pytest.mark.parametrize("frontend, array", [("torch", "torch.Tensor"), ("drjit", "dr.ArrayBase")])
+def test_scene_queries_name_the_frontend_types(frontend, array):
+    module = pytest.importorskip(f"rayd.{frontend}")
+    hints = module.Scene.intersect.__annotations__
+    assert (hints["ray"], hints["active"], hints["return"]) == ("Ray", f"{array} | None", "Intersection")
+    assert module.Scene.visible.__annotations__["start"] == array
+    assert module.Scene.nearest_edge.__annotations__["points_or_ray"] == f"{array} | Ray"
+    assert module.Scene.trace_reflections.__annotations__["max_bounces"] is int
+    assert module.Mesh.__init__.__annotations__["vertices"] == array
+    assert module.Mesh.vertices.fget.__annotations__["return"] == array
+    # the copies run the shared code: the docstring is kept, the behaviour too
+    assert "read-only" in module.Mesh.vertices.__doc__
