@@ -52,7 +52,8 @@ def index_tensor(call: str, name: str, value: object, *, last: int | None = None
 def shape(call: str, name: str, value: torch.Tensor, *, last: int | None = None, ndim: int | None = None) -> None:
     """``ValueError`` unless ``value`` has rank ``ndim`` and last dimension ``last``."""
     if ndim is not None and value.dim() != ndim:
-        want = "(" + ", ".join(["N"] * (ndim - 1) + [str(last) if last is not None else "M"]) + ")"
+        dims = ["N"] * (ndim - 1) + [str(last) if last is not None else "M"]
+        want = f"({dims[0]},)" if ndim == 1 else "(" + ", ".join(dims) + ")"
         raise ValueError(f"{call}: '{name}' must have shape {want}, got {tuple(value.shape)}")
     if last is not None and (value.dim() == 0 or value.shape[-1] != last):
         raise ValueError(f"{call}: '{name}' must have shape (..., {last}), got {tuple(value.shape)}")
