@@ -348,4 +348,6 @@ class EdgeQueries(FrontendDocs):
     def silhouette_edges(self, viewpoint):
         call = f"{self._PREFIX}.silhouette_edges()"
         self._require_ready(call)
+        if self._edges is not None:  # it reads the applied mask: a newer one must be synced first
+            self._edges.require_synced(call)
         return self._EDGE_QUERIES.silhouette_edges(self, call, viewpoint)
