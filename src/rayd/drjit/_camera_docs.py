@@ -45,9 +45,16 @@ DOCS = {
         Gradients:
             ``o``, ``d`` with respect to ``samples``, the intrinsics and ``to_world`` (Dr.Jit AD).
 
+        Units:
+            ``samples`` in pixels; ``o`` in world units, ``d`` unit length (so ``t`` is a distance).
+
         Raises:
             TypeError: ``samples`` not a float Dr.Jit array.
             ValueError: ``samples`` not a 2-vector array.
+
+        References:
+            Hartley, Zisserman 2004, "Multiple View Geometry in Computer Vision", 2nd ed.,
+            sec. 6.1 (the pinhole camera); the axes and pixel centres of OpenCV's camera model.
         """,
     "project": """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
 
@@ -64,9 +71,16 @@ DOCS = {
         Gradients:
             With respect to ``points``, the intrinsics and ``to_world`` (Dr.Jit AD).
 
+        Units:
+            ``xy`` in pixels, ``depth`` in world units along the camera's z axis.
+
         Raises:
             TypeError: ``points`` not a float Dr.Jit array.
             ValueError: ``points`` not a 3-vector array.
+
+        References:
+            Hartley, Zisserman 2004, "Multiple View Geometry in Computer Vision", 2nd ed.,
+            sec. 6.1 (the pinhole camera); the axes and pixel centres of OpenCV's camera model.
         """,
 }
 

@@ -162,6 +162,9 @@ DOCS = {
     Gradients:
         As :meth:`intersect`, per slot, for the fixed faces (Dr.Jit AD, both modes).
 
+    Units:
+        ``t`` in multiples of ``|d|``; ``p`` in world units (as :meth:`intersect`).
+
     Raises:
         TypeError: ``max_hits`` is not an int; and as :meth:`intersect`.
         ValueError: ``max_hits`` outside ``[1, 64]``; and as :meth:`intersect`.

@@ -32,6 +32,9 @@ DOCS = {
         and ``points`` (Dr.Jit AD), for the fixed triangle and Voronoi region;
         misses get zero gradient.
 
+    Units:
+        World units.
+
     Raises:
         TypeError, ValueError: wrong types, widths, backend, ``max_distance``.
         RuntimeError: not built or pending changes.
@@ -60,9 +63,17 @@ DOCS = {
         (``O(N F)`` work, chunked; the AD namespace), as rayd.torch's: a smooth
         function away from the surface. Otherwise the non-differentiable namespace.
 
+    Units:
+        Dimensionless (turns: 1 inside a closed, outward-oriented mesh).
+
     Raises:
         TypeError: as :meth:`closest_point`; ``exact`` not a bool.
         ValueError, RuntimeError: as :meth:`closest_point`.
+
+    References:
+        Barill, Dickson, Schmidt, Levin, Jacobson 2018, ACM TOG 37(4); Jacobson,
+        Kavan, Sorkine-Hornung 2013, ACM TOG 32(4); Van Oosterom, Strackee 1983,
+        IEEE Trans. Biomed. Eng. 30(2).
     """,
     "contains": """Inside test: ``winding_number(points, exact=True) > 0.5``. Not differentiable.
 

@@ -67,10 +67,17 @@ DOCS = {
             ``o`` and ``d`` are differentiable with respect to ``samples``, the
             intrinsics and ``to_world`` (promoted dtype of them all).
 
+        Units:
+            ``samples`` in pixels; ``o`` in world units, ``d`` unit length (so ``t`` is a distance).
+
         Raises:
             TypeError: ``samples`` not a float tensor.
             ValueError: its last dimension is not 2, or it is on another device than
                 the camera's tensors.
+
+        References:
+            Hartley, Zisserman 2004, "Multiple View Geometry in Computer Vision", 2nd ed.,
+            sec. 6.1 (the pinhole camera); the axes and pixel centres of OpenCV's camera model.
         """,
     "project": """Pixel coordinates and depth of world points (the inverse of :meth:`generate_rays`).
 
@@ -89,9 +96,16 @@ DOCS = {
         Gradients:
             Differentiable with respect to ``points``, the intrinsics and ``to_world``.
 
+        Units:
+            ``xy`` in pixels, ``depth`` in world units along the camera's z axis.
+
         Raises:
             TypeError: ``points`` not a float tensor.
             ValueError: its last dimension is not 3, or it is on another device.
+
+        References:
+            Hartley, Zisserman 2004, "Multiple View Geometry in Computer Vision", 2nd ed.,
+            sec. 6.1 (the pinhole camera); the axes and pixel centres of OpenCV's camera model.
         """,
 }
 

@@ -206,6 +206,11 @@ DOCS = {
         TypeError: ``max_bounces`` is not an int; and as :meth:`intersect`.
         ValueError: ``max_bounces`` outside ``[1, 16]``; and as :meth:`intersect`.
         RuntimeError: as :meth:`intersect`.
+
+    References:
+        Whitted 1980, "An Improved Illumination Model for Shaded Display", CACM 23(6)
+        (the mirror direction); Allen, Berkley 1979, "Image Method for Efficiently
+        Simulating Small-Room Acoustics", JASA 65(4) (``image_source``).
     """,
     "specular_paths": """The exact specular path from ``source`` to ``target`` off the faces ``prim_sequence``.
 
@@ -247,6 +252,10 @@ DOCS = {
         TypeError: non-float points, a non-integer ``prim_sequence``, non-bool ``active``.
         ValueError: wrong shapes, ``B > 16``, inputs on another device.
         RuntimeError: the scene is not built or has pending changes.
+
+    References:
+        Allen, Berkley 1979, "Image Method for Efficiently Simulating Small-Room
+        Acoustics", JASA 65(4).
     """,
 }
 
