@@ -32,3 +32,18 @@ def test_drjit_says_the_same_shape():
     scene.build()
     with pytest.raises(ValueError, match=re.escape("'viewpoint' must have shape (3,)")):
         scene.silhouette_edges(Array3f([0, 1], [0, 1], [5, 5]))
+
+
+def test_drjit_from_trimesh_names_a_missing_backend():
+    dr = pytest.importorskip("drjit")
+    trimesh = pytest.importorskip("trimesh")
+    rd = pytest.importorskip("rayd.drjit")
+    box = trimesh.creation.box()
+    for backend in ("llvm", "cuda"):
+        if dr.has_backend(getattr(dr.JitBackend, backend.upper())):
+            mesh = rd.Mesh.from_trimesh(box, backend=backend)
+            assert mesh.backend == backend and mesh.num_faces == 12
+        else:  # was Dr.Jit's own TypeError from jit_init_thread_state(), naming no rayd call
+            with pytest.raises(ValueError, match=rf"^rayd\.drjit\.Mesh\.from_trimesh\(\): 'backend' is '{backend}', "
+                                                 rf"but Dr\.Jit has no {backend.upper()} backend"):
+                rd.Mesh.from_trimesh(box, backend=backend)

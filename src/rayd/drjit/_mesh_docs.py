@@ -21,8 +21,9 @@ DOCS = {
 
         Raises:
             TypeError: ``mesh`` is not a ``trimesh.Trimesh``, or a wrong ``dtype``.
-            ValueError: an unknown ``backend``; ``uv=True`` for a mesh without texture
-                coordinates; and what :class:`Mesh` raises.
+            ValueError: an unknown ``backend``, or one Dr.Jit does not have on this
+                machine; ``uv=True`` for a mesh without texture coordinates; and what
+                :class:`Mesh` raises.
         """,
 }
 

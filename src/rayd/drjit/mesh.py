@@ -66,6 +66,9 @@ class Mesh(MeshBase):
         """``from_trimesh``'s options checked; the converter of its NumPy arrays into columns (faces ``Array3u``)."""
         if backend not in ("llvm", "cuda"):
             raise ValueError(f"{call}: 'backend' must be 'llvm' or 'cuda', got {backend!r}")
+        if not dr.has_backend(getattr(dr.JitBackend, backend.upper())):
+            raise ValueError(f"{call}: 'backend' is {backend!r}, but Dr.Jit has no {backend.upper()} backend on this "
+                             "machine (no CUDA device or driver, or no LLVM library)")
         if dtype not in ("float32", "float64"):
             raise TypeError(f"{call}: 'dtype' must be 'float32' or 'float64', got {dtype!r}")
         m = _convert.module(backend, ad)
