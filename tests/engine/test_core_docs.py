@@ -46,17 +46,18 @@ def test_a_class_not_named_scene_is_left_alone():
     assert "nearest_edge" not in Other.__dict__
 
 
-@pytest.mark.parametrize("frontend, array", [("torch", "torch.Tensor"), ("drjit", "dr.ArrayBase")])
+@pytest.mark.parametrize("frontend, array", [("torch", "torch.Tensor"), ("drjit", "drjit.ArrayBase")])
 def test_find_specular_paths_is_core_code_with_frontend_words(frontend, array):
     """rayd.core.paths.path_finder: one signature and one argument sequence, the frontend's docstring."""
     module = pytest.importorskip(f"rayd.{frontend}")
     words = importlib.import_module(f"rayd.{frontend}.paths")
+    record = "paths" if frontend == "torch" else "reflections"
     find = module.find_specular_paths
     assert find.__doc__ == words.DOCS["find_specular_paths"]
     assert (find.__module__, find.__name__, find.__qualname__) == (f"rayd.{frontend}.paths",) + ("find_specular_paths",) * 2
     assert str(inspect.signature(find)) == (
-        f"(scene: 'Scene', sources: '{array}', targets: '{array}', max_bounces: 'int', *, num_rays: 'int' = 100000, "
-        "line_of_sight: 'bool' = True) -> 'SpecularPathSet'")
+        f"(scene: rayd.{frontend}.scene.Scene, sources: {array}, targets: {array}, max_bounces: int, *, "
+        f"num_rays: int = 100000, line_of_sight: bool = True) -> rayd.{frontend}.{record}.SpecularPathSet")
     with pytest.raises(TypeError, match=rf"^rayd\.{frontend}\.find_specular_paths\(\): 'scene' must be a "
                                         rf"rayd\.{frontend}\.Scene, got object"):
         find(object(), None, None, 1)

@@ -96,35 +96,37 @@ def _copy(cls: type, name: str, base: Any, doc: str, annotations: dict[str, Any]
     return method
 
 
-def scene_annotations(array: str, all_hits: str, names: Any) -> dict[str, dict[str, Any]]:
+def scene_annotations(types: dict[str, Any], names: Any) -> dict[str, dict[str, Any]]:
     """The annotations a frontend's ``Scene`` query methods show (for a docs module's ``ANNOTATIONS``).
 
     Args:
-        array: how the frontend's array type is written (``"torch.Tensor"``, ``"dr.ArrayBase"``).
-        all_hits: the name of its ``intersect_all`` record (``"Intersection"``, ``"Intersections"``).
+        types: the frontend's types by role: ``"array"`` (``torch.Tensor``, ``drjit.ArrayBase``),
+            ``"Ray"``, ``"Intersection"``, ``"Intersections"`` (the ``intersect_all`` record),
+            ``"EdgeTopology"``, ``"NearestEdge"``, ``"ReflectionChain"``, ``"SpecularPaths"``.
         names: the method names wanted (a docs module's ``DOCS``).
 
     Returns:
-        method name -> parameter name (and ``"return"``) -> annotation, as strings naming the
-        frontend's public types, for the methods of ``names`` that are queries.
+        method name -> parameter name (and ``"return"``) -> annotation (type objects, so
+        ``typing.get_type_hints`` resolves them), for the methods of ``names`` that are queries.
     """
-    optional, ignore = f"{array} | None", f"{array} | int | None"
-    ray = {"ray": "Ray", "active": optional, "ignore": ignore}
+    array, ray = types["array"], types["Ray"]
+    optional, ignore = array | None, array | int | None
+    rays = {"ray": ray, "active": optional, "ignore": ignore}
     points = {"points": array, "active": optional}
     table = {
-        "intersect": {**ray, "return": "Intersection"},
-        "shadow_test": {**ray, "return": array},
+        "intersect": {**rays, "return": types["Intersection"]},
+        "shadow_test": {**rays, "return": array},
         "visible": {"start": array, "end": array, "active": optional, "ignore": ignore, "return": array},
-        "intersect_all": {**ray, "return": all_hits},
-        "count_intersections": {**ray, "return": array},
-        "edge_topology": {"return": "EdgeTopology"},
+        "intersect_all": {**rays, "return": types.get("Intersections")},
+        "count_intersections": {**rays, "return": array},
+        "edge_topology": {"return": types["EdgeTopology"]},
         "set_edge_mask": {"mask": array, "return": None},
         "edge_mask": {"return": array},
-        "nearest_edge": {"points_or_ray": f"{array} | Ray", "active": optional, "return": "NearestEdge"},
-        "nearest_edges": {**points, "k": int, "return": "NearestEdge"},
+        "nearest_edge": {"points_or_ray": array | ray, "active": optional, "return": types["NearestEdge"]},
+        "nearest_edges": {**points, "k": int, "return": types["NearestEdge"]},
         "silhouette_edges": {"viewpoint": array, "return": array},
-        "trace_reflections": {**ray, "max_bounces": int, "return": "ReflectionChain"},
+        "trace_reflections": {**rays, "max_bounces": int, "return": types["ReflectionChain"]},
         "specular_paths": {"source": array, "target": array, "prim_sequence": array, "active": optional,
-                           "return": "SpecularPaths"},
+                           "return": types["SpecularPaths"]},
     }
     return {name: table[name] for name in names if name in table}

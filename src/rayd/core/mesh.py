@@ -49,6 +49,7 @@ class MeshBase(PublicName, FrontendDocs):
         super().__init_subclass__(**kwargs)
         if "from_trimesh" in cls.__dict__ and "_trimesh_converter" in cls.__dict__:  # a frontend's Mesh
             method = cls.__dict__["from_trimesh"].__func__
+            method.__annotations__["return"] = cls  # it makes a mesh of this frontend
             method.__signature__ = _trimesh_signature(method, cls._trimesh_converter)
 
     def __init__(self, vertices: Any, faces: Any, *, normals: Any = None, uv: Any = None,

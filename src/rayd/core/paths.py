@@ -106,7 +106,7 @@ def check_find_arguments(scene_type: type, scene: object, sources: object, targe
 
 
 def path_finder(frontend: str, find: Callable, check_points: Callable, check_device: Callable, doc: str,
-                array: str) -> Callable:
+                array: type, record: type) -> Callable:
     """A frontend's public ``find_specular_paths``: its signature and argument checks, written once.
 
     The function made runs :func:`check_find_arguments` against ``rayd.<frontend>.Scene``
@@ -120,7 +120,10 @@ def path_finder(frontend: str, find: Callable, check_points: Callable, check_dev
         check_points, check_device: as :func:`check_find_arguments` (``check_device`` is called
             as ``check_device(call, name, value, scene.device, "the scene")``).
         doc: the function's docstring, in the frontend's words.
-        array: the frontend's array type as shown in the signature (``"torch.Tensor"``).
+        array: the frontend's array type, shown in the signature (``torch.Tensor``).
+        record: the frontend's ``SpecularPathSet`` (the return annotation). The ``scene``
+            annotation names ``"Scene"``; the frontend's package sets it to its ``Scene``
+            class once that exists.
 
     Returns:
         ``find_specular_paths(scene, sources, targets, max_bounces, *, num_rays=NUM_RAYS,
@@ -134,8 +137,8 @@ def path_finder(frontend: str, find: Callable, check_points: Callable, check_dev
     find_specular_paths.__doc__ = doc
     find_specular_paths.__module__ = f"rayd.{frontend}.paths"
     find_specular_paths.__qualname__ = "find_specular_paths"
-    find_specular_paths.__annotations__ = {"scene": "Scene", "sources": array, "targets": array, "max_bounces": "int", "num_rays": "int",
-                                           "line_of_sight": "bool", "return": "SpecularPathSet"}
+    find_specular_paths.__annotations__ = {"scene": "Scene", "sources": array, "targets": array, "max_bounces": int,
+                                           "num_rays": int, "line_of_sight": bool, "return": record}
     return find_specular_paths
 
 

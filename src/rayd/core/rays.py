@@ -144,19 +144,19 @@ def interval_bound(call: str, name: str, value: object, arrays: str, is_array: C
     raise TypeError(f"{call}: '{name}' must be a float or {arrays}, got {type_name(value)}")
 
 
-def document_ray(cls: type, array: str, call_doc: str) -> None:
+def document_ray(cls: type, array: type, call_doc: str) -> None:
     """Give a frontend's ``Ray`` its signature's types and ``ray(t)``'s docstring.
 
     Args:
         cls: the frontend's ``Ray`` (a :class:`RayBase`; its class docstring documents
             the constructor's arguments).
-        array: the name of the frontend's array type (``"torch.Tensor"``).
+        array: the frontend's array type (``torch.Tensor``, ``drjit.ArrayBase``).
         call_doc: the docstring of ``ray(t)`` in the frontend's words.
     """
-    bound = f"float | {array}"
+    bound = float | array
     document(cls, {"__init__": None, "__call__": call_doc},
-             {"__init__": {"o": array, "d": array, "tmax": bound, "tmin": bound, "return": "None"},
-              "__call__": {"t": f"{array} | float", "return": array}})
+             {"__init__": {"o": array, "d": array, "tmax": bound, "tmin": bound, "return": None},
+              "__call__": {"t": array | float, "return": array}})
 
 
 #: Half-width of the float32 search's rounding band around ``tmin``/``tmax`` of float64 queries,

@@ -37,12 +37,12 @@ def check_exact(call: str, exact: object) -> bool:
     return exact
 
 
-def annotations(array: type, optional: str, record: type) -> dict[str, dict[str, Any]]:
+def annotations(array: type, optional: Any, record: type) -> dict[str, dict[str, Any]]:
     """The annotations :class:`SurfaceQueries`' methods show in a frontend (its ``ANNOTATIONS``).
 
     Args:
         array: the frontend's array type (``torch.Tensor``, ``drjit.ArrayBase``).
-        optional: how an optional array is written (``"torch.Tensor | None"``).
+        optional: the type of an optional array (``torch.Tensor | None``).
         record: the frontend's ``ClosestPoint``.
 
     Returns:

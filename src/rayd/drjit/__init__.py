@@ -34,6 +34,9 @@ from rayd.drjit.ray import Ray
 from rayd.drjit.scene import Scene
 from rayd.flags import RayFlags
 
+
+find_specular_paths.__annotations__["scene"] = Scene  # the class, now that it exists (core.paths.path_finder)
+
 __all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags",
            "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]
 

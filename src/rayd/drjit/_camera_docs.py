@@ -2,6 +2,12 @@
 (core's code: :class:`rayd.core.camera_frontend.CameraBase`), bound by
 :class:`rayd.core.docs.FrontendDocs` when the Camera class is made."""
 
+import drjit as dr
+import numpy as np
+
+from rayd.drjit._edge_sampling import EdgeSamples
+from rayd.drjit.ray import Ray
+
 DOCS = {
     "sample_edges": """Samples on the images of the scene's silhouette and boundary edges (as rayd.torch).
 
@@ -84,6 +90,6 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {'generate_rays': {'samples': 'dr.ArrayBase | None', 'return': 'Ray'},
-    'project': {'points': 'dr.ArrayBase', 'return': 'tuple[dr.ArrayBase, dr.ArrayBase]'},
-    'sample_edges': {'num_samples': int, 'generator': 'numpy.random.Generator | None', 'return': 'EdgeSamples'}}
+ANNOTATIONS = {"generate_rays": {"samples": dr.ArrayBase | None, "return": Ray},
+    "project": {"points": dr.ArrayBase, "return": tuple[dr.ArrayBase, dr.ArrayBase]},
+    "sample_edges": {"num_samples": int, "generator": np.random.Generator | None, "return": EdgeSamples}}

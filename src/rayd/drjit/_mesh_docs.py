@@ -1,6 +1,8 @@
 """The docstring of :meth:`rayd.drjit.Mesh.from_trimesh` (core's code: :class:`rayd.core.mesh.MeshBase`),
 bound by :class:`rayd.core.docs.FrontendDocs` when the Mesh class is made."""
 
+import drjit as dr
+
 DOCS = {
     "from_trimesh": """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
 
@@ -27,6 +29,9 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {"from_trimesh": {"to_world": "dr.ArrayBase | None", "return": "'Mesh'"}, "__init__": {"vertices": "dr.ArrayBase", "faces": "dr.ArrayBase", "normals": "dr.ArrayBase | None", "uv": "dr.ArrayBase | None",
-    "to_world": "dr.ArrayBase | None"}, "vertices": {"return": "dr.ArrayBase"}, "faces": {"return": "dr.ArrayBase"},
-    "normals": {"return": "dr.ArrayBase | None"}, "uv": {"return": "dr.ArrayBase | None"}, "to_world": {"return": "dr.ArrayBase | None"}}
+ANNOTATIONS = {
+    "from_trimesh": {"to_world": dr.ArrayBase | None},  # returns the Mesh (core.mesh)
+    "__init__": {"vertices": dr.ArrayBase, "faces": dr.ArrayBase, "normals": dr.ArrayBase | None, "uv": dr.ArrayBase | None,
+                 "to_world": dr.ArrayBase | None},
+    "vertices": {"return": dr.ArrayBase}, "faces": {"return": dr.ArrayBase}, "normals": {"return": dr.ArrayBase | None},
+    "uv": {"return": dr.ArrayBase | None}, "to_world": {"return": dr.ArrayBase | None}}

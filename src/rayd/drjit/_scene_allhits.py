@@ -12,6 +12,7 @@ from __future__ import annotations
 import drjit as dr
 
 from rayd.core.docs import scene_annotations
+from rayd.drjit._scene_docs import TYPES
 from rayd.drjit import _convert, _trace
 from rayd.drjit._intersect import empty, enforce, evaluate
 from rayd.drjit.intersection import Intersection
@@ -192,4 +193,4 @@ DOCS = {
     """,
 }
 
-ANNOTATIONS = scene_annotations("dr.ArrayBase", "Intersections", DOCS)
+ANNOTATIONS = scene_annotations({**TYPES, "Intersections": Intersections}, DOCS)

@@ -1,7 +1,13 @@
 """rayd.drjit's words for the core's ray queries and ``device``: as :mod:`rayd.torch._scene_docs`, for Dr.Jit arrays."""
 
+import drjit as dr
+
 from rayd.core.docs import scene_annotations
 from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
+from rayd.drjit.edges import EdgeTopology, NearestEdge
+from rayd.drjit.intersection import Intersection
+from rayd.drjit.ray import Ray
+from rayd.drjit.reflections import ReflectionChain, SpecularPaths
 
 DOCS = {
     "device": """The scene's device, ``'cpu'`` (LLVM) or ``'cuda:<ordinal>'``; ``None`` while empty.""",
@@ -67,4 +73,10 @@ DOCS = {
         (N,) ``Bool``, """ + VISIBLE_RULE,
 }
 
-ANNOTATIONS = {"device": {"return": "str | None"}, **scene_annotations("dr.ArrayBase", "Intersections", DOCS)}
+#: The frontend's types that the query methods' annotations name (:func:`rayd.core.docs.scene_annotations`;
+#: ``Intersections`` is added by ``_scene_allhits``, where it is defined).
+TYPES = {"array": dr.ArrayBase, "Ray": Ray, "Intersection": Intersection,
+         "EdgeTopology": EdgeTopology, "NearestEdge": NearestEdge, "ReflectionChain": ReflectionChain,
+         "SpecularPaths": SpecularPaths}
+
+ANNOTATIONS = {"device": {"return": str | None}, **scene_annotations(TYPES, DOCS)}

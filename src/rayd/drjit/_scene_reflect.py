@@ -22,6 +22,7 @@ import numpy as np
 from rayd.core import specular
 from rayd.core.docs import scene_annotations
 from rayd.flags import RayFlags
+from rayd.drjit._scene_docs import TYPES
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
 from rayd.drjit.ray import Ray
@@ -246,4 +247,4 @@ DOCS = {
     """,
 }
 
-ANNOTATIONS = scene_annotations("dr.ArrayBase", "Intersections", DOCS)
+ANNOTATIONS = scene_annotations(TYPES, DOCS)

@@ -113,4 +113,4 @@ DOCS = {
 }
 
 #: The annotations each method shows (the frontend's types).
-ANNOTATIONS = annotations(dr.ArrayBase, "dr.ArrayBase | None", ClosestPoint)
+ANNOTATIONS = annotations(dr.ArrayBase, dr.ArrayBase | None, ClosestPoint)

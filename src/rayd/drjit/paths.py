@@ -96,4 +96,4 @@ def _find(scene, sources, targets, bounces: int, num_rays: int, line_of_sight: b
 #: The public function: signature and argument checks are core's, the search and evaluation ``_find``.
 find_specular_paths = core_paths.path_finder(
     "drjit", _find, lambda call, name, value: _check.float_array(call, name, value, 3),
-    _check.same_backend, DOCS["find_specular_paths"], "dr.ArrayBase")
+    _check.same_backend, DOCS["find_specular_paths"], dr.ArrayBase, SpecularPathSet)

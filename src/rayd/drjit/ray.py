@@ -64,7 +64,7 @@ class Ray(RayBase):
         return f"rayd.drjit.Ray(width={self.width}, type={_convert.type_name(self.o)})"
 
 
-document_ray(Ray, "dr.ArrayBase", """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
+document_ray(Ray, dr.ArrayBase, """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
 
     Args:
         t: a float, or a ``Float``/``Float64`` of the rays' width (or width 1); in multiples of ``|d|``.

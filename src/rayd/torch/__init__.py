@@ -30,4 +30,7 @@ from rayd.torch.ray import Ray
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 from rayd.torch.scene import Scene
 
+
+find_specular_paths.__annotations__["scene"] = Scene  # the class, now that it exists (core.paths.path_finder)
+
 __all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]

@@ -2,6 +2,11 @@
 (core's code: :class:`rayd.core.camera_frontend.CameraBase`), bound by
 :class:`rayd.core.docs.FrontendDocs` when the Camera class is made."""
 
+import torch
+
+from rayd.torch._edge_sampling import EdgeSamples
+from rayd.torch.ray import Ray
+
 DOCS = {
     "sample_edges": """Sample the images of the scene's silhouette and boundary edges, uniformly in image length.
 
@@ -109,6 +114,6 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {"generate_rays": {"samples": "torch.Tensor | None", "return": "Ray"},
-    "sample_edges": {"num_samples": int, "generator": "torch.Generator | None", "return": "EdgeSamples"},
-    "project": {"points": "torch.Tensor", "return": "tuple[torch.Tensor, torch.Tensor]"}}
+ANNOTATIONS = {"generate_rays": {"samples": torch.Tensor | None, "return": Ray},
+    "sample_edges": {"num_samples": int, "generator": torch.Generator | None, "return": EdgeSamples},
+    "project": {"points": torch.Tensor, "return": tuple[torch.Tensor, torch.Tensor]}}

@@ -1,6 +1,8 @@
 """The docstring of :meth:`rayd.torch.Mesh.from_trimesh` (core's code: :class:`rayd.core.mesh.MeshBase`),
 bound by :class:`rayd.core.docs.FrontendDocs` when the Mesh class is made."""
 
+import torch
+
 DOCS = {
     "from_trimesh": """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
 
@@ -28,6 +30,9 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {"from_trimesh": {"to_world": "torch.Tensor | None", "return": "'Mesh'"}, "__init__": {"vertices": "torch.Tensor", "faces": "torch.Tensor", "normals": "torch.Tensor | None", "uv": "torch.Tensor | None",
-    "to_world": "torch.Tensor | None"}, "vertices": {"return": "torch.Tensor"}, "faces": {"return": "torch.Tensor"},
-    "normals": {"return": "torch.Tensor | None"}, "uv": {"return": "torch.Tensor | None"}, "to_world": {"return": "torch.Tensor | None"}}
+ANNOTATIONS = {
+    "from_trimesh": {"to_world": torch.Tensor | None},  # returns the Mesh (core.mesh)
+    "__init__": {"vertices": torch.Tensor, "faces": torch.Tensor, "normals": torch.Tensor | None, "uv": torch.Tensor | None,
+                 "to_world": torch.Tensor | None},
+    "vertices": {"return": torch.Tensor}, "faces": {"return": torch.Tensor}, "normals": {"return": torch.Tensor | None},
+    "uv": {"return": torch.Tensor | None}, "to_world": {"return": torch.Tensor | None}}

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 
 from rayd.core.docs import scene_annotations
+from rayd.torch._scene_docs import TYPES
 from rayd.engine import all_hits as engine_all_hits
 from rayd.flags import RayFlags, unrequested
 from rayd.torch import _interval, _intersect_fused, _ops, _trace, _walk_on
@@ -172,4 +173,4 @@ DOCS = {
     """,
 }
 
-ANNOTATIONS = scene_annotations("torch.Tensor", "Intersection", DOCS)
+ANNOTATIONS = scene_annotations(TYPES, DOCS)

@@ -2,8 +2,14 @@
 :class:`rayd.core.queries.RayQueries`, :class:`rayd.core.frontend.SceneBase`), bound by
 :class:`rayd.core.docs.FrontendDocs` when the Scene class is made."""
 
+import torch
+
 from rayd.core.docs import scene_annotations
 from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
+from rayd.torch.edges import EdgeTopology, NearestEdge
+from rayd.torch.intersection import Intersection
+from rayd.torch.ray import Ray
+from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
 DOCS = {
     "device": """The scene's device (that of its meshes), ``None`` while it is empty.""",
@@ -67,4 +73,9 @@ DOCS = {
         (...) bool, """ + VISIBLE_RULE,
 }
 
-ANNOTATIONS = {"device": {"return": "torch.device | None"}, **scene_annotations("torch.Tensor", "Intersection", DOCS)}
+#: The frontend's types that the query methods' annotations name (:func:`rayd.core.docs.scene_annotations`).
+TYPES = {"array": torch.Tensor, "Ray": Ray, "Intersection": Intersection, "Intersections": Intersection,
+         "EdgeTopology": EdgeTopology, "NearestEdge": NearestEdge, "ReflectionChain": ReflectionChain,
+         "SpecularPaths": SpecularPaths}
+
+ANNOTATIONS = {"device": {"return": torch.device | None}, **scene_annotations(TYPES, DOCS)}

@@ -6,6 +6,7 @@ The methods themselves are written once in ``rayd.core.edges``; the work is in `
 from __future__ import annotations
 
 from rayd.core.docs import scene_annotations
+from rayd.torch._scene_docs import TYPES
 from rayd.core.edges import EdgeQueries  # noqa: F401 - the Scene's mixin, documented from DOCS
 from rayd.core.edges import NEAREST_EDGE_RULE, NEAREST_EDGE_TAIL, NEAREST_EDGES_UNITS, OVERFLOW_RAISES, TOPOLOGY_RULE
 
@@ -102,4 +103,4 @@ DOCS = {
     """,
 }
 
-ANNOTATIONS = scene_annotations("torch.Tensor", "Intersection", DOCS)
+ANNOTATIONS = scene_annotations(TYPES, DOCS)

@@ -22,6 +22,7 @@ import numpy as np
 from rayd.core import specular
 from rayd.core.docs import scene_annotations
 from rayd.flags import RayFlags
+from rayd.torch._scene_docs import TYPES
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch._nearest_edge import _search_rows
@@ -259,4 +260,4 @@ DOCS = {
     """,
 }
 
-ANNOTATIONS = scene_annotations("torch.Tensor", "Intersection", DOCS)
+ANNOTATIONS = scene_annotations(TYPES, DOCS)

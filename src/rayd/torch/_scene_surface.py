@@ -132,4 +132,4 @@ DOCS = {
 }
 
 #: The annotations each method shows (the frontend's types).
-ANNOTATIONS = annotations(torch.Tensor, "torch.Tensor | None", ClosestPoint)
+ANNOTATIONS = annotations(torch.Tensor, torch.Tensor | None, ClosestPoint)

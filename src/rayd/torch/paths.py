@@ -109,4 +109,4 @@ def _find(scene, sources, targets, bounces: int, num_rays: int, line_of_sight: b
 #: The public function: signature and argument checks are core's, the search and evaluation ``_find``.
 find_specular_paths = core_paths.path_finder(
     "torch", _find, lambda call, name, value: _check.float_tensor(call, name, value, last=3, ndim=2),
-    _check.same_device, DOCS["find_specular_paths"], "torch.Tensor")
+    _check.same_device, DOCS["find_specular_paths"], torch.Tensor, SpecularPathSet)

@@ -79,7 +79,7 @@ class Ray(RayBase):
         return f"rayd.torch.Ray(shape={tuple(self.shape)}, dtype={self.o.dtype}, device={self.device})"
 
 
-document_ray(Ray, "torch.Tensor", """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
+document_ray(Ray, torch.Tensor, """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
 
     Args:
         t: a float, or a float tensor broadcastable to the batch shape ``...``; in multiples of ``|d|``.
