@@ -22,9 +22,9 @@ import numpy as np
 from rayd.core import specular
 from rayd.core.docs import scene_annotations
 from rayd.flags import RayFlags
-from rayd.drjit._scene_docs import TYPES
 from rayd.drjit import _chain, _check, _convert, _trace
 from rayd.drjit._intersect import locate
+from rayd.drjit._scene_docs import TYPES
 from rayd.drjit.ray import Ray
 from rayd.drjit.reflections import ReflectionChain, SpecularPaths
 

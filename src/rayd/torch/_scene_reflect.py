@@ -22,10 +22,10 @@ import numpy as np
 from rayd.core import specular
 from rayd.core.docs import scene_annotations
 from rayd.flags import RayFlags
-from rayd.torch._scene_docs import TYPES
 from rayd.torch import _chain, _check, _convert, _ops, _trace
 from rayd.torch._geometry import gather
 from rayd.torch._nearest_edge import _search_rows
+from rayd.torch._scene_docs import TYPES
 from rayd.torch.ray import Ray
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
