@@ -71,4 +71,6 @@ def test_readme_snippets_run(tmp_path, monkeypatch):
             # point 1 (0.2, 0.2) is 0.2 from the edges x = 0 and y = 0: the winner's unit direction
             g1 = (float(grad.x[1]), float(grad.y[1]), float(grad.z[1]))
             assert min(max(abs(a - b) for a, b in zip(g1, want)) for want in ((1, 0, 0), (0, 1, 0))) < 1e-5
+        if "fit.update_mesh_vertices" in block:  # the rayd.drjit fitting loop: the value its comment states
+            assert abs(float(namespace["fit"].intersect(namespace["ray"]).t[0]) - 0.5538667) < 1e-5
     assert outputs[0] is not None
