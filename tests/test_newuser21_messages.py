@@ -47,3 +47,44 @@ def test_drjit_from_trimesh_names_a_missing_backend():
             with pytest.raises(ValueError, match=rf"^rayd\.drjit\.Mesh\.from_trimesh\(\): 'backend' is '{backend}', "
                                                  rf"but Dr\.Jit has no {backend.upper()} backend"):
                 rd.Mesh.from_trimesh(box, backend=backend)
+
+
+def test_drjit_to_world_message_names_a_matrix_type():
+    """A wrong ``to_world`` is told the matrix type to pass (it was told ``Array3f``)."""
+    np = pytest.importorskip("numpy")
+    pytest.importorskip("drjit")
+    rd = pytest.importorskip("rayd.drjit")
+    from drjit.llvm.ad import Array3f, Array3u, Matrix4f
+
+    v, f = Array3f([0, 1, 0], [0, 0, 1], [0, 0, 0]), Array3u([0], [1], [2])
+    with pytest.raises(TypeError, match=re.escape("'to_world' must be a Dr.Jit array of the LLVM or CUDA backend "
+                                                  "(e.g. drjit.llvm.ad.Matrix4f, drjit.cuda.ad.Matrix4f), got "
+                                                  "numpy.ndarray")):
+        rd.Mesh(v, f, to_world=np.eye(4))
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, f))
+    with pytest.raises(TypeError, match=r"add_instance\(\): 'to_world' .*e\.g\. drjit\.llvm\.ad\.Matrix4f"):
+        scene.add_instance(0, np.eye(4))
+    with pytest.raises(TypeError, match=r"Camera\(\): 'to_world' .*e\.g\. drjit\.llvm\.ad\.Matrix4f"):
+        rd.Camera(8, 8, fov_y=40.0, to_world=np.eye(4))
+    # points keep the vector example
+    with pytest.raises(TypeError, match=r"e\.g\. drjit\.llvm\.ad\.Array3f"):
+        rd.Ray(np.zeros(3), Array3f(0, 0, 1))
+    assert rd.Mesh(v, f, to_world=Matrix4f(1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1)).to_world is not None
+
+
+def test_drjit_mitsuba_transform_is_told_to_pass_its_matrix():
+    mi = pytest.importorskip("mitsuba")
+    rd = pytest.importorskip("rayd.drjit")
+    from drjit.llvm.ad import Array3f, Array3u
+
+    mi.set_variant("llvm_ad_rgb")
+    transform = mi.Transform4f().translate([0, 0, 1])
+    v, f = Array3f([0, 1, 0], [0, 0, 1], [0, 0, 0]), Array3u([0], [1], [2])
+    with pytest.raises(TypeError, match=re.escape("(a Mitsuba transform: pass its .matrix)")):
+        rd.Mesh(v, f, to_world=transform)
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, f, to_world=transform.matrix))
+    scene.build()
+    hit = scene.intersect(rd.Ray(Array3f(0.2, 0.2, 5.0), Array3f(0.0, 0.0, -1.0)))
+    assert abs(hit.t[0] - 4.0) < 1e-6  # the triangle lifted to z = 1

@@ -30,15 +30,17 @@ def _foreign_hint(value: object) -> str:
         return " (PyTorch tensors belong to rayd.torch; convert with the Dr.Jit type's constructor, e.g. Array3f(t.T))"
     if module.startswith("rayd.torch"):
         return " (rayd.torch and rayd.drjit objects do not mix)"
+    if module.startswith("mitsuba") and hasattr(value, "matrix"):
+        return " (a Mitsuba transform: pass its .matrix)"
     return ""
 
 
-def jit_array(call: str, name: str, value: object) -> dr.ArrayBase:
-    """``value`` if it is an LLVM or CUDA Dr.Jit array, else ``TypeError``."""
+def jit_array(call: str, name: str, value: object, kind: str = "Array3f") -> dr.ArrayBase:
+    """``value`` if it is an LLVM or CUDA Dr.Jit array, else ``TypeError`` (naming ``kind`` as the example type)."""
     if not _convert.is_jit_array(value):
         raise TypeError(
             f"{call}: '{name}' must be a Dr.Jit array of the LLVM or CUDA backend "
-            f"(e.g. drjit.llvm.ad.Array3f, drjit.cuda.ad.Array3f), "
+            f"(e.g. drjit.llvm.ad.{kind}, drjit.cuda.ad.{kind}), "
             f"got {_convert.type_name(value)}{_foreign_hint(value)}"
         )
     return value

@@ -133,7 +133,7 @@ def _matrices(call: str, name: str, value: object, expected: str) -> dr.ArrayBas
 
     ``expected`` completes the shape message: ``'{name}' must {expected}, got <type>``.
     """
-    value = _check.jit_array(call, name, value)
+    value = _check.jit_array(call, name, value, "Matrix4f")
     if dr.type_v(value) not in (dr.VarType.Float32, dr.VarType.Float64):
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
