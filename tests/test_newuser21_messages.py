@@ -67,9 +67,19 @@ def test_drjit_to_world_message_names_a_matrix_type():
         scene.add_instance(0, np.eye(4))
     with pytest.raises(TypeError, match=r"Camera\(\): 'to_world' .*e\.g\. drjit\.llvm\.ad\.Matrix4f"):
         rd.Camera(8, 8, fov_y=40.0, to_world=np.eye(4))
-    # points keep the vector example
-    with pytest.raises(TypeError, match=r"e\.g\. drjit\.llvm\.ad\.Array3f"):
+    # each argument is told its own kind: points a vector, faces an index vector, masks a Bool
+    with pytest.raises(TypeError, match=r"'o' .*e\.g\. drjit\.llvm\.ad\.Array3f,"):
         rd.Ray(np.zeros(3), Array3f(0, 0, 1))
+    with pytest.raises(TypeError, match=r"'faces' .*e\.g\. drjit\.llvm\.ad\.Array3u,"):
+        rd.Mesh(v, np.array([[0, 1, 2]]))
+    with pytest.raises(TypeError, match=r"'uv' .*e\.g\. drjit\.llvm\.ad\.Array2f,"):
+        rd.Mesh(v, f, uv=np.zeros((3, 2)))
+    scene.build()
+    ray = rd.Ray(Array3f(0.2, 0.2, 1), Array3f(0, 0, -1))
+    with pytest.raises(TypeError, match=r"'active' .*e\.g\. drjit\.llvm\.ad\.Bool,"):
+        scene.intersect(ray, active=np.ones(1, bool))
+    with pytest.raises(TypeError, match=r"'ignore' .*e\.g\. drjit\.llvm\.ad\.Int,"):
+        scene.intersect(ray, ignore=np.ones(1, int))
     assert rd.Mesh(v, f, to_world=Matrix4f(1, 0, 0, 0, 0, 1, 0, 0, 0, 0, 1, 1, 0, 0, 0, 1)).to_world is not None
 
 

@@ -62,7 +62,7 @@ def _shape_error(call: str, name: str, value: dr.ArrayBase, components: int, exa
 
 def float_array(call: str, name: str, value: object, components: int) -> dr.ArrayBase:
     """A float32/float64 array with ``components`` components (1: flat ``Float``)."""
-    value = jit_array(call, name, value)
+    value = jit_array(call, name, value, _EXAMPLE.get(components, "Array3f"))
     if dr.type_v(value) not in _FLOAT:
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if _components(value) != components:
@@ -72,7 +72,7 @@ def float_array(call: str, name: str, value: object, components: int) -> dr.Arra
 
 def index_array(call: str, name: str, value: object) -> dr.ArrayBase:
     """A 3-vector array of 32- or 64-bit integers (``Array3i``, ``Array3u``, ``Array3i64``, ``Array3u64``)."""
-    value = jit_array(call, name, value)
+    value = jit_array(call, name, value, "Array3u")
     if dr.type_v(value) not in _INDEX:
         raise TypeError(
             f"{call}: '{name}' must have dtype int32, uint32, int64 or uint64, got {_convert.type_name(value)}"
@@ -84,7 +84,7 @@ def index_array(call: str, name: str, value: object) -> dr.ArrayBase:
 
 def index_flat(call: str, name: str, value: object) -> dr.ArrayBase:
     """A flat array of 32- or 64-bit integers (``Int``, ``UInt``, ``Int64``, ``UInt64``)."""
-    value = jit_array(call, name, value)
+    value = jit_array(call, name, value, "Int")
     if dr.type_v(value) not in _INDEX:
         raise TypeError(f"{call}: '{name}' must have an integer dtype, got {_convert.type_name(value)}")
     if _components(value) != 1:
@@ -94,7 +94,7 @@ def index_flat(call: str, name: str, value: object) -> dr.ArrayBase:
 
 def bool_array(call: str, name: str, value: object) -> dr.ArrayBase:
     """A flat ``Bool`` array."""
-    value = jit_array(call, name, value)
+    value = jit_array(call, name, value, "Bool")
     if dr.type_v(value) != dr.VarType.Bool:
         raise TypeError(f"{call}: '{name}' must have dtype bool (a Dr.Jit Bool), got {_convert.type_name(value)}")
     if _components(value) != 1:
