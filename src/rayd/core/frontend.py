@@ -382,6 +382,8 @@ class SceneBase(FrontendDocs):
             return
         mark = self._ready_mark()
         self._table.require_ready(call)
+        if self._edges is not None and self._edges.pending:  # every query, as is_ready() says
+            self._edges.require_synced(call)
         self._after_ready(call, mark)
 
     def _tracing(self) -> bool:
