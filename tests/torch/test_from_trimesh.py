@@ -130,3 +130,17 @@ def test_to_world_errors_name_from_trimesh_and_a_good_one_places_the_mesh(device
     scene = _scene(rt.Mesh.from_trimesh(box, device=device, to_world=shift))
     hit = scene.intersect(rt.Ray(torch.tensor([10.0, 0.25, 0.5], device=device), torch.tensor([-1.0, 0, 0], device=device)))
     assert float(hit.t) == pytest.approx(6.0)
+
+
+def test_bad_device_is_a_value_error_naming_from_trimesh():
+    """A device rayd cannot use is refused by name (was torch's AssertionError 'Torch not compiled with CUDA'
+    or RuntimeError from deep inside torch.as_tensor)."""
+    box = trimesh.creation.box()
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Mesh\.from_trimesh\(\): 'device' must name a torch device"):
+        rt.Mesh.from_trimesh(box, device="gpu0")
+    with pytest.raises(ValueError, match=r"^rayd\.torch\.Mesh\.from_trimesh\(\): 'device' is meta; rayd runs on"):
+        rt.Mesh.from_trimesh(box, device="meta")
+    missing = torch.cuda.device_count()  # one past the last CUDA device (cuda:0 on a CPU-only machine)
+    with pytest.raises(ValueError, match=rf"'device' is cuda:{missing}, but this PyTorch sees no such CUDA device"):
+        rt.Mesh.from_trimesh(box, device=f"cuda:{missing}")
+    assert rt.Mesh.from_trimesh(box, device=torch.device("cpu")).vertices.device.type == "cpu"

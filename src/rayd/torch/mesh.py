@@ -99,6 +99,16 @@ class Mesh(MeshBase):
         """``from_trimesh``'s options checked; the converter of its NumPy arrays (faces int32)."""
         if dtype not in (torch.float32, torch.float64):
             raise TypeError(f"{call}: 'dtype' must be torch.float32 or torch.float64, got {dtype}")
+        if device is not None:
+            try:
+                where = torch.device(device)
+            except (RuntimeError, TypeError) as error:
+                raise ValueError(f"{call}: 'device' must name a torch device, got {device!r}") from error
+            if where.type not in ("cpu", "cuda"):
+                raise ValueError(f"{call}: 'device' is {where}; rayd runs on 'cpu' and 'cuda' devices")
+            if where.type == "cuda" and not (torch.cuda.is_available()
+                                             and (where.index or 0) < torch.cuda.device_count()):
+                raise ValueError(f"{call}: 'device' is {where}, but this PyTorch sees no such CUDA device")
 
         def tensor(name: str, array: np.ndarray) -> torch.Tensor:
             kind = torch.int32 if name == "faces" else dtype
