@@ -228,3 +228,71 @@ hit.tt
                          'note: Revealed type is "rayd.drjit.Intersections"', array,
                          'error: "Intersection" has no attribute "tt"  [attr-defined]'], out
     assert status == 1
+
+
+def test_pyright_reads_the_stubs(tmp_path):
+    # Pylance's checker: the field types and the misspelt field, through the stub of rayd.torch.
+    pytest.importorskip("pyright")
+    pytest.importorskip("torch")
+    import json
+    import subprocess
+    import sys
+
+    (tmp_path / "use.py").write_text("""
+import torch
+import rayd.torch as rt
+
+scene = rt.Scene()
+ray = rt.Ray(torch.zeros(3), torch.ones(3))
+hit = scene.intersect(ray)
+reveal_type(hit.t)
+reveal_type(hit[hit.is_valid()].detach())
+reveal_type(scene.trace_reflections(ray, 2).image_source)
+hit.tt
+""")
+    (tmp_path / "pyrightconfig.json").write_text(json.dumps({"extraPaths": [str(ROOT / "src")], "include": ["use.py"]}))
+    run = subprocess.run([sys.executable, "-m", "pyright", "--outputjson"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=300)
+    if not run.stdout.startswith("{"):
+        pytest.skip(f"pyright did not run: {run.stdout[:200]} {run.stderr[:200]}")
+    found = [(d["severity"], d["message"].splitlines()[0]) for d in json.loads(run.stdout)["generalDiagnostics"]]
+    assert found == [("information", 'Type of "hit.t" is "Tensor"'),
+                     ("information", 'Type of "hit[hit.is_valid()].detach()" is "Intersection"'),
+                     ("information", 'Type of "scene.trace_reflections(ray, 2).image_source" is "Tensor"'),
+                     ("error", 'Cannot access attribute "tt" for class "Intersection"')]
+
+
+def test_jedi_shows_the_stub_signature_and_docstring():
+    # IDE hover through Jedi: the frontend's signature and docstring of a method written in rayd.core.
+    jedi = pytest.importorskip("jedi")
+    rt = pytest.importorskip("rayd.torch")
+    import site
+
+    code = "import rayd.torch as rt\nscene = rt.Scene()\nhit = scene.intersect(None)\nhit.t\n"
+    project = jedi.Project(ROOT, sys_path=[str(ROOT / "src"), *site.getsitepackages()], smart_sys_path=False)
+    script = jedi.Script(code, path=ROOT / "jedi_probe.py", project=project)
+    (name,) = script.infer(3, 14, prefer_stubs=True)
+    signature, _, doc = name.docstring().partition("\n\n")
+    assert signature == ("intersect(ray: Ray, active: torch.Tensor | None=None, flags: RayFlags=..., *, "
+                         "ignore: torch.Tensor | int | None=None) -> Intersection")
+    assert doc == inspect.getdoc(rt.Scene.intersect)
+    assert [n.full_name for n in script.infer(4, 5, prefer_stubs=True)] == ["torch._tensor.Tensor"]
+
+
+@pytest.mark.parametrize("frontend", FRONTENDS)
+def test_scene_content_methods_name_the_frontend_types(frontend):
+    # Written once in rayd.core with Any; each frontend's Scene (and so its stub) names its own types.
+    import typing
+
+    from rayd.core.frontend import SceneBase
+
+    module = pytest.importorskip(f"rayd.{frontend}")
+    array = {"torch": "Tensor", "drjit": "ArrayBase"}[frontend]
+    array = getattr(importlib.import_module(frontend), array)
+    assert typing.get_type_hints(module.Scene.add_mesh)["mesh"] is module.Mesh
+    assert typing.get_type_hints(module.Scene.add_instance)["to_world"] is array
+    assert typing.get_type_hints(module.Scene.update_mesh_vertices)["vertices"] is array
+    assert typing.get_type_hints(module.Scene.set_mesh_transform)["to_world"] is array
+    assert typing.get_type_hints(module.Camera.sample_edges)["scene"] is module.Scene
+    assert module.Scene.add_mesh.__doc__ == SceneBase.add_mesh.__doc__  # the docstring stays core's
+    assert typing.get_type_hints(SceneBase.add_mesh)["mesh"] is typing.Any  # and core's own method is untouched

@@ -171,7 +171,7 @@ class Camera:
             Hartley, Zisserman 2004, "Multiple View Geometry in Computer Vision", 2nd ed.,
             sec. 6.1 (the pinhole camera); the axes and pixel centres of OpenCV's camera model.
         """
-    def sample_edges(self, scene: Any, num_samples: int, *, generator: torch.Generator | None = None) -> EdgeSamples:
+    def sample_edges(self, scene: Scene, num_samples: int, *, generator: torch.Generator | None = None) -> EdgeSamples:
         """Sample the images of the scene's silhouette and boundary edges, uniformly in image length.
 
         Args:
@@ -968,7 +968,7 @@ class Scene:
     """
     def __init__(self) -> None:
         """Initialize self.  See help(type(self)) for accurate signature."""
-    def add_instance(self, mesh_id: int, to_world: Any) -> int:
+    def add_instance(self, mesh_id: int, to_world: torch.Tensor) -> int:
         """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
 
         Args:
@@ -985,7 +985,7 @@ class Scene:
             TypeError, ValueError: wrong id type/range (or an instance id), or a bad
                 matrix (non-finite, beyond float32 range, singular).
         """
-    def add_mesh(self, mesh: Any, dynamic: bool = False) -> int:
+    def add_mesh(self, mesh: Mesh, dynamic: bool = False) -> int:
         """Add a mesh; returns its shape id (meshes and instances count 0, 1, 2, ... together).
 
         Args:
@@ -1301,7 +1301,7 @@ class Scene:
             ValueError: wrong shape or device.
             RuntimeError: the scene is not built.
         """
-    def set_mesh_transform(self, shape_id: Any, to_world: Any) -> None:
+    def set_mesh_transform(self, shape_id: Any, to_world: torch.Tensor) -> None:
         """Set the object-to-world matrix of a mesh or an instance; takes effect at ``sync()``.
 
         Args:
@@ -1485,7 +1485,7 @@ class Scene:
             (the mirror direction); Allen, Berkley 1979, "Image Method for Efficiently
             Simulating Small-Room Acoustics", JASA 65(4) (``image_source``).
         """
-    def update_mesh_vertices(self, mesh_id: int, vertices: Any) -> None:
+    def update_mesh_vertices(self, mesh_id: int, vertices: torch.Tensor) -> None:
         """Register new vertex positions for a dynamic mesh; ``sync()`` refits.
 
         Args:
