@@ -151,7 +151,7 @@ class _Stub:
     @staticmethod
     def default(value: Any) -> str:
         """A parameter's default as stub text: literals as they are, anything else ``...``."""
-        if value is None or isinstance(value, (bool, int, str)) and not isinstance(value, enum.Enum):
+        if value is None or (isinstance(value, (bool, int, str)) and not isinstance(value, enum.Enum)):
             return repr(value)
         if isinstance(value, float) and math.isfinite(value):
             return repr(value)
@@ -160,8 +160,11 @@ class _Stub:
     # -- members -----------------------------------------------------------------------------
 
     def function(self, name: str, function: Any, indent: str, owner: type | None = None,
-                 decorator: str | None = None) -> str:
-        """A ``def`` with the run-time signature and docstring of ``function``."""
+                 decorator: str | None = None, doc: str | None = None) -> str:
+        """A ``def`` with the run-time signature and docstring of ``function`` (or ``doc``: a property's).
+
+        The function's own ``__doc__`` only: ``inspect.getdoc`` would lend ``object.__init__``'s words.
+        """
         signature = inspect.signature(function)  # a __signature__ where one is set (Mesh.from_trimesh)
         hints = {name: self.resolve(p.annotation, function) for name, p in signature.parameters.items()
                  if p.annotation is not p.empty}
@@ -185,8 +188,8 @@ class _Stub:
                 parts.append("/")
         result = f" -> {self.type(hints['return'], owner)}" if "return" in hints else ""
         head = f"{indent}@{decorator}\n" if decorator else ""
-        doc = inspect.getdoc(function)
-        body = _quote(doc, indent + "    ") if doc else f"{indent}    ...\n"
+        doc = inspect.cleandoc(doc or function.__doc__ or "") or None
+        body = _quote(doc, indent + "    ") if doc else ""
         if doc is None:
             return f"{head}{indent}def {name}({', '.join(parts)}){result}: ...\n"
         return f"{head}{indent}def {name}({', '.join(parts)}){result}:\n{body}"
@@ -210,7 +213,7 @@ class _Stub:
                 continue  # object's and int's members are Python's
             raw = inspect.getattr_static(cls, member)
             if isinstance(raw, property):
-                out.append(self.function(member, raw.fget, "    ", cls, "property"))
+                out.append(self.function(member, raw.fget, "    ", cls, "property", raw.__doc__))
                 if raw.fset is not None and raw.fset.__annotations__:  # a real setter (unannotated ones refuse)
                     out.append(self.function(member, raw.fset, "    ", cls, f"{member}.setter"))
             elif isinstance(raw, classmethod):

@@ -222,8 +222,7 @@ class ClosestPoint:
     """(N,) ``Int``; -1 if none."""
     global_prim_id: drjit.ArrayBase
     """(N,) ``Int``; -1 if none."""
-    def __init__(self, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, **fields: Any) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected queries, by ``dr.gather``.
 
@@ -287,8 +286,7 @@ class EdgeSamples:
     """the camera's image size."""
     height: int
     """the camera's image size."""
-    def __init__(self, *, m: Any, count: int, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, *, m: Any, count: int, **fields: Any) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected queries, by ``dr.gather``.
 
@@ -377,8 +375,7 @@ class EdgeTopology:
     """(E,) ``Int`` index of the record within its mesh."""
     global_edge_id: drjit.ArrayBase
     """(E,) ``Int`` the lane index ``0 .. E-1``."""
-    def __init__(self, v: Any, faces: Any, opposite: Any, is_boundary: Any, shape_id: Any, edge_id: Any, global_edge_id: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, v: Any, faces: Any, opposite: Any, is_boundary: Any, shape_id: Any, edge_id: Any, global_edge_id: Any) -> None: ...
     def __len__(self) -> int: ...
     @property
     def num_edges(self) -> int:
@@ -433,8 +430,7 @@ class Intersection:
     """(N,) ``Int`` id of the hit mesh (or instance); -1 on a miss."""
     global_prim_id: drjit.ArrayBase
     """(N,) ``Int`` scene-wide face id (``prim_id`` + the shape's face offset); -1 on a miss."""
-    def __init__(self, flags: RayFlags, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, flags: RayFlags, **fields: Any) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected queries, by ``dr.gather``.
 
@@ -504,8 +500,7 @@ class Mesh:
             ``faces`` once, synchronising; ``Scene.build()`` checks again, since
             ``faces`` may be written in place in between).
     """
-    def __init__(self, vertices: drjit.ArrayBase, faces: drjit.ArrayBase, *, normals: drjit.ArrayBase | None = None, uv: drjit.ArrayBase | None = None, to_world: drjit.ArrayBase | None = None) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, vertices: drjit.ArrayBase, faces: drjit.ArrayBase, *, normals: drjit.ArrayBase | None = None, uv: drjit.ArrayBase | None = None, to_world: drjit.ArrayBase | None = None) -> None: ...
     @property
     def backend(self) -> str:
         """``'llvm'`` or ``'cuda'``."""
@@ -607,8 +602,7 @@ class NearestEdge:
     """(...) int32; -1 on a miss."""
     global_edge_id: drjit.ArrayBase
     """(...) int32 row of :class:`EdgeTopology`; -1 on a miss."""
-    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected queries, by ``dr.gather``.
 
@@ -669,8 +663,7 @@ class Ray:
         ValueError: not 3-vectors, widths that do not broadcast, or arrays on
             different backends or devices.
     """
-    def __init__(self, o: drjit.ArrayBase, d: drjit.ArrayBase, tmax: float | drjit.ArrayBase = ..., *, tmin: float | drjit.ArrayBase = 0.0) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, o: drjit.ArrayBase, d: drjit.ArrayBase, tmax: float | drjit.ArrayBase = ..., *, tmin: float | drjit.ArrayBase = 0.0) -> None: ...
     def __call__(self, t: drjit.ArrayBase | float) -> drjit.ArrayBase:
         """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
 
@@ -719,8 +712,7 @@ class ReflectionChain:
     """(...) int32, the number of valid slots."""
     path_length: drjit.ArrayBase
     """(...) float, ``sum_b t_b |d|`` over valid slots (world units); 0 with no hit."""
-    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected items along the first dimension.
 
@@ -773,8 +765,7 @@ class Scene:
     ``drjit.cuda`` on Dr.Jit's current GPU); engine work is launched on Dr.Jit's CUDA
     stream.
     """
-    def __init__(self) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self) -> None: ...
     def add_instance(self, mesh_id: int, to_world: drjit.ArrayBase) -> int:
         """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
 
@@ -1350,8 +1341,7 @@ class SpecularPathSet:
     """(S, T, P) total length in world units; ``+inf`` in empty slots."""
     valid: drjit.ArrayBase
     """(S, T, P) bool, True for the slots that hold a path."""
-    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected items along the first dimension.
 
@@ -1402,8 +1392,7 @@ class SpecularPaths:
     """(...) float, total path length in world units; ``+inf`` if invalid."""
     valid: drjit.ArrayBase
     """(...) bool, see :meth:`rayd.torch.Scene.specular_paths`."""
-    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, shape: tuple[int, ...], **fields: drjit.ArrayBase) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected items along the first dimension.
 
@@ -1497,8 +1486,7 @@ class Intersections:
     """(N,) ``Int`` id of the hit mesh (or instance); -1 on a miss."""
     global_prim_id: drjit.ArrayBase
     """(N,) ``Int`` scene-wide face id (``prim_id`` + the shape's face offset); -1 on a miss."""
-    def __init__(self, shape: tuple[int, int], flags: RayFlags, **fields: drjit.ArrayBase) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, shape: tuple[int, int], flags: RayFlags, **fields: drjit.ArrayBase) -> None: ...
     def __getitem__(self, index: object) -> Self:
         """The record of the selected queries, by ``dr.gather``.
 

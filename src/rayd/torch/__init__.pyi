@@ -58,17 +58,7 @@ class Camera:
             different devices. Tensor values are checked here (one host read; not while
             ``torch.compile`` traces) and again by :meth:`sample_edges`.
     """
-    def __init__(self, width: int, height: int, *, fov_y: float | torch.Tensor | None = None, fx: float | torch.Tensor | None = None, fy: float | torch.Tensor | None = None, cx: float | torch.Tensor | None = None, cy: float | torch.Tensor | None = None, to_world: torch.Tensor | None = None) -> None:
-        """Check and set the size, the intrinsics and ``to_world`` (the frontend's class documents them).
-
-        In order: ``width``, ``height``; ``fov_y``, ``fx``, ``fy``, ``cx``, ``cy`` one by
-        one (:meth:`_scalar`), then how they combine (:meth:`_set_intrinsics`); ``to_world``
-        (the frontend's ``_checked_to_world``); last the values (``_check_values``: one host
-        read of array intrinsics).
-
-        Raises:
-            TypeError, ValueError: as the frontend's ``Camera`` documents.
-        """
+    def __init__(self, width: int, height: int, *, fov_y: float | torch.Tensor | None = None, fx: float | torch.Tensor | None = None, fy: float | torch.Tensor | None = None, cx: float | torch.Tensor | None = None, cy: float | torch.Tensor | None = None, to_world: torch.Tensor | None = None) -> None: ...
     def camera_to_pixels(self, p: torch.Tensor) -> torch.Tensor:
         """Pixel coordinates of camera-space points: the pinhole projection, no checks.
 
@@ -270,8 +260,7 @@ class ClosestPoint:
     """(...) int32 mesh id; -1 if none."""
     global_prim_id: torch.Tensor
     """(...) int32 scene-wide face id; -1 if none."""
-    def __init__(self, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, **fields: Any) -> None: ...
     def __getitem__(self, index: Any) -> Self:
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
@@ -379,8 +368,7 @@ class EdgeSamples:
     """the camera's image size."""
     height: int
     """the camera's image size."""
-    def __init__(self, *, width: int, height: int, **fields) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, *, width: int, height: int, **fields) -> None: ...
     def __getitem__(self, index: Any) -> Self:
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
@@ -495,8 +483,7 @@ class EdgeTopology:
     """(E,) int32 index of the record within its mesh."""
     global_edge_id: torch.Tensor
     """(E,) int32 the row index ``0 .. E-1``."""
-    def __init__(self, v: Any, faces: Any, opposite: Any, is_boundary: Any, shape_id: Any, edge_id: Any, global_edge_id: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, v: Any, faces: Any, opposite: Any, is_boundary: Any, shape_id: Any, edge_id: Any, global_edge_id: Any) -> None: ...
     def __len__(self) -> int: ...
     @property
     def num_edges(self) -> int:
@@ -550,8 +537,7 @@ class Intersection:
     """(...) int32 id of the hit mesh (or instance); -1 on a miss."""
     global_prim_id: torch.Tensor
     """(...) int32 scene-wide face id (``prim_id`` + the shape's face offset); -1 on a miss."""
-    def __init__(self, flags: RayFlags, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, flags: RayFlags, **fields: Any) -> None: ...
     def __getitem__(self, index: Any) -> Self:
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
@@ -641,8 +627,7 @@ class Mesh:
             ``Scene.build()`` checks the faces again (they may have been changed in
             place since), and queries refuse faces changed in place after ``build()``.
     """
-    def __init__(self, vertices: torch.Tensor, faces: torch.Tensor, *, normals: torch.Tensor | None = None, uv: torch.Tensor | None = None, to_world: torch.Tensor | None = None) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, vertices: torch.Tensor, faces: torch.Tensor, *, normals: torch.Tensor | None = None, uv: torch.Tensor | None = None, to_world: torch.Tensor | None = None) -> None: ...
     @property
     def device(self) -> torch.device:
         """The device all of the mesh's tensors live on."""
@@ -742,8 +727,7 @@ class NearestEdge:
     """(...) int32; -1 on a miss."""
     global_edge_id: torch.Tensor
     """(...) int32 row of :class:`EdgeTopology`; -1 on a miss."""
-    def __init__(self, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, **fields: Any) -> None: ...
     def __getitem__(self, index: Any) -> Self:
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
@@ -826,8 +810,7 @@ class Ray:
         ValueError: a last dimension other than 3, batch shapes that do not
             broadcast, or tensors on different devices.
     """
-    def __init__(self, o: torch.Tensor, d: torch.Tensor, tmax: float | torch.Tensor = ..., *, tmin: float | torch.Tensor = 0.0) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, o: torch.Tensor, d: torch.Tensor, tmax: float | torch.Tensor = ..., *, tmin: float | torch.Tensor = 0.0) -> None: ...
     def __call__(self, t: torch.Tensor | float) -> torch.Tensor:
         """The point ``o + t d``, e.g. ``ray(hit.t)`` (``hit.p`` where the ray hit).
 
@@ -886,8 +869,7 @@ class ReflectionChain:
     """(...) int32, the number of valid slots."""
     path_length: torch.Tensor
     """(...) float, ``sum_b t_b |d|`` over valid slots (world units); 0 with no hit."""
-    def __init__(self, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, **fields: Any) -> None: ...
     def __getitem__(self, index: Any) -> Self:
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
@@ -966,8 +948,7 @@ class Scene:
     A scene lives on the device of its meshes; work is launched on that device's
     current torch stream, without host synchronisation in queries.
     """
-    def __init__(self) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self) -> None: ...
     def add_instance(self, mesh_id: int, to_world: torch.Tensor) -> int:
         """Place another copy of a mesh, sharing its bottom-level BVH; returns its shape id.
 
@@ -1586,8 +1567,7 @@ class SpecularPathSet:
     """(S, T, P) total length in world units; ``+inf`` in empty slots."""
     valid: torch.Tensor
     """(S, T, P) bool, True for the slots that hold a path."""
-    def __init__(self, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, **fields: Any) -> None: ...
     def __getitem__(self, index: Any) -> Self:
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
@@ -1665,8 +1645,7 @@ class SpecularPaths:
     """(...) float, total path length in world units; ``+inf`` if invalid."""
     valid: torch.Tensor
     """(...) bool, see :meth:`rayd.torch.Scene.specular_paths`."""
-    def __init__(self, **fields: Any) -> None:
-        """Initialize self.  See help(type(self)) for accurate signature."""
+    def __init__(self, **fields: Any) -> None: ...
     def __getitem__(self, index: Any) -> Self:
         """The record of the selected queries: ``index`` applies to the batch dimensions.
 
