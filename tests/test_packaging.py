@@ -15,6 +15,19 @@ def test_py_typed_is_package_data():
     assert "py.typed" in config["tool"]["setuptools"]["package-data"]["rayd"]
 
 
+def test_type_stubs_are_package_data():
+    # tools/make_stubs.py writes src/rayd/<frontend>/__init__.pyi; a wheel without them gives IDEs untyped queries.
+    from fnmatch import fnmatch
+
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    stubs = sorted((ROOT / "src").rglob("*.pyi"))
+    assert [stub.relative_to(ROOT / "src").as_posix() for stub in stubs] == ["rayd/drjit/__init__.pyi",
+                                                                             "rayd/torch/__init__.pyi"]
+    for stub in stubs:
+        package = ".".join(stub.parent.relative_to(ROOT / "src").parts)
+        assert any(fnmatch(stub.name, pattern) for pattern in config.get(package, [])), stub
+
+
 def test_every_rayd_folder_is_a_package():
     # setuptools' find_packages only ships folders with an __init__.py.
     for folder in (ROOT / "src" / "rayd").rglob("*"):

@@ -130,3 +130,19 @@ def scene_annotations(types: dict[str, Any], names: Any) -> dict[str, dict[str, 
                            "return": types["SpecularPaths"]},
     }
     return {name: table[name] for name in names if name in table}
+
+
+def lifecycle_annotations(types: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The frontend's types of ``Scene``'s content methods (written in :class:`~rayd.core.frontend.SceneBase`
+    with ``Any``), for the ``ANNOTATIONS`` of a frontend's ``_scene_docs``; their docstrings stay core's.
+
+    Args:
+        types: as for :func:`scene_annotations`, plus ``"Mesh"``.
+
+    Returns:
+        method name -> parameter name -> annotation. ``set_mesh_transform``'s ``shape_id`` (an id or
+        a batch of ids, each frontend its own kinds) keeps ``Any``.
+    """
+    array = types["array"]
+    return {"add_mesh": {"mesh": types["Mesh"]}, "add_instance": {"to_world": array},
+            "update_mesh_vertices": {"vertices": array}, "set_mesh_transform": {"to_world": array}}

@@ -36,6 +36,7 @@ from rayd.flags import RayFlags
 
 
 find_specular_paths.__annotations__["scene"] = Scene  # the class, now that it exists (core.paths.path_finder)
+Camera.sample_edges.__annotations__["scene"] = Scene  # (core.camera_frontend.CameraBase.sample_edges)
 
 __all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags",
            "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]

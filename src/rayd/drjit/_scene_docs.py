@@ -2,10 +2,11 @@
 
 import drjit as dr
 
-from rayd.core.docs import scene_annotations
+from rayd.core.docs import lifecycle_annotations, scene_annotations
 from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
 from rayd.drjit.edges import EdgeTopology, NearestEdge
 from rayd.drjit.intersection import Intersection
+from rayd.drjit.mesh import Mesh
 from rayd.drjit.ray import Ray
 from rayd.drjit.reflections import ReflectionChain, SpecularPaths
 
@@ -75,8 +76,8 @@ DOCS = {
 
 #: The frontend's types that the query methods' annotations name (:func:`rayd.core.docs.scene_annotations`;
 #: ``Intersections`` is added by ``_scene_allhits``, where it is defined).
-TYPES = {"array": dr.ArrayBase, "Ray": Ray, "Intersection": Intersection,
+TYPES = {"Mesh": Mesh, "array": dr.ArrayBase, "Ray": Ray, "Intersection": Intersection,
          "EdgeTopology": EdgeTopology, "NearestEdge": NearestEdge, "ReflectionChain": ReflectionChain,
          "SpecularPaths": SpecularPaths}
 
-ANNOTATIONS = {"device": {"return": str | None}, **scene_annotations(TYPES, DOCS)}
+ANNOTATIONS = {"device": {"return": str | None}, **scene_annotations(TYPES, DOCS), **lifecycle_annotations(TYPES)}

@@ -4,10 +4,11 @@
 
 import torch
 
-from rayd.core.docs import scene_annotations
+from rayd.core.docs import lifecycle_annotations, scene_annotations
 from rayd.core.queries import INTERSECT_TAIL, VISIBLE_RULE
 from rayd.torch.edges import EdgeTopology, NearestEdge
 from rayd.torch.intersection import Intersection
+from rayd.torch.mesh import Mesh
 from rayd.torch.ray import Ray
 from rayd.torch.reflections import ReflectionChain, SpecularPaths
 
@@ -74,8 +75,8 @@ DOCS = {
 }
 
 #: The frontend's types that the query methods' annotations name (:func:`rayd.core.docs.scene_annotations`).
-TYPES = {"array": torch.Tensor, "Ray": Ray, "Intersection": Intersection, "Intersections": Intersection,
+TYPES = {"Mesh": Mesh, "array": torch.Tensor, "Ray": Ray, "Intersection": Intersection, "Intersections": Intersection,
          "EdgeTopology": EdgeTopology, "NearestEdge": NearestEdge, "ReflectionChain": ReflectionChain,
          "SpecularPaths": SpecularPaths}
 
-ANNOTATIONS = {"device": {"return": torch.device | None}, **scene_annotations(TYPES, DOCS)}
+ANNOTATIONS = {"device": {"return": torch.device | None}, **scene_annotations(TYPES, DOCS), **lifecycle_annotations(TYPES)}

@@ -34,14 +34,14 @@ class TorchRecord(PublicName, FieldRecord):
             index = (index if isinstance(index, tuple) else (index,)) + (slice(None),) * extra
         return value[index]
 
-    def to(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None, *,
+    def to(self, device: torch.device | str | torch.dtype | None = None, dtype: torch.dtype | None = None, *,
            non_blocking: bool = False) -> "TorchRecord":
         """The record with every field on ``device`` and float fields in ``dtype``.
 
         Args:
-            device: target device (``None``: stay).
+            device: target device (``None``: stay), or a dtype (``record.to(torch.float64)``).
             dtype: target floating dtype for the float fields (``None``: keep); id
-                fields stay int32. ``record.to(torch.float64)`` is accepted too.
+                fields stay int32.
             non_blocking: passed to ``torch.Tensor.to``.
 
         Returns:
