@@ -267,7 +267,8 @@ class TorchArrays(ArraysBase):
         # views hold a pointer only (no reference to a tensor, which may be freed): one is reused only
         # for the live tensor returned beside it, at that address with that layout.
         value = primal(array)
-        if value.dtype not in (torch.float32, torch.float64) or not value.is_contiguous() or value.dim() != 2:
+        if (value.dtype not in (torch.float32, torch.float64) or not value.is_contiguous() or value.dim() != 2
+                or not value.numel()):  # (empty: any strides pass is_contiguous(); vec3_rows makes them dense)
             return vec3_rows(array)
         key = (value.data_ptr(), value.shape[0], value.dtype, value.device)
         view = self._views.get(key)
