@@ -87,7 +87,8 @@ def test_scene_queries_name_the_frontend_types(frontend):
     hints = typing.get_type_hints(module.Scene.intersect)
     assert (hints["ray"], hints["active"], hints["return"]) == (module.Ray, array | None, module.Intersection)
     assert typing.get_type_hints(module.Scene.visible)["start"] is array
-    assert typing.get_type_hints(module.Scene.nearest_edge)["points_or_ray"] == array | module.Ray
+    hints = typing.get_type_hints(module.Scene.nearest_edge)
+    assert hints["points_or_ray"] == array | module.Ray | None and hints["ray"] == module.Ray | None
     assert typing.get_type_hints(module.Scene.trace_reflections)["max_bounces"] is int
     assert typing.get_type_hints(module.Mesh.__init__)["vertices"] is array
     assert typing.get_type_hints(module.Mesh.vertices.fget)["return"] is array

@@ -326,8 +326,20 @@ class EdgeQueries(FrontendDocs):
         self._require_current(f"{self._PREFIX}.edge_mask()")
         return self._edges.mask()
 
-    def nearest_edge(self, points_or_ray, active=None, *, max_distance: float = math.inf):
+    def nearest_edge(self, points_or_ray=None, active=None, *, max_distance: float = math.inf, points=None,
+                     ray=None):
         call = f"{self._PREFIX}.nearest_edge()"
+        given = [(name, value) for name, value in (("points_or_ray", points_or_ray), ("points", points),
+                                                    ("ray", ray)) if value is not None]
+        if len(given) != 1:
+            raise TypeError(f"{call} takes the query points or a Ray once: positionally, or as points= or ray= "
+                            f"(got {', '.join(name for name, _ in given) or 'none'})")
+        name, points_or_ray = given[0]
+        if name == "ray" and not isinstance(points_or_ray, self._RAY):
+            raise TypeError(f"{call}: 'ray' must be a {self._PREFIX.rsplit('.', 1)[0]}.Ray, "
+                            f"got {type(points_or_ray).__name__}")
+        if name == "points" and isinstance(points_or_ray, self._RAY):
+            raise TypeError(f"{call}: 'points' must be an array of points, got a Ray (pass it as ray=)")
         self._require_ready(call)
         queries = self._EDGE_QUERIES
         edges = queries.ready(self, call)

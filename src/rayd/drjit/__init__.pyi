@@ -989,7 +989,7 @@ class Scene:
         """
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale (edge masks included)."""
-    def nearest_edge(self, points_or_ray: drjit.ArrayBase | Ray, active: drjit.ArrayBase | None = None, *, max_distance: float = ...) -> NearestEdge:
+    def nearest_edge(self, points_or_ray: drjit.ArrayBase | Ray | None = None, active: drjit.ArrayBase | None = None, *, max_distance: float = ..., points: drjit.ArrayBase | None = None, ray: Ray | None = None) -> NearestEdge:
         """The edge nearest to each point, or to each ray segment, differentiable for the fixed winner.
 
         Args:
@@ -999,6 +999,8 @@ class Scene:
                 backend and device.
             active: optional ``Bool`` of width N or 1; inactive queries miss.
             max_distance: only edges within this distance count (default ``inf``).
+            points, ray: the same query by keyword (``nearest_edge(points=p)``, ``nearest_edge(ray=r)``,
+                DESIGN.md's two forms); give exactly one of ``points_or_ray``, ``points``, ``ray``.
 
         Returns:
             :class:`NearestEdge` with fields of width N (``ray_t``, ``ray_point`` for
@@ -1021,6 +1023,7 @@ class Scene:
             gradient of ``distance`` is taken as 0 where it is exactly 0.
 
         Raises:
+            TypeError: none, or more than one, of ``points_or_ray``, ``points``, ``ray`` given.
             TypeError: ``points`` not a Dr.Jit float array (e.g. a torch tensor), a
                 rayd.torch ``Ray``, ``active`` not ``Bool``, ``max_distance`` not a number.
             ValueError: wrong component count, widths that do not broadcast, another

@@ -52,6 +52,8 @@ DOCS = {
             backend and device.
         active: optional ``Bool`` of width N or 1; inactive queries miss.
         max_distance: only edges within this distance count (default ``inf``).
+        points, ray: the same query by keyword (``nearest_edge(points=p)``, ``nearest_edge(ray=r)``,
+            DESIGN.md's two forms); give exactly one of ``points_or_ray``, ``points``, ``ray``.
 
     Returns:
         :class:`NearestEdge` with fields of width N (``ray_t``, ``ray_point`` for
@@ -70,6 +72,7 @@ DOCS = {
         gradient of ``distance`` is taken as 0 where it is exactly 0.
 
     Raises:
+        TypeError: none, or more than one, of ``points_or_ray``, ``points``, ``ray`` given.
         TypeError: ``points`` not a Dr.Jit float array (e.g. a torch tensor), a
             rayd.torch ``Ray``, ``active`` not ``Bool``, ``max_distance`` not a number.
         ValueError: wrong component count, widths that do not broadcast, another

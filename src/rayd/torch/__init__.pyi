@@ -1202,7 +1202,7 @@ class Scene:
         """
     def is_ready(self) -> bool:
         """True if queries can run now: built, nothing added since, nothing pending or stale (edge masks included)."""
-    def nearest_edge(self, points_or_ray: torch.Tensor | Ray, active: torch.Tensor | None = None, *, max_distance: float = ...) -> NearestEdge:
+    def nearest_edge(self, points_or_ray: torch.Tensor | Ray | None = None, active: torch.Tensor | None = None, *, max_distance: float = ..., points: torch.Tensor | None = None, ray: Ray | None = None) -> NearestEdge:
         """The edge nearest to each point, or to each ray segment, differentiable for the fixed winner.
 
         Args:
@@ -1211,6 +1211,8 @@ class Scene:
                 ``tmax = inf`` or ``tmin = -inf``, the whole line if both); on the scene's device.
             active: optional bool tensor broadcastable to ``...``; inactive queries miss.
             max_distance: only edges within this distance count (default ``inf``).
+            points, ray: the same query by keyword (``nearest_edge(points=p)``, ``nearest_edge(ray=r)``,
+                DESIGN.md's two forms); give exactly one of ``points_or_ray``, ``points``, ``ray``.
 
         Returns:
             :class:`NearestEdge` with fields of shape ``...`` (``ray_t``, ``ray_point``
@@ -1231,6 +1233,7 @@ class Scene:
             ``distance`` is taken as 0 where it is exactly 0.
 
         Raises:
+            TypeError: none, or more than one, of ``points_or_ray``, ``points``, ``ray`` given.
             TypeError: ``points`` not a float tensor, ``active`` not bool, ``max_distance``
                 not a number.
             ValueError: wrong shapes or device, negative/NaN ``max_distance``.

@@ -48,6 +48,8 @@ DOCS = {
             ``tmax = inf`` or ``tmin = -inf``, the whole line if both); on the scene's device.
         active: optional bool tensor broadcastable to ``...``; inactive queries miss.
         max_distance: only edges within this distance count (default ``inf``).
+        points, ray: the same query by keyword (``nearest_edge(points=p)``, ``nearest_edge(ray=r)``,
+            DESIGN.md's two forms); give exactly one of ``points_or_ray``, ``points``, ``ray``.
 
     Returns:
         :class:`NearestEdge` with fields of shape ``...`` (``ray_t``, ``ray_point``
@@ -64,6 +66,7 @@ DOCS = {
         ``distance`` is taken as 0 where it is exactly 0.
 
     Raises:
+        TypeError: none, or more than one, of ``points_or_ray``, ``points``, ``ray`` given.
         TypeError: ``points`` not a float tensor, ``active`` not bool, ``max_distance``
             not a number.
         ValueError: wrong shapes or device, negative/NaN ``max_distance``.
