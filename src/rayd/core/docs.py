@@ -147,3 +147,28 @@ def lifecycle_annotations(types: dict[str, Any]) -> dict[str, dict[str, Any]]:
     array = types["array"]
     return {"add_mesh": {"mesh": types["Mesh"]}, "add_instance": {"to_world": array},
             "update_mesh_vertices": {"vertices": array}, "set_mesh_transform": {"to_world": array}}
+
+
+def mesh_annotations(array: type) -> dict[str, dict[str, Any]]:
+    """The frontend's types of ``Mesh``'s constructor and array attributes (written in
+    :class:`~rayd.core.mesh.MeshBase` without them), for the ``ANNOTATIONS`` of a frontend's ``_mesh_docs``.
+
+    Args:
+        array: the frontend's array type (``torch.Tensor``, ``drjit.ArrayBase``).
+
+    Returns:
+        method or property name -> parameter name (``"return"`` for a property) -> annotation.
+        ``from_trimesh`` returns the frontend's ``Mesh`` (set by :class:`~rayd.core.mesh.MeshBase`).
+    """
+    optional = array | None
+    return {"from_trimesh": {"to_world": optional},
+            "__init__": {"vertices": array, "faces": array, "normals": optional, "uv": optional, "to_world": optional},
+            "vertices": {"return": array}, "faces": {"return": array}, "normals": {"return": optional},
+            "uv": {"return": optional}, "to_world": {"return": optional}}
+
+
+def annotate_scene_arguments(scene: type, *functions: Any) -> None:
+    """Set the ``scene`` annotation of ``functions`` (``find_specular_paths``, ``Camera.sample_edges``:
+    written in ``rayd.core`` before the frontend's ``Scene`` exists) to the frontend's ``scene`` class."""
+    for function in functions:
+        function.__annotations__["scene"] = scene

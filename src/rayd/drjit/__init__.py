@@ -32,11 +32,11 @@ from rayd.drjit.paths import find_specular_paths
 from rayd.drjit.reflections import ReflectionChain, SpecularPathSet, SpecularPaths
 from rayd.drjit.ray import Ray
 from rayd.drjit.scene import Scene
+from rayd.core.docs import annotate_scene_arguments
 from rayd.flags import RayFlags
 
 
-find_specular_paths.__annotations__["scene"] = Scene  # the class, now that it exists (core.paths.path_finder)
-Camera.sample_edges.__annotations__["scene"] = Scene  # (core.camera_frontend.CameraBase.sample_edges)
+annotate_scene_arguments(Scene, find_specular_paths, Camera.sample_edges)  # (core.paths, core.camera_frontend)
 
 __all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags",
            "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]

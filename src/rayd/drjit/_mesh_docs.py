@@ -2,6 +2,7 @@
 bound by :class:`rayd.core.docs.FrontendDocs` when the Mesh class is made."""
 
 import drjit as dr
+from rayd.core.docs import mesh_annotations
 
 DOCS = {
     "from_trimesh": """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
@@ -29,9 +30,4 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {
-    "from_trimesh": {"to_world": dr.ArrayBase | None},  # returns the Mesh (core.mesh)
-    "__init__": {"vertices": dr.ArrayBase, "faces": dr.ArrayBase, "normals": dr.ArrayBase | None, "uv": dr.ArrayBase | None,
-                 "to_world": dr.ArrayBase | None},
-    "vertices": {"return": dr.ArrayBase}, "faces": {"return": dr.ArrayBase}, "normals": {"return": dr.ArrayBase | None},
-    "uv": {"return": dr.ArrayBase | None}, "to_world": {"return": dr.ArrayBase | None}}
+ANNOTATIONS = mesh_annotations(dr.ArrayBase)

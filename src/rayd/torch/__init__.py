@@ -17,6 +17,7 @@ from rayd._extras import require as _require
 _require("torch", "rayd.torch needs PyTorch: pip install 'rayd-geom[torch]' (torch>=2.11; on a machine "
          "without a GPU, first: pip install torch --index-url https://download.pytorch.org/whl/cpu)")
 
+from rayd.core.docs import annotate_scene_arguments
 from rayd.flags import RayFlags
 from rayd.torch import _optim  # noqa: F401 - fused optimiser steps bump version counters
 from rayd.torch._closest_point import ClosestPoint
@@ -31,7 +32,6 @@ from rayd.torch.reflections import ReflectionChain, SpecularPaths
 from rayd.torch.scene import Scene
 
 
-find_specular_paths.__annotations__["scene"] = Scene  # the class, now that it exists (core.paths.path_finder)
-Camera.sample_edges.__annotations__["scene"] = Scene  # (core.camera_frontend.CameraBase.sample_edges)
+annotate_scene_arguments(Scene, find_specular_paths, Camera.sample_edges)  # (core.paths, core.camera_frontend)
 
 __all__ = ["Camera", "ClosestPoint", "EdgeSamples", "EdgeTopology", "Intersection", "Mesh", "NearestEdge", "Ray", "RayFlags", "ReflectionChain", "Scene", "SpecularPathSet", "SpecularPaths", "find_specular_paths"]

@@ -2,6 +2,7 @@
 bound by :class:`rayd.core.docs.FrontendDocs` when the Mesh class is made."""
 
 import torch
+from rayd.core.docs import mesh_annotations
 
 DOCS = {
     "from_trimesh": """A mesh from a ``trimesh.Trimesh`` (trimesh is not needed otherwise).
@@ -30,9 +31,4 @@ DOCS = {
         """,
 }
 
-ANNOTATIONS = {
-    "from_trimesh": {"to_world": torch.Tensor | None},  # returns the Mesh (core.mesh)
-    "__init__": {"vertices": torch.Tensor, "faces": torch.Tensor, "normals": torch.Tensor | None, "uv": torch.Tensor | None,
-                 "to_world": torch.Tensor | None},
-    "vertices": {"return": torch.Tensor}, "faces": {"return": torch.Tensor}, "normals": {"return": torch.Tensor | None},
-    "uv": {"return": torch.Tensor | None}, "to_world": {"return": torch.Tensor | None}}
+ANNOTATIONS = mesh_annotations(torch.Tensor)
