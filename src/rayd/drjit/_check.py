@@ -11,6 +11,9 @@ Shapes in Dr.Jit terms: a ``(N, 3)`` input is a 3-vector array (``Array3f``) of 
 
 from __future__ import annotations
 
+import functools
+import inspect
+import types
 
 import drjit as dr
 
@@ -181,3 +184,38 @@ def outside_recording(call: str) -> None:
             f"{call}: cannot run inside a function frozen with drjit.freeze (the scene's engine launches are not "
             f"Dr.Jit kernels and would not be replayed); call it outside the frozen function"
         )
+
+
+def exact_math(function):
+    """``function`` run with ``drjit.JitFlag.FastMath`` off, so that its float64 arithmetic and derivatives are exact.
+
+    With FastMath on (Dr.Jit's default), Dr.Jit 1.5's CUDA backend emits ``drjit.rcp`` as the
+    PTX ``rcp.approx.ftz`` for **every** float type (drjit-core's ``jitc_var_rcp``), and in
+    float64 that instruction keeps only 20 bits of the mantissa (PTX ISA, "rcp.approx.ftz.f64").
+    Dr.Jit's reverse- and forward-mode derivative of ``a / b`` is weighted by ``rcp(b)``
+    (``ad_var_div``), and ``drjit.rsqrt`` / ``drjit.normalize`` go through ``rcp`` too, so
+    rayd.drjit's float64 derivatives on CUDA were about 1e-6 relative off (values were not:
+    float64 division is ``div.rn``). The weights of Dr.Jit's AD graph are made when the
+    operation runs, so running rayd.drjit's own arithmetic with the flag off makes them exact;
+    the user's later ``drjit.backward`` / ``drjit.forward_to`` only multiplies and adds them.
+    float32 arithmetic then rounds correctly as well (``div.rn``, ``sqrt.rn``), and ``x * 0``
+    is no longer folded to ``0`` in rayd's expressions. The LLVM backend divides exactly either way.
+    """
+
+    @functools.wraps(function)
+    def exact(*args, **kwargs):
+        with dr.scoped_set_flag(dr.JitFlag.FastMath, False):
+            return function(*args, **kwargs)
+
+    return exact
+
+
+def exact_math_public(cls: type) -> type:
+    """Every public method of ``cls`` (its own and inherited) wrapped by :func:`exact_math`; returns ``cls``."""
+    for name in dir(cls):
+        if name.startswith("_"):
+            continue
+        attr = inspect.getattr_static(cls, name)
+        if isinstance(attr, types.FunctionType):
+            setattr(cls, name, exact_math(attr))
+    return cls

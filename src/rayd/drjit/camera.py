@@ -191,6 +191,7 @@ def _sample_edges_outside_recording(method):
 
 Camera.sample_edges = _sample_edges_outside_recording(Camera.sample_edges)
 serialise_public(Camera)  # calls from several threads: one at a time (rayd.engine.runtime.ENGINE_LOCK)
+_check.exact_math_public(Camera)  # float64 derivatives exact on CUDA (FastMath off inside every call)
 
 
 

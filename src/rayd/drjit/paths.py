@@ -93,7 +93,8 @@ def _find(scene, sources, targets, bounces: int, num_rays: int, line_of_sight: b
                            length=dr.gather(type(paths.length), paths.length, by_item), valid=valid)
 
 
-#: The public function: signature and argument checks are core's, the search and evaluation ``_find``.
-find_specular_paths = core_paths.path_finder(
+#: The public function: signature and argument checks are core's, the search and evaluation ``_find``; run with
+#: exact Dr.Jit arithmetic (:func:`rayd.drjit._check.exact_math`).
+find_specular_paths = _check.exact_math(core_paths.path_finder(
     "drjit", _find, lambda call, name, value: _check.float_array(call, name, value, 3),
-    _check.same_backend, DOCS["find_specular_paths"], dr.ArrayBase, SpecularPathSet)
+    _check.same_backend, DOCS["find_specular_paths"], dr.ArrayBase, SpecularPathSet))

@@ -202,3 +202,4 @@ for _name in ("build", "sync", "set_mesh_transform"):  # (they read arrays on th
     setattr(Scene, _name, _outside_recording(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)
+_check.exact_math_public(Scene)  # float64 derivatives exact on CUDA (FastMath off inside every call)
