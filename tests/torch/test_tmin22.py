@@ -402,3 +402,47 @@ def test_compiled_query_follows_sync(device):
     assert -51.0 < want.item() < -50.9
     torch.testing.assert_close(compiled(o, d), want)
     assert counter.frame_count == 1
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_device_box_equals_the_core_box(dtype):
+    """On a GPU the box is computed on the device from the placed vertices (no host read): the tight box
+    of the world vertices (instances, transforms, minus the search centre of a scene far from the origin),
+    inside the core's (which places the corners of each mesh's box)."""
+    from rayd.torch import _trace
+
+    v, f = icosphere(1)
+    far = np.array([3e3, -2e3, 1e3])
+    scene = rt.Scene()
+    tv, tf = torch.tensor(v + far, dtype=dtype), torch.tensor(f)
+    scene.add_mesh(rt.Mesh(tv, tf))
+    scene.add_mesh(rt.Mesh(tv, tf, to_world=torch.tensor(M_MESH, dtype=dtype)))
+    scene.add_instance(1, torch.tensor(M_INST, dtype=dtype))
+    scene.build()
+    centre = scene._core.centre
+    assert centre is not None
+    on_device = [np.array([float(x) for x in b]) for b in _trace._search_box(scene, torch.device("cuda"))]
+    assert not scene._core.has_search_box  # (the device path made no host box)
+    vv = tv.double().numpy()
+    m1, mi = (torch.tensor(x, dtype=dtype).double().numpy() for x in (M_MESH, M_INST))  # as registered
+    m2 = mi @ m1
+    world = np.concatenate([vv, vv @ m1[:3, :3].T + m1[:3, 3], vv @ m2[:3, :3].T + m2[:3, 3]]) - centre
+    np.testing.assert_allclose(on_device[0], world.min(0), rtol=0, atol=1e-9)
+    np.testing.assert_allclose(on_device[1], world.max(0), rtol=0, atol=1e-9)
+    lower, upper = scene._core.search_box()
+    assert (np.array(lower) <= on_device[0] + 1e-9).all() and (np.array(upper) >= on_device[1] - 1e-9).all()
+    # the starts from either box lie before every ray's first hit (torch ops and NumPy alike)
+    from rayd.core.rays import search_start
+
+    rng = np.random.default_rng(9)
+    o = world.mean(0) + rng.uniform(-30, 30, (500, 3))
+    d = world[rng.integers(0, len(world), 500)] + rng.uniform(-0.5, 0.5, (500, 3)) - o
+    d *= np.where(rng.random((500, 1)) < 0.5, -1.0, 1.0)
+    to, td = torch.tensor(o), torch.tensor(d)
+    s_device = search_start(torch.where, to.unbind(-1), td.unbind(-1), _trace._search_box(scene, torch.device("cuda")))
+    s_host = search_start(np.where, tuple(o.T), tuple(d.T), (lower, upper))
+    first = closest_hit(o, d, world, np.concatenate([f + k * len(v) for k in range(3)]), -INF, INF)["t"]
+    hit = np.isfinite(first)
+    assert hit.sum() > 200 and np.isfinite(s_host).all() and torch.isfinite(s_device).all()
+    assert (s_device.numpy()[hit] < first[hit]).all() and (s_host[hit] < first[hit]).all()
+    assert (s_host[hit] <= s_device.numpy()[hit] + 1e-9).all()  # (the core's box is the larger)

@@ -373,6 +373,11 @@ class SceneCore:
             return None
         return np.min(lows, 0), np.max(highs, 0)
 
+    @property
+    def has_search_box(self) -> bool:
+        """True if :meth:`search_box` is made for the current ``build()``/``sync()`` (no read to make it)."""
+        return self._search_box is not False
+
     def search_box(self) -> tuple[tuple[float, float, float], tuple[float, float, float]] | None:
         """The float64 box ``(lower, upper)`` (3 floats each) of every shape in the search frame (world minus
         :attr:`centre`), or ``None`` if no shape has vertices. Disabled shapes are included (a larger

@@ -116,10 +116,15 @@ def unbounded_below(scene, o, d, tmin, rows: dr.ArrayBase, backend: str) -> dr.A
 
     The start is :func:`rayd.core.rays.search_start` (just before the ray enters the scene's
     box), from float64 search-frame origins ``o`` and directions ``d``. Nothing is computed
-    for a finite Python ``tmin``; an array ``tmin`` is replaced where it is ``-inf`` (traced,
-    no host read). NaN stays NaN (a malformed ray: a miss).
+    for a finite Python ``tmin``, nor for an LLVM ``tmin`` array without ``-inf`` (one reduction
+    read on the CPU); a CUDA array is replaced where it is ``-inf`` (traced, no read of ``tmin``;
+    the scene's box, :meth:`rayd.core.scene.SceneCore.search_box`, is read once per ``sync()``
+    that moved a dynamic mesh). NaN stays NaN (a malformed ray: a miss).
     """
-    if isinstance(tmin, (int, float)) and tmin != -math.inf:
+    if isinstance(tmin, (int, float)):
+        if tmin != -math.inf:
+            return rows
+    elif backend == "llvm" and not dr.any(dr.detach(tmin) == -math.inf)[0]:  # (on the CPU a read is no sync)
         return rows
     plain = _convert.module(backend, False)
     o64, d64 = plain.Array3f64(dr.detach(o)), plain.Array3f64(dr.detach(d))

@@ -132,28 +132,41 @@ def unbounded_below(scene, o: torch.Tensor, d: torch.Tensor, tmin: float | torch
     if o64.device.type == "cpu" and not _traced():
         # In NumPy: torch's CPU ops wake its OpenMP pool, whose spinning threads then slow the
         # engine's search beside them (several times the cost of these ops at 2^18 rays).
-        start = core_rays.search_start(np.where, tuple(o64.numpy().T), tuple(d64.numpy().T), _search_box(scene))
+        box = _search_box(scene, o64.device)
+        start = core_rays.search_start(np.where, tuple(o64.numpy().T), tuple(d64.numpy().T), box)
         if below is not None:
             start = np.where(below.numpy(), start, rows.numpy().astype(np.float64))
         return torch.from_numpy(np.ascontiguousarray(start, dtype=np.float32))
-    start = core_rays.search_start(torch.where, o64.unbind(-1), d64.unbind(-1), _search_box(scene))
+    start = core_rays.search_start(torch.where, o64.unbind(-1), d64.unbind(-1), _search_box(scene, o64.device))
     if below is not None:
         start = torch.where(below, start, rows.expand(start.shape).to(torch.float64))
     return start.to(torch.float32).contiguous()
 
 
-def _search_box(scene) -> tuple | None:
-    """The scene's box for :func:`rayd.core.rays.search_start`: the core's (host floats, made once per
-    ``sync()``), or under ``torch.compile`` one computed in the graph from the placed vertices (a box read
-    while tracing would stay a constant of the graph after a ``sync()`` moved the scene)."""
-    if not torch.compiler.is_compiling():
-        return scene._core.search_box()
-    placed = scene._state.placed_vertices(torch.float64, detach=True)
+def _search_box(scene, device: torch.device) -> tuple | None:
+    """The scene's box for :func:`rayd.core.rays.search_start`, in the search frame.
+
+    On the CPU: the core's (host floats; reading a mesh's box there is no synchronisation).
+    On a GPU, unless the core has it already: one computed on the device from the placed
+    vertices (no host read), kept until the next ``sync()``. Under ``torch.compile``: computed
+    in the graph (a box read while tracing would stay a constant of the graph after a
+    ``sync()`` moved the scene).
+    """
+    core = scene._core
+    compiling = torch.compiler.is_compiling()
+    if not compiling and (device.type == "cpu" or core.has_search_box):
+        return core.search_box()
+    state = scene._state
+    if not compiling and state._device_box is not None:
+        return state._device_box
+    placed = state.placed_vertices(torch.float64, detach=True)
     lower, upper = placed.amin(0), placed.amax(0)
-    centre = scene._state.centre
-    if centre is not None:
-        lower, upper = lower - centre, upper - centre
-    return lower.unbind(0), upper.unbind(0)
+    if state.centre is not None:
+        lower, upper = lower - state.centre, upper - state.centre
+    box = lower.unbind(0), upper.unbind(0)
+    if not compiling:
+        state._device_box = box
+    return box
 
 
 def _traced() -> bool:
