@@ -183,3 +183,74 @@ def widened(reach: Any, tmin: Any, tmax: Any, to_float32: Callable[[Any], Any]) 
         ``(tmin - band, tmax + band)`` as ``to_float32`` makes them.
     """
     return tuple(to_float32(b + sign * BAND * (reach + abs(b))) for b, sign in ((tmin, -1.0), (tmax, 1.0)))
+
+
+#: Pad of the box a ``tmin = -inf`` search starts before: this fraction of its diagonal, plus
+#: :data:`START_ROUNDING` of the coordinates' magnitude (``max |o_k| + max |box corner_k|``).
+START_PAD = 2.0**-12
+#: See :data:`START_PAD`: covers the float32 rounding of the start ``o + t0 d`` (a few 2^-24 of
+#: those magnitudes, since ``|t0 d_k| <= |o_k| + |box| + pad`` on the axis the ray enters by).
+START_ROUNDING = 2.0**-16
+
+
+def search_start(where: Callable[[Any, Any, Any], Any], o: tuple[Any, Any, Any], d: tuple[Any, Any, Any],
+                 box: tuple[Any, Any] | None) -> Any:
+    """Finite search starts for rays with ``tmin = -inf``: ``t0`` just before each ray enters the scene's box.
+
+    The engine searches ``(tmin, tmax)`` from ``o + tmin d``, so an infinite ``tmin`` cannot
+    be searched as given. Every hit lies in the scene's bounding box, so the search of
+    ``(-inf, tmax)`` may start at any ``t0`` before the ray enters it: ``t0`` is the entry
+    of the box padded by ``pad = START_PAD |upper - lower| + START_ROUNDING (max_k |o_k| +
+    max |corner|)`` (slab test, Kay and Kajiya 1986), so that the float32 start ``fl(o + t0
+    d)`` lies outside the unpadded box on the axis the ray enters by, before every face:
+    rounding loses no hit at the entry face. Rays that miss the padded box (they miss every
+    face) get ``t0 = 0``; so do rays whose origin or direction is not finite or zero (they
+    are malformed, hence misses, whatever ``t0``). Hits keep their ``t`` along ``o`` (the
+    engine moves the start, not the parametrisation), so only the rows of ``tmin`` change.
+
+    Args:
+        where: the frontend's elementwise select ``where(mask, a, b)`` (``a`` an array, ``b``
+            an array or a number).
+        o, d: per-row float64 components ``(x, y, z)`` of the search-frame origins (world
+            minus the scene's search centre) and of the directions, frontend arrays.
+        box: ``(lower, upper)`` in the same frame, each 3 float64 components: numbers
+            (:meth:`rayd.core.scene.SceneCore.search_box`) or single-element frontend arrays
+            (a box computed on the device); ``None``: no geometry (every ray misses).
+
+    Returns:
+        Per-row float64 ``t0`` (a frontend array), finite; the caller puts it where ``tmin = -inf``.
+
+    References:
+        Kay, Kajiya 1986, "Ray Tracing Complex Scenes", SIGGRAPH (slabs).
+    """
+    zero = o[0] * 0.0
+    if box is None:
+        return where(zero == zero, zero, 0.0)  # (NaN rows too: 0)
+    lower, upper = (list(b) for b in box)
+
+    def larger(a: Any, b: Any) -> Any:
+        return max(a, b) if isinstance(a, (int, float)) and isinstance(b, (int, float)) else where(a > b, a, b)
+
+    scale = abs(lower[0])
+    for c in (*lower[1:], *upper):
+        scale = larger(abs(c), scale)
+    diag = sum((h - lo) * (h - lo) for lo, h in zip(lower, upper)) ** 0.5
+    reach = abs(o[0])
+    for ok in o[1:]:
+        reach = larger(abs(ok), reach)
+    pad = START_PAD * diag + START_ROUNDING * (reach + scale)
+    near = far = None
+    for k in range(3):
+        ok, dk = o[k], d[k]
+        lo, hi = lower[k] - pad, upper[k] + pad
+        moving = dk != 0
+        safe = where(moving, dk, 1.0)
+        t1, t2 = (lo - ok) / safe, (hi - ok) / safe
+        forward = dk > 0
+        a, b = where(forward, t1, t2), where(forward, t2, t1)
+        inside = moving | ((ok >= lo) & (ok <= hi))  # a ray parallel to the slab: all of it or none
+        a, b = where(inside, where(moving, a, -math.inf), math.inf), where(inside, where(moving, b, math.inf), -math.inf)
+        near = a if near is None else where(a > near, a, near)
+        far = b if far is None else where(b < far, b, far)
+    meets = (near <= far) & (near > -math.inf) & (near < math.inf)
+    return where(meets, near, 0.0)

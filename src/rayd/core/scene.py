@@ -68,6 +68,8 @@ class SceneCore:
         self.shape_lookup = None  # engine.reflect.ShapeLookup, made at build()
         self.launches = LaunchCache()  # sync()'s recorded launches (checks, placement)
         self.checks = DeferredChecks()  # sync()'s finite checks, read after its launches
+        self._mesh_boxes: dict[int, tuple[np.ndarray, np.ndarray]] = {}  # object-space boxes (search_box)
+        self._search_box: tuple | None | bool = False  # False: not made since build/sync
 
     # ------------------------------------------------------------------ contents
     def add_mesh(self, mesh: Any, vertices: Any, to_world: Any | None, dynamic: bool, device: str) -> int:
@@ -113,6 +115,7 @@ class SceneCore:
         # ordered with its launches: Warp's own current stream is not (see engine.runtime.read_back).
         with launch_stream(device, stream):
             self._check_meshes(call, [i for i, s in enumerate(table) if not s.is_instance], faces=True)
+            self._mesh_boxes, self._search_box = {}, False
             table.number()
             self.transforms.reset(table, call)
             self.centre = self._search_centre(stream)
@@ -137,6 +140,9 @@ class SceneCore:
         table = self.table
         todo, moved = table.sync_plan(call)
         self._check_widths(call, moved)
+        for shape_id in moved:  # (their vertices may have moved; read again by search_box)
+            self._mesh_boxes.pop(shape_id, None)
+        self._search_box = False
         stream = self.arrays.stream(self.device)
         device = self.accel.device
         with launch_stream(device, stream):  # as in build()
@@ -334,18 +340,29 @@ class SceneCore:
         box, its 8 corners placed by the host transform table. Kept until the next
         ``build()`` (refits stay bitwise reproducible).
         """
+        enabled = any(s.enabled for s in self.table)  # shapes disabled at build() do not move the centre
+        box = self._world_box(stream, lambda s: s.enabled or not enabled)
+        return None if box is None else search_centre(*box)
+
+    def _world_box(self, stream: wp.Stream | None, keep) -> tuple[np.ndarray, np.ndarray] | None:
+        """float64 ``(lower, upper)`` world box of the shapes ``keep(shape)`` selects (``None``: none with vertices).
+
+        Each mesh's object box is read once (:func:`~rayd.engine.assemble.bounds`, one host
+        read) and kept in ``_mesh_boxes`` until its vertices move (``sync()``) or ``build()``;
+        an instance's is its mesh's, and every shape's 8 corners are placed by the host
+        transform table (``M_instance @ M_mesh`` for instances).
+        """
         table = self.table
-        boxes = {}
+        boxes = self._mesh_boxes
         for shape_id, shape in enumerate(table):
-            if not shape.is_instance and shape.num_vertices:
-                view, keep = self.arrays.vec3_view(shape.vertices)
+            if not shape.is_instance and shape.num_vertices and shape_id not in boxes:
+                view, keep_alive = self.arrays.vec3_view(shape.vertices)
                 boxes[shape_id] = bounds(view, stream)
-                del keep
-        enabled = any(s.enabled for s in table)  # shapes disabled at build() do not move the centre
+                del keep_alive
         lows, highs = [], []
         bits = np.array([[k >> j & 1 for j in range(3)] for k in range(8)], dtype=bool)
         for shape_id, shape in enumerate(table):
-            if shape.num_vertices and (shape.enabled or not enabled) and shape.base in boxes:
+            if shape.num_vertices and keep(shape) and shape.base in boxes:
                 lo, hi = boxes[shape.base]
                 corners = np.where(bits, hi, lo)
                 m = self.transforms.world[shape_id]
@@ -354,7 +371,31 @@ class SceneCore:
                 highs.append(placed.max(0))
         if not lows:
             return None
-        return search_centre(np.min(lows, 0), np.max(highs, 0))
+        return np.min(lows, 0), np.max(highs, 0)
+
+    @property
+    def has_search_box(self) -> bool:
+        """True if :meth:`search_box` is made for the current ``build()``/``sync()`` (no read to make it)."""
+        return self._search_box is not False
+
+    def search_box(self) -> tuple[tuple[float, float, float], tuple[float, float, float]] | None:
+        """The float64 box ``(lower, upper)`` (3 floats each) of every shape in the search frame (world minus
+        :attr:`centre`), or ``None`` if no shape has vertices. Disabled shapes are included (a larger
+        box is as good, and it does not depend on the enable flags).
+
+        What a query with ``tmin = -inf`` starts its search before (:func:`rayd.core.rays.search_start`).
+        Made at its first use after each ``build()``/``sync()`` from the placed corners of the
+        mesh boxes (:meth:`_world_box`): a mesh whose box is not known yet (a dynamic mesh moved by
+        the last ``sync()``) costs one host read (a synchronisation of the scene's stream).
+        """
+        if self._search_box is False:
+            stream = self.arrays.stream(self.device)
+            with launch_stream(warp_device(self.device), stream):
+                box = self._world_box(stream, lambda s: True)
+            if box is not None and self.centre is not None:
+                box = (box[0] - self.centre, box[1] - self.centre)
+            self._search_box = None if box is None else tuple(tuple(float(x) for x in b) for b in box)
+        return self._search_box
 
     def _write_instance_transforms(self) -> None:
         rows = self.transforms.world[self.instance_ids].copy()

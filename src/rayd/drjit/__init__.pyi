@@ -648,11 +648,14 @@ class Ray:
             origin with N directions is fine).
         tmax: float, or a flat ``Float``/``Float64`` of width N or 1; default ``inf``.
         tmin: float, or a flat ``Float``/``Float64`` of width N or 1; default ``0``.
+            ``-inf`` takes every hit with ``t < tmax`` (behind ``o`` too; with
+            ``tmax = inf`` the whole line), ``t`` measured from ``o``.
 
     As :class:`rayd.torch.Ray` (whose docstring states the rules): a ``Ray`` holds no
-    scene state (reuse one across steps, refits and scenes), and malformed rays are
-    misses, not errors (``nearest_edge``'s segment ``s in [tmin, tmax]`` is closed, and
-    ``tmin = -inf`` is a half-line backwards there).
+    scene state (reuse one across steps, refits and scenes), malformed rays (a NaN
+    bound included) are misses, not errors (``nearest_edge``'s segment ``s in [tmin,
+    tmax]`` is closed), and ``tmin = -inf`` searches from just before the ray enters
+    the scene's bounding box.
 
     Gradients:
         Flow into ``o`` and ``d`` (and into arrays they were computed from) when they

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import drjit as dr
 
 from rayd.core import rays as core_rays
@@ -72,7 +74,8 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
     ``widen`` (callers that decide on the float64 ``t``): in a float64 query the float32
     bounds are widened by a rounding band (:func:`widened`), so that the float32 search
     drops no hit inside ``(tmin, tmax)`` on its float64 ``t`` (``"tmin"``: the lower one only;
-    ``"tmax"``: the upper one only).
+    ``"tmax"``: the upper one only). A ``tmin`` of ``-inf`` is searched from a finite start before
+    the ray enters the scene's box (:func:`unbounded_below`).
     """
     ray, n, active, ignore = query_arguments(scene, call, ray, active, ignore)
     backend, device = scene._backend, scene._device
@@ -94,6 +97,7 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
             tmin = _convert.float32(ray.tmin, backend)
     else:
         tmin, tmax = _convert.float32(ray.tmin, backend), _convert.float32(ray.tmax, backend)
+    tmin = unbounded_below(scene, o_rel, ray.d, ray.tmin, tmin, backend)
     flag = _convert.uint8(active, backend)
     skip = _convert.int32(-1 if ignore is None else ignore, backend)
     rays = RayBatch(
@@ -105,6 +109,30 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
         _convert.scalar_view(skip, device),
     )
     return n, rays, (o_buffer, d_buffer, tmin, tmax, flag, skip), ray
+
+
+def unbounded_below(scene, o, d, tmin, rows: dr.ArrayBase, backend: str) -> dr.ArrayBase:
+    """The float32 ``tmin`` search rows ``rows`` with every ``tmin = -inf`` replaced by a finite start.
+
+    The start is :func:`rayd.core.rays.search_start` (just before the ray enters the scene's
+    box), from float64 search-frame origins ``o`` and directions ``d``. Nothing is computed
+    for a finite Python ``tmin``, nor for an LLVM ``tmin`` array without ``-inf`` (one reduction
+    read on the CPU); a CUDA array is replaced where it is ``-inf`` (traced, no read of ``tmin``;
+    the scene's box, :meth:`rayd.core.scene.SceneCore.search_box`, is read once per ``sync()``
+    that moved a dynamic mesh). NaN stays NaN (a malformed ray: a miss).
+    """
+    if isinstance(tmin, (int, float)):
+        if tmin != -math.inf:
+            return rows
+    elif backend == "llvm" and not dr.any(dr.detach(tmin) == -math.inf)[0]:  # (on the CPU a read is no sync)
+        return rows
+    plain = _convert.module(backend, False)
+    o64, d64 = plain.Array3f64(dr.detach(o)), plain.Array3f64(dr.detach(d))
+    start = core_rays.search_start(dr.select, (o64.x, o64.y, o64.z), (d64.x, d64.y, d64.z),
+                                   scene._core.search_box())
+    if not isinstance(tmin, (int, float)):
+        start = dr.select(plain.Float64(dr.detach(tmin)) == -math.inf, start, plain.Float64(rows))
+    return plain.Float(start)
 
 
 def widened(o, d, tmin, tmax, backend: str) -> tuple[dr.ArrayBase, dr.ArrayBase]:

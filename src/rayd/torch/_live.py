@@ -122,7 +122,8 @@ class LiveState(LiveBase):
 
         Also what a query would otherwise redo per mesh: ``vertex_dtype``, the meshes' vertex
         dtypes promoted together, and the detached concatenation of :meth:`flat_vertices`
-        (dropped here, remade at its first use). Both hold until the next ``sync()``: a query
+        (dropped here, remade at its first use), and the device box of ``tmin = -inf`` searches
+        (likewise). They hold until the next ``sync()``: a query
         runs only on a ready scene, whose registered tensors have not changed since.
         """
         self._refresh()
@@ -134,6 +135,7 @@ class LiveState(LiveBase):
         self.vertex_dtype = dtype
         self._flat_vertices = None
         self._enabled_ids = None
+        self._device_box = None  # (rayd.torch._trace._search_box)
 
     def enabled_face_ids(self) -> torch.Tensor:
         """(F,) int64 ``global_prim_id`` of every face of the enabled shapes, on the device, once per ``sync()``."""

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 
 from rayd.core.checks import type_name
 from rayd.core import rays as core_rays
 from rayd.core.query_args import batch_name, query_arguments, ray_checker
-from rayd.torch import _check, _convert, _ops
+from rayd.torch import _check, _convert, _interval, _ops
 from rayd.torch.ray import Ray
 
 check_ray = ray_checker(Ray, type_name)
@@ -69,6 +72,9 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
     centre), directions and bounds, uint8 active flags, int32 ignore ids; each (N, ...) or
     a single row for all rays (a stride-0 broadcast in the engine).
 
+    A ``tmin`` of ``-inf`` (every hit before ``tmax``) is searched from a finite start before the
+    ray enters the scene's box (:func:`unbounded_below`); the bounds the caller decides on stay the ray's.
+
     ``widen`` (callers that decide on the float64 ``t``): in a float64 query (not under
     ``torch.compile``/``torch.func``, where no later step decides), the float32 bounds are widened by a rounding band (:func:`widened`), so that a hit inside
     ``(tmin, tmax)`` on its float64 ``t`` is never dropped by the float32 search (``"tmax"``: the upper one
@@ -97,8 +103,70 @@ def prepare(scene, call: str, ray: object, active: object, ignore: object,
     if widen and scene._output_dtype(ray.o, ray.d) == torch.float64 and not _traced():
         wide_min, tmax = widened(o, ray.d, ray.tmin, ray.tmax, batch)
         tmin = tmin if widen == "tmax" else wide_min
+    tmin = unbounded_below(scene, o, ray.d, ray.tmin, batch, tmin)
     rows = (_convert.flat_float32(o, batch, 3), _convert.flat_float32(ray.d, batch, 3), tmin, tmax, flag, skip)
     return batch, n, rows, ray
+
+
+def unbounded_below(scene, o: torch.Tensor, d: torch.Tensor, tmin: float | torch.Tensor, batch: torch.Size,
+                    rows: torch.Tensor) -> torch.Tensor:
+    """The float32 ``tmin`` search rows ``rows`` with every ``tmin = -inf`` replaced by a finite start.
+
+    The start is :func:`rayd.core.rays.search_start` (just before the ray enters the scene's
+    box), from float64 search-frame origins ``o`` and directions ``d``. Nothing is computed
+    for a finite Python ``tmin``, nor for a CPU ``tmin`` tensor without ``-inf`` (one NumPy
+    check); a tensor on a device is replaced where it is ``-inf`` without a host read.
+    NaN stays NaN (a malformed ray: a miss).
+    """
+    if isinstance(tmin, torch.Tensor):
+        value = _convert.primal(tmin).detach()
+        if _interval.host_ok(value) and not _traced() and not np.isneginf(value.numpy()).any():
+            return rows
+    elif tmin != -math.inf:
+        return rows
+    o64, d64 = (_convert.primal(x).detach().to(torch.float64).expand(tuple(batch) + (3,)).reshape(-1, 3)
+                for x in (o, d))
+    below = None
+    if isinstance(tmin, torch.Tensor):
+        below = torch.isneginf(value.expand(batch).reshape(-1))
+    if o64.device.type == "cpu" and not _traced():
+        # In NumPy: torch's CPU ops wake its OpenMP pool, whose spinning threads then slow the
+        # engine's search beside them (several times the cost of these ops at 2^18 rays).
+        box = _search_box(scene, o64.device)
+        start = core_rays.search_start(np.where, tuple(o64.numpy().T), tuple(d64.numpy().T), box)
+        if below is not None:
+            start = np.where(below.numpy(), start, rows.numpy().astype(np.float64))
+        return torch.from_numpy(np.ascontiguousarray(start, dtype=np.float32))
+    start = core_rays.search_start(torch.where, o64.unbind(-1), d64.unbind(-1), _search_box(scene, o64.device))
+    if below is not None:
+        start = torch.where(below, start, rows.expand(start.shape).to(torch.float64))
+    return start.to(torch.float32).contiguous()
+
+
+def _search_box(scene, device: torch.device) -> tuple | None:
+    """The scene's box for :func:`rayd.core.rays.search_start`, in the search frame.
+
+    On the CPU: the core's (host floats; reading a mesh's box there is no synchronisation).
+    On a GPU, unless the core has it already: one computed on the device from the placed
+    vertices (no host read), kept until the next ``sync()``. Under ``torch.compile``: computed
+    in the graph (a box read while tracing would stay a constant of the graph after a
+    ``sync()`` moved the scene).
+    """
+    core = scene._core
+    compiling = torch.compiler.is_compiling()
+    if not compiling and (device.type == "cpu" or core.has_search_box):
+        return core.search_box()
+    state = scene._state
+    if not compiling and state._device_box is not None:
+        return state._device_box
+    placed = state.placed_vertices(torch.float64, detach=True)
+    lower, upper = placed.amin(0), placed.amax(0)
+    if state.centre is not None:
+        lower, upper = lower - state.centre, upper - state.centre
+    box = lower.unbind(0), upper.unbind(0)
+    if not compiling:
+        state._device_box = box
+    return box
 
 
 def _traced() -> bool:

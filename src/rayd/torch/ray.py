@@ -18,13 +18,23 @@ class Ray(RayBase):
             rules (one origin of shape (3,) with directions of shape (N, 3) is fine).
         tmax: float, or float tensor broadcastable to the batch shape; default ``inf``.
         tmin: float, or float tensor broadcastable to the batch shape; default ``0``.
+            ``-inf`` takes every hit with ``t < tmax``: the hits behind ``o`` (a backward
+            half-line), or with ``tmax = inf`` the whole line; ``t`` stays measured from
+            ``o`` (negative behind it), and the closest hit is the one of smallest ``t``.
 
     A ``Ray`` holds no scene state: one instance may be reused across steps, refits
-    and scenes. Malformed rays (NaN or inf components, a zero direction,
-    ``tmax <= tmin``) are not errors; queries report them as misses. The exception is
-    ``nearest_edge``, whose segment ``s in [tmin, tmax]`` is closed: there
-    ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin`` is a miss; and
-    ``tmin = -inf`` is a half-line backwards (with ``tmax = inf``, the whole line).
+    and scenes. Malformed rays (NaN or inf components in ``o`` or ``d``, a zero
+    direction, a NaN or ``+inf`` bound, ``tmax <= tmin``) are not errors; queries report
+    them as misses. The exception is ``nearest_edge``, whose segment ``s in [tmin, tmax]``
+    is closed: there ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin``
+    is a miss.
+
+    A query with ``tmin = -inf`` searches from just before the ray enters the scene's
+    bounding box (the same hits as any finite ``tmin`` before the scene, without the
+    float32 rounding of a far start such as ``-1e30``). A finite ``tmin`` costs nothing
+    more (a CPU ``tmin`` tensor: one NumPy check for ``-inf``); a ``tmin`` tensor on a GPU
+    pays a few elementwise ops per query (no host read), and the box of a scene on a GPU
+    is computed on the device once per ``sync()``.
 
     Gradients:
         Flow into ``o`` and ``d`` (and into tensors they were computed from).
