@@ -11,7 +11,7 @@ dr = pytest.importorskip("drjit")
 rd = pytest.importorskip("rayd.drjit")
 
 from drjit_testutil import rows, vec  # noqa: E402
-from off_face_reference import along_edges, distance_to_face, torus  # noqa: E402
+from breakit22a_reference import along_edges, distance_to_face, torus  # noqa: E402
 from rayd.engine import cpu_embree  # noqa: E402
 
 SLACK = 1e-5

@@ -18,7 +18,7 @@ import torch
 import rayd.torch as rt
 from rayd.engine import cpu_embree
 
-from off_face_reference import along_edges, distance_to_face, torus
+from breakit22a_reference import along_edges, distance_to_face, torus
 
 #: A reported hit point may lie this far (world units) from its face: float32 rounding of a unit scene.
 SLACK = 1e-5

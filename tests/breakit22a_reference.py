@@ -1,12 +1,15 @@
-"""Rays that run (nearly) along a mesh edge, and the float64 distance of a reported hit point from its face.
+"""Rays of session 22's break-it checks (helper breakit22a: rayd against Open3D's ``RaycastingScene``).
 
-Shared by ``tests/torch/test_breakit22a_off_face.py`` and ``tests/drjit/test_drjit_breakit22a_off_face.py``
-(session 22, helper breakit22a: rayd compared with Open3D's ``RaycastingScene``).
+Rays that run (nearly) along a mesh edge and the float64 distance of a reported hit point from its face
+(``test_breakit22a_off_face.py``), and rays that leave a face at a grazing angle
+(``test_breakit22a_leaving_rays.py``), for the tests of both frontends.
 """
 
 from __future__ import annotations
 
 import numpy as np
+
+from reference import icosphere
 
 
 def torus(major: int = 48, minor: int = 24, radius: float = 1.0, tube: float = 0.3) -> tuple[np.ndarray, np.ndarray]:
@@ -56,3 +59,26 @@ def distance_to_face(p, tri) -> np.ndarray:
         inside &= (np.cross(y - x, q - x) * n).sum(-1) >= 0
     edges = np.minimum(np.minimum(_segment(p, a, b), _segment(p, b, c)), _segment(p, c, a))
     return np.where(inside, np.abs(h) * np.linalg.norm(n, axis=-1), edges)
+
+
+def leaving_rays(n: int, seed: int):
+    """Rays from random points of an icosphere's faces, tangent to the face and tilted into the sphere by
+    ``1e-4 .. 1e-2`` (so each crosses a neighbouring face a short way on). Returns ``(V, F, o, d, own)``:
+    float64 vertices (float32 values), faces, float32 ``o``, ``d``, and (N,) float64 ``t`` at which each ray
+    crosses the plane of the face it starts on (rounding: about 0)."""
+    v, f = icosphere(3)
+    v = v.astype(np.float32).astype(np.float64)
+    rng = np.random.default_rng(seed)
+    face = rng.integers(0, len(f), n)
+    a, b, c = (v[f[face, k]] for k in range(3))
+    o = (rng.dirichlet([1, 1, 1], n)[:, :, None] * v[f[face]]).sum(1)
+    normal = np.cross(b - a, c - a)
+    normal /= np.linalg.norm(normal, axis=1, keepdims=True)
+    along = rng.normal(size=(n, 3))
+    along -= (along * normal).sum(1, keepdims=True) * normal
+    along /= np.linalg.norm(along, axis=1, keepdims=True)
+    d = along - normal * 10 ** rng.uniform(-4, -2, n)[:, None]
+    o, d = o.astype(np.float32), d.astype(np.float32)
+    n64 = np.cross(b - a, c - a)
+    own = ((a - o) * n64).sum(1) / (d.astype(np.float64) * n64).sum(1)
+    return v, f, o, d, own
