@@ -37,3 +37,25 @@ def test_rays_leaving_a_face_find_the_neighbour_on_every_path(m, double):
                 np.testing.assert_allclose(rows(hit.t).astype(np.float64)[clear], ref["t"][clear], rtol=1e-5)
     finally:
         cpu_embree.set_enabled(before)
+
+
+@pytest.mark.parametrize("double", [False, True])
+def test_rays_leaving_a_face_outwards_are_not_shadowed_by_it(m, double):
+    v, f, o, d, own = leaving_rays(4000, seed=3)
+    d = -d
+    ref = closest_hit(o.astype(np.float64), d.astype(np.float64), v, f)
+    clear = (ref["prim"] < 0) & (np.abs(own) > 1e-12)
+    kind = m.Array3f64 if double else m.Array3f
+    before = cpu_embree._enabled
+    try:
+        for accel in (True, False):
+            cpu_embree.set_enabled(accel)
+            scene = rd.Scene()
+            scene.add_mesh(rd.Mesh(vec(kind, v), vec(m.Array3u, f)))
+            scene.build()
+            ray = rd.Ray(vec(kind, o.astype(np.float64)), vec(kind, d.astype(np.float64)))
+            for call in range(3):
+                shadowed = np.array(scene.shadow_test(ray)).astype(bool) & clear
+                assert not shadowed.any(), f"accel={accel} call {call}: {int(shadowed.sum())} of {int(clear.sum())}"
+    finally:
+        cpu_embree.set_enabled(before)
