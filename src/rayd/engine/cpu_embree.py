@@ -30,8 +30,11 @@ cannot answer exactly, so the winners are the Warp path's:
   sliver cap is re-searched by Warp.
 - the open interval ``tmin < t < tmax``: the ray keeps ``tnear = 0``: the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
-  ``tmax + delta``; a winner with ``t`` within ``delta`` of ``tmin`` or ``tmax`` (the
-  rounding band, where the two engines may disagree) is re-searched by Warp.
+  ``tmax + delta``; a winner with ``t`` within ``delta / cos`` of ``tmin`` or ``tmax`` (the
+  rounding band, where the two engines may disagree; ``cos`` of the ray's angle with the
+  winner's face: the origin's rounding moves a near-tangent face's ``t`` by that much, so a
+  ray leaving a face at a grazing angle, whose own face lies behind ``tmin`` in float64,
+  is not answered by that face) is re-searched by Warp.
   ``delta = BAND * (|o - c| + R) / |d|`` with ``c`` the float64 bounding-box centre
   of the vertices and ``R`` the largest centre-relative coordinate.
 - ``ignore`` and disabled meshes: when Embree's winner is the ignored face or lies

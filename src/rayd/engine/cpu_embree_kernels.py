@@ -250,7 +250,15 @@ _SEARCH16 = r"""
         FARL[j] = sqrtf(px * px + py * py + pz * pz) > far_origin;
         ZERO[j] = (DX[j] == 0.0f) | (DY[j] == 0.0f) | (DZ[j] == 0.0f);
         double t = (double)R[8 * 16 + j] + S0[j];
-        double dl = DL[j];
+        float gx = R[12 * 16 + j], gy = R[13 * 16 + j], gz = R[14 * 16 + j];
+        float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
+        float dn = __builtin_fabsf(gx * ex + gy * ey + gz * ez);
+        // The rounding band at tmin and tmax, along the ray: the origin's rounding across the face's
+        // plane moves Embree's t by dl over the cosine of the ray's angle with the face, so a near-tangent
+        // winner (the face a leaving ray starts on, its float64 t behind tmin) is sent to Warp within
+        // dl / cos (a zero cosine: always).
+        double gd = (double)sqrtf(gx * gx + gy * gy + gz * gz) * (double)sqrtf(ex * ex + ey * ey + ez * ez);
+        double dl = DL[j] * ((double)dn < gd ? gd / (double)dn : 1.0);
         int bad = (t <= (double)T0[j] + dl) | (t >= (double)T1[j] - dl);
         float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
         float w = 1.0f - bu - bv;
@@ -260,9 +268,6 @@ _SEARCH16 = r"""
         // rounding across the plane (graze / longest edge, in units of R) moves the crossing by
         // that over the cosine of its angle with the face, m * altitude away from the edge
         // (altitude >= |Ng| / longest edge): a near-tangent ray may cross for one test only.
-        float gx = R[12 * 16 + j], gy = R[13 * 16 + j], gz = R[14 * 16 + j];
-        float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
-        float dn = __builtin_fabsf(gx * ex + gy * ey + gz * ez);
         int tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
         BADH[j] = bad | (m < edge) | tangent | !__builtin_isfinite(t);
     }

@@ -1177,7 +1177,8 @@ class Scene:
         smaller ``global_prim_id``). Concretely, two hits are one crossing when their
         faces belong to the same shape and share a vertex index, and
         ``|t_a - t_b| <= 1e-5 (|t| + M / |d|)`` with ``M`` the scene's largest absolute
-        coordinate (``rayd.engine.all_hits.MERGE_TOLERANCE``). A ray that only touches
+        coordinate in the search frame, relative to its centre (docs/precision.md;
+        ``rayd.engine.all_hits.MERGE_TOLERANCE``). A ray that only touches
         the surface (tangent at a vertex, or over an edge with both faces on one side) is
         listed too, as one hit (the point ``intersect`` finds), though
         :meth:`count_intersections` counts it 0. Faces that share no vertex index (an
