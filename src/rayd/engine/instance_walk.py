@@ -49,7 +49,7 @@ from rayd.engine.pair_walk import (
     ray_frame,
 )
 from rayd.engine.traversal import SceneView, _approach
-from rayd.engine.watertight import INF, confirmed_t, safe_direction, sheared_t
+from rayd.engine.watertight import INF, confirmed_face_t, safe_direction, sheared_t
 from rayd.engine.wide_walk import _children, _near_rows, _sort4
 
 wp.set_module_options({"enable_backward": False})
@@ -75,7 +75,7 @@ def _confirmed(view: SceneView, inst: int, o_in: wp.vec3, d: wp.vec3, a: wp.vec3
     """``confirmed_t`` of a candidate of instance ``inst`` from the ray as given, taken into object
     space in float64 here (the rare branch: the transformed ray is not held through the walk)."""
     m = view.inst_to_object[inst]
-    return confirmed_t(wp.transform_point(m, wp.vec3d(o_in)), wp.transform_vector(m, wp.vec3d(d)), a, b, c)
+    return confirmed_face_t(wp.transform_point(m, wp.vec3d(o_in)), wp.transform_vector(m, wp.vec3d(d)), a, b, c)
 
 
 @wp.func
@@ -145,7 +145,7 @@ def _walk_pairtop(view: SceneView, o_in: wp.vec3, d: wp.vec3, tmin: float, tmax:
                                     if t > tmin and t < best:
                                         f = view.blas_primitives[tri]
                                         if gbase + f != ignore:
-                                            t = confirmed_t(c64, d64, a, b, c)
+                                            t = confirmed_face_t(c64, d64, a, b, c)
                                             if t > tmin and t < best:
                                                 best = t
                                                 winner = gbase + f

@@ -20,7 +20,7 @@ from rayd.engine.traversal import (
     _entry,
     _start_at_tmin,
 )
-from rayd.engine.watertight import INF, confirmed_t, ray_shear, safe_direction, sheared_t
+from rayd.engine.watertight import INF, confirmed_face_t, ray_shear, safe_direction, sheared_t
 
 wp.set_module_options({"enable_backward": False})
 
@@ -104,7 +104,7 @@ def _slot_face(view: SceneView, slot: int, o: wp.vec3, k: wp.vec3i, sh: wp.vec3,
                 return INF, -1
         if view.flat_global[f] == ignore:
             return INF, -1
-        t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
+        t = confirmed_face_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
         if t > tmin and t < best:
             return t, f
     return INF, -1
@@ -184,7 +184,7 @@ def _walk_instance_pair(view: SceneView, inst: int, o64: wp.vec3d, shift: float,
                 if t > tmin and t < best:
                     f = view.blas_primitives[slot]
                     if f != ignore_local:
-                        t = confirmed_t(c64, d64, a, b, c)  # as in _slot_face (rare branch)
+                        t = confirmed_face_t(c64, d64, a, b, c)  # as in _slot_face (rare branch)
                         if t > tmin and t < best:
                             best = t
                             face = f

@@ -38,7 +38,7 @@ from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
 from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.wide_walk import trace_flat_wide, trace_flat_wide_q
 from rayd.engine.traversal import SceneView, ray_is_wellformed, trace, trace_flat, trace_instances
-from rayd.engine.watertight import INF, confirmed_t
+from rayd.engine.watertight import INF, confirmed_face_t
 
 wp.set_module_options({"enable_backward": False})
 
@@ -191,7 +191,7 @@ def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
                 a = scene.flat_points[scene.flat_indices[3 * f]]
                 bb = scene.flat_points[scene.flat_indices[3 * f + 1]]
                 c = scene.flat_points[scene.flat_indices[3 * f + 2]]
-                t = confirmed_t(o64, d64, a, bb, c)
+                t = confirmed_face_t(o64, d64, a, bb, c)
                 normal = wp.cross(_d64(bb) - _d64(a), _d64(c) - _d64(a))
                 ids[i, b, 1] = scene.flat_shape[f]
             else:
@@ -200,7 +200,7 @@ def _chain_kernel(trace_fn: wp.Function) -> wp.Kernel:
                 a = scene.blas_points[scene.blas_indices[row]]
                 bb = scene.blas_points[scene.blas_indices[row + 1]]
                 c = scene.blas_points[scene.blas_indices[row + 2]]
-                t = confirmed_t(wp.transform_point(m, o64), wp.transform_vector(m, d64), a, bb, c)
+                t = confirmed_face_t(wp.transform_point(m, o64), wp.transform_vector(m, d64), a, bb, c)
                 # Normals go to world space by the inverse transpose of the placement.
                 normal = wp.transform_vector(wp.transpose(m), wp.cross(_d64(bb) - _d64(a), _d64(c) - _d64(a)))
                 ids[i, b, 1] = scene.inst_shape[inst]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import warp as wp
 
-from rayd.engine.watertight import INF, confirmed_t, safe_direction, watertight_t
+from rayd.engine.watertight import INF, confirmed_face_t, safe_direction, watertight_t
 
 
 @wp.struct
@@ -116,7 +116,7 @@ def _flat_face(view: SceneView, f: int, o: wp.vec3, s: float, o0: wp.vec3, d: wp
     t = watertight_t(o, d, a, b, c) + s
     if t > tmin and t < best:
         # A candidate: rank and bound it by the t the evaluation will report (rare branch).
-        t = confirmed_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
+        t = confirmed_face_t(wp.vec3d(o0), wp.vec3d(d), a, b, c)
         if t > tmin and t < best:
             return t
     return INF
@@ -258,7 +258,7 @@ def _walk_instance(view: SceneView, inst: int, o64: wp.vec3d, shift: float, c64:
                     c = view.blas_points[view.blas_indices[row + 2]]
                     t = watertight_t(o, d, a, b, c) + s
                     if t > tmin and t < best:
-                        t = confirmed_t(c64, d64, a, b, c)  # as in _flat_face (rare branch)
+                        t = confirmed_face_t(c64, d64, a, b, c)  # as in _flat_face (rare branch)
                         if t > tmin and t < best:
                             best = t
                             face = f

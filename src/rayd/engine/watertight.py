@@ -12,6 +12,15 @@ INF = wp.constant(float("inf"))
 #: (the all-hits merge rule, :mod:`rayd.engine.hit_list`).
 MERGE_TOLERANCE = 1.0e-5
 
+#: A candidate whose float64 crossing lies farther than this (in units of the largest search-frame
+#: coordinate of the ray's origin and the face) outside the face is no hit (:func:`confirmed_face_t`).
+OFF_FACE = wp.constant(2.0**-20)
+
+
+@wp.func
+def _inf_norm(x: wp.vec3d) -> wp.float64:
+    return wp.max(wp.max(wp.abs(x[0]), wp.abs(x[1])), wp.abs(x[2]))
+
 
 @wp.func
 def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
@@ -40,6 +49,59 @@ def confirmed_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3
     if det == zero:
         return INF
     qvec = wp.cross(o64 - a64, e1)
+    return float(wp.dot(e2, qvec) / det)
+
+
+@wp.func
+def confirmed_face_t(o64: wp.vec3d, d64: wp.vec3d, a: wp.vec3, b: wp.vec3, c: wp.vec3) -> float:
+    """The ``t`` a candidate hit is ranked and bounded by, or ``+inf`` for a triangle without interior.
+
+    Called only for candidates :func:`watertight_t` accepted, so its cost stays out of
+    the common path. ``t`` is the float64 solve of ``o + t d = (1-u-v) a + u b + v c``
+    (Moeller & Trumbore 1997) from the ray as given (not moved near the scene by the
+    traversal) and the float32 corners, rounded to float32: the same formula and
+    inputs as the evaluation of the winner (``evaluate.py``, the frontends), so the
+    search applies ``tmin < t < tmax`` to the value the user is given. A degenerate triangle (``(b - a) x (c - a) = 0`` in float64: collinear or
+    coincident vertices) has no interior and is never hit; neither is a triangle the
+    ray lies in the plane of (zero determinant: no unique ``t``). The watertight sheared
+    test cannot see either: its float32-rounded projections of such a triangle need not
+    be collinear.
+    """
+    a64 = wp.vec3d(wp.float64(a[0]), wp.float64(a[1]), wp.float64(a[2]))
+    e1 = wp.vec3d(wp.float64(b[0]), wp.float64(b[1]), wp.float64(b[2])) - a64
+    e2 = wp.vec3d(wp.float64(c[0]), wp.float64(c[1]), wp.float64(c[2])) - a64
+    zero = wp.float64(0.0)
+    n = wp.cross(e1, e2)
+    if n[0] == zero and n[1] == zero and n[2] == zero:
+        return INF
+    pvec = wp.cross(d64, e2)
+    det = wp.dot(e1, pvec)
+    if det == zero:
+        return INF
+    s = o64 - a64
+    qvec = wp.cross(s, e1)
+    u = wp.dot(s, pvec) / det
+    v = wp.dot(d64, qvec) / det
+    w = wp.float64(1.0) - u - v
+    if u < zero or v < zero or w < zero:
+        # The crossing lies outside the face: keep it only within float32 rounding of the
+        # search frame (in world units, along the face), else the sheared test's sign was
+        # rounding of a ray (nearly) in the face's plane and t is meaningless.
+        b64 = a64 + e1
+        c64 = a64 + e2
+        big = wp.max(wp.max(wp.max(wp.abs(o64[0]), wp.abs(o64[1])), wp.abs(o64[2])),
+                     wp.max(wp.max(_inf_norm(a64), _inf_norm(b64)), _inf_norm(c64)))
+        tol = wp.float64(OFF_FACE) * big
+        area2 = wp.length(n)
+        gap = wp.float64(0.0)
+        if u < zero:
+            gap = wp.max(gap, -u * area2 / wp.length(c64 - a64))
+        if v < zero:
+            gap = wp.max(gap, -v * area2 / wp.length(e1))
+        if w < zero:
+            gap = wp.max(gap, -w * area2 / wp.length(c64 - b64))
+        if gap > tol:
+            return INF
     return float(wp.dot(e2, qvec) / det)
 
 
