@@ -148,6 +148,9 @@ def flat_float32(tensor: torch.Tensor, batch: torch.Size, width: int | None) -> 
     ``tmax``) stays a single row, which the engine reads with stride 0: no copy per ray.
     """
     value = primal(tensor)
+    if (value.dtype == torch.float32 and len(batch) == 1 and value.dim() == (1 if width is None else 2)
+            and value.shape[0] == batch[0] != 1 and (width is None or value.shape[1] == width) and value.is_contiguous()):
+        return value  # already the rows (the common (N, 3) float32 ray batch): no view ops
     tail = () if width is None else (width,)
     lead = value.shape[: value.dim() - len(tail)]
     if lead.numel() == 1:
@@ -332,6 +335,19 @@ class TorchArrays(ArraysBase):
         """
         if not arrays:
             return []
+        host = memo.get("host")
+        if host is None:
+            host = memo["host"] = all(c.device.type == "cpu" and c.numel() > 64 for c in copies)
+        if host:  # every copy a large CPU array (no groups): memcmp only, no torch op, no context
+            out = []
+            for a, c in zip(arrays, copies):
+                a = unwrapped(a)
+                if not a.is_contiguous():
+                    break
+                out.append(a.shape == c.shape and a.dtype == c.dtype and a.device == c.device
+                           and same_bytes(a.data_ptr(), c.data_ptr(), c.numel() * c.element_size()))
+            else:
+                return out
         with torch.no_grad(), outside_transforms():
             plan = memo.get("plan")
             if plan is None:
