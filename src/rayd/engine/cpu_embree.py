@@ -346,6 +346,9 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
         cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev),
                  "redo_count": wp.zeros(1, dtype=wp.int32, device=dev), "launches": {},
                  "counter": wp.zeros(1, dtype=wp.int32, device=dev)}
+        # NumPy views of the two counters, kept with them (``wp.array.numpy()`` costs ~5 us a call, and
+        # ``zero_()`` a Warp memset: 4-5 of them per query)
+        cache["redo_count_np"], cache["counter_np"] = cache["redo_count"].numpy(), cache["counter"].numpy()
         if n >= SORT_MIN_RAYS:  # radix_sort_pairs works in arrays of twice the length
             cache.update(keys=wp.empty(2 * n, dtype=wp.int32, device=dev), order=wp.empty(2 * n, dtype=wp.int32, device=dev))
     return cache
@@ -384,8 +387,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     buf = _buffers(m, n, dev)
     launch_args = rays.launch_args(n)
     args = [x.array if isinstance(x, PerRow) else x for x in launch_args]
-    redo_count = buf["redo_count"]
-    redo_count.zero_()
+    redo_count, count = buf["redo_count"], buf["redo_count_np"]
+    count[0] = 0
     workers = runtime._WORKERS  # (os.cpu_count() reads sysfs: ~10-40 us a call)
     parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
@@ -425,7 +428,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
                 cache.launch(_search16_steal_kernel, 1, [*a, buf["counter"], dim, STEAL_STEP], dev) if steal else \
                     cache.launch(_search16_kernel, dim, a, dev)
         if steal:
-            buf["counter"].numpy()[0] = 0
+            buf["counter_np"][0] = 0
         run_parallel(run, workers if steal else parts)
 
     sorted_pass = 0
@@ -443,8 +446,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         # lost): sphere search 235 -> 99 ms CPU. Coherent ones (camera rows) stay in turn.
         keys, order = buf["keys"], buf["order"]
         launcher(args, 1)
-        incoherent = int(redo_count.numpy()[0])
-        redo_count.zero_()
+        incoherent = int(count[0])
+        count[0] = 0
         if incoherent * 32 > n:  # more than half of the packets (the sample above may err)
             wp.utils.radix_sort_pairs(keys, order, n, end_bit=30)
             args = _permuted(launch_args, order, buf, n, dev)
@@ -459,7 +462,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         keep_order(m, entry, launch_args, n, order if sorted_pass and cached is None else None, args)
     m._scratch = buf
     stats["rays"] += n
-    if int(redo_count.numpy()[0]) == 0:
+    if int(count[0]) == 0:
         return
     flags = buf["redo"].numpy()
     redo = np.flatnonzero(flags != 0)  # (flatnonzero of the uint8 flags: 0.45 ms for 256 k rays, this 0.04)
