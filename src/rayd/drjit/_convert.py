@@ -302,34 +302,37 @@ def _view(value: dr.ArrayBase, device: str, dtype=None) -> wp.array:
 
 
 def _host_view(capsule, dtype) -> wp.array | None:
-    """:func:`_view`'s CPU path (``None``: the capsule is left for ``wp.from_dlpack``)."""
+    """:func:`_view`'s CPU path (``None``: the capsule is left for ``wp.from_dlpack``). The DLTensor is read
+    as bytes (one ``string_at``, one ``unpack``: ctypes' structure fields cost ~1 us apiece)."""
     dl = _DL
-    if not dl.PyCapsule_IsValid(capsule, b"dltensor"):
+    try:
+        mem = _GET_POINTER(capsule, b"dltensor")
+    except ValueError:  # (not a fresh DLPack capsule)
         return None
-    mem = dl.PyCapsule_GetPointer(capsule, b"dltensor")
-    t = dl.DLManagedTensor.from_address(mem).dl_tensor
-    if t.device.device_type.value != 1 or t.dtype.lanes != 1 or t.byte_offset or not t.data:  # kDLCPU only
+    data, device_type, _, ndim, code, bits, lanes, shape, strides, offset = _DLTENSOR.unpack(_STRING_AT(mem, 48))
+    if device_type != 1 or lanes != 1 or offset or not data or ndim not in (1, 2):  # kDLCPU only
         return None
-    kind = _DL_SCALARS.get((t.dtype.type_code.value, t.dtype.bits))
+    kind = _DL_SCALARS.get((code, bits))
     if kind is None:
         return None
-    ndim = t.ndim
+    dims = _INT64S[ndim].unpack(_STRING_AT(shape, 8 * ndim))
+    steps = _INT64S[ndim].unpack(_STRING_AT(strides, 8 * ndim)) if strides else None
     if dtype is None and ndim == 1:
-        n, dtype = t.shape[0], kind
-        dense = not t.strides or t.strides[0] == 1
-    elif dtype is wp.vec3 and kind is wp.float32 and ndim == 2 and t.shape[1] == 3:
-        n = t.shape[0]
-        dense = not t.strides or (t.strides[1] == 1 and (t.strides[0] == 3 or n == 1))
+        n, dtype = dims[0], kind
+        dense = steps is None or steps[0] == 1
+    elif dtype is wp.vec3 and kind is wp.float32 and ndim == 2 and dims[1] == 3:
+        n = dims[0]
+        dense = steps is None or (steps[1] == 1 and (steps[0] == 3 or n == 1))
     else:
         return None
     if n <= 0 or not dense:
         return None
     holder = dl._DLPackTensorHolder(mem)  # releases the tensor when the view goes (as wp.from_dlpack's)
-    view = runtime.host_array(t.data, dtype, n, holder)
+    view = runtime.host_array(data, dtype, n, holder)
     if view is None:
         holder.mem_ptr = None  # (the capsule still owns it)
         return None
-    dl.PyCapsule_SetName(capsule, b"used_dltensor")
+    _SET_NAME(capsule, b"used_dltensor")
     return view
 
 
@@ -339,8 +342,13 @@ try:  # Warp's DLPack structures and capsule functions (Warp 1.19), for the CPU 
                    (_DL.DLDataTypeCode.kDLInt, 32): wp.int32, (_DL.DLDataTypeCode.kDLInt, 64): wp.int64,
                    (_DL.DLDataTypeCode.kDLUInt, 8): wp.uint8, (_DL.DLDataTypeCode.kDLUInt, 32): wp.uint32,
                    (_DL.DLDataTypeCode.kDLUInt, 64): wp.uint64}
+    _GET_POINTER, _SET_NAME = _DL.PyCapsule_GetPointer, _DL.PyCapsule_SetName
 except (ImportError, AttributeError):  # pragma: no cover - another Warp: wp.from_dlpack
     _DL = None
+#: DLPack's ``DLTensor`` (64-bit): data, device (type, id), ndim, dtype (code, bits, lanes), shape, strides, byte_offset.
+_DLTENSOR = __import__("struct").Struct("=QiiiBBHQQQ")
+_INT64S = {k: __import__("struct").Struct(f"={k}q") for k in (1, 2)}
+_STRING_AT = ctypes.string_at
 
 
 def vec3_view(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]:
