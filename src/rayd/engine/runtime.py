@@ -463,12 +463,22 @@ class LaunchCache:
                 # this launch and later ones go through Warp's replay, which packs a struct per launch
                 packed = entry[3] = None
             if sigs != last:  # (one C-level comparison when nothing changed)
+                params = cmd.params
                 for i, sig in enumerate(sigs):
                     if sig != last[i]:
-                        cmd.set_param_at_index(i, args[i])
+                        a = args[i]
+                        if (packed is not None and type(a) is wp.array and type(params[i + 1]) is _ARRAY_T
+                                and len(sig[2]) == len(last[i][2]) and a._grad is None and not a._retain_grad):
+                            # a plain array of the recorded dtype and rank, on the recorded device: its
+                            # descriptor as Warp's array.__ctype__ makes it, without pack_arg's checks
+                            c = _ARRAY_T(data=a.ptr, grad=0, ndim=a.ndim, shape=a.shape, strides=a.strides)
+                            params[i + 1] = c
+                            packed.set(i, c)
+                        else:
+                            cmd.set_param_at_index(i, a)
+                            if packed is not None and not packed.set(i, params[i + 1]):
+                                packed = entry[3] = None
                         last[i] = sig
-                        if packed is not None and not packed.set(i, cmd.params[i + 1]):
-                            packed = entry[3] = None
             if dim != last_dim:
                 cmd.set_dim(dim)
                 entry[2] = dim
@@ -482,6 +492,10 @@ class LaunchCache:
                 packed.busy = False
         else:
             cmd.launch(None if device.is_cpu else stream)
+
+
+#: Warp's array descriptor type (:meth:`LaunchCache.launch` re-packs CPU array arguments as one).
+_ARRAY_T = wp._src.types.array_t
 
 
 class _CpuArgs:
