@@ -47,7 +47,7 @@ def test_vec3_view_and_release():
         gc.collect()
     finally:
         cls.__del__ = deleter
-    assert released == [mem] and mem
+    assert mem and released.count(mem) == 1  # (gc may release other, earlier holders too)
 
 
 def test_a_cpu_query_calls_no_from_dlpack(monkeypatch):
