@@ -32,7 +32,7 @@ import warp as wp
 
 from rayd.core.frontend import type_name  # noqa: F401 - one rule for messages (drjit.llvm.ad.Array3f, torch.Tensor)
 from rayd.core.protocol import cached_stream
-from rayd.engine import warp_device
+from rayd.engine import runtime, warp_device
 
 _BACKENDS = {dr.JitBackend.LLVM: "llvm", dr.JitBackend.CUDA: "cuda"}
 
@@ -287,6 +287,70 @@ def _capsule(value: dr.ArrayBase, device: str):
     return value.__dlpack__(stream=-1) if device.startswith("cuda") else value.__dlpack__()
 
 
+def _view(value: dr.ArrayBase, device: str, dtype=None) -> wp.array:
+    """``wp.from_dlpack`` of ``value``'s capsule; on the CPU, for a dense 1-D array (or (N, 3) rows
+    taken as ``dtype`` vec3), the array is made by :func:`rayd.engine.runtime.host_array` from the
+    capsule's DLTensor (``wp.from_dlpack`` built it through ``wp.array.__init__``: about 19 us a view,
+    7 views a ray query; issue 12). The capsule is consumed as ``wp.from_dlpack`` consumes it (renamed,
+    its tensor released by Warp's holder when the array goes)."""
+    capsule = _capsule(value, device)
+    if _DL is not None and device == "cpu":
+        view = _host_view(capsule, dtype)
+        if view is not None:
+            return view
+    return wp.from_dlpack(capsule, dtype=dtype)
+
+
+def _host_view(capsule, dtype) -> wp.array | None:
+    """:func:`_view`'s CPU path (``None``: the capsule is left for ``wp.from_dlpack``). The DLTensor is read
+    as bytes (one ``string_at``, one ``unpack``: ctypes' structure fields cost ~1 us apiece)."""
+    dl = _DL
+    try:
+        mem = _GET_POINTER(capsule, b"dltensor")
+    except ValueError:  # (not a fresh DLPack capsule)
+        return None
+    data, device_type, _, ndim, code, bits, lanes, shape, strides, offset = _DLTENSOR.unpack(_STRING_AT(mem, 48))
+    if device_type != 1 or lanes != 1 or offset or not data or ndim not in (1, 2):  # kDLCPU only
+        return None
+    kind = _DL_SCALARS.get((code, bits))
+    if kind is None:
+        return None
+    dims = _INT64S[ndim].unpack(_STRING_AT(shape, 8 * ndim))
+    steps = _INT64S[ndim].unpack(_STRING_AT(strides, 8 * ndim)) if strides else None
+    if dtype is None and ndim == 1:
+        n, dtype = dims[0], kind
+        dense = steps is None or steps[0] == 1
+    elif dtype is wp.vec3 and kind is wp.float32 and ndim == 2 and dims[1] == 3:
+        n = dims[0]
+        dense = steps is None or (steps[1] == 1 and (steps[0] == 3 or n == 1))
+    else:
+        return None
+    if n <= 0 or not dense:
+        return None
+    holder = dl._DLPackTensorHolder(mem)  # releases the tensor when the view goes (as wp.from_dlpack's)
+    view = runtime.host_array(data, dtype, n, holder)
+    if view is None:
+        holder.mem_ptr = None  # (the capsule still owns it)
+        return None
+    _SET_NAME(capsule, b"used_dltensor")
+    return view
+
+
+try:  # Warp's DLPack structures and capsule functions (Warp 1.19), for the CPU views of _view
+    from warp._src import dlpack as _DL
+    _DL_SCALARS = {(_DL.DLDataTypeCode.kDLFloat, 32): wp.float32, (_DL.DLDataTypeCode.kDLFloat, 64): wp.float64,
+                   (_DL.DLDataTypeCode.kDLInt, 32): wp.int32, (_DL.DLDataTypeCode.kDLInt, 64): wp.int64,
+                   (_DL.DLDataTypeCode.kDLUInt, 8): wp.uint8, (_DL.DLDataTypeCode.kDLUInt, 32): wp.uint32,
+                   (_DL.DLDataTypeCode.kDLUInt, 64): wp.uint64}
+    _GET_POINTER, _SET_NAME = _DL.PyCapsule_GetPointer, _DL.PyCapsule_SetName
+except (ImportError, AttributeError):  # pragma: no cover - another Warp: wp.from_dlpack
+    _DL = None
+#: DLPack's ``DLTensor`` (64-bit): data, device (type, id), ndim, dtype (code, bits, lanes), shape, strides, byte_offset.
+_DLTENSOR = __import__("struct").Struct("=QiiiBBHQQQ")
+_INT64S = {k: __import__("struct").Struct(f"={k}q") for k in (1, 2)}
+_STRING_AT = ctypes.string_at
+
+
 def vec3_view(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]:
     """A ``wp.array(dtype=vec3)`` of a 3-vector array's rows as float32 (one packing copy).
 
@@ -297,7 +361,7 @@ def vec3_view(value: dr.ArrayBase, device: str) -> tuple[wp.array, dr.ArrayBase]
     packed = dr.ravel(plain.Array3f(dr.detach(value)), order="F")
     n = dr.width(packed) // 3
     tensor = plain.TensorXf(packed, shape=(n, 3))
-    return wp.from_dlpack(_capsule(tensor, device), dtype=wp.vec3), tensor
+    return _view(tensor, device, wp.vec3), tensor
 
 
 def vec3_buffer(n: int, backend: str, device: str) -> tuple[dr.ArrayBase, wp.array]:
@@ -320,7 +384,7 @@ def mat44_view(flat: dr.ArrayBase, n: int, device: str) -> tuple[wp.array, dr.Ar
 
 def scalar_view(value: dr.ArrayBase, device: str) -> wp.array:
     """Zero-copy 1-D Warp array of a flat Dr.Jit array (Float, Int32, UInt8, ...)."""
-    return wp.from_dlpack(_capsule(value, device))
+    return _view(value, device)
 
 
 def float32(value: dr.ArrayBase | float, backend: str) -> dr.ArrayBase:

@@ -349,6 +349,9 @@ def _buffers(m: EmbreeMirror, n: int, dev) -> dict:
         cache = {"n": n, "redo": wp.empty(n, dtype=wp.uint8, device=dev),
                  "redo_count": wp.zeros(1, dtype=wp.int32, device=dev), "launches": {},
                  "counter": wp.zeros(1, dtype=wp.int32, device=dev)}
+        # NumPy views of the two counters, kept with them (``wp.array.numpy()`` costs ~5 us a call, and
+        # ``zero_()`` a Warp memset: 4-5 of them per query)
+        cache["redo_count_np"], cache["counter_np"] = cache["redo_count"].numpy(), cache["counter"].numpy()
         if n >= SORT_MIN_RAYS:  # radix_sort_pairs works in arrays of twice the length
             cache.update(keys=wp.empty(2 * n, dtype=wp.int32, device=dev), order=wp.empty(2 * n, dtype=wp.int32, device=dev))
     return cache
@@ -387,8 +390,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     buf = _buffers(m, n, dev)
     launch_args = rays.launch_args(n)
     args = [x.array if isinstance(x, PerRow) else x for x in launch_args]
-    redo_count = buf["redo_count"]
-    redo_count.zero_()
+    redo_count, count = buf["redo_count"], buf["redo_count_np"]
+    count[0] = 0
     workers = runtime._WORKERS  # (os.cpu_count() reads sysfs: ~10-40 us a call)
     parts = max(1, min(CHUNKS_PER_CORE * workers, n // MIN_CHUNK))
     bounds = [min(n, (n * k // parts + 15) // 16 * 16) for k in range(parts)] + [n]
@@ -428,7 +431,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
                 cache.launch(_search16_steal_kernel, 1, [*a, buf["counter"], dim, STEAL_STEP], dev) if steal else \
                     cache.launch(_search16_kernel, dim, a, dev)
         if steal:
-            buf["counter"].numpy()[0] = 0
+            buf["counter_np"][0] = 0
         run_parallel(run, workers if steal else parts)
 
     sorted_pass = 0
@@ -446,8 +449,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         # lost): sphere search 235 -> 99 ms CPU. Coherent ones (camera rows) stay in turn.
         keys, order = buf["keys"], buf["order"]
         launcher(args, 1)
-        incoherent = int(redo_count.numpy()[0])
-        redo_count.zero_()
+        incoherent = int(count[0])
+        count[0] = 0
         if incoherent * 32 > n:  # more than half of the packets (the sample above may err)
             wp.utils.radix_sort_pairs(keys, order, n, end_bit=30)
             args = _permuted(launch_args, order, buf, n, dev)
@@ -462,22 +465,32 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
         keep_order(m, entry, launch_args, n, order if sorted_pass and cached is None else None, args)
     m._scratch = buf
     stats["rays"] += n
-    if int(redo_count.numpy()[0]) == 0:
+    if int(count[0]) == 0:
         return
     flags = buf["redo"].numpy()
     redo = np.flatnonzero(flags != 0)  # (flatnonzero of the uint8 flags: 0.45 ms for 256 k rays, this 0.04)
+    if not redo.size:
+        return
     if EDGE_CAPS and m.edge_scene is None and bool(np.any(flags[redo] == 2)):
         m.build_edge_scene()  # a query with misses: the edge caps for the next ones
     stats["redone"] += int(redo.size)
     # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.
     out_np = global_prim_id.numpy()
     cols = [_rows(a, n) for a in (rays.o, rays.d, rays.tmin, rays.tmax, rays.active, rays.ignore)]
-    sub = [np.ascontiguousarray(c[redo]) for c in cols]
-    vec = [wp.array(sub[i], dtype=wp.vec3, device=dev) for i in (0, 1)]
-    scal = [wp.array(sub[i], dtype=dt, device=dev) for i, dt in ((2, float), (3, float), (4, wp.uint8), (5, wp.int32))]
+    kinds = (wp.vec3, wp.vec3, wp.float32, wp.float32, wp.uint8, wp.int32)
+    sub = [np.ascontiguousarray(c[redo], dtype=_NP[k]) for c, k in zip(cols, kinds)]
+    # zero-copy views of the gathered rows (wp.array(ndarray) copied each through its __init__: ~25 us apiece)
+    views = [runtime.host_array(x.ctypes.data, k, redo.size, x) for x, k in zip(sub, kinds)]
+    if any(v is None for v in views):  # (another Warp's array layout)
+        views = [wp.array(x, dtype=k, device=dev) for x, k in zip(sub, kinds)]
+    vec, scal = views[:2], views[2:]
     sub_out = wp.empty(redo.size, dtype=wp.int32, device=dev)
     warp_search(accel, type(rays)(vec[0], vec[1], *scal), sub_out)
     out_np[redo] = sub_out.numpy()
+
+
+#: The NumPy dtype of each Warp type of a ray batch's arrays (the re-search's gathered rows).
+_NP = {wp.vec3: np.float32, wp.float32: np.float32, wp.uint8: np.uint8, wp.int32: np.int32}
 
 
 def trace(scene: embree_api.Scene, o: np.ndarray, d: np.ndarray, tfar: np.ndarray, coherent_cos: float = 2.0) -> dict:

@@ -98,9 +98,16 @@ def vec3_view(tensor: torch.Tensor) -> wp.array:
     """Zero-copy ``wp.array(dtype=vec3)`` of a contiguous float32 tensor of shape (N, 3).
 
     Views are of ``primal(tensor)``: inside ``torch.func`` transforms even freshly
-    allocated buffers come wrapped, without storage of their own.
+    allocated buffers come wrapped, without storage of their own. A dense CPU tensor's view
+    is made by :func:`rayd.engine.runtime.host_array` (no ``wp.from_torch``: see there).
     """
-    return wp.from_torch(_dense(primal(tensor)), dtype=wp.vec3)
+    value = primal(tensor)
+    if (value.device.type == "cpu" and value.dtype == torch.float32 and value.dim() == 2 and value.shape[1] == 3
+            and value.numel() and value.is_contiguous()):
+        view = runtime.host_array(value.data_ptr(), wp.vec3, value.shape[0], value)
+        if view is not None:
+            return view
+    return wp.from_torch(_dense(value), dtype=wp.vec3)
 
 
 def vec2i_view(tensor: torch.Tensor) -> wp.array:
@@ -109,8 +116,22 @@ def vec2i_view(tensor: torch.Tensor) -> wp.array:
 
 
 def scalar_view(tensor: torch.Tensor) -> wp.array:
-    """Zero-copy 1-D Warp array of a contiguous tensor (int32, uint8, float32)."""
-    return wp.from_torch(_dense(primal(tensor)))
+    """Zero-copy 1-D Warp array of a contiguous tensor (int32, uint8, float32); a dense 1-D CPU
+    tensor's by :func:`rayd.engine.runtime.host_array`."""
+    value = primal(tensor)
+    if value.device.type == "cpu" and value.dim() == 1 and value.numel() and value.is_contiguous():
+        dtype = _SCALARS.get(value.dtype)
+        if dtype is not None:
+            view = runtime.host_array(value.data_ptr(), dtype, value.shape[0], value)
+            if view is not None:
+                return view
+    return wp.from_torch(_dense(value))
+
+
+#: The Warp scalar type of a torch dtype, as ``wp.from_torch`` maps it (the dtypes :func:`scalar_view` makes
+#: views of on the CPU without it).
+_SCALARS = {torch.float32: wp.float32, torch.float64: wp.float64, torch.int32: wp.int32, torch.int64: wp.int64,
+            torch.uint8: wp.uint8, torch.int8: wp.int8, torch.int16: wp.int16}
 
 
 def _dense(tensor: torch.Tensor) -> torch.Tensor:
@@ -127,6 +148,9 @@ def flat_float32(tensor: torch.Tensor, batch: torch.Size, width: int | None) -> 
     ``tmax``) stays a single row, which the engine reads with stride 0: no copy per ray.
     """
     value = primal(tensor)
+    if (value.dtype == torch.float32 and len(batch) == 1 and value.dim() == (1 if width is None else 2)
+            and value.shape[0] == batch[0] != 1 and (width is None or value.shape[1] == width) and value.is_contiguous()):
+        return value  # already the rows (the common (N, 3) float32 ray batch): no view ops
     tail = () if width is None else (width,)
     lead = value.shape[: value.dim() - len(tail)]
     if lead.numel() == 1:
@@ -311,6 +335,19 @@ class TorchArrays(ArraysBase):
         """
         if not arrays:
             return []
+        host = memo.get("host")
+        if host is None:
+            host = memo["host"] = all(c.device.type == "cpu" and c.numel() > 64 for c in copies)
+        if host:  # every copy a large CPU array (no groups): memcmp only, no torch op, no context
+            out = []
+            for a, c in zip(arrays, copies):
+                a = unwrapped(a)
+                if not a.is_contiguous():
+                    break
+                out.append(a.shape == c.shape and a.dtype == c.dtype and a.device == c.device
+                           and same_bytes(a.data_ptr(), c.data_ptr(), c.numel() * c.element_size()))
+            else:
+                return out
         with torch.no_grad(), outside_transforms():
             plan = memo.get("plan")
             if plan is None:

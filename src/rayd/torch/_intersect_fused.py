@@ -98,17 +98,8 @@ class _FusedClosest(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, o_rows, d_rows, vertices, global_prim_id, indices, offsets, tmin, tmax, geometric):  # noqa: D102
-        n = global_prim_id.shape[0]
-        device = global_prim_id.device
-        t = torch.empty(n, dtype=torch.float32, device=device)
-        vec = [torch.empty((n, 3), dtype=torch.float32, device=device) for _ in range(3)] if geometric else []
-        shape_id = torch.empty(n, dtype=torch.int32, device=device)
-        prim_id = torch.empty(n, dtype=torch.int32, device=device)
-        o, d, gid, v, idx = _views(o_rows, d_rows, global_prim_id, vertices, indices)
-        outputs = [_convert.scalar_view(t), *([_convert.vec3_view(x) for x in vec] or [None] * 3),
-                   _convert.scalar_view(shape_id), _convert.scalar_view(prim_id)]
-        engine.closest_fields(o, d, v, idx, _convert.scalar_view(offsets), _bound_view(tmin), _bound_view(tmax),
-                              gid, outputs, _convert.current_stream(device))
+        (t, *vec, shape_id, prim_id), (o, d, gid, v, idx) = _closest_outputs(
+            o_rows, d_rows, vertices, global_prim_id, indices, offsets, tmin, tmax, geometric)
         ctx.mark_non_differentiable(shape_id, prim_id)
         ctx.set_materialize_grads(False)  # unused outputs: None, not (N, 3) zeros made by autograd
         ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
@@ -153,6 +144,23 @@ class _FusedClosest(torch.autograd.Function):
             engine.evaluate_hits_adjoint(*views, _out_views(_empty_outputs(n, device)), _out_views(full), *adj,
                                          _convert.current_stream(device))
         return (grad_o, grad_d, grad_v, *rest)
+
+
+def _closest_outputs(o_rows, d_rows, vertices, global_prim_id, indices, offsets, tmin, tmax, geometric) -> tuple:
+    """:class:`_FusedClosest`'s forward without autograd: ``((t[, p, geo_n, barycentric], shape_id, prim_id),
+    the five Warp views of the inputs)``."""
+    n = global_prim_id.shape[0]
+    device = global_prim_id.device
+    t = torch.empty(n, dtype=torch.float32, device=device)
+    vec = [torch.empty((n, 3), dtype=torch.float32, device=device) for _ in range(3)] if geometric else []
+    shape_id = torch.empty(n, dtype=torch.int32, device=device)
+    prim_id = torch.empty(n, dtype=torch.int32, device=device)
+    views = o, d, gid, v, idx = _views(o_rows, d_rows, global_prim_id, vertices, indices)
+    outputs = [_convert.scalar_view(t), *([_convert.vec3_view(x) for x in vec] or [None] * 3),
+               _convert.scalar_view(shape_id), _convert.scalar_view(prim_id)]
+    engine.closest_fields(o, d, v, idx, _convert.scalar_view(offsets), _bound_view(tmin), _bound_view(tmax),
+                          gid, outputs, _convert.current_stream(device))
+    return (t, *vec, shape_id, prim_id), views
 
 
 def _bound_view(bound):
@@ -241,8 +249,13 @@ def intersect_fused(ray, batch: torch.Size, global_prim_id: torch.Tensor, vertic
     offsets, _ = state.int32_tables
     rows = _ray_rows(ray, batch)
     geometric = bool(flags & (RayFlags.Geometric | RayFlags.ShadingN | RayFlags.UV))
-    out = _FusedClosest.apply(rows[0], rows[1], vertices.contiguous(), global_prim_id, state.indices, offsets,
-                              _bound_rows(ray.tmin, batch), _bound_rows(ray.tmax, batch), geometric)
+    vertices = vertices.contiguous()
+    inputs = (rows[0], rows[1], vertices, global_prim_id, state.indices, offsets, _bound_rows(ray.tmin, batch),
+              _bound_rows(ray.tmax, batch), geometric)
+    if torch.is_grad_enabled() and (rows[0].requires_grad or rows[1].requires_grad or vertices.requires_grad):
+        out = _FusedClosest.apply(*inputs)
+    else:  # nothing to differentiate: the same outputs without autograd.Function's bookkeeping (~30-50 us)
+        out = _closest_outputs(*inputs)[0]
     return _record(out, global_prim_id, geometric, flags)
 
 

@@ -112,7 +112,11 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
                     global_prim_id = found
                     fields = evaluate(o, d, found, gather(state.table, state.live(dtype), found), flags)
             fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
-        fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
+        if len(batch) == 1:  # (N,) rays: the rows are the record's shape (one tensor given twice, n = geo_n: viewed)
+            seen: set[int] = set()
+            fields = {k: v if id(v) not in seen and not seen.add(id(v)) else v.view_as(v) for k, v in fields.items()}
+        else:
+            fields = {k: v.reshape(tuple(batch) + v.shape[1:]) for k, v in fields.items()}
         return Intersection(flags, **fields)
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> torch.Tensor:
