@@ -226,3 +226,43 @@ def test_minus_inf_box_follows_an_instance_of_a_dynamic_mesh_moved_in_place(devi
     assert scene.count_intersections(ray).item() == 2
     first = scene.intersect(ray)
     assert abs(scene.intersect(ray, ignore=first.global_prim_id).t.item() - (4700.0 + z)) < 0.05
+
+
+# ------------------------------------------------------------ fixed
+def test_compiled_minus_inf_query_on_a_scene_with_instances():
+    """``torch.compile(fullgraph=True)`` of a ``tmin = -inf`` query on a scene with an instance: the box is
+    computed in the graph from the placed vertices, whose rows (``rayd.torch._live.LiveState.placement_rows``) were
+    made by NumPy that Dynamo traced; ``np.arange(int(counts.sum()))`` raised ``UserError`` (data-dependent
+    guard) on every such scene. Now traced from Python ints; the compiled query equals the eager one and
+    follows ``set_mesh_transform`` / ``set_shape_enabled`` + ``sync()`` without recompiling."""
+    from torch._dynamo.testing import CompileCounterWithBackend
+
+    v, f = icosphere(1)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor(v, dtype=F64), torch.tensor(f)), dynamic=True)
+    scene.add_instance(0, torch.eye(4, dtype=F64))
+    scene.set_shape_enabled(0, False)
+    scene.build()
+    o = torch.tensor([[0.031, 0.052, 0.0]], dtype=F64)
+    d = torch.tensor([[0.0, 0.0, 1.0]], dtype=F64)
+    z = math.sqrt(1 - 0.031**2 - 0.052**2)
+
+    def fn(o, d):
+        return scene.intersect(rt.Ray(o, d, 0.0, tmin=-INF)).t
+
+    counter = CompileCounterWithBackend("aot_eager")
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend=counter, fullgraph=True)
+    assert abs(compiled(o, d).item() + z) < 0.05
+    torch.testing.assert_close(compiled(o, d), fn(o, d), rtol=0, atol=0)
+    m = torch.eye(4, dtype=F64)
+    m[2, 3] = -5000.0
+    scene.set_mesh_transform(1, m)
+    scene.sync()
+    assert abs(compiled(o, d).item() - (-5000.0 - z)) < 0.05
+    scene.set_shape_enabled(1, False)
+    scene.set_shape_enabled(0, True)
+    scene.sync()
+    assert abs(compiled(o, d).item() + z) < 0.05
+    torch.testing.assert_close(compiled(o, d), fn(o, d), rtol=0, atol=0)
+    assert counter.frame_count == 1
