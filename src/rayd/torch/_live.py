@@ -244,6 +244,8 @@ class LiveState(LiveBase):
         if found is not None:
             return found
         shapes = self.core.table.shapes
+        if torch.compiler.is_compiling():
+            return self._placement_rows_traced(shapes)
         counts = np.array([s.num_vertices for s in shapes], dtype=np.int64)
         first = np.array([s.vertex_offset for s in shapes], dtype=np.int64)  # an instance's: its mesh's
         rows = shape = None
@@ -254,8 +256,27 @@ class LiveState(LiveBase):
                 rows = torch.as_tensor(host).to(self.device)
             if len(shapes) > 1:
                 shape = torch.as_tensor(np.repeat(np.arange(len(shapes), dtype=np.int64), counts)).to(self.device)
-        if not torch.compiler.is_compiling():  # (a constant of the graph there; no cache to guard on)
-            self._placement_rows = (rows, shape)
+        self._placement_rows = (rows, shape)
+        return rows, shape
+
+    def _placement_rows_traced(self, shapes) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+        """:meth:`placement_rows` while ``torch.compile`` traces: from Python ints (constants of the graph,
+        not cached), by torch ops of static sizes. (Dynamo traces NumPy as torch ops on unbacked values:
+        ``np.arange(int(counts.sum()))`` failed to trace, so a compiled ``tmin = -inf`` query on a scene
+        with instances, whose box places the vertices in the graph, raised ``UserError``.)"""
+        counts = [s.num_vertices for s in shapes]
+        total = sum(counts)
+        rows = shape = None
+        if any(s.is_instance for s in shapes):
+            starts = [sum(counts[:k]) for k in range(len(counts))]
+            shift = torch.tensor([s.vertex_offset - b for s, b in zip(shapes, starts)], dtype=torch.int64,
+                                 device=self.device)
+            rows = torch.arange(total, dtype=torch.int64, device=self.device) + torch.repeat_interleave(
+                shift, torch.tensor(counts, dtype=torch.int64, device=self.device), output_size=total)
+        if len(shapes) > 1:
+            shape = torch.repeat_interleave(torch.arange(len(shapes), dtype=torch.int64, device=self.device),
+                                            torch.tensor(counts, dtype=torch.int64, device=self.device),
+                                            output_size=total)
         return rows, shape
 
     def placed_vertices(self, dtype: torch.dtype, *, detach: bool = False) -> torch.Tensor:
