@@ -129,7 +129,7 @@ def unbounded_below(scene, o: torch.Tensor, d: torch.Tensor, tmin: float | torch
     below = None
     if isinstance(tmin, torch.Tensor):
         below = torch.isneginf(value.expand(batch).reshape(-1))
-    if o64.device.type == "cpu" and not _traced():
+    if o64.device.type == "cpu" and _interval.host_ok(o64) and not _traced():
         # In NumPy: torch's CPU ops wake its OpenMP pool, whose spinning threads then slow the
         # engine's search beside them (several times the cost of these ops at 2^18 rays).
         box = _search_box(scene, o64.device)
