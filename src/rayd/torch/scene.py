@@ -112,7 +112,9 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
                     global_prim_id = found
                     fields = evaluate(o, d, found, gather(state.table, state.live(dtype), found), flags)
             fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
-        if len(batch) == 1:  # (N,) rays: the rows are the record's shape (one tensor given twice, n = geo_n: viewed)
+        if len(batch) == 1 and not torch.compiler.is_compiling():  # (N,) rays: the rows are the record's shape (one
+            # tensor given twice, n = geo_n: viewed); under torch.compile the reshapes (Dynamo cannot take id() of a
+            # tensor made in the graph: a graph break on CUDA, session 22's H100 run)
             seen: set[int] = set()
             fields = {k: v if id(v) not in seen and not seen.add(id(v)) else v.view_as(v) for k, v in fields.items()}
         else:
