@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Session 23, lead, first warm call after the wheel parts: install, the whole -k cuda suite at main (session 22's
+# tmin = -inf, host-view, compile-record and off-face changes were CPU-tested or short-checked only), the seed
+# (unchanged, torchrun, 1 process), then where the update's and the build's host time goes on this GPU
+# (update_host.py phases, profile_calls.py wall vs kernels), the off-face rule's cost (gpu_ab.py against fb00fe0) and
+# rayd.drjit's exact-math cost on CUDA. Repository root.
+set -uo pipefail
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+if [ ! -d /tmp/site/warp ]; then
+  cat /tmp/wp/part_* | tar -x -C /tmp/wp && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wp/wheels/*.whl
+fi
+export PYTHONPATH=/tmp/site:$PWD/src
+{ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; echo "rev $(cat .device/rev)"; } | tee $OUT/gpu.txt
+if [ "${SUITE:-1}" = 1 ]; then
+  timeout ${TEST_LIMIT:-240} python3 -m pytest -q -n 15 -p no:cacheprovider -rfE -k cuda tests/torch tests/drjit tests/engine tests/examples \
+    > $OUT/tests_cuda.txt 2>&1; echo rc=$? >> $OUT/tests_cuda.txt
+  grep -E "^FAILED|^ERROR" $OUT/tests_cuda.txt | head -30 | cut -c1-220; tail -2 $OUT/tests_cuda.txt
+  echo "== seed"; timeout 40 torchrun --nproc_per_node=1 .device/seed/ddp_intersect_train.py > $OUT/seed.txt 2>&1
+  echo rc=$? >> $OUT/seed.txt; tail -2 $OUT/seed.txt
+fi
+if [ "${HOST:-1}" = 1 ]; then
+  echo "== update host phases"; timeout 60 python3 benchmarks/h200/update_host.py --device cuda --size 1024 --modes wide_tris --calls 200 \
+    > $OUT/update_host.txt 2>&1; echo rc=$? >> $OUT/update_host.txt; tail -4 $OUT/update_host.txt | cut -c1-220
+  echo "== profile calls terrain"; timeout 100 python3 benchmarks/h200/profile_calls.py terrain --reps 5 > $OUT/profile_terrain.txt 2>&1
+  echo rc=$? >> $OUT/profile_terrain.txt; grep -E '^\||^[a-z=]' $OUT/profile_terrain.txt | head -40 | cut -c1-200
+fi
+if [ "${GPU_AB:-1}" = 1 ]; then
+  echo "== engine A/B vs fb00fe0 (before confirmed_face_t)"
+  timeout 110 python3 benchmarks/gpu_ab.py .device/pre/src rayd_pre --repeats 9 > $OUT/gpu_ab_offface.txt 2>&1
+  echo rc=$? >> $OUT/gpu_ab_offface.txt; cut -c1-200 $OUT/gpu_ab_offface.txt | tail -16
+fi
+if [ "${FASTMATH:-1}" = 1 ]; then
+  echo "== FastMath A/B"; timeout 60 python3 benchmarks/drjit_fastmath_ab.py --backend cuda --rays 4194304 --repeats 9 > $OUT/drjit_fastmath_ab_cuda.txt 2>&1
+  echo rc=$? >> $OUT/drjit_fastmath_ab_cuda.txt; cut -c1-200 $OUT/drjit_fastmath_ab_cuda.txt | tail -12
+fi
