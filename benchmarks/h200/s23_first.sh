@@ -24,6 +24,24 @@ if [ "${HOST:-1}" = 1 ]; then
   echo "== profile calls terrain"; timeout 100 python3 benchmarks/h200/profile_calls.py terrain --reps 5 > $OUT/profile_terrain.txt 2>&1
   echo rc=$? >> $OUT/profile_terrain.txt; grep -E '^\||^[a-z=]' $OUT/profile_terrain.txt | head -40 | cut -c1-200
 fi
+if [ "${TINY:-1}" = 1 ]; then
+  echo "== build() of small scenes on cuda (host time: the kernels are microseconds)"
+  timeout 60 python3 - <<'PY' 2>&1 | tee $OUT/build_small_cuda.txt
+import statistics, time, numpy as np, torch, rayd.torch as rt
+for n in (2, 8, 32, 128):
+    x, y = np.meshgrid(np.linspace(0, 1, n + 1), np.linspace(0, 1, n + 1))
+    v = torch.tensor(np.stack([x.ravel(), y.ravel(), 0.1 * np.sin(7 * x.ravel())], 1), dtype=torch.float32, device="cuda")
+    q = (np.arange(n)[:, None] * (n + 1) + np.arange(n)[None, :]).ravel()
+    f = torch.tensor(np.concatenate([np.stack([q, q + 1, q + n + 2], 1), np.stack([q, q + n + 2, q + n + 1], 1)]), dtype=torch.int32, device="cuda")
+    def new():
+        s = rt.Scene(); s.add_mesh(rt.Mesh(v, f), dynamic=True); s.build(); return s
+    for _ in range(5): new()
+    ts = []
+    for _ in range(30):
+        torch.cuda.synchronize(); t = time.perf_counter(); new(); torch.cuda.synchronize(); ts.append((time.perf_counter() - t) * 1e3)
+    print(f"{2 * n * n} tris build ms median {statistics.median(ts):.3f} min {min(ts):.3f}")
+PY
+fi
 if [ "${GPU_AB:-1}" = 1 ]; then
   echo "== engine A/B vs fb00fe0 (before confirmed_face_t)"
   timeout 110 python3 benchmarks/gpu_ab.py .device/pre/src rayd_pre --repeats 9 > $OUT/gpu_ab_offface.txt 2>&1
