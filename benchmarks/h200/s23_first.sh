@@ -7,7 +7,8 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 if [ ! -d /tmp/site/warp ]; then
-  cat /tmp/wp/part_* | tar -x -C /tmp/wp && python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site /tmp/wp/wheels/*.whl
+  # (.device/px: the three wheels unzipped into one tree, xz-compressed: 147 MB in 3 parts instead of 211 MB in 5)
+  mkdir -p /tmp/site && cat /tmp/wp/part_* | xz -d | tar -x -C /tmp/site
 fi
 export PYTHONPATH=/tmp/site:$PWD/src
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader; echo "rev $(cat .device/rev)"; } | tee $OUT/gpu.txt
