@@ -81,6 +81,11 @@ def all_zero(v: torch.Tensor) -> torch.Tensor:
     return (v == 0).all(-1)
 
 
+def max_abs(v: torch.Tensor) -> torch.Tensor:
+    """Row-wise largest ``|component|`` of ``v``."""
+    return v.abs().amax(-1)
+
+
 def rsqrt(x: torch.Tensor) -> torch.Tensor:
     """Elementwise ``1 / sqrt(x)``."""
     return torch.rsqrt(x)
