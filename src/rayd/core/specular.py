@@ -210,7 +210,7 @@ def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d
         if face is not None:
             v012 = corners(b)
             u, v = hits.crossing_weights(ops, o, d, v012)
-            inside = inside & ~hits.off_face(ops, o, v012, normal, u, v, face)
+            inside = inside & ~hits.dropped_off_face(ops, inside, o, v012, normal, u, v, face)
         valid = inside if valid is None else valid & inside
         if counted is not None:
             valid = counted(b)

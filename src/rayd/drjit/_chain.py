@@ -55,7 +55,7 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     ops = SimpleNamespace(
         dot=dr.dot, select=dr.select, where=dr.select, divide=operator.truediv, cross=dr.cross, sqrt=dr.sqrt,
         rsqrt=_vector.rsqrt, scale=_vector.scale,  # not dr.rsqrt / a vector over a scalar: approximate on CUDA
-        const3=_vector.const3, max_abs=_vector.max_abs,
+        const3=_vector.const3, max_abs=_vector.max_abs, masked=_vector.masked,
         madd=lambda x, a, y, scale: x + a * y if scale == 1.0 else x + scale * a * y,
         compared=lambda t: F64(Float(dr.detach(t))),  # compared in the output precision, as intersect does
         reported=lambda x: x if double else Work(Array3(x)))

@@ -66,6 +66,11 @@ def max_abs(v: dr.ArrayBase) -> dr.ArrayBase:
     return dr.select(m > a.z, m, a.z)
 
 
+def masked(mask: dr.ArrayBase, fn, *rows: dr.ArrayBase) -> dr.ArrayBase:
+    """``fn(*rows) & mask`` for a lane-wise bool ``fn`` (Dr.Jit fuses it into the kernels that read it)."""
+    return fn(*rows) & mask
+
+
 def rsqrt(x: dr.ArrayBase) -> dr.ArrayBase:
     """``1 / sqrt(x)`` as a true division (``dr.rsqrt`` is approximate on CUDA, in float64 too)."""
     return 1 / dr.sqrt(x)

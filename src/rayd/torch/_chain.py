@@ -48,6 +48,7 @@ class _ChainOps:
     scale = staticmethod(_vector.scale)
     const3 = staticmethod(_vector.const3)
     max_abs = staticmethod(_vector.max_abs)
+    masked = staticmethod(_vector.masked)
 
     def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
