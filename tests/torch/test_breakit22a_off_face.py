@@ -7,7 +7,7 @@ far outside the face (``t`` up to ``1e8``, barycentric weights like ``(0, -1.5, 
 hit reported is then a point on no triangle of the mesh, while Open3D (Embree) reports none such.
 Fixed for float32 queries in session 22 (the engine's ``confirmed_face_t``, CPU and CUDA), for float64
 queries in session 23 (helper offface23: the same rule on the float64 re-evaluation,
-``rayd.core.hits.off_face``, and the walk-on behind a winner it drops; ``test_breakit23_off_face64.py``).
+``rayd.core.hits.off_face``, and the walk-on behind a winner it drops; ``test_offface23_float64.py``).
 """
 
 from __future__ import annotations

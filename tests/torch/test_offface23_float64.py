@@ -157,3 +157,32 @@ def test_shadow_test_is_blocked_iff_intersect_hits_in_the_interval(device, accel
     valid = _twice(scene.intersect, ray).is_valid().cpu()
     assert (blocked == valid).all(), f"{int((blocked != valid).sum())} rays differ"
     assert 100 < int(valid.sum()) < len(o) - 100
+
+
+def test_the_device_path_answers_as_the_cpu_shortcut(monkeypatch):
+    # On CUDA (emulated here: ``_interval.host_ok`` False, as tests/torch/test_no_host_sync.py does) the rule
+    # runs on every row and the walk-on on every ray, with no host read; on the CPU both run on the rows in
+    # doubt only. The same winners, t, occlusion and listings, on the tilted face and along the torus' edges.
+    from rayd.torch import _interval
+
+    v, f, o, d, t_wall = tilted_face_and_wall()
+    tv, tf = torus()
+    to, td = along_edges(tv, tf, 600, 5)
+    cases = [(_scene(v, f, "cpu"), torch.tensor(o)[None], torch.tensor(d)[None]),
+             (_scene(tv, tf, "cpu"), torch.tensor(to, dtype=torch.float64), torch.tensor(td, dtype=torch.float64))]
+
+    def answers():
+        out = []
+        for scene, oo, dd in cases:
+            ray = rt.Ray(oo, dd, torch.full(oo.shape[:1], 2.5, dtype=torch.float64))
+            hit, every = scene.intersect(ray), scene.intersect_all(ray, 4)
+            out.append((hit.global_prim_id, hit.t, scene.shadow_test(ray), every.global_prim_id, every.t))
+        return out
+
+    host = answers()
+    monkeypatch.setattr(_interval, "host_ok", lambda tensor: False)
+    device = answers()
+    for a, b in zip(host, device):
+        for x, y in zip(a, b):
+            assert torch.equal(x, y)
+    assert host[0][0].tolist() == [-1] and not host[0][2].any()  # tmax 2.5: the wall (t = 7) lies beyond
