@@ -8,6 +8,11 @@ blocker may lie outside ``(tmin, tmax)`` on its reported ``t``. For those rays a
 the first :data:`CANDIDATES` crossings (``intersect_all``, each checked on its
 reported ``t``) decide. float32 queries never come here.
 
+The same holds for a winner whose float64 crossing lies off its face (the float32
+search saw the snapshot's corners; :func:`rayd.core.hits.off_face`, the rule of the
+engine's ``confirmed_face_t``): its reported ``t`` is ``inf`` (a miss, ``t_of``) and the
+first crossings on their faces decide (session 23).
+
 No host read: the re-check runs in every float64 query, masked to the doubtful rays
 (one all-hits launch; Dr.Jit evaluates the candidates' ``t`` lazily, fused into the
 kernels that read the result), rather than after a ``dr.any(...).item()`` that would

@@ -9,6 +9,11 @@ reported ``t`` lies outside ``(tmin, tmax)``. For those rays, the first
 :data:`CANDIDATES` crossings (the engine's all-hits search, each checked on its
 reported ``t``) decide. float32 queries never come here.
 
+The same holds for a winner whose float64 crossing lies off its face (the float32
+search saw the snapshot's corners; :func:`rayd.core.hits.off_face`, the rule of the
+engine's ``confirmed_face_t``): its reported ``t`` is ``inf`` (a miss, ``t_of``) and the
+first crossings on their faces decide (session 23).
+
 No host synchronisation: on a device (CUDA) the re-check always runs, for every ray,
 masked to the doubtful ones (fixed-size work: one all-hits launch and the float64
 ``t`` of ``N K`` candidates). On the CPU, where reading a tensor is no
