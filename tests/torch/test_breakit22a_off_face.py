@@ -5,8 +5,9 @@ The watertight sheared test may accept such a face on the sign of rounding resid
 then ranks it by the float64 solve of ``o + t d = (1-u-v) v0 + u v1 + v v2``, whose crossing can lie
 far outside the face (``t`` up to ``1e8``, barycentric weights like ``(0, -1.5, 2.5)``). The closest
 hit reported is then a point on no triangle of the mesh, while Open3D (Embree) reports none such.
-Fixed for float32 queries in session 22 (the engine's ``confirmed_face_t``, CPU and CUDA); float64
-queries are a known limitation still (docs/known-limitations.md, "Hits off their face").
+Fixed for float32 queries in session 22 (the engine's ``confirmed_face_t``, CPU and CUDA), for float64
+queries in session 23 (helper offface23: the same rule on the float64 re-evaluation,
+``rayd.core.hits.off_face``, and the walk-on behind a winner it drops; ``test_offface23_float64.py``).
 """
 
 from __future__ import annotations
@@ -55,9 +56,7 @@ def test_the_rays_mostly_hit_on_their_face(device):
     assert (gap <= SLACK).mean() > 0.95
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, pytest.param(torch.float64, marks=pytest.mark.xfail(
-    strict=True, reason="docs/known-limitations.md, 'Hits off their face': float64 queries re-check their winner "
-    "(rayd.torch._walk_on) without the engine's off-face rule (engine/watertight.py confirmed_face_t)"))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_every_reported_hit_point_lies_on_its_face(device, dtype, accel):
     ok, gap, hit = _off_face(device, dtype)
     bad = gap > SLACK

@@ -25,7 +25,7 @@ from typing import Any, Callable, Protocol
 
 import numpy as np
 
-from rayd.core import paths
+from rayd.core import hits, paths
 from rayd.core.docs import FrontendDocs
 
 #: The fields of a ``ReflectionChain`` by kind: ``slot`` fields hold one value per bounce
@@ -162,7 +162,8 @@ def slot_planes(ops: Any, v0: Any, v1: Any, v2: Any, hit: Any) -> tuple[Any, Any
 
 
 def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d: Any, first_bounds: tuple,
-                 emit: Callable[..., None], counted: Callable[[int], Any] | None = None) -> None:
+                 emit: Callable[..., None], counted: Callable[[int], Any] | None = None,
+                 corners: Callable[[int], tuple] | None = None, face: tuple[float, float, float] | None = None) -> None:
     """The sequential solve of specular chains for their fixed winners, in the frontend's ops.
 
     Segment ``b`` starts at ``o_b`` (``o_0`` the ray origin) with direction ``d_b`` and is
@@ -190,6 +191,11 @@ def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d
         emit: ``emit(b, t, valid, p, geo_n, d_out, image_source)``, called once per slot.
         counted: optional ``counted(b)``: which rays' slot ``b`` counts, decided elsewhere
             (a fused forward's decision, replayed by its backward) instead of here.
+        corners, face: for float64 chains (whose search saw the float32 snapshot of the scene),
+            ``corners(b) -> (v0, v1, v2)`` (slot ``b``'s world corners, float64) and the search
+            centre (:func:`rayd.core.hits.face_frame`): a slot whose segment crosses its face's
+            plane off the face (:func:`rayd.core.hits.off_face`) does not count, and the chain
+            ends there. ``None``: no such check (float32 chains: the search made it).
     """
     image = o
     valid = None
@@ -201,6 +207,10 @@ def bounce_chain(ops: Any, bounces: int, slot: Callable[[int], tuple], o: Any, d
         lo, hi = first_bounds if b == 0 else (0.0, math.inf)
         td = ops.compared(t)
         inside = ok & facing & (td > lo) & (td < hi)
+        if face is not None:
+            v012 = corners(b)
+            u, v = hits.crossing_weights(ops, o, d, v012)
+            inside = inside & ~hits.dropped_off_face(ops, inside, o, v012, normal, u, v, face)
         valid = inside if valid is None else valid & inside
         if counted is not None:
             valid = counted(b)

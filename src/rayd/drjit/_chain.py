@@ -7,7 +7,8 @@ solves each segment against its slot's plane in float64 from the values the reco
 reports (rounded to the output precision at each bounce), Dr.Jit recording the loop into
 its kernels and AD carrying gradients through the chain. A slot counts iff its plane is not
 degenerate, the segment is not parallel to it and ``t`` lies in the segment's interval
-(``tmin < t < tmax`` for segment 0, ``0 < t < inf`` after it) in the output precision;
+(``tmin < t < tmax`` for segment 0, ``0 < t < inf`` after it) in the output precision (and, in
+a float64 chain, the segment crosses the plane on the face: ``rayd.core.hits.off_face``);
 after a slot that does not count the chain is empty. The bounce loop is
 :func:`rayd.core.specular.bounce_chain`'s (shared with rayd.torch), run on Dr.Jit ops.
 """
@@ -22,7 +23,7 @@ import drjit as dr
 import warp as wp
 
 from rayd import engine
-from rayd.core import segments, specular
+from rayd.core import hits, segments, specular
 from rayd.drjit import _convert, _vector
 from rayd.drjit._intersect import _bound, locate
 
@@ -54,6 +55,7 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
     ops = SimpleNamespace(
         dot=dr.dot, select=dr.select, where=dr.select, divide=operator.truediv, cross=dr.cross, sqrt=dr.sqrt,
         rsqrt=_vector.rsqrt, scale=_vector.scale,  # not dr.rsqrt / a vector over a scalar: approximate on CUDA
+        const3=_vector.const3, max_abs=_vector.max_abs, masked=_vector.masked,
         madd=lambda x, a, y, scale: x + a * y if scale == 1.0 else x + scale * a * y,
         compared=lambda t: F64(Float(dr.detach(t))),  # compared in the output precision, as intersect does
         reported=lambda x: x if double else Work(Array3(x)))
@@ -87,7 +89,13 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         count += dr.select(valid, 1, 0)
         path += t
 
-    specular.bounce_chain(ops, bounces, slot, o, d, (_bound(F64, ray.tmin), _bound(F64, ray.tmax)), emit)
+    def corners(b):
+        idx = first + b
+        return tuple(dr.gather(Work, x, idx) for x in (v0, v1, v2))
+
+    face = hits.face_frame(scene._core.centre, double)  # float64: a slot off its face ends the chain
+    specular.bounce_chain(ops, bounces, slot, o, d, (_bound(F64, ray.tmin), _bound(F64, ray.tmax)), emit,
+                          corners=corners, face=face)
     out["prim_id"] = dr.select(valid_all, prim, -1)
     out["shape_id"] = dr.select(valid_all, shape, -1)
     out["global_prim_id"] = dr.select(valid_all, gid, -1)

@@ -95,11 +95,14 @@ def evaluate(
     global_prim_id: dr.ArrayBase,
     geometry: LiveGeometry,
     flags: RayFlags,
+    face: tuple[float, float, float] | None = None,
 ) -> dict[str, dr.ArrayBase]:
     """Intersection fields for rays (N, 3) and their winners (N,) ``Int`` (-1 = miss).
 
     ``m`` is the Dr.Jit namespace of the outputs (e.g. ``drjit.llvm.ad``), ``double``
     selects float64. ``o``, ``d`` and ``geometry`` arrays are of that float type.
+    ``face``: the search centre where a winner whose crossing lies off its face is a miss
+    (:func:`rayd.core.hits.off_face`; float64 queries, :func:`rayd.core.hits.face_frame`).
     Returns a dict of width-N arrays named as the fields of
     :class:`rayd.drjit.Intersection`.
     """
@@ -128,7 +131,7 @@ def evaluate(
         return x if double else dr.float32_array_t(type(x))(x)
 
     return hits.evaluate(_vector, flags, hit, Work(o), Work(d), corners, ids, cast,
-                         None if geometry.normals is None else normals, None if geometry.uv is None else uv)
+                         None if geometry.normals is None else normals, None if geometry.uv is None else uv, face)
 
 
 def empty(m: ModuleType, double: bool, flags: RayFlags) -> dict[str, dr.ArrayBase]:

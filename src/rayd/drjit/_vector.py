@@ -59,6 +59,18 @@ def all_zero(v: dr.ArrayBase) -> dr.ArrayBase:
     return dr.all(v == 0)
 
 
+def max_abs(v: dr.ArrayBase) -> dr.ArrayBase:
+    """Lane-wise largest ``|component|`` of ``v`` (by selects, as :func:`clamp`)."""
+    a = dr.abs(v)
+    m = dr.select(a.x > a.y, a.x, a.y)
+    return dr.select(m > a.z, m, a.z)
+
+
+def masked(mask: dr.ArrayBase, fn, *rows: dr.ArrayBase) -> dr.ArrayBase:
+    """``fn(*rows) & mask`` for a lane-wise bool ``fn`` (Dr.Jit fuses it into the kernels that read it)."""
+    return fn(*rows) & mask
+
+
 def rsqrt(x: dr.ArrayBase) -> dr.ArrayBase:
     """``1 / sqrt(x)`` as a true division (``dr.rsqrt`` is approximate on CUDA, in float64 too)."""
     return 1 / dr.sqrt(x)

@@ -8,6 +8,11 @@ blocker may lie outside ``(tmin, tmax)`` on its reported ``t``. For those rays a
 the first :data:`CANDIDATES` crossings (``intersect_all``, each checked on its
 reported ``t``) decide. float32 queries never come here.
 
+The same holds for a winner whose float64 crossing lies off its face (the float32
+search saw the snapshot's corners; :func:`rayd.core.hits.off_face`, the rule of the
+engine's ``confirmed_face_t``): its reported ``t`` is ``inf`` (a miss, ``t_of``) and the
+first crossings on their faces decide (session 23).
+
 No host read: the re-check runs in every float64 query, masked to the doubtful rays
 (one all-hits launch; Dr.Jit evaluates the candidates' ``t`` lazily, fused into the
 kernels that read the result), rather than after a ``dr.any(...).item()`` that would
@@ -20,6 +25,7 @@ from types import ModuleType
 
 import drjit as dr
 
+from rayd.core import hits
 from rayd.core.query_args import CANDIDATES
 from rayd.drjit._intersect import _bound, evaluate
 from rayd.flags import RayFlags
@@ -27,9 +33,11 @@ from rayd.flags import RayFlags
 
 
 def t_of(scene, m: ModuleType, ray, global_prim_id: dr.ArrayBase) -> dr.ArrayBase:
-    """Width-N float64 reported ``t`` of the faces ``global_prim_id`` (``inf`` for -1), detached."""
+    """Width-N float64 reported ``t`` of the faces ``global_prim_id`` (``inf`` for -1, and where the crossing
+    lies off its face: :func:`rayd.core.hits.off_face`), detached."""
     o, d = m.Array3f64(dr.detach(ray.o)), m.Array3f64(dr.detach(ray.d))
-    fields = evaluate(m, True, o, d, global_prim_id, scene._state.live_geometry(m, True), RayFlags.Minimal)
+    fields = evaluate(m, True, o, d, global_prim_id, scene._state.live_geometry(m, True), RayFlags.Minimal,
+                      hits.face_frame(scene._core.centre, True))
     return dr.select(global_prim_id >= 0, m.Float64(dr.detach(fields["t"])), float("inf"))
 
 
@@ -50,10 +58,12 @@ def _candidates(scene, m: ModuleType, ray, ignore, active: dr.ArrayBase) -> tupl
 
 
 def walk_on(scene, m: ModuleType, ray, ignore, global_prim_id: dr.ArrayBase, t: dr.ArrayBase) -> dr.ArrayBase:
-    """Closest winners where a winner's reported ``t`` is ``<= tmin`` replaced by the closest crossing inside
-    ``(tmin, tmax)`` on reported ``t`` (-1: none)."""
+    """Closest winners where a winner's reported ``t`` is ``<= tmin`` or ``inf`` (its crossing lies off its
+    face: :func:`rayd.core.hits.off_face`) replaced by the closest crossing on its face inside ``(tmin, tmax)``
+    on reported ``t`` (-1: none)."""
     Bool = type(global_prim_id >= 0)  # the winners' (non-AD) types throughout
-    redo = Bool(dr.detach((global_prim_id >= 0) & (m.Float64(dr.detach(t)) <= _bound(m.Float64, ray.tmin))))
+    t = m.Float64(dr.detach(t))
+    redo = Bool(dr.detach((global_prim_id >= 0) & ((t <= _bound(m.Float64, ray.tmin)) | dr.isinf(t))))
     _, found = _candidates(scene, m, ray, ignore, redo)  # every query, masked: no host read of redo
     return dr.select(redo, type(global_prim_id)(dr.detach(found)), global_prim_id)
 

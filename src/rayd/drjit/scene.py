@@ -13,7 +13,7 @@ import functools
 
 import drjit as dr
 
-from rayd.core import contents
+from rayd.core import contents, hits
 from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, AllHitsQueries, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.drjit import _check, _convert, _trace, _verdicts, _walk_on
@@ -90,10 +90,11 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
-        fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags)
-        if double:  # a winner the float32 search put past tmin: the first crossings decide (masked, no host read)
-            found = _walk_on.walk_on(self, m, ray, ignore, global_prim_id, fields["t"])
-            fields = evaluate(m, double, ray.o, ray.d, found, self._state.live_geometry(m, double), flags)
+        face = hits.face_frame(self._core.centre, double)  # float64: a winner off its face is a miss
+        fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags, face)
+        if double:  # a winner the float32 search put past tmin or off its face: the first crossings decide
+            found = _walk_on.walk_on(self, m, ray, ignore, global_prim_id, fields["t"])  # (masked, no host read)
+            fields = evaluate(m, double, ray.o, ray.d, found, self._state.live_geometry(m, double), flags, face)
         return Intersection(flags, **enforce(m, fields, ray.tmin, ray.tmax))
 
     def _occluded(self, call: str, ray: Ray, active, ignore) -> dr.ArrayBase:

@@ -11,7 +11,8 @@ each bounce (so that the chain equals B ``intersect`` calls from the reported ``
 ray-plane solve gives the same ``t`` (and derivatives) as the Moeller-Trumbore solve of
 ``intersect``; a slot counts iff its winner's plane is not degenerate, the segment is
 not parallel to it, and ``t`` lies in the segment's interval (``tmin < t < tmax`` for
-segment 0, ``0 < t < inf`` after it) in the output dtype, as ``intersect`` decides.
+segment 0, ``0 < t < inf`` after it) in the output dtype, as ``intersect`` decides; in a
+float64 chain, also iff the segment crosses the plane on the face (``rayd.core.hits.off_face``).
 Once a slot does not count, the later slots are empty (the chain ends). The bounce loop
 is :func:`rayd.core.specular.bounce_chain`'s (shared with rayd.drjit), run on torch ops.
 """
@@ -23,7 +24,7 @@ import operator
 
 import torch
 
-from rayd.core import segments, specular
+from rayd.core import hits, segments, specular
 from rayd.torch import _chain_fused, _interval, _ops, _vector
 
 
@@ -45,6 +46,9 @@ class _ChainOps:
     rsqrt = staticmethod(torch.rsqrt)
     sqrt = staticmethod(torch.sqrt)
     scale = staticmethod(_vector.scale)
+    const3 = staticmethod(_vector.const3)
+    max_abs = staticmethod(_vector.max_abs)
+    masked = staticmethod(_vector.masked)
 
     def __init__(self, dtype: torch.dtype) -> None:
         self.dtype = dtype
@@ -114,7 +118,9 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
 
     slot = lambda b: (normal[:, b], unit[:, b], offset[:, b], ok[:, b])  # noqa: E731
     replay = None if counted is None else (lambda b: counted[:, b])
-    specular.bounce_chain(ops, bounces, slot, o, d, bounds, emit, replay)
+    face = hits.face_frame(scene._core.centre, dtype == torch.float64)  # float64: an off-face slot ends the chain
+    specular.bounce_chain(ops, bounces, slot, o, d, bounds, emit, replay,
+                          lambda b: (v0[:, b], v1[:, b], v2[:, b]), face)
     valid = torch.stack(oks, dim=1)  # (n, B)
     t = torch.stack(ts, dim=1)  # 0 in empty slots
     vec = torch.where(valid[..., None, None], torch.stack(vectors, dim=1).reshape(n, bounces, 4, 3), 0.0).to(dtype)

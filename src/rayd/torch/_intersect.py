@@ -37,11 +37,14 @@ def evaluate(
     global_prim_id: torch.Tensor,
     geometry: HitGeometry,
     flags: RayFlags,
+    face: tuple[float, float, float] | None = None,
 ) -> dict[str, torch.Tensor]:
     """Intersection fields for rays (N, 3) whose winners are gathered in ``geometry``.
 
-    ``o``, ``d`` and ``geometry`` tensors share one float dtype. Returns a dict of
-    (N, ...) tensors named as the fields of :class:`rayd.torch.Intersection`.
+    ``o``, ``d`` and ``geometry`` tensors share one float dtype. ``face``: the search centre
+    where a winner whose crossing lies off its face is a miss (:func:`rayd.core.hits.off_face`;
+    float64 queries, :func:`rayd.core.hits.face_frame`). Returns a dict of (N, ...) tensors
+    named as the fields of :class:`rayd.torch.Intersection`.
     """
     dtype = o.dtype
     corners = geometry.corners.double()
@@ -59,4 +62,4 @@ def evaluate(
 
     return hits.evaluate(_vector, flags, geometry.hit, o.double(), d.double(), corners.unbind(1), ids,
                          lambda x: x.to(dtype), None if geometry.normals is None else normals,
-                         None if geometry.uv is None else uv)
+                         None if geometry.uv is None else uv, face)

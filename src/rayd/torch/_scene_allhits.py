@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core import hits
 from rayd.core.docs import scene_annotations
 from rayd.torch._scene_docs import TYPES
 from rayd.engine import all_hits as engine_all_hits
@@ -81,7 +82,8 @@ def _evaluate_hits(scene, ray, shape: torch.Size, gid: torch.Tensor, flags: RayF
     dtype = scene._output_dtype(ray.o, ray.d)
     o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
     d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
-    return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags)
+    face = hits.face_frame(scene._core.centre, dtype == torch.float64)
+    return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags, face)  # float64: off-face: misses
 
 def _compact(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch.Tensor]:
     """Fields as (N, K, ...) with each ray's valid slots first, in their order (a hit the

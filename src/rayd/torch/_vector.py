@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from rayd.torch import _convert
+from rayd.torch import _convert, _interval
 
 _CONSTANTS: dict[tuple, torch.Tensor] = {}
 
@@ -79,6 +79,27 @@ def clamp(x: torch.Tensor, lo: object, hi: object) -> torch.Tensor:
 def all_zero(v: torch.Tensor) -> torch.Tensor:
     """Row-wise: every component of ``v`` is 0."""
     return (v == 0).all(-1)
+
+
+def max_abs(v: torch.Tensor) -> torch.Tensor:
+    """Row-wise largest ``|component|`` of ``v``."""
+    return v.abs().amax(-1)
+
+
+def masked(mask: torch.Tensor, fn, *rows: torch.Tensor) -> torch.Tensor:
+    """``fn(*rows) & mask`` for a per-row bool ``fn`` of per-row tensors ``rows`` (no gradient).
+
+    On CPU tensors outside ``torch.compile`` and ``torch.func`` transforms, ``fn`` runs on the
+    rows where ``mask`` holds only (a host read of ``mask``, which is no synchronisation there);
+    elsewhere on every row (fixed-size work, no host read).
+    """
+    if not all(_interval.host_ok(x) for x in (mask, *rows)):
+        return fn(*rows) & mask
+    index = mask.nonzero().squeeze(-1)
+    out = torch.zeros_like(mask)
+    if index.numel():
+        out[index] = fn(*(x.detach()[index] for x in rows))
+    return out
 
 
 def rsqrt(x: torch.Tensor) -> torch.Tensor:

@@ -9,6 +9,11 @@ reported ``t`` lies outside ``(tmin, tmax)``. For those rays, the first
 :data:`CANDIDATES` crossings (the engine's all-hits search, each checked on its
 reported ``t``) decide. float32 queries never come here.
 
+The same holds for a winner whose float64 crossing lies off its face (the float32
+search saw the snapshot's corners; :func:`rayd.core.hits.off_face`, the rule of the
+engine's ``confirmed_face_t``): its reported ``t`` is ``inf`` (a miss, ``t_of``) and the
+first crossings on their faces decide (session 23).
+
 No host synchronisation: on a device (CUDA) the re-check always runs, for every ray,
 masked to the doubtful ones (fixed-size work: one all-hits launch and the float64
 ``t`` of ``N K`` candidates). On the CPU, where reading a tensor is no
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core import hits
 from rayd.core.query_args import CANDIDATES
 from rayd.flags import RayFlags
 from rayd.torch import _convert, _interval, _ops, _trace
@@ -85,14 +91,16 @@ def behind(scene, ray, ignore, batch: torch.Size, rows, first: torch.Tensor) -> 
 
 
 def walk_on(scene, ray, ignore, batch: torch.Size, global_prim_id: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
-    """(N,) int32 closest winners, where a winner's reported ``t`` (float64 ``t``, (N,)) is ``<= tmin``
-    replaced by the closest crossing inside ``(tmin, tmax)`` on reported ``t`` (-1: none).
+    """(N,) int32 closest winners, where a winner's reported ``t`` (float64 ``t``, (N,); ``inf`` where its
+    crossing lies off its face, :func:`rayd.core.hits.off_face`) is ``<= tmin`` or ``inf`` replaced by the
+    closest crossing on its face inside ``(tmin, tmax)`` on reported ``t`` (-1: none).
 
     On the CPU, ``global_prim_id`` itself when no winner is in doubt; on a device always a new tensor.
     """
     if traced() or global_prim_id.numel() == 0:  # (an empty batch: nothing to re-check, and no launch)
         return global_prim_id
-    redo = (global_prim_id >= 0) & (t.detach() <= _rows(ray.tmin, batch))
+    t = t.detach()
+    redo = (global_prim_id >= 0) & ((t <= _rows(ray.tmin, batch)) | torch.isposinf(t))  # inf: off its face
     if on_host(t) and not bool(redo.any()):
         return global_prim_id
     ht, gid = _candidates(scene, ray, ignore, batch, redo)
@@ -118,7 +126,8 @@ def confirm_blocked(scene, ray, ignore, batch: torch.Size, blocker: torch.Tensor
 
 def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor,
          o_batch: torch.Size | None = None) -> torch.Tensor:
-    """(N,) float64 reported ``t`` of the faces ``global_prim_id`` (``inf`` for -1), no gradient.
+    """(N,) float64 reported ``t`` of the faces ``global_prim_id`` (``inf`` for -1, and where the crossing
+    lies off its face: :func:`rayd.core.hits.off_face`), no gradient.
 
     ``batch``: the rows' shape (``N`` = its size); the ray broadcasts to ``o_batch`` (default
     ``batch``), whose rows are repeated along ``batch``'s last axis when the two differ.
@@ -133,13 +142,14 @@ def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor,
             o, d = (x.expand(tuple(o_batch) + (3,)).reshape(-1, 1, 3) for x in (o, d))  # (N, 1, 3)
         o, d = (x.expand(tuple(batch) + (3,)).reshape(n, 3) for x in (o, d))
         live = scene._state.live(torch.float64)
+        face = hits.face_frame(scene._core.centre, True)
         if on_host(global_prim_id):  # the hits alone (host-side sizes are fine on the CPU)
             rows = (global_prim_id >= 0).nonzero().squeeze(-1)
             t = torch.full((n,), torch.inf, dtype=torch.float64, device=global_prim_id.device)
             geometry = gather(scene._state.table, live, global_prim_id[rows])
-            t[rows] = evaluate(o[rows], d[rows], global_prim_id[rows], geometry, RayFlags.Minimal)["t"]
+            t[rows] = evaluate(o[rows], d[rows], global_prim_id[rows], geometry, RayFlags.Minimal, face)["t"]
             return t
         # Fixed-size: every row, misses on the stand-in (no nonzero: its size would need a host read).
         geometry = gather(scene._state.table, live, global_prim_id)
-        t = evaluate(o, d, global_prim_id, geometry, RayFlags.Minimal)["t"]
+        t = evaluate(o, d, global_prim_id, geometry, RayFlags.Minimal, face)["t"]
         return torch.where(global_prim_id >= 0, t, torch.inf)

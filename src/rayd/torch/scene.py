@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import torch
 
+from rayd.core import hits
 from rayd.core.frontend import SceneBase, serialise_public
 from rayd.core.queries import VISIBILITY_EPSILON, AllHitsQueries, RayQueries  # noqa: F401 - VISIBILITY_EPSILON: public here
 from rayd.flags import RayFlags
@@ -99,18 +100,20 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             dtype = self._output_dtype(ray.o, ray.d)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
+            face = hits.face_frame(self._core.centre, dtype == torch.float64)  # float64: off-face winners miss
             on_device = (n > 0 and dtype == torch.float64 and not _walk_on.traced()
                          and not _walk_on.on_host(global_prim_id))
             if on_device:  # the winners decided first, without a host read, then evaluated once
                 global_prim_id = _walk_on.walk_on(self, ray, ignore, batch, global_prim_id,
                                                   _walk_on.t_of(self, ray, batch, global_prim_id))
             geometry = gather(state.table, state.live(dtype), global_prim_id)
-            fields = evaluate(o, d, global_prim_id, geometry, flags)
-            if dtype == torch.float64 and not on_device:  # a winner the float32 search put past tmin: search behind it
+            fields = evaluate(o, d, global_prim_id, geometry, flags, face)
+            if dtype == torch.float64 and not on_device:
+                # a winner the float32 search put past tmin, or off its face in float64: search behind it
                 found = _walk_on.walk_on(self, ray, ignore, batch, global_prim_id, fields["t"])
                 if found is not global_prim_id:
                     global_prim_id = found
-                    fields = evaluate(o, d, found, gather(state.table, state.live(dtype), found), flags)
+                    fields = evaluate(o, d, found, gather(state.table, state.live(dtype), found), flags, face)
             fields = _interval.enforce(fields, ray.tmin, ray.tmax, batch)
         if len(batch) == 1 and not torch.compiler.is_compiling():  # (N,) rays: the rows are the record's shape (one
             # tensor given twice, n = geo_n: viewed); under torch.compile the reshapes (Dynamo cannot take id() of a
