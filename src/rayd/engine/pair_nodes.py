@@ -182,11 +182,15 @@ class PairNodes:
                   device=n.lowers.device, stream=stream)
 
 
-def dummy_pairs(device) -> PairNodes:
-    """A placeholder with one zero node (for a scene built with Warp's layout)."""
+def dummy_pairs(device, zeros: tuple[wp.array, wp.array] | None = None) -> PairNodes:
+    """A placeholder with one zero node (for a scene built with Warp's layout).
+
+    ``zeros``: the caller's zeroed ``boxes`` (``vec4`` (4,)) and ``tris`` (``vec4`` (3,)) (default: made here).
+    """
     p = PairNodes.__new__(PairNodes)
-    p.boxes = wp.zeros(4, dtype=wp.vec4, device=device)
+    if zeros is None:
+        zeros = (wp.zeros(4, dtype=wp.vec4, device=device), wp.zeros(3, dtype=wp.vec4, device=device))
+    p.boxes, p.tris = zeros
     p.links = wp.array(ptr=p.boxes.ptr, dtype=wp.vec4i, shape=p.boxes.shape, device=device)
     p.root = 0
-    p.tris = wp.zeros(3, dtype=wp.vec4, device=device)
     return p
