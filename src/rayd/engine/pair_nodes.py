@@ -25,6 +25,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
+from rayd.engine.runtime import alias
 
 wp.set_module_options({"enable_backward": False})
 
@@ -161,7 +162,7 @@ class PairNodes:
         p = cls.__new__(cls)
         p.nodes, p.points, p.indices, p.face_base = nodes, points, indices, face_base
         p.number, p.boxes, p.root, p.tris = number, boxes, root, tris
-        p.links = wp.array(ptr=boxes.ptr, dtype=wp.vec4i, shape=boxes.shape, device=boxes.device)
+        p.links = alias(boxes, wp.vec4i)
         return p
 
     @property
@@ -191,6 +192,6 @@ def dummy_pairs(device, zeros: tuple[wp.array, wp.array] | None = None) -> PairN
     if zeros is None:
         zeros = (wp.zeros(4, dtype=wp.vec4, device=device), wp.zeros(3, dtype=wp.vec4, device=device))
     p.boxes, p.tris = zeros
-    p.links = wp.array(ptr=p.boxes.ptr, dtype=wp.vec4i, shape=p.boxes.shape, device=device)
+    p.links = alias(p.boxes, wp.vec4i)
     p.root = 0
     return p

@@ -27,7 +27,7 @@ import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
 from rayd.engine.pair_nodes import _leaf_tris_kernel
-from rayd.engine.runtime import carve, launch_once, read_back
+from rayd.engine.runtime import alias, carve, launch_once, read_back
 
 wp.set_module_options({"enable_backward": False})
 
@@ -205,15 +205,14 @@ def emit_tree(n: int, order: wp.array, child: wp.array, parent: wp.array, leaves
                   (wp.vec4, 3 * n)]
     arrays = carve(dev, parts)
     lower, upper, parents = arrays[:3]
-    lower_i = wp.array(ptr=lower.ptr, dtype=wp.int32, shape=(4 * num_nodes,), device=dev)
-    upper_i = wp.array(ptr=upper.ptr, dtype=wp.int32, shape=(4 * num_nodes,), device=dev)
+    lower_i, upper_i = alias(lower, wp.int32), alias(upper, wp.int32)
     pairs = leaf_nodes = None
     launches = 3
     if triangles is not None:
         number, leaf_nodes, boxes, tris = arrays[3:]
         if inner == 0:
             boxes.zero_()
-        links = wp.array(ptr=boxes.ptr, dtype=wp.vec4i, shape=boxes.shape, device=dev)
+        links = alias(boxes, wp.vec4i)
         root_ref = -1 - (min(8, max(1, root_prims)) - 1) if root_leaf else 0
         pairs = EmittedPairs(number, boxes, links, tris, root_ref)
         points, indices, face_base = triangles
@@ -230,10 +229,10 @@ def emit_tree(n: int, order: wp.array, child: wp.array, parent: wp.array, leaves
                                   *out], dev, stream)
     stages.mark("emit")
     nodes = BvhNodes(
-        lowers=wp.array(ptr=lower.ptr, dtype=wp.vec4, shape=(num_nodes,), device=dev),
-        uppers=wp.array(ptr=upper.ptr, dtype=wp.vec4, shape=(num_nodes,), device=dev),
-        lower_index=wp.array(ptr=lower.ptr, dtype=wp.vec4i, shape=(num_nodes,), device=dev),
-        upper_index=wp.array(ptr=upper.ptr, dtype=wp.vec4i, shape=(num_nodes,), device=dev),
+        lowers=alias(lower, wp.vec4),
+        uppers=alias(upper, wp.vec4),
+        lower_index=alias(lower, wp.vec4i),
+        upper_index=alias(upper, wp.vec4i),
         primitives=primitives,
         root=0,
         depth=depth,

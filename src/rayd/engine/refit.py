@@ -24,7 +24,7 @@ import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
-from rayd.engine.runtime import LaunchCache
+from rayd.engine.runtime import LaunchCache, alias
 
 wp.set_module_options({"enable_backward": False})
 
@@ -390,8 +390,7 @@ class FusedRefit:
         device = nodes.lowers.device
         count = nodes.lowers.shape[0]
         self.parents = parents
-        self.lower_f = wp.array(ptr=nodes.lowers.ptr, dtype=float, shape=(4 * count,), device=device)
-        self.upper_f = wp.array(ptr=nodes.uppers.ptr, dtype=float, shape=(4 * count,), device=device)
+        self.lower_f, self.upper_f = alias(nodes.lowers, float, 4 * count), alias(nodes.uppers, float, 4 * count)
         self.counters = wp.zeros(count, dtype=wp.int32, device=device)
         self.num_triangles = num_triangles
         if leaf_nodes is not None:  # the leaves in node order, from the builder (ploc_emit.py)

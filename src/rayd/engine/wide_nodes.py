@@ -42,7 +42,7 @@ import warp as wp
 
 from rayd.engine.pair_nodes import PairNodes
 from rayd.engine.refit import _fence, _load_l2
-from rayd.engine.runtime import carve, launch_once, read_back
+from rayd.engine.runtime import alias, carve, launch_once, read_back
 from rayd.engine.wide_levels import collapse_levels
 
 wp.set_module_options({"enable_backward": False})
@@ -402,7 +402,7 @@ class WideNodes:
         inner = pairs.boxes.shape[0] // 4
         # every row of a node made is written by the collapse (and the rest dropped): no fill but for a leaf root
         self.data = (wp.zeros if pairs.root < 0 else wp.empty)(8 * max(1, inner), dtype=wp.vec4, device=device)
-        self.links = wp.array(ptr=self.data.ptr, dtype=wp.vec4i, shape=self.data.shape, device=device)
+        self.links = alias(self.data, wp.vec4i)
         self.count, self.stack_need, self.root = 1, 0, pairs.root
         self.slots = self.q = None
         if pairs.root < 0:
@@ -447,12 +447,12 @@ class WideNodes:
             if stream is not None:
                 wp.synchronize_stream(stream)  # before the full-size array is released
             self.data = data
-            self.links = wp.array(ptr=data.ptr, dtype=wp.vec4i, shape=data.shape, device=device)
+            self.links = alias(data, wp.vec4i)
         if self.ok:
             flat = wp.full(2 * max(1, inner), -1, dtype=wp.int32, device=device)
             launch_once(_slots_kernel, self.count, [self.links, flat], device, stream)
             self._slots_flat = flat
-            self.slots = wp.array(ptr=flat.ptr, dtype=wp.vec2i, shape=(max(1, inner),), device=device)
+            self.slots = alias(flat, wp.vec2i)
 
     @property
     def nbytes(self) -> int:
@@ -473,6 +473,6 @@ def dummy_wide(device, data: wp.array | None = None) -> WideNodes:
     ``vec4`` (8,) array (default: made here)."""
     w = WideNodes.__new__(WideNodes)
     w.data = wp.zeros(8, dtype=wp.vec4, device=device) if data is None else data
-    w.links = wp.array(ptr=w.data.ptr, dtype=wp.vec4i, shape=w.data.shape, device=device)
+    w.links = alias(w.data, wp.vec4i)
     w.root, w.count, w.stack_need, w.ok, w.slots, w.q = 0, 1, 0, True, None, None
     return w
