@@ -2,6 +2,7 @@
 
     PYTHONPATH=$PWD/src python3 benchmarks/build_host.py [--ab OTHER_SRC] [--rounds 8] [--builds 5]
     PYTHONPATH=$PWD/src python3 benchmarks/build_host.py --counts terrain:1024 [--src OTHER_SRC]
+    PYTHONPATH=$PWD/src python3 benchmarks/build_host.py --ab OTHER_SRC --phases ico0 [--rounds 8] [--builds 5]
 
 1. Wall time of ``build()`` alone (``Scene()`` and ``add_mesh`` are outside the timer) of tiny scenes whose
    build is nearly all host work: icospheres of 0, 2 and 4 subdivisions (20, 320, 5,120 triangles), one flat
@@ -12,6 +13,9 @@
    child processes alternately on this tree and on ``OTHER_SRC`` (e.g. main's ``src`` from
    ``git archive main src``), ``--rounds`` of each, each child timing ``--builds`` builds per scene and
    setting after one warm build; medians over all samples (``rounds x builds``, at least 30).
+   ``--phases SCENE`` (with ``--ab``): the inclusive time of each phase of that scene's ``build()``
+   (:data:`PHASES`: checks, centre, placement and the flat BVH, PLOC, emission, wide nodes, ``SceneAccel``, ...),
+   the CUDA defaults, medians, both trees alternated as above.
 2. ``--counts WORKLOAD``: one build of a new scene (``benchmarks/run.py``'s build row: ``Scene()``,
    ``add_mesh(Mesh(V, F), dynamic=True)``, ``build()``, kernels warm), the CUDA defaults forced, with Warp's
    entry points counted: ``wp.launch`` (kernel launches through Warp's packing), ``recorded`` (launches
@@ -130,6 +134,85 @@ def child(builds: int) -> dict:
                 samples[f"{s}/{name}"].append((time.perf_counter() - t0) * 1e6)
                 del scene
     return samples
+
+
+#: ``--phases``: what is timed inside ``build()`` (inclusive us; nested phases are indented), ``module:attr``.
+PHASES = [("rayd.core.scene:SceneCore._check_meshes", " checks"), ("rayd.core.scene:SceneCore._search_centre", " centre"),
+          ("rayd.core.scene:SceneCore._build_flat", " build_flat"),
+          ("rayd.engine.triangles:TriangleScene.__init__", "  TriangleScene"),
+          ("rayd.engine.ploc:PlocBvh.__init__", "   PlocBvh"), ("rayd.engine.ploc:emit_tree", "    emit_tree"),
+          ("rayd.engine.wide_nodes:WideNodes.__init__", "   WideNodes"),
+          ("rayd.core.scene:SceneCore._build_instances", " instances"), ("rayd.core.scene:SceneAccel", " SceneAccel"),
+          ("rayd.core.scene:SceneCore._shape_lookup", " shape_lookup"),
+          ("rayd.core.scene:SceneCore._apply_enabled", " apply_enabled"), ("rayd.core.scene:SceneCore.build", "core.build")]
+
+
+def phases_child(builds: int, scene: str) -> dict:
+    """Per phase of :data:`PHASES`, the inclusive us of each of ``builds`` builds of ``scene`` (CUDA defaults)."""
+    import importlib
+
+    import torch
+
+    torch.set_num_threads(1)
+    import rayd.torch as rt
+    from rayd.engine import triangles
+
+    triangles.set_bvh_constructor("ploc")
+    triangles.set_bvh_layout("wide4")
+    parts = make_scenes(torch)[scene]
+    got: dict = {label: [] for _, label in PHASES}
+    got["build()"] = []
+    acc: dict = {}
+
+    def wrap(owner, name, label):
+        real = getattr(owner, name)
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                acc[label] = acc.get(label, 0.0) + (time.perf_counter() - t0) * 1e6
+
+        setattr(owner, name, timed)
+
+    for path, label in PHASES:
+        mod, attr = path.split(":")
+        owner = importlib.import_module(mod)
+        *cls, name = attr.split(".")
+        for c in cls:
+            owner = getattr(owner, c)
+        wrap(owner, name, label)
+    new_scene(rt, torch, parts).build()
+    for _ in range(builds):
+        s = new_scene(rt, torch, parts)
+        acc.clear()
+        t0 = time.perf_counter()
+        s.build()
+        got["build()"].append((time.perf_counter() - t0) * 1e6)
+        for _, label in PHASES:
+            got[label].append(acc.get(label, 0.0))
+        del s
+    return got
+
+
+def phases_ab(other: str, rounds: int, builds: int, scene: str) -> None:
+    trees = {"this": None, "other": other}
+    got: dict = {k: collections.defaultdict(list) for k in trees}
+    for r in range(rounds):
+        for key in (("this", "other") if r % 2 == 0 else ("other", "this")):
+            cmd = [sys.executable, __file__, "--phases-child", scene, "--builds", str(builds)]
+            if trees[key]:
+                cmd += ["--src", trees[key]]
+            out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+            for k, v in json.loads(out.splitlines()[-1]).items():
+                got[key][k] += v
+    print(f"{scene}, CUDA defaults: inclusive us per phase of build(), medians of {rounds * builds} (this tree vs "
+          f"{other}; processes alternated)")
+    print(f"{'phase':18s} {'other':>8s} {'this':>8s} {'saved':>7s}")
+    for k in ["build()", *[label for _, label in PHASES]]:
+        a, b = statistics.median(got["other"][k]), statistics.median(got["this"][k])
+        print(f"{k:18s} {a:8.0f} {b:8.0f} {a - b:7.0f}")
 
 
 def ab(other: str, rounds: int, builds: int) -> None:
@@ -258,8 +341,14 @@ if __name__ == "__main__":
     ap.add_argument("--builds", type=int, default=5)
     ap.add_argument("--child", action="store_true")
     ap.add_argument("--counts", default=None, help="terrain:CELLS or sphere:RINGS:SEGMENTS")
+    ap.add_argument("--phases", default=None, help=f"with --ab: time the phases of one scene's build ({SCENES})")
+    ap.add_argument("--phases-child", default=None)
     a = ap.parse_args()
-    if a.child:
+    if a.phases_child:
+        print(json.dumps(phases_child(a.builds, a.phases_child)))
+    elif a.phases:
+        phases_ab(a.ab, a.rounds, a.builds, a.phases)
+    elif a.child:
         print(json.dumps(child(a.builds)))
     elif a.counts:
         counts(a.counts)

@@ -222,3 +222,22 @@ def test_launch_once_equals_wp_launch(device):
         np.testing.assert_array_equal(a[:, 0], np.arange(4) + k)
         np.testing.assert_array_equal(b, np.arange(4) * k)
         np.testing.assert_array_equal(c, np.full(4, k, np.float32))
+
+
+def test_alias_is_wp_array_from_a_pointer(device):
+    dev = runtime.warp_device("cuda:0" if device == "cuda" else "cpu")
+    base = wp.array(np.arange(16, dtype=np.float32), device=dev)
+    for dtype, n in ((wp.vec4, None), (wp.int32, 16), (wp.vec4i, 2), (float, 8)):
+        made = runtime.alias(base, dtype, n)
+        count = n if n is not None else 4
+        ref = wp.array(ptr=base.ptr, dtype=dtype if dtype is not float else wp.float32, shape=(count,), device=dev)
+        assert made._ref is base
+        assert {k: v for k, v in vars(made).items() if k not in ("_ref", "ctype")} == \
+            {k: v for k, v in vars(ref).items() if k not in ("_ref", "ctype")}
+        np.testing.assert_array_equal(made.numpy(), ref.numpy())
+    view = runtime.alias(base, wp.vec4)
+    owner = weakref.ref(base)
+    del base, ref, made
+    gc.collect()
+    assert owner() is not None  # the alias keeps its base
+    np.testing.assert_array_equal(view.numpy()[1], [4, 5, 6, 7])

@@ -342,29 +342,29 @@ def _view(owner: wp.array, at: int, dtype, n: int) -> wp.array:
     return a
 
 
-def alias(base: wp.array, dtype, n: int | None = None) -> wp.array:
-    """A 1-D contiguous view of ``base``'s memory from its start as ``n`` ``dtype`` (default: as many as its
-    bytes hold), keeping ``base`` alive (``_ref``): what ``wp.array(ptr=base.ptr, dtype=dtype, shape=(n,),
-    device=base.device)`` makes (5-7 us), made as :func:`carve`'s views are (about 1 us).
+def alias(base: wp.array, dtype, n: int | None = None, at: int = 0) -> wp.array:
+    """A 1-D contiguous view of ``base``'s memory from byte ``at`` as ``n`` ``dtype`` (default: as many as its
+    bytes after ``at`` hold), keeping ``base`` alive (``_ref``): what ``wp.array(ptr=base.ptr + at, dtype=dtype,
+    shape=(n,), device=base.device)`` makes (5-7 us), made as :func:`carve`'s views are (about 1 us).
 
     Args:
-        base: a contiguous array; dtype: a Warp type; n: elements (at most ``base``'s bytes).
+        base: a contiguous array; dtype: a Warp type; n: elements (within ``base``'s bytes); at: byte offset.
     """
     dtype = _WARP_TYPES.get(dtype, dtype)
     size = _ITEM_SIZES.get(dtype)
     if size is None:
         size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
     if n is None:
-        n = base.capacity // size
+        n = (base.capacity - at) // size
     device = base.device
     template = _VIEW_TEMPLATES.get(device.alias)
     if template is None:
         template = _view_template(device)
     if template is False:  # pragma: no cover - another Warp's layout
-        view = wp.array(ptr=base.ptr, dtype=dtype, shape=(n,), device=device)
+        view = wp.array(ptr=base.ptr + at, dtype=dtype, shape=(n,), device=device)
         view._ref = base
         return view
-    return _view(base, 0, dtype, n)
+    return _view(base, at, dtype, n)
 
 
 def carve(device, parts: list[tuple[object, int]], zero: bool = False) -> list[wp.array]:
@@ -676,7 +676,8 @@ def kept_launch(kernel, slot: object, dim: int, args: list, device) -> wp.Launch
                 cmd.set_param_at_index_from_ctype(i, a.__ctype__())
             else:
                 cmd.set_param_at_index(i, a)
-        cmd.set_dim(dim)
+        if cmd.bounds.size != dim:  # (a build of the same size as the last: no resize)
+            cmd.set_dim(dim)
     cmd.fwd_args = None  # (kept by Warp for APIC capture replays only): no references to the arguments
     return cmd
 
