@@ -24,7 +24,7 @@ import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
-from rayd.engine.runtime import LaunchCache, alias
+from rayd.engine.runtime import LaunchCache, alias, launch_once
 
 wp.set_module_options({"enable_backward": False})
 
@@ -398,10 +398,10 @@ class FusedRefit:
         else:
             flags = wp.empty(count, dtype=wp.int32, device=device)
             position = wp.empty(count, dtype=wp.int32, device=device)
-            wp.launch(_leaf_flags_kernel, count, [nodes.lower_index], [flags], device=device)
+            launch_once(_leaf_flags_kernel, count, [nodes.lower_index, flags], device)
             wp.utils.array_scan(flags, position, inclusive=False)
             self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
-            wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
+            launch_once(_leaf_list_kernel, count, [nodes.lower_index, position, self.leaf_nodes], device)
         self.order = refit_order()
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._cmds: list[wp.Launch] | None = None  # the recorded launches (run)
@@ -441,7 +441,7 @@ class FusedRefit:
         if not (max_nodes == num_nodes == 2 * f - 1 and nodes.lowers.shape[0] == max_nodes):
             return False
         bad = wp.zeros(2, dtype=wp.int32, device=device)
-        wp.launch(_layout_check_kernel, max_nodes, [nodes.lower_index, nodes.upper_index, f], [bad], device=device)
+        launch_once(_layout_check_kernel, max_nodes, [nodes.lower_index, nodes.upper_index, f, bad], device)
         bad = bad.numpy()
         return int(bad[0]) == 0 and int(bad[1]) == f
 
