@@ -178,3 +178,21 @@ def test_build_arrays_equal_with_plain_launches_and_poisoned_scratch(monkeypatch
             monkeypatch.setattr(mod, "carve", poisoned)
     want = json.loads(_MAIN.read_text())
     assert _compare(scene_digests(), want) == []
+
+
+def test_build_arrays_equal_with_warps_own_calls(monkeypatch):
+    """The CUDA default until a GPU run validates the kept launches (``runtime.BUILD_KEPT_CUDA`` off): every
+    build launch by ``wp.launch``, pass commands recorded anew, an allocation per carved array and views by
+    ``wp.array(ptr=...)``; forced here on the CPU, the digests are main's."""
+    monkeypatch.setattr(runtime, "_kept_on", lambda device: False)
+    calls = []
+    real = wp.launch
+
+    def counting(*args, **kwargs):
+        calls.append(kwargs.get("record_cmd", False))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(wp, "launch", counting)
+    want = json.loads(_MAIN.read_text())
+    assert _compare(scene_digests(), want) == []
+    assert calls and any(calls) and not all(calls)  # one-off launches and recorded pass commands both through Warp

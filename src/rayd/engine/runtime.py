@@ -284,6 +284,20 @@ def _host_template() -> dict | bool:
     return _HOST_TEMPLATE
 
 
+#: ``RAYD_BUILD_KEPT_CUDA``: 1 lets CUDA builds use the kept launches (:func:`launch_once`, :func:`kept_launch`)
+#: and the template-made views (:func:`carve`, :func:`alias`) that CPU builds use; 0 (default until a GPU run of
+#: the CUDA suite and ``benchmarks/build_host.py`` on CUDA has passed: session 23 got no GPU) gives CUDA builds
+#: Warp's own calls instead (``wp.launch``, a recording per build, ``wp.empty`` / ``wp.zeros`` per array,
+#: ``wp.array(ptr=...)``), the mechanics of main before session 23; the arrays, the launches, their order and
+#: the tree are the same either way (``tests/engine/test_build_bit_equal.py`` runs both).
+BUILD_KEPT_CUDA = os.environ.get("RAYD_BUILD_KEPT_CUDA", "0").strip() == "1"
+
+
+def _kept_on(device) -> bool:
+    """Whether builds on ``device`` (a Warp device) use the kept launches and template-made views."""
+    return BUILD_KEPT_CUDA or device.is_cpu
+
+
 #: Byte alignment of each view :func:`carve` makes, from the start of its allocation.
 CARVE_ALIGN = 256
 _WARP_TYPES = {float: wp.float32, int: wp.int32, bool: wp.bool}  # (Python types Warp arrays accept)
@@ -357,10 +371,10 @@ def alias(base: wp.array, dtype, n: int | None = None, at: int = 0) -> wp.array:
     if n is None:
         n = (base.capacity - at) // size
     device = base.device
-    template = _VIEW_TEMPLATES.get(device.alias)
+    template = _VIEW_TEMPLATES.get(device.alias) if _kept_on(device) else False
     if template is None:
         template = _view_template(device)
-    if template is False:  # pragma: no cover - another Warp's layout
+    if template is False:  # another Warp's layout, or CUDA without BUILD_KEPT_CUDA
         view = wp.array(ptr=base.ptr + at, dtype=dtype, shape=(n,), device=device)
         view._ref = base
         return view
@@ -385,6 +399,9 @@ def carve(device, parts: list[tuple[object, int]], zero: bool = False) -> list[w
     """
     device = wp.get_device(device)
     parts = [(_WARP_TYPES.get(dtype, dtype), n) for dtype, n in parts]  # (float -> wp.float32, as wp.empty)
+    if not _kept_on(device):  # (BUILD_KEPT_CUDA off: an allocation per array, as before session 23)
+        make = wp.zeros if zero else wp.empty
+        return [make(n, dtype=dtype, device=device) for dtype, n in parts]
     offsets, end = [], 0
     for dtype, n in parts:
         size = _ITEM_SIZES.get(dtype)
@@ -638,7 +655,11 @@ def launch_once(kernel, dim: int, args: list, device, stream: wp.Stream | None =
         device: the Warp device (or its name); stream: the stream (ignored on the CPU).
     """
     if dim > 0:
-        BUILD_LAUNCHES.launch(kernel, dim, args, device, stream)
+        device = wp.get_device(device)
+        if _kept_on(device):
+            BUILD_LAUNCHES.launch(kernel, dim, args, device, stream)
+        else:
+            wp.launch(kernel, dim, args, device=device, stream=stream)
 
 
 _KEPT: dict = {}  # (kernel, device alias, slot) -> a recorded wp.Launch (kept_launch)
@@ -666,6 +687,8 @@ def kept_launch(kernel, slot: object, dim: int, args: list, device) -> wp.Launch
         The command, bound to ``args`` and sized ``dim``.
     """
     device = wp.get_device(device)
+    if not _kept_on(device):  # (BUILD_KEPT_CUDA off: recorded anew at every build, as before session 23)
+        return wp.launch(kernel, dim, args, device=device, record_cmd=True)
     key = (kernel, device.alias, slot)
     cmd = _KEPT.get(key)
     if cmd is None:
