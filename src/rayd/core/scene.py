@@ -27,10 +27,13 @@ from rayd.core.shapes import Shape, ShapeTable
 from rayd.core.transforms import TransformTable
 from rayd.engine.accel import SceneAccel
 from rayd.engine.assemble import (
+    NO_ROW,
     DeferredChecks,
     bounds,
-    face_range,
-    first_nonfinite_vertex,
+    bounds_launch,
+    face_range_launch,
+    nonfinite_found,
+    nonfinite_launch,
     place_face_ids,
     place_faces,
     place_points,
@@ -38,7 +41,7 @@ from rayd.engine.assemble import (
 from rayd.engine.frame import search_centre
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.reflect import shape_lookup
-from rayd.engine.runtime import LaunchCache, launch_stream, warp_device
+from rayd.engine.runtime import LaunchCache, launch_stream, read_back, warp_device
 from rayd.engine.triangles import TriangleScene
 
 
@@ -114,8 +117,8 @@ class SceneCore:
         # Every Warp operation of the build (fills, uploads, copies) on the frontend's stream,
         # ordered with its launches: Warp's own current stream is not (see engine.runtime.read_back).
         with launch_stream(device, stream):
-            self._check_meshes(call, [i for i, s in enumerate(table) if not s.is_instance], faces=True)
             self._mesh_boxes, self._search_box = {}, False
+            self._check_meshes(call, [i for i, s in enumerate(table) if not s.is_instance])
             table.number()
             self.transforms.reset(table, call)
             self.centre = self._search_centre(stream)
@@ -182,36 +185,67 @@ class SceneCore:
         return todo
 
     # ------------------------------------------------------------------ internals
-    def _check_meshes(self, call: str, shape_ids: list[int], faces: bool) -> None:
-        """Faces within ``[0, V)`` (at build), a vertex count unchanged since build (at sync), finite vertices."""
+    def _check_meshes(self, call: str, shape_ids: list[int]) -> None:
+        """At ``build()``: faces within ``[0, V)`` and finite vertices, and each mesh's object box kept in
+        ``_mesh_boxes`` (the search centre's, :meth:`_world_box`).
+
+        Every mesh's checks, then every mesh's box, are launched in mesh order (the launches of the
+        checks and of :meth:`_world_box`'s boxes before), then read in one host read (one wait on CUDA,
+        where each check and box was one); the errors are raised mesh by mesh, a mesh's non-finite
+        vertices before its faces, as before.
+        """
         stream = self.arrays.stream(self.device)
         rows = getattr(self.arrays, "rows", None)
-        for shape_id in shape_ids:
-            shape = self.table[shape_id]
+        table = self.table
+        counts = []
+        for shape_id in shape_ids:  # (the frontend's shape checks first: they raise without a launch)
+            shape = table[shape_id]
             count = rows(call, f"vertices of mesh {shape_id}", shape.vertices) if rows else shape.num_vertices
-            if faces:
-                shape.built_vertices = count
-            elif count != shape.built_vertices:
-                raise ValueError(
-                    f"{call}: 'vertices' of mesh {shape_id} must keep the width {shape.built_vertices} it had at "
-                    f"build(), got {count}; call build() to change the mesh"
-                )
-            view, keep = self.arrays.vec3_view(shape.vertices)
-            bad = first_nonfinite_vertex(view, stream, self.launches)
-            if bad is not None:
-                self._raise_nonfinite(call, shape_id, bad)
-            del keep
-            if faces and shape.num_faces:
-                if rows:
-                    rows(call, f"faces of mesh {shape_id}", shape.mesh.faces)
-                fview, keep = self.arrays.index_view(shape.mesh.faces)
-                low, high = face_range(fview, stream)
+            shape.built_vertices = count
+            if shape.num_faces and rows:
+                rows(call, f"faces of mesh {shape_id}", shape.mesh.faces)
+            counts.append(count)
+        keep, views, checks, boxes, read = [], [], [], [], []
+        flags = None
+        for k, shape_id in enumerate(shape_ids):
+            shape = table[shape_id]
+            view, keep_v = self.arrays.vec3_view(shape.vertices)
+            keep.append(keep_v)
+            views.append(view)
+            bad = low_high = None
+            if view.size:
+                if flags is None:  # one flag pair per mesh, filled once
+                    flags = wp.empty(2 * len(shape_ids), dtype=wp.int32, device=view.device)
+                    flags.fill_(NO_ROW)
+                bad = flags[2 * k:2 * k + 2] if len(shape_ids) > 1 else flags
+                nonfinite_launch(view, bad, stream)
+                read.append(bad)
+            if shape.num_faces:
+                fview, keep_f = self.arrays.index_view(shape.mesh.faces)
+                keep.append(keep_f)
+                if fview.size:
+                    low_high = face_range_launch(fview, stream)
+                    read.extend(low_high)
+            checks.append((bad, low_high))
+        for shape_id, view in zip(shape_ids, views):  # (_world_box's boxes, as it launched them)
+            if table[shape_id].num_vertices and view.size:
+                boxes.append((shape_id, bounds_launch(view, stream)))
+                read.extend(boxes[-1][1])
+        got = dict(zip((id(a) for a in read), read_back(stream, *read))) if read else {}
+        del keep
+        for shape_id, count, (bad, low_high) in zip(shape_ids, counts, checks):
+            found = None if bad is None else nonfinite_found(got[id(bad)])
+            if found is not None:
+                self._raise_nonfinite(call, shape_id, found)
+            if low_high is not None:
+                low, high = int(got[id(low_high[0])][0]), int(got[id(low_high[1])][0])
                 if low < 0 or high >= count:
                     raise ValueError(
                         f"{call}: 'faces of mesh {shape_id}' must index vertices in [0, {count}), got values in "
                         f"[{low}, {high}] (changed in place after Mesh()?)"
                     )
-                del keep
+        for shape_id, (low, high) in boxes:
+            self._mesh_boxes[shape_id] = (got[id(low)], got[id(high)])
 
     def _check_widths(self, call: str, shape_ids: list[int]) -> None:
         """At ``sync()``: each mesh's vertex count unchanged since build (its values are checked as it is placed)."""
@@ -284,7 +318,8 @@ class SceneCore:
         if not on_device:
             self.flat_global = wp.array(np.concatenate(flat_global), dtype=wp.int32, device=device)
             self.flat_shape = wp.array(np.concatenate(flat_shape), dtype=wp.int32, device=device)
-        self.shape_enabled = wp.array(np.ones(len(table), dtype=np.uint8), dtype=wp.uint8, device=device)
+        # (every flag is written by _apply_enabled() at the end of build(); no kernel of the build reads them)
+        self.shape_enabled = wp.empty(len(table), dtype=wp.uint8, device=device)
         self.flat = TriangleScene(self.points, self.indices, stream, num_triangles=table.num_flat_faces)
 
     def _build_instances(self, device: wp.context.Device, stream: wp.Stream | None) -> None:

@@ -8,9 +8,17 @@ import warp as wp
 from rayd.engine.bvh_nodes import dummy_nodes
 from rayd.engine.instances import InstanceLevel
 from rayd.engine.pair_nodes import dummy_pairs
+from rayd.engine.runtime import carve
 from rayd.engine.traversal import SceneView
 from rayd.engine.triangles import TriangleScene
 from rayd.engine.wide_nodes import dummy_wide
+
+
+#: ``(dtype, length)`` of the zero placeholders a :class:`SceneAccel` may need (pair nodes' boxes and corners, wide
+#: rows, compressed wide rows, instance pair base, instance table, an instance matrix, an int, Warp nodes' boxes,
+#: refs and primitives, instance points, instance magnitude).
+_PLACEHOLDERS = [(wp.vec4, 4), (wp.vec4, 3), (wp.vec4, 8), (wp.vec4i, 4), (wp.int32, 1), (wp.vec4i, 1),
+                 (wp.mat44d, 1), (wp.int32, 1), (wp.vec4, 1), (wp.vec4i, 1), (wp.int32, 1), (wp.vec3, 1), (float, 1)]
 
 
 class SceneAccel:
@@ -62,15 +70,19 @@ class SceneAccel:
         view.flat_upper_index = nodes.upper_index
         view.flat_primitives = nodes.primitives
         view.flat_root = nodes.root
-        pairs = flat.pairs if flat.pairs is not None else dummy_pairs(device)
+        # The placeholders of the parts this scene lacks, zero, from one allocation and one fill (runtime.carve;
+        # issue 18, "build": about 10 allocations, fills and an upload fewer per build); owned by this scene.
+        (pair_boxes, pair_tris, wide_data, wide_q0, inst_pair0, inst_table0, dummy_mat, dummy_int, node_z4,
+         node_z4i, node_prims, blas_points0, blas_magnitude0) = carve(device, _PLACEHOLDERS, zero=True)
+        pairs = flat.pairs if flat.pairs is not None else dummy_pairs(device, (pair_boxes, pair_tris))
         self._pairs = pairs
         view.flat_pair_boxes, view.flat_pair_links, view.flat_pair_root = pairs.boxes, pairs.links, pairs.root
         view.flat_tris = pairs.tris
-        wide = flat.wide if getattr(flat, "wide", None) is not None else dummy_wide(device)
+        wide = flat.wide if getattr(flat, "wide", None) is not None else dummy_wide(device, wide_data)
         self._wide = wide
         view.flat_wide_data, view.flat_wide_links, view.flat_wide_root = wide.data, wide.links, wide.root
         wide_q = getattr(wide, "q", None)
-        view.flat_wide_q = wide_q if wide_q is not None else wp.zeros(4, dtype=wp.vec4i, device=device)
+        view.flat_wide_q = wide_q if wide_q is not None else wide_q0
         view.flat_wide_qfrom = getattr(wide, "q_from", 0) if wide_q is not None else 0
         view.flat_global = flat_global
         view.flat_shape = flat_shape
@@ -82,9 +94,9 @@ class SceneAccel:
             view.inst_pair_base, view.inst_pair_root = instances.inst_pair_base, instances.inst_pair_root
         else:
             view.blas_pair_boxes, view.blas_pair_links, view.blas_tris = pairs.boxes, pairs.links, pairs.tris
-            view.inst_pair_base = view.inst_pair_root = wp.zeros(1, dtype=wp.int32, device=device)
+            view.inst_pair_base = view.inst_pair_root = inst_pair0
         view.tlas_pair_base, view.tlas_pair_root = 0, 0
-        view.inst_table = wp.zeros(1, dtype=wp.vec4i, device=device)
+        view.inst_table = inst_table0
         if instances is not None and getattr(instances, "tlas_pairs", None) is not None:
             view.tlas_pair_base, view.tlas_pair_root = instances.tlas_pair_base, instances.tlas_pairs.root
             view.inst_table = instances.table(inst_global)
@@ -98,19 +110,17 @@ class SceneAccel:
             view.inst_wide_table = view.inst_table
             view.tlas_wide_base, view.tlas_wide_root = 0, 0
         if instances is None:
-            dummy_mat = wp.zeros(1, dtype=wp.mat44d, device=device)
-            dummy_int = wp.zeros(1, dtype=wp.int32, device=device)
             view.num_instances = 0
-            dummy = dummy_nodes(device)
+            dummy = dummy_nodes(device, (node_z4, node_z4i, node_prims))
             view.tlas_lowers, view.tlas_uppers = dummy.lowers, dummy.uppers
             view.tlas_lower_index, view.tlas_upper_index = dummy.lower_index, dummy.upper_index
             view.tlas_primitives, view.tlas_root = dummy.primitives, 0
             view.blas_lowers, view.blas_uppers = dummy.lowers, dummy.uppers
             view.blas_lower_index, view.blas_upper_index = dummy.lower_index, dummy.upper_index
             view.blas_primitives = dummy.primitives
-            view.blas_points = wp.zeros(1, dtype=wp.vec3, device=device)
+            view.blas_points = blas_points0
             view.blas_indices = dummy_int
-            view.blas_magnitude = wp.zeros(1, dtype=float, device=device)
+            view.blas_magnitude = blas_magnitude0
             view.inst_node_base = dummy_int
             view.inst_prim_base = dummy_int
             view.inst_root = dummy_int

@@ -18,7 +18,7 @@ import numpy as np
 import warp as wp
 
 from rayd.engine.refit import magnitude_threads
-from rayd.engine.runtime import LaunchCache, launch_stream, read_back
+from rayd.engine.runtime import LaunchCache, launch_once, launch_stream, read_back
 
 wp.set_module_options({"enable_backward": False})
 
@@ -121,6 +121,8 @@ def _finite_kernel(vertices: wp.array(dtype=Any), bad: wp.array(dtype=wp.int32))
 
 
 _NONE = 2**31 - 1
+#: What a finite-check flag holds while no bad row was found (:func:`nonfinite_launch`).
+NO_ROW = _NONE
 #: Threads of the min/max reductions (each reduces a strided share, then adds one atomic).
 _REDUCE_THREADS = 32768
 
@@ -129,13 +131,35 @@ def face_range(faces: wp.array, stream: wp.Stream | None = None) -> tuple[int, i
     """``(min, max)`` of a flat int32/int64/uint32 face view (one host read), ``None`` if empty."""
     if faces.size == 0:
         return None
+    low, high = read_back(stream, *face_range_launch(faces, stream))
+    return int(low[0]), int(high[0])
+
+
+def face_range_launch(faces: wp.array, stream: wp.Stream | None = None) -> tuple[wp.array, wp.array]:
+    """:func:`face_range`'s launch without its read: int64 (1,) device arrays ``(low, high)`` to read
+    (with :func:`~rayd.engine.runtime.read_back`, after the launch). ``faces`` must not be empty."""
     with launch_stream(faces.device, stream):  # the fills on the stream of the launch
         low = wp.full(1, 2**62, dtype=wp.int64, device=faces.device)
         high = wp.full(1, -(2**62), dtype=wp.int64, device=faces.device)
         threads = min(faces.size, _REDUCE_THREADS)
-        wp.launch(_face_range_kernel, threads, [faces, threads, low, high], device=faces.device, stream=stream)
-    low, high = read_back(stream, low, high)
-    return int(low[0]), int(high[0])
+        launch_once(_face_range_kernel, threads, [faces, threads, low, high], faces.device, stream)
+    return low, high
+
+
+def nonfinite_launch(vertices: wp.array, bad: wp.array, stream: wp.Stream | None = None) -> None:
+    """:func:`first_nonfinite_vertex`'s launch without its read: flags the first bad row of ``vertices``
+    (not empty) into ``bad`` (int32 (2,), filled with :data:`NO_ROW` by the caller); decode the host copy with
+    :func:`nonfinite_found`."""
+    launch_once(_finite_kernel, vertices.size, [vertices, bad], vertices.device, stream)
+
+
+def nonfinite_found(flags: np.ndarray) -> tuple[str, int] | None:
+    """``("non-finite" | "beyond float32", row)`` from the host copy of :func:`nonfinite_launch`'s flags, or ``None``."""
+    if flags[0] != _NONE:
+        return "non-finite", int(flags[0])
+    if flags[1] != _NONE:
+        return "beyond float32", int(flags[1])
+    return None
 
 
 def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None,
@@ -155,11 +179,7 @@ def first_nonfinite_vertex(vertices: wp.array, stream: wp.Stream | None = None,
             bad.fill_(_NONE)
             launches.launch(_finite_kernel, vertices.size, [vertices, bad], vertices.device, stream)
     (found,) = read_back(stream, bad)
-    if found[0] != _NONE:
-        return "non-finite", int(found[0])
-    if found[1] != _NONE:
-        return "beyond float32", int(found[1])
-    return None
+    return nonfinite_found(found)
 
 
 _EYE = wp.mat44d(*np.eye(4).reshape(-1).tolist())
@@ -228,12 +248,18 @@ def bounds(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[np.ndar
     """The float64 bounding box ``(lower (3,), upper (3,))`` of a ``vec3``/``vec3d`` view (one host read)."""
     if vertices.size == 0:
         return None
+    return read_back(stream, *bounds_launch(vertices, stream))
+
+
+def bounds_launch(vertices: wp.array, stream: wp.Stream | None = None) -> tuple[wp.array, wp.array]:
+    """:func:`bounds`' launch without its read: float64 (3,) device arrays ``(lower, upper)`` to read (with
+    :func:`~rayd.engine.runtime.read_back`, after the launch). ``vertices`` must not be empty."""
     with launch_stream(vertices.device, stream):  # the fills on the stream of the launch
         low = wp.full(3, np.inf, dtype=wp.float64, device=vertices.device)
         high = wp.full(3, -np.inf, dtype=wp.float64, device=vertices.device)
         threads = min(vertices.size, _REDUCE_THREADS)
-        wp.launch(_bounds_kernel, threads, [vertices, threads, low, high], device=vertices.device, stream=stream)
-    return read_back(stream, low, high)
+        launch_once(_bounds_kernel, threads, [vertices, threads, low, high], vertices.device, stream)
+    return low, high
 
 
 @wp.kernel
@@ -250,8 +276,8 @@ def place_face_ids(num_faces: int, row: int, first_global: int, shape_id: int, f
     ``j < num_faces`` on the arrays' device (int32 arrays; no host copy of the per-face ids)."""
     if num_faces == 0:
         return
-    wp.launch(_face_ids_kernel, num_faces, [row, first_global, shape_id, flat_global, flat_shape],
-              device=flat_global.device, stream=stream)
+    launch_once(_face_ids_kernel, num_faces, [row, first_global, shape_id, flat_global, flat_shape],
+                flat_global.device, stream)
 
 
 def place_faces(faces: wp.array, vertex_offset: int, row: int, indices: wp.array,
@@ -259,8 +285,7 @@ def place_faces(faces: wp.array, vertex_offset: int, row: int, indices: wp.array
     """Write the flat face entries ``faces + vertex_offset`` into ``indices`` from triangle ``row`` on."""
     if faces.size == 0:
         return
-    wp.launch(_place_faces_kernel, faces.size, [faces, vertex_offset, row, indices], device=indices.device,
-              stream=stream)
+    launch_once(_place_faces_kernel, faces.size, [faces, vertex_offset, row, indices], indices.device, stream)
 
 
 @wp.kernel

@@ -64,8 +64,13 @@ def read_nodes(bvh: wp.Bvh, num_items: int) -> BvhNodes:
     )
 
 
-def dummy_nodes(device) -> BvhNodes:
-    """Placeholder views for a scene part that has no BVH."""
-    z4 = wp.zeros(1, dtype=wp.vec4, device=device)
-    z4i = wp.zeros(1, dtype=wp.vec4i, device=device)
-    return BvhNodes(z4, z4, z4i, z4i, wp.array(np.zeros(1, np.int32), dtype=wp.int32, device=device), 0, 0)
+def dummy_nodes(device, zeros: tuple[wp.array, wp.array, wp.array] | None = None) -> BvhNodes:
+    """Placeholder views for a scene part that has no BVH.
+
+    ``zeros``: the caller's zeroed ``vec4`` (1,), ``vec4i`` (1,) and ``int32`` (1,) arrays (default: made here).
+    """
+    if zeros is None:
+        zeros = (wp.zeros(1, dtype=wp.vec4, device=device), wp.zeros(1, dtype=wp.vec4i, device=device),
+                 wp.array(np.zeros(1, np.int32), dtype=wp.int32, device=device))
+    z4, z4i, prims = zeros
+    return BvhNodes(z4, z4, z4i, z4i, prims, 0, 0)

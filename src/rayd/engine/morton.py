@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import warp as wp
 
+from rayd.engine.runtime import launch_once
+
 wp.set_module_options({"enable_backward": False})
 
 _INF = wp.constant(float("inf"))
@@ -113,12 +115,20 @@ class BoxKeys:
         bounds: float32 (6,), the centroid bounds (lower xyz, upper xyz).
     """
 
-    def __init__(self, n: int, device) -> None:
+    def __init__(self, n: int, device, arrays: list | None = None) -> None:
         self.n = n
+        if arrays is not None:  # (the caller's, e.g. carved from one allocation: :meth:`parts` gives their sizes)
+            self.codes, self.order, self.partial, self.bounds = arrays
+            return
         self.codes = wp.empty(2 * n, dtype=wp.int64, device=device)
         self.order = wp.empty(2 * n, dtype=wp.int32, device=device)
         self.partial = wp.empty(6 * int(_BOUNDS_PARTIALS), dtype=float, device=device)
         self.bounds = wp.empty(6, dtype=float, device=device)
+
+    @staticmethod
+    def parts(n: int) -> list[tuple[object, int]]:
+        """``(dtype, length)`` of ``codes``, ``order``, ``partial``, ``bounds`` (the ``arrays`` to pass)."""
+        return [(wp.int64, 2 * n), (wp.int32, 2 * n), (float, 6 * int(_BOUNDS_PARTIALS)), (float, 6)]
 
 
 def sorted_box_keys(lowers: wp.array, uppers: wp.array, scratch: BoxKeys, stream: wp.Stream | None = None,
@@ -137,15 +147,13 @@ def sorted_box_keys(lowers: wp.array, uppers: wp.array, scratch: BoxKeys, stream
     """
     n = lowers.shape[0]
     device = lowers.device
-    wp.launch(_reset_bounds_kernel, _BOUNDS_PARTIALS, [], [scratch.partial, scratch.bounds], device=device,
-              stream=stream)  # (a kernel, not uploads: a host-to-device copy may wait for the stream)
+    # (a kernel, not uploads: a host-to-device copy may wait for the stream)
+    launch_once(_reset_bounds_kernel, _BOUNDS_PARTIALS, [scratch.partial, scratch.bounds], device, stream)
     threads = max(1, min(_BOUNDS_THREADS, n))
-    wp.launch(_bounds_partial_kernel, threads, [lowers, uppers, threads], [scratch.partial], device=device,
-              stream=stream)
-    wp.launch(_bounds_final_kernel, _BOUNDS_PARTIALS, [scratch.partial], [scratch.bounds], device=device,
-              stream=stream)
+    launch_once(_bounds_partial_kernel, threads, [lowers, uppers, threads, scratch.partial], device, stream)
+    launch_once(_bounds_final_kernel, _BOUNDS_PARTIALS, [scratch.partial, scratch.bounds], device, stream)
     bits = key_bits // 3
-    wp.launch(_box_keys_kernel, n, [lowers, uppers, scratch.bounds, bits, int(cubic)],
-              [scratch.codes, scratch.order], device=device, stream=stream)
+    launch_once(_box_keys_kernel, n, [lowers, uppers, scratch.bounds, bits, int(cubic), scratch.codes, scratch.order],
+                device, stream)
     wp.utils.radix_sort_pairs(scratch.codes, scratch.order, n, end_bit=3 * bits)
     return 5  # four kernels, the sort

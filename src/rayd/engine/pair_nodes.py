@@ -25,6 +25,7 @@ from __future__ import annotations
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
+from rayd.engine.runtime import alias, launch_once
 
 wp.set_module_options({"enable_backward": False})
 
@@ -132,12 +133,12 @@ class PairNodes:
         count = nodes.lowers.shape[0]
         flags = wp.empty(count, dtype=wp.int32, device=device)
         self.number = wp.empty(count, dtype=wp.int32, device=device)
-        wp.launch(_inner_flags_kernel, count, [nodes.lower_index], [flags], device=device, stream=stream)
+        launch_once(_inner_flags_kernel, count, [nodes.lower_index, flags], device, stream)
         wp.utils.array_scan(flags, self.number, inclusive=False)
         # One small read at build (one host synchronisation): the root's ref and the number of inner nodes.
         info = wp.empty(5, dtype=wp.int32, device=device)
-        wp.launch(_tail_kernel, 1, [self.number, flags, nodes.lower_index, nodes.upper_index, nodes.root], [info],
-                  device=device, stream=stream)
+        launch_once(_tail_kernel, 1, [self.number, flags, nodes.lower_index, nodes.upper_index, nodes.root, info],
+                    device, stream)
         tail = info.numpy()
         inner = int(tail[0] + tail[1])
         if tail[3] < 0:
@@ -146,7 +147,7 @@ class PairNodes:
         else:
             self.root = int(tail[2])
         self.boxes = wp.zeros(4 * max(1, inner), dtype=wp.vec4, device=device)
-        self.links = wp.array(ptr=self.boxes.ptr, dtype=wp.vec4i, shape=self.boxes.shape, device=device)
+        self.links = alias(self.boxes, wp.vec4i)
         if points is not None:
             self.tris = wp.empty(3 * nodes.primitives.shape[0], dtype=wp.vec4, device=device)
         else:
@@ -161,7 +162,7 @@ class PairNodes:
         p = cls.__new__(cls)
         p.nodes, p.points, p.indices, p.face_base = nodes, points, indices, face_base
         p.number, p.boxes, p.root, p.tris = number, boxes, root, tris
-        p.links = wp.array(ptr=boxes.ptr, dtype=wp.vec4i, shape=boxes.shape, device=boxes.device)
+        p.links = alias(boxes, wp.vec4i)
         return p
 
     @property
@@ -172,21 +173,24 @@ class PairNodes:
     def refresh(self, stream: wp.Stream | None = None) -> None:
         """Copy the children's boxes and the triangles again (after a refit; topology unchanged)."""
         n = self.nodes
-        wp.launch(_fill_pairs_kernel, n.lowers.shape[0],
-                  [n.lowers, n.uppers, n.lower_index, n.upper_index, self.number], [self.boxes, self.links],
-                  device=n.lowers.device, stream=stream)
+        launch_once(_fill_pairs_kernel, n.lowers.shape[0],
+                    [n.lowers, n.uppers, n.lower_index, n.upper_index, self.number, self.boxes, self.links],
+                    n.lowers.device, stream)
         if self.points is None:
             return
-        wp.launch(_leaf_tris_kernel, n.primitives.shape[0],
-                  [self.points, self.indices, self.face_base, n.primitives], [self.tris],
-                  device=n.lowers.device, stream=stream)
+        launch_once(_leaf_tris_kernel, n.primitives.shape[0],
+                    [self.points, self.indices, self.face_base, n.primitives, self.tris], n.lowers.device, stream)
 
 
-def dummy_pairs(device) -> PairNodes:
-    """A placeholder with one zero node (for a scene built with Warp's layout)."""
+def dummy_pairs(device, zeros: tuple[wp.array, wp.array] | None = None) -> PairNodes:
+    """A placeholder with one zero node (for a scene built with Warp's layout).
+
+    ``zeros``: the caller's zeroed ``boxes`` (``vec4`` (4,)) and ``tris`` (``vec4`` (3,)) (default: made here).
+    """
     p = PairNodes.__new__(PairNodes)
-    p.boxes = wp.zeros(4, dtype=wp.vec4, device=device)
-    p.links = wp.array(ptr=p.boxes.ptr, dtype=wp.vec4i, shape=p.boxes.shape, device=device)
+    if zeros is None:
+        zeros = (wp.zeros(4, dtype=wp.vec4, device=device), wp.zeros(3, dtype=wp.vec4, device=device))
+    p.boxes, p.tris = zeros
+    p.links = alias(p.boxes, wp.vec4i)
     p.root = 0
-    p.tris = wp.zeros(3, dtype=wp.vec4, device=device)
     return p

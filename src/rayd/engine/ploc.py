@@ -49,7 +49,7 @@ from rayd.engine.morton import BoxKeys, sorted_box_keys
 from rayd.engine import ploc_ahead
 from rayd.engine.ploc_ahead import run_ahead, scan_int
 from rayd.engine.ploc_emit import emit_tree
-from rayd.engine.runtime import StageTimer
+from rayd.engine.runtime import StageTimer, carve, kept_launch, launch_once
 
 wp.set_module_options({"enable_backward": False})
 
@@ -359,31 +359,26 @@ class PlocBvh:
         c_t, c_i = float(costs[0]), float(costs[1])
         m = 2 * n - 1
         stages = StageTimer(PROFILE, dev)
-        keys = BoxKeys(n, dev)
+        # The build's scratch (keys, clusters, per-node build data, the passes' arrays and counters, the
+        # layout's) carved from one allocation, freed when the build returns (as the separate arrays were).
+        i32, v3 = wp.int32, wp.vec3
+        scratch = carve(dev, [*BoxKeys.parts(n), (i32, n), (i32, n), (v3, n), (v3, n), (v3, n), (v3, n), (v3, m),
+                              (v3, m), (wp.vec2i, max(1, n - 1)), *[(i32, m)] * 2, (float, m), *[(i32, m)] * 3,
+                              *[(i32, n)] * 3, *[(i32, 1)] * 3, *[(i32, m)] * 4, (i32, 4)])
+        keys = BoxKeys(n, dev, scratch[0:4])
+        (cl_node0, cl_node1, cl_lo0, cl_lo1, cl_hi0, cl_hi1, node_lo, node_hi, child, parent, leaves, cost, size,
+         height, flag, nearest, keep, position, next_id, count0, count1) = scratch[4:25]
+        layout_scratch = scratch[25:30]  # (emit_tree's pre, slot, inner_before, leaves_before, info)
         launches = sorted_box_keys(lowers, uppers, keys, stream)
         order = keys.order[:n]
-        cl_node = [wp.empty(n, dtype=wp.int32, device=dev) for _ in range(2)]
-        cl_lo = [wp.empty(n, dtype=wp.vec3, device=dev) for _ in range(2)]
-        cl_hi = [wp.empty(n, dtype=wp.vec3, device=dev) for _ in range(2)]
-        node_lo = wp.empty(m, dtype=wp.vec3, device=dev)
-        node_hi = wp.empty(m, dtype=wp.vec3, device=dev)
-        child = wp.empty(max(1, n - 1), dtype=wp.vec2i, device=dev)
-        parent = wp.empty(m, dtype=wp.int32, device=dev)
-        leaves = wp.empty(m, dtype=wp.int32, device=dev)
-        cost = wp.empty(m, dtype=float, device=dev)
-        size = wp.empty(m, dtype=wp.int32, device=dev)
-        height = wp.empty(m, dtype=wp.int32, device=dev)
-        flag = wp.empty(m, dtype=wp.int32, device=dev)
-        wp.launch(_leaves_kernel, n, [lowers, uppers, order, c_i],
-                  [cl_node[0], cl_lo[0], cl_hi[0], node_lo, node_hi, parent, leaves, cost, size, height, flag],
-                  device=dev, stream=stream)
+        cl_node, cl_lo, cl_hi = [cl_node0, cl_node1], [cl_lo0, cl_lo1], [cl_hi0, cl_hi1]
+        launch_once(_leaves_kernel, n, [lowers, uppers, order, c_i, cl_node[0], cl_lo[0], cl_hi[0], node_lo,
+                                        node_hi, parent, leaves, cost, size, height, flag], dev, stream)
         launches += 1
         stages.mark("keys")
-        nearest = wp.empty(n, dtype=wp.int32, device=dev)
-        keep = wp.empty(n, dtype=wp.int32, device=dev)
-        position = wp.empty(n, dtype=wp.int32, device=dev)
-        next_id = wp.full(1, n, dtype=wp.int32, device=dev)  # (fills: no host-to-device copy)
-        counts = [wp.full(1, n, dtype=wp.int32, device=dev), wp.empty(1, dtype=wp.int32, device=dev)]
+        next_id.fill_(n)  # (fills: no host-to-device copy)
+        count0.fill_(n)
+        counts = [count0, count1]
         # The cluster count stays on the device: each pass reads it there (threads past it return),
         # launched over the count last read on the host, which reads it every ``sync_every`` passes
         # (passes after the last merge change nothing).
@@ -391,24 +386,24 @@ class PlocBvh:
         limit = 64 + 8 * max(1, math.ceil(math.log2(n)))
         # The three kernels of a pass, recorded once per parity of the double buffers (their
         # arguments are packed once: Warp's per-launch packing costs more host time than a
-        # small pass costs on the GPU); each pass only resizes them.
+        # small pass costs on the GPU); each pass only resizes them. The commands are kept for the
+        # process (runtime.kept_launch) and re-bound to this build's arrays (less host time than
+        # recording them again).
         passes = []
         for a in range(2 if n > 1 else 0):
             b = 1 - a
             if fused_keep:
-                before = (wp.launch(_nearest_keep_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius],
-                                    [nearest, keep], device=dev, stream=stream, record_cmd=True),)
+                before = (kept_launch(_nearest_keep_kernel, a, n, [cl_lo[a], cl_hi[a], counts[a], radius, nearest,
+                                                                   keep], dev),)
             else:
-                before = (wp.launch(_nearest_kernel, n, [cl_lo[a], cl_hi[a], counts[a], radius], [nearest],
-                                    device=dev, stream=stream, record_cmd=True),
-                          wp.launch(_keep_kernel, n, [counts[a], nearest], [keep], device=dev, stream=stream,
-                                    record_cmd=True))
+                before = (kept_launch(_nearest_kernel, a, n, [cl_lo[a], cl_hi[a], counts[a], radius, nearest], dev),
+                          kept_launch(_keep_kernel, a, n, [counts[a], nearest, keep], dev))
             passes.append((
                 before,
-                wp.launch(_merge_kernel, n,
-                          [counts[a], max_leaf, c_t, c_i, nearest, keep, position, cl_node[a], cl_lo[a], cl_hi[a]],
-                          [next_id, counts[b], cl_node[b], cl_lo[b], cl_hi[b], node_lo, node_hi, child, parent,
-                           leaves, cost, size, height, flag], device=dev, stream=stream, record_cmd=True),
+                kept_launch(_merge_kernel, a, n,
+                            [counts[a], max_leaf, c_t, c_i, nearest, keep, position, cl_node[a], cl_lo[a], cl_hi[a],
+                             next_id, counts[b], cl_node[b], cl_lo[b], cl_hi[b], node_lo, node_hi, child, parent,
+                             leaves, cost, size, height, flag], dev),
             ))
         def launch_tail(at: int) -> None:
             wp.launch(_tail_kernel, 1, [counts[at], radius, max_leaf, c_t, c_i, nearest, cl_node[at], cl_lo[at],
@@ -447,7 +442,7 @@ class PlocBvh:
             stages.mark(group)
         root = m - 1  # the last node made (the only one of the last iteration); leaf 0 when n == 1
         tree = emit_tree(n, order, child, parent, leaves, size, height, flag, node_lo, node_hi, root, stages,
-                         stream, triangles=triangles if EMIT_PAIRS else None)
+                         stream, triangles=triangles if EMIT_PAIRS else None, scratch=layout_scratch)
         self.primitives, self.parents, self.num_nodes, self.nodes = (tree.primitives, tree.parents, tree.num_nodes,
                                                                      tree.nodes)
         self.pairs, self.leaf_nodes, self._keep = tree.pairs, tree.leaf_nodes, tree

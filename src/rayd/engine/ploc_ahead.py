@@ -81,8 +81,8 @@ def run_ahead(passes, counts: list, keep: wp.array, position: wp.array, n: int, 
 
     Args:
         passes: per parity ``a`` of the double buffers, ``(before, merge)``: the recorded launches
-            (``wp.Launch``) of a pass reading buffer ``a``; ``merge`` writes the next count to
-            ``counts[1 - a]``.
+            (``wp.Launch``, each sized ``n``) of a pass reading buffer ``a``; ``merge`` writes the next count
+            to ``counts[1 - a]``.
         counts: the two int32 (1,) device counts; keep, position: int32 (n,) scratch of the scan.
         n: clusters at the start; limit: most passes (else ``RuntimeError``).
         tail: once the count read is at most this, ``launch_tail(src)`` finishes in one launch (0: never).
@@ -101,7 +101,8 @@ def run_ahead(passes, counts: list, keep: wp.array, position: wp.array, n: int, 
         runtime = _native()
         memcpy = getattr(getattr(runtime, "core", None), "wp_memcpy_d2h", None)
     src, launched, done, seen, launches = 0, 0, 0, n, 0
-    dims: dict = {}  # the size each recorded launch was last given
+    # the size each recorded launch was last given (n, as recorded: no set_dim for the first passes)
+    dims: dict = {id(cmd): n for before, merge in passes for cmd in (*before, merge)}
     while True:
         if cpu:
             done = max(0, len(history) - lag)

@@ -24,7 +24,7 @@ import numpy as np
 import warp as wp
 
 from rayd.engine.bvh_nodes import BvhNodes
-from rayd.engine.runtime import LaunchCache
+from rayd.engine.runtime import LaunchCache, alias, launch_once
 
 wp.set_module_options({"enable_backward": False})
 
@@ -390,8 +390,7 @@ class FusedRefit:
         device = nodes.lowers.device
         count = nodes.lowers.shape[0]
         self.parents = parents
-        self.lower_f = wp.array(ptr=nodes.lowers.ptr, dtype=float, shape=(4 * count,), device=device)
-        self.upper_f = wp.array(ptr=nodes.uppers.ptr, dtype=float, shape=(4 * count,), device=device)
+        self.lower_f, self.upper_f = alias(nodes.lowers, float, 4 * count), alias(nodes.uppers, float, 4 * count)
         self.counters = wp.zeros(count, dtype=wp.int32, device=device)
         self.num_triangles = num_triangles
         if leaf_nodes is not None:  # the leaves in node order, from the builder (ploc_emit.py)
@@ -399,10 +398,10 @@ class FusedRefit:
         else:
             flags = wp.empty(count, dtype=wp.int32, device=device)
             position = wp.empty(count, dtype=wp.int32, device=device)
-            wp.launch(_leaf_flags_kernel, count, [nodes.lower_index], [flags], device=device)
+            launch_once(_leaf_flags_kernel, count, [nodes.lower_index, flags], device)
             wp.utils.array_scan(flags, position, inclusive=False)
             self.leaf_nodes = wp.full(num_triangles, -1, dtype=wp.int32, device=device)
-            wp.launch(_leaf_list_kernel, count, [nodes.lower_index, position], [self.leaf_nodes], device=device)
+            launch_once(_leaf_list_kernel, count, [nodes.lower_index, position, self.leaf_nodes], device)
         self.order = refit_order()
         self.levels: list[tuple[int, int]] = []  # (first, count) into self.level_nodes, deepest level first
         self._cmds: list[wp.Launch] | None = None  # the recorded launches (run)
@@ -442,7 +441,7 @@ class FusedRefit:
         if not (max_nodes == num_nodes == 2 * f - 1 and nodes.lowers.shape[0] == max_nodes):
             return False
         bad = wp.zeros(2, dtype=wp.int32, device=device)
-        wp.launch(_layout_check_kernel, max_nodes, [nodes.lower_index, nodes.upper_index, f], [bad], device=device)
+        launch_once(_layout_check_kernel, max_nodes, [nodes.lower_index, nodes.upper_index, f, bad], device)
         bad = bad.numpy()
         return int(bad[0]) == 0 and int(bad[1]) == f
 

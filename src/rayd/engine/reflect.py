@@ -33,7 +33,7 @@ import warp as wp
 
 from rayd.engine.accel import SceneAccel
 from rayd.engine.rays import RayBatch
-from rayd.engine.runtime import launch_rows
+from rayd.engine.runtime import alias, launch_rows
 from rayd.engine.instance_walk import TRACES as _INSTANCE_TRACES
 from rayd.engine.pair_walk import trace_flat_pair, trace_instances_pair, trace_pair
 from rayd.engine.wide_walk import trace_flat_wide, trace_flat_wide_q
@@ -67,10 +67,12 @@ def shape_lookup(device: wp.context.Device, first_global: np.ndarray, flat_row: 
         instance: (S,) index of the shape among the instances of the top level (-1: mesh).
     """
     out = ShapeLookup()
-    out.count = int(len(first_global))
-    out.first_global = wp.array(np.asarray(first_global, dtype=np.int32), dtype=wp.int32, device=device)
-    out.flat_row = wp.array(np.asarray(flat_row, dtype=np.int32), dtype=wp.int32, device=device)
-    out.instance = wp.array(np.asarray(instance, dtype=np.int32), dtype=wp.int32, device=device)
+    s = out.count = int(len(first_global))
+    # one upload (a host-to-device copy each, which may wait for the stream), three views of it
+    table = wp.array(np.concatenate([np.asarray(x, dtype=np.int32).reshape(-1) for x in (first_global, flat_row,
+                                                                                        instance)]),
+                     dtype=wp.int32, device=device)
+    out.first_global, out.flat_row, out.instance = (alias(table, wp.int32, s, 4 * s * k) for k in range(3))
     return out
 
 

@@ -284,6 +284,146 @@ def _host_template() -> dict | bool:
     return _HOST_TEMPLATE
 
 
+#: ``RAYD_BUILD_KEPT_CUDA``: 1 lets CUDA builds use the kept launches (:func:`launch_once`, :func:`kept_launch`)
+#: and the template-made views (:func:`carve`, :func:`alias`) that CPU builds use; 0 (default until a GPU run of
+#: the CUDA suite and ``benchmarks/build_host.py`` on CUDA has passed: session 23 got no GPU) gives CUDA builds
+#: Warp's own calls instead (``wp.launch``, a recording per build, ``wp.empty`` / ``wp.zeros`` per array,
+#: ``wp.array(ptr=...)``), the mechanics of main before session 23; the arrays, the launches, their order and
+#: the tree are the same either way (``tests/engine/test_build_bit_equal.py`` runs both).
+BUILD_KEPT_CUDA = os.environ.get("RAYD_BUILD_KEPT_CUDA", "0").strip() == "1"
+
+
+def _kept_on(device) -> bool:
+    """Whether builds on ``device`` (a Warp device) use the kept launches and template-made views."""
+    return BUILD_KEPT_CUDA or device.is_cpu
+
+
+#: Byte alignment of each view :func:`carve` makes, from the start of its allocation.
+CARVE_ALIGN = 256
+_WARP_TYPES = {float: wp.float32, int: wp.int32, bool: wp.bool}  # (Python types Warp arrays accept)
+_VIEW_TEMPLATES: dict = {}  # device alias -> the attributes of a view other than the per-view ones (or False)
+
+
+def _view_template(device) -> dict | bool:
+    """The attributes ``wp.array(ptr=..., device=device)`` gives a view, less the per-view ones, checked on a
+    scalar and a vector view against Warp's own (``False`` where they differ: :func:`carve` then makes
+    its views through ``wp.array(ptr=...)``)."""
+    key = device.alias
+    got = _VIEW_TEMPLATES.get(key)
+    if got is not None:
+        return got
+    probe = wp.empty(16, dtype=wp.float32, device=device)
+    template: dict = {}
+    ok = True
+    try:
+        for dtype, n in ((wp.float32, 12), (wp.vec3, 4)):
+            ref = wp.array(ptr=probe.ptr, dtype=dtype, shape=(n,), device=device)
+            attrs = {k: v for k, v in vars(ref).items() if k not in _PER_ARRAY}
+            if template and attrs != template:
+                ok = False
+            template = attrs
+        if ok and "_ref" in template:
+            _VIEW_TEMPLATES[key] = template
+            made = _view(probe, 0, wp.vec3, 4)
+            ref = wp.array(ptr=probe.ptr, dtype=wp.vec3, shape=(4,), device=device)
+            ok = ({k: v for k, v in vars(made).items() if k != "_ref"} == {k: v for k, v in vars(ref).items()
+                                                                          if k != "_ref"}
+                  and made.__class__ is wp.array and made._ref is probe)
+        else:
+            ok = False
+    except Exception:  # pragma: no cover - another Warp
+        ok = False
+    _VIEW_TEMPLATES[key] = template if ok else False
+    return _VIEW_TEMPLATES[key]
+
+
+def _view(owner: wp.array, at: int, dtype, n: int) -> wp.array:
+    """A 1-D contiguous view of ``n`` ``dtype`` at byte ``at`` of ``owner`` (kept alive as Warp's slices keep
+    their array: ``_ref``), made from :data:`_VIEW_TEMPLATES`' entry for its device."""
+    size = _ITEM_SIZES.get(dtype)
+    if size is None:
+        size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
+    a = _NEW(wp.array)
+    d = a.__dict__
+    d.update(_VIEW_TEMPLATES[owner.device.alias])
+    d["ptr"] = owner.ptr + at
+    d["dtype"] = dtype
+    d["shape"] = (n,)
+    d["strides"] = (size,)
+    d["size"] = n
+    d["capacity"] = n * size
+    d["_ref"] = owner
+    return a
+
+
+def alias(base: wp.array, dtype, n: int | None = None, at: int = 0) -> wp.array:
+    """A 1-D contiguous view of ``base``'s memory from byte ``at`` as ``n`` ``dtype`` (default: as many as its
+    bytes after ``at`` hold), keeping ``base`` alive (``_ref``): what ``wp.array(ptr=base.ptr + at, dtype=dtype,
+    shape=(n,), device=base.device)`` makes (5-7 us), made as :func:`carve`'s views are (about 1 us).
+
+    Args:
+        base: a contiguous array; dtype: a Warp type; n: elements (within ``base``'s bytes); at: byte offset.
+    """
+    dtype = _WARP_TYPES.get(dtype, dtype)
+    size = _ITEM_SIZES.get(dtype)
+    if size is None:
+        size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
+    if n is None:
+        n = (base.capacity - at) // size
+    device = base.device
+    template = _VIEW_TEMPLATES.get(device.alias) if _kept_on(device) else False
+    if template is None:
+        template = _view_template(device)
+    if template is False:  # another Warp's layout, or CUDA without BUILD_KEPT_CUDA
+        view = wp.array(ptr=base.ptr + at, dtype=dtype, shape=(n,), device=device)
+        view._ref = base
+        return view
+    return _view(base, at, dtype, n)
+
+
+def carve(device, parts: list[tuple[object, int]], zero: bool = False) -> list[wp.array]:
+    """Contiguous 1-D arrays of ``n`` ``dtype`` each (``parts``: ``(dtype, n)``, ``n >= 1``) carved from one
+    allocation on ``device`` (contents undefined, as ``wp.empty``'s; ``zero``: all zero, by one fill of the
+    allocation on Warp's current stream of ``device``, as ``wp.zeros``), each at a multiple of
+    :data:`CARVE_ALIGN` bytes from the allocation's start (Warp's CUDA allocations are aligned to at least that):
+    one allocation instead of one per array (issue 18, "build": each
+    ``wp.empty`` costs 10-15 us of host time, a view made here about 1 us). Every view keeps the
+    allocation alive (Warp's ``_ref``, as a slice keeps its array), so it is freed with the last view.
+
+    Args:
+        device: the Warp device; parts: the arrays' dtypes (Warp scalar, vector or matrix types) and lengths.
+        zero: fill the arrays with zeros.
+
+    Returns:
+        The arrays, in the order of ``parts``.
+    """
+    device = wp.get_device(device)
+    parts = [(_WARP_TYPES.get(dtype, dtype), n) for dtype, n in parts]  # (float -> wp.float32, as wp.empty)
+    if not _kept_on(device):  # (BUILD_KEPT_CUDA off: an allocation per array, as before session 23)
+        make = wp.zeros if zero else wp.empty
+        return [make(n, dtype=dtype, device=device) for dtype, n in parts]
+    offsets, end = [], 0
+    for dtype, n in parts:
+        size = _ITEM_SIZES.get(dtype)
+        if size is None:
+            size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
+        offsets.append(end)
+        end += (n * size + CARVE_ALIGN - 1) // CARVE_ALIGN * CARVE_ALIGN
+    owner = wp.empty(max(1, end // 4), dtype=wp.int32, device=device)
+    if zero:
+        owner.zero_()
+    template = _VIEW_TEMPLATES.get(device.alias)
+    if template is None:
+        template = _view_template(device)
+    if template is False:  # pragma: no cover - another Warp's layout
+        views = [wp.array(ptr=owner.ptr + at, dtype=dtype, shape=(n,), device=device)
+                 for (dtype, n), at in zip(parts, offsets)]
+        for v in views:
+            v._ref = owner
+        return views
+    return [_view(owner, at, dtype, n) for (dtype, n), at in zip(parts, offsets)]
+
+
 class PerRow:
     """Marks a launch input that holds one entry per row (sliced when a launch is split)."""
 
@@ -494,8 +634,82 @@ class LaunchCache:
             cmd.launch(None if device.is_cpu else stream)
 
 
+#: The recorded launches of the kernels every ``build()`` launches once (``Scene.build()``: checks, placement,
+#: Morton keys, PLOC leaves and layout, wide nodes; issue 18, "build"), kept for the process: a new scene's
+#: build re-binds the arguments of a command recorded by an earlier build (:meth:`LaunchCache.launch`,
+#: a few microseconds per changed argument) instead of Warp's ``wp.launch`` (overload, module check and
+#: every argument packed: tens of microseconds). The commands keep no reference to any array (the packed
+#: pointers only; a launch copies them when it is enqueued), so scenes never share arrays through it.
+#: Used under :data:`ENGINE_LOCK` (every public ``Scene`` method holds it).
+BUILD_LAUNCHES = LaunchCache()
+
+
+def launch_once(kernel, dim: int, args: list, device, stream: wp.Stream | None = None) -> None:
+    """``wp.launch(kernel, dim, args, device=device, stream=stream)`` through :data:`BUILD_LAUNCHES`.
+
+    The same launch on the same stream (``stream`` ``None``: the device's current one, as ``wp.launch``);
+    for kernels launched once per build with new arrays. ``dim`` 0 launches nothing (as ``wp.launch``).
+
+    Args:
+        kernel: a ``@wp.kernel``; dim: threads; args: its inputs then outputs, in order.
+        device: the Warp device (or its name); stream: the stream (ignored on the CPU).
+    """
+    if dim > 0:
+        device = wp.get_device(device)
+        if _kept_on(device):
+            BUILD_LAUNCHES.launch(kernel, dim, args, device, stream)
+        else:
+            wp.launch(kernel, dim, args, device=device, stream=stream)
+
+
+_KEPT: dict = {}  # (kernel, device alias, slot) -> a recorded wp.Launch (kept_launch)
+
+
+def kept_launch(kernel, slot: object, dim: int, args: list, device) -> wp.Launch:
+    """A recorded launch (``wp.Launch``, not launched) of ``kernel`` over ``dim`` threads with ``args``, kept for
+    the process per ``(kernel, device, slot)`` and re-bound here to ``args``: for a builder that records the same
+    commands at every build (PLOC's passes) and replays them (``cmd.launch(stream)``, ``set_dim``) itself.
+
+    Each array argument is set from its own Warp descriptor (``wp.array.__ctype__``, the value ``wp.launch``
+    packs) through ``Launch.set_param_at_index_from_ctype``, other arguments through
+    ``set_param_at_index``: a fifth of the host time of recording the command anew (Warp's overload
+    resolution, module check and every argument's checks). The command keeps no reference to an array
+    (Warp's ``fwd_args`` is dropped), so a kept command never holds a build's arrays alive, and two builds
+    never share arrays through it: a build re-binds every argument before its first replay, and each
+    replay copies the arguments when it is enqueued. Under :data:`ENGINE_LOCK` (one build at a time).
+
+    Args:
+        kernel: a ``@wp.kernel``; slot: tells apart commands of one kernel kept together (e.g. the parity
+            of double buffers); dim: threads; args: the kernel's arguments (inputs then outputs, in order:
+            arrays of the recorded dtypes, or values); device: the Warp device.
+
+    Returns:
+        The command, bound to ``args`` and sized ``dim``.
+    """
+    device = wp.get_device(device)
+    if not _kept_on(device):  # (BUILD_KEPT_CUDA off: recorded anew at every build, as before session 23)
+        return wp.launch(kernel, dim, args, device=device, record_cmd=True)
+    key = (kernel, device.alias, slot)
+    cmd = _KEPT.get(key)
+    if cmd is None:
+        cmd = _KEPT[key] = wp.launch(kernel, dim, args, device=device, record_cmd=True)
+    else:
+        for i, a in enumerate(args):
+            if type(a) is wp.array and a._grad is None:
+                cmd.set_param_at_index_from_ctype(i, a.__ctype__())
+            else:
+                cmd.set_param_at_index(i, a)
+        if cmd.bounds.size != dim:  # (a build of the same size as the last: no resize)
+            cmd.set_dim(dim)
+    cmd.fwd_args = None  # (kept by Warp for APIC capture replays only): no references to the arguments
+    return cmd
+
+
 #: Warp's array descriptor type (:meth:`LaunchCache.launch` re-packs CPU array arguments as one).
 _ARRAY_T = wp._src.types.array_t
+
+
+_STRUCT_TYPES: dict = {}  # (kernel, argument ctypes) -> the ctypes Structure class of its arguments (_CpuArgs)
 
 
 class _CpuArgs:
@@ -511,7 +725,11 @@ class _CpuArgs:
         self.busy = False  # a kernel runs with the struct (set and read under the GIL)
         self.names = [arg.label for arg in cmd.kernel.adj.args]
         self.types = [type(p) for p in cmd.params[1:]]
-        struct = type("ArgsStruct", (ctypes.Structure,), {"_fields_": list(zip(self.names, self.types))})
+        key = (cmd.kernel, tuple(self.types))
+        struct = _STRUCT_TYPES.get(key)  # (a ctypes Structure class costs about 10 us to make: one per kernel)
+        if struct is None:
+            struct = _STRUCT_TYPES[key] = type("ArgsStruct", (ctypes.Structure,),
+                                               {"_fields_": list(zip(self.names, self.types))})
         self.struct = struct()
         for name, value in zip(self.names, cmd.params[1:]):
             setattr(self.struct, name, value)

@@ -11,7 +11,7 @@ from rayd.engine.bvh_nodes import MAX_DEPTH, read_nodes
 from rayd.engine.pair_nodes import MAX_LEAF, PairNodes
 from rayd.engine.ploc import PlocBvh
 from rayd.engine.refit import FusedRefit, magnitude_final_command, magnitude_zeroed
-from rayd.engine.runtime import LaunchCache, launch_stream
+from rayd.engine.runtime import LaunchCache, carve, launch_once, launch_stream
 from rayd.engine.wide_nodes import WideNodes
 from rayd.engine.wide_refit import WideRefit, per_thread, tri_refit
 from rayd.engine.wide_refit_tris import folds_magnitude, recorder
@@ -275,10 +275,11 @@ class TriangleScene:
         if bvh_constructor == "cubql":
             leaf_size = max(LEAF_SIZE, CUBQL_LEAF_SIZE)
         self.constructor = bvh_constructor
-        self.lowers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
-        self.uppers = wp.empty(num_triangles, dtype=wp.vec3, device=self.device)
-        self.magnitude = wp.zeros(1, dtype=float, device=self.device)
-        self._partial = wp.zeros(256, dtype=float, device=self.device)  # (zero between refits: magnitude_zeroed)
+        # (one allocation: runtime.carve; the boxes are written whole by _bounds, the magnitude's arrays zeroed)
+        self.lowers, self.uppers, self.magnitude, self._partial = carve(
+            self.device, [(wp.vec3, num_triangles), (wp.vec3, num_triangles), (float, 1), (float, 256)])
+        self.magnitude.zero_()
+        self._partial.zero_()  # (zero between refits: magnitude_zeroed)
         self._launches = LaunchCache()  # the refit's recorded launches
         self._final = None  # the magnitude's second pass, recorded at its first replay (refit.magnitude_final_command)
         layout = _layout if layout is None else layout
@@ -346,14 +347,9 @@ class TriangleScene:
         # The padding follows the current magnitude, measured on the device (no host
         # read), so a refit to a much larger or farther scene stays watertight.
         self._magnitude(stream, partials_ready)
-        wp.launch(
-            _padded_bounds_kernel,
-            self.num_triangles,
-            [self.points, self.indices, self.face_base, self.magnitude],
-            [self.lowers, self.uppers],
-            device=self.device,
-            stream=stream,
-        )
+        launch_once(_padded_bounds_kernel, self.num_triangles,
+                    [self.points, self.indices, self.face_base, self.magnitude, self.lowers, self.uppers],
+                    self.device, stream)
 
     def _magnitude(self, stream: wp.Stream | None, partials_ready: bool = False, final: bool = True) -> None:
         if self._reduce and partials_ready and final:  # the usual sync(): the second pass alone, replayed

@@ -18,6 +18,8 @@ import os
 
 import warp as wp
 
+from rayd.engine.runtime import launch_once
+
 
 #: 1 (default): one launch per level; 0: two ``wp.launch`` a level (the collapse before this module).
 #: The same wide tree. ``RAYD_WIDE_ONE_LAUNCH`` 
@@ -45,7 +47,7 @@ def collapse_levels(kernels: tuple, args: list, level: wp.array, counter: wp.arr
         device: the Warp device; stream: the stream (``None``: the device's current one).
     """
     one_level, collapse, next_level = kernels
-    cmd, cmd_dim, width = None, 0, 1
+    width = 1
     for _ in range(max(1, depth)):
         dim = min(width, inner)
         if not ONE_LAUNCH:
@@ -53,12 +55,6 @@ def collapse_levels(kernels: tuple, args: list, level: wp.array, counter: wp.arr
             wp.launch(next_level, 1, [level, counter], device=device, stream=stream)
         else:
             dim = dim if device.is_cpu and not _FIXED_ON_CPU else min(inner, LEVEL_THREADS)
-            if cmd is None:
-                cmd = wp.launch(one_level, dim, [*args, dim], device=device, stream=stream,
-                                record_cmd=True)
-            elif cmd_dim != dim:
-                cmd.set_dim(dim)
-                cmd.set_param_at_index(len(args), dim)
-            cmd_dim = dim
-            cmd.launch(stream)
+            # one command for every level (and every build): re-bound to this build's arrays at its first level
+            launch_once(one_level, dim, [*args, dim], device, stream)
         width *= 4

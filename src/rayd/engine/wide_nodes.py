@@ -42,7 +42,7 @@ import warp as wp
 
 from rayd.engine.pair_nodes import PairNodes
 from rayd.engine.refit import _fence, _load_l2
-from rayd.engine.runtime import read_back
+from rayd.engine.runtime import alias, carve, launch_once, read_back
 from rayd.engine.wide_levels import collapse_levels
 
 wp.set_module_options({"enable_backward": False})
@@ -402,25 +402,33 @@ class WideNodes:
         inner = pairs.boxes.shape[0] // 4
         # every row of a node made is written by the collapse (and the rest dropped): no fill but for a leaf root
         self.data = (wp.zeros if pairs.root < 0 else wp.empty)(8 * max(1, inner), dtype=wp.vec4, device=device)
-        self.links = wp.array(ptr=self.data.ptr, dtype=wp.vec4i, shape=self.data.shape, device=device)
+        self.links = alias(self.data, wp.vec4i)
         self.count, self.stack_need, self.root = 1, 0, pairs.root
         self.slots = self.q = None
         if pairs.root < 0:
             self.ok = True
             return
-        src = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
-        need = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
-        src[0:1].fill_(pairs.root)
         sah = int(self.collapse == "sah")
-        cost = wp.zeros(max(1, inner) if sah else 1, dtype=wp.vec4, device=device)
+        rows = max(1, inner)
+        # The collapse's scratch from one allocation (runtime.carve), filled only where a kernel reads what no
+        # kernel wrote: wide node w reads src[w] and need[w] (_collapse_node), which its parent's thread
+        # wrote at the level before, but for the root's (the fills here); the SAH costs are written for
+        # every pair node by _cost_kernel before any is read (every pair node is on the climb of one
+        # thread from a node with leaf children only); parent (the root's stays -1) and arrive (counters)
+        # are read as filled.
+        src, need, state, cost, parent, arrive = carve(device, [(wp.int32, rows), (wp.int32, rows), (wp.int32, 5),
+                                                                (wp.vec4, rows if sah else 1),
+                                                                (wp.int32, rows if sah else 1),
+                                                                (wp.int32, rows if sah else 1)])
+        src[0:1].fill_(pairs.root)
+        need[0:1].zero_()
         if sah:
-            parent = wp.full(max(1, inner), -1, dtype=wp.int32, device=device)
-            arrive = wp.zeros(max(1, inner), dtype=wp.int32, device=device)
-            wp.launch(_parent_kernel, inner, [pairs.links], [parent], device=device, stream=stream)
-            wp.launch(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive], [cost], device=device,
-                      stream=stream)
+            parent.fill_(-1)
+            arrive.zero_()
+            launch_once(_parent_kernel, inner, [pairs.links, parent], device, stream)
+            launch_once(_cost_kernel, inner, [pairs.boxes, pairs.links, parent, arrive, cost], device, stream)
         # level (first, end, threads done), then wide nodes made and the deepest stack: (0, 1, 0, 1, 0) by fills
-        state = wp.zeros(5, dtype=wp.int32, device=device)
+        state.zero_()
         state[1:2].fill_(1)
         state[3:4].fill_(1)
         level, counter = state[0:3], state[3:5]
@@ -439,12 +447,12 @@ class WideNodes:
             if stream is not None:
                 wp.synchronize_stream(stream)  # before the full-size array is released
             self.data = data
-            self.links = wp.array(ptr=data.ptr, dtype=wp.vec4i, shape=data.shape, device=device)
+            self.links = alias(data, wp.vec4i)
         if self.ok:
             flat = wp.full(2 * max(1, inner), -1, dtype=wp.int32, device=device)
-            wp.launch(_slots_kernel, self.count, [self.links], [flat], device=device, stream=stream)
+            launch_once(_slots_kernel, self.count, [self.links, flat], device, stream)
             self._slots_flat = flat
-            self.slots = wp.array(ptr=flat.ptr, dtype=wp.vec2i, shape=(max(1, inner),), device=device)
+            self.slots = alias(flat, wp.vec2i)
 
     @property
     def nbytes(self) -> int:
@@ -460,10 +468,11 @@ class WideNodes:
                   device=self.data.device, stream=stream)
 
 
-def dummy_wide(device) -> WideNodes:
-    """A placeholder with one empty node (for a scene without the wide layout)."""
+def dummy_wide(device, data: wp.array | None = None) -> WideNodes:
+    """A placeholder with one empty node (for a scene without the wide layout); ``data``: the caller's zeroed
+    ``vec4`` (8,) array (default: made here)."""
     w = WideNodes.__new__(WideNodes)
-    w.data = wp.zeros(8, dtype=wp.vec4, device=device)
-    w.links = wp.array(ptr=w.data.ptr, dtype=wp.vec4i, shape=w.data.shape, device=device)
+    w.data = wp.zeros(8, dtype=wp.vec4, device=device) if data is None else data
+    w.links = alias(w.data, wp.vec4i)
     w.root, w.count, w.stack_need, w.ok, w.slots, w.q = 0, 1, 0, True, None, None
     return w
