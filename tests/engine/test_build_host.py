@@ -157,7 +157,8 @@ def _fill_kernel(a: wp.array(dtype=wp.vec3), b: wp.array(dtype=wp.int32), c: wp.
     c[i] = float(k)
 
 
-def test_carve_views(device):
+def test_carve_views(device, monkeypatch):
+    monkeypatch.setattr(runtime, "BUILD_KEPT_CUDA", True)  # (the mechanics themselves, whatever RAYD_BUILD_KEPT_CUDA says)
     dev = runtime.warp_device("cuda:0" if device == "cuda" else "cpu")
     a, b, c, z = runtime.carve(dev, [(wp.vec3, 5), (wp.int32, 7), (float, 3), (wp.int64, 2)])
     assert [x.dtype for x in (a, b, c, z)] == [wp.vec3, wp.int32, wp.float32, wp.int64]
@@ -189,7 +190,8 @@ def _axpy(s: float, x: wp.array(dtype=float), y: wp.array(dtype=float)):
     y[i] = s * x[i] + y[i]
 
 
-def test_kept_launch_rebinds_every_argument(device):
+def test_kept_launch_rebinds_every_argument(device, monkeypatch):
+    monkeypatch.setattr(runtime, "BUILD_KEPT_CUDA", True)  # (the mechanics themselves, whatever RAYD_BUILD_KEPT_CUDA says)
     dev = runtime.warp_device("cuda:0" if device == "cuda" else "cpu")
     x1 = wp.array(np.arange(6, dtype=np.float32), device=dev)
     y1 = wp.zeros(6, dtype=float, device=dev)
@@ -224,7 +226,8 @@ def test_launch_once_equals_wp_launch(device):
         np.testing.assert_array_equal(c, np.full(4, k, np.float32))
 
 
-def test_alias_is_wp_array_from_a_pointer(device):
+def test_alias_is_wp_array_from_a_pointer(device, monkeypatch):
+    monkeypatch.setattr(runtime, "BUILD_KEPT_CUDA", True)  # (the mechanics themselves, whatever RAYD_BUILD_KEPT_CUDA says)
     dev = runtime.warp_device("cuda:0" if device == "cuda" else "cpu")
     base = wp.array(np.arange(16, dtype=np.float32), device=dev)
     for dtype, n in ((wp.vec4, None), (wp.int32, 16), (wp.vec4i, 2), (float, 8)):
