@@ -93,7 +93,7 @@ def chain(scene, m, double: bool, rays, keep: tuple, n: int, bounces: int, ray) 
         idx = first + b
         return tuple(dr.gather(Work, x, idx) for x in (v0, v1, v2))
 
-    face = hits.face_frame(scene._core.centre, double)  # float64: a slot off its face ends the chain
+    face = hits.face_frame(scene._core, double)  # float64: a slot off its face ends the chain
     specular.bounce_chain(ops, bounces, slot, o, d, (_bound(F64, ray.tmin), _bound(F64, ray.tmax)), emit,
                           corners=corners, face=face)
     out["prim_id"] = dr.select(valid_all, prim, -1)

@@ -86,7 +86,7 @@ def _first_hits(scene, m, double: bool, ray, rays, n: int, k: int, flags: RayFla
     ray_of_lane = dr.arange(m.UInt, n * k) // k
     o = _spread(ray.o, m.UInt, ray_of_lane)
     d = _spread(ray.d, m.UInt, ray_of_lane)
-    face = hits.face_frame(scene._core.centre, double)  # float64: a hit off its face is a miss
+    face = hits.face_frame(scene._core, double)  # float64: a hit off its face is a miss
     return gid, evaluate(m, double, o, d, gid, scene._state.live_geometry(m, double), flags, face), ray_of_lane
 
 

@@ -37,7 +37,7 @@ def t_of(scene, m: ModuleType, ray, global_prim_id: dr.ArrayBase) -> dr.ArrayBas
     lies off its face: :func:`rayd.core.hits.off_face`), detached."""
     o, d = m.Array3f64(dr.detach(ray.o)), m.Array3f64(dr.detach(ray.d))
     fields = evaluate(m, True, o, d, global_prim_id, scene._state.live_geometry(m, True), RayFlags.Minimal,
-                      hits.face_frame(scene._core.centre, True))
+                      hits.face_frame(scene._core, True))
     return dr.select(global_prim_id >= 0, m.Float64(dr.detach(fields["t"])), float("inf"))
 
 

@@ -90,7 +90,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
         m, double = self._precision(ray.o, ray.d)
         if n == 0:
             return Intersection(flags, **empty(m, double, flags))
-        face = hits.face_frame(self._core.centre, double)  # float64: a winner off its face is a miss
+        face = hits.face_frame(self._core, double)  # float64: a winner off its face is a miss
         fields = evaluate(m, double, ray.o, ray.d, global_prim_id, self._state.live_geometry(m, double), flags, face)
         if double:  # a winner the float32 search put past tmin or off its face: the first crossings decide
             found = _walk_on.walk_on(self, m, ray, ignore, global_prim_id, fields["t"])  # (masked, no host read)

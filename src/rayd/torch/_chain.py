@@ -118,7 +118,7 @@ def evaluate(scene, ids: torch.Tensor, origin: torch.Tensor, direction: torch.Te
 
     slot = lambda b: (normal[:, b], unit[:, b], offset[:, b], ok[:, b])  # noqa: E731
     replay = None if counted is None else (lambda b: counted[:, b])
-    face = hits.face_frame(scene._core.centre, dtype == torch.float64)  # float64: an off-face slot ends the chain
+    face = hits.face_frame(scene._core, dtype == torch.float64)  # float64: an off-face slot ends the chain
     specular.bounce_chain(ops, bounces, slot, o, d, bounds, emit, replay,
                           lambda b: (v0[:, b], v1[:, b], v2[:, b]), face)
     valid = torch.stack(oks, dim=1)  # (n, B)

@@ -82,7 +82,7 @@ def _evaluate_hits(scene, ray, shape: torch.Size, gid: torch.Tensor, flags: RayF
     dtype = scene._output_dtype(ray.o, ray.d)
     o = o.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
     d = d.to(dtype).expand(tuple(shape) + (3,)).reshape(rows, 3)
-    face = hits.face_frame(scene._core.centre, dtype == torch.float64)
+    face = hits.face_frame(scene._core, dtype == torch.float64)
     return evaluate(o, d, gid, gather(state.table, state.live(dtype), gid), flags, face)  # float64: off-face: misses
 
 def _compact(fields: dict[str, torch.Tensor], n: int, k: int) -> dict[str, torch.Tensor]:

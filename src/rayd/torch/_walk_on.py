@@ -142,7 +142,7 @@ def t_of(scene, ray, batch: torch.Size, global_prim_id: torch.Tensor,
             o, d = (x.expand(tuple(o_batch) + (3,)).reshape(-1, 1, 3) for x in (o, d))  # (N, 1, 3)
         o, d = (x.expand(tuple(batch) + (3,)).reshape(n, 3) for x in (o, d))
         live = scene._state.live(torch.float64)
-        face = hits.face_frame(scene._core.centre, True)
+        face = hits.face_frame(scene._core, True)
         if on_host(global_prim_id):  # the hits alone (host-side sizes are fine on the CPU)
             rows = (global_prim_id >= 0).nonzero().squeeze(-1)
             t = torch.full((n,), torch.inf, dtype=torch.float64, device=global_prim_id.device)

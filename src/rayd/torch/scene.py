@@ -100,7 +100,7 @@ class Scene(AllHitsQueries, ReflectionQueries, EdgeQueries, SurfaceQueries, RayQ
             dtype = self._output_dtype(ray.o, ray.d)
             o = ray.o.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
             d = ray.d.to(dtype).expand(tuple(batch) + (3,)).reshape(n, 3)
-            face = hits.face_frame(self._core.centre, dtype == torch.float64)  # float64: off-face winners miss
+            face = hits.face_frame(self._core, dtype == torch.float64)  # float64: off-face winners miss
             on_device = (n > 0 and dtype == torch.float64 and not _walk_on.traced()
                          and not _walk_on.on_host(global_prim_id))
             if on_device:  # the winners decided first, without a host read, then evaluated once
