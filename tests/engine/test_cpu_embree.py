@@ -274,8 +274,9 @@ def test_watertight_grids_with_embree(embree, name):
     sys.path.insert(0, str(ROOT / "tests" / "torch"))
     import test_watertight
 
-    for cells in (1, 2, 3, 24):
-        getattr(test_watertight, name)("cpu", cells)
+    for dtype in (torch.float32, torch.float64):  # (session 23: test_watertight runs both)
+        for cells in (1, 2, 3, 24):
+            getattr(test_watertight, name)("cpu", cells, dtype)
 
 
 @needs_embreex
@@ -286,7 +287,8 @@ def test_watertight_closed_icosphere_with_embree(embree):
     import test_watertight
 
     rays, redone = cpu_embree.stats["rays"], cpu_embree.stats["redone"]
-    test_watertight.test_closed_icosphere_from_inside_and_outside("cpu", 4)
+    for dtype in (torch.float32, torch.float64):  # (session 23: test_watertight runs both)
+        test_watertight.test_closed_icosphere_from_inside_and_outside("cpu", 4, dtype)
     # Every ray there aims at a vertex or an edge point: all are ties or near vertices, so
     # Warp answers them (the caps alone are tested below).
     assert cpu_embree.stats["redone"] - redone == cpu_embree.stats["rays"] - rays
