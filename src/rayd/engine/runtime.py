@@ -234,9 +234,25 @@ def host_array(ptr: int, dtype, n: int, owner: object = None) -> wp.array | None
     template = _HOST_TEMPLATE or _host_template()
     if template is False:
         return None
+    return _from_template(template, ptr, dtype, n, "_tensor", owner)
+
+
+_NEW = object.__new__
+_ITEM_SIZES: dict = {}
+
+
+def _item_size(dtype) -> int:
+    """Bytes of one ``dtype`` element (a Warp type), cached."""
     size = _ITEM_SIZES.get(dtype)
     if size is None:
         size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
+    return size
+
+
+def _from_template(template: dict, ptr: int, dtype, n: int, keep_name: str, keep) -> wp.array:
+    """A 1-D contiguous ``wp.array`` of ``n`` ``dtype`` at ``ptr`` from a checked attribute template (what
+    ``wp.array(ptr=...)`` sets, less the per-array attributes), holding ``keep`` as ``keep_name``."""
+    size = _item_size(dtype)
     a = _NEW(wp.array)
     d = a.__dict__
     d.update(template)
@@ -246,12 +262,8 @@ def host_array(ptr: int, dtype, n: int, owner: object = None) -> wp.array | None
     d["strides"] = (size,)
     d["size"] = n
     d["capacity"] = n * size
-    d["_tensor"] = owner
+    d[keep_name] = keep
     return a
-
-
-_NEW = object.__new__
-_ITEM_SIZES: dict = {}
 #: ``wp.array(ptr=..., device="cpu")``'s attributes other than the per-array ones (:func:`host_array`);
 #: ``None`` until first used, ``False`` where the layout check failed.
 _HOST_TEMPLATE: dict | bool | None = None
@@ -340,21 +352,17 @@ def _view_template(device) -> dict | bool:
 
 def _view(owner: wp.array, at: int, dtype, n: int) -> wp.array:
     """A 1-D contiguous view of ``n`` ``dtype`` at byte ``at`` of ``owner`` (kept alive as Warp's slices keep
-    their array: ``_ref``), made from :data:`_VIEW_TEMPLATES`' entry for its device."""
-    size = _ITEM_SIZES.get(dtype)
-    if size is None:
-        size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
-    a = _NEW(wp.array)
-    d = a.__dict__
-    d.update(_VIEW_TEMPLATES[owner.device.alias])
-    d["ptr"] = owner.ptr + at
-    d["dtype"] = dtype
-    d["shape"] = (n,)
-    d["strides"] = (size,)
-    d["size"] = n
-    d["capacity"] = n * size
-    d["_ref"] = owner
-    return a
+    their array: ``_ref``): from :data:`_VIEW_TEMPLATES`' entry for its device where builds on it use the
+    template-made views (:func:`_kept_on`) and the entry passed its check, else by ``wp.array(ptr=...)``."""
+    device = owner.device
+    template = _VIEW_TEMPLATES.get(device.alias) if _kept_on(device) else False
+    if template is None:
+        template = _view_template(device)
+    if template is False:  # another Warp's layout, or CUDA with RAYD_BUILD_KEPT_CUDA=0
+        view = wp.array(ptr=owner.ptr + at, dtype=dtype, shape=(n,), device=device)
+        view._ref = owner
+        return view
+    return _from_template(template, owner.ptr + at, dtype, n, "_ref", owner)
 
 
 def alias(base: wp.array, dtype, n: int | None = None, at: int = 0) -> wp.array:
@@ -366,19 +374,8 @@ def alias(base: wp.array, dtype, n: int | None = None, at: int = 0) -> wp.array:
         base: a contiguous array; dtype: a Warp type; n: elements (within ``base``'s bytes); at: byte offset.
     """
     dtype = _WARP_TYPES.get(dtype, dtype)
-    size = _ITEM_SIZES.get(dtype)
-    if size is None:
-        size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
     if n is None:
-        n = (base.capacity - at) // size
-    device = base.device
-    template = _VIEW_TEMPLATES.get(device.alias) if _kept_on(device) else False
-    if template is None:
-        template = _view_template(device)
-    if template is False:  # another Warp's layout, or CUDA with RAYD_BUILD_KEPT_CUDA=0
-        view = wp.array(ptr=base.ptr + at, dtype=dtype, shape=(n,), device=device)
-        view._ref = base
-        return view
+        n = (base.capacity - at) // _item_size(dtype)
     return _view(base, at, dtype, n)
 
 
@@ -405,23 +402,11 @@ def carve(device, parts: list[tuple[object, int]], zero: bool = False) -> list[w
         return [make(n, dtype=dtype, device=device) for dtype, n in parts]
     offsets, end = [], 0
     for dtype, n in parts:
-        size = _ITEM_SIZES.get(dtype)
-        if size is None:
-            size = _ITEM_SIZES[dtype] = wp.types.type_size_in_bytes(dtype)
         offsets.append(end)
-        end += (n * size + CARVE_ALIGN - 1) // CARVE_ALIGN * CARVE_ALIGN
+        end += (n * _item_size(dtype) + CARVE_ALIGN - 1) // CARVE_ALIGN * CARVE_ALIGN
     owner = wp.empty(max(1, end // 4), dtype=wp.int32, device=device)
     if zero:
         owner.zero_()
-    template = _VIEW_TEMPLATES.get(device.alias)
-    if template is None:
-        template = _view_template(device)
-    if template is False:  # pragma: no cover - another Warp's layout
-        views = [wp.array(ptr=owner.ptr + at, dtype=dtype, shape=(n,), device=device)
-                 for (dtype, n), at in zip(parts, offsets)]
-        for v in views:
-            v._ref = owner
-        return views
     return [_view(owner, at, dtype, n) for (dtype, n), at in zip(parts, offsets)]
 
 
