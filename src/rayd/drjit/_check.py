@@ -70,7 +70,23 @@ def float_array(call: str, name: str, value: object, components: int) -> dr.Arra
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if _components(value) != components:
         raise _shape_error(call, name, value, components, f"{_EXAMPLE[components]} or {_EXAMPLE[components]}64")
+    if components > 1:
+        broadcast_components(call, name, value)
     return value
+
+
+def broadcast_components(call: str, name: str, value: dr.ArrayBase) -> int:
+    """The width of a vector array whose components broadcast (width 1 against N), or ``ValueError``.
+
+    Dr.Jit lets a component be replaced by one of any width (``o.x = Float(...)``); its own
+    ``dr.width`` then raises "the input is ragged" for two different widths other than 1, and
+    calls an empty component beside width-1 ones width 1, which later operations refuse.
+    """
+    widths = [dr.width(c) for c in value]
+    sizes = set(widths)
+    if len(sizes - {1}) > 1 or (0 in sizes and 1 in sizes):
+        raise ValueError(f"{call}: '{name}' is ragged: its components have widths {widths}")
+    return max(widths)
 
 
 def index_array(call: str, name: str, value: object) -> dr.ArrayBase:

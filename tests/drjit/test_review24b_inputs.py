@@ -1,0 +1,147 @@
+"""rayd.drjit query inputs that change or disagree with themselves (helper review24b, session 24).
+
+Found:
+
+- A ``Ray`` holds its arrays by reference, and a Dr.Jit vector can change width in place
+  (``o.x = Float(...)`` of another width). The batch width measured at ``Ray()`` then no longer
+  matched the arrays: ``intersect`` stopped with Dr.Jit's "drjit.select(...): failed", and
+  ``shadow_test``, ``intersect_all``, ``count_intersections`` and ``trace_reflections`` silently
+  answered for the old width. Assigning ``ray.o``/``ray.d``/``ray.tmax``/``ray.tmin`` bypassed
+  every check of ``Ray()`` the same way. Each query now re-derives the batch from the arrays the
+  ray holds (``rayd.core.rays.RayBase._current``): still broadcasting, the query answers for the
+  new batch; else ``ValueError`` naming the query and ``'ray.o'``/``'ray.d'``/...
+- A 3-vector whose components have widths that do not broadcast (``Array3f(Float(3 values),
+  Float(2 values), Float(1))``, or an empty component beside width-1 ones, which Dr.Jit's
+  ``dr.width`` calls width 1) stopped every query with Dr.Jit's own ``RuntimeError`` ("the input is
+  ragged" / "jit_var_scatter(...): operands have incompatible sizes"); it is now a ``ValueError``
+  naming the call and the argument, as ragged vertices already were. Components of width 1 still
+  broadcast (``Array3f(Float(N values), 0, 5)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+dr = pytest.importorskip("drjit")
+import rayd.drjit as rd  # noqa: E402
+
+from drjit_testutil import rows, vec  # noqa: E402
+
+# A unit square in z = 0 (two faces) and a second one in z = -1 below it.
+SQUARES = np.array([[0, 0, 0], [1, 0, 0], [1, 1, 0], [0, 1, 0], [0, 0, -1], [1, 0, -1], [1, 1, -1], [0, 1, -1]], float)
+FACES = np.array([[0, 1, 2], [0, 2, 3], [4, 5, 6], [4, 6, 7]])
+
+
+def _scene(m):
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, SQUARES), vec(m.Array3u, FACES)))
+    scene.build()
+    return scene
+
+
+def _xs(m, k):
+    """``k`` origins' x: inside the square for the first 3, outside (x = 2) after."""
+    return m.Float([0.2, 0.5, 0.7, 2.0, 2.0, 2.0, 2.0][:k])
+
+
+@pytest.mark.parametrize("query", ["intersect", "shadow_test", "intersect_all", "count_intersections",
+                                   "trace_reflections", "nearest_edge"])
+def test_a_ray_whose_origin_changed_width_in_place_is_read_as_it_is_now(m, query):
+    scene = _scene(m)
+    o = m.Array3f(_xs(m, 3), m.Float(0.5), m.Float(1.0))
+    ray = rd.Ray(o, m.Array3f(0.0, 0.0, -1.0))
+    o.x = _xs(m, 5)  # five origins now: the last two miss the squares
+    calls = {
+        "intersect": lambda: scene.intersect(ray).t,
+        "shadow_test": lambda: scene.shadow_test(ray),
+        "intersect_all": lambda: scene.intersect_all(ray, 2).t,
+        "count_intersections": lambda: scene.count_intersections(ray),
+        "trace_reflections": lambda: scene.trace_reflections(ray, 2).t,
+        "nearest_edge": lambda: scene.nearest_edge(ray).distance,
+    }
+    got = rows(calls[query]())
+    fresh = rd.Ray(m.Array3f(_xs(m, 5), m.Float(0.5), m.Float(1.0)), m.Array3f(0.0, 0.0, -1.0))
+    calls_fresh = dict(calls)
+    ray = fresh  # (the lambdas read `ray`)
+    want = rows(calls_fresh[query]())
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    if query == "intersect":  # hand-derived: t = 1 on the top square for x in the square, a miss beyond
+        np.testing.assert_array_equal(got, [1, 1, 1, np.inf, np.inf])
+    if query == "count_intersections":
+        np.testing.assert_array_equal(got, [2, 2, 2, 0, 0])
+
+
+def test_a_ray_whose_arrays_no_longer_broadcast_is_a_value_error(m):
+    scene = _scene(m)
+    o = m.Array3f(_xs(m, 3), m.Float(0.5), m.Float(1.0))
+    d = m.Array3f(m.Float([0.0, 0.0, 0.0]), m.Float(0.0), m.Float(-1.0))
+    ray = rd.Ray(o, d)
+    o.x = _xs(m, 5)  # 5 origins, 3 directions
+    for call in (lambda: scene.intersect(ray), lambda: scene.shadow_test(ray), lambda: scene.nearest_edge(ray),
+                 lambda: scene.trace_reflections(ray, 2), lambda: scene.count_intersections(ray)):
+        with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.\w+\(\): batch shapes do not broadcast: "
+                                             r"'ray\.o' \(5,\), 'ray\.d' \(3,\)"):
+            call()
+
+
+def test_assigned_ray_arrays_are_checked_at_the_query(m):
+    scene = _scene(m)
+    ray = rd.Ray(m.Array3f(_xs(m, 3), m.Float(0.5), m.Float(1.0)), m.Array3f(0.0, 0.0, -1.0))
+    ray.tmax = m.Float([0.5, 2.0, 0.5])  # broadcasts: taken
+    np.testing.assert_array_equal(rows(scene.intersect(ray).t), [np.inf, 1, np.inf])
+    ray.tmax = m.Float([2.0] * 7)
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.intersect\(\): batch shapes do not broadcast: "
+                                         r"'ray\.o' \(3,\), 'ray\.d' \(1,\), 'ray\.tmax' \(7,\)"):
+        scene.intersect(ray)
+    ray.tmax = 2.0
+    ray.o = "not an array"
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Scene\.intersect\(\): 'ray\.o' must be a Dr\.Jit array"):
+        scene.intersect(ray)
+    ray.o = m.Array3f(0.5, 0.5, 1.0)
+    ray.d = m.Array3i(0, 0, -1)
+    with pytest.raises(TypeError, match=r"^rayd\.drjit\.Scene\.shadow_test\(\): 'ray\.d' must have dtype float32"):
+        scene.shadow_test(ray)
+    ray.d = m.Array3f(0.0, 0.0, -1.0)
+    np.testing.assert_array_equal(rows(scene.intersect(ray).t), [1])
+
+
+RAGGED = {
+    "2 and 3": lambda m: m.Array3f(m.Float([0.2, 0.5, 0.7]), m.Float([0.5, 0.5]), m.Float(1.0)),
+    "empty and 1": lambda m: m.Array3f(m.Float(), m.Float(0.5), m.Float(1.0)),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(RAGGED))
+def test_ragged_query_vectors_are_value_errors_naming_the_argument(m, kind):
+    scene = _scene(m)
+    bad = RAGGED[kind](m)
+    good = m.Array3f(0.5, 0.5, 1.0)
+    down = m.Array3f(0.0, 0.0, -1.0)
+    ragged = r"'{}' is ragged: its components have widths \[\d, \d, \d\]"
+    cases = [
+        ("rayd.drjit.Ray()", "o", lambda: rd.Ray(bad, down)),
+        ("rayd.drjit.Ray()", "d", lambda: rd.Ray(good, bad)),
+        ("rayd.drjit.Scene.nearest_edge()", "points", lambda: scene.nearest_edge(bad)),
+        ("rayd.drjit.Scene.nearest_edges()", "points", lambda: scene.nearest_edges(bad, 2)),
+        ("rayd.drjit.Scene.closest_point()", "points", lambda: scene.closest_point(bad)),
+        ("rayd.drjit.Scene.winding_number()", "points", lambda: scene.winding_number(bad)),
+        ("rayd.drjit.Scene.contains()", "points", lambda: scene.contains(bad)),
+        ("rayd.drjit.Scene.signed_distance()", "points", lambda: scene.signed_distance(bad)),
+        ("rayd.drjit.Scene.visible()", "start", lambda: scene.visible(bad, good)),
+        ("rayd.drjit.Scene.silhouette_edges()", "viewpoint", lambda: scene.silhouette_edges(bad)),
+        ("rayd.drjit.Camera.project()", "points", lambda: rd.Camera(4, 4, fov_y=40.0).project(bad)),
+    ]
+    for call, name, fn in cases:
+        with pytest.raises(ValueError, match="^" + call.replace(".", r"\.").replace("(", r"\(").replace(")", r"\)")
+                           + ": " + ragged.format(name)):
+            fn()
+
+
+def test_width_one_components_still_broadcast(m):
+    scene = _scene(m)
+    o = m.Array3f(_xs(m, 4), m.Float(0.5), m.Float(1.0))
+    np.testing.assert_array_equal(rows(scene.intersect(rd.Ray(o, m.Array3f(0.0, 0.0, -1.0))).t), [1, 1, 1, np.inf])
+    near = scene.closest_point(m.Array3f(_xs(m, 4), m.Float(0.5), m.Float(1.0)))
+    np.testing.assert_allclose(rows(near.distance), [1, 1, 1, np.hypot(1.0, 1.0)], rtol=1e-6)
