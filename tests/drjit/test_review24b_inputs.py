@@ -145,3 +145,26 @@ def test_width_one_components_still_broadcast(m):
     np.testing.assert_array_equal(rows(scene.intersect(rd.Ray(o, m.Array3f(0.0, 0.0, -1.0))).t), [1, 1, 1, np.inf])
     near = scene.closest_point(m.Array3f(_xs(m, 4), m.Float(0.5), m.Float(1.0)))
     np.testing.assert_allclose(rows(near.distance), [1, 1, 1, np.hypot(1.0, 1.0)], rtol=1e-6)
+
+
+def test_ragged_matrices_are_value_errors_naming_the_argument(m):
+    """A matrix entry replaced by an array of another width (``M[0][3] = Float(1, 2, 3)`` beside one of width 2)
+    stopped ``Mesh()``, ``add_instance``, ``set_mesh_transform`` and ``Camera()`` with Dr.Jit's "drjit.width():
+    the input is ragged"."""
+    def ragged():
+        M = m.Matrix4f(1)
+        M[0][3] = m.Float([1.0, 2.0, 3.0])
+        M[1][3] = m.Float([1.0, 2.0])
+        return M
+
+    message = r": 'to_world' is ragged: its entries have widths \[1, 2, 3\]"
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Mesh\(\)" + message):
+        rd.Mesh(vec(m.Array3f, SQUARES), vec(m.Array3u, FACES), to_world=ragged())
+    scene = _scene(m)
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.add_instance\(\)" + message):
+        scene.add_instance(0, ragged())
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.set_mesh_transform\(\)" + message):
+        scene.set_mesh_transform(0, ragged())
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\)" + message):
+        rd.Camera(4, 4, fov_y=40.0, to_world=ragged())
+    np.testing.assert_array_equal(rows(scene.intersect(rd.Ray(m.Array3f(0.5, 0.5, 1.0), m.Array3f(0.0, 0.0, -1.0))).t), [1])

@@ -138,6 +138,9 @@ def _matrices(call: str, name: str, value: object, expected: str) -> dr.ArrayBas
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
         raise ValueError(f"{call}: '{name}' must {expected}, got {_convert.type_name(value)}")
+    widths = sorted({dr.width(entry) for row in value for entry in row})  # an entry replaced by another width
+    if len(set(widths) - {1}) > 1 or (0 in widths and 1 in widths):
+        raise ValueError(f"{call}: '{name}' is ragged: its entries have widths {widths}")
     return value
 
 
