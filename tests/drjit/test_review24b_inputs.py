@@ -168,3 +168,52 @@ def test_ragged_matrices_are_value_errors_naming_the_argument(m):
     with pytest.raises(ValueError, match=r"^rayd\.drjit\.Camera\(\)" + message):
         rd.Camera(4, 4, fov_y=40.0, to_world=ragged())
     np.testing.assert_array_equal(rows(scene.intersect(rd.Ray(m.Array3f(0.5, 0.5, 1.0), m.Array3f(0.0, 0.0, -1.0))).t), [1])
+
+
+def _two_triangles_with_normals(m):
+    tri = np.array([[0, 0, 0], [1, 0, 0], [0, 1, 0]], float)
+    n0 = m.Array3f(m.Float([0.0, 0.0, 0.0]), m.Float([0.0, 0.0, 0.0]), m.Float([1.0, 1.0, 1.0]))
+    n1 = m.Array3f(m.Float([1.0, 0.0, 0.0]), m.Float([0.0, 1.0, 0.0]), m.Float([0.0, 0.0, 1.0]))
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, tri), m.Array3u([0], [1], [2]), normals=n0))
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, tri - [0, 0, 1]), m.Array3u([0], [1], [2]), normals=n1))
+    scene.build()
+    return scene, n0, n1
+
+
+def test_normals_that_changed_width_in_place_are_refused_not_read_past_their_end(m):
+    """Normals and uv are read at each query; a component replaced by one of another width made the
+    evaluation's gathers read zeros past its end and every later mesh's rows one place off (silently)."""
+    scene, n0, n1 = _two_triangles_with_normals(m)
+    ray = rd.Ray(m.Array3f(0.2, 0.3, -0.5), m.Array3f(0.0, 0.0, -1.0))  # hits mesh 1 only: w = (0.5, 0.2, 0.3)
+    want = np.array([0.5, 0.2, 0.3]) / np.linalg.norm([0.5, 0.2, 0.3])  # n = normalize(sum w_i n_i), n_i = e_i
+    np.testing.assert_allclose(rows(scene.intersect(ray).n), [want], rtol=1e-6)
+    n0.x, n0.y, n0.z = m.Float([0.0, 0.0]), m.Float([0.0, 0.0]), m.Float([1.0, 1.0])  # mesh 0: 2 normals for 3 vertices
+    message = (r"the normals of mesh 0 must keep one row per vertex \(3\); their components now have widths "
+               r"\[2, 2, 2\] \(changed in place\?\)")
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.intersect\(\): " + message):
+        scene.intersect(ray)
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.trace_reflections\(\): " + message):
+        scene.trace_reflections(ray, 2)
+    n0.x, n0.y, n0.z = m.Float([0.0, 0.0, 0.0]), m.Float(0.0), m.Float([1.0, 1.0, 1.0])  # a width-1 component
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.closest_point\(\): the normals of mesh 0 .* widths \[3, 1, 3\]"):
+        scene.closest_point(m.Array3f(0.2, 0.3, 0.5))
+    n0.y = m.Float([0.0, 0.0, 0.0])
+    np.testing.assert_allclose(rows(scene.intersect(ray).n), [want], rtol=1e-6)
+    n1.y = m.Float([0.0, 1.0])
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.intersect\(\): the normals of mesh 1 .* widths \[3, 2, 3\]"):
+        scene.intersect(ray)
+
+
+def test_normals_and_uv_with_a_width_one_component_are_refused_at_mesh(m):
+    """``Mesh()`` took normals and uv whose components broadcast (``Array3f(xs, 0.0, zs)``: widths 3, 1, 3),
+    as it does not take vertices; queries then copied the width-1 component as if it had V rows: uninitialised
+    values in the shading normal of the mesh and of every later mesh (``2.4e-41``), NaN in ``uv``."""
+    tri = vec(m.Array3f, [[0, 0, 0], [1, 0, 0], [0, 1, 0]])
+    faces = m.Array3u([0], [1], [2])
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Mesh\(\): 'normals' is ragged: its components have widths \[3, 1, 3\]"):
+        rd.Mesh(tri, faces, normals=m.Array3f(m.Float([0.0, 0.0, 0.0]), 0.0, m.Float([1.0, 1.0, 1.0])))
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Mesh\(\): 'uv' is ragged: its components have widths \[1, 3\]"):
+        rd.Mesh(tri, faces, uv=m.Array2f(0.0, m.Float([0.0, 1.0, 0.0])))
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Mesh\(\): 'uv' must have width 3 like 'vertices', got 2"):
+        rd.Mesh(tri, faces, uv=m.Array2f(m.Float([0.0, 1.0]), m.Float([0.0, 1.0])))

@@ -11,6 +11,7 @@ Shapes in Dr.Jit terms: a ``(N, 3)`` input is a 3-vector array (``Array3f``) of 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import types
@@ -133,6 +134,13 @@ def width(call: str, name: str, value: dr.ArrayBase, expected: int, like: str) -
         raise ValueError(f"{call}: '{name}' must have width {expected} like {like}, got {dr.width(value)}")
 
 
+def rows(call: str, name: str, value: dr.ArrayBase, expected: int, like: str) -> None:
+    """``ValueError`` unless every component of ``value`` has width ``expected`` (no width-1 broadcast)."""
+    count = common_width(call, name, value)
+    if count != expected:
+        raise ValueError(f"{call}: '{name}' must have width {expected} like {like}, got {count}")
+
+
 def broadcast(call: str, names_and_widths: list[tuple[str, int]]) -> int:
     """The common width of several inputs (each 1 or N), or ``ValueError`` naming them."""
     widths = {w for _, w in names_and_widths if w != 1}
@@ -235,3 +243,23 @@ def exact_math_public(cls: type) -> type:
         if isinstance(attr, types.FunctionType):
             setattr(cls, name, exact_math(attr))
     return cls
+
+
+#: The public query running now (its outermost call), for messages raised deep inside it.
+_QUERY: contextvars.ContextVar[str | None] = contextvars.ContextVar("rayd_drjit_query", default=None)
+
+
+def enter_query(call: str) -> contextvars.Token | None:
+    """Record ``call`` as the query running now unless one already runs (a query inside a query keeps the outer)."""
+    return _QUERY.set(call) if _QUERY.get() is None else None
+
+
+def leave_query(token: contextvars.Token | None) -> None:
+    """Undo :func:`enter_query`."""
+    if token is not None:
+        _QUERY.reset(token)
+
+
+def query_call() -> str:
+    """The public query running now (``"rayd.drjit.Scene.intersect()"``), else ``"rayd.drjit.Scene"``."""
+    return _QUERY.get() or "rayd.drjit.Scene"

@@ -27,8 +27,11 @@ class Mesh(MeshBase):
             ``Array3u64`` or ``Array3i64`` of width F, same backend; the winding order
             defines ``geo_n`` (right-hand rule).
         normals: optional (V, 3) ``Array3f``/``Array3f64`` per-vertex shading normals
-            (any length; the interpolated normal is normalised).
-        uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates.
+            (any length; the interpolated normal is normalised), every component of width V
+            (as for ``vertices``: a width-1 component is refused, not broadcast).
+        uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates, every
+            component of width V. Normals and uv are read at each query (not snapshotted): one
+            whose component was replaced by one of another width makes queries raise ``ValueError``.
         to_world: optional 4x4 object-to-world matrix acting on column vectors,
             ``p_world = to_world @ [p, 1]``: a ``Matrix4f``/``Matrix4f64`` of the
             backend (width 1) or of ``drjit.scalar`` (held as given, like the others: a
@@ -57,7 +60,7 @@ class Mesh(MeshBase):
     _check_face_range = staticmethod(_check.face_range)
     _shape_text = staticmethod(lambda value: f"width {dr.width(value)}")
     _device_of = staticmethod(lambda call, name, value: _convert.device_name(value))
-    _check_rows = staticmethod(lambda call, name, value, count: _check.width(call, name, value, count, "'vertices'"))
+    _check_rows = staticmethod(lambda call, name, value, count: _check.rows(call, name, value, count, "'vertices'"))
     _check_transform = staticmethod(lambda call, name, value, vertices: check_transform(call, name, value, vertices))
 
     @staticmethod

@@ -174,9 +174,13 @@ def _content_scope(method):
         _check.outside_recording(call)
         if self._device is None:
             return method(self, *args, **kwargs)  # (not built: the lifecycle check raises)
-        if self._device.startswith("cuda") and contents.MODE not in ("1", "all"):
-            return method(self, *args, **kwargs)
-        return scoped(self, *args, **kwargs)
+        token = _check.enter_query(call)  # (named by checks deep inside: rayd.drjit._live)
+        try:
+            if self._device.startswith("cuda") and contents.MODE not in ("1", "all"):
+                return method(self, *args, **kwargs)
+            return scoped(self, *args, **kwargs)
+        finally:
+            _check.leave_query(token)
 
     return query
 
