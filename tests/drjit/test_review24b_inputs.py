@@ -217,3 +217,16 @@ def test_normals_and_uv_with_a_width_one_component_are_refused_at_mesh(m):
         rd.Mesh(tri, faces, uv=m.Array2f(0.0, m.Float([0.0, 1.0, 0.0])))
     with pytest.raises(ValueError, match=r"^rayd\.drjit\.Mesh\(\): 'uv' must have width 3 like 'vertices', got 2"):
         rd.Mesh(tri, faces, uv=m.Array2f(m.Float([0.0, 1.0]), m.Float([0.0, 1.0])))
+
+
+def test_update_mesh_vertices_refuses_a_width_one_component_at_once(m):
+    """``update_mesh_vertices`` took vertices with a width-1 component (``Array3f(xs, ys, -0.5)``) and ``sync()``
+    refused them as ragged; the update itself now does, as ``Mesh()`` does, and the scene stays as it was."""
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(vec(m.Array3f, SQUARES[:4]), vec(m.Array3u, FACES[:2])), dynamic=True)
+    scene.build()
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.update_mesh_vertices\(\): 'vertices' is ragged: "
+                                         r"its components have widths \[4, 4, 1\]"):
+        scene.update_mesh_vertices(0, m.Array3f(m.Float([0.0, 1.0, 1.0, 0.0]), m.Float([0.0, 0.0, 1.0, 1.0]), m.Float(-0.5)))
+    assert scene.is_ready() and not scene.has_pending_updates()
+    np.testing.assert_array_equal(rows(scene.intersect(rd.Ray(m.Array3f(0.5, 0.5, 1.0), m.Array3f(0.0, 0.0, -1.0))).t), [1])
