@@ -20,6 +20,8 @@ Found:
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -230,3 +232,58 @@ def test_update_mesh_vertices_refuses_a_width_one_component_at_once(m):
         scene.update_mesh_vertices(0, m.Array3f(m.Float([0.0, 1.0, 1.0, 0.0]), m.Float([0.0, 0.0, 1.0, 1.0]), m.Float(-0.5)))
     assert scene.is_ready() and not scene.has_pending_updates()
     np.testing.assert_array_equal(rows(scene.intersect(rd.Ray(m.Array3f(0.5, 0.5, 1.0), m.Array3f(0.0, 0.0, -1.0))).t), [1])
+
+
+def _causes(error: BaseException) -> str:
+    text = []
+    while error is not None:
+        text.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__
+    return "\n".join(text)
+
+
+SYMBOLIC = r"'{}' holds symbolic variables of a symbolic loop or conditional \(drjit\.while_loop"
+
+
+def test_symbolic_vertices_are_refused_where_a_scene_would_keep_them(m):
+    """``update_mesh_vertices`` runs inside symbolic loops (bookkeeping), but vertices made from the loop's state
+    are symbolic variables: the call took them, the scene pended, and every later ``sync()`` stopped with
+    Dr.Jit's "jit_var_scatter(): input arrays are symbolic ..." (a mesh made so: at ``build()``)."""
+    v = vec(m.Array3f, SQUARES[:4])
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, vec(m.Array3u, FACES[:2])), dynamic=True)
+    scene.build()
+    made = []
+
+    def body(i):
+        scene.update_mesh_vertices(0, v + m.Array3f(0.0, 0.0, m.Float(i) * 0.25))
+        return (i + 1,)
+
+    def body_mesh(i):
+        made.append(rd.Mesh(v + m.Array3f(0.0, 0.0, m.Float(i)), vec(m.Array3u, FACES[:2])))
+        return (i + 1,)
+
+    for fn, call in ((body, r"Scene\.update_mesh_vertices\(\)"), (body_mesh, r"Mesh\(\)")):
+        with pytest.raises(RuntimeError) as info:
+            dr.while_loop((m.UInt32(0),), lambda i: i < 2, fn, mode="symbolic")
+        assert re.search(r"ValueError: rayd\.drjit\." + call + ": " + SYMBOLIC.format("vertices"),
+                         _causes(info.value)), _causes(info.value)
+    assert scene.is_ready() and not scene.has_pending_updates() and not made
+    scene.sync()
+    np.testing.assert_array_equal(rows(scene.intersect(rd.Ray(m.Array3f(0.5, 0.5, 1.0), m.Array3f(0.0, 0.0, -1.0))).t), [1])
+
+
+def test_symbolic_arrays_left_over_from_a_loop_are_value_errors(m):
+    scene = _scene(m)
+    kept = []
+
+    def body(i):
+        kept.append(m.Array3f(m.Float(i), 0.5, 1.0))
+        return (i + 1,)
+
+    dr.while_loop((m.UInt32(0),), lambda i: i < 2, body, mode="symbolic")
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Scene\.closest_point\(\): " + SYMBOLIC.format("points")):
+        scene.closest_point(kept[0])
+    with pytest.raises(ValueError, match=r"^rayd\.drjit\.Ray\(\): " + SYMBOLIC.format("o")):
+        rd.Ray(kept[0], m.Array3f(0.0, 0.0, -1.0))
+    np.testing.assert_allclose(rows(scene.closest_point(m.Array3f(0.5, 0.5, 1.0)).distance), [1])

@@ -47,7 +47,35 @@ def jit_array(call: str, name: str, value: object, kind: str = "Array3f") -> dr.
             f"(e.g. drjit.llvm.ad.{kind}, drjit.cuda.ad.{kind}), "
             f"got {_convert.type_name(value)}{_foreign_hint(value)}"
         )
+    if not dr.flag(dr.JitFlag.SymbolicScope):  # (inside one, pure Dr.Jit calls such as Camera.generate_rays take them)
+        not_symbolic(call, name, value)
     return value
+
+
+def _symbolic(value: dr.ArrayBase) -> bool:
+    """True if any flat array in ``value`` (components, matrix entries, a tensor's array) is a symbolic variable."""
+    if dr.is_tensor_v(value):
+        return _symbolic(value.array)
+    if dr.depth_v(value) <= 1:
+        return value.state == dr.VarState.Symbolic
+    return any(_symbolic(part) for part in value)
+
+
+def not_symbolic(call: str, name: str, value: dr.ArrayBase) -> None:
+    """``ValueError`` if ``value`` holds symbolic variables (made inside ``drjit.while_loop``, ``drjit.if_stmt``, ...).
+
+    They exist only while their loop or conditional is recorded: an array that keeps one (a
+    mesh's vertices, ``update_mesh_vertices``, an instance's matrix, an edge mask) could not be
+    evaluated by the later ``build()``/``sync()`` (Dr.Jit: "input arrays are symbolic, but the
+    operation was issued outside of a symbolic recording session"), and one passed after its loop
+    ended cannot be evaluated at all.
+    """
+    if _symbolic(value):
+        raise ValueError(
+            f"{call}: '{name}' holds symbolic variables of a symbolic loop or conditional (drjit.while_loop, "
+            f"drjit.if_stmt, drjit.switch, @drjit.syntax), which cannot be evaluated outside it; make the array "
+            f"outside the loop, or run the loop with mode='evaluated'"
+        )
 
 
 def _components(value: dr.ArrayBase) -> int:

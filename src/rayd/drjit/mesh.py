@@ -52,8 +52,9 @@ class Mesh(MeshBase):
     """
 
     # ------------------------------------------------------------------ MeshBase hooks
-    _check_float = staticmethod(_check.float_array)
-    _check_faces = staticmethod(_check.index_array)
+    # (arrays a scene keeps: never symbolic variables, which its later build()/sync() could not read)
+    _check_float = staticmethod(lambda call, name, value, k: _stored(call, name, _check.float_array(call, name, value, k)))
+    _check_faces = staticmethod(lambda call, name, value: _stored(call, name, _check.index_array(call, name, value)))
     _same_device = staticmethod(_check.same_backend)
     _rows = staticmethod(_check.common_width)
     _count = staticmethod(dr.width)
@@ -94,6 +95,12 @@ class Mesh(MeshBase):
     def backend(self) -> str:
         """``'llvm'`` or ``'cuda'``."""
         return _convert.backend_name(self.vertices)
+
+
+def _stored(call: str, name: str, value: dr.ArrayBase) -> dr.ArrayBase:
+    """``value`` unless it holds symbolic variables (:func:`rayd.drjit._check.not_symbolic`)."""
+    _check.not_symbolic(call, name, value)
+    return value
 
 
 def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> dr.ArrayBase:
@@ -141,6 +148,7 @@ def _matrices(call: str, name: str, value: object, expected: str) -> dr.ArrayBas
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
         raise ValueError(f"{call}: '{name}' must {expected}, got {_convert.type_name(value)}")
+    _check.not_symbolic(call, name, value)
     widths = sorted({dr.width(entry) for row in value for entry in row})  # an entry replaced by another width
     if len(set(widths) - {1}) > 1 or (0 in widths and 1 in widths):
         raise ValueError(f"{call}: '{name}' is ragged: its entries have widths {widths}")
