@@ -287,3 +287,22 @@ def test_symbolic_arrays_left_over_from_a_loop_are_value_errors(m):
     with pytest.raises(ValueError, match=r"^rayd\.drjit\.Ray\(\): " + SYMBOLIC.format("o")):
         rd.Ray(kept[0], m.Array3f(0.0, 0.0, -1.0))
     np.testing.assert_allclose(rows(scene.closest_point(m.Array3f(0.5, 0.5, 1.0)).distance), [1])
+
+
+def test_camera_matrix_widened_in_place_is_refused_not_broadcast(m):
+    """``Camera(to_world=M)`` holds ``M`` (one matrix, width 1); an entry replaced by an array of width 3
+    (``M[0][3] = Float(1, 2, 3)``) made ``project`` answer for three cameras (three pixel positions for one
+    point) and ``generate_rays`` fail in ``Ray()``."""
+    M = m.Matrix4f(1)
+    dr.make_opaque(M)
+    camera = rd.Camera(2, 1, fov_y=40.0, to_world=M)
+    xy, depth = camera.project(m.Array3f(0.0, 0.0, 5.0))
+    np.testing.assert_allclose(rows(xy), [[1.0, 0.5]], rtol=1e-6)  # the centre of the 2 x 1 image
+    M[0][3] = m.Float([1.0, 2.0, 3.0])
+    message = r"^rayd\.drjit\.Camera: 'to_world' must hold one matrix \(width 1\), but its entries now have widths \[1, 3\]"
+    with pytest.raises(ValueError, match=message):
+        camera.project(m.Array3f(0.0, 0.0, 5.0))
+    with pytest.raises(ValueError, match=message):
+        camera.generate_rays()
+    M[0][3] = m.Float(1.0)
+    np.testing.assert_allclose(rows(camera.generate_rays().o), [[1.0, 0.0, 0.0]])
