@@ -910,7 +910,8 @@ class Scene:
             explains the rule); triangle ``(0, 1, 2)`` gives edges
             ``(0, 1), (0, 2), (1, 2)``; instances repeat their mesh's edges under their
             own ``shape_id``. Computed by the engine on the scene's device at first use
-            after ``build()`` (one host synchronisation per mesh).
+            after ``build()`` (one host synchronisation per mesh). A copy in its own memory
+            (each call copies the E rows): writes into it never reach the scene.
 
         Raises:
             ValueError: the records would overflow int32 edge ids (a mesh of more than
