@@ -306,3 +306,35 @@ def test_camera_matrix_widened_in_place_is_refused_not_broadcast(m):
         camera.generate_rays()
     M[0][3] = m.Float(1.0)
     np.testing.assert_allclose(rows(camera.generate_rays().o), [[1.0, 0.0, 0.0]])
+
+
+def test_scene_changes_inside_a_frozen_function_are_refused_not_skipped_on_replay(m):
+    """``update_mesh_vertices`` (and the other calls that change the scene) ran inside a function frozen with
+    ``drjit.freeze``: its replays run only the recorded Dr.Jit kernels, so from the third call on the update
+    silently never happened (``t`` stayed 0.8 where 0.7, 0.6 were due)."""
+    v = vec(m.Array3f, SQUARES[:4])
+    scene = rd.Scene()
+    scene.add_mesh(rd.Mesh(v, vec(m.Array3u, FACES[:2])), dynamic=True)
+    scene.build()
+
+    @dr.freeze
+    def step(z):
+        moved = m.Array3f(v.x, v.y, v.z + z)
+        scene.update_mesh_vertices(0, moved)
+        return moved.z
+
+    for k in range(3):
+        with pytest.raises(RuntimeError) as info:
+            step(m.Float(0.1 * (k + 1)))
+        assert re.search(r"RuntimeError: rayd\.drjit\.Scene\.update_mesh_vertices\(\): cannot run inside a function "
+                         r"frozen with drjit\.freeze", _causes(info.value)), _causes(info.value)
+    assert scene.is_ready() and not scene.has_pending_updates()
+    for call in (lambda: scene.set_shape_enabled(0, False), lambda: scene.edge_topology(),
+                 lambda: scene.add_instance(0, m.Matrix4f(1))):
+        frozen = dr.freeze(lambda z, call=call: (call(), z + 1)[1])
+        with pytest.raises(RuntimeError) as info:
+            frozen(m.Float(1.0))
+        assert "cannot run inside a function frozen with drjit.freeze" in _causes(info.value)
+    scene.update_mesh_vertices(0, m.Array3f(v.x, v.y, v.z + 0.25))  # outside: fine
+    scene.sync()
+    np.testing.assert_allclose(rows(scene.intersect(rd.Ray(m.Array3f(0.5, 0.5, 1.0), m.Array3f(0.0, 0.0, -1.0))).t), [0.75])

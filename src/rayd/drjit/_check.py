@@ -238,6 +238,18 @@ def outside_recording(call: str) -> None:
         )
 
 
+def outside_freezing(call: str) -> None:
+    """``RuntimeError`` while ``drjit.freeze`` records: a replay of the frozen function runs only its recorded
+    Dr.Jit kernels, so a scene call made there (``update_mesh_vertices``, ``set_shape_enabled``, ...) would
+    happen at the recording and silently never again (the scene keeps the recorded call's geometry)."""
+    if dr.flag(dr.JitFlag.FreezingScope):
+        raise RuntimeError(
+            f"{call}: cannot run inside a function frozen with drjit.freeze (its replays run only the recorded "
+            f"Dr.Jit kernels, not this call, so the scene would silently keep the first call's state); call it "
+            f"outside the frozen function"
+        )
+
+
 def exact_math(function):
     """``function`` run with ``drjit.JitFlag.FastMath`` off, so that its float64 arithmetic and derivatives are exact.
 
