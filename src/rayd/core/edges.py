@@ -15,6 +15,7 @@ The topology rule itself is the engine's (:mod:`rayd.engine.edge_topology`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -68,6 +69,7 @@ class EdgeState:
 
     - ``_mesh_records(base, stream)``: the engine's records of the mesh ``base`` (a shape
       id of :func:`rayd.core.topology.mesh_passes`) as ``(count, arrays)``;
+    - ``_copy_array(array)``: an independent copy of one topology field (``edge_topology()``'s);
     - ``_make_topology(records, plan)``: the frontend's ``EdgeTopology`` from the passes'
       records (in pass order) gathered by the :class:`~rayd.core.topology.TopologyPlan`;
       also sets its own index arrays, the user mask ``_mask`` (all True) and the buffer
@@ -198,6 +200,18 @@ class EdgeState:
         """True while the edge BVH awaits the refit the last ``sync()`` deferred to the next edge query."""
         return self._bvh is not None and self._stale is not None
 
+    def topology_copy(self) -> Any:
+        """The frontend's ``EdgeTopology`` with every field copied (the frontend's ``_copy_array``).
+
+        What ``edge_topology()`` returns: the scene reads its own topology in later edge queries,
+        silhouettes and edge sampling, so a user's in-place write into the returned arrays
+        (``topo.faces.y += 1``) must not reach it (it made ``silhouette_edges`` crash and
+        ``sample_edges`` sample other edges).
+        """
+        top = self.topology
+        return dataclasses.replace(top, **{f.name: self._copy_array(getattr(top, f.name))
+                                           for f in dataclasses.fields(top)})
+
     def mask(self) -> Any:
         """(E,) bool: the mask last given to ``set_mask`` (all True by default); a copy."""
         self.topology  # noqa: B018
@@ -315,7 +329,7 @@ class EdgeQueries(FrontendDocs):
 
     def edge_topology(self):
         self._require_current(f"{self._PREFIX}.edge_topology()")
-        return self._edges.topology
+        return self._edges.topology_copy()  # (the scene keeps its own: writes into the copy leave it untouched)
 
     def set_edge_mask(self, mask) -> None:
         call = f"{self._PREFIX}.set_edge_mask()"

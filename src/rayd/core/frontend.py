@@ -342,7 +342,7 @@ class SceneBase(FrontendDocs):
     def _check_vertices(self, call: str, name: str, vertices: Any, count: int, mesh_id: int) -> Any:
         """New vertices of mesh ``mesh_id``: a float array of ``count`` 3-vectors (the mesh's checks), else raise."""
         vertices = self._MESH._check_float(call, name, vertices, 3)
-        if self._MESH._count(vertices) != count:
+        if self._MESH._rows(call, name, vertices) != count:  # (Dr.Jit: a ragged array raises here, not at sync())
             raise ValueError(f"{call}: '{name}' must have shape ({count}, 3) like mesh {mesh_id}, "
                              f"got {self._MESH._shape_text(vertices)}")
         return vertices

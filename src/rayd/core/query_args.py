@@ -35,7 +35,9 @@ def ray_checker(ray_type: type, name_of: Callable[[object], str]) -> Callable[[s
     Returns:
         ``check_ray(call, ray, device) -> ray``, which raises ``TypeError`` (not a
         ``ray_type``: ``"{call}: 'ray' must be a rayd.torch.Ray, got list"``) or what
-        ``_same_device`` raises for ``ray.o`` (``ValueError``, "the scene").
+        ``_same_device`` raises for ``ray.o`` (``ValueError``, "the scene"), after the ray's
+        arrays are checked again if they changed since ``Ray()`` (``RayBase._current``: an assigned
+        ``ray.o``, a Dr.Jit component replaced by one of another width).
     """
     want = ray_type._name
     same_device = ray_type._same_device
@@ -43,6 +45,7 @@ def ray_checker(ray_type: type, name_of: Callable[[object], str]) -> Callable[[s
     def check_ray(call: str, ray: object, device: Any) -> Any:
         if not isinstance(ray, ray_type):
             raise TypeError(f"{call}: 'ray' must be a {want}, got {name_of(ray)}")
+        ray = ray._current(call)  # its arrays as they are now (assigned, or a Dr.Jit component of another width)
         same_device(call, "ray.o", ray.o, device, "the scene")
         return ray
 

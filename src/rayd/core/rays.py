@@ -35,33 +35,64 @@ class RayBase(PublicName):
     - ``_batch(value, vector)``: the batch of a checked array (of 3-vectors if ``vector``);
     - ``_broadcast(call, named_batches)``: the common batch, else ``ValueError`` naming them;
     - ``_set_batch(batch)``: store it (torch: ``shape``; Dr.Jit: ``width``);
-    - ``_per_row(t)``: ``t`` shaped to scale ``d`` row by row (for ``ray(t)``; default: ``t``).
+    - ``_per_row(t)``: ``t`` shaped to scale ``d`` row by row (for ``ray(t)``; default: ``t``);
+    - ``_extent(value)``: what an array's batch is read from, cheaply, to see whether it changed
+      (torch: the shape; Dr.Jit: the width of each component).
+
+    A ``Ray`` holds its arrays by reference and its attributes can be assigned, so the arrays a
+    query reads may differ from those ``Ray()`` checked: an assigned ``ray.o``, or a Dr.Jit vector
+    whose component was replaced by one of another width (``o.x = Float(...)``). Every query
+    therefore calls :meth:`_current`, which checks the arrays again when any of them is another
+    object or has another extent than at the last check.
     """
 
     _name = "rayd.Ray"
 
     def __init__(self, o: Any, d: Any, tmax: Any = math.inf, *, tmin: Any = 0.0) -> None:
-        call = f"{self._name}()"
-        o = self._check_vectors(call, "o", o)
-        d = self._check_vectors(call, "d", d)
+        self._assign(f"{self._name}()", "", o, d, tmax, tmin)
+
+    def _assign(self, call: str, prefix: str, o: Any, d: Any, tmax: Any, tmin: Any) -> None:
+        """Check ``o``, ``d``, ``tmax``, ``tmin`` (named ``prefix + "o"``, ...) and hold them with their batch."""
+        o = self._check_vectors(call, prefix + "o", o)
+        d = self._check_vectors(call, prefix + "d", d)
         device = self._device_of(o)
-        self._same_device(call, "d", d, device, "'o'")
+        self._same_device(call, prefix + "d", d, device, f"'{prefix}o'")
         bounds = {}
         for name, value in (("tmax", tmax), ("tmin", tmin)):
-            bounds[name] = interval_bound(call, name, value, self._ARRAYS, self._is_array,
-                                          lambda n, v: self._check_bound(call, n, v, device), self._type_name)
-        batches = [("o", self._batch(o, True)), ("d", self._batch(d, True))]
-        batches += [(n, self._batch(bounds[n], False)) for n in ("tmin", "tmax") if self._is_array(bounds[n])]
+            bounds[name] = interval_bound(call, prefix + name, value, self._ARRAYS, self._is_array,
+                                          lambda n, v: self._check_bound(call, n, v, device, prefix), self._type_name)
+        batches = [(prefix + "o", self._batch(o, True)), (prefix + "d", self._batch(d, True))]
+        batches += [(prefix + n, self._batch(bounds[n], False)) for n in ("tmin", "tmax") if self._is_array(bounds[n])]
         self._set_batch(self._broadcast(call, batches))
         self.o = o
         self.d = d
         self.tmax = bounds["tmax"]
         self.tmin = bounds["tmin"]
+        arrays = (o, d, self.tmax, self.tmin)
+        self._checked = (arrays, tuple(self._extent(a) for a in arrays))
 
-    def _check_bound(self, call: str, name: str, value: Any, device: Any) -> Any:
+    def _current(self, call: str) -> "RayBase":
+        """This ray, its arrays checked again for the query ``call`` if they changed since the last check.
+
+        Cheap when nothing changed (an identity test and the extent of each array). Otherwise the
+        checks of ``Ray()`` run again with the query's ``call`` and the names ``'ray.o'``,
+        ``'ray.d'``, ``'ray.tmax'``, ``'ray.tmin'``, and the batch is measured anew (arrays that
+        still broadcast give the query their new batch).
+
+        Raises:
+            TypeError, ValueError: as ``Ray()`` raises, naming ``call`` and ``'ray.<name>'``.
+        """
+        arrays, extents = self._checked
+        now = (self.o, self.d, self.tmax, self.tmin)
+        if all(a is b for a, b in zip(now, arrays)) and tuple(self._extent(a) for a in now) == extents:
+            return self
+        self._assign(call, "ray.", *now)
+        return self
+
+    def _check_bound(self, call: str, name: str, value: Any, device: Any, prefix: str = "") -> Any:
         """A ``tmin``/``tmax`` array: a float array of the frontend (``_check_flat``) on ``device``, that of ``'o'``."""
         value = self._check_flat(call, name, value)
-        self._same_device(call, name, value, device, "'o'")
+        self._same_device(call, name, value, device, f"'{prefix}o'")
         return value
 
     def __call__(self, t: Any) -> Any:

@@ -481,8 +481,11 @@ class Mesh:
             ``Array3u64`` or ``Array3i64`` of width F, same backend; the winding order
             defines ``geo_n`` (right-hand rule).
         normals: optional (V, 3) ``Array3f``/``Array3f64`` per-vertex shading normals
-            (any length; the interpolated normal is normalised).
-        uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates.
+            (any length; the interpolated normal is normalised), every component of width V
+            (as for ``vertices``: a width-1 component is refused, not broadcast).
+        uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates, every
+            component of width V. Normals and uv are read at each query (not snapshotted): one
+            whose component was replaced by one of another width makes queries raise ``ValueError``.
         to_world: optional 4x4 object-to-world matrix acting on column vectors,
             ``p_world = to_world @ [p, 1]``: a ``Matrix4f``/``Matrix4f64`` of the
             backend (width 1) or of ``drjit.scalar`` (held as given, like the others: a
@@ -907,7 +910,8 @@ class Scene:
             explains the rule); triangle ``(0, 1, 2)`` gives edges
             ``(0, 1), (0, 2), (1, 2)``; instances repeat their mesh's edges under their
             own ``shape_id``. Computed by the engine on the scene's device at first use
-            after ``build()`` (one host synchronisation per mesh).
+            after ``build()`` (one host synchronisation per mesh). A copy in its own memory
+            (each call copies the E rows): writes into it never reach the scene.
 
         Raises:
             ValueError: the records would overflow int32 edge ids (a mesh of more than

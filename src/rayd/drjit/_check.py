@@ -11,6 +11,7 @@ Shapes in Dr.Jit terms: a ``(N, 3)`` input is a 3-vector array (``Array3f``) of 
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import inspect
 import types
@@ -46,7 +47,35 @@ def jit_array(call: str, name: str, value: object, kind: str = "Array3f") -> dr.
             f"(e.g. drjit.llvm.ad.{kind}, drjit.cuda.ad.{kind}), "
             f"got {_convert.type_name(value)}{_foreign_hint(value)}"
         )
+    if not dr.flag(dr.JitFlag.SymbolicScope):  # (inside one, pure Dr.Jit calls such as Camera.generate_rays take them)
+        not_symbolic(call, name, value)
     return value
+
+
+def _symbolic(value: dr.ArrayBase) -> bool:
+    """True if any flat array in ``value`` (components, matrix entries, a tensor's array) is a symbolic variable."""
+    if dr.is_tensor_v(value):
+        return _symbolic(value.array)
+    if dr.depth_v(value) <= 1:
+        return value.state == dr.VarState.Symbolic
+    return any(_symbolic(part) for part in value)
+
+
+def not_symbolic(call: str, name: str, value: dr.ArrayBase) -> None:
+    """``ValueError`` if ``value`` holds symbolic variables (made inside ``drjit.while_loop``, ``drjit.if_stmt``, ...).
+
+    They exist only while their loop or conditional is recorded: an array that keeps one (a
+    mesh's vertices, ``update_mesh_vertices``, an instance's matrix, an edge mask) could not be
+    evaluated by the later ``build()``/``sync()`` (Dr.Jit: "input arrays are symbolic, but the
+    operation was issued outside of a symbolic recording session"), and one passed after its loop
+    ended cannot be evaluated at all.
+    """
+    if _symbolic(value):
+        raise ValueError(
+            f"{call}: '{name}' holds symbolic variables of a symbolic loop or conditional (drjit.while_loop, "
+            f"drjit.if_stmt, drjit.switch, @drjit.syntax), which cannot be evaluated outside it; make the array "
+            f"outside the loop, or run the loop with mode='evaluated'"
+        )
 
 
 def _components(value: dr.ArrayBase) -> int:
@@ -70,7 +99,23 @@ def float_array(call: str, name: str, value: object, components: int) -> dr.Arra
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if _components(value) != components:
         raise _shape_error(call, name, value, components, f"{_EXAMPLE[components]} or {_EXAMPLE[components]}64")
+    if components > 1:
+        broadcast_components(call, name, value)
     return value
+
+
+def broadcast_components(call: str, name: str, value: dr.ArrayBase) -> int:
+    """The width of a vector array whose components broadcast (width 1 against N), or ``ValueError``.
+
+    Dr.Jit lets a component be replaced by one of any width (``o.x = Float(...)``); its own
+    ``dr.width`` then raises "the input is ragged" for two different widths other than 1, and
+    calls an empty component beside width-1 ones width 1, which later operations refuse.
+    """
+    widths = [dr.width(c) for c in value]
+    sizes = set(widths)
+    if len(sizes - {1}) > 1 or (0 in sizes and 1 in sizes):
+        raise ValueError(f"{call}: '{name}' is ragged: its components have widths {widths}")
+    return max(widths)
 
 
 def index_array(call: str, name: str, value: object) -> dr.ArrayBase:
@@ -115,6 +160,13 @@ def width(call: str, name: str, value: dr.ArrayBase, expected: int, like: str) -
     """``ValueError`` unless ``value`` has width ``expected``."""
     if dr.width(value) != expected:
         raise ValueError(f"{call}: '{name}' must have width {expected} like {like}, got {dr.width(value)}")
+
+
+def rows(call: str, name: str, value: dr.ArrayBase, expected: int, like: str) -> None:
+    """``ValueError`` unless every component of ``value`` has width ``expected`` (no width-1 broadcast)."""
+    count = common_width(call, name, value)
+    if count != expected:
+        raise ValueError(f"{call}: '{name}' must have width {expected} like {like}, got {count}")
 
 
 def broadcast(call: str, names_and_widths: list[tuple[str, int]]) -> int:
@@ -186,6 +238,18 @@ def outside_recording(call: str) -> None:
         )
 
 
+def outside_freezing(call: str) -> None:
+    """``RuntimeError`` while ``drjit.freeze`` records: a replay of the frozen function runs only its recorded
+    Dr.Jit kernels, so a scene call made there (``update_mesh_vertices``, ``set_shape_enabled``, ...) would
+    happen at the recording and silently never again (the scene keeps the recorded call's geometry)."""
+    if dr.flag(dr.JitFlag.FreezingScope):
+        raise RuntimeError(
+            f"{call}: cannot run inside a function frozen with drjit.freeze (its replays run only the recorded "
+            f"Dr.Jit kernels, not this call, so the scene would silently keep the first call's state); call it "
+            f"outside the frozen function"
+        )
+
+
 def exact_math(function):
     """``function`` run with ``drjit.JitFlag.FastMath`` off, so that its float64 arithmetic and derivatives are exact.
 
@@ -219,3 +283,23 @@ def exact_math_public(cls: type) -> type:
         if isinstance(attr, types.FunctionType):
             setattr(cls, name, exact_math(attr))
     return cls
+
+
+#: The public query running now (its outermost call), for messages raised deep inside it.
+_QUERY: contextvars.ContextVar[str | None] = contextvars.ContextVar("rayd_drjit_query", default=None)
+
+
+def enter_query(call: str) -> contextvars.Token | None:
+    """Record ``call`` as the query running now unless one already runs (a query inside a query keeps the outer)."""
+    return _QUERY.set(call) if _QUERY.get() is None else None
+
+
+def leave_query(token: contextvars.Token | None) -> None:
+    """Undo :func:`enter_query`."""
+    if token is not None:
+        _QUERY.reset(token)
+
+
+def query_call() -> str:
+    """The public query running now (``"rayd.drjit.Scene.intersect()"``), else ``"rayd.drjit.Scene"``."""
+    return _QUERY.get() or "rayd.drjit.Scene"

@@ -18,7 +18,7 @@ import numpy as np
 
 from rayd.core.live import LiveBase, vertex_attributes
 from rayd.core.shapes import matrix_groups
-from rayd.drjit import _convert
+from rayd.drjit import _check, _convert
 from rayd.drjit._geometry import StackMatrices, compose, concat, normal_columns
 from rayd.drjit._intersect import LiveGeometry
 
@@ -166,6 +166,8 @@ class LiveState(LiveBase):
         Array2 = m.Array2f64 if double else m.Array2f
         rows = self._mesh_rows  # meshes with vertices (width 0 adds no rows)
         vertices = concat([Array3(s.vertices) for s in rows])
+        if self._face_has_normals is not None or self._face_has_uv is not None:
+            _attribute_widths(rows)
         kinds = {3: Array3, 2: Array2}
         normals, uv = vertex_attributes(rows, (self._face_has_normals is not None, self._face_has_uv is not None),
                                         lambda array, k: kinds[k](array), lambda n, k: dr.zeros(kinds[k], n), concat)
@@ -184,6 +186,26 @@ class LiveState(LiveBase):
             transform=transform,
             normal_transform=normal_transform,
         )
+
+
+def _attribute_widths(rows: list) -> None:
+    """``ValueError`` if a mesh's normals or uv no longer have one row per vertex.
+
+    They are read at each query, not snapshotted, and a Dr.Jit vector's component can be
+    replaced by one of another width (``normals.y = Float(...)``): the evaluation's gathers
+    would then read zeros past the end, and every later mesh's rows one place off (a
+    width-1 component, which ``Mesh()`` refuses, would be copied as if it had V rows).
+    """
+    for s in rows:
+        for name in ("normals", "uv"):
+            array = getattr(s.mesh, name)
+            if array is None:
+                continue
+            widths = [dr.width(c) for c in array]
+            if any(w != s.built_vertices for w in widths):
+                raise ValueError(f"{_check.query_call()}: the {name} of mesh {s.base} must keep one row per vertex "
+                                 f"({s.built_vertices}); their components now have widths {widths} (changed in "
+                                 f"place?): pass a new Mesh and build() again")
 
 
 def shape_is_ad(shape) -> bool:

@@ -22,7 +22,8 @@ DOCS = {
         ``global_edge_id`` (``Int``), of the scene's non-differentiable namespace.
 """ + TOPOLOGY_RULE + """; instances repeat their mesh's edges under their
         own ``shape_id``. Computed by the engine on the scene's device at first use
-        after ``build()`` (one host synchronisation per mesh).
+        after ``build()`` (one host synchronisation per mesh). A copy in its own memory
+        (each call copies the E rows): writes into it never reach the scene.
 
     Raises:
 """ + OVERFLOW_RAISES + """        RuntimeError: the scene is not built (or shapes were added since).

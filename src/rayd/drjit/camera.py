@@ -147,6 +147,10 @@ def _intrinsics(camera: Camera, work: tuple) -> tuple:
 
 def _placement(camera: Camera, m, double: bool) -> tuple:
     """``(rows, t)`` of ``to_world`` as ``Array3`` of the working type: its linear part's rows, its translation."""
+    widths = sorted({dr.width(entry) for row in camera.to_world for entry in row})
+    if widths != [1]:  # one matrix at Camera(); an entry replaced in place by another width would broadcast the camera
+        raise ValueError(f"rayd.drjit.Camera: 'to_world' must hold one matrix (width 1), but its entries now have "
+                         f"widths {widths} (changed in place?)")
     M = (m.Matrix4f64 if double else m.Matrix4f)(camera.to_world)
     Array3 = _type(m, double, 3)
     return tuple(Array3(M[i][0], M[i][1], M[i][2]) for i in range(3)), Array3(M[0][3], M[1][3], M[2][3])

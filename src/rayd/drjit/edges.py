@@ -194,10 +194,18 @@ class SceneEdges(EdgeBuffers):
         _convert.fence(self._device)
         del buffer
 
+    def _copy_array(self, array: dr.ArrayBase) -> dr.ArrayBase:
+        """A copy in its own memory: ``drjit.copy`` of an evaluated array shares it, and so does a gather at
+        ``dr.arange`` (Dr.Jit 1.5 folds it), so a write through a NumPy/DLPack view of the "copy" reached the
+        scene's array; a gather at an index with an opaque offset runs a kernel into a new buffer."""
+        UInt32 = _convert.module(self._scene._backend, False).UInt32
+        index = dr.arange(UInt32, dr.width(array)) + dr.opaque(UInt32, 0)
+        copy = dr.gather(type(array), array, index)
+        dr.eval(copy)
+        return copy
+
     def _copy_mask(self) -> dr.ArrayBase:
-        mask = dr.copy(self._mask)
-        dr.eval(mask)
-        return mask
+        return self._copy_array(self._mask)
 
     def _checked_mask(self, call: str, mask: object) -> tuple[dr.ArrayBase, int, str]:
         """The user's mask, checked: a ``Bool`` on the scene's backend and device (copied), its width.
@@ -209,8 +217,7 @@ class SceneEdges(EdgeBuffers):
         mask = _check.bool_array(call, "mask", mask)
         _check.same_backend(call, "mask", mask, self._device, "the scene")
         plain = _convert.module(self._scene._backend, False)
-        checked = plain.Bool(dr.detach(mask))
-        dr.make_opaque(checked)
+        checked = self._copy_array(plain.Bool(dr.detach(mask)))  # (its own memory: the user's later writes stay theirs)
         return checked, dr.width(mask), f"width {dr.width(mask)}"
 
     def _flipped(self, top: EdgeTopology) -> np.ndarray:

@@ -27,8 +27,11 @@ class Mesh(MeshBase):
             ``Array3u64`` or ``Array3i64`` of width F, same backend; the winding order
             defines ``geo_n`` (right-hand rule).
         normals: optional (V, 3) ``Array3f``/``Array3f64`` per-vertex shading normals
-            (any length; the interpolated normal is normalised).
-        uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates.
+            (any length; the interpolated normal is normalised), every component of width V
+            (as for ``vertices``: a width-1 component is refused, not broadcast).
+        uv: optional (V, 2) ``Array2f``/``Array2f64`` per-vertex texture coordinates, every
+            component of width V. Normals and uv are read at each query (not snapshotted): one
+            whose component was replaced by one of another width makes queries raise ``ValueError``.
         to_world: optional 4x4 object-to-world matrix acting on column vectors,
             ``p_world = to_world @ [p, 1]``: a ``Matrix4f``/``Matrix4f64`` of the
             backend (width 1) or of ``drjit.scalar`` (held as given, like the others: a
@@ -49,15 +52,16 @@ class Mesh(MeshBase):
     """
 
     # ------------------------------------------------------------------ MeshBase hooks
-    _check_float = staticmethod(_check.float_array)
-    _check_faces = staticmethod(_check.index_array)
+    # (arrays a scene keeps: never symbolic variables, which its later build()/sync() could not read)
+    _check_float = staticmethod(lambda call, name, value, k: _stored(call, name, _check.float_array(call, name, value, k)))
+    _check_faces = staticmethod(lambda call, name, value: _stored(call, name, _check.index_array(call, name, value)))
     _same_device = staticmethod(_check.same_backend)
     _rows = staticmethod(_check.common_width)
     _count = staticmethod(dr.width)
     _check_face_range = staticmethod(_check.face_range)
     _shape_text = staticmethod(lambda value: f"width {dr.width(value)}")
     _device_of = staticmethod(lambda call, name, value: _convert.device_name(value))
-    _check_rows = staticmethod(lambda call, name, value, count: _check.width(call, name, value, count, "'vertices'"))
+    _check_rows = staticmethod(lambda call, name, value, count: _check.rows(call, name, value, count, "'vertices'"))
     _check_transform = staticmethod(lambda call, name, value, vertices: check_transform(call, name, value, vertices))
 
     @staticmethod
@@ -91,6 +95,12 @@ class Mesh(MeshBase):
     def backend(self) -> str:
         """``'llvm'`` or ``'cuda'``."""
         return _convert.backend_name(self.vertices)
+
+
+def _stored(call: str, name: str, value: dr.ArrayBase) -> dr.ArrayBase:
+    """``value`` unless it holds symbolic variables (:func:`rayd.drjit._check.not_symbolic`)."""
+    _check.not_symbolic(call, name, value)
+    return value
 
 
 def check_transform(call: str, name: str, value: object, like: dr.ArrayBase) -> dr.ArrayBase:
@@ -138,6 +148,10 @@ def _matrices(call: str, name: str, value: object, expected: str) -> dr.ArrayBas
         raise TypeError(f"{call}: '{name}' must have dtype float32 or float64, got {_convert.type_name(value)}")
     if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
         raise ValueError(f"{call}: '{name}' must {expected}, got {_convert.type_name(value)}")
+    _check.not_symbolic(call, name, value)
+    widths = sorted({dr.width(entry) for row in value for entry in row})  # an entry replaced by another width
+    if len(set(widths) - {1}) > 1 or (0 in widths and 1 in widths):
+        raise ValueError(f"{call}: '{name}' is ragged: its entries have widths {widths}")
     return value
 
 

@@ -50,6 +50,12 @@ class Ray(RayBase):
     _batch = staticmethod(lambda value, vector: dr.width(value))
     _check_flat = staticmethod(lambda call, name, value: _check.float_array(call, name, value, 1))
 
+    @staticmethod
+    def _extent(value: object) -> tuple[int, ...] | int | None:
+        if not isinstance(value, dr.ArrayBase):
+            return None
+        return tuple(dr.width(c) for c in value) if dr.depth_v(value) > 1 else dr.width(value)
+
     def _set_batch(self, width: int) -> None:
         self.width = width
 

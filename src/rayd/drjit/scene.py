@@ -174,9 +174,13 @@ def _content_scope(method):
         _check.outside_recording(call)
         if self._device is None:
             return method(self, *args, **kwargs)  # (not built: the lifecycle check raises)
-        if self._device.startswith("cuda") and contents.MODE not in ("1", "all"):
-            return method(self, *args, **kwargs)
-        return scoped(self, *args, **kwargs)
+        token = _check.enter_query(call)  # (named by checks deep inside: rayd.drjit._live)
+        try:
+            if self._device.startswith("cuda") and contents.MODE not in ("1", "all"):
+                return method(self, *args, **kwargs)
+            return scoped(self, *args, **kwargs)
+        finally:
+            _check.leave_query(token)
 
     return query
 
@@ -201,6 +205,24 @@ def _outside_recording(method):
 
 for _name in ("build", "sync", "set_mesh_transform"):  # (they read arrays on the host: Dr.Jit's obscure errors there)
     setattr(Scene, _name, _outside_recording(getattr(Scene, _name)))
+
+
+def _outside_freezing(method):
+    """``method`` (a call that changes the scene or returns its arrays) refused while ``drjit.freeze`` records
+    (:func:`_check.outside_freezing`: replays would skip it); it still runs in symbolic loops (bookkeeping)."""
+    call = f"rayd.drjit.Scene.{method.__name__}()"
+
+    @functools.wraps(method)
+    def scene_call(self, *args, **kwargs):
+        _check.outside_freezing(call)
+        return method(self, *args, **kwargs)
+
+    return scene_call
+
+
+for _name in ("add_mesh", "add_instance", "update_mesh_vertices", "set_shape_enabled", "set_edge_mask", "edge_mask",
+              "edge_topology"):
+    setattr(Scene, _name, _outside_freezing(getattr(Scene, _name)))
 del _name
 serialise_public(Scene)
 _check.exact_math_public(Scene)  # float64 derivatives exact on CUDA (FastMath off inside every call)

@@ -1119,7 +1119,8 @@ class Scene:
             (so at most ``10.5 F`` records for ``F`` faces; ``rayd.engine.edge_topology``
             explains the rule); triangle ``(0, 1, 2)`` gives edges
             ``(0, 1), (0, 2), (1, 2)``. Computed on the scene's device at first use
-            after ``build()``.
+            after ``build()``. A copy (each call clones the E rows): writes into it never
+            reach the scene.
 
         Raises:
             ValueError: the records would overflow int32 edge ids (a mesh of more than

@@ -20,7 +20,8 @@ DOCS = {
         :class:`EdgeTopology` with ``v [E, 2]``, ``faces [E, 2]``, ``opposite [E, 2]``,
         ``is_boundary [E]``, ``shape_id [E]``, ``edge_id [E]``, ``global_edge_id [E]``.
 """ + TOPOLOGY_RULE + """. Computed on the scene's device at first use
-        after ``build()``.
+        after ``build()``. A copy (each call clones the E rows): writes into it never
+        reach the scene.
 
     Raises:
 """ + OVERFLOW_RAISES + """        RuntimeError: the scene is not built (or meshes were added since).

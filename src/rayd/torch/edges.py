@@ -235,6 +235,10 @@ class SceneEdges(EdgeBuffers):
         else:
             self._points.copy_(world)
 
+    @staticmethod
+    def _copy_array(array: torch.Tensor) -> torch.Tensor:
+        return array.clone()
+
     def _copy_mask(self) -> torch.Tensor:
         return self._mask.clone()
 

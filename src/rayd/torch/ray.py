@@ -73,6 +73,10 @@ class Ray(RayBase):
     def _batch(value: torch.Tensor, vector: bool) -> torch.Size:
         return value.shape[:-1] if vector else value.shape
 
+    @staticmethod
+    def _extent(value: object) -> torch.Size | None:
+        return value.shape if isinstance(value, torch.Tensor) else None
+
     def _set_batch(self, batch: torch.Size) -> None:
         self.shape = batch
 
