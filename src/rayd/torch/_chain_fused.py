@@ -78,7 +78,7 @@ class _FusedChain(torch.autograd.Function):
              _convert.scalar_view(count), _convert.scalar_view(length)],
             _convert.current_stream(device),
         )
-        ctx.save_for_backward(origin, direction, vertices, out_ids)
+        _convert.save_for_backward(ctx, origin, direction, vertices, out_ids)
         ctx.info = info
         ctx.mark_non_differentiable(out_ids, count)
         return t, *vec, length, out_ids, count
@@ -86,7 +86,7 @@ class _FusedChain(torch.autograd.Function):
     @staticmethod
     @serialised
     def backward(ctx, *grads):  # noqa: D102
-        origin, direction, vertices, ids = ctx.saved_tensors
+        origin, direction, vertices, ids = _convert.saved_tensors(ctx)
         scene, tmin, tmax, batch, evaluate = ctx.info
         needs = ctx.needs_input_grad[:3]
         create = torch.is_grad_enabled()  # create_graph=True: the gradient must be differentiable

@@ -179,6 +179,27 @@ def serialised(fn):
     return runtime.serialised(fn, torch.compiler.is_compiling)
 
 
+def save_for_backward(ctx, *tensors: torch.Tensor | None) -> None:
+    """``ctx.save_for_backward(*tensors)``, keeping inference tensors on ``ctx`` instead.
+
+    torch refuses to save a tensor made under ``torch.inference_mode()`` ("Inference tensors
+    cannot be saved for backward"), yet a scene may hold such vertices and a query may get such
+    rays (docs/lifecycle.md: nothing is refused). An inference tensor never requires a gradient
+    and has no version counter for ``saved_tensors`` to check, so holding it directly loses no
+    check. Read them back with :func:`saved_tensors`.
+    """
+    kept = tuple(t if t is not None and t.is_inference() else None for t in tensors)
+    ctx.save_for_backward(*(None if k is not None else t for t, k in zip(tensors, kept)))
+    ctx.inference_tensors = kept if any(k is not None for k in kept) else None
+
+
+def saved_tensors(ctx) -> tuple[torch.Tensor | None, ...]:
+    """The tensors given to :func:`save_for_backward`, in order (``ctx.saved_tensors`` checks versions)."""
+    saved = ctx.saved_tensors
+    kept = ctx.inference_tensors
+    return saved if kept is None else tuple(t if k is None else k for t, k in zip(saved, kept))
+
+
 def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):
     """``value`` as a NumPy array on the host (detached; ``dtype`` if given), also inside
     ``torch.func`` transforms, whose ops (even on plain tensors) return wrappers without

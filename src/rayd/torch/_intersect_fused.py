@@ -55,14 +55,14 @@ class _FusedEvaluate(torch.autograd.Function):
         outputs = _empty_outputs(n, device)
         engine.evaluate_hits(*_views(o_rows, d_rows, global_prim_id, vertices, indices), _out_views(outputs),
                              _convert.current_stream(device))
-        ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        _convert.save_for_backward(ctx, o_rows, d_rows, vertices, global_prim_id, indices)
         ctx.set_materialize_grads(False)  # unused outputs' gradients stay None (zeros made below)
         return tuple(outputs)
 
     @staticmethod
     @serialised
     def backward(ctx, grad_t, grad_p, grad_n, grad_b):  # noqa: D102
-        o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
+        o_rows, d_rows, vertices, global_prim_id, indices = _convert.saved_tensors(ctx)
         if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable
             return _differentiable_backward(
                 ctx.needs_input_grad, (o_rows, d_rows, vertices), global_prim_id, indices,
@@ -102,7 +102,7 @@ class _FusedClosest(torch.autograd.Function):
             o_rows, d_rows, vertices, global_prim_id, indices, offsets, tmin, tmax, geometric)
         ctx.mark_non_differentiable(shape_id, prim_id)
         ctx.set_materialize_grads(False)  # unused outputs: None, not (N, 3) zeros made by autograd
-        ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        _convert.save_for_backward(ctx, o_rows, d_rows, vertices, global_prim_id, indices)
         ctx.geometric = geometric
         ctx.views = (o, d, gid, v, idx)  # the backward's Warp views: five wp.from_torch calls fewer
         return (t, *vec, shape_id, prim_id)
@@ -110,7 +110,7 @@ class _FusedClosest(torch.autograd.Function):
     @staticmethod
     @serialised
     def backward(ctx, *grads):  # noqa: D102
-        o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
+        o_rows, d_rows, vertices, global_prim_id, indices = _convert.saved_tensors(ctx)
         needs = ctx.needs_input_grad
         grads = tuple(grads[:4]) if ctx.geometric else (grads[0], None, None, None)
         rest = (None,) * 6
