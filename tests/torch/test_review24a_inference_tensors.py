@@ -8,8 +8,9 @@ float32 paths (``intersect``, ``intersect_all``, ``trace_reflections``,
 ``nearest_edge(points)``, ``nearest_edges``), which saved the vertex tensor itself for
 the backward; the same call in float64, on a transformed mesh, or through
 ``closest_point`` worked. Likewise inference-mode rays or points with vertices that
-require a gradient. The fused paths now keep such tensors (which have no version
-counter to check and never require a gradient) out of ``save_for_backward``.
+require a gradient. The fused paths now save a copy of such a tensor: it has no version
+counter, so a write into it between the forward and the backward would otherwise go
+unseen and the backward would differentiate the new geometry.
 
 Values: a unit quad at ``z = 0`` hit from ``z = 2`` straight down (``d = (0, 0, -1)``):
 ``t = o_z``, so ``dt/do = (0, 0, 1)``; raising every vertex by ``δ`` lowers ``t`` by
@@ -108,3 +109,29 @@ def test_inference_mode_vertices_with_a_second_order_gradient(device):
     torch.testing.assert_close(grad_d.detach().cpu(), want, rtol=1e-5, atol=1e-6)
     (second,) = torch.autograd.grad(grad_d[:, 2].sum(), o)
     torch.testing.assert_close(second.cpu(), torch.tensor([[0.0, 0, 1]]).expand(len(ORIGINS), 3), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["intersect", "intersect_minimal", "trace_reflections"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_backward_after_an_in_place_write_into_inference_vertices_uses_the_forward_geometry(device, dtype, name):
+    """An inference tensor has no version counter, so nothing would notice a write between the
+    forward and the backward: the backward must not read the vertices again (it keeps a copy)."""
+    with torch.inference_mode():
+        vertices = torch.tensor(QUAD, dtype=dtype, device=device)
+    scene = _scene(vertices, device)
+    o = torch.tensor(ORIGINS, dtype=dtype, device=device)
+    d = torch.tensor([0.0, 0.05, -1], dtype=dtype, device=device).expand(len(ORIGINS), 3).contiguous().requires_grad_()
+    value = _queries()[name](scene, o, d, None)
+    with torch.inference_mode():
+        vertices[:, 2] += 1.0  # the quad moves up to z = 1 after the forward
+    scene.sync()
+    (grad_d,) = torch.autograd.grad(value, d)
+    # For the quad at z = 0 (the forward's): t = -o_z / d_z, dt/dd_z = o_z / d_z^2 = o_z (d_z = -1),
+    # dt/dd_y = 0. For a chain, path_length = t |d| adds t d / |d| to the gradient.
+    want = torch.zeros(len(ORIGINS), 3)
+    t = torch.tensor(ORIGINS)[:, 2]
+    want[:, 2] = t
+    if name == "trace_reflections":
+        dd = torch.tensor([0.0, 0.05, -1])
+        want = want * dd.norm() + t[:, None] * dd / dd.norm()
+    torch.testing.assert_close(grad_d.cpu().float(), want, rtol=1e-5, atol=1e-6)

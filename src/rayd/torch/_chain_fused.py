@@ -86,7 +86,7 @@ class _FusedChain(torch.autograd.Function):
     @staticmethod
     @serialised
     def backward(ctx, *grads):  # noqa: D102
-        origin, direction, vertices, ids = _convert.saved_tensors(ctx)
+        origin, direction, vertices, ids = ctx.saved_tensors
         scene, tmin, tmax, batch, evaluate = ctx.info
         needs = ctx.needs_input_grad[:3]
         create = torch.is_grad_enabled()  # create_graph=True: the gradient must be differentiable

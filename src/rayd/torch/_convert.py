@@ -179,25 +179,23 @@ def serialised(fn):
     return runtime.serialised(fn, torch.compiler.is_compiling)
 
 
-def save_for_backward(ctx, *tensors: torch.Tensor | None) -> None:
-    """``ctx.save_for_backward(*tensors)``, keeping inference tensors on ``ctx`` instead.
+def save_for_backward(ctx, *tensors: torch.Tensor | None) -> bool:
+    """``ctx.save_for_backward(*tensors)``, saving a copy of each inference tensor; True if any.
 
     torch refuses to save a tensor made under ``torch.inference_mode()`` ("Inference tensors
     cannot be saved for backward"), yet a scene may hold such vertices and a query may get such
-    rays (docs/lifecycle.md: nothing is refused). An inference tensor never requires a gradient
-    and has no version counter for ``saved_tensors`` to check, so holding it directly loses no
-    check. Read them back with :func:`saved_tensors`.
+    rays (docs/lifecycle.md: nothing is refused). Such a tensor has no version counter, so an
+    in-place write between the forward and the backward would go unseen: the backward reads a
+    copy taken now instead (made outside inference mode, an ordinary tensor; an inference
+    tensor never requires a gradient, so nothing flows to it). Where this returns True, Warp
+    views of the original tensors made in the forward must not be reused by the backward.
     """
-    kept = tuple(t if t is not None and t.is_inference() else None for t in tensors)
-    ctx.save_for_backward(*(None if k is not None else t for t, k in zip(tensors, kept)))
-    ctx.inference_tensors = kept if any(k is not None for k in kept) else None
-
-
-def saved_tensors(ctx) -> tuple[torch.Tensor | None, ...]:
-    """The tensors given to :func:`save_for_backward`, in order (``ctx.saved_tensors`` checks versions)."""
-    saved = ctx.saved_tensors
-    kept = ctx.inference_tensors
-    return saved if kept is None else tuple(t if k is None else k for t, k in zip(saved, kept))
+    copied = any(t is not None and t.is_inference() for t in tensors)
+    if copied:
+        with torch.inference_mode(False):
+            tensors = tuple(t.clone() if t is not None and t.is_inference() else t for t in tensors)
+    ctx.save_for_backward(*tensors)
+    return copied
 
 
 def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):

@@ -62,7 +62,7 @@ class _FusedEvaluate(torch.autograd.Function):
     @staticmethod
     @serialised
     def backward(ctx, grad_t, grad_p, grad_n, grad_b):  # noqa: D102
-        o_rows, d_rows, vertices, global_prim_id, indices = _convert.saved_tensors(ctx)
+        o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable
             return _differentiable_backward(
                 ctx.needs_input_grad, (o_rows, d_rows, vertices), global_prim_id, indices,
@@ -102,15 +102,16 @@ class _FusedClosest(torch.autograd.Function):
             o_rows, d_rows, vertices, global_prim_id, indices, offsets, tmin, tmax, geometric)
         ctx.mark_non_differentiable(shape_id, prim_id)
         ctx.set_materialize_grads(False)  # unused outputs: None, not (N, 3) zeros made by autograd
-        _convert.save_for_backward(ctx, o_rows, d_rows, vertices, global_prim_id, indices)
+        copied = _convert.save_for_backward(ctx, o_rows, d_rows, vertices, global_prim_id, indices)
         ctx.geometric = geometric
-        ctx.views = (o, d, gid, v, idx)  # the backward's Warp views: five wp.from_torch calls fewer
+        # The backward's Warp views: five wp.from_torch calls fewer (not of inference tensors, saved as copies).
+        ctx.views = None if copied else (o, d, gid, v, idx)
         return (t, *vec, shape_id, prim_id)
 
     @staticmethod
     @serialised
     def backward(ctx, *grads):  # noqa: D102
-        o_rows, d_rows, vertices, global_prim_id, indices = _convert.saved_tensors(ctx)
+        o_rows, d_rows, vertices, global_prim_id, indices = ctx.saved_tensors
         needs = ctx.needs_input_grad
         grads = tuple(grads[:4]) if ctx.geometric else (grads[0], None, None, None)
         rest = (None,) * 6

@@ -58,7 +58,7 @@ class _FusedEdgeEvaluate(torch.autograd.Function):
     @staticmethod
     @serialised
     def backward(ctx, grad_distance, grad_t, grad_point):  # noqa: D102
-        point_rows, vertices, global_edge_id, edge_v = _convert.saved_tensors(ctx)
+        point_rows, vertices, global_edge_id, edge_v = ctx.saved_tensors
         if torch.is_grad_enabled():  # create_graph=True: the gradient must be differentiable
             return _differentiable_backward(
                 ctx.needs_input_grad, point_rows, vertices, ctx.repeat, global_edge_id, edge_v,
