@@ -36,8 +36,8 @@ def differentiable(tensor: torch.Tensor | None) -> bool:
         return False
     if tensor.requires_grad:
         return True
-    if _convert.transforms_active() and _convert.is_wrapped(tensor):
-        return True
+    if _convert.transforms_active() and _convert.is_wrapped(tensor) and _convert.grad_tracked(tensor):
+        return True  # a tensor only batched by vmap carries no gradient: the value-only paths run
     return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
 
 
