@@ -241,18 +241,18 @@ def is_batched(tensor: torch.Tensor) -> bool:
         tensor = _get_unwrapped(tensor)
 
 
-def grad_tracked(tensor: torch.Tensor) -> bool:
-    """True if a functorch wrapper of ``tensor`` tracks gradients (``grad``, ``jvp``, ``jacrev``, ...) or the
-    tensor under its ``vmap`` levels requires grad; False for a tensor only batched by ``vmap``."""
+def grad_wrapped(tensor: torch.Tensor) -> bool:
+    """True if a functorch wrapper of ``tensor`` tracks gradients (``grad``, ``jvp``, ``jacrev``, ...);
+    False for a plain tensor and for one only batched by ``vmap``."""
     if _is_wrapped is None:
-        return bool(tensor.requires_grad)
+        return False
     from torch._C._functorch import is_gradtrackingtensor  # noqa: PLC0415
 
     while _is_wrapped(tensor):
         if is_gradtrackingtensor(tensor):
             return True
         tensor = _get_unwrapped(tensor)
-    return bool(tensor.requires_grad)
+    return False
 
 
 def transforms_active() -> bool:
