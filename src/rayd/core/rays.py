@@ -17,6 +17,10 @@ from rayd.core.edges import document
 from rayd.core.frontend import PublicName
 
 
+#: The fields of a ``Ray`` whose assignment :meth:`RayBase.__setattr__` checks.
+_FIELDS = ("o", "d", "tmax", "tmin")
+
+
 class RayBase(PublicName):
     """Shared construction of ``rayd.torch.Ray`` and ``rayd.drjit.Ray``: ``o + t d`` for ``tmin < t < tmax``.
 
@@ -41,6 +45,23 @@ class RayBase(PublicName):
     _name = "rayd.Ray"
 
     def __init__(self, o: Any, d: Any, tmax: Any = math.inf, *, tmin: Any = 0.0) -> None:
+        self._assign(o, d, tmax, tmin)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        """Assigning ``o``, ``d``, ``tmax`` or ``tmin`` checks the ray again as ``Ray()`` does.
+
+        The batch shape follows the new value; on an error nothing changes (a ``Ray`` may be
+        reused across steps, e.g. ``ray.o = new_origins``).
+        """
+        if name in _FIELDS and "_checked" in self.__dict__:
+            fields = {field: self.__dict__[field] for field in _FIELDS}
+            fields[name] = value
+            self._assign(fields["o"], fields["d"], fields["tmax"], fields["tmin"])
+            return
+        object.__setattr__(self, name, value)
+
+    def _assign(self, o: Any, d: Any, tmax: Any, tmin: Any) -> None:
+        """Check the four fields together (``Ray()``'s order and messages), then store them and the batch."""
         call = f"{self._name}()"
         o = self._check_vectors(call, "o", o)
         d = self._check_vectors(call, "d", d)
@@ -52,11 +73,11 @@ class RayBase(PublicName):
                                           lambda n, v: self._check_bound(call, n, v, device), self._type_name)
         batches = [("o", self._batch(o, True)), ("d", self._batch(d, True))]
         batches += [(n, self._batch(bounds[n], False)) for n in ("tmin", "tmax") if self._is_array(bounds[n])]
-        self._set_batch(self._broadcast(call, batches))
-        self.o = o
-        self.d = d
-        self.tmax = bounds["tmax"]
-        self.tmin = bounds["tmin"]
+        batch = self._broadcast(call, batches)
+        self._set_batch(batch)
+        for name, value in (("o", o), ("d", d), ("tmax", bounds["tmax"]), ("tmin", bounds["tmin"])):
+            object.__setattr__(self, name, value)
+        object.__setattr__(self, "_checked", True)
 
     def _check_bound(self, call: str, name: str, value: Any, device: Any) -> Any:
         """A ``tmin``/``tmax`` array: a float array of the frontend (``_check_flat``) on ``device``, that of ``'o'``."""

@@ -23,7 +23,8 @@ class Ray(RayBase):
             ``tmax = inf`` the whole line), ``t`` measured from ``o``.
 
     As :class:`rayd.torch.Ray` (whose docstring states the rules): a ``Ray`` holds no
-    scene state (reuse one across steps, refits and scenes), malformed rays (a NaN
+    scene state (reuse one across steps, refits and scenes; assigning ``o``, ``d``,
+    ``tmax`` or ``tmin`` later is checked as ``Ray()`` checks them), malformed rays (a NaN
     bound included) are misses, not errors (``nearest_edge``'s segment ``s in [tmin,
     tmax]`` is closed), and ``tmin = -inf`` searches from just before the ray enters
     the scene's bounding box.

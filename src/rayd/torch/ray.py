@@ -23,7 +23,8 @@ class Ray(RayBase):
             ``o`` (negative behind it), and the closest hit is the one of smallest ``t``.
 
     A ``Ray`` holds no scene state: one instance may be reused across steps, refits
-    and scenes. Malformed rays (NaN or inf components in ``o`` or ``d``, a zero
+    and scenes. Assigning ``o``, ``d``, ``tmax`` or ``tmin`` later is checked as
+    ``Ray()`` checks them (the batch follows the new value; on an error nothing changes). Malformed rays (NaN or inf components in ``o`` or ``d``, a zero
     direction, a NaN or ``+inf`` bound, ``tmax <= tmin``) are not errors; queries report
     them as misses. The exception is ``nearest_edge``, whose segment ``s in [tmin, tmax]``
     is closed: there ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin``
