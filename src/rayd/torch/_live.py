@@ -51,10 +51,11 @@ def needs_gradient(tensor: torch.Tensor | None) -> bool:
     """
     if tensor is None:
         return False
-    if tensor.requires_grad or _convert.unwrapped(tensor).requires_grad:
-        if torch.is_grad_enabled():
-            return True
-    if _convert.transforms_active() and _convert.is_wrapped(tensor) and _convert.grad_wrapped(tensor):
+    grad_mode = torch.is_grad_enabled()
+    if tensor.requires_grad and grad_mode:
+        return True
+    if _convert.transforms_active() and _convert.is_wrapped(tensor) and (  # never while compiling
+            _convert.grad_wrapped(tensor) or (grad_mode and _convert.unwrapped(tensor).requires_grad)):
         return True
     return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
 
