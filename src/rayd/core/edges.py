@@ -16,7 +16,7 @@ The topology rule itself is the engine's (:mod:`rayd.engine.edge_topology`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from rayd.core.docs import FrontendDocs, document  # noqa: F401 - document re-exported (its first home)
@@ -54,6 +54,15 @@ class TopologyBase(PublicName):
 
     def __repr__(self) -> str:
         return f"{self._name}(num_edges={self.num_edges}, {frontend_module(self, '_convert').where(self.v)})"
+
+    @staticmethod
+    def _copy_array(array: Any) -> Any:
+        """An independent copy of one field (a frontend hook: ``tensor.clone()``, ``type(a)(a)``)."""
+        raise NotImplementedError
+
+    def copy(self):
+        """A record of the same type whose fields are copies: writes into them leave this one as it is."""
+        return replace(self, **{f.name: self._copy_array(getattr(self, f.name)) for f in fields(self)})
 
 
 class EdgeState:
@@ -315,7 +324,9 @@ class EdgeQueries(FrontendDocs):
 
     def edge_topology(self):
         self._require_current(f"{self._PREFIX}.edge_topology()")
-        return self._edges.topology
+        # A copy: the edge queries read the scene's own record, which in-place writes into the
+        # returned arrays must not reach (DESIGN.md: changes are detected or refused).
+        return self._edges.topology.copy()
 
     def set_edge_mask(self, mask) -> None:
         call = f"{self._PREFIX}.set_edge_mask()"

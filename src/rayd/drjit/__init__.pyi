@@ -361,6 +361,9 @@ class EdgeTopology:
 
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [(0, 1), (0, 2), (1, 2)]``, all boundary.
+
+    ``Scene.edge_topology()`` returns a copy of the scene's record: assigning items of
+    these arrays (``top.shape_id[0] = 5``) changes nothing in the scene.
     """
     v: drjit.ArrayBase
     """(E, 2) ``Array2i`` mesh-local vertex ids, ``v.x < v.y`` (unless a face is degenerate); ``edge_t`` runs from ``v.x`` (0) to ``v.y`` (1)."""
@@ -378,6 +381,8 @@ class EdgeTopology:
     """(E,) ``Int`` the lane index ``0 .. E-1``."""
     def __init__(self, v: Any, faces: Any, opposite: Any, is_boundary: Any, shape_id: Any, edge_id: Any, global_edge_id: Any) -> None: ...
     def __len__(self) -> int: ...
+    def copy(self):
+        """A record of the same type whose fields are copies: writes into them leave this one as it is."""
     @property
     def num_edges(self) -> int:
         """E, the number of edge records."""

@@ -45,7 +45,15 @@ class EdgeTopology(TopologyBase):
 
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [(0, 1), (0, 2), (1, 2)]``, all boundary.
+
+    ``Scene.edge_topology()`` returns a copy of the scene's record: assigning items of
+    these arrays (``top.shape_id[0] = 5``) changes nothing in the scene.
     """
+
+    @staticmethod
+    def _copy_array(array):
+        """A new array of the same type and values (Dr.Jit's value semantics: later writes stay in it)."""
+        return type(array)(array)
 
 
 class NearestEdge(DrjitRecord, EdgeRecord):

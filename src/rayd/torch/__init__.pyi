@@ -469,6 +469,9 @@ class EdgeTopology:
 
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [[0, 1], [0, 2], [1, 2]]``, all boundary.
+
+    ``Scene.edge_topology()`` returns a copy of the scene's record: writing into these
+    tensors changes nothing in the scene.
     """
     v: torch.Tensor
     """(E, 2) int32 mesh-local vertex ids, ``v[:, 0] < v[:, 1]`` (unless a face is degenerate); ``edge_t`` runs from ``v[:, 0]`` (0) to ``v[:, 1]`` (1)."""
@@ -486,6 +489,8 @@ class EdgeTopology:
     """(E,) int32 the row index ``0 .. E-1``."""
     def __init__(self, v: Any, faces: Any, opposite: Any, is_boundary: Any, shape_id: Any, edge_id: Any, global_edge_id: Any) -> None: ...
     def __len__(self) -> int: ...
+    def copy(self):
+        """A record of the same type whose fields are copies: writes into them leave this one as it is."""
     @property
     def num_edges(self) -> int:
         """E, the number of edge records."""
