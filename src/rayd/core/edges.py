@@ -60,7 +60,7 @@ class TopologyBase(PublicName):
         """An independent copy of one field (a frontend hook: ``tensor.clone()``, ``type(a)(a)``)."""
         raise NotImplementedError
 
-    def copy(self):
+    def copy(self) -> "TopologyBase":
         """A record of the same type whose fields are copies: writes into them leave this one as it is."""
         return replace(self, **{f.name: self._copy_array(getattr(self, f.name)) for f in fields(self)})
 

@@ -489,7 +489,7 @@ class EdgeTopology:
     """(E,) int32 the row index ``0 .. E-1``."""
     def __init__(self, v: Any, faces: Any, opposite: Any, is_boundary: Any, shape_id: Any, edge_id: Any, global_edge_id: Any) -> None: ...
     def __len__(self) -> int: ...
-    def copy(self):
+    def copy(self) -> Self:
         """A record of the same type whose fields are copies: writes into them leave this one as it is."""
     @property
     def num_edges(self) -> int:
