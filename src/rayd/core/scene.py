@@ -48,6 +48,9 @@ from rayd.engine.triangles import TriangleScene
 #: Scenes of at most this many meshes get their per-face ids written by a kernel per mesh.
 _DEVICE_IDS_MAX_MESHES = 16
 
+#: Most faces a scene may number: ``global_prim_id`` is int32 (ids ``0 .. 2^31 - 2``; -1 is a miss).
+MAX_GLOBAL_FACES = 2**31 - 1
+
 
 class SceneCore:
     """Shapes, change tracking, transforms and the engine structures of one scene.
@@ -105,13 +108,20 @@ class SceneCore:
         """Check and snapshot every shape, then build the acceleration structures.
 
         Raises:
-            ValueError: the scene has no triangles, a mesh's faces index outside its
-                vertices, or a mesh has non-finite vertices.
+            ValueError: the scene has no triangles, more faces than int32 ``global_prim_id``
+                can number (each instance counts its mesh's faces again), a mesh's faces
+                index outside its vertices, or a mesh has non-finite vertices.
         """
         table = self.table
         meshes = table.meshes
         if not meshes or sum(s.num_faces for s in meshes) == 0:
             raise ValueError(f"{call}: the scene is empty; add a mesh with at least one face first")
+        total = sum(s.num_faces for s in table.shapes)
+        if total > MAX_GLOBAL_FACES:
+            raise ValueError(
+                f"{call}: the scene has {total:,} faces counting each instance's own, more than the "
+                f"{MAX_GLOBAL_FACES:,} that int32 global_prim_id can number; use fewer instances or "
+                f"smaller meshes (or several scenes)")
         device = warp_device(self.device)
         stream = self.arrays.stream(self.device)
         # Every Warp operation of the build (fills, uploads, copies) on the frontend's stream,

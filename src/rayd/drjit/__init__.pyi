@@ -361,6 +361,9 @@ class EdgeTopology:
 
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [(0, 1), (0, 2), (1, 2)]``, all boundary.
+
+    ``Scene.edge_topology()`` returns a copy of the scene's record: assigning items of
+    these arrays (``top.shape_id[0] = 5``) changes nothing in the scene.
     """
     v: drjit.ArrayBase
     """(E, 2) ``Array2i`` mesh-local vertex ids, ``v.x < v.y`` (unless a face is degenerate); ``edge_t`` runs from ``v.x`` (0) to ``v.y`` (1)."""
@@ -655,7 +658,9 @@ class Ray:
             ``tmax = inf`` the whole line), ``t`` measured from ``o``.
 
     As :class:`rayd.torch.Ray` (whose docstring states the rules): a ``Ray`` holds no
-    scene state (reuse one across steps, refits and scenes), malformed rays (a NaN
+    scene state (reuse one across steps, refits and scenes; a query checks its arrays
+    again when one was reassigned or a component replaced by one of another width),
+    malformed rays (a NaN
     bound included) are misses, not errors (``nearest_edge``'s segment ``s in [tmin,
     tmax]`` is closed), and ``tmin = -inf`` searches from just before the ray enters
     the scene's bounding box.
@@ -687,6 +692,13 @@ class Ray:
     @property
     def shape(self) -> tuple[int]:
         """The batch shape ``(N,)``."""
+    @property
+    def width(self) -> int:
+        """N, the batch width of the arrays as they are now (checked again after an assignment).
+
+        Raises:
+            TypeError, ValueError: as ``Ray()``, when a reassigned array does not fit.
+        """
 
 
 class ReflectionChain:

@@ -23,7 +23,9 @@ class Ray(RayBase):
             ``tmax = inf`` the whole line), ``t`` measured from ``o``.
 
     As :class:`rayd.torch.Ray` (whose docstring states the rules): a ``Ray`` holds no
-    scene state (reuse one across steps, refits and scenes), malformed rays (a NaN
+    scene state (reuse one across steps, refits and scenes; a query checks its arrays
+    again when one was reassigned or a component replaced by one of another width),
+    malformed rays (a NaN
     bound included) are misses, not errors (``nearest_edge``'s segment ``s in [tmin,
     tmax]`` is closed), and ``tmin = -inf`` searches from just before the ray enters
     the scene's bounding box.
@@ -57,7 +59,16 @@ class Ray(RayBase):
         return tuple(dr.width(c) for c in value) if dr.depth_v(value) > 1 else dr.width(value)
 
     def _set_batch(self, width: int) -> None:
-        self.width = width
+        self._width = width
+
+    @property
+    def width(self) -> int:
+        """N, the batch width of the arrays as they are now (checked again after an assignment).
+
+        Raises:
+            TypeError, ValueError: as ``Ray()``, when a reassigned array does not fit.
+        """
+        return self._current(f"{self._name}.width")._width
 
     @property
     def device(self) -> str:

@@ -469,6 +469,9 @@ class EdgeTopology:
 
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [[0, 1], [0, 2], [1, 2]]``, all boundary.
+
+    ``Scene.edge_topology()`` returns a copy of the scene's record: writing into these
+    tensors changes nothing in the scene.
     """
     v: torch.Tensor
     """(E, 2) int32 mesh-local vertex ids, ``v[:, 0] < v[:, 1]`` (unless a face is degenerate); ``edge_t`` runs from ``v[:, 0]`` (0) to ``v[:, 1]`` (1)."""
@@ -799,7 +802,9 @@ class Ray:
             ``o`` (negative behind it), and the closest hit is the one of smallest ``t``.
 
     A ``Ray`` holds no scene state: one instance may be reused across steps, refits
-    and scenes. Malformed rays (NaN or inf components in ``o`` or ``d``, a zero
+    and scenes. Its arrays are held by reference: a query reads them as they are
+    then, and checks them again as ``Ray()`` does when one was reassigned (``ray.o =
+    ...``; errors name the query and ``'ray.o'``, ...). Malformed rays (NaN or inf components in ``o`` or ``d``, a zero
     direction, a NaN or ``+inf`` bound, ``tmax <= tmin``) are not errors; queries report
     them as misses. The exception is ``nearest_edge``, whose segment ``s in [tmin, tmax]``
     is closed: there ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin``
@@ -835,6 +840,13 @@ class Ray:
     @property
     def device(self) -> torch.device:
         """The device of the ray tensors."""
+    @property
+    def shape(self) -> torch.Size:
+        """The batch shape ``...`` of the arrays as they are now (checked again after an assignment).
+
+        Raises:
+            TypeError, ValueError: as ``Ray()``, when a reassigned array does not fit.
+        """
 
 
 class ReflectionChain:
@@ -1542,10 +1554,13 @@ class Scene:
             Non-finite points give 0.
 
         Gradients:
-            When ``points``, vertices or transforms require gradients the value and its
-            gradient come from the exact sum evaluated with torch ops in float64
-            (``O(N F)`` work, chunked): a smooth function away from the surface. The
-            hierarchical evaluation is value-only (no gradients flow through it).
+            When ``points``, vertices or transforms require gradients (while grad mode
+            is on), carry forward-mode tangents, or are differentiated by ``torch.func``
+            (``grad``, ``jvp``, ...; a plain ``vmap`` is not), the value and its gradient
+            come from the exact sum evaluated with torch ops in float64 (``O(N F)`` work,
+            chunked): a smooth function away from the surface. The hierarchical
+            evaluation is value-only (no gradients flow through it); it also runs under
+            ``torch.no_grad()`` / ``inference_mode`` whatever requires grad.
 
         Raises:
             TypeError: as :meth:`closest_point`; ``exact`` not a bool.

@@ -78,7 +78,7 @@ class _FusedChain(torch.autograd.Function):
              _convert.scalar_view(count), _convert.scalar_view(length)],
             _convert.current_stream(device),
         )
-        ctx.save_for_backward(origin, direction, vertices, out_ids)
+        _convert.save_for_backward(ctx, origin, direction, vertices, out_ids)
         ctx.info = info
         ctx.mark_non_differentiable(out_ids, count)
         return t, *vec, length, out_ids, count

@@ -26,7 +26,7 @@ from rayd.engine import closest_point as _engine
 from rayd.records import ClosestPointRecord
 from rayd.torch import _closest_fused, _convert, _interval, _ops
 from rayd.torch._geometry import gather
-from rayd.torch._live import differentiable
+from rayd.torch._live import needs_gradient
 from rayd.torch._nearest_edge import _check_active, _check_points, _search_rows, check_max_distance, within
 from rayd.torch.intersection import TorchRecord
 
@@ -198,7 +198,7 @@ def winding_number(scene, call: str, points: object, active: object, exact: bool
     n = batch.numel()
     dtype = scene._output_dtype(points)
     shapes = core.table.shapes
-    wanted = differentiable(points) or any(differentiable(s.vertices) or differentiable(s.to_world) for s in shapes)
+    wanted = needs_gradient(points) or any(needs_gradient(s.vertices) or needs_gradient(s.to_world) for s in shapes)
     if wanted and not value_only:
         tri = _placed_faces(scene, device)  # (F, 3, 3)
         q = points.to(torch.float64).expand(tuple(batch) + (3,)).reshape(n, 3)

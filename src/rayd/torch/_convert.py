@@ -179,6 +179,25 @@ def serialised(fn):
     return runtime.serialised(fn, torch.compiler.is_compiling)
 
 
+def save_for_backward(ctx, *tensors: torch.Tensor | None) -> bool:
+    """``ctx.save_for_backward(*tensors)``, saving a copy of each inference tensor; True if any.
+
+    torch refuses to save a tensor made under ``torch.inference_mode()`` ("Inference tensors
+    cannot be saved for backward"), yet a scene may hold such vertices and a query may get such
+    rays (docs/lifecycle.md: nothing is refused). Such a tensor has no version counter, so an
+    in-place write between the forward and the backward would go unseen: the backward reads a
+    copy taken now instead (made outside inference mode, an ordinary tensor; an inference
+    tensor never requires a gradient, so nothing flows to it). Where this returns True, Warp
+    views of the original tensors made in the forward must not be reused by the backward.
+    """
+    copied = any(t is not None and t.is_inference() for t in tensors)
+    if copied:
+        with torch.inference_mode(False):
+            tensors = tuple(t.clone() if t is not None and t.is_inference() else t for t in tensors)
+    ctx.save_for_backward(*tensors)
+    return copied
+
+
 def host_array(value: torch.Tensor, dtype: torch.dtype | None = None):
     """``value`` as a NumPy array on the host (detached; ``dtype`` if given), also inside
     ``torch.func`` transforms, whose ops (even on plain tensors) return wrappers without
@@ -220,6 +239,20 @@ def is_batched(tensor: torch.Tensor) -> bool:
         if not _is_wrapped(tensor):
             return False
         tensor = _get_unwrapped(tensor)
+
+
+def grad_wrapped(tensor: torch.Tensor) -> bool:
+    """True if a functorch wrapper of ``tensor`` tracks gradients (``grad``, ``jvp``, ``jacrev``, ...);
+    False for a plain tensor and for one only batched by ``vmap``."""
+    if _is_wrapped is None:
+        return False
+    from torch._C._functorch import is_gradtrackingtensor  # noqa: PLC0415
+
+    while _is_wrapped(tensor):
+        if is_gradtrackingtensor(tensor):
+            return True
+        tensor = _get_unwrapped(tensor)
+    return False
 
 
 def transforms_active() -> bool:

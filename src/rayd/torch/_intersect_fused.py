@@ -55,7 +55,7 @@ class _FusedEvaluate(torch.autograd.Function):
         outputs = _empty_outputs(n, device)
         engine.evaluate_hits(*_views(o_rows, d_rows, global_prim_id, vertices, indices), _out_views(outputs),
                              _convert.current_stream(device))
-        ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        _convert.save_for_backward(ctx, o_rows, d_rows, vertices, global_prim_id, indices)
         ctx.set_materialize_grads(False)  # unused outputs' gradients stay None (zeros made below)
         return tuple(outputs)
 
@@ -102,9 +102,10 @@ class _FusedClosest(torch.autograd.Function):
             o_rows, d_rows, vertices, global_prim_id, indices, offsets, tmin, tmax, geometric)
         ctx.mark_non_differentiable(shape_id, prim_id)
         ctx.set_materialize_grads(False)  # unused outputs: None, not (N, 3) zeros made by autograd
-        ctx.save_for_backward(o_rows, d_rows, vertices, global_prim_id, indices)
+        copied = _convert.save_for_backward(ctx, o_rows, d_rows, vertices, global_prim_id, indices)
         ctx.geometric = geometric
-        ctx.views = (o, d, gid, v, idx)  # the backward's Warp views: five wp.from_torch calls fewer
+        # The backward's Warp views: five wp.from_torch calls fewer (not of inference tensors, saved as copies).
+        ctx.views = None if copied else (o, d, gid, v, idx)
         return (t, *vec, shape_id, prim_id)
 
     @staticmethod

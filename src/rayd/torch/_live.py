@@ -36,7 +36,26 @@ def differentiable(tensor: torch.Tensor | None) -> bool:
         return False
     if tensor.requires_grad:
         return True
-    if _convert.transforms_active() and _convert.is_wrapped(tensor):
+    if _convert.transforms_active() and _convert.is_wrapped(tensor) and (
+            _convert.grad_wrapped(tensor) or _convert.unwrapped(tensor).requires_grad):
+        return True  # a tensor only batched by vmap carries no gradient: the value-only paths run
+    return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
+
+
+def needs_gradient(tensor: torch.Tensor | None) -> bool:
+    """:func:`differentiable`, except that ``requires_grad`` counts only while grad mode is on.
+
+    Under ``torch.no_grad()`` / ``inference_mode`` no reverse-mode gradient can flow, so a query
+    may take its value-only path; forward mode (dual tensors, ``torch.func.jvp``), which grad
+    mode does not stop, and ``torch.func`` gradient levels still count.
+    """
+    if tensor is None:
+        return False
+    grad_mode = torch.is_grad_enabled()
+    if tensor.requires_grad and grad_mode:
+        return True
+    if _convert.transforms_active() and _convert.is_wrapped(tensor) and (  # never while compiling
+            _convert.grad_wrapped(tensor) or (grad_mode and _convert.unwrapped(tensor).requires_grad)):
         return True
     return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
 

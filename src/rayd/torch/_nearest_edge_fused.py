@@ -52,7 +52,7 @@ class _FusedEdgeEvaluate(torch.autograd.Function):
             _convert.current_stream(global_edge_id.device),
         )
         ctx.repeat = repeat
-        ctx.save_for_backward(point_rows, vertices, global_edge_id, edge_v)
+        _convert.save_for_backward(ctx, point_rows, vertices, global_edge_id, edge_v)
         return tuple(outputs)
 
     @staticmethod

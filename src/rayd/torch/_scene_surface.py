@@ -73,10 +73,13 @@ DOCS = {
         Non-finite points give 0.
 
     Gradients:
-        When ``points``, vertices or transforms require gradients the value and its
-        gradient come from the exact sum evaluated with torch ops in float64
-        (``O(N F)`` work, chunked): a smooth function away from the surface. The
-        hierarchical evaluation is value-only (no gradients flow through it).
+        When ``points``, vertices or transforms require gradients (while grad mode
+        is on), carry forward-mode tangents, or are differentiated by ``torch.func``
+        (``grad``, ``jvp``, ...; a plain ``vmap`` is not), the value and its gradient
+        come from the exact sum evaluated with torch ops in float64 (``O(N F)`` work,
+        chunked): a smooth function away from the surface. The hierarchical
+        evaluation is value-only (no gradients flow through it); it also runs under
+        ``torch.no_grad()`` / ``inference_mode`` whatever requires grad.
 
     Raises:
         TypeError: as :meth:`closest_point`; ``exact`` not a bool.

@@ -52,6 +52,9 @@ class EdgeTopology(TopologyBase):
 
     Example:
         The triangle ``(0, 1, 2)`` gives ``v = [[0, 1], [0, 2], [1, 2]]``, all boundary.
+
+    ``Scene.edge_topology()`` returns a copy of the scene's record: writing into these
+    tensors changes nothing in the scene.
     """
 
 

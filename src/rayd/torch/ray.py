@@ -23,7 +23,9 @@ class Ray(RayBase):
             ``o`` (negative behind it), and the closest hit is the one of smallest ``t``.
 
     A ``Ray`` holds no scene state: one instance may be reused across steps, refits
-    and scenes. Malformed rays (NaN or inf components in ``o`` or ``d``, a zero
+    and scenes. Its arrays are held by reference: a query reads them as they are
+    then, and checks them again as ``Ray()`` does when one was reassigned (``ray.o =
+    ...``; errors name the query and ``'ray.o'``, ...). Malformed rays (NaN or inf components in ``o`` or ``d``, a zero
     direction, a NaN or ``+inf`` bound, ``tmax <= tmin``) are not errors; queries report
     them as misses. The exception is ``nearest_edge``, whose segment ``s in [tmin, tmax]``
     is closed: there ``tmax == tmin`` is the point ``o + tmin d`` and only ``tmax < tmin``
@@ -78,7 +80,16 @@ class Ray(RayBase):
         return value.shape if isinstance(value, torch.Tensor) else None
 
     def _set_batch(self, batch: torch.Size) -> None:
-        self.shape = batch
+        self._shape = batch
+
+    @property
+    def shape(self) -> torch.Size:
+        """The batch shape ``...`` of the arrays as they are now (checked again after an assignment).
+
+        Raises:
+            TypeError, ValueError: as ``Ray()``, when a reassigned array does not fit.
+        """
+        return self._current(f"{self._name}.shape")._shape
 
     @staticmethod
     def _per_row(t: torch.Tensor | float) -> torch.Tensor | float:
