@@ -70,6 +70,7 @@ import numpy as np
 
 from rayd.engine import embree_api
 from rayd.engine.cpu_embree_caps import edge_caps, sliver_caps, vertex_caps  # noqa: F401 - tests use them here
+from rayd.engine.cpu_embree_grown import grown_faces
 
 try:  # optional dependency: the ``cpu`` extra (its bundled Embree 4 library is what rayd calls)
     import embreex as _embreex
@@ -165,6 +166,13 @@ TILE_MIN_RAYS = 4096
 #: Sorted batches keep their order and sorted rays for a later query on the same ray arrays holding
 #: the same bytes (:func:`rayd.engine.cpu_embree_order.reuse_order`); off: for measurements.
 REUSE_ORDER = True
+
+#: 1: the experiment of :mod:`rayd.engine.cpu_embree_grown` (a non-robust Embree scene of faces grown by
+#: ``GROW * R``, no vertex caps; off by default, see benchmarks/README.md, session 24); 0: robust mode and caps.
+GROWN = int(os.environ.get("RAYD_EMBREE_GROWN", "0"))
+
+#: The margin of the grown faces, in units of ``R``.
+GROW = 2.0**-16
 
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
@@ -282,7 +290,16 @@ class EmbreeMirror:
         self.edge_scene = None
         if slivers[0].any():
             meshes.append(slivers[1:])
-        self.scene = _commit(*meshes)
+        self.grown = GROWN
+        self.grown_table = wp.zeros((1, 4), dtype=wp.float32, device=tri.device)
+        if GROWN:
+            gp, gf, table, gs = grown_faces(a, b, c, GROW * self.radius, degenerate)
+            meshes = [(gp, gf)] + ([gs] if gs is not None else [])
+            self.grown_table = wp.array(table, dtype=wp.float32, device=tri.device)
+            flag = np.where(degenerate, 1, np.where(table[:, 0] == 0.0, 2, 0)).astype(np.uint8)
+            self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
+            self.any_flagged = bool(flag.any())
+        self.scene = _commit(*meshes, robust=not GROWN)
         self._meshes, self._incoherent = meshes, None
         self.fn = embree_api.intersect16_pointer()
         self.stale = False
@@ -298,17 +315,18 @@ class EmbreeMirror:
         shadow_test: 115-121 -> 101-106 ms CPU; the two-level :attr:`scene` stays the one for
         coherent batches, where it was 30 % faster)."""
         if self._incoherent is None:
-            self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH)
+            self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH, robust=not self.grown)
         return self._incoherent
 
 
-def _commit(*meshes: tuple[np.ndarray, np.ndarray]) -> embree_api.Scene:
+def _commit(*meshes: tuple[np.ndarray, np.ndarray], robust: bool = True) -> embree_api.Scene:
     """A committed robust-mode Embree scene of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)``
     (geomID = position in ``meshes``)."""
     # Build quality LOW: one BVH per geometry under a top level (Embree's two-level mode), so the
     # caps (small, clustered at the vertices) do not slow the walk over the triangles: 35 -> 24.5 ms
     # (terrain, 1 thread; one merged BVH over triangles and caps: 35; triangles alone: 22).
-    return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM)
+    return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM,
+                            robust=robust)
 
 
 def mirror(tri) -> EmbreeMirror:
@@ -407,7 +425,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
              embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,
-             embree_api.COHERENT_COS, packet]
+             embree_api.COHERENT_COS, packet, m.grown_table, m.grown]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0

@@ -262,6 +262,16 @@ _SEARCH16 = r"""
         int bad = (t <= (double)T0[j] + dl) | (t >= (double)T1[j] - dl);
         float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
         float w = 1.0f - bu - bv;
+        if (grown_mode) {
+            // A grown face (cpu_embree_grown): the weights of the true face, b = s b' - (s - 1) b_I, and the
+            // normal's length over s^2; s = 0 (a face not grown: degenerate or a sliver): re-searched.
+            unsigned int fg = U[17 * 16 + j];
+            const float* G = (const float*)grown.data + 4 * (size_t)(U[18 * 16 + j] == 0u ? fg : 0u);
+            float sg = G[0];
+            w = sg * w - G[1]; bu = sg * bu - G[2]; bv = sg * bv - G[3];
+            dn = sg > 0.0f ? dn / (sg * sg) : 0.0f;
+            w = sg > 0.0f ? w : -1.0f;
+        }
         float m = bu < bv ? bu : bv;
         m = m < w ? m : w;
         // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
@@ -350,7 +360,7 @@ def _search16(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64,
-    coherent_cos: float, packet: int, lo: int, hi: int,
+    coherent_cos: float, packet: int, grown: wp.array2d(dtype=float), grown_mode: int, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
@@ -387,7 +397,8 @@ def _search16_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
-    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
+    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int,
+    grown: wp.array2d(dtype=float), grown_mode: int, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
 ):
@@ -405,7 +416,8 @@ def _search16_kernel(
         tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet, lo, hi, width, tile,
+                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet,
+                      grown, grown_mode, lo, hi, width, tile,
                       out, redo, keys, order, key_pass, fast_key)
     if count > 0:
         _grab(redo_count, count)  # (chunks of one call run on several threads)
@@ -420,7 +432,8 @@ def _search16_steal_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
-    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
+    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int,
+    grown: wp.array2d(dtype=float), grown_mode: int, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
     counter: wp.array(dtype=wp.int32), items: int, step: int,
@@ -445,7 +458,8 @@ def _search16_steal_kernel(
             count += _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                                ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
                                degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene,
-                               coherent_cos, packet, lo, hi, width, tile, out, redo, keys, order, key_pass, fast_key)
+                               coherent_cos, packet, grown, grown_mode, lo, hi, width, tile, out, redo, keys, order, key_pass,
+                               fast_key)
         first = _grab(counter, step)
     if count > 0:
         _grab(redo_count, count)
