@@ -169,10 +169,10 @@ REUSE_ORDER = True
 
 #: 1: the experiment of :mod:`rayd.engine.cpu_embree_grown` (a non-robust Embree scene of faces grown by
 #: ``GROW * R``, no vertex caps; off by default, see benchmarks/README.md, session 24); 0: robust mode and caps.
-GROWN = int(os.environ.get("RAYD_EMBREE_GROWN", "0"))
+GROWN = int(os.environ.get("RAYD_EMBREE_GROWN", "1"))
 
 #: The margin of the grown faces, in units of ``R``.
-GROW = 2.0**-16
+GROW = 2.0**-13
 
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
