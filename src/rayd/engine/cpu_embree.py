@@ -174,6 +174,9 @@ GROWN = int(os.environ.get("RAYD_EMBREE_GROWN", "1"))
 #: The margin of the grown faces, in units of ``R``.
 GROW = 2.0**-13
 
+#: A ray traced again past a grown face's margin keeps the next hit only within ``GAP * GROW * R`` of it.
+GAP = 16.0
+
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
 
@@ -315,7 +318,8 @@ class EmbreeMirror:
         shadow_test: 115-121 -> 101-106 ms CPU; the two-level :attr:`scene` stays the one for
         coherent batches, where it was 30 % faster)."""
         if self._incoherent is None:
-            self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH, robust=not self.grown)
+            self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH, robust=not self.grown,
+                                                argument_filter=bool(self.grown))
         return self._incoherent
 
 
@@ -326,7 +330,7 @@ def _commit(*meshes: tuple[np.ndarray, np.ndarray], robust: bool = True) -> embr
     # caps (small, clustered at the vertices) do not slow the walk over the triangles: 35 -> 24.5 ms
     # (terrain, 1 thread; one merged BVH over triangles and caps: 35; triangles alone: 22).
     return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM,
-                            robust=robust)
+                            robust=robust, argument_filter=not robust)
 
 
 def mirror(tri) -> EmbreeMirror:
@@ -425,7 +429,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
              embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,
-             embree_api.COHERENT_COS, packet, m.grown_table, m.grown]
+             embree_api.COHERENT_COS, packet, m.grown_table, m.grown, GAP * GROW * m.radius,
+             embree_api.intersect_pointer(1)]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0
