@@ -387,7 +387,7 @@ def _face_mode(accel, m: EmbreeMirror) -> int:
         g = view.flat_global.numpy()
         identity = (view.flat_global, bool(np.array_equal(g, np.arange(g.shape[0], dtype=g.dtype))))
         accel._cpu_identity = identity
-    pending = 8 if EDGE_CAPS and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
+    pending = 8 if EDGE_CAPS and not m.grown and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
     return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4) | pending
 
 
@@ -494,7 +494,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     redo = np.flatnonzero(flags != 0)  # (flatnonzero of the uint8 flags: 0.45 ms for 256 k rays, this 0.04)
     if not redo.size:
         return
-    if EDGE_CAPS and m.edge_scene is None and bool(np.any(flags[redo] == 2)):
+    if EDGE_CAPS and not m.grown and m.edge_scene is None and bool(np.any(flags[redo] == 2)):
         m.build_edge_scene()  # a query with misses: the edge caps for the next ones
     stats["redone"] += int(redo.size)
     # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.
