@@ -271,37 +271,39 @@ class EmbreeMirror:
             self.stale = False
             return
         a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
-        r = CAP * self.radius
-        degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
-        slivers = sliver_caps(a, b, c, r, ~degenerate)
-        # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
-        # a ray whose Embree winner is either is re-searched by Warp.
-        flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
-        longest = np.sqrt(max(float(np.max(np.sum((x - y) ** 2, 1), initial=0.0)) for x, y in ((a, b), (b, c), (c, a))))
-        self.graze = TANGENT * self.radius * longest if TANGENT_CHECK else 0.0
-        self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
-        self.any_flagged = bool(flag.any())
-        # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
-        # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
-        # sliver before any other triangle (or misses them all).
-        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
-        # The edge caps: a scene of their own that only Embree's misses are traced through (in the
-        # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread), built after
-        # the first query with a miss (:meth:`build_edge_scene`; 0.65 s for the terrain): until then
-        # Warp answers the misses.
-        self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
-        self.edge_scene = None
-        if slivers[0].any():
-            meshes.append(slivers[1:])
+        cross = np.cross(b - a, c - a)
+        degenerate = ~np.any(cross != 0.0, axis=1)
         self.grown = GROWN
-        self.grown_table = wp.zeros((1, 4), dtype=wp.float32, device=tri.device)
+        self.edge_scene = None
         if GROWN:
-            gp, gf, table, gs = grown_faces(a, b, c, GROW * self.radius, degenerate)
+            # One non-robust Embree scene of the grown faces (geomID 0) and the sliver rectangles
+            # (geomID 1): see rayd.engine.cpu_embree_grown.
+            gp, gf, table, gs, longest = grown_faces(a, b, c, GROW * self.radius, degenerate, cross)
             meshes = [(gp, gf)] + ([gs] if gs is not None else [])
             self.grown_table = wp.array(table, dtype=wp.float32, device=tri.device)
             flag = np.where(degenerate, 1, np.where(table[:, 0] == 0.0, 2, 0)).astype(np.uint8)
-            self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
-            self.any_flagged = bool(flag.any())
+        else:
+            r = CAP * self.radius
+            slivers = sliver_caps(a, b, c, r, ~degenerate)
+            # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
+            # a ray whose Embree winner is either is re-searched by Warp.
+            flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
+            longest = np.sqrt(max(float(np.max(np.sum((x - y) ** 2, 1), initial=0.0)) for x, y in ((a, b), (b, c), (c, a))))
+            # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
+            # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
+            # sliver before any other triangle (or misses them all).
+            meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+            if slivers[0].any():
+                meshes.append(slivers[1:])
+            # The edge caps: a scene of their own that only Embree's misses are traced through (in the
+            # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread), built after
+            # the first query with a miss (:meth:`build_edge_scene`; 0.65 s for the terrain): until then
+            # Warp answers the misses.
+            self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
+            self.grown_table = wp.zeros((1, 4), dtype=wp.float32, device=tri.device)
+        self.graze = TANGENT * self.radius * longest if TANGENT_CHECK else 0.0
+        self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
+        self.any_flagged = bool(flag.any())
         self.scene = _commit(*meshes, robust=not GROWN)
         self._meshes, self._incoherent = meshes, None
         self.fn = embree_api.intersect16_pointer()
