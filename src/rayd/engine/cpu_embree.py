@@ -2,32 +2,33 @@
 
 On the CPU, :func:`rayd.engine.intersect.search` hands flat scenes (no instances) to
 :func:`search` here when ``embreex`` is importable (the default; ``RAYD_CPU_ACCEL=warp``
-or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust mode,
-``rtcIntersect16`` packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one
-kernel per chunk of rays prepares Embree's rays, traces them and checks the winners
-(:mod:`rayd.engine.cpu_embree_kernels`), the chunks taken in turn by all cores
-(:func:`rayd.engine.runtime.run_parallel`); large incoherent batches are traced in the Morton
-order of their Embree origins (``SORT_MIN_RAYS``; the order reused by a later query on the same
-rays, :func:`rayd.engine.cpu_embree_order.reuse_order`), the answers put back in place, through a
-merged BVH of high build quality (:meth:`EmbreeMirror.incoherent_scene`); coherent batches laid
-out as the rows of an image (:func:`image_width`) are traced in 4 x 4 tiles of pixels
-(``TILE_MIN_RAYS``). rayd's Warp search answers every ray Embree
-cannot answer exactly, so the winners are the Warp path's:
+or :func:`set_enabled` turns it off). Embree picks the closest triangle (``rtcIntersect16``
+packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one kernel per chunk of rays
+prepares Embree's rays, traces them and checks the winners (:mod:`rayd.engine.cpu_embree_kernels`),
+the chunks taken in turn by all cores (:func:`rayd.engine.runtime.run_parallel`); large incoherent
+batches are traced in the Morton order of their Embree origins (``SORT_MIN_RAYS``; the order reused
+by a later query on the same rays, :func:`rayd.engine.cpu_embree_order.reuse_order`), the answers
+put back in place, through a merged BVH of high build quality (:meth:`EmbreeMirror.incoherent_scene`);
+coherent batches laid out as the rows of an image (:func:`image_width`) are traced in 4 x 4 tiles of
+pixels (``TILE_MIN_RAYS``). rayd's Warp search answers every ray Embree cannot answer exactly, so
+the winners are the Warp path's:
 
-- watertightness: Embree 4.4's robust test leaks within about 1e-7 (relative) of a mesh
-  vertex (a ray through a vertex of a closed icosphere misses every face around it; its
-  edges are consistent: grids pass). The Embree scene also holds *vertex caps*
-  (:func:`vertex_caps`: three small triangles around each vertex, radius ``CAP * R``,
-  their own geomID): a ray whose closest hit is a cap passes near a vertex before any
-  triangle (or misses them all) and is re-searched by Warp (Woop et al. 2013,
-  watertight): about 0-1 % of rays.
-  So are rays whose shifted origin lies beyond ``FAR * R`` (their rounding outgrows the caps),
-  and rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]``; scenes of a radius outside
+- watertightness (``GROWN = 1``, the default since session 24): Embree's scene holds each face grown
+  in its plane by ``GROW * R`` (:mod:`rayd.engine.cpu_embree_grown`; per-face vertices, non-robust
+  mode, Mitsuba's setting): a ray crossing a face crosses its grown copy well inside, and the copies
+  around an edge or a vertex overlap, so Embree's non-robust test does not leak there. The kernel maps
+  Embree's barycentric weights back to the true face. A winner crossed clearly outside its true face
+  (in the margin, over a neighbour) is traced again without that face (``rtcIntersect1``, an argument
+  filter), and the next hit is kept when it passes the checks below within ``GAP * GROW * R`` of the
+  first crossing (farther, or a miss: Warp). Faces thinner than ``8 GROW R`` (slivers) are covered by
+  a rectangle of their own; a hit on one goes to Warp. ``GROW = 2^-13``: the smallest margin with no
+  answer unlike the Warp path's in 1.8 M adversarial grazing rays (``tests/torch/test_cpu_embree_stress.py``;
+  ``2^-14``: 6 in 800 k). Robust mode with vertex caps, sliver caps and edge caps (``GROWN = 0``,
+  ``RAYD_EMBREE_GROWN=0``) is kept for measurements: Embree 4.4's robust test leaks near vertices
+  (caps) and, found in session 24, through edges of non-convex meshes (no cap covers that).
+  Rays whose shifted origin lies beyond ``FAR * R`` go to Warp (their rounding outgrows the margin),
+  and so do rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]``; scenes of a radius outside
   ``[RADIUS_MIN, RADIUS_MAX]`` never use Embree (its float32 products overflow or underflow).
-- slivers (smallest altitude below ``8 CAP R``): every point of one lies within rounding of
-  its edges, where the two tests may disagree away from any vertex; each gets a cap
-  rectangle over it (:func:`sliver_caps`), and a ray whose Embree winner is a sliver or a
-  sliver cap is re-searched by Warp.
 - the open interval ``tmin < t < tmax``: the ray keeps ``tnear = 0``: the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
   ``tmax + delta``; a winner with ``t`` within ``delta / cos`` of ``tmin`` or ``tmax`` (the
@@ -40,12 +41,12 @@ cannot answer exactly, so the winners are the Warp path's:
 - ``ignore`` and disabled meshes: when Embree's winner is the ignored face or lies
   on a disabled mesh, the closest *allowed* face may lie behind it: Warp re-searches
   that ray. Any other winner is also the closest allowed one.
-- ties: a hit within ``EDGE`` (barycentric) of its face's edges is re-searched by Warp,
-  so a ray through a shared edge gets the Warp path's face.
-- grazing rays: a miss is traced again through thin *edge caps* (:func:`edge_caps`, a scene of
-  their own built after the first query with a miss; until then Warp answers misses), and a hit
-  whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a near-tangent ray) is
-  re-searched by Warp: a ray that only grazes a silhouette edge gets the Warp path's answer.
+- ties: a hit within ``EDGE`` (barycentric, of the true face) of its face's edges is re-searched by
+  Warp, so a ray through a shared edge gets the Warp path's face.
+- grazing rays: a hit whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a
+  near-tangent ray) is re-searched by Warp. (Robust mode also traces its misses through thin *edge
+  caps*, :func:`edge_caps`, a scene built after the first query with a miss; the grown scene needs
+  none: its misses answered as the Warp path's on every stress ray.)
 - degenerate triangles (zero cross product in float64) are misses in rayd: a ray
   whose Embree winner is one is re-searched by Warp.
 - a miss of a ray with a zero direction component: Embree culls such a ray lying
@@ -167,11 +168,12 @@ TILE_MIN_RAYS = 4096
 #: the same bytes (:func:`rayd.engine.cpu_embree_order.reuse_order`); off: for measurements.
 REUSE_ORDER = True
 
-#: 1: the experiment of :mod:`rayd.engine.cpu_embree_grown` (a non-robust Embree scene of faces grown by
-#: ``GROW * R``, no vertex caps; off by default, see benchmarks/README.md, session 24); 0: robust mode and caps.
+#: 1 (default): a non-robust Embree scene of faces grown by ``GROW * R`` (:mod:`rayd.engine.cpu_embree_grown`);
+#: 0 (``RAYD_EMBREE_GROWN=0``, for measurements): robust mode with vertex, sliver and edge caps.
 GROWN = int(os.environ.get("RAYD_EMBREE_GROWN", "1"))
 
-#: The margin of the grown faces, in units of ``R``.
+#: The margin of the grown faces, in units of ``R`` (2^-13 = 1.2e-4: no answer unlike the Warp path's in 1.8 M
+#: adversarial grazing rays; 2^-14: 6 in 800 k; re-traced rays 2.4 % of the sphere's, Warp 0.12 %).
 GROW = 2.0**-13
 
 #: A ray traced again past a grown face's margin keeps the next hit only within ``GAP * GROW * R`` of it.
@@ -209,7 +211,8 @@ def describe() -> str:
             ver = version("embreex")
         except Exception:  # noqa: BLE001 - not installed as a distribution
             ver = "?"
-        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect16 packets, robust + vertex caps, Warp re-search; "
+        mode = f"non-robust, faces grown by 2^{np.log2(GROW):.0f} R" if GROWN else "robust + vertex caps"
+        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect16 packets, {mode}, Warp re-search; "
                 f"{os.cpu_count() or 1} threads)")
     if _embreex is None:
         return f"warp (embreex not importable: {_IMPORT_ERROR}; pip install rayd-geom[cpu])"
@@ -221,9 +224,10 @@ def describe() -> str:
 class EmbreeMirror:
     """Embree scenes over the triangles of a CPU :class:`TriangleScene`, centre-relative.
 
-    One Embree scene of two meshes: the triangles (geomID 0) and the *vertex caps*
-    (:func:`vertex_caps`, geomID 1) that flag the rays passing near a vertex, where
-    Embree's robust test may leak.
+    ``GROWN``: one non-robust scene of the grown faces (geomID 0) and the sliver rectangles (geomID 1),
+    with :attr:`grown_table` (F, 4) float32 mapping Embree's weights back to the true faces. Otherwise
+    one robust scene of the triangles (geomID 0), the *vertex caps* (:func:`vertex_caps`, geomID 1)
+    that flag the rays passing near a vertex and the sliver caps (geomID 2).
 
     Args:
         tri: the triangle scene (its ``points`` and ``indices`` are read at each rebuild).
