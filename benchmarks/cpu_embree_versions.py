@@ -143,11 +143,14 @@ def main():
     # session 24: each face grown by GROW * R in its plane, per-face vertices, not robust, no caps
     a, b, cc = (v - c)[f[:, 0]], (v - c)[f[:, 1]], (v - c)[f[:, 2]]
     degenerate = ~np.any(np.cross(b - a, cc - a) != 0.0, axis=1)
-    gp, gf, _, gs = grown_faces(a, b, cc, cpu_embree.GROW * R, degenerate)
+    gp, gf, _, gs, _ = grown_faces(a, b, cc, cpu_embree.GROW * R, degenerate)
     grown = [(gp, gf)] + ([gs] if gs is not None else [])
     scenes = {
-        "E4 grown, not robust, two-level (rayd 24 coherent)": (4, embree_api.Scene(grown, quality=0, geometry_quality=1, robust=False)),
-        "E4 grown, not robust, merged HIGH (rayd 24 incoherent)": (4, embree_api.Scene(grown, quality=2, robust=False)),
+        "E4 grown, not robust, two-level (rayd 24 coherent)": (4, embree_api.Scene(grown, quality=0, geometry_quality=1, robust=False,
+                                                                                   argument_filter=True)),
+        "E4 grown, not robust, merged HIGH (rayd 24 incoherent)": (4, embree_api.Scene(grown, quality=2, robust=False,
+                                                                                       argument_filter=True)),
+        "E4 grown, not robust, merged HIGH, no filter flag": (4, embree_api.Scene(grown, quality=2, robust=False)),
         "E3 HIGH not robust (Mitsuba)": (3, Embree3Scene(tri)),
         "E3 HIGH robust": (3, Embree3Scene(tri, robust=True)),
         "E4 HIGH not robust": (4, embree_api.Scene(tri, quality=2, robust=False)),
