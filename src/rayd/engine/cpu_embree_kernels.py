@@ -1,6 +1,8 @@
 """Warp kernels of the Embree CPU path (:mod:`rayd.engine.cpu_embree`): per packet of 16 rays
 (:func:`_search16`, C++ inside a Warp kernel), Embree's rays, ``rtcIntersect16``, then the checks
-that send a ray to rayd's Warp search; and :func:`_trace_kernel`, Embree alone (tests, benchmarks)."""
+that send a ray to rayd's Warp search (with grown faces, :mod:`rayd.engine.cpu_embree_grown`, on the
+true face's weights; a winner crossed in the margin traced again by ``rtcIntersect1`` without it);
+and :func:`_trace_kernel`, Embree alone (tests, benchmarks)."""
 
 from __future__ import annotations
 

@@ -4,8 +4,8 @@
 ``rtcIntersect1`` in a Cython loop, copies meshes element by element, and has no
 per-call flags. This module loads the same bundled library with :mod:`ctypes` and
 
-- builds a robust-mode scene from NumPy arrays by a ``memmove`` per buffer
-  (:class:`Scene`), about 2-3x faster than embreex's construction;
+- builds a scene (robust or not, optionally with argument filters) from NumPy arrays by a
+  ``memmove`` per buffer (:class:`Scene`), about 2-3x faster than embreex's construction;
 - traces rays 16 at a time with ``rtcIntersect16`` from inside a Warp CPU kernel
   (:func:`intersect16`, a ``wp.func_native`` snippet calling Embree through its
   function pointer), with ``RTC_RAY_QUERY_FLAG_COHERENT`` for a packet whose
