@@ -43,10 +43,12 @@ the winners are the Warp path's:
   that ray. Any other winner is also the closest allowed one.
 - ties: a hit within ``EDGE`` (barycentric, of the true face) of its face's edges is re-searched by
   Warp, so a ray through a shared edge gets the Warp path's face.
-- grazing rays: a hit whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a
-  near-tangent ray) is re-searched by Warp. (Robust mode also traces its misses through thin *edge
-  caps*, :func:`edge_caps`, a scene built after the first query with a miss; the grown scene needs
-  none: its misses answered as the Warp path's on every stress ray.)
+- grazing rays: a miss is traced again through thin *edge caps* (:func:`edge_caps`, a scene of
+  their own built after the first query with a miss; until then Warp answers misses): a ray running
+  along an edge within rounding of it at a grazing angle (``cos`` below the test's rounding over the
+  margin) can miss the grown faces too, and a ray that only grazes a silhouette edge gets the Warp
+  path's answer; a hit whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a
+  near-tangent ray) is re-searched by Warp.
 - degenerate triangles (zero cross product in float64) are misses in rayd: a ray
   whose Embree winner is one is re-searched by Warp.
 - a miss of a ray with a zero direction component: Embree culls such a ray lying
@@ -299,12 +301,13 @@ class EmbreeMirror:
             meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
             if slivers[0].any():
                 meshes.append(slivers[1:])
-            # The edge caps: a scene of their own that only Embree's misses are traced through (in the
-            # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread), built after
-            # the first query with a miss (:meth:`build_edge_scene`; 0.65 s for the terrain): until then
-            # Warp answers the misses.
-            self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
+            # (The edge caps in the scene above doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread.)
             self.grown_table = wp.zeros((1, 4), dtype=wp.float32, device=tri.device)
+        # The edge caps (both modes): a scene of their own that only Embree's misses are traced through,
+        # built after the first query with a miss (:meth:`build_edge_scene`): a ray running along a
+        # (boundary) edge within rounding of it, at a grazing angle, may miss every grown face too
+        # (tests/torch/test_offface23_float64.py, slope 1e-6 along an edge 1e-6 inside the face).
+        self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
         self.graze = TANGENT * self.radius * longest if TANGENT_CHECK else 0.0
         self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
         self.any_flagged = bool(flag.any())
@@ -314,9 +317,17 @@ class EmbreeMirror:
         self.stale = False
 
     def build_edge_scene(self) -> None:
-        """Build the scene of the edge caps (:func:`edge_caps`), traced for the rays that miss."""
+        """Build the scene of the edge caps (:func:`edge_caps`; with ``GROWN``, also the true faces,
+        robust mode), traced for the rays that miss."""
         if self.edge_scene is None:
-            self.edge_scene = embree_api.Scene([edge_caps(*self._edge_input)])
+            meshes = [edge_caps(*self._edge_input)]
+            if self.grown:
+                # and the true faces in robust mode: a ray so near-tangent to a face (cos below the
+                # non-robust test's rounding over the margin) that it missed the grown copies is caught
+                # here when it truly crosses one (a hit here sends the ray to Warp)
+                rel, faces = self._edge_input[:2]
+                meshes.append((np.ascontiguousarray(rel, dtype=np.float32), faces))
+            self.edge_scene = embree_api.Scene(meshes)
 
     def incoherent_scene(self) -> embree_api.Scene:
         """The scene for incoherent batches (built at the first one on this geometry): the same
@@ -393,7 +404,7 @@ def _face_mode(accel, m: EmbreeMirror) -> int:
         g = view.flat_global.numpy()
         identity = (view.flat_global, bool(np.array_equal(g, np.arange(g.shape[0], dtype=g.dtype))))
         accel._cpu_identity = identity
-    pending = 8 if EDGE_CAPS and not m.grown and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
+    pending = 8 if EDGE_CAPS and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
     return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4) | pending
 
 
@@ -500,7 +511,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     redo = np.flatnonzero(flags != 0)  # (flatnonzero of the uint8 flags: 0.45 ms for 256 k rays, this 0.04)
     if not redo.size:
         return
-    if EDGE_CAPS and not m.grown and m.edge_scene is None and bool(np.any(flags[redo] == 2)):
+    if EDGE_CAPS and m.edge_scene is None and bool(np.any(flags[redo] == 2)):
         m.build_edge_scene()  # a query with misses: the edge caps for the next ones
     stats["redone"] += int(redo.size)
     # The rays Embree cannot answer exactly: rayd's Warp search on a compact batch.
