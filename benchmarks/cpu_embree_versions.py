@@ -14,6 +14,9 @@ With a third argument, the path of a shared library exporting ``fake16`` (a stan
 int* valid, void* scene, float* R, void* args)``), rayd's search is also timed with that stand-in in
 place of Embree: what is left is ray preparation, checks and Python.
 
+Session 24 added the grown non-robust scenes (:mod:`rayd.engine.cpu_embree_grown`) and rayd's search with
+``GROWN = 0`` (robust + caps) and ``GROWN = 1``.
+
 Usage: python benchmarks/cpu_embree_versions.py terrain|sphere [repeats] [stand-in.so]
 """
 import ctypes, os, re, sys, time

@@ -23,7 +23,7 @@ the winners are the Warp path's:
   first crossing (farther, or a miss: Warp). Faces thinner than ``8 GROW R`` (slivers) are covered by
   a rectangle of their own; a hit on one goes to Warp. ``GROW = 2^-13``: the smallest margin with no
   answer unlike the Warp path's in 1.8 M adversarial grazing rays (``tests/torch/test_cpu_embree_stress.py``;
-  ``2^-14``: 6 in 800 k). Robust mode with vertex caps, sliver caps and edge caps (``GROWN = 0``,
+  ``2^-14``: 3-6 in 800 k). Robust mode with vertex caps, sliver caps and edge caps (``GROWN = 0``,
   ``RAYD_EMBREE_GROWN=0``) is kept for measurements: Embree 4.4's robust test leaks near vertices
   (caps) and, found in session 24, through edges of non-convex meshes (no cap covers that).
   Rays whose shifted origin lies beyond ``FAR * R`` go to Warp (their rounding outgrows the margin),
@@ -175,7 +175,7 @@ REUSE_ORDER = True
 GROWN = int(os.environ.get("RAYD_EMBREE_GROWN", "1"))
 
 #: The margin of the grown faces, in units of ``R`` (2^-13 = 1.2e-4: no answer unlike the Warp path's in 1.8 M
-#: adversarial grazing rays; 2^-14: 6 in 800 k; re-traced rays 2.4 % of the sphere's, Warp 0.12 %).
+#: adversarial grazing rays; 2^-14: 3-6 in 800 k; re-traced rays 2.4 % of the sphere's, Warp 0.12 %).
 GROW = 2.0**-13
 
 #: A ray traced again past a grown face's margin keeps the next hit only within ``GAP * GROW * R`` of it.
