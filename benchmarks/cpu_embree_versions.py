@@ -14,6 +14,9 @@ With a third argument, the path of a shared library exporting ``fake16`` (a stan
 int* valid, void* scene, float* R, void* args)``), rayd's search is also timed with that stand-in in
 place of Embree: what is left is ray preparation, checks and Python.
 
+Session 24 added the grown non-robust scenes (:mod:`rayd.engine.cpu_embree_grown`) and rayd's search with
+``GROWN = 0`` (robust + caps) and ``GROWN = 1``.
+
 Usage: python benchmarks/cpu_embree_versions.py terrain|sphere [repeats] [stand-in.so]
 """
 import ctypes, os, re, sys, time
@@ -23,6 +26,7 @@ import numpy as np, warp as wp
 from benchmarks import workloads
 from rayd.engine import cpu_embree, embree_api
 from rayd.engine.cpu_embree_caps import vertex_caps
+from rayd.engine.cpu_embree_grown import grown_faces
 
 wp.config.quiet = True
 wp.init()
@@ -139,7 +143,17 @@ def main():
     orders["tiles" if which == "terrain" else "morton"] = tile_order(512) if which == "terrain" else morton_order(o)
     coherent = 1 if wl.coherent else 0
     tri = [(rel, f)]
+    # session 24: each face grown by GROW * R in its plane, per-face vertices, not robust, no caps
+    a, b, cc = (v - c)[f[:, 0]], (v - c)[f[:, 1]], (v - c)[f[:, 2]]
+    degenerate = ~np.any(np.cross(b - a, cc - a) != 0.0, axis=1)
+    gp, gf, _, gs, _ = grown_faces(a, b, cc, cpu_embree.GROW * R, degenerate)
+    grown = [(gp, gf)] + ([gs] if gs is not None else [])
     scenes = {
+        "E4 grown, not robust, two-level (rayd 24 coherent)": (4, embree_api.Scene(grown, quality=0, geometry_quality=1, robust=False,
+                                                                                   argument_filter=True)),
+        "E4 grown, not robust, merged HIGH (rayd 24 incoherent)": (4, embree_api.Scene(grown, quality=2, robust=False,
+                                                                                       argument_filter=True)),
+        "E4 grown, not robust, merged HIGH, no filter flag": (4, embree_api.Scene(grown, quality=2, robust=False)),
         "E3 HIGH not robust (Mitsuba)": (3, Embree3Scene(tri)),
         "E3 HIGH robust": (3, Embree3Scene(tri, robust=True)),
         "E4 HIGH not robust": (4, embree_api.Scene(tri, quality=2, robust=False)),
@@ -161,25 +175,30 @@ def main():
     # rayd's whole search (ray preparation, rtcIntersect16 through rayd's own scenes, checks) on one thread:
     # the arguments of one Scene.intersect call captured, then cpu_embree.search called with serial chunks.
     import torch, rayd.torch as rt
-    scene = rt.Scene(); scene.add_mesh(rt.Mesh(torch.from_numpy(wl.vertices), torch.from_numpy(wl.faces))); scene.build()
-    ray = rt.Ray(torch.from_numpy(wl.o), torch.from_numpy(wl.d))
-    captured, real = [], cpu_embree.search
-    cpu_embree.search = lambda *a: (captured.append(a), real(*a))
-    for _ in range(3):
-        scene.shadow_test(ray)
-    cpu_embree.search = real
+    searches = {}
+    for grown_mode in (0, 1):  # session 24: rayd's search with robust mode + caps, and with the grown scene
+        cpu_embree.GROWN = grown_mode
+        scene = rt.Scene(); scene.add_mesh(rt.Mesh(torch.from_numpy(wl.vertices), torch.from_numpy(wl.faces))); scene.build()
+        ray = rt.Ray(torch.from_numpy(wl.o), torch.from_numpy(wl.d))
+        captured, real = [], cpu_embree.search
+        cpu_embree.search = lambda *a: (captured.append(a), real(*a))
+        for _ in range(3):
+            scene.shadow_test(ray)
+        cpu_embree.search = real
+        searches[grown_mode] = (scene, captured[-1])
     cpu_embree.run_parallel = lambda run, parts: [run(k) for k in range(parts)]
-    accel, rays, out, warp_search = captured[-1]
+    accel, rays, out, warp_search = searches[0][1]
     arrays = {k: (wp.array(o[p], dtype=wp.vec3), wp.array(d[p], dtype=wp.vec3)) for k, p in orders.items()}
     n = len(o)
     res = {}
     stand_in = ctypes.cast(ctypes.CDLL(sys.argv[3]).fake16, ctypes.c_void_p).value if len(sys.argv) > 3 else None
     real_pointer = embree_api.intersect_pointer
     for rep in range(reps + 1):
-        c0 = time.process_time()
-        cpu_embree.search(accel, rays, out, warp_search)
-        if rep:
-            res.setdefault(("rayd cpu_embree.search (preparation, trace, checks)", "rayd"), []).append(time.process_time() - c0)
+        for grown_mode, label in ((0, "robust + caps"), (1, "grown (session 24)")):
+            c0 = time.process_time()
+            cpu_embree.search(*searches[grown_mode][1])
+            if rep:
+                res.setdefault((f"rayd cpu_embree.search (prep., trace, checks), {label}", "rayd"), []).append(time.process_time() - c0)
         if stand_in:
             embree_api.intersect_pointer = lambda width: stand_in
             c0 = time.process_time()

@@ -1,6 +1,7 @@
 """The Embree CPU accelerator (rayd.engine.cpu_embree, default where embreex imports): parity
 with the Warp path and the float64 reference, the interval/ignore/enable/degenerate fall-backs,
-refit, fallback without embreex, and the watertightness (vertex caps)."""
+refit, fallback without embreex, and the watertightness (the grown non-robust scene; robust mode's
+vertex caps)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import reference
 import torch
 
 import rayd.torch as rt
-from rayd.engine import cpu_embree
+from rayd.engine import cpu_embree, embree_api
 
 needs_embreex = pytest.mark.skipif(not cpu_embree.available(), reason="embreex not installed")
 ROOT = Path(__file__).resolve().parents[2]
@@ -282,7 +283,7 @@ def test_watertight_grids_with_embree(embree, name):
 @needs_embreex
 def test_watertight_closed_icosphere_with_embree(embree):
     # Embree 4.4's robust test alone leaks here (4-6 of 48,642 rays near vertices miss every
-    # face): the vertex caps and the edge check send those rays to Warp, and the test passes.
+    # face); the grown scene does not (below), and the edge check sends these rays to Warp.
     sys.path.insert(0, str(ROOT / "tests" / "torch"))
     import test_watertight
 
@@ -316,6 +317,35 @@ def test_embree_alone_leaks_and_the_caps_flag_every_leak():
     centres = v.astype(np.float64)[faces].mean(1).astype(np.float32)
     capped = cpu_embree.trace(caps, np.zeros_like(centres), centres, np.full(len(centres), 10.0, np.float32))["primID"]
     assert (capped < 0).all()
+
+
+@needs_embreex
+def test_grown_scene_alone_does_not_leak_where_robust_mode_does():
+    # The rays of the test above (through every vertex of the closed icosphere, from the centre,
+    # inside and outside) against the non-robust scene of grown faces (cpu_embree_grown): every ray
+    # hits a face, and its weights mapped back to the true face sum to 1 and lie within the margin.
+    vertices, faces = reference.icosphere(4)
+    v = vertices.astype(np.float32)
+    rng = np.random.default_rng(4)
+    inside = rng.uniform(-0.4, 0.4, v.shape).astype(np.float32)
+    o = np.concatenate((np.zeros_like(v), inside, 3.0 * v))
+    d = np.concatenate((v, v - inside, 0.5 * (v - 3.0 * v))).astype(np.float32)
+    a, b, c = (v.astype(np.float64)[faces[:, k]] for k in range(3))
+    degenerate = np.zeros(len(faces), bool)
+    delta = cpu_embree.GROW * float(np.abs(v).max())
+    points, grown_faces, table, slivers, _ = cpu_embree.grown_faces(a, b, c, delta, degenerate)
+    assert slivers is None and (table[:, 0] > 1.0).all()
+    scene = embree_api.Scene([(points, grown_faces)], robust=False)
+    hit = cpu_embree.trace(scene, o, d, np.full(len(d), 10.0, np.float32))
+    assert (hit["primID"] >= 0).all()
+    robust = cpu_embree._commit((v, faces.astype(np.int32)))
+    assert (cpu_embree.trace(robust, o, d, np.full(len(d), 10.0, np.float32))["primID"] < 0).any()
+    f = hit["primID"]
+    s, k = table[f, 0].astype(np.float64), table[f, 1:].astype(np.float64)
+    w = np.stack([1.0 - hit["u"] - hit["v"], hit["u"], hit["v"]], 1).astype(np.float64)
+    true = s[:, None] * w - k
+    np.testing.assert_allclose(true.sum(1), 1.0, atol=1e-5)
+    assert (true.min(1) > -2e-3).all()  # within the margin (delta / altitude ~ 2^-13 / 0.05)
 
 
 def test_vertex_caps_catch_every_line_within_r():

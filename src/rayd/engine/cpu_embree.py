@@ -2,32 +2,33 @@
 
 On the CPU, :func:`rayd.engine.intersect.search` hands flat scenes (no instances) to
 :func:`search` here when ``embreex`` is importable (the default; ``RAYD_CPU_ACCEL=warp``
-or :func:`set_enabled` turns it off). Embree picks the closest triangle (robust mode,
-``rtcIntersect16`` packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one
-kernel per chunk of rays prepares Embree's rays, traces them and checks the winners
-(:mod:`rayd.engine.cpu_embree_kernels`), the chunks taken in turn by all cores
-(:func:`rayd.engine.runtime.run_parallel`); large incoherent batches are traced in the Morton
-order of their Embree origins (``SORT_MIN_RAYS``; the order reused by a later query on the same
-rays, :func:`rayd.engine.cpu_embree_order.reuse_order`), the answers put back in place, through a
-merged BVH of high build quality (:meth:`EmbreeMirror.incoherent_scene`); coherent batches laid
-out as the rows of an image (:func:`image_width`) are traced in 4 x 4 tiles of pixels
-(``TILE_MIN_RAYS``). rayd's Warp search answers every ray Embree
-cannot answer exactly, so the winners are the Warp path's:
+or :func:`set_enabled` turns it off). Embree picks the closest triangle (``rtcIntersect16``
+packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one kernel per chunk of rays
+prepares Embree's rays, traces them and checks the winners (:mod:`rayd.engine.cpu_embree_kernels`),
+the chunks taken in turn by all cores (:func:`rayd.engine.runtime.run_parallel`); large incoherent
+batches are traced in the Morton order of their Embree origins (``SORT_MIN_RAYS``; the order reused
+by a later query on the same rays, :func:`rayd.engine.cpu_embree_order.reuse_order`), the answers
+put back in place, through a merged BVH of high build quality (:meth:`EmbreeMirror.incoherent_scene`);
+coherent batches laid out as the rows of an image (:func:`image_width`) are traced in 4 x 4 tiles of
+pixels (``TILE_MIN_RAYS``). rayd's Warp search answers every ray Embree cannot answer exactly, so
+the winners are the Warp path's:
 
-- watertightness: Embree 4.4's robust test leaks within about 1e-7 (relative) of a mesh
-  vertex (a ray through a vertex of a closed icosphere misses every face around it; its
-  edges are consistent: grids pass). The Embree scene also holds *vertex caps*
-  (:func:`vertex_caps`: three small triangles around each vertex, radius ``CAP * R``,
-  their own geomID): a ray whose closest hit is a cap passes near a vertex before any
-  triangle (or misses them all) and is re-searched by Warp (Woop et al. 2013,
-  watertight): about 0-1 % of rays.
-  So are rays whose shifted origin lies beyond ``FAR * R`` (their rounding outgrows the caps),
-  and rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]``; scenes of a radius outside
+- watertightness (``GROWN = 1``, the default since session 24): Embree's scene holds each face grown
+  in its plane by ``GROW * R`` (:mod:`rayd.engine.cpu_embree_grown`; per-face vertices, non-robust
+  mode, Mitsuba's setting): a ray crossing a face crosses its grown copy well inside, and the copies
+  around an edge or a vertex overlap, so Embree's non-robust test does not leak there. The kernel maps
+  Embree's barycentric weights back to the true face. A winner crossed clearly outside its true face
+  (in the margin, over a neighbour) is traced again without that face (``rtcIntersect1``, an argument
+  filter), and the next hit is kept when it passes the checks below within ``GAP * GROW * R`` of the
+  first crossing (farther, or a miss: Warp). Faces thinner than ``8 GROW R`` (slivers) are covered by
+  a rectangle of their own; a hit on one goes to Warp. ``GROW = 2^-13``: the smallest margin with no
+  answer unlike the Warp path's in 1.8 M adversarial grazing rays (``tests/torch/test_cpu_embree_stress.py``;
+  ``2^-14``: 3-6 in 800 k). Robust mode with vertex caps, sliver caps and edge caps (``GROWN = 0``,
+  ``RAYD_EMBREE_GROWN=0``) is kept for measurements: Embree 4.4's robust test leaks near vertices
+  (caps) and, found in session 24, through edges of non-convex meshes (no cap covers that).
+  Rays whose shifted origin lies beyond ``FAR * R`` go to Warp (their rounding outgrows the margin),
+  and so do rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]``; scenes of a radius outside
   ``[RADIUS_MIN, RADIUS_MAX]`` never use Embree (its float32 products overflow or underflow).
-- slivers (smallest altitude below ``8 CAP R``): every point of one lies within rounding of
-  its edges, where the two tests may disagree away from any vertex; each gets a cap
-  rectangle over it (:func:`sliver_caps`), and a ray whose Embree winner is a sliver or a
-  sliver cap is re-searched by Warp.
 - the open interval ``tmin < t < tmax``: the ray keeps ``tnear = 0``: the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
   ``tmax + delta``; a winner with ``t`` within ``delta / cos`` of ``tmin`` or ``tmax`` (the
@@ -40,12 +41,14 @@ cannot answer exactly, so the winners are the Warp path's:
 - ``ignore`` and disabled meshes: when Embree's winner is the ignored face or lies
   on a disabled mesh, the closest *allowed* face may lie behind it: Warp re-searches
   that ray. Any other winner is also the closest allowed one.
-- ties: a hit within ``EDGE`` (barycentric) of its face's edges is re-searched by Warp,
-  so a ray through a shared edge gets the Warp path's face.
+- ties: a hit within ``EDGE`` (barycentric, of the true face) of its face's edges is re-searched by
+  Warp, so a ray through a shared edge gets the Warp path's face.
 - grazing rays: a miss is traced again through thin *edge caps* (:func:`edge_caps`, a scene of
-  their own built after the first query with a miss; until then Warp answers misses), and a hit
-  whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a near-tangent ray) is
-  re-searched by Warp: a ray that only grazes a silhouette edge gets the Warp path's answer.
+  their own built after the first query with a miss; until then Warp answers misses): a ray running
+  along an edge within rounding of it at a grazing angle (``cos`` below the test's rounding over the
+  margin) can miss the grown faces too, and a ray that only grazes a silhouette edge gets the Warp
+  path's answer; a hit whose crossing lies within ``TANGENT * R / cos`` of its face's edges (a
+  near-tangent ray) is re-searched by Warp.
 - degenerate triangles (zero cross product in float64) are misses in rayd: a ray
   whose Embree winner is one is re-searched by Warp.
 - a miss of a ray with a zero direction component: Embree culls such a ray lying
@@ -70,6 +73,7 @@ import numpy as np
 
 from rayd.engine import embree_api
 from rayd.engine.cpu_embree_caps import edge_caps, sliver_caps, vertex_caps  # noqa: F401 - tests use them here
+from rayd.engine.cpu_embree_grown import grown_faces
 
 try:  # optional dependency: the ``cpu`` extra (its bundled Embree 4 library is what rayd calls)
     import embreex as _embreex
@@ -166,6 +170,17 @@ TILE_MIN_RAYS = 4096
 #: the same bytes (:func:`rayd.engine.cpu_embree_order.reuse_order`); off: for measurements.
 REUSE_ORDER = True
 
+#: 1 (default): a non-robust Embree scene of faces grown by ``GROW * R`` (:mod:`rayd.engine.cpu_embree_grown`);
+#: 0 (``RAYD_EMBREE_GROWN=0``, for measurements): robust mode with vertex, sliver and edge caps.
+GROWN = int(os.environ.get("RAYD_EMBREE_GROWN", "1"))
+
+#: The margin of the grown faces, in units of ``R`` (2^-13 = 1.2e-4: no answer unlike the Warp path's in 1.8 M
+#: adversarial grazing rays; 2^-14: 3-6 in 800 k; re-traced rays 2.4 % of the sphere's, Warp 0.12 %).
+GROW = 2.0**-13
+
+#: A ray traced again past a grown face's margin keeps the next hit only within ``GAP * GROW * R`` of it.
+GAP = 16.0
+
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
 
@@ -198,7 +213,8 @@ def describe() -> str:
             ver = version("embreex")
         except Exception:  # noqa: BLE001 - not installed as a distribution
             ver = "?"
-        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect16 packets, robust + vertex caps, Warp re-search; "
+        mode = f"non-robust, faces grown by 2^{np.log2(GROW):.0f} R" if GROWN else "robust + vertex caps"
+        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect16 packets, {mode}, Warp re-search; "
                 f"{os.cpu_count() or 1} threads)")
     if _embreex is None:
         return f"warp (embreex not importable: {_IMPORT_ERROR}; pip install rayd-geom[cpu])"
@@ -210,9 +226,10 @@ def describe() -> str:
 class EmbreeMirror:
     """Embree scenes over the triangles of a CPU :class:`TriangleScene`, centre-relative.
 
-    One Embree scene of two meshes: the triangles (geomID 0) and the *vertex caps*
-    (:func:`vertex_caps`, geomID 1) that flag the rays passing near a vertex, where
-    Embree's robust test may leak.
+    ``GROWN``: one non-robust scene of the grown faces (geomID 0) and the sliver rectangles (geomID 1),
+    with :attr:`grown_table` (F, 4) float32 mapping Embree's weights back to the true faces. Otherwise
+    one robust scene of the triangles (geomID 0), the *vertex caps* (:func:`vertex_caps`, geomID 1)
+    that flag the rays passing near a vertex and the sliver caps (geomID 2).
 
     Args:
         tri: the triangle scene (its ``points`` and ``indices`` are read at each rebuild).
@@ -260,37 +277,57 @@ class EmbreeMirror:
             self.stale = False
             return
         a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
-        r = CAP * self.radius
-        degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
-        slivers = sliver_caps(a, b, c, r, ~degenerate)
-        # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
-        # a ray whose Embree winner is either is re-searched by Warp.
-        flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
-        longest = np.sqrt(max(float(np.max(np.sum((x - y) ** 2, 1), initial=0.0)) for x, y in ((a, b), (b, c), (c, a))))
+        cross = np.cross(b - a, c - a)
+        degenerate = ~np.any(cross != 0.0, axis=1)
+        self.grown = GROWN
+        self.edge_scene = None
+        if GROWN:
+            # One non-robust Embree scene of the grown faces (geomID 0) and the sliver rectangles
+            # (geomID 1): see rayd.engine.cpu_embree_grown.
+            gp, gf, table, gs, longest = grown_faces(a, b, c, GROW * self.radius, degenerate, cross)
+            meshes = [(gp, gf)] + ([gs] if gs is not None else [])
+            self.grown_table = wp.array(table, dtype=wp.float32, device=tri.device)
+            flag = np.where(degenerate, 1, np.where(table[:, 0] == 0.0, 2, 0)).astype(np.uint8)
+        else:
+            r = CAP * self.radius
+            slivers = sliver_caps(a, b, c, r, ~degenerate)
+            # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
+            # a ray whose Embree winner is either is re-searched by Warp.
+            flag = np.where(degenerate, 1, np.where(slivers[0], 2, 0)).astype(np.uint8)
+            longest = np.sqrt(max(float(np.max(np.sum((x - y) ** 2, 1), initial=0.0)) for x, y in ((a, b), (b, c), (c, a))))
+            # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
+            # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
+            # sliver before any other triangle (or misses them all).
+            meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+            if slivers[0].any():
+                meshes.append(slivers[1:])
+            # (The edge caps in the scene above doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread.)
+            self.grown_table = wp.zeros((1, 4), dtype=wp.float32, device=tri.device)
+        # The edge caps (both modes): a scene of their own that only Embree's misses are traced through,
+        # built after the first query with a miss (:meth:`build_edge_scene`): a ray running along a
+        # (boundary) edge within rounding of it, at a grazing angle, may miss every grown face too
+        # (tests/torch/test_offface23_float64.py, slope 1e-6 along an edge 1e-6 inside the face).
+        self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
         self.graze = TANGENT * self.radius * longest if TANGENT_CHECK else 0.0
         self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
         self.any_flagged = bool(flag.any())
-        # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
-        # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
-        # sliver before any other triangle (or misses them all).
-        meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
-        # The edge caps: a scene of their own that only Embree's misses are traced through (in the
-        # scene above they doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread), built after
-        # the first query with a miss (:meth:`build_edge_scene`; 0.65 s for the terrain): until then
-        # Warp answers the misses.
-        self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
-        self.edge_scene = None
-        if slivers[0].any():
-            meshes.append(slivers[1:])
-        self.scene = _commit(*meshes)
+        self.scene = _commit(*meshes, robust=not GROWN)
         self._meshes, self._incoherent = meshes, None
         self.fn = embree_api.intersect16_pointer()
         self.stale = False
 
     def build_edge_scene(self) -> None:
-        """Build the scene of the edge caps (:func:`edge_caps`), traced for the rays that miss."""
+        """Build the scene of the edge caps (:func:`edge_caps`; with ``GROWN``, also the true faces,
+        robust mode), traced for the rays that miss."""
         if self.edge_scene is None:
-            self.edge_scene = embree_api.Scene([edge_caps(*self._edge_input)])
+            meshes = [edge_caps(*self._edge_input)]
+            if self.grown:
+                # and the true faces in robust mode: a ray so near-tangent to a face (cos below the
+                # non-robust test's rounding over the margin) that it missed the grown copies is caught
+                # here when it truly crosses one (a hit here sends the ray to Warp)
+                rel, faces = self._edge_input[:2]
+                meshes.append((np.ascontiguousarray(rel, dtype=np.float32), faces))
+            self.edge_scene = embree_api.Scene(meshes)
 
     def incoherent_scene(self) -> embree_api.Scene:
         """The scene for incoherent batches (built at the first one on this geometry): the same
@@ -298,17 +335,19 @@ class EmbreeMirror:
         shadow_test: 115-121 -> 101-106 ms CPU; the two-level :attr:`scene` stays the one for
         coherent batches, where it was 30 % faster)."""
         if self._incoherent is None:
-            self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH)
+            self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH, robust=not self.grown,
+                                                argument_filter=bool(self.grown))
         return self._incoherent
 
 
-def _commit(*meshes: tuple[np.ndarray, np.ndarray]) -> embree_api.Scene:
+def _commit(*meshes: tuple[np.ndarray, np.ndarray], robust: bool = True) -> embree_api.Scene:
     """A committed robust-mode Embree scene of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)``
     (geomID = position in ``meshes``)."""
     # Build quality LOW: one BVH per geometry under a top level (Embree's two-level mode), so the
     # caps (small, clustered at the vertices) do not slow the walk over the triangles: 35 -> 24.5 ms
     # (terrain, 1 thread; one merged BVH over triangles and caps: 35; triangles alone: 22).
-    return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM)
+    return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM,
+                            robust=robust, argument_filter=not robust)
 
 
 def mirror(tri) -> EmbreeMirror:
@@ -407,7 +446,8 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
              embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,
-             embree_api.COHERENT_COS, packet]
+             embree_api.COHERENT_COS, packet, m.grown_table, m.grown, GAP * GROW * m.radius,
+             embree_api.intersect_pointer(1)]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0

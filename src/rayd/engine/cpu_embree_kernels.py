@@ -1,6 +1,8 @@
 """Warp kernels of the Embree CPU path (:mod:`rayd.engine.cpu_embree`): per packet of 16 rays
 (:func:`_search16`, C++ inside a Warp kernel), Embree's rays, ``rtcIntersect16``, then the checks
-that send a ray to rayd's Warp search; and :func:`_trace_kernel`, Embree alone (tests, benchmarks)."""
+that send a ray to rayd's Warp search (with grown faces, :mod:`rayd.engine.cpu_embree_grown`, on the
+true face's weights; a winner crossed in the margin traced again by ``rtcIntersect1`` without it);
+and :func:`_trace_kernel`, Embree alone (tests, benchmarks)."""
 
 from __future__ import annotations
 
@@ -32,6 +34,7 @@ _SEARCH16 = r"""
     alignas(64) float R[16 * 32];  // RTCRayHit16: 12 ray fields, then the hit (room for instance ids)
     alignas(64) int valid[16];
     double S0[16], DL[16];
+    float TF[16];  // each lane's Embree tfar (for a second trace)
     int send[16];  // rows Warp must answer without an Embree ray (|d| outside Embree's range, origin too far)
     unsigned int* U = (unsigned int*)R;
     const double cx = centre[0], cy = centre[1], cz = centre[2];
@@ -162,6 +165,7 @@ _SEARCH16 = r"""
         U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
         U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
         S0[j] = ok ? (double)(float)s0 : 0.0; DL[j] = ok ? (double)(float)dl : 0.0;
+        TF[j] = R[8 * 16 + j];
         valid[j] = ok ? -1 : 0;
     }
     float INV[16];  // (every lane, vectorized; only the valid ones are read)
@@ -244,8 +248,8 @@ _SEARCH16 = r"""
     }
     // The checks' arithmetic first, branch-free over the 16 lanes (vectorized; the same float32/float64
     // expressions as one lane at a time, every term evaluated: no side effects), then the decisions.
-    int FARL[16], ZERO[16], BADH[16];
-    for (int j = 0; j < 16; ++j) {
+    int FARL[16], ZERO[16], BADH[16], OUT[16], FORCE[16];
+    auto check = [&](int j) {
         float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
         FARL[j] = sqrtf(px * px + py * py + pz * pz) > far_origin;
         ZERO[j] = (DX[j] == 0.0f) | (DY[j] == 0.0f) | (DZ[j] == 0.0f);
@@ -262,6 +266,16 @@ _SEARCH16 = r"""
         int bad = (t <= (double)T0[j] + dl) | (t >= (double)T1[j] - dl);
         float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
         float w = 1.0f - bu - bv;
+        if (grown_mode) {
+            // A grown face (cpu_embree_grown): the weights of the true face, b = s b' - (s - 1) b_I, and the
+            // normal's length over s^2; s = 0 (a face not grown: degenerate or a sliver): re-searched.
+            unsigned int fg = U[17 * 16 + j];
+            const float* G = (const float*)grown.data + 4 * (size_t)(U[18 * 16 + j] == 0u ? fg : 0u);
+            float sg = G[0];
+            w = sg * w - G[1]; bu = sg * bu - G[2]; bv = sg * bv - G[3];
+            dn = sg > 0.0f ? dn / (sg * sg) : 0.0f;
+            w = sg > 0.0f ? w : -1.0f;
+        }
         float m = bu < bv ? bu : bv;
         m = m < w ? m : w;
         // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
@@ -270,6 +284,60 @@ _SEARCH16 = r"""
         // (altitude >= |Ng| / longest edge): a near-tangent ray may cross for one test only.
         int tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
         BADH[j] = bad | (m < edge) | tangent | !__builtin_isfinite(t);
+        // (grown faces) the crossing lies outside the true face by more than the rounding (the mirror of
+        // the near-tangent check): neither test hits that face, the ray is traced again without it
+        OUT[j] = grown_mode & (U[18 * 16 + j] == 0u) & (m < 0.0f) & (-m * dn > graze * sqrtf(ex * ex + ey * ey + ez * ez));
+        FORCE[j] = 0;
+    };
+    for (int j = 0; j < 16; ++j) check(j);
+    if (grown_mode && live > 0) {
+        // Rays whose closest grown face is crossed clearly outside its true face (in the margin, over a
+        // neighbour): Embree again, the same ray, that face left out by an argument filter (its primID in
+        // the ray's id); the closest grown crossing after it is checked as the first one was, and a miss
+        // there goes to Warp. (Warp re-searched these: ~1.5 us a ray against ~0.25 us for Embree.)
+        struct FilterArgs { int* valid; void* user; void* context; const unsigned int* ray; const unsigned int* hit; unsigned int N; };
+        auto filter = [](const FilterArgs* a) {
+            const unsigned int N = a->N;
+            for (unsigned int i = 0; i < N; ++i)
+                if (a->valid[i] != 0 && a->hit[6 * N + i] == 0u && a->hit[5 * N + i] == a->ray[10 * N + i]) a->valid[i] = 0;
+        };
+        alignas(64) int again[16];
+        int any = 0;
+        for (int j = 0; j < 16; ++j) { again[j] = (valid[j] && OUT[j] && !FARL[j]) ? -1 : 0; any |= again[j]; }
+        if (any) {
+            float first_t[16];
+            for (int j = 0; j < 16; ++j) {
+                first_t[j] = R[8 * 16 + j];
+                if (!again[j]) continue;
+                U[10 * 16 + j] = U[17 * 16 + j];
+                R[8 * 16 + j] = TF[j];
+                U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
+            }
+            const int flags = args.flags;
+            args.flags = 2;  // RTC_RAY_QUERY_FLAG_INVOKE_ARGUMENT_FILTER
+            args.filter = (void*)+filter;
+            // One ray at a time (rtcIntersect1, an RTCRayHit: the 12 ray fields, then the hit): a packet
+            // call with one or two live lanes cost about as much as Warp's search of them.
+            typedef void (*rtc_intersect1_t)(void*, void*, void*);
+            for (int j = 0; j < 16; ++j) {
+                if (!again[j]) continue;
+                alignas(16) float one[24];
+                for (int f = 0; f < 20; ++f) one[f] = R[f * 16 + j];
+                ((rtc_intersect1_t)fn1)((void*)scene, (void*)one, &args);
+                for (int f = 8; f < 20; ++f) R[f * 16 + j] = one[f];
+            }
+            args.flags = flags;
+            args.filter = nullptr;
+            for (int j = 0; j < 16; ++j) {
+                if (!again[j]) continue;
+                check(j);
+                // A miss after the margin, or a hit farther than grown_gap past it (the true hit after a
+                // margin is mostly the neighbour across that edge, within a few margins; farther, the ray
+                // may have passed a face at a grazing angle in between, which the grown test can miss): Warp
+                float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
+                FORCE[j] = (U[18 * 16 + j] == 0xFFFFFFFFu) | ((R[8 * 16 + j] - first_t[j]) * sqrtf(ex * ex + ey * ey + ez * ez) > grown_gap);
+            }
+        }
     }
     // The decisions. With the per-face tables unneeded (face_mode & 7 == 7: one identity map, every shape
     // enabled, no flagged face) branch-free over the 16 lanes (selects, vectorized), else one lane at a
@@ -284,7 +352,7 @@ _SEARCH16 = r"""
             int capfar = (hit & (geom > 0u)) | FARL[j];  // a cap (near a vertex, or a sliver) or too far
             int miss_again = (graze_hit[j] | ZERO[j]) ? 1 : miss_wait;
             int hit_again = BADH[j] | (f == IGN[j]);
-            int again = capfar ? 1 : (hit ? hit_again : miss_again);
+            int again = capfar | FORCE[j] ? 1 : (hit ? hit_again : miss_again);
             AGAIN[j] = valid[j] ? again : send[j];
             RES[j] = (valid[j] & hit & !again) ? f : -1;
         }
@@ -296,7 +364,7 @@ _SEARCH16 = r"""
                 if ((hit && U[18 * 16 + j] > 0u) || FARL[j]) {
                     again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
                 } else if (!hit) {
-                    again = (graze_hit[j] || ZERO[j]) ? 1 : 0;
+                    again = (graze_hit[j] || ZERO[j] || FORCE[j]) ? 1 : 0;
                     if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
                 } else {
                     int f = (int)U[17 * 16 + j];
@@ -350,7 +418,7 @@ def _search16(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64,
-    coherent_cos: float, packet: int, lo: int, hi: int,
+    coherent_cos: float, packet: int, grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
@@ -387,7 +455,8 @@ def _search16_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
-    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
+    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int,
+    grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
 ):
@@ -405,7 +474,8 @@ def _search16_kernel(
         tile = wp.tid() % tiles
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
-                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet, lo, hi, width, tile,
+                      degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet,
+                      grown, grown_mode, grown_gap, fn1, lo, hi, width, tile,
                       out, redo, keys, order, key_pass, fast_key)
     if count > 0:
         _grab(redo_count, count)  # (chunks of one call run on several threads)
@@ -420,7 +490,8 @@ def _search16_steal_kernel(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
-    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int, base: int, n: int, width: int,
+    fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int,
+    grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
     counter: wp.array(dtype=wp.int32), items: int, step: int,
@@ -445,7 +516,8 @@ def _search16_steal_kernel(
             count += _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                                ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
                                degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene,
-                               coherent_cos, packet, lo, hi, width, tile, out, redo, keys, order, key_pass, fast_key)
+                               coherent_cos, packet, grown, grown_mode, grown_gap, fn1, lo, hi, width, tile, out, redo, keys, order, key_pass,
+                               fast_key)
         first = _grab(counter, step)
     if count > 0:
         _grab(redo_count, count)

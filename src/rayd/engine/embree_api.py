@@ -4,8 +4,8 @@
 ``rtcIntersect1`` in a Cython loop, copies meshes element by element, and has no
 per-call flags. This module loads the same bundled library with :mod:`ctypes` and
 
-- builds a robust-mode scene from NumPy arrays by a ``memmove`` per buffer
-  (:class:`Scene`), about 2-3x faster than embreex's construction;
+- builds a scene (robust or not, optionally with argument filters) from NumPy arrays by a
+  ``memmove`` per buffer (:class:`Scene`), about 2-3x faster than embreex's construction;
 - traces rays 16 at a time with ``rtcIntersect16`` from inside a Warp CPU kernel
   (:func:`intersect16`, a ``wp.func_native`` snippet calling Embree through its
   function pointer), with ``RTC_RAY_QUERY_FLAG_COHERENT`` for a packet whose
@@ -34,6 +34,7 @@ import warp as wp
 wp.set_module_options({"enable_backward": False})
 
 _RTC_SCENE_FLAG_ROBUST = 1 << 2
+_RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS = 1 << 3
 _RTC_GEOMETRY_TYPE_TRIANGLE = 0
 _RTC_BUFFER_TYPE_INDEX, _RTC_BUFFER_TYPE_VERTEX = 0, 1
 _RTC_FORMAT_UINT3, _RTC_FORMAT_FLOAT3 = 0x5003, 0x9003
@@ -125,12 +126,13 @@ def packet_width() -> int:
 
 @functools.lru_cache(maxsize=None)
 def intersect_pointer(width: int) -> int:
-    """The address of ``rtcIntersect{width}`` (4, 8 or 16; same signature), a kernel argument."""
+    """The address of ``rtcIntersect{width}``, a kernel argument: 4, 8 or 16 (one signature, ``(valid, scene,
+    RTCRayHitN*, args)``) or 1 (``(scene, RTCRayHit*, args)``)."""
     return ctypes.cast(getattr(library(), f"rtcIntersect{width}"), ctypes.c_void_p).value
 
 
 class Scene:
-    """A committed robust-mode Embree scene of triangle meshes (geomID = position in ``meshes``).
+    """A committed Embree scene of triangle meshes (geomID = position in ``meshes``), robust mode by default.
 
     Args:
         meshes: ``(vertices (V, 3) float32, faces (F, 3) int32)`` pairs, copied into
@@ -138,17 +140,21 @@ class Scene:
         quality: the scene's ``RTCBuildQuality`` (``None``: Embree's default, medium);
             :data:`BUILD_QUALITY_LOW` builds one BVH per geometry under a top level.
         geometry_quality: each geometry's ``RTCBuildQuality`` (used by a low-quality scene).
+        robust: ``RTC_SCENE_FLAG_ROBUST`` (else no flag: Embree's faster, non-watertight test).
+        argument_filter: ``RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS`` (a filter function passed with
+            a query's arguments is invoked when the query sets ``RTC_RAY_QUERY_FLAG_INVOKE_ARGUMENT_FILTER``).
 
     Raises:
         RuntimeError: Embree reports an error (e.g. out of memory).
     """
 
     def __init__(self, meshes, quality: int | None = None, geometry_quality: int | None = None,
-                 robust: bool = True) -> None:
+                 robust: bool = True, argument_filter: bool = False) -> None:
         lib = library()
         self._lib = lib
         self.ptr = lib.rtcNewScene(_device)
-        lib.rtcSetSceneFlags(self.ptr, _RTC_SCENE_FLAG_ROBUST if robust else 0)
+        lib.rtcSetSceneFlags(self.ptr, (_RTC_SCENE_FLAG_ROBUST if robust else 0)
+                             | (_RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS if argument_filter else 0))
         if quality is not None:
             lib.rtcSetSceneBuildQuality(self.ptr, quality)
         for geom_id, (vertices, faces) in enumerate(meshes):
