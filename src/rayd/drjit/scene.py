@@ -191,38 +191,26 @@ for _name in ("intersect", "shadow_test", "visible", "intersect_all", "count_int
     setattr(Scene, _name, _content_scope(getattr(Scene, _name)))
 
 
-def _outside_recording(method):
-    """``method`` (a lifecycle call) refused inside symbolic regions and ``drjit.freeze`` (:func:`_check.outside_recording`)."""
-    call = f"rayd.drjit.Scene.{method.__name__}()"
-
-    @functools.wraps(method)
-    def lifecycle_call(self, *args, **kwargs):
-        _check.outside_recording(call)
-        return method(self, *args, **kwargs)
-
-    return lifecycle_call
-
-
-for _name in ("build", "sync", "set_mesh_transform"):  # (they read arrays on the host: Dr.Jit's obscure errors there)
-    setattr(Scene, _name, _outside_recording(getattr(Scene, _name)))
-
-
-def _outside_freezing(method):
-    """``method`` (a call that changes the scene or returns its arrays) refused while ``drjit.freeze`` records
-    (:func:`_check.outside_freezing`: replays would skip it); it still runs in symbolic loops (bookkeeping)."""
+def _guarded(check, method):
+    """``method`` with ``check(call)`` run first: :func:`_check.outside_recording` (lifecycle calls that read
+    arrays on the host: refused inside symbolic regions and ``drjit.freeze``, Dr.Jit's obscure errors there) or
+    :func:`_check.outside_freezing` (calls that change the scene or return its arrays: refused while
+    ``drjit.freeze`` records, since replays would skip them; they still run in symbolic loops)."""
     call = f"rayd.drjit.Scene.{method.__name__}()"
 
     @functools.wraps(method)
     def scene_call(self, *args, **kwargs):
-        _check.outside_freezing(call)
+        check(call)
         return method(self, *args, **kwargs)
 
     return scene_call
 
 
+for _name in ("build", "sync", "set_mesh_transform"):
+    setattr(Scene, _name, _guarded(_check.outside_recording, getattr(Scene, _name)))
 for _name in ("add_mesh", "add_instance", "update_mesh_vertices", "set_shape_enabled", "set_edge_mask", "edge_mask",
               "edge_topology"):
-    setattr(Scene, _name, _outside_freezing(getattr(Scene, _name)))
+    setattr(Scene, _name, _guarded(_check.outside_freezing, getattr(Scene, _name)))
 del _name
 serialise_public(Scene)
 _check.exact_math_public(Scene)  # float64 derivatives exact on CUDA (FastMath off inside every call)
