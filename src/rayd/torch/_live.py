@@ -30,34 +30,28 @@ from rayd.torch._geometry import LiveTensors, ShapeTable
 _REQUIRES_GRAD = __import__("operator").attrgetter("requires_grad")
 
 
-def differentiable(tensor: torch.Tensor | None) -> bool:
-    """True if gradients (reverse, forward or functorch) may flow through ``tensor``."""
+def differentiable(tensor: torch.Tensor | None, *, grad_mode: bool = True) -> bool:
+    """True if gradients (reverse, forward or functorch) may flow through ``tensor``.
+
+    With ``grad_mode=False``, ``requires_grad`` counts only while torch's grad mode is on: under
+    ``torch.no_grad()`` / ``inference_mode`` no reverse-mode gradient can flow, so a query may take
+    its value-only path; forward mode (dual tensors, ``torch.func.jvp``), which grad mode does not
+    stop, and ``torch.func`` gradient levels still count (:func:`needs_gradient`).
+    """
     if tensor is None:
         return False
-    if tensor.requires_grad:
+    reverse = grad_mode or torch.is_grad_enabled()
+    if tensor.requires_grad and reverse:
         return True
-    if _convert.transforms_active() and _convert.is_wrapped(tensor) and (
-            _convert.grad_wrapped(tensor) or _convert.unwrapped(tensor).requires_grad):
+    if _convert.transforms_active() and _convert.is_wrapped(tensor) and (  # never while compiling
+            _convert.grad_wrapped(tensor) or (reverse and _convert.unwrapped(tensor).requires_grad)):
         return True  # a tensor only batched by vmap carries no gradient: the value-only paths run
     return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
 
 
 def needs_gradient(tensor: torch.Tensor | None) -> bool:
-    """:func:`differentiable`, except that ``requires_grad`` counts only while grad mode is on.
-
-    Under ``torch.no_grad()`` / ``inference_mode`` no reverse-mode gradient can flow, so a query
-    may take its value-only path; forward mode (dual tensors, ``torch.func.jvp``), which grad
-    mode does not stop, and ``torch.func`` gradient levels still count.
-    """
-    if tensor is None:
-        return False
-    grad_mode = torch.is_grad_enabled()
-    if tensor.requires_grad and grad_mode:
-        return True
-    if _convert.transforms_active() and _convert.is_wrapped(tensor) and (  # never while compiling
-            _convert.grad_wrapped(tensor) or (grad_mode and _convert.unwrapped(tensor).requires_grad)):
-        return True
-    return forward_ad._current_level >= 0 and forward_ad.unpack_dual(tensor).tangent is not None
+    """:func:`differentiable` with ``requires_grad`` counted only while grad mode is on."""
+    return differentiable(tensor, grad_mode=False)
 
 
 def affine(m: torch.Tensor) -> torch.Tensor:
