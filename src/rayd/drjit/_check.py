@@ -112,10 +112,16 @@ def broadcast_components(call: str, name: str, value: dr.ArrayBase) -> int:
     calls an empty component beside width-1 ones width 1, which later operations refuse.
     """
     widths = [dr.width(c) for c in value]
+    not_ragged(call, name, widths, "components")
+    return max(widths)
+
+
+def not_ragged(call: str, name: str, widths: list[int], parts: str) -> None:
+    """``ValueError`` unless the ``widths`` of an array's ``parts`` (components, matrix entries) broadcast:
+    one width besides 1, and no empty part beside width-1 ones."""
     sizes = set(widths)
     if len(sizes - {1}) > 1 or (0 in sizes and 1 in sizes):
-        raise ValueError(f"{call}: '{name}' is ragged: its components have widths {widths}")
-    return max(widths)
+        raise ValueError(f"{call}: '{name}' is ragged: its {parts} have widths {widths}")
 
 
 def index_array(call: str, name: str, value: object) -> dr.ArrayBase:
@@ -212,7 +218,6 @@ def face_range(call: str, name: str, faces: dr.ArrayBase, num_vertices: int) -> 
     low = int(dr.min(flat, axis=None).item())
     high = int(dr.max(flat, axis=None).item())
     _face_range(call, name, low, high, num_vertices)
-
 
 
 def outside_recording(call: str) -> None:

@@ -149,9 +149,8 @@ def _matrices(call: str, name: str, value: object, expected: str) -> dr.ArrayBas
     if not dr.is_matrix_v(value) or dr.size_v(value) != 4:
         raise ValueError(f"{call}: '{name}' must {expected}, got {_convert.type_name(value)}")
     _check.not_symbolic(call, name, value)
-    widths = sorted({dr.width(entry) for row in value for entry in row})  # an entry replaced by another width
-    if len(set(widths) - {1}) > 1 or (0 in widths and 1 in widths):
-        raise ValueError(f"{call}: '{name}' is ragged: its entries have widths {widths}")
+    # an entry replaced by one of another width
+    _check.not_ragged(call, name, sorted({dr.width(entry) for row in value for entry in row}), "entries")
     return value
 
 
