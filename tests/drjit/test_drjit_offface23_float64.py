@@ -84,9 +84,12 @@ def test_torus_parity_with_brute_force_and_rayd_torch(m, accel):
     valid = rows(_twice(scene.intersect, _ray(m, o, d, tmax)).is_valid()).astype(bool)
     assert (blocked == valid).all() and 100 < valid.sum() < len(o) - 100
     # rayd.torch, same rays: the same faces, t within the conditioning of grazing hits
+    # (on the same device: rays along edges are ties that CPU and CUDA may break differently, both within
+    # the brute force's bounds above; docs/known-limitations.md)
+    dev = "cuda" if m.__name__.startswith("drjit.cuda") else "cpu"
     tscene = rt.Scene()
-    tscene.add_mesh(rt.Mesh(torch.tensor(v), torch.tensor(f)))
+    tscene.add_mesh(rt.Mesh(torch.tensor(v, device=dev), torch.tensor(f, device=dev)))
     tscene.build()
-    th = _twice(tscene.intersect, rt.Ray(torch.tensor(o), torch.tensor(d)))
-    assert (th.prim_id.numpy() == rows(hit.prim_id)).all()
-    np.testing.assert_allclose(th.t.numpy(), t, rtol=1e-6)
+    th = _twice(tscene.intersect, rt.Ray(torch.tensor(o, device=dev), torch.tensor(d, device=dev)))
+    assert (th.prim_id.cpu().numpy() == rows(hit.prim_id)).all()
+    np.testing.assert_allclose(th.t.cpu().numpy(), t, rtol=1e-6)

@@ -100,7 +100,7 @@ class LiveState(LiveBase):
         self._batch_groups: list = []
         self._row_cache: dict[tuple[int, ...], torch.Tensor] = {}
         self._single_groups: list = []
-        self._placement_rows: tuple | None = None  # (rows, shape) of placed_vertices, made at first use
+        self._placement_rows: tuple | None = None  # (rows, shape) of placed_vertices, made below
         self.no_ignore = torch.full((1,), -1, dtype=torch.int32, device=device)  # made once: no launch per query
         # Rows of every query without a mask and with the default interval, made once too.
         self.all_active = torch.ones(1, dtype=torch.uint8, device=device)
@@ -111,6 +111,9 @@ class LiveState(LiveBase):
         self.int32_tables = (self.table.global_offset.to(torch.int32), self.table.face_row.clamp(min=0).to(torch.int32))
         # The search centre (engine/frame.py), for ray origins handed to the engine.
         self.centre = None if core.centre is None else torch.as_tensor(core.centre, dtype=torch.float64).to(device)
+        # Made now, not at first use: a query compiled before an eager call made them would hold a guard on
+        # their absence and recompile once (CUDA's device search box reads them: tests/torch/test_tmin22.py).
+        self.placement_rows()
 
     # ------------------------------------------------------------------ transforms
     def _refresh(self) -> None:
@@ -249,9 +252,8 @@ class LiveState(LiveBase):
         ``rows``: the row of the meshes' concatenated vertices it repeats (``None`` without
         instances: then the rows coincide). ``shape``: its shape id (``None`` for a scene of one
         shape). The shapes and their vertex counts are fixed from ``build()`` to ``build()``.
-        Made with the edge topology (``SceneEdges``), so that a compiled query finds them
-        made (a cache filled while tracing would recompile the graph at its next call);
-        else at first use, and under ``torch.compile`` as constants, not cached.
+        Made at build (the end of ``_tables``), so that a compiled query finds them made (a cache
+        filled while tracing, or by an eager call after it, would recompile the graph once).
         """
         found = self._placement_rows
         if found is not None:

@@ -214,7 +214,6 @@ class SceneEdges(EdgeBuffers):
         self._mask = torch.ones(e, dtype=torch.bool, device=device)
         self._applied = torch.ones(e, dtype=torch.uint8, device=device)
         self._applied_view = _convert.scalar_view(self._applied)
-        self._state.placement_rows()  # made with the edge state (before any compiled query reads it)
         return EdgeTopology(v=v, faces=edge_faces, opposite=rows(2), is_boundary=edge_faces[:, 1] < 0,
                             shape_id=column(plan.shape_id), edge_id=column(plan.edge_id),
                             global_edge_id=torch.arange(e, dtype=torch.int32, device=device))
