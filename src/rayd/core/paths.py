@@ -389,7 +389,11 @@ def _distinct(seq: np.ndarray, length: np.ndarray, points: np.ndarray) -> np.nda
     made of two triangles) lies in both closed triangles, so the same path is valid once per
     face (found beside Sionna RT, which reports it once). Sequences with the same number of
     bounces, equal lengths and equal reflection points (both within ``1e-9`` relative) are
-    one path; the first in (length, sequence) order is kept.
+    one path; the first in (length, sequence) order is kept. The tolerance is relative to the
+    path's own size (its length and the magnitude of its points), so the set does not depend on
+    the unit the scene is written in (it was ``1e-9 * max(length, 1)``: absolute below a length
+    of 1, so a scene 1e-12 in size merged nearly every path of a pair into one; helper breakit25,
+    ``tests/torch/test_breakit25_find_paths_scale.py``).
     """
     order = np.lexsort(tuple(seq[:, k] for k in reversed(range(seq.shape[1]))) + (length,))
     seq, length, points = seq[order], length[order], points[order]
@@ -398,12 +402,13 @@ def _distinct(seq: np.ndarray, length: np.ndarray, points: np.ndarray) -> np.nda
     for i in range(len(seq)):
         if not keep[i]:
             continue
+        b = bounces[i]
+        tol = 1e-9 * max(length[i], np.abs(points[i, :b]).max() if b else 0.0)
         j = i + 1
-        while j < len(seq) and length[j] - length[i] <= 1e-9 * max(length[i], 1.0):
-            if keep[j] and bounces[j] == bounces[i]:
-                b = bounces[i]
+        while j < len(seq) and length[j] - length[i] <= tol:
+            if keep[j] and bounces[j] == b:
                 gap = np.abs(points[j, :b] - points[i, :b]).max() if b else 0.0
-                if gap <= 1e-9 * max(length[i], 1.0):
+                if gap <= tol:
                     keep[j] = False
             j += 1
     return seq[keep]
