@@ -33,3 +33,16 @@ def test_meta_parameters_assigned_later_are_refused(name, value):
     with pytest.raises(ValueError, match=rf"'{name}' is on meta; rayd runs on"):
         setattr(camera, name, value)
     assert camera.generate_rays().d.device.type == "cpu"  # unchanged
+
+
+def test_boundary_term_names_values_on_another_device():
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(torch.tensor([[0.0, 0, 0], [1, 0, 0], [0, 1, 0]]), torch.tensor([[0, 1, 2]])))
+    scene.build()
+    pose = torch.tensor([[1.0, 0, 0, 0.3], [0, 1, 0, 0.3], [0, 0, 1, -3], [0, 0, 0, 1]])
+    samples = rt.Camera(8, 8, fov_y=30.0, to_world=pose).sample_edges(scene, 4)
+    inside = torch.ones(4)
+    with pytest.raises(ValueError, match=r"boundary_term\(\): 'f_inside' is on meta, but the record is on cpu"):
+        samples.boundary_term(inside.to(META), torch.zeros(4))
+    with pytest.raises(ValueError, match=r"boundary_term\(\): 'f_outside' is on meta"):
+        samples.boundary_term(inside, torch.zeros(4, device=META))
