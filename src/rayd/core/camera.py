@@ -232,11 +232,7 @@ def merge_seams(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.nda
     cand = np.flatnonzero(np.asarray(is_boundary, bool))
     if len(cand) < 2:
         return keep
-    first = _lex_less(a[cand], b[cand]) | (a[cand] == b[cand]).all(-1)
-    lo = np.where(first[:, None], a[cand], b[cand])
-    hi = np.where(first[:, None], b[cand], a[cand])
-    _, inverse, counts = np.unique(np.concatenate([lo, hi], axis=1), axis=0, return_inverse=True,
-                                   return_counts=True)
+    _, inverse, counts = np.unique(_end_points(a[cand], b[cand]), axis=0, return_inverse=True, return_counts=True)
     inverse = inverse.reshape(-1)
     order = np.argsort(inverse, kind="stable")
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -248,6 +244,41 @@ def merge_seams(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.nda
     keep[j] = False
     keep[i[side_i * side_j < 0]] = False  # opposite sides: the surface continues, no silhouette
     return keep
+
+
+def one_per_curve(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(E,) bool: the first of the candidate edges with the same two end points (either order), each once.
+
+    One image curve is one visibility boundary: the samples' ``ray_inside`` / ``ray_outside``
+    see the whole scene on either side of it, so sampling it once gives the whole boundary
+    term, and sampling it once per edge record counts it that many times. Several candidates
+    share their end points where an edge has three or more faces (one record per pair of them,
+    DESIGN.md "Edges": with every face on one side of the edge, each record is a silhouette),
+    where separate meshes or unwelded patches meet along an edge (each mesh's own silhouette
+    edge there), and where three or more boundary edges coincide (left by :func:`merge_seams`,
+    which pairs exactly two). Three welded fins on one edge had their boundary term counted
+    three times (helper breakit25, ``tests/torch/test_breakit25_nonmanifold_edges.py``).
+
+    Args:
+        a, b: (E, 3) float64 end points of the candidate edges (any one frame: equal points are
+            equal there).
+
+    Returns:
+        (E,) bool mask keeping, of each group of candidates with the same end points, the
+        first (lowest index).
+    """
+    a, b = (np.asarray(x, np.float64).reshape(-1, 3) for x in (a, b))
+    keep = np.zeros(len(a), bool)
+    if len(a):
+        keep[np.unique(_end_points(a, b), axis=0, return_index=True)[1]] = True
+    return keep
+
+
+def _end_points(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(E, 6) float64 rows ``(lo, hi)``: each edge's two end points in lexicographic order (a key of
+    the edge's position that does not depend on its direction)."""
+    first = _lex_less(a, b) | (a == b).all(-1)
+    return np.concatenate([np.where(first[:, None], a, b), np.where(first[:, None], b, a)], axis=1)
 
 
 def _lex_less(x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -373,10 +404,12 @@ def plan_samples(a: np.ndarray, b: np.ndarray, o: np.ndarray, is_boundary: np.nd
             :attr:`SamplePlan.point` (optional).
 
     Returns:
-        :class:`SamplePlan`: seams merged (:func:`rayd.core.camera.merge_seams`), edges
-        clipped to the near plane and the image, N stratified samples in image length.
+        :class:`SamplePlan`: seams merged (:func:`rayd.core.camera.merge_seams`), each image
+        curve once (:func:`one_per_curve`), edges clipped to the near plane and the image, N
+        stratified samples in image length.
     """
     kept = np.flatnonzero(merge_seams(a, b, o, is_boundary))
+    kept = kept[one_per_curve(a[kept], b[kept])]
     a, b, o = a[kept], b[kept], o[kept]
     t0, t1, xy0, xy1 = clip_to_image(a, b, intrinsics, width, height)
     lengths = np.linalg.norm(xy1 - xy0, axis=-1)

@@ -363,13 +363,7 @@ def find_sequences(sources: np.ndarray, targets: np.ndarray, max_bounces: int, n
         cand = candidate_sequences(gid, num, line_of_sight)
         row = [np.zeros((0, max_bounces), dtype=np.int64)] * num_t
         if cand.shape[0] and num_t:
-            c = cand.shape[0]
-            src = np.broadcast_to(sources[s], (num_t * c, 3))
-            dst = np.repeat(targets, c, axis=0)
-            valid, length, points = check(src, dst, np.tile(cand, (num_t, 1)))
-            valid, length = valid.reshape(num_t, c), length.reshape(num_t, c)
-            points = points.reshape(num_t, c, max_bounces, 3)
-            row = [_distinct(cand[valid[t]], length[t][valid[t]], points[t][valid[t]]) for t in range(num_t)]
+            row = _valid_per_target(sources[s], targets, cand, check)
         found.append(row)
     count = max([len(x) for row in found for x in row] + [0])
     sequences = np.full((num_s, num_t, count, max_bounces), -1, dtype=np.int64)
@@ -382,6 +376,32 @@ def find_sequences(sources: np.ndarray, targets: np.ndarray, max_bounces: int, n
     return sequences, used
 
 
+#: Candidate rows (target x sequence) :func:`find_sequences` checks per call of ``check``: bounds the host
+#: memory of the validity arrays (corners, images, points: about 1.3 kB a row at 16 bounces).
+CHECK_ROWS = 65_536
+
+
+def _valid_per_target(source: np.ndarray, targets: np.ndarray, cand: np.ndarray, check: Callable) -> list:
+    """Per target, the valid candidate sequences from ``source``, each physical path once (:func:`_distinct`).
+
+    The (target, candidate) rows are checked in chunks of :data:`CHECK_ROWS`, and only the valid
+    rows' lengths and points are kept: all rows at once took about 2 GB of host memory for 10,000
+    rays of 16 bounces in a 24-face room, and 100,000 rays (the default) would take about 20 GB
+    (helper breakit25, session 25).
+    """
+    num_t, c = targets.shape[0], cand.shape[0]
+    kept_rows, kept_len, kept_pts = [], [], []
+    for lo in range(0, num_t * c, CHECK_ROWS):
+        rows = np.arange(lo, min(lo + CHECK_ROWS, num_t * c))
+        valid, length, points = check(np.broadcast_to(source, (rows.size, 3)), targets[rows // c], cand[rows % c])
+        kept_rows.append(rows[valid])
+        kept_len.append(length[valid])
+        kept_pts.append(points[valid])
+    rows, length, points = np.concatenate(kept_rows), np.concatenate(kept_len), np.concatenate(kept_pts)
+    target = rows // c
+    return [_distinct(cand[rows[target == t] % c], length[target == t], points[target == t]) for t in range(num_t)]
+
+
 def _distinct(seq: np.ndarray, length: np.ndarray, points: np.ndarray) -> np.ndarray:
     """One pair's valid sequences sorted by length, each physical path once.
 
@@ -389,7 +409,11 @@ def _distinct(seq: np.ndarray, length: np.ndarray, points: np.ndarray) -> np.nda
     made of two triangles) lies in both closed triangles, so the same path is valid once per
     face (found beside Sionna RT, which reports it once). Sequences with the same number of
     bounces, equal lengths and equal reflection points (both within ``1e-9`` relative) are
-    one path; the first in (length, sequence) order is kept.
+    one path; the first in (length, sequence) order is kept. The tolerance is relative to the
+    path's own size (its length and the magnitude of its points), so the set does not depend on
+    the unit the scene is written in (it was ``1e-9 * max(length, 1)``: absolute below a length
+    of 1, so a scene 1e-12 in size merged nearly every path of a pair into one; helper breakit25,
+    ``tests/torch/test_breakit25_find_paths_scale.py``).
     """
     order = np.lexsort(tuple(seq[:, k] for k in reversed(range(seq.shape[1]))) + (length,))
     seq, length, points = seq[order], length[order], points[order]
@@ -398,12 +422,13 @@ def _distinct(seq: np.ndarray, length: np.ndarray, points: np.ndarray) -> np.nda
     for i in range(len(seq)):
         if not keep[i]:
             continue
+        b = bounces[i]
+        tol = 1e-9 * max(length[i], np.abs(points[i, :b]).max() if b else 0.0)
         j = i + 1
-        while j < len(seq) and length[j] - length[i] <= 1e-9 * max(length[i], 1.0):
-            if keep[j] and bounces[j] == bounces[i]:
-                b = bounces[i]
+        while j < len(seq) and length[j] - length[i] <= tol:
+            if keep[j] and bounces[j] == b:
                 gap = np.abs(points[j, :b] - points[i, :b]).max() if b else 0.0
-                if gap <= 1e-9 * max(length[i], 1.0):
+                if gap <= tol:
                     keep[j] = False
             j += 1
     return seq[keep]

@@ -234,8 +234,13 @@ def _atan2(y, x):
     LLVM backend (as ``dr.clip``). Quadrant reduction to ``t = min/max`` in
     ``[0, 1]``, two half-angle steps ``t -> t / (1 + sqrt(1 + t^2))`` (``t <= 0.199``),
     then the Taylor series of ``atan`` to ``t^27`` (truncation below 1e-18).
+
+    ``|x|``, ``|y|`` are taken by selects, not ``dr.abs``: Dr.Jit's derivative of ``abs`` at 0
+    is 0, which dropped the derivative ``1 / x`` of ``atan2(y, x)`` along ``y`` at ``y = 0``
+    (a point in the plane of a face, off it: its solid angle is 0, its derivative along the
+    normal is not; helper breakit25, ``tests/drjit/test_drjit_breakit25_winding_coplanar.py``).
     """
-    ax, ay = dr.abs(x), dr.abs(y)
+    ax, ay = dr.select(x < 0, -x, x), dr.select(y < 0, -y, y)
     swap = ay > ax
     lo, hi = dr.select(swap, ax, ay), dr.select(swap, ay, ax)
     ok = hi > 0

@@ -408,8 +408,8 @@ class EdgeSamples:
 
         Raises:
             TypeError: ``f_inside``/``f_outside`` not float tensors, ``filter`` not a str.
-            ValueError: their first dimension is not N or their shapes differ, or an
-                unknown ``filter``.
+            ValueError: their first dimension is not N or their shapes differ, one is on
+                another device than the record, or an unknown ``filter``.
         """
     def cpu(self) -> Self:
         """The record with every field on the CPU (``to("cpu")``).

@@ -223,8 +223,27 @@ def winding_number(scene, call: str, points: object, active: object, exact: bool
 def _solid_angle_sum(q: torch.Tensor, tri: torch.Tensor) -> torch.Tensor:
     """(M,) sum over triangles ``tri`` (F, 3, 3) of their signed solid angles seen from ``q`` (M, 3)."""
     corner = [tri[None, :, k] - q[:, None] for k in range(3)]
-    omega = _surface.solid_angle(*corner, _dot, torch.linalg.cross, lambda x: x.norm(dim=-1), torch.atan2)
+    omega = _surface.solid_angle(*corner, _dot, torch.linalg.cross, _safe_norm, _safe_atan2)
     return omega.sum(-1)
+
+
+def _safe_norm(x: torch.Tensor) -> torch.Tensor:
+    """``|x|`` over the last axis: 0 with derivative 0 where ``x = 0`` (a point on a vertex).
+
+    ``Tensor.norm``'s forward-mode derivative there is 0/0 = NaN (its reverse mode gives 0).
+    """
+    sq = _dot(x, x)
+    ok = sq > 0
+    return torch.where(ok, torch.where(ok, sq, 1.0).sqrt(), 0.0)
+
+
+def _safe_atan2(y: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """``atan2(y, x)``: 0 with derivative 0 where ``y = x = 0`` (a point on an edge or a vertex of a face,
+    where the solid angle's numerator and denominator vanish), as its value; ``torch.atan2``'s
+    forward-mode derivative there is NaN (helper breakit25: ``jvp`` of ``winding_number`` at a
+    mesh's vertices was NaN, its ``vjp`` 0)."""
+    zero = (y == 0) & (x == 0)
+    return torch.atan2(torch.where(zero, 0.0, y), torch.where(zero, 1.0, x))
 
 
 def contains(scene, call: str, points: object, active: object, exact: bool) -> torch.Tensor:

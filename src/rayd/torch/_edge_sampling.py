@@ -105,14 +105,15 @@ class EdgeSamples(TorchRecord, EdgeSamplesBase):
 
         Raises:
             TypeError: ``f_inside``/``f_outside`` not float tensors, ``filter`` not a str.
-            ValueError: their first dimension is not N or their shapes differ, or an
-                unknown ``filter``.
+            ValueError: their first dimension is not N or their shapes differ, one is on
+                another device than the record, or an unknown ``filter``.
         """
         call = "rayd.torch.EdgeSamples.boundary_term()"
         f_in = _check.float_tensor(call, "f_inside", f_inside)
         f_out = _check.float_tensor(call, "f_outside", f_outside)
         n = len(self)
         for name, f in (("f_inside", f_in), ("f_outside", f_out)):
+            _check.same_device(call, name, f, self.xy.device, "the record")  # was torch's index_add error
             if f.dim() not in (1, 2) or f.shape[0] != n:
                 raise ValueError(f"{call}: '{name}' must have shape ({n},) or ({n}, C), got {tuple(f.shape)}")
         if f_in.shape != f_out.shape:

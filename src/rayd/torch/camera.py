@@ -70,6 +70,7 @@ class Camera(CameraBase):
 
     def _checked_to_world(self, to_world: object) -> torch.Tensor:
         to_world = _check.float_tensor(self._CALL, "to_world", to_world)
+        _check.supported_device(self._CALL, "to_world", to_world)  # a meta tensor stopped in torch's host read
         if tuple(to_world.shape) != (4, 4):
             raise ValueError(f"{self._CALL}: 'to_world' must have shape (4, 4), got {tuple(to_world.shape)}")
         return to_world
@@ -166,6 +167,7 @@ class Camera(CameraBase):
         if not isinstance(value, torch.Tensor):
             return None
         value = _check.float_tensor(self._CALL, name, value)
+        _check.supported_device(self._CALL, name, value)
         if value.dim() != 0:
             raise ValueError(f"{self._CALL}: '{name}' must be a 0-dim tensor, got shape {tuple(value.shape)}")
         return value
