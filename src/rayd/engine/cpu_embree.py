@@ -181,6 +181,13 @@ GROW = 2.0**-13
 #: A ray traced again past a grown face's margin keeps the next hit only within ``GAP * GROW * R`` of it.
 GAP = 16.0
 
+#: 1: the search kernel prefetches the winners' rows of the grown table before its checks (0: for measurements).
+PREFETCH = 1
+
+#: The grown scene's checks skip the per-face flags (degenerate faces, slivers): those faces are not grown
+#: (``s = 0``) and fail the weight check already (off: for measurements).
+GROWN_SKIPS_FLAGS = True
+
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
 
@@ -405,7 +412,10 @@ def _face_mode(accel, m: EmbreeMirror) -> int:
         identity = (view.flat_global, bool(np.array_equal(g, np.arange(g.shape[0], dtype=g.dtype))))
         accel._cpu_identity = identity
     pending = 8 if EDGE_CAPS and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
-    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4) | pending
+    # (grown faces: every flagged face has s = 0 in the grown table, so its hits fail the weight check
+    # anyway; the per-face flags need not be read)
+    flagged = m.any_flagged and not (m.grown and GROWN_SKIPS_FLAGS)
+    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if flagged else 4) | pending
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
@@ -447,7 +457,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
              embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,
              embree_api.COHERENT_COS, packet, m.grown_table, m.grown, GAP * GROW * m.radius,
-             embree_api.intersect_pointer(1)]
+             embree_api.intersect_pointer(1), PREFETCH]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0
