@@ -1,5 +1,5 @@
 """Warp kernels of the Embree CPU path (:mod:`rayd.engine.cpu_embree`): per packet of 16 rays
-(:func:`_search16`, C++ inside a Warp kernel), Embree's rays, ``rtcIntersect8`` twice (or ``rtcIntersect16``
+(:func:`_search16`, C++ inside a Warp kernel), Embree's rays, ``rtcIntersect8`` on each half (or ``rtcIntersect16``
 where native: :func:`rayd.engine.embree_api.native_width`), then the checks
 that send a ray to rayd's Warp search (with grown faces, :mod:`rayd.engine.cpu_embree_grown`, on the
 true face's weights; a winner crossed in the margin traced again by ``rtcIntersect1`` without it);
@@ -32,11 +32,7 @@ _SEARCH16 = r"""
     typedef void (*rtc_intersect16_t)(const int*, void*, void*, void*);
     struct { int flags; unsigned int features; void* context; void* filter; void* intersect; float width; void* pad[2]; }
         args = {0, 0xFFFFFFFFu, nullptr, nullptr, nullptr, 0.0f, {nullptr, nullptr}};
-    // The 16 lanes as two RTCRayHit8 (12 ray fields, then the hit, room for instance ids: 24 fields of 8 lanes),
-    // Embree's native packet on AVX2 (its rtcIntersect16 there traces one ray at a time: embree_api.native_width);
-    // lane j's field f at L(f, j). Other widths copy the lanes in and out (run below).
-    alignas(64) float R[2 * 192];
-    auto L = [](int f, int j) { return (j >> 3) * 192 + f * 8 + (j & 7); };
+    alignas(64) float R[16 * 32];  // RTCRayHit16: 12 ray fields, then the hit (room for instance ids)
     alignas(64) int valid[16];
     double S0[16], DL[16];
     float TF[16];  // each lane's Embree tfar (for a second trace)
@@ -162,20 +158,20 @@ _SEARCH16 = r"""
         double hi_t = (double)t1 < tb ? (double)t1 : tb;
         double s0 = lo_t - dl;
         int ok = wellformed & !far & (disc >= 0.0) & (hi_t > lo_t);
-        R[L(0, j)] = ok ? (float)(ox + s0 * dx) : 0.0f; R[L(1, j)] = ok ? (float)(oy + s0 * dy) : 0.0f;
-        R[L(2, j)] = ok ? (float)(oz + s0 * dz) : 0.0f; R[L(3, j)] = 0.0f;
-        R[L(4, j)] = ok ? ex : 1.0f; R[L(5, j)] = ok ? ey : 1.0f; R[L(6, j)] = ok ? ez : 1.0f;
-        R[L(7, j)] = 0.0f;
-        R[L(8, j)] = ok ? (float)(hi_t - s0 + dl) : -1.0f;
-        U[L(9, j)] = 0xFFFFFFFFu; U[L(10, j)] = 0u; U[L(11, j)] = 0u;
-        U[L(17, j)] = 0xFFFFFFFFu; U[L(18, j)] = 0xFFFFFFFFu; U[L(19, j)] = 0xFFFFFFFFu;
+        R[0 * 16 + j] = ok ? (float)(ox + s0 * dx) : 0.0f; R[1 * 16 + j] = ok ? (float)(oy + s0 * dy) : 0.0f;
+        R[2 * 16 + j] = ok ? (float)(oz + s0 * dz) : 0.0f; R[3 * 16 + j] = 0.0f;
+        R[4 * 16 + j] = ok ? ex : 1.0f; R[5 * 16 + j] = ok ? ey : 1.0f; R[6 * 16 + j] = ok ? ez : 1.0f;
+        R[7 * 16 + j] = 0.0f;
+        R[8 * 16 + j] = ok ? (float)(hi_t - s0 + dl) : -1.0f;
+        U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
+        U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
         S0[j] = ok ? (double)(float)s0 : 0.0; DL[j] = ok ? (double)(float)dl : 0.0;
-        TF[j] = R[L(8, j)];
+        TF[j] = R[8 * 16 + j];
         valid[j] = ok ? -1 : 0;
     }
     float INV[16];  // (every lane, vectorized; only the valid ones are read)
     for (int j = 0; j < 16; ++j) {
-        float dx = R[L(4, j)], dy = R[L(5, j)], dz = R[L(6, j)];
+        float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
         INV[j] = 1.0f / sqrtf(dx * dx + dy * dy + dz * dz);
     }
     // Coherent: every valid lane's unit direction within coherent_cos of the first valid lane's (the
@@ -185,10 +181,10 @@ _SEARCH16 = r"""
         if (valid[j]) { first = j; break; }
     }
     if (first >= 0) {
-        fx = R[L(4, first)] * INV[first]; fy = R[L(5, first)] * INV[first]; fz = R[L(6, first)] * INV[first];
+        fx = R[4 * 16 + first] * INV[first]; fy = R[5 * 16 + first] * INV[first]; fz = R[6 * 16 + first] * INV[first];
         int apart = 0;
         for (int j = 0; j < 16; ++j) {
-            float dx = R[L(4, j)], dy = R[L(5, j)], dz = R[L(6, j)];
+            float dx = R[4 * 16 + j], dy = R[5 * 16 + j], dz = R[6 * 16 + j];
             apart |= (valid[j] != 0) & (j > first) & ((dx * fx + dy * fy + dz * fz) * INV[j] < coherent_cos);
         }
         coherent = apart == 0;
@@ -201,7 +197,7 @@ _SEARCH16 = r"""
             if (valid[j]) {
                 code = 0u;
                 for (int a = 0; a < 3; ++a) {
-                    float q = (R[L(a, j)] / (4.0f * radius) + 0.5f) * 1023.0f;
+                    float q = (R[a * 16 + j] / (4.0f * radius) + 0.5f) * 1023.0f;
                     unsigned int c = q > 0.0f ? (q < 1023.0f ? (unsigned int)q : 1023u) : 0u;
                     for (int b = 0; b < 10; ++b) code |= ((c >> b) & 1u) << (3 * b + a);
                 }
@@ -214,26 +210,23 @@ _SEARCH16 = r"""
     // Lanes of mask traced through scn (the 16 prepared lanes; with narrower Embree packets, in
     // 16 / packet calls, each field copied into a packet-wide RTCRayHitN (21 fields) and the result back).
     auto run = [&](int* mask, unsigned long long scn) {
-        if (packet == 8) {  // the two halves as they lie: two RTCRayHit8
-            for (int h = 0; h < 2; ++h) {
-                int any = 0;
-                for (int j = 0; j < 8; ++j) any |= mask[8 * h + j];
-                if (any) ((rtc_intersect16_t)fn)(mask + 8 * h, (void*)scn, (void*)(R + 192 * h), &args);
-            }
+        if (packet >= 16) {
+            ((rtc_intersect16_t)fn)(mask, (void*)scn, (void*)R, &args);
             return;
         }
-        // 16 or 4 lanes per call: each field copied into a packet-wide RTCRayHitN (21 fields) and the result back
-        alignas(64) float P[16 * 24];
-        alignas(64) int pv[16];
+        // 8 or 4 lanes per call: each field copied into a packet-wide RTCRayHitN (21 fields) and the result back
+        // (the 16-lane layout keeps the loops above and below vectorized)
+        alignas(64) float P[8 * 24];
+        alignas(64) int pv[8];
         for (int h = 0; h < 16; h += packet) {
             int any = 0;
             for (int j = 0; j < packet; ++j) { pv[j] = mask[h + j]; any |= pv[j]; }
             if (!any) continue;
             for (int f = 0; f < 21; ++f)
-                for (int j = 0; j < packet; ++j) P[f * packet + j] = R[L(f, h + j)];
+                for (int j = 0; j < packet; ++j) P[f * packet + j] = R[f * 16 + h + j];
             ((rtc_intersect16_t)fn)(pv, (void*)scn, (void*)P, &args);
             for (int f = 8; f < 21; ++f)
-                for (int j = 0; j < packet; ++j) R[L(f, h + j)] = P[f * packet + j];
+                for (int j = 0; j < packet; ++j) R[f * 16 + h + j] = P[f * packet + j];
         }
     };
     alignas(64) int missed[16];
@@ -246,12 +239,12 @@ _SEARCH16 = r"""
             // Misses through the edge caps (a miss leaves the ray's fields as they were): a ray that
             // passes within rounding of an edge without crossing a face is re-searched by Warp.
             int any = 0;
-            for (int j = 0; j < 16; ++j) { missed[j] = (valid[j] && U[L(18, j)] == 0xFFFFFFFFu) ? -1 : 0; any |= missed[j]; }
+            for (int j = 0; j < 16; ++j) { missed[j] = (valid[j] && U[18 * 16 + j] == 0xFFFFFFFFu) ? -1 : 0; any |= missed[j]; }
             if (any) {
                 run(missed, edge_scene);
                 for (int j = 0; j < 16; ++j) {
-                    graze_hit[j] = missed[j] && U[L(18, j)] != 0xFFFFFFFFu;
-                    if (missed[j]) U[L(18, j)] = 0xFFFFFFFFu;  // still a miss of the scene
+                    graze_hit[j] = missed[j] && U[18 * 16 + j] != 0xFFFFFFFFu;
+                    if (missed[j]) U[18 * 16 + j] = 0xFFFFFFFFu;  // still a miss of the scene
                 }
             }
         }
@@ -261,18 +254,18 @@ _SEARCH16 = r"""
         // one lane at a time (incoherent rays: a cache miss each, 16 % of the search kernel's time, sphere)
         const float* G0 = (const float*)grown.data;
         for (int j = 0; j < 16; ++j)
-            if (U[L(18, j)] == 0u) __builtin_prefetch(G0 + 4 * (size_t)U[L(17, j)]);
+            if (U[18 * 16 + j] == 0u) __builtin_prefetch(G0 + 4 * (size_t)U[17 * 16 + j]);
     }
     // The checks' arithmetic first, branch-free over the 16 lanes (vectorized; the same float32/float64
     // expressions as one lane at a time, every term evaluated: no side effects), then the decisions.
     int FARL[16], ZERO[16], BADH[16], OUT[16], FORCE[16];
     auto check = [&](int j) {
-        float px = R[L(0, j)], py = R[L(1, j)], pz = R[L(2, j)];
+        float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
         FARL[j] = sqrtf(px * px + py * py + pz * pz) > far_origin;
         ZERO[j] = (DX[j] == 0.0f) | (DY[j] == 0.0f) | (DZ[j] == 0.0f);
-        double t = (double)R[L(8, j)] + S0[j];
-        float gx = R[L(12, j)], gy = R[L(13, j)], gz = R[L(14, j)];
-        float ex = R[L(4, j)], ey = R[L(5, j)], ez = R[L(6, j)];
+        double t = (double)R[8 * 16 + j] + S0[j];
+        float gx = R[12 * 16 + j], gy = R[13 * 16 + j], gz = R[14 * 16 + j];
+        float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
         float dn = __builtin_fabsf(gx * ex + gy * ey + gz * ez);
         // The rounding band at tmin and tmax, along the ray: the origin's rounding across the face's
         // plane moves Embree's t by dl over the cosine of the ray's angle with the face, so a near-tangent
@@ -281,13 +274,13 @@ _SEARCH16 = r"""
         double gd = (double)sqrtf(gx * gx + gy * gy + gz * gz) * (double)sqrtf(ex * ex + ey * ey + ez * ez);
         double dl = DL[j] * ((double)dn < gd ? gd / (double)dn : 1.0);
         int bad = (t <= (double)T0[j] + dl) | (t >= (double)T1[j] - dl);
-        float bu = R[L(15, j)], bv = R[L(16, j)];
+        float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
         float w = 1.0f - bu - bv;
         if (grown_mode) {
             // A grown face (cpu_embree_grown): the weights of the true face, b = s b' - (s - 1) b_I, and the
             // normal's length over s^2; s = 0 (a face not grown: degenerate or a sliver): re-searched.
-            unsigned int fg = U[L(17, j)];
-            const float* G = (const float*)grown.data + 4 * (size_t)(U[L(18, j)] == 0u ? fg : 0u);
+            unsigned int fg = U[17 * 16 + j];
+            const float* G = (const float*)grown.data + 4 * (size_t)(U[18 * 16 + j] == 0u ? fg : 0u);
             float sg = G[0];
             w = sg * w - G[1]; bu = sg * bu - G[2]; bv = sg * bv - G[3];
             dn = sg > 0.0f ? dn / (sg * sg) : 0.0f;
@@ -303,7 +296,7 @@ _SEARCH16 = r"""
         BADH[j] = bad | (m < edge) | tangent | !__builtin_isfinite(t);
         // (grown faces) the crossing lies outside the true face by more than the rounding (the mirror of
         // the near-tangent check): neither test hits that face, the ray is traced again without it
-        OUT[j] = grown_mode & (U[L(18, j)] == 0u) & (m < 0.0f) & (-m * dn > graze * sqrtf(ex * ex + ey * ey + ez * ez));
+        OUT[j] = grown_mode & (U[18 * 16 + j] == 0u) & (m < 0.0f) & (-m * dn > graze * sqrtf(ex * ex + ey * ey + ez * ez));
         FORCE[j] = 0;
     };
     for (int j = 0; j < 16; ++j) check(j);
@@ -324,11 +317,11 @@ _SEARCH16 = r"""
         if (any) {
             float first_t[16];
             for (int j = 0; j < 16; ++j) {
-                first_t[j] = R[L(8, j)];
+                first_t[j] = R[8 * 16 + j];
                 if (!again[j]) continue;
-                U[L(10, j)] = U[L(17, j)];
-                R[L(8, j)] = TF[j];
-                U[L(17, j)] = 0xFFFFFFFFu; U[L(18, j)] = 0xFFFFFFFFu; U[L(19, j)] = 0xFFFFFFFFu;
+                U[10 * 16 + j] = U[17 * 16 + j];
+                R[8 * 16 + j] = TF[j];
+                U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
             }
             const int flags = args.flags;
             args.flags = 2;  // RTC_RAY_QUERY_FLAG_INVOKE_ARGUMENT_FILTER
@@ -339,9 +332,9 @@ _SEARCH16 = r"""
             for (int j = 0; j < 16; ++j) {
                 if (!again[j]) continue;
                 alignas(16) float one[24];
-                for (int f = 0; f < 20; ++f) one[f] = R[L(f, j)];
+                for (int f = 0; f < 20; ++f) one[f] = R[f * 16 + j];
                 ((rtc_intersect1_t)fn1)((void*)scene, (void*)one, &args);
-                for (int f = 8; f < 20; ++f) R[L(f, j)] = one[f];
+                for (int f = 8; f < 20; ++f) R[f * 16 + j] = one[f];
             }
             args.flags = flags;
             args.filter = nullptr;
@@ -351,8 +344,8 @@ _SEARCH16 = r"""
                 // A miss after the margin, or a hit farther than grown_gap past it (the true hit after a
                 // margin is mostly the neighbour across that edge, within a few margins; farther, the ray
                 // may have passed a face at a grazing angle in between, which the grown test can miss): Warp
-                float ex = R[L(4, j)], ey = R[L(5, j)], ez = R[L(6, j)];
-                FORCE[j] = (U[L(18, j)] == 0xFFFFFFFFu) | ((R[L(8, j)] - first_t[j]) * sqrtf(ex * ex + ey * ey + ez * ez) > grown_gap);
+                float ex = R[4 * 16 + j], ey = R[5 * 16 + j], ez = R[6 * 16 + j];
+                FORCE[j] = (U[18 * 16 + j] == 0xFFFFFFFFu) | ((R[8 * 16 + j] - first_t[j]) * sqrtf(ex * ex + ey * ey + ez * ez) > grown_gap);
             }
         }
     }
@@ -363,8 +356,8 @@ _SEARCH16 = r"""
     if ((face_mode & 7) == 7) {
         const int miss_wait = (face_mode & 8) ? 2 : 0;  // no edge caps yet: Warp answers the misses
         for (int j = 0; j < 16; ++j) {
-            unsigned int geom = U[L(18, j)];
-            int f = (int)U[L(17, j)];
+            unsigned int geom = U[18 * 16 + j];
+            int f = (int)U[17 * 16 + j];
             int hit = geom != 0xFFFFFFFFu;
             int capfar = (hit & (geom > 0u)) | FARL[j];  // a cap (near a vertex, or a sliver) or too far
             int miss_again = (graze_hit[j] | ZERO[j]) ? 1 : miss_wait;
@@ -377,14 +370,14 @@ _SEARCH16 = r"""
         for (int j = 0; j < 16; ++j) {
             int res = -1, again = send[j];
             if (valid[j] && rows[j] < hi) {
-                bool hit = U[L(18, j)] != 0xFFFFFFFFu;
-                if ((hit && U[L(18, j)] > 0u) || FARL[j]) {
+                bool hit = U[18 * 16 + j] != 0xFFFFFFFFu;
+                if ((hit && U[18 * 16 + j] > 0u) || FARL[j]) {
                     again = 1;  // a cap (near a vertex, or a sliver) or an origin too far: Warp decides
                 } else if (!hit) {
                     again = (graze_hit[j] || ZERO[j] || FORCE[j]) ? 1 : 0;
                     if (!again && (face_mode & 8)) again = 2;  // no edge caps yet: Warp answers the misses
                 } else {
-                    int f = (int)U[L(17, j)];
+                    int f = (int)U[17 * 16 + j];
                     if (BADH[j]) {
                         again = 1;
                     } else {

@@ -115,8 +115,9 @@ def intersect16_pointer() -> int:
 
 def packet_width() -> int:
     """Lanes per Embree call of the search kernels: ``RAYD_EMBREE_PACKET`` (4, 8 or 16), else :func:`native_width`.
-    The search still prepares and checks 16 rays at a time; a narrower width splits the Embree call
-    (8: the two halves of the kernel's rays as they lie, two ``RTCRayHit8``; 4: copied)."""
+    The search still prepares and checks 16 rays at a time; a narrower width splits the Embree call, each
+    half (quarter) copied into an ``RTCRayHit8`` (``4``) and back: the 16-lane layout keeps the kernel's
+    loops vectorized (two ``RTCRayHit8`` read in place made them scalar: terrain 0.85x the CPU time with copies)."""
     value = os.environ.get("RAYD_EMBREE_PACKET", "").strip()
     if value:
         if value not in ("4", "8", "16"):
