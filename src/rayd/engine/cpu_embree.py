@@ -181,9 +181,6 @@ GROW = 2.0**-13
 #: A ray traced again past a grown face's margin keeps the next hit only within ``GAP * GROW * R`` of it.
 GAP = 16.0
 
-#: 1: the search kernel prefetches the winners' rows of the grown table before its checks (0: for measurements).
-PREFETCH = 1
-
 #: The grown scene's checks skip the per-face flags (degenerate faces, slivers): those faces are not grown
 #: (``s = 0``) and fail the weight check already (off: for measurements).
 GROWN_SKIPS_FLAGS = True
@@ -457,7 +454,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
              embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,
              embree_api.COHERENT_COS, packet, m.grown_table, m.grown, GAP * GROW * m.radius,
-             embree_api.intersect_pointer(1), PREFETCH]
+             embree_api.intersect_pointer(1)]
     out, redo = global_prim_id, buf["redo"]
     keys = order = global_prim_id  # placeholders outside the key pass
     width = 0

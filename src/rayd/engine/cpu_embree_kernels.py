@@ -249,16 +249,16 @@ _SEARCH16 = r"""
             }
         }
     }
-    if (grown_mode && prefetch) {
-        // The winners' rows of the grown table, fetched for all lanes at once before the checks read them
-        // one lane at a time (incoherent rays: a cache miss each, 16 % of the search kernel's time, sphere)
-        const float* G0 = (const float*)grown.data;
-        for (int j = 0; j < 16; ++j)
-            if (U[18 * 16 + j] == 0u) __builtin_prefetch(G0 + 4 * (size_t)U[17 * 16 + j]);
-    }
     // The checks' arithmetic first, branch-free over the 16 lanes (vectorized; the same float32/float64
     // expressions as one lane at a time, every term evaluated: no side effects), then the decisions.
     int FARL[16], ZERO[16], BADH[16], OUT[16], FORCE[16];
+    // Lane j's row of the grown table (its winner's; a miss: row 0), gathered for all lanes before the checks:
+    // the 16 loads in flight at once (incoherent winners: a cache miss each), and the checks' loop vectorizes
+    float GS[16], G1[16], G2[16], G3[16];
+    auto grow = [&](int j) {
+        const float* G = (const float*)grown.data + 4 * (size_t)(U[18 * 16 + j] == 0u ? U[17 * 16 + j] : 0u);
+        GS[j] = G[0]; G1[j] = G[1]; G2[j] = G[2]; G3[j] = G[3];
+    };
     auto check = [&](int j) {
         float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
         FARL[j] = sqrtf(px * px + py * py + pz * pz) > far_origin;
@@ -276,16 +276,16 @@ _SEARCH16 = r"""
         int bad = (t <= (double)T0[j] + dl) | (t >= (double)T1[j] - dl);
         float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
         float w = 1.0f - bu - bv;
-        if (grown_mode) {
-            // A grown face (cpu_embree_grown): the weights of the true face, b = s b' - (s - 1) b_I, and the
-            // normal's length over s^2; s = 0 (a face not grown: degenerate or a sliver): re-searched.
-            unsigned int fg = U[17 * 16 + j];
-            const float* G = (const float*)grown.data + 4 * (size_t)(U[18 * 16 + j] == 0u ? fg : 0u);
-            float sg = G[0];
-            w = sg * w - G[1]; bu = sg * bu - G[2]; bv = sg * bv - G[3];
-            dn = sg > 0.0f ? dn / (sg * sg) : 0.0f;
-            w = sg > 0.0f ? w : -1.0f;
-        }
+        // A grown face (cpu_embree_grown): the weights of the true face, b = s b' - (s - 1) b_I, and the
+        // normal's length over s^2; s = 0 (a face not grown: degenerate or a sliver): re-searched. (Selects on
+        // the row gathered by grow(j), so that the loop over the lanes vectorizes.)
+        float sg = GS[j];
+        float gw = sg * w - G1[j], gu = sg * bu - G2[j], gv = sg * bv - G3[j];
+        float gdn = sg > 0.0f ? dn / (sg * sg) : 0.0f;
+        w = grown_mode ? (sg > 0.0f ? gw : -1.0f) : w;
+        bu = grown_mode ? gu : bu;
+        bv = grown_mode ? gv : bv;
+        dn = grown_mode ? gdn : dn;
         float m = bu < bv ? bu : bv;
         m = m < w ? m : w;
         // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
@@ -299,6 +299,7 @@ _SEARCH16 = r"""
         OUT[j] = grown_mode & (U[18 * 16 + j] == 0u) & (m < 0.0f) & (-m * dn > graze * sqrtf(ex * ex + ey * ey + ez * ez));
         FORCE[j] = 0;
     };
+    for (int j = 0; j < 16; ++j) grow(j);
     for (int j = 0; j < 16; ++j) check(j);
     if (grown_mode && live > 0) {
         // Rays whose closest grown face is crossed clearly outside its true face (in the margin, over a
@@ -340,6 +341,7 @@ _SEARCH16 = r"""
             args.filter = nullptr;
             for (int j = 0; j < 16; ++j) {
                 if (!again[j]) continue;
+                grow(j);
                 check(j);
                 // A miss after the margin, or a hit farther than grown_gap past it (the true hit after a
                 // margin is mostly the neighbour across that edge, within a few margins; farther, the ray
@@ -428,8 +430,7 @@ def _search16(
     flat_global: wp.array(dtype=wp.int32), flat_shape: wp.array(dtype=wp.int32),
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64, fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64,
-    coherent_cos: float, packet: int, grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, prefetch: int,
-    lo: int, hi: int,
+    coherent_cos: float, packet: int, grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, lo: int, hi: int,
     width: int, tile: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
@@ -467,8 +468,7 @@ def _search16_kernel(
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
     fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int,
-    grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, prefetch: int,
-    base: int, n: int, width: int,
+    grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
 ):
@@ -487,7 +487,7 @@ def _search16_kernel(
     count = _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                       ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
                       degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene, coherent_cos, packet,
-                      grown, grown_mode, grown_gap, fn1, prefetch, lo, hi, width, tile,
+                      grown, grown_mode, grown_gap, fn1, lo, hi, width, tile,
                       out, redo, keys, order, key_pass, fast_key)
     if count > 0:
         _grab(redo_count, count)  # (chunks of one call run on several threads)
@@ -503,8 +503,7 @@ def _search16_steal_kernel(
     shape_enabled: wp.array(dtype=wp.uint8), degenerate: wp.array(dtype=wp.uint8), face_mode: int,
     far_origin: float, edge: float, graze: float, dir2_min: wp.float64, dir2_max: wp.float64,
     fn: wp.uint64, scene: wp.uint64, edge_scene: wp.uint64, coherent_cos: float, packet: int,
-    grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, prefetch: int,
-    base: int, n: int, width: int,
+    grown: wp.array2d(dtype=float), grown_mode: int, grown_gap: float, fn1: wp.uint64, base: int, n: int, width: int,
     out: wp.array(dtype=wp.int32), redo: wp.array(dtype=wp.uint8), redo_count: wp.array(dtype=wp.int32),
     keys: wp.array(dtype=wp.int32), order: wp.array(dtype=wp.int32), key_pass: int, fast_key: int,
     counter: wp.array(dtype=wp.int32), items: int, step: int,
@@ -529,7 +528,7 @@ def _search16_steal_kernel(
             count += _search16(o, o_stride, d, d_stride, tmin, tmin_stride, tmax, tmax_stride, active, active_stride,
                                ignore, ignore_stride, centre, radius, band, flat_global, flat_shape, shape_enabled,
                                degenerate, face_mode, far_origin, edge, graze, dir2_min, dir2_max, fn, scene, edge_scene,
-                               coherent_cos, packet, grown, grown_mode, grown_gap, fn1, prefetch, lo, hi, width, tile, out, redo, keys, order, key_pass,
+                               coherent_cos, packet, grown, grown_mode, grown_gap, fn1, lo, hi, width, tile, out, redo, keys, order, key_pass,
                                fast_key)
         first = _grab(counter, step)
     if count > 0:
