@@ -218,7 +218,7 @@ def describe() -> str:
         except Exception:  # noqa: BLE001 - not installed as a distribution
             ver = "?"
         mode = f"non-robust, faces grown by 2^{np.log2(GROW):.0f} R" if GROWN else "robust + vertex caps"
-        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect16 packets, {mode}, Warp re-search; "
+        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect{embree_api.packet_width()} packets, {mode}, Warp re-search; "
                 f"{os.cpu_count() or 1} threads)")
     if _embreex is None:
         return f"warp (embreex not importable: {_IMPORT_ERROR}; pip install rayd-geom[cpu])"
