@@ -2,8 +2,9 @@
 
 On the CPU, :func:`rayd.engine.intersect.search` hands flat scenes (no instances) to
 :func:`search` here when ``embreex`` is importable (the default; ``RAYD_CPU_ACCEL=warp``
-or :func:`set_enabled` turns it off). Embree picks the closest triangle (``rtcIntersect16``
-packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one kernel per chunk of rays
+or :func:`set_enabled` turns it off). Embree picks the closest triangle (packets of 16 rays
+called from a Warp kernel, ``rtcIntersect16`` or, where 16-ray packets are not native (AVX2), ``rtcIntersect8`` on
+each half: :func:`rayd.engine.embree_api.native_width`); one kernel per chunk of rays
 prepares Embree's rays, traces them and checks the winners (:mod:`rayd.engine.cpu_embree_kernels`),
 the chunks taken in turn by all cores (:func:`rayd.engine.runtime.run_parallel`); large incoherent
 batches are traced in the Morton order of their Embree origins (``SORT_MIN_RAYS``; the order reused
@@ -419,7 +420,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
 
     One Warp kernel per chunk of rays prepares Embree's rays, traces them 16 at a time
-    (``rtcIntersect16``) and checks each winner, a packet at a time in C++
+    (``rtcIntersect16``, or ``rtcIntersect8`` twice: :func:`rayd.engine.embree_api.packet_width`) and checks each winner, a packet at a time in C++
     (:func:`rayd.engine.cpu_embree_kernels._search16`); the chunks run on all cores.
 
     Args:
