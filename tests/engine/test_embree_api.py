@@ -116,3 +116,15 @@ def test_info_names_the_embree_library():
         assert line.startswith("embree (Embree 4") and f"rtcIntersect{embree_api.packet_width()} " in line
     else:
         assert line.startswith("warp")
+
+
+def test_default_packet_width_is_the_widest_native_one(monkeypatch):
+    """Without RAYD_EMBREE_PACKET the search calls Embree's widest native packet (on AVX2 its rtcIntersect16
+    traces one ray at a time): the library's own NATIVE_RAY{4,8,16} properties decide."""
+    if embree_api.library() is None:
+        pytest.skip("no Embree library")
+    monkeypatch.delenv("RAYD_EMBREE_PACKET", raising=False)
+    lib = embree_api.library()
+    native = [w for w, prop in ((16, 34), (8, 33), (4, 32)) if lib.rtcGetDeviceProperty(embree_api._device, prop) == 1]
+    assert embree_api.packet_width() == embree_api.native_width() == (native[0] if native else 16)
+    assert embree_api.intersect_pointer(embree_api.packet_width()) != 0

@@ -39,6 +39,7 @@ _RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS = 1 << 3
 _RTC_GEOMETRY_TYPE_TRIANGLE = 0
 _RTC_BUFFER_TYPE_INDEX, _RTC_BUFFER_TYPE_VERTEX = 0, 1
 _RTC_FORMAT_UINT3, _RTC_FORMAT_FLOAT3 = 0x5003, 0x9003
+_RTC_DEVICE_PROPERTY_NATIVE_RAY4_SUPPORTED, _RTC_DEVICE_PROPERTY_NATIVE_RAY8_SUPPORTED = 32, 33
 _RTC_DEVICE_PROPERTY_NATIVE_RAY16_SUPPORTED = 34
 
 #: ``RTCBuildQuality`` values.
@@ -128,7 +129,8 @@ def packet_width() -> int:
 
 @functools.lru_cache(maxsize=None)
 def native_width() -> int:
-    """16 where Embree traces 16-ray packets natively (AVX-512), else 8 (``RTC_DEVICE_PROPERTY_NATIVE_RAY16_SUPPORTED``).
+    """The widest packet Embree traces natively: 16 (AVX-512), 8 (AVX2) or 4 (``RTC_DEVICE_PROPERTY_NATIVE_RAY{16,8,4}
+    _SUPPORTED``); 16 where none is reported or the library is missing (the width rayd called before).
 
     On AVX2, Embree 4.4's ``rtcIntersect16`` traces its rays one at a time (as slow as ``rtcIntersect1``),
     while ``rtcIntersect8`` walks 8-ray packets: terrain 4 x 4 tiles, one thread, 34.5 -> 20.3 ms
@@ -137,7 +139,11 @@ def native_width() -> int:
     if lib is None:
         return 16
     lib.rtcGetDeviceProperty.restype, lib.rtcGetDeviceProperty.argtypes = ctypes.c_ssize_t, [ctypes.c_void_p, ctypes.c_int]
-    return 16 if lib.rtcGetDeviceProperty(_device, _RTC_DEVICE_PROPERTY_NATIVE_RAY16_SUPPORTED) == 1 else 8
+    for width, prop in ((16, _RTC_DEVICE_PROPERTY_NATIVE_RAY16_SUPPORTED), (8, _RTC_DEVICE_PROPERTY_NATIVE_RAY8_SUPPORTED),
+                        (4, _RTC_DEVICE_PROPERTY_NATIVE_RAY4_SUPPORTED)):
+        if lib.rtcGetDeviceProperty(_device, prop) == 1:
+            return width
+    return 16
 
 
 @functools.lru_cache(maxsize=None)
