@@ -112,6 +112,19 @@ def test_run_parallel_runs_every_chunk_once_and_raises():
 def test_info_names_the_embree_library():
     line = cpu_embree.describe()
     if cpu_embree.active():
-        assert line.startswith("embree (Embree 4") and "rtcIntersect16" in line
+        # the width the search calls (8 where Embree's 16-ray packets are not native, e.g. AVX2)
+        assert line.startswith("embree (Embree 4") and f"rtcIntersect{embree_api.packet_width()} " in line
     else:
         assert line.startswith("warp")
+
+
+def test_default_packet_width_is_the_widest_native_one(monkeypatch):
+    """Without RAYD_EMBREE_PACKET the search calls Embree's widest native packet (on AVX2 its rtcIntersect16
+    traces one ray at a time): the library's own NATIVE_RAY{4,8,16} properties decide."""
+    if embree_api.library() is None:
+        pytest.skip("no Embree library")
+    monkeypatch.delenv("RAYD_EMBREE_PACKET", raising=False)
+    lib = embree_api.library()
+    native = [w for w, prop in ((16, 34), (8, 33), (4, 32)) if lib.rtcGetDeviceProperty(embree_api._device, prop) == 1]
+    assert embree_api.packet_width() == embree_api.native_width() == (native[0] if native else 16)
+    assert embree_api.intersect_pointer(embree_api.packet_width()) != 0

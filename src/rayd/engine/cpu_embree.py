@@ -2,8 +2,9 @@
 
 On the CPU, :func:`rayd.engine.intersect.search` hands flat scenes (no instances) to
 :func:`search` here when ``embreex`` is importable (the default; ``RAYD_CPU_ACCEL=warp``
-or :func:`set_enabled` turns it off). Embree picks the closest triangle (``rtcIntersect16``
-packets called from a Warp kernel: :mod:`rayd.engine.embree_api`); one kernel per chunk of rays
+or :func:`set_enabled` turns it off). Embree picks the closest triangle (packets of 16 rays
+called from a Warp kernel, ``rtcIntersect16`` or, where 16-ray packets are not native (AVX2), ``rtcIntersect8`` on
+each half: :func:`rayd.engine.embree_api.native_width`); one kernel per chunk of rays
 prepares Embree's rays, traces them and checks the winners (:mod:`rayd.engine.cpu_embree_kernels`),
 the chunks taken in turn by all cores (:func:`rayd.engine.runtime.run_parallel`); large incoherent
 batches are traced in the Morton order of their Embree origins (``SORT_MIN_RAYS``; the order reused
@@ -181,6 +182,10 @@ GROW = 2.0**-13
 #: A ray traced again past a grown face's margin keeps the next hit only within ``GAP * GROW * R`` of it.
 GAP = 16.0
 
+#: The grown scene's checks skip the per-face flags (degenerate faces, slivers): those faces are not grown
+#: (``s = 0``) and fail the weight check already (off: for measurements).
+GROWN_SKIPS_FLAGS = True
+
 #: On by default where embreex imports; ``RAYD_CPU_ACCEL=warp`` (or :func:`set_enabled`) turns it off.
 _enabled = os.environ.get("RAYD_CPU_ACCEL", "embree").strip().lower() != "warp"
 
@@ -214,7 +219,7 @@ def describe() -> str:
         except Exception:  # noqa: BLE001 - not installed as a distribution
             ver = "?"
         mode = f"non-robust, faces grown by 2^{np.log2(GROW):.0f} R" if GROWN else "robust + vertex caps"
-        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect16 packets, {mode}, Warp re-search; "
+        return (f"embree (Embree 4 of embreex {ver}, rtcIntersect{embree_api.packet_width()} packets, {mode}, Warp re-search; "
                 f"{os.cpu_count() or 1} threads)")
     if _embreex is None:
         return f"warp (embreex not importable: {_IMPORT_ERROR}; pip install rayd-geom[cpu])"
@@ -405,14 +410,17 @@ def _face_mode(accel, m: EmbreeMirror) -> int:
         identity = (view.flat_global, bool(np.array_equal(g, np.arange(g.shape[0], dtype=g.dtype))))
         accel._cpu_identity = identity
     pending = 8 if EDGE_CAPS and m.edge_scene is None else 0  # misses go to Warp (no edge caps yet)
-    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if m.any_flagged else 4) | pending
+    # (grown faces: every flagged face has s = 0 in the grown table, so its hits fail the weight check
+    # anyway; the per-face flags need not be read)
+    flagged = m.any_flagged and not (m.grown and GROWN_SKIPS_FLAGS)
+    return (1 if identity[1] else 0) | (2 if view.all_enabled else 0) | (0 if flagged else 4) | pending
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
     """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
 
     One Warp kernel per chunk of rays prepares Embree's rays, traces them 16 at a time
-    (``rtcIntersect16``) and checks each winner, a packet at a time in C++
+    (``rtcIntersect16``, or ``rtcIntersect8`` twice: :func:`rayd.engine.embree_api.packet_width`) and checks each winner, a packet at a time in C++
     (:func:`rayd.engine.cpu_embree_kernels._search16`); the chunks run on all cores.
 
     Args:

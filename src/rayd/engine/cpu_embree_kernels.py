@@ -1,5 +1,6 @@
 """Warp kernels of the Embree CPU path (:mod:`rayd.engine.cpu_embree`): per packet of 16 rays
-(:func:`_search16`, C++ inside a Warp kernel), Embree's rays, ``rtcIntersect16``, then the checks
+(:func:`_search16`, C++ inside a Warp kernel), Embree's rays, ``rtcIntersect8`` on each half (or ``rtcIntersect16``
+where native: :func:`rayd.engine.embree_api.native_width`), then the checks
 that send a ray to rayd's Warp search (with grown faces, :mod:`rayd.engine.cpu_embree_grown`, on the
 true face's weights; a winner crossed in the margin traced again by ``rtcIntersect1`` without it);
 and :func:`_trace_kernel`, Embree alone (tests, benchmarks)."""
@@ -213,6 +214,8 @@ _SEARCH16 = r"""
             ((rtc_intersect16_t)fn)(mask, (void*)scn, (void*)R, &args);
             return;
         }
+        // 8 or 4 lanes per call: each field copied into a packet-wide RTCRayHitN (21 fields) and the result back
+        // (the 16-lane layout keeps the loops above and below vectorized)
         alignas(64) float P[8 * 24];
         alignas(64) int pv[8];
         for (int h = 0; h < 16; h += packet) {
@@ -249,6 +252,13 @@ _SEARCH16 = r"""
     // The checks' arithmetic first, branch-free over the 16 lanes (vectorized; the same float32/float64
     // expressions as one lane at a time, every term evaluated: no side effects), then the decisions.
     int FARL[16], ZERO[16], BADH[16], OUT[16], FORCE[16];
+    // Lane j's row of the grown table (its winner's; a miss: row 0), gathered for all lanes before the checks:
+    // the 16 loads in flight at once (incoherent winners: a cache miss each), and the checks' loop vectorizes
+    float GS[16], G1[16], G2[16], G3[16];
+    auto grow = [&](int j) {
+        const float* G = (const float*)grown.data + 4 * (size_t)(U[18 * 16 + j] == 0u ? U[17 * 16 + j] : 0u);
+        GS[j] = G[0]; G1[j] = G[1]; G2[j] = G[2]; G3[j] = G[3];
+    };
     auto check = [&](int j) {
         float px = R[0 * 16 + j], py = R[1 * 16 + j], pz = R[2 * 16 + j];
         FARL[j] = sqrtf(px * px + py * py + pz * pz) > far_origin;
@@ -266,16 +276,16 @@ _SEARCH16 = r"""
         int bad = (t <= (double)T0[j] + dl) | (t >= (double)T1[j] - dl);
         float bu = R[15 * 16 + j], bv = R[16 * 16 + j];
         float w = 1.0f - bu - bv;
-        if (grown_mode) {
-            // A grown face (cpu_embree_grown): the weights of the true face, b = s b' - (s - 1) b_I, and the
-            // normal's length over s^2; s = 0 (a face not grown: degenerate or a sliver): re-searched.
-            unsigned int fg = U[17 * 16 + j];
-            const float* G = (const float*)grown.data + 4 * (size_t)(U[18 * 16 + j] == 0u ? fg : 0u);
-            float sg = G[0];
-            w = sg * w - G[1]; bu = sg * bu - G[2]; bv = sg * bv - G[3];
-            dn = sg > 0.0f ? dn / (sg * sg) : 0.0f;
-            w = sg > 0.0f ? w : -1.0f;
-        }
+        // A grown face (cpu_embree_grown): the weights of the true face, b = s b' - (s - 1) b_I, and the
+        // normal's length over s^2; s = 0 (a face not grown: degenerate or a sliver): re-searched. (Selects on
+        // the row gathered by grow(j), so that the loop over the lanes vectorizes.)
+        float sg = GS[j];
+        float gw = sg * w - G1[j], gu = sg * bu - G2[j], gv = sg * bv - G3[j];
+        float gdn = sg > 0.0f ? dn / (sg * sg) : 0.0f;
+        w = grown_mode ? (sg > 0.0f ? gw : -1.0f) : w;
+        bu = grown_mode ? gu : bu;
+        bv = grown_mode ? gv : bv;
+        dn = grown_mode ? gdn : dn;
         float m = bu < bv ? bu : bv;
         m = m < w ? m : w;
         // A hit whose crossing lies within rounding of an edge *along the face*: the ray's
@@ -289,6 +299,7 @@ _SEARCH16 = r"""
         OUT[j] = grown_mode & (U[18 * 16 + j] == 0u) & (m < 0.0f) & (-m * dn > graze * sqrtf(ex * ex + ey * ey + ez * ez));
         FORCE[j] = 0;
     };
+    for (int j = 0; j < 16; ++j) grow(j);
     for (int j = 0; j < 16; ++j) check(j);
     if (grown_mode && live > 0) {
         // Rays whose closest grown face is crossed clearly outside its true face (in the margin, over a
@@ -330,6 +341,7 @@ _SEARCH16 = r"""
             args.filter = nullptr;
             for (int j = 0; j < 16; ++j) {
                 if (!again[j]) continue;
+                grow(j);
                 check(j);
                 // A miss after the margin, or a hit farther than grown_gap past it (the true hit after a
                 // margin is mostly the neighbour across that edge, within a few margins; farther, the ray

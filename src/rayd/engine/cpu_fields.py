@@ -25,6 +25,9 @@ wp.set_module_options({"enable_backward": False})
 #: takes one off this list (or makes one) and puts it back, so no two threads replay one command.
 _free: list = []
 
+#: 1: the corners of 16 rays' winners are prefetched before they are gathered (0: for measurements).
+PREFETCH = 1
+
 #: Contiguous arrays through raw pointers (:data:`_FIELDS16_RAW`); off: ``wp::index`` (for measurements).
 RAW = True
 
@@ -38,6 +41,23 @@ _FIELDS16 = r"""
     wp::vec3d A[16], B[16], C[16], O[16], D[16];
     double LO[16], HI[16];
     const int S = (int)offsets.shape[0];
+    if (prefetch && S == 1) {
+        // The winners' index rows, then their corners, requested for all 16 rays before the gathers below
+        // read them one ray at a time (incoherent winners: a cache miss each, then one more for the corners)
+        int ROW[16];
+        for (int j = 0; j < 16; ++j) {
+            int i = lo + j;
+            int f = i < hi ? wp::index(global_prim_id, i) : -1;
+            ROW[j] = f >= 0 ? wp::index(face_row, 0) + f - wp::index(offsets, 0) : -1;
+            if (ROW[j] >= 0) __builtin_prefetch(&wp::index(indices, 3 * ROW[j]));
+        }
+        for (int j = 0; j < 16; ++j) {
+            if (ROW[j] < 0) continue;
+            __builtin_prefetch(&wp::index(vertices, wp::index(indices, 3 * ROW[j])));
+            __builtin_prefetch(&wp::index(vertices, wp::index(indices, 3 * ROW[j] + 1)));
+            __builtin_prefetch(&wp::index(vertices, wp::index(indices, 3 * ROW[j] + 2)));
+        }
+    }
     for (int j = 0; j < 16; ++j) {
         int i = lo + j;
         int f = i < hi ? wp::index(global_prim_id, i) : -1;
@@ -121,7 +141,7 @@ def _fields16_pair(snippet: str, name: str, doc: str):
         tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
         geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float),
         p: wp.array(dtype=wp.vec3), geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3),
-        shape_id: wp.array(dtype=wp.int32), prim_id: wp.array(dtype=wp.int32), lo: int, hi: int,
+        shape_id: wp.array(dtype=wp.int32), prim_id: wp.array(dtype=wp.int32), prefetch: int, lo: int, hi: int,
     ):
         ...
 
@@ -136,7 +156,7 @@ def _fields16_pair(snippet: str, name: str, doc: str):
         tmin_stride: int, tmax_value: wp.float64, tmax_rows: wp.array(dtype=wp.float64), tmax_stride: int,
         geometric: int, global_prim_id: wp.array(dtype=wp.int32), t: wp.array(dtype=float),
         p: wp.array(dtype=wp.vec3), geo_n: wp.array(dtype=wp.vec3), barycentric: wp.array(dtype=wp.vec3),
-        shape_id: wp.array(dtype=wp.int32), prim_id: wp.array(dtype=wp.int32), n: int, base: int,
+        shape_id: wp.array(dtype=wp.int32), prim_id: wp.array(dtype=wp.int32), prefetch: int, n: int, base: int,
         counter: wp.array(dtype=wp.int32), step: int,
     ):
         first = wp.tid() + base
@@ -149,7 +169,7 @@ def _fields16_pair(snippet: str, name: str, doc: str):
                 lo = i * 16
                 func(o, o_stride, d, d_stride, vertices, indices, offsets, face_row, tmin_value, tmin_rows,
                      tmin_stride, tmax_value, tmax_rows, tmax_stride, geometric, global_prim_id, t, p, geo_n,
-                     barycentric, shape_id, prim_id, lo, wp.min(lo + 16, n))
+                     barycentric, shape_id, prim_id, prefetch, lo, wp.min(lo + 16, n))
             first = last
             if step > 0:
                 first = _grab(counter, step)
@@ -185,7 +205,7 @@ def closest_fields(o: wp.array, o_stride: int, d: wp.array, d_stride: int, verti
         return
     packets = (n + 15) // 16
     bounds = [b.array if isinstance(b, PerRow) else b for b in bounds]
-    inputs = [o, o_stride, d, d_stride, vertices, indices, offsets, face_row, *bounds, geometric, *outputs, n]
+    inputs = [o, o_stride, d, d_stride, vertices, indices, offsets, face_row, *bounds, geometric, *outputs, PREFETCH, n]
     device = outputs[0].device
     arrays = [x for x in (o, d, vertices, indices, offsets, face_row, bounds[1], bounds[4], *outputs) if x is not None]
     kernel = _fields16_raw_kernel if RAW and all(a.is_contiguous for a in arrays) else _fields16_kernel

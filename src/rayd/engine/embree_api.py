@@ -8,7 +8,8 @@ per-call flags. This module loads the same bundled library with :mod:`ctypes` an
   ``memmove`` per buffer (:class:`Scene`), about 2-3x faster than embreex's construction;
 - traces rays 16 at a time with ``rtcIntersect16`` from inside a Warp CPU kernel
   (:func:`intersect16`, a ``wp.func_native`` snippet calling Embree through its
-  function pointer), with ``RTC_RAY_QUERY_FLAG_COHERENT`` for a packet whose
+  function pointer; the search kernels call ``rtcIntersect8`` twice where 16-ray packets
+  are not native, :func:`native_width`), with ``RTC_RAY_QUERY_FLAG_COHERENT`` for a packet whose
   directions lie within a few degrees of each other (Embree's frustum traversal:
   about 25 % less work on camera-like rays, twice the work on incoherent ones).
 
@@ -38,6 +39,8 @@ _RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS = 1 << 3
 _RTC_GEOMETRY_TYPE_TRIANGLE = 0
 _RTC_BUFFER_TYPE_INDEX, _RTC_BUFFER_TYPE_VERTEX = 0, 1
 _RTC_FORMAT_UINT3, _RTC_FORMAT_FLOAT3 = 0x5003, 0x9003
+_RTC_DEVICE_PROPERTY_NATIVE_RAY4_SUPPORTED, _RTC_DEVICE_PROPERTY_NATIVE_RAY8_SUPPORTED = 32, 33
+_RTC_DEVICE_PROPERTY_NATIVE_RAY16_SUPPORTED = 34
 
 #: ``RTCBuildQuality`` values.
 BUILD_QUALITY_LOW, BUILD_QUALITY_MEDIUM, BUILD_QUALITY_HIGH = 0, 1, 2
@@ -112,15 +115,34 @@ def intersect16_pointer() -> int:
 
 
 def packet_width() -> int:
-    """Lanes per Embree call of the search kernels: ``RAYD_EMBREE_PACKET`` (4, 8 or 16; default 16).
-    The search still prepares and checks 16 rays at a time; a narrower width only splits the Embree
-    call. 8 lanes (Embree's native width on AVX2) measured 0.97-1.18x the time of 16 on a 2-core
-    AVX2 EPYC (benchmarks/README.md, 16th session), so 16 stays the default there too."""
+    """Lanes per Embree call of the search kernels: ``RAYD_EMBREE_PACKET`` (4, 8 or 16), else :func:`native_width`.
+    The search still prepares and checks 16 rays at a time; a narrower width splits the Embree call, each
+    half (quarter) copied into an ``RTCRayHit8`` (``4``) and back: the 16-lane layout keeps the kernel's
+    loops vectorized (two ``RTCRayHit8`` read in place made them scalar: terrain 0.85x the CPU time with copies)."""
     value = os.environ.get("RAYD_EMBREE_PACKET", "").strip()
     if value:
         if value not in ("4", "8", "16"):
             raise ValueError(f"RAYD_EMBREE_PACKET={value!r}: expected 4, 8 or 16")
         return int(value)
+    return native_width()
+
+
+@functools.lru_cache(maxsize=None)
+def native_width() -> int:
+    """The widest packet Embree traces natively: 16 (AVX-512), 8 (AVX2) or 4 (``RTC_DEVICE_PROPERTY_NATIVE_RAY{16,8,4}
+    _SUPPORTED``); 16 where none is reported or the library is missing (the width rayd called before).
+
+    On AVX2, Embree 4.4's ``rtcIntersect16`` traces its rays one at a time (as slow as ``rtcIntersect1``),
+    while ``rtcIntersect8`` walks 8-ray packets: terrain 4 x 4 tiles, one thread, 34.5 -> 20.3 ms
+    (``rtcOccluded``: 35.5 -> 14.2 ms; benchmarks/README.md, session 25)."""
+    lib = library()
+    if lib is None:
+        return 16
+    lib.rtcGetDeviceProperty.restype, lib.rtcGetDeviceProperty.argtypes = ctypes.c_ssize_t, [ctypes.c_void_p, ctypes.c_int]
+    for width, prop in ((16, _RTC_DEVICE_PROPERTY_NATIVE_RAY16_SUPPORTED), (8, _RTC_DEVICE_PROPERTY_NATIVE_RAY8_SUPPORTED),
+                        (4, _RTC_DEVICE_PROPERTY_NATIVE_RAY4_SUPPORTED)):
+        if lib.rtcGetDeviceProperty(_device, prop) == 1:
+            return width
     return 16
 
 
