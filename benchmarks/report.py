@@ -14,6 +14,7 @@ COLUMNS = [
     ("Minimal ms", "closest_minimal_ms"),
     ("fwd+bwd ms", "forward_backward_ms"),
     ("update ms", "update_ms"),
+    ("update + Minimal ms", "update_closest_ms"),
     ("build ms", "build_ms"),
     ("peak MiB", "peak_memory_bytes"),
     ("Mrays/s", "closest_all_rays_per_s"),

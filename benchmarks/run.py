@@ -50,7 +50,8 @@ from benchmarks.measure import (  # noqa: E402
 )
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
-STAGES = ("load", "agree", "closest_all", "closest_minimal", "memory", "forward_backward", "update", "build")
+STAGES = ("load", "agree", "closest_all", "closest_minimal", "memory", "forward_backward", "update", "update_closest",
+          "build")
 
 
 # --------------------------------------------------------------------------- helpers
@@ -144,6 +145,19 @@ def bench_engine(engine, wl, args, bar, reference) -> dict:
         metrics["update_ms"] = None
         notes.append(str(exc))
     bar.step(f"{label} update")
+
+    try:  # an optimisation step's queries: all vertices moved, then the closest hits (Minimal) on the new geometry
+        calls = iter(range(1, 10**9))
+        samples = time_ms(lambda: (engine.update(next(calls) % 2), engine.closest(minimal=True)), sync, args.repeats,
+                          args.warmup)
+        engine.update(0)
+        sync()
+        timings["update_closest"] = samples
+        metrics["update_closest_ms"] = median(samples)
+    except NotSupported as exc:
+        metrics["update_closest_ms"] = None
+        notes.append(str(exc))
+    bar.step(f"{label} update_closest")
 
     repeats = args.build_repeats if args.build_repeats is not None else args.repeats
     samples = time_ms(engine.build, sync, repeats, min(args.warmup, 1))

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 import reference
 import torch
+import warp as wp
 
 import rayd.torch as rt
 from rayd.engine import cpu_embree, embree_api
@@ -164,10 +165,11 @@ def test_refit_keeps_the_embree_scene_in_sync(embree):
 
 @needs_embreex
 @pytest.mark.parametrize("refit", [False, True])
-def test_the_second_query_on_a_geometry_builds_embree(embree, refit):
-    # Default policy (WARM_QUERIES = 1): after build() or a refit, one query on Warp, then
-    # Embree (built then); a loop of update + sync + one query stays on Warp's refit.
+def test_the_second_query_on_a_geometry_builds_embree(embree, refit, monkeypatch):
+    # WARM_QUERIES = 1 (the default) for small batches (RAYS_PER_FACE off here): after build() or a
+    # refit, one query on Warp, then Embree (built or refitted then).
     cpu_embree.WARM_QUERIES = 1
+    monkeypatch.setattr(cpu_embree, "RAYS_PER_FACE", (float("inf"), float("inf")))
     v = torch.tensor([[-1, -1, 0], [3, -1, 0], [-1, 3, 0]], dtype=torch.float32)
     scene = rt.Scene()
     scene.add_mesh(rt.Mesh(v, torch.tensor([[0, 1, 2]])), dynamic=True)
@@ -330,12 +332,12 @@ def test_grown_scene_alone_does_not_leak_where_robust_mode_does():
     inside = rng.uniform(-0.4, 0.4, v.shape).astype(np.float32)
     o = np.concatenate((np.zeros_like(v), inside, 3.0 * v))
     d = np.concatenate((v, v - inside, 0.5 * (v - 3.0 * v))).astype(np.float32)
-    a, b, c = (v.astype(np.float64)[faces[:, k]] for k in range(3))
-    degenerate = np.zeros(len(faces), bool)
     delta = cpu_embree.GROW * float(np.abs(v).max())
-    points, grown_faces, table, slivers, _ = cpu_embree.grown_faces(a, b, c, delta, degenerate)
-    assert slivers is None and (table[:, 0] > 1.0).all()
-    scene = embree_api.Scene([(points, grown_faces)], robust=False)
+    points, table, flag, slivers, _ = cpu_embree.grown_faces(
+        wp.array(v, dtype=wp.vec3, device="cpu"), wp.array(faces.astype(np.int32).ravel(), dtype=wp.int32, device="cpu"),
+        0, len(faces), np.zeros(3), delta)
+    assert slivers is None and (table[:, 0] > 1.0).all() and not flag.any()
+    scene = embree_api.Scene([(points, cpu_embree.face_rows(len(faces)))], robust=False)
     hit = cpu_embree.trace(scene, o, d, np.full(len(d), 10.0, np.float32))
     assert (hit["primID"] >= 0).all()
     robust = cpu_embree._commit((v, faces.astype(np.int32)))

@@ -89,8 +89,9 @@ def test_reused_order_follows_every_change_of_the_rays():
         return found
 
     cpu_embree.reuse_order = spy
+    per_face, cpu_embree.RAYS_PER_FACE = cpu_embree.RAYS_PER_FACE, (float("inf"), float("inf"))
     try:
-        scene.intersect(ray)  # Warp (the first query on the geometry)
+        scene.intersect(ray)  # Warp (the first query on the geometry, RAYS_PER_FACE off)
         first = [scene.intersect(ray) for _ in range(3)]
         assert reused == [False, False, True]  # kept at the second query, reused from the third
         for h in first[1:]:
@@ -111,6 +112,7 @@ def test_reused_order_follows_every_change_of_the_rays():
     finally:
         cpu_embree.SORT_MIN_RAYS = was
         cpu_embree.reuse_order = real
+        cpu_embree.RAYS_PER_FACE = per_face
 
 
 def test_a_reused_layout_changes_no_answer():

@@ -61,9 +61,12 @@ the winners are the Warp path's:
 Embree sees centre-relative float32 coordinates (vertices and origins minus ``c``,
 subtracted in float64). The :class:`EmbreeMirror` attached to a
 :class:`~rayd.engine.triangles.TriangleScene` is marked stale by every refit (``sync()``)
-and rebuilt at the second query on the same geometry (``WARM_QUERIES``; Embree's refit is
-not used, and a rebuild costs several Warp refits): one-shot scenes and update-sync-query
-loops stay on the Warp path.
+and brought up to date at a later query: the second on the same geometry (``WARM_QUERIES``),
+or the first when its rays (with those Warp answered since the change) reach
+``RAYS_PER_FACE`` per face. The grown faces are recomputed by one Warp kernel on all cores
+and Embree *refits* its BVHs in place (``RTC_SCENE_FLAG_DYNAMIC``, ``RTC_BUILD_QUALITY_REFIT``)
+while the vertices stay within the frame (centre, ``R``; ``FRAME_SLACK``): a loop of update,
+``sync()`` and one large query per step runs on Embree; small batches stay on Warp.
 """
 
 from __future__ import annotations
@@ -74,7 +77,7 @@ import numpy as np
 
 from rayd.engine import embree_api
 from rayd.engine.cpu_embree_caps import edge_caps, sliver_caps, vertex_caps  # noqa: F401 - tests use them here
-from rayd.engine.cpu_embree_grown import grown_faces
+from rayd.engine.cpu_embree_grown import DEGENERATE, SLIVER, face_rows, grown_faces
 
 try:  # optional dependency: the ``cpu`` extra (its bundled Embree 4 library is what rayd calls)
     import embreex as _embreex
@@ -140,6 +143,15 @@ MAX_TRIANGLES = 300_000
 #: scene is built: building it (triangles and caps) costs several Warp refits, so one-shot
 #: and update-every-query scenes never pay it.
 WARM_QUERIES = 1
+
+#: The frame radius of a scene rebuilt after a change of its geometry, in units of the box's: vertices that
+#: later updates move up to this far stay in the frame, and the scene is refitted instead of rebuilt.
+FRAME_SLACK = 1.25
+
+#: Rays per face at which a query on a changed geometry updates the Embree scene at once instead of
+#: going to Warp (:meth:`EmbreeMirror.ready`; rays Warp answered since the change count too): (refit, new
+#: scene). Terrain, 131 k faces, 2 cores: Warp ~0.33 us a ray; a refit ~0.14 us a face, a new scene ~0.45.
+RAYS_PER_FACE = (0.5, 1.5)
 
 #: Rays per thread-pool chunk (at least, a multiple of 16); the batch is split in ``CHUNKS_PER_CORE`` chunks
 #: per core, taken in turn by the pool's threads and the calling thread (a core that another
@@ -244,56 +256,106 @@ class EmbreeMirror:
         self.tri = tri
         self.stale = True
         self.waited = 0  # queries answered by Warp on the current geometry
+        self.waited_rays = 0  # and their rays
+        self.scene = None
+        self.edge_scene = None
+        self._incoherent = None
+        self._faces = None  # (F, 3) int32, the topology (fixed for a TriangleScene)
+        self._used = None  # the vertex ids the faces use (None: all)
+        self._rows = None  # Embree's faces of the grown points (face_rows)
+        self.fresh = True  # no query has run on the current geometry yet (see incoherent_scene)
 
     def refresh(self) -> None:
         """Mark the scene out of date (called at every refit, i.e. at ``sync()``).
 
-        The rebuild happens at a later query (:meth:`ready`): Embree's refit is not used, and a
-        rebuild costs several Warp refits, so a loop of update, ``sync()`` and one query
-        per step stays on the Warp path.
+        The Embree scene is brought up to date at a later query (:meth:`ready`): by a refit of its
+        BVHs where the topology and the frame allow (:meth:`rebuild`), else by a new scene.
         """
         self.stale = True
         self.waited = 0
+        self.waited_rays = 0
 
-    def ready(self) -> bool:
-        """Whether this query may use Embree, rebuilding first where due: the first
-        ``WARM_QUERIES`` queries on a geometry (after ``build()`` or a refit) use Warp."""
+    def ready(self, n: int = 0) -> bool:
+        """Whether a query of ``n`` rays may use Embree, updating the scene first where due.
+
+        A stale scene is brought up to date once Warp has answered ``WARM_QUERIES`` queries on the
+        geometry, or at once when this query's rays and those Warp answered since the last change
+        reach ``RAYS_PER_FACE`` per face (the cost of a refit, or of a new scene, against Warp's per
+        ray: a loop of update, ``sync()`` and one large query per step runs on Embree).
+        """
         if not self.stale:
             return True
-        if self.waited < WARM_QUERIES:
+        per_face = RAYS_PER_FACE[0 if self._refittable() else 1]
+        if self.waited < WARM_QUERIES and self.waited_rays + n < per_face * self.tri.num_triangles:
             self.waited += 1
+            self.waited_rays += n
             return False
         self.rebuild()
         return True
 
-    def rebuild(self) -> None:
-        """Build and commit both Embree scenes from the current ``points``."""
+    def _refittable(self) -> bool:
+        return self.scene is not None and self.scene.dynamic
+
+    def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """The float64 corners of the box of the vertices the faces use."""
         tri = self.tri
-        points = np.asarray(tri.points.numpy(), dtype=np.float64).reshape(-1, 3)
-        faces = tri.indices.numpy().reshape(-1, 3)[tri.face_base : tri.face_base + tri.num_triangles]
-        faces = np.ascontiguousarray(faces, dtype=np.int32)
-        used = points[np.unique(faces)] if faces.size else points[:0]
-        lo, hi = (used.min(0), used.max(0)) if used.size else (np.zeros(3), np.zeros(3))
-        self.centre = 0.5 * (lo + hi)
-        rel = points - self.centre
-        self.radius = float(np.abs(used - self.centre).max()) if used.size else 0.0
+        if self._faces is None:
+            faces = tri.indices.numpy().reshape(-1, 3)[tri.face_base : tri.face_base + tri.num_triangles]
+            self._faces = np.ascontiguousarray(faces, dtype=np.int32)
+            used = np.unique(self._faces)
+            self._used = None if used.size == tri.points.shape[0] else used
+        points = tri.points.numpy()
+        used = points if self._used is None else points[self._used]
+        if not used.size:
+            return np.zeros(3), np.zeros(3)
+        return used.min(0).astype(np.float64), used.max(0).astype(np.float64)
+
+    def rebuild(self) -> None:
+        """Bring the Embree scenes up to the current ``points``: the grown faces (and sliver rectangles)
+        refitted in place when the scene is dynamic, the sliver set is unchanged and the vertices still
+        lie within the frame's radius ``R`` (and beyond ``R / 2``) of its centre; else new scenes in a
+        frame of the current box: its centre, and ``R`` its largest centre-relative coordinate (times
+        ``FRAME_SLACK`` once the geometry has changed: every bound of this module takes ``R`` as a bound
+        on the coordinates, so a looser one only widens the margins in proportion)."""
+        tri = self.tri
+        lo, hi = self._bounds()
+        keep = False
+        if GROWN and self._refittable():
+            reach = float(np.maximum(np.abs(hi - self.centre), np.abs(lo - self.centre)).max())
+            keep = 0.5 * self.radius <= reach <= self.radius
+        if not keep:
+            self.centre = 0.5 * (lo + hi)
+            self.radius = float((0.5 * (hi - lo)).max())  # the largest centre-relative coordinate (exact)
+            if GROWN and self.scene is not None:  # a changed geometry: room for the next changes' refits
+                self.radius *= FRAME_SLACK
         self.in_range = RADIUS_MIN <= self.radius <= RADIUS_MAX
+        self._incoherent = None
+        self.edge_scene = None
+        self.fresh = True
         if not self.in_range:  # Warp answers every query on this geometry (no Embree scene)
+            self.scene = None
             self.stale = False
             return
-        a, b, c = rel[faces[:, 0]], rel[faces[:, 1]], rel[faces[:, 2]]
-        cross = np.cross(b - a, c - a)
-        degenerate = ~np.any(cross != 0.0, axis=1)
         self.grown = GROWN
-        self.edge_scene = None
         if GROWN:
             # One non-robust Embree scene of the grown faces (geomID 0) and the sliver rectangles
             # (geomID 1): see rayd.engine.cpu_embree_grown.
-            gp, gf, table, gs, longest = grown_faces(a, b, c, GROW * self.radius, degenerate, cross)
-            meshes = [(gp, gf)] + ([gs] if gs is not None else [])
+            gp, table, flag, gs, longest = grown_faces(tri.points, tri.indices, tri.face_base, tri.num_triangles,
+                                                       self.centre, GROW * self.radius)
+            if self._rows is None:
+                self._rows = face_rows(tri.num_triangles)
+            meshes = [(gp, self._rows)] + ([gs] if gs is not None else [])
             self.grown_table = wp.array(table, dtype=wp.float32, device=tri.device)
-            flag = np.where(degenerate, 1, np.where(table[:, 0] == 0.0, 2, 0)).astype(np.uint8)
+            degenerate = flag == DEGENERATE
+            if keep:  # the grown faces refitted; the sliver rectangles too, or replaced where their set changed
+                self.scene.update(meshes)
+            else:
+                self.scene = _commit(*meshes, robust=False, dynamic=True)
         else:
+            points = tri.points.numpy().astype(np.float64) - self.centre
+            faces = self._faces
+            a, b, c = points[faces[:, 0]], points[faces[:, 1]], points[faces[:, 2]]
+            degenerate = ~np.any(np.cross(b - a, c - a) != 0.0, axis=1)
             r = CAP * self.radius
             slivers = sliver_caps(a, b, c, r, ~degenerate)
             # 1: degenerate (a miss in rayd), 2: a sliver (the engines may disagree anywhere on it):
@@ -303,21 +365,22 @@ class EmbreeMirror:
             # One Embree scene: the triangles (geomID 0), the vertex caps (geomID 1) and the sliver
             # caps (geomID 2): a ray whose closest hit is a cap passes near a vertex or through a
             # sliver before any other triangle (or misses them all).
-            meshes = [(np.ascontiguousarray(rel, dtype=np.float32), faces), vertex_caps(used - self.centre, r)]
+            used = points if self._used is None else points[self._used]
+            meshes = [(np.ascontiguousarray(points, dtype=np.float32), faces), vertex_caps(used, r)]
             if slivers[0].any():
                 meshes.append(slivers[1:])
             # (The edge caps in the scene above doubled every ray's walk: terrain 26 -> 52-58 ms, 1 thread.)
             self.grown_table = wp.zeros((1, 4), dtype=wp.float32, device=tri.device)
+            self.scene = _commit(*meshes, robust=True)
         # The edge caps (both modes): a scene of their own that only Embree's misses are traced through,
         # built after the first query with a miss (:meth:`build_edge_scene`): a ray running along a
         # (boundary) edge within rounding of it, at a grazing angle, may miss every grown face too
         # (tests/torch/test_offface23_float64.py, slope 1e-6 along an edge 1e-6 inside the face).
-        self._edge_input = (rel, faces, EDGE_CAP * self.radius, ~degenerate)
+        self._nondegenerate = ~degenerate
         self.graze = TANGENT * self.radius * longest if TANGENT_CHECK else 0.0
         self.degenerate = wp.array(flag, dtype=wp.uint8, device=tri.device)
         self.any_flagged = bool(flag.any())
-        self.scene = _commit(*meshes, robust=not GROWN)
-        self._meshes, self._incoherent = meshes, None
+        self._meshes = meshes
         self.fn = embree_api.intersect16_pointer()
         self.stale = False
 
@@ -325,34 +388,38 @@ class EmbreeMirror:
         """Build the scene of the edge caps (:func:`edge_caps`; with ``GROWN``, also the true faces,
         robust mode), traced for the rays that miss."""
         if self.edge_scene is None:
-            meshes = [edge_caps(*self._edge_input)]
+            rel = self.tri.points.numpy().astype(np.float64) - self.centre
+            meshes = [edge_caps(rel, self._faces, EDGE_CAP * self.radius, self._nondegenerate)]
             if self.grown:
                 # and the true faces in robust mode: a ray so near-tangent to a face (cos below the
                 # non-robust test's rounding over the margin) that it missed the grown copies is caught
                 # here when it truly crosses one (a hit here sends the ray to Warp)
-                rel, faces = self._edge_input[:2]
-                meshes.append((np.ascontiguousarray(rel, dtype=np.float32), faces))
+                meshes.append((np.ascontiguousarray(rel, dtype=np.float32), self._faces))
             self.edge_scene = embree_api.Scene(meshes)
 
     def incoherent_scene(self) -> embree_api.Scene:
-        """The scene for incoherent batches (built at the first one on this geometry): the same
-        meshes in one BVH of high build quality, triangles and caps together (sorted sphere,
-        shadow_test: 115-121 -> 101-106 ms CPU; the two-level :attr:`scene` stays the one for
-        coherent batches, where it was 30 % faster)."""
+        """The scene for incoherent batches: the same meshes in one BVH of high build quality, triangles
+        and caps together (sorted sphere, shadow_test: 115-121 -> 101-106 ms CPU; the two-level
+        :attr:`scene` stays the one for coherent batches, where it was 30 % faster). Built at an incoherent
+        batch on a geometry that an earlier query already ran on: the first query after each change
+        (a loop of update, ``sync()`` and one query) traces the refitted :attr:`scene` instead."""
         if self._incoherent is None:
+            if self.fresh:
+                return self.scene
             self._incoherent = embree_api.Scene(self._meshes, quality=embree_api.BUILD_QUALITY_HIGH, robust=not self.grown,
                                                 argument_filter=bool(self.grown))
         return self._incoherent
 
 
-def _commit(*meshes: tuple[np.ndarray, np.ndarray], robust: bool = True) -> embree_api.Scene:
-    """A committed robust-mode Embree scene of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)``
-    (geomID = position in ``meshes``)."""
+def _commit(*meshes: tuple[np.ndarray, np.ndarray], robust: bool = True, dynamic: bool = False) -> embree_api.Scene:
+    """A committed Embree scene of meshes ``(vertices (V, 3) float32, faces (F, 3) int32)`` (geomID = position
+    in ``meshes``), robust mode or non-robust with argument filters; ``dynamic``: refittable in place
+    (:meth:`rayd.engine.embree_api.Scene.update`)."""
     # Build quality LOW: one BVH per geometry under a top level (Embree's two-level mode), so the
     # caps (small, clustered at the vertices) do not slow the walk over the triangles: 35 -> 24.5 ms
     # (terrain, 1 thread; one merged BVH over triangles and caps: 35; triangles alone: 22).
     return embree_api.Scene(meshes, quality=embree_api.BUILD_QUALITY_LOW, geometry_quality=embree_api.BUILD_QUALITY_MEDIUM,
-                            robust=robust, argument_filter=not robust)
+                            robust=robust, argument_filter=not robust, dynamic=dynamic)
 
 
 def mirror(tri) -> EmbreeMirror:
@@ -364,14 +431,15 @@ def mirror(tri) -> EmbreeMirror:
     return m
 
 
-def usable(accel) -> bool:
-    """Whether :func:`search` can serve ``accel`` (CPU, flat triangles only, Embree active)."""
+def usable(accel, n: int = 0) -> bool:
+    """Whether :func:`search` can serve ``accel`` (CPU, flat triangles only, Embree active) for a
+    query of ``n`` rays (:meth:`EmbreeMirror.ready`)."""
     if not (active() and accel.device.is_cpu and accel.instances is None and accel.flat is not None):
         return False
     if accel.flat.num_triangles > MAX_TRIANGLES:
         return False
     m = mirror(accel.flat)
-    return m.ready() and m.in_range
+    return m.ready(n) and m.in_range
 
 
 import warp as wp  # noqa: E402
@@ -451,6 +519,7 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     sampled = incoherent
     packet = embree_api.packet_width()
     embree_scene = m.incoherent_scene() if incoherent else m.scene
+    m.fresh = False  # (a later incoherent batch on this geometry gets the scene of high quality)
     fixed = [wp.vec3d(*m.centre), m.radius, BAND, view.flat_global, view.flat_shape, view.shape_enabled,
              m.degenerate, _face_mode(accel, m), FAR * m.radius, EDGE, m.graze, DIR2_MIN, DIR2_MAX,
              embree_api.intersect_pointer(packet), embree_scene.ptr, m.edge_scene.ptr if m.edge_scene else 0,

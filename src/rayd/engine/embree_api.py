@@ -34,6 +34,7 @@ import warp as wp
 
 wp.set_module_options({"enable_backward": False})
 
+_RTC_SCENE_FLAG_DYNAMIC = 1 << 0
 _RTC_SCENE_FLAG_ROBUST = 1 << 2
 _RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS = 1 << 3
 _RTC_GEOMETRY_TYPE_TRIANGLE = 0
@@ -43,7 +44,7 @@ _RTC_DEVICE_PROPERTY_NATIVE_RAY4_SUPPORTED, _RTC_DEVICE_PROPERTY_NATIVE_RAY8_SUP
 _RTC_DEVICE_PROPERTY_NATIVE_RAY16_SUPPORTED = 34
 
 #: ``RTCBuildQuality`` values.
-BUILD_QUALITY_LOW, BUILD_QUALITY_MEDIUM, BUILD_QUALITY_HIGH = 0, 1, 2
+BUILD_QUALITY_LOW, BUILD_QUALITY_MEDIUM, BUILD_QUALITY_HIGH, BUILD_QUALITY_REFIT = 0, 1, 2, 3
 
 _lib = None
 _device = None
@@ -90,6 +91,8 @@ def library():
             ("rtcCommitScene", None, [vp]), ("rtcReleaseScene", None, [vp]),
             ("rtcGetDeviceError", ctypes.c_int, [vp]), ("rtcSetSceneBuildQuality", None, [vp, ctypes.c_int]),
             ("rtcSetGeometryBuildQuality", None, [vp, ctypes.c_int]),
+            ("rtcGetGeometry", vp, [vp, ui]), ("rtcGetGeometryBufferData", vp, [vp, ctypes.c_int, ui]),
+            ("rtcUpdateGeometryBuffer", None, [vp, ctypes.c_int, ui]), ("rtcDetachGeometry", None, [vp, ui]),
         ):
             fn = getattr(lib, name)
             fn.restype, fn.argtypes = res, args
@@ -165,39 +168,87 @@ class Scene:
         robust: ``RTC_SCENE_FLAG_ROBUST`` (else no flag: Embree's faster, non-watertight test).
         argument_filter: ``RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS`` (a filter function passed with
             a query's arguments is invoked when the query sets ``RTC_RAY_QUERY_FLAG_INVOKE_ARGUMENT_FILTER``).
+        dynamic: ``RTC_SCENE_FLAG_DYNAMIC`` with each geometry's quality :data:`BUILD_QUALITY_REFIT`
+            (overrides ``geometry_quality``): :meth:`update` then refits the geometries' BVHs in place
+            (terrain, 131 k faces, 2 cores: 2.5-3 ms where a new scene takes 26-75 ms).
 
     Raises:
         RuntimeError: Embree reports an error (e.g. out of memory).
     """
 
     def __init__(self, meshes, quality: int | None = None, geometry_quality: int | None = None,
-                 robust: bool = True, argument_filter: bool = False) -> None:
+                 robust: bool = True, argument_filter: bool = False, dynamic: bool = False) -> None:
         lib = library()
         self._lib = lib
         self.ptr = lib.rtcNewScene(_device)
+        self.dynamic = dynamic
+        self._quality = BUILD_QUALITY_REFIT if dynamic else geometry_quality
+        self.meshes: list = []  # per geometry: (vertex count, faces) as attached
         lib.rtcSetSceneFlags(self.ptr, (_RTC_SCENE_FLAG_ROBUST if robust else 0)
+                             | (_RTC_SCENE_FLAG_DYNAMIC if dynamic else 0)
                              | (_RTC_SCENE_FLAG_FILTER_FUNCTION_IN_ARGUMENTS if argument_filter else 0))
         if quality is not None:
             lib.rtcSetSceneBuildQuality(self.ptr, quality)
         for geom_id, (vertices, faces) in enumerate(meshes):
-            vertices = np.ascontiguousarray(vertices, dtype=np.float32)
-            faces = np.ascontiguousarray(faces, dtype=np.uint32)
-            geom = lib.rtcNewGeometry(_device, _RTC_GEOMETRY_TYPE_TRIANGLE)
-            if geometry_quality is not None:
-                lib.rtcSetGeometryBuildQuality(geom, geometry_quality)
-            for kind, fmt, data in ((_RTC_BUFFER_TYPE_VERTEX, _RTC_FORMAT_FLOAT3, vertices),
-                                    (_RTC_BUFFER_TYPE_INDEX, _RTC_FORMAT_UINT3, faces)):
-                buf = lib.rtcSetNewGeometryBuffer(geom, kind, 0, fmt, 12, max(len(data), 1))
-                if not buf:
-                    raise RuntimeError(f"rayd.engine.embree_api.Scene(): Embree error {lib.rtcGetDeviceError(_device)}")
-                ctypes.memmove(buf, data.ctypes.data, data.nbytes)
-            lib.rtcCommitGeometry(geom)
-            lib.rtcAttachGeometryByID(self.ptr, geom, geom_id)
-            lib.rtcReleaseGeometry(geom)
-        lib.rtcCommitScene(self.ptr)
-        code = lib.rtcGetDeviceError(_device)
+            self._attach(geom_id, vertices, faces)
+        self._commit("Scene()")
+
+    def _attach(self, geom_id: int, vertices: np.ndarray, faces: np.ndarray) -> None:
+        """A new triangle geometry at ``geom_id``, its buffers copied in."""
+        lib = self._lib
+        vertices = np.ascontiguousarray(vertices, dtype=np.float32)
+        geom = lib.rtcNewGeometry(_device, _RTC_GEOMETRY_TYPE_TRIANGLE)
+        if self._quality is not None:
+            lib.rtcSetGeometryBuildQuality(geom, self._quality)
+        for kind, fmt, data in ((_RTC_BUFFER_TYPE_VERTEX, _RTC_FORMAT_FLOAT3, vertices),
+                                (_RTC_BUFFER_TYPE_INDEX, _RTC_FORMAT_UINT3, np.ascontiguousarray(faces, dtype=np.uint32))):
+            buf = lib.rtcSetNewGeometryBuffer(geom, kind, 0, fmt, 12, max(len(data), 1))
+            if not buf:
+                raise RuntimeError(f"rayd.engine.embree_api.Scene(): Embree error {lib.rtcGetDeviceError(_device)}")
+            ctypes.memmove(buf, data.ctypes.data, data.nbytes)
+        lib.rtcCommitGeometry(geom)
+        lib.rtcAttachGeometryByID(self.ptr, geom, geom_id)
+        lib.rtcReleaseGeometry(geom)
+        self.meshes[geom_id:geom_id + 1] = [(len(vertices), faces)]
+
+    def _commit(self, call: str) -> None:
+        self._lib.rtcCommitScene(self.ptr)
+        code = self._lib.rtcGetDeviceError(_device)
         if code != 0:
-            raise RuntimeError(f"rayd.engine.embree_api.Scene(): Embree error {code} at commit")
+            raise RuntimeError(f"rayd.engine.embree_api.{call}: Embree error {code} at commit")
+
+    def update(self, meshes: list) -> None:
+        """New meshes for a ``dynamic`` scene, refitted in place where a geometry keeps its vertex count
+        and faces (its new vertices copied in); a geometry whose counts or faces differ is replaced, one
+        beyond the new list detached. Embree then refits the kept geometries' BVHs and builds the new ones.
+
+        Args:
+            meshes: ``(vertices (V, 3) float32, faces (F, 3) int32)`` per geometry (geomID = position); a
+                ``faces`` that *is* the array given before is taken as unchanged without a comparison.
+
+        Raises:
+            ValueError: the scene is not dynamic.
+            RuntimeError: Embree reports an error.
+        """
+        if not self.dynamic:
+            raise ValueError("rayd.engine.embree_api.Scene.update(): the scene was not made with dynamic=True")
+        lib = self._lib
+        for geom_id in range(len(meshes), len(self.meshes)):
+            lib.rtcDetachGeometry(self.ptr, geom_id)
+        del self.meshes[len(meshes):]
+        for geom_id, (vertices, faces) in enumerate(meshes):
+            if geom_id < len(self.meshes):
+                count, kept = self.meshes[geom_id]
+                if count == len(vertices) and (faces is kept or np.array_equal(faces, kept)):
+                    v = np.ascontiguousarray(vertices, dtype=np.float32)
+                    geom = lib.rtcGetGeometry(self.ptr, geom_id)
+                    ctypes.memmove(lib.rtcGetGeometryBufferData(geom, _RTC_BUFFER_TYPE_VERTEX, 0), v.ctypes.data, v.nbytes)
+                    lib.rtcUpdateGeometryBuffer(geom, _RTC_BUFFER_TYPE_VERTEX, 0)
+                    lib.rtcCommitGeometry(geom)
+                    continue
+                lib.rtcDetachGeometry(self.ptr, geom_id)
+            self._attach(geom_id, vertices, faces)
+        self._commit("Scene.update()")
 
     def __del__(self) -> None:
         ptr, self.ptr = getattr(self, "ptr", None), None

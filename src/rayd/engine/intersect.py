@@ -109,7 +109,7 @@ def search(
     n = global_prim_id.shape[0]
     if n == 0:
         return
-    if cpu_embree.usable(accel):
+    if cpu_embree.usable(accel, n):
         # Embree on all cores; rayd's Warp search for the rays it cannot answer exactly.
         cpu_embree.search(accel, rays, global_prim_id, lambda a, r, out: _warp_search(a, r, out, any_hit, None))
         return
