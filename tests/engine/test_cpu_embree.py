@@ -403,3 +403,18 @@ def test_without_embreex_rayd_uses_warp():
     lines = out.splitlines()
     assert lines[0] == "False False 0 2.0"
     assert lines[1].startswith("warp (embreex not importable")
+
+
+def test_sliver_rectangle_from_float64_corners():
+    # A sliver 1e-9 thin, 0.3 from the frame's centre: its centre-relative corners rounded to float32 are
+    # collinear, so a rectangle made from them was NaN (never hit by Embree); made from the float64 corners,
+    # it is finite and the one sliver_caps gives for them.
+    v = np.array([[1000, 0, 0], [1001, 0, 0], [1000.5, 1e-9, 0], [1000, 1, 0]], np.float32)
+    f = np.array([[0, 1, 2], [0, 1, 3]], np.int32)
+    centre, delta = np.array([1000.4999, 0.3, 0.1]), 1e-6
+    _, table, flag, slivers, _ = cpu_embree.grown_faces(wp.array(v, dtype=wp.vec3, device="cpu"),
+                                                        wp.array(f.ravel(), dtype=wp.int32, device="cpu"), 0, 2, centre, delta)
+    assert flag.tolist() == [2, 0] and table[0].tolist() == [0.0] * 4
+    rel = v.astype(np.float64) - centre
+    _, pts, faces = cpu_embree.sliver_caps(rel[[0]], rel[[1]], rel[[2]], delta, np.ones(1, bool))
+    assert np.isfinite(slivers[0]).all() and np.array_equal(slivers[0], pts) and np.array_equal(slivers[1], faces)

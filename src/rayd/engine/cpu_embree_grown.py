@@ -114,7 +114,10 @@ def grown_faces(points: wp.array, indices: wp.array, face_base: int, num_faces: 
     slivers = None
     thin = np.flatnonzero(flag == SLIVER)
     if thin.size:
-        corners = grown[thin].astype(np.float64)  # (not grown: the centre-relative corners, rounded to float32)
+        # the centre-relative corners in float64, as the kernel saw them (rounded to float32, a sliver can
+        # become a segment: its rectangle would be NaN and never hit)
+        ids = indices.numpy()[3 * (face_base + thin)[:, None] + np.arange(3)]
+        corners = points.numpy()[ids].astype(np.float64) - np.asarray(centre, np.float64)
         _, spts, sfaces = sliver_caps(corners[:, 0], corners[:, 1], corners[:, 2], delta, np.ones(thin.size, bool))
         slivers = (spts, sfaces)
     return grown.reshape(-1, 3), table, flag, slivers, float(longest.max(initial=0.0))
