@@ -27,7 +27,10 @@ the winners are the Warp path's:
   ``2^-14``: 3-6 in 800 k). Robust mode with vertex caps, sliver caps and edge caps (``GROWN = 0``,
   ``RAYD_EMBREE_GROWN=0``) is kept for measurements: Embree 4.4's robust test leaks near vertices
   (caps) and, found in session 24, through edges of non-convex meshes (no cap covers that).
-  Rays whose shifted origin lies beyond ``FAR * R`` go to Warp (their rounding outgrows the margin),
+  Rays whose shifted origin lies beyond ``FAR * R`` go to Warp (their rounding outgrows the margin), so do rays
+  from beyond ``FAR_RAYS * R`` of the centre, and the edge and near-tangent bands of rays from beyond ``FAR_SCALE * R``
+  widen with their distance (the Warp path's corners relative to the float32 origin are rounded at ``|o|``;
+  :mod:`rayd.engine.cpu_embree_kernels`),
   and so do rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]``; scenes of a radius outside
   ``[RADIUS_MIN, RADIUS_MAX]`` never use Embree (its float32 products overflow or underflow), nor do
   geometries moved (by updates) farther than ``CENTRE_MAX * R`` from the search centre (Warp's own rounding there).
