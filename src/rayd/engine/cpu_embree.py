@@ -27,9 +27,13 @@ the winners are the Warp path's:
   ``2^-14``: 3-6 in 800 k). Robust mode with vertex caps, sliver caps and edge caps (``GROWN = 0``,
   ``RAYD_EMBREE_GROWN=0``) is kept for measurements: Embree 4.4's robust test leaks near vertices
   (caps) and, found in session 24, through edges of non-convex meshes (no cap covers that).
-  Rays whose shifted origin lies beyond ``FAR * R`` go to Warp (their rounding outgrows the margin),
+  Rays whose shifted origin lies beyond ``FAR * R`` go to Warp (their rounding outgrows the margin), so do rays
+  from beyond ``FAR_RAYS * R`` of the centre, and the edge and near-tangent bands of rays from beyond ``FAR_SCALE * R``
+  widen with their distance (the Warp path's corners relative to the float32 origin are rounded at ``|o|``;
+  :mod:`rayd.engine.cpu_embree_kernels`),
   and so do rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]``; scenes of a radius outside
-  ``[RADIUS_MIN, RADIUS_MAX]`` never use Embree (its float32 products overflow or underflow).
+  ``[RADIUS_MIN, RADIUS_MAX]`` never use Embree (its float32 products overflow or underflow), nor do
+  geometries moved (by updates) farther than ``CENTRE_MAX * R`` from the search centre (Warp's own rounding there).
 - the open interval ``tmin < t < tmax``: the ray keeps ``tnear = 0``: the
   origin moves to ``o + (tmin - delta) d`` and Embree searches up to
   ``tmax + delta``; a winner with ``t`` within ``delta / cos`` of ``tmin`` or ``tmax`` (the
@@ -129,6 +133,14 @@ EDGE = 2.0**-16
 #: ``2^43``) or underflows (``R^2 |d|``: from ``R`` about ``2^-62`` with ``|d| = 1``), measured on an
 #: icosphere; the bounds keep a margin of ``2^7`` on ``R``.
 RADIUS_MIN, RADIUS_MAX = 2.0**-20, 2.0**36
+
+#: Geometries whose frame centre lies farther than ``CENTRE_MAX * R`` (largest coordinate) from the origin of the
+#: search frame stay on the Warp path: there Warp's float32 search coordinates (and its start ``o + tmin d``) are
+#: rounded at ``|centre|``, beyond the bands of this module, which assume Warp's rounding at about ``R``. ``build()``
+#: picks a search centre within ``4 R`` of the frame's (rayd.engine.frame.search_centre); a mesh updated far from
+#: where it was built leaves it (2e4 R away: 1,960 of 22,080 float64 rays answered unlike the Warp path; 48 R: 0,
+#: 160 R: 7 with a widened ``tmin``; tests/torch/test_review25_embree_moved_far.py). ``build()`` again brings it back.
+CENTRE_MAX = 16.0
 
 #: Rays with ``|d|^2`` outside ``[DIR2_MIN, DIR2_MAX]`` are re-searched by Warp (Embree's products of
 #: ``R^2`` and ``|d|`` underflow or overflow float32 at such lengths, with ``R`` in the range above).
@@ -328,7 +340,10 @@ class EmbreeMirror:
             self.radius = float((0.5 * (hi - lo)).max())  # the largest centre-relative coordinate (exact)
             if GROWN and self.scene is not None:  # a changed geometry: room for the next changes' refits
                 self.radius *= FRAME_SLACK
-        self.in_range = RADIUS_MIN <= self.radius <= RADIUS_MAX
+        # (and a frame far from the search frame's origin -- a mesh updated far from where it was built, whose
+        # float32 search coordinates Warp rounds beyond this module's bands -- stays on Warp: CENTRE_MAX)
+        self.in_range = (RADIUS_MIN <= self.radius <= RADIUS_MAX
+                         and float(np.abs(self.centre).max()) <= CENTRE_MAX * self.radius)
         self._incoherent = None
         self.edge_scene = None
         self.fresh = True

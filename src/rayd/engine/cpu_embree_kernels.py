@@ -23,6 +23,17 @@ def _trace_kernel(fn: wp.uint64, scene: wp.uint64, n: int, origin: wp.array(dtyp
     embree_api.intersect16(fn, scene, origin, direction, far, prim, geom, u, v, lo, wp.min(lo + 16, n), coherent_cos)
 
 
+#: Rays whose origin lies farther than ``FAR_SCALE * R`` from the frame's centre: the edge band (``EDGE``) and the
+#: near-tangent band (``graze``) of their hits are widened by ``|o - c| / (FAR_SCALE R)``. The Warp path computes
+#: such a ray's corners relative to its float32 origin, rounded at ``|o|``, so its winner near an edge follows that
+#: rounding (rays from 100 R / 1,000 R aimed at an icosphere's vertices and chords: 2 / 377 of 32,000 answered unlike
+#: the Warp path, 0 / 0 widened; helper review25, tests/torch/test_review25_embree_far_rays.py).
+FAR_SCALE = 8.0
+
+#: Rays whose origin lies farther than ``FAR_RAYS * R`` from the frame's centre go to Warp: there the Warp path's
+#: rounding outgrows the edge caps too (a ray grazing a silhouette: 1e4 R, 32 of 32,000 widened rays still differed).
+FAR_RAYS = 1024.0
+
 # One packet of 16 rays in C++ (Warp's CPU code calls out of line for isfinite/isnan and reads
 # every row through per-row scratch arrays; here everything stays in registers and the stack):
 # the same steps as _prepare_row, rtcIntersect16 and _finish_row, in the same float32/float64
@@ -35,6 +46,7 @@ _SEARCH16 = r"""
     alignas(64) float R[16 * 32];  // RTCRayHit16: 12 ray fields, then the hit (room for instance ids)
     alignas(64) int valid[16];
     double S0[16], DL[16];
+    float SC[16];  // per lane: the edge and near-tangent bands' scale (FAR_SCALE)
     float TF[16];  // each lane's Embree tfar (for a second trace)
     int send[16];  // rows Warp must answer without an Embree ray (|d| outside Embree's range, origin too far)
     unsigned int* U = (unsigned int*)R;
@@ -150,7 +162,8 @@ _SEARCH16 = r"""
         // Warp answers rays of a |d| outside Embree's float32 range, and rays from so far that their
         // shifted origin (moved back by dl from the sphere) lies beyond far_origin anyway, whose sphere
         // test is too thin for float64 beyond (ta = tb at |o - c| = 1e16 R).
-        int far = (dd2 < dir2_min) | (dd2 > dir2_max) | ((double)band * (__builtin_sqrt(oo) + rad) > (double)far_origin);
+        int far = (dd2 < dir2_min) | (dd2 > dir2_max) | ((double)band * (__builtin_sqrt(oo) + rad) > (double)far_origin)
+            | (__builtin_sqrt(oo) > FAR_RAYS * rad);
         send[j] = wellformed & far;
         double sq = __builtin_sqrt(disc >= 0.0 ? disc : 0.0);
         double ta = (-b - sq) / dd2, tb = (-b + sq) / dd2;
@@ -166,6 +179,8 @@ _SEARCH16 = r"""
         U[9 * 16 + j] = 0xFFFFFFFFu; U[10 * 16 + j] = 0u; U[11 * 16 + j] = 0u;
         U[17 * 16 + j] = 0xFFFFFFFFu; U[18 * 16 + j] = 0xFFFFFFFFu; U[19 * 16 + j] = 0xFFFFFFFFu;
         S0[j] = ok ? (double)(float)s0 : 0.0; DL[j] = ok ? (double)(float)dl : 0.0;
+        double sc = __builtin_sqrt(oo) / (FAR_SCALE * rad);
+        SC[j] = sc > 1.0 ? (float)sc : 1.0f;
         TF[j] = R[8 * 16 + j];
         valid[j] = ok ? -1 : 0;
     }
@@ -292,11 +307,11 @@ _SEARCH16 = r"""
         // rounding across the plane (graze / longest edge, in units of R) moves the crossing by
         // that over the cosine of its angle with the face, m * altitude away from the edge
         // (altitude >= |Ng| / longest edge): a near-tangent ray may cross for one test only.
-        int tangent = m * dn < graze * sqrtf(ex * ex + ey * ey + ez * ez);
-        BADH[j] = bad | (m < edge) | tangent | !__builtin_isfinite(t);
+        int tangent = m * dn < graze * SC[j] * sqrtf(ex * ex + ey * ey + ez * ez);
+        BADH[j] = bad | (m < edge * SC[j]) | tangent | !__builtin_isfinite(t);
         // (grown faces) the crossing lies outside the true face by more than the rounding (the mirror of
         // the near-tangent check): neither test hits that face, the ray is traced again without it
-        OUT[j] = grown_mode & (U[18 * 16 + j] == 0u) & (m < 0.0f) & (-m * dn > graze * sqrtf(ex * ex + ey * ey + ez * ez));
+        OUT[j] = grown_mode & (U[18 * 16 + j] == 0u) & (m < 0.0f) & (-m * dn > graze * SC[j] * sqrtf(ex * ex + ey * ey + ez * ez));
         FORCE[j] = 0;
     };
     for (int j = 0; j < 16; ++j) grow(j);
@@ -418,7 +433,7 @@ _SEARCH16 = r"""
         }
     }
     return count;
-"""
+""".replace("FAR_SCALE", repr(FAR_SCALE)).replace("FAR_RAYS", repr(FAR_RAYS))
 
 
 @wp.func_native(_SEARCH16)
