@@ -97,3 +97,45 @@ def test_small_batches_stay_on_warp_until_the_second_query():
     second = scene.intersect(small)
     assert cpu_embree.stats["rays"] == before + small.o.shape[0]  # Embree (WARM_QUERIES = 1)
     assert torch.equal(first.prim_id, second.prim_id) and torch.equal(first.t, second.t)
+
+
+def test_no_refit_in_place_while_a_query_traces_the_scene(monkeypatch):
+    # Compiled torch queries call the engine without ENGINE_LOCK: a query of another thread may be tracing the
+    # Embree scene when an update is due. Then a new scene is made (the query keeps the one it took); the refit
+    # in place waits for no query in flight.
+    events = []
+    real_commit, real_update, real_rebuild = cpu_embree._commit, cpu_embree.embree_api.Scene.update, cpu_embree.EmbreeMirror.rebuild
+    monkeypatch.setattr(cpu_embree, "_commit", lambda *a, **k: events.append("new") or real_commit(*a, **k))
+    monkeypatch.setattr(cpu_embree.embree_api.Scene, "update", lambda self, v: events.append("refit") or real_update(self, v))
+    busy, mirrors = {"on": False}, []
+
+    def rebuild(self):
+        mirrors.append(self)
+        if busy["on"]:
+            self.tracing += 1  # as if another thread's search() were running
+        try:
+            real_rebuild(self)
+        finally:
+            if busy["on"]:
+                self.tracing -= 1
+    monkeypatch.setattr(cpu_embree.EmbreeMirror, "rebuild", rebuild)
+    v0, f = bumpy_sphere(24, 48)
+    scene = rt.Scene()
+    scene.add_mesh(rt.Mesh(v0.clone(), f), dynamic=True)
+    scene.build()
+    big = _rays(2 * f.shape[0], 3)
+    g = torch.Generator().manual_seed(2)
+    seen = []
+    for step, traced in enumerate((False, False, False, True, False)):
+        v = v0 if step == 0 else v0 + 0.003 * torch.randn(v0.shape, generator=g)
+        if step:
+            scene.update_mesh_vertices(0, v)
+            scene.sync()
+        events.clear()
+        busy["on"] = traced
+        hit = scene.intersect(big)
+        seen.append(events[:1])
+        want = _warp_answer(v, f, big)[0]
+        assert torch.equal(hit.prim_id, want.prim_id) and torch.equal(hit.t, want.t)
+    assert seen == [["new"], ["new"], ["refit"], ["new"], ["refit"]]
+    assert mirrors and not any(m.tracing for m in mirrors)  # every search() counted itself out

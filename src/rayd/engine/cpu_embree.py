@@ -76,6 +76,7 @@ while the vertices stay within the frame (centre, ``R``; ``FRAME_SLACK``): a loo
 from __future__ import annotations
 
 import os
+import threading
 
 import numpy as np
 
@@ -276,6 +277,8 @@ class EmbreeMirror:
         self._used = None  # the vertex ids the faces use (None: all)
         self._rows = None  # Embree's faces of the grown points (face_rows)
         self.fresh = True  # no query has run on the current geometry yet (see incoherent_scene)
+        self._lock = threading.Lock()  # held by an update (ready) and to count the queries tracing
+        self.tracing = 0  # queries in search() now
 
     def refresh(self) -> None:
         """Mark the scene out of date (called at every refit, i.e. at ``sync()``).
@@ -297,16 +300,21 @@ class EmbreeMirror:
         """
         if not self.stale:
             return True
-        per_face = RAYS_PER_FACE[0 if self._refittable() else 1]
-        if self.waited < WARM_QUERIES and self.waited_rays + n < per_face * self.tri.num_triangles:
-            self.waited += 1
-            self.waited_rays += n
-            return False
-        self.rebuild()
-        return True
+        with self._lock:  # one update at a time (compiled torch queries call the engine without ENGINE_LOCK)
+            if not self.stale:
+                return True
+            per_face = RAYS_PER_FACE[0 if self._refittable() else 1]
+            if self.waited < WARM_QUERIES and self.waited_rays + n < per_face * self.tri.num_triangles:
+                self.waited += 1
+                self.waited_rays += n
+                return False
+            self.rebuild()
+            return True
 
     def _refittable(self) -> bool:
-        return self.scene is not None and self.scene.dynamic
+        """A dynamic scene that no query is tracing now (a refit changes it in place; a query in flight
+        keeps the scene it took, so a new one is made instead)."""
+        return self.scene is not None and self.scene.dynamic and self.tracing == 0
 
     def _bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """The float64 corners of the box of the vertices the faces use."""
@@ -500,6 +508,19 @@ def _face_mode(accel, m: EmbreeMirror) -> int:
 
 
 def search(accel, rays, global_prim_id, warp_search) -> None:
+    """Closest (or any) hit per ray on the CPU through Embree (:func:`_search`), counted as a query in
+    flight on the mirror while it runs, so that no update refits the Embree scene it traces."""
+    m = mirror(accel.flat)
+    with m._lock:
+        m.tracing += 1
+    try:
+        _search(accel, rays, global_prim_id, warp_search)
+    finally:
+        with m._lock:
+            m.tracing -= 1
+
+
+def _search(accel, rays, global_prim_id, warp_search) -> None:
     """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
 
     One Warp kernel per chunk of rays prepares Embree's rays, traces them 16 at a time
