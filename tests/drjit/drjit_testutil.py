@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 
@@ -26,3 +28,14 @@ def grad_rtol(m) -> float:
     this tolerance was 5e-4 on CUDA.
     """
     return 1e-5
+
+
+def exact_winding(points, tri) -> np.ndarray:
+    """(N,) float64 exact winding numbers of triangles ``tri`` (F, 3, 3) around ``points`` (N, 3): the sum of
+    their solid angles over 4 pi (Van Oosterom & Strackee 1983, NumPy ``arctan2``)."""
+    p = np.asarray(points, np.float64)[:, None, :]
+    x, y, z = tri[None, :, 0] - p, tri[None, :, 1] - p, tri[None, :, 2] - p
+    lx, ly, lz = (np.linalg.norm(u, axis=-1) for u in (x, y, z))
+    num = (x * np.cross(y, z)).sum(-1)
+    den = lx * ly * lz + (x * y).sum(-1) * lz + (y * z).sum(-1) * lx + (z * x).sum(-1) * ly
+    return (2.0 * np.arctan2(num, den)).sum(-1) / (4.0 * math.pi)

@@ -12,7 +12,6 @@ mode), where rayd.torch and finite differences give one.
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -23,7 +22,7 @@ trimesh = pytest.importorskip("trimesh")
 rd = pytest.importorskip("rayd.drjit")
 rt = pytest.importorskip("rayd.torch")
 
-from drjit_testutil import grad_rtol, rows, vec
+from drjit_testutil import exact_winding, grad_rtol, rows, vec
 
 #: Level with the top face (z = 0.5), with the side x = 0.5, with y = -0.5 and z = -0.5 at once, and
 #: a point in no face's plane; all outside the box.
@@ -35,16 +34,6 @@ def _open_box():
     box = trimesh.creation.box(extents=[1.0, 1.0, 1.0])
     keep = np.asarray(box.triangles_center)[:, 0] > -0.49
     return np.asarray(box.vertices, np.float64), np.asarray(box.faces)[keep].astype(np.uint32)
-
-
-def _reference(points, tri):
-    """(N,) float64 exact winding numbers (Van Oosterom-Strackee, NumPy ``arctan2``)."""
-    p = np.asarray(points, np.float64)[:, None, :]
-    x, y, z = tri[None, :, 0] - p, tri[None, :, 1] - p, tri[None, :, 2] - p
-    lx, ly, lz = (np.linalg.norm(u, axis=-1) for u in (x, y, z))
-    num = (x * np.cross(y, z)).sum(-1)
-    den = lx * ly * lz + (x * y).sum(-1) * lz + (y * z).sum(-1) * lx + (z * x).sum(-1) * ly
-    return (2.0 * np.arctan2(num, den)).sum(-1) / (4.0 * math.pi)
 
 
 def _fd_rows(f, x, h=1e-6):
@@ -66,20 +55,20 @@ def _scene(m, verts, faces):
 
 def test_points_level_with_a_face_get_its_derivative(m):
     verts, faces = _open_box()
-    expected = _fd_rows(lambda p: _reference(p, verts[faces]), PTS)
+    expected = _fd_rows(lambda p: exact_winding(p, verts[faces]), PTS)
     assert np.abs(expected[:3]).max() > 1e-3  # the coplanar points have a real derivative
 
     # reverse mode, points and vertices
     p, v = vec(m.Array3f64, PTS), vec(m.Array3f64, verts)
     dr.enable_grad(p, v)
     w = _scene(m, v, faces).winding_number(p)
-    np.testing.assert_allclose(rows(w), _reference(PTS, verts[faces]), rtol=0, atol=1e-13)
+    np.testing.assert_allclose(rows(w), exact_winding(PTS, verts[faces]), rtol=0, atol=1e-13)
     weights = np.linspace(1.0, 2.0, len(PTS))
     dr.backward(dr.sum(w * m.Float64(weights)))
     np.testing.assert_allclose(rows(dr.grad(p)), expected * weights[:, None], rtol=grad_rtol(m), atol=1e-9)
     tv = np.random.default_rng(4).normal(size=verts.shape)
     h = 1e-6
-    fd_v = (_reference(PTS, (verts + h * tv)[faces]) - _reference(PTS, (verts - h * tv)[faces])) / (2 * h) @ weights
+    fd_v = (exact_winding(PTS, (verts + h * tv)[faces]) - exact_winding(PTS, (verts - h * tv)[faces])) / (2 * h) @ weights
     np.testing.assert_allclose(np.sum(rows(dr.grad(v)) * tv), fd_v, rtol=grad_rtol(m), atol=1e-9)
 
     # forward mode, one axis at a time

@@ -3,7 +3,6 @@ answers as rayd.torch and as the exact winding-number decision (rayd.engine.occu
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -15,18 +14,9 @@ pytest.importorskip("scipy")
 rd = pytest.importorskip("rayd.drjit")
 rt = pytest.importorskip("rayd.torch")
 
-from drjit_testutil import rows, vec
+from drjit_testutil import exact_winding, rows, vec
 
 from rayd.engine import occupancy
-
-
-def _exact(points, tri):
-    p = np.asarray(points, np.float64)[:, None, :]
-    x, y, z = tri[None, :, 0] - p, tri[None, :, 1] - p, tri[None, :, 2] - p
-    lx, ly, lz = (np.linalg.norm(u, axis=-1) for u in (x, y, z))
-    num = (x * np.cross(y, z)).sum(-1)
-    den = lx * ly * lz + (x * y).sum(-1) * lz + (y * z).sum(-1) * lx + (z * x).sum(-1) * ly
-    return (2.0 * np.arctan2(num, den)).sum(-1) / (4.0 * math.pi)
 
 
 def test_grid_contains_matches_torch_and_exact(m, backend, monkeypatch):
@@ -51,7 +41,7 @@ def test_grid_contains_matches_torch_and_exact(m, backend, monkeypatch):
     ts.add_mesh(rt.Mesh(torch.as_tensor(v, dtype=torch.float32), torch.as_tensor(f.astype(np.int64))))
     ts.build()
     np.testing.assert_array_equal(got, ts.contains(torch.as_tensor(pts)).numpy())
-    exact = _exact(pts, v.astype(np.float32).astype(np.float64)[f])
+    exact = exact_winding(pts, v.astype(np.float32).astype(np.float64)[f])
     sure = np.abs(exact - 0.5) > 1e-6
     np.testing.assert_array_equal(got[sure], exact[sure] > 0.5)
     np.testing.assert_array_equal((sd < 0)[sure], exact[sure] > 0.5)

@@ -4,7 +4,6 @@ mode, against float64 finite differences of an independent NumPy sum and against
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 import pytest
@@ -15,20 +14,10 @@ trimesh = pytest.importorskip("trimesh")
 rd = pytest.importorskip("rayd.drjit")
 rt = pytest.importorskip("rayd.torch")
 
-from drjit_testutil import grad_rtol, rows, vec
+from drjit_testutil import exact_winding, grad_rtol, rows, vec
 
 PTS = np.array([[0.1, 0.2, -0.4], [0.0, 0.0, 1.7], [0.3, -0.5, 0.45], [1.2, 0.4, 0.1]])
 MATRIX = np.array([[1.0, 0.1, 0, 0.2], [0, 0.9, 0, -0.1], [0, 0.05, 1.1, 0.3], [0, 0, 0, 1]])
-
-
-def reference(points, tri):
-    """(N,) float64 exact winding numbers of triangles ``tri`` (F, 3, 3) around ``points`` (N, 3)."""
-    p = np.asarray(points, np.float64)[:, None, :]
-    x, y, z = tri[None, :, 0] - p, tri[None, :, 1] - p, tri[None, :, 2] - p
-    lx, ly, lz = (np.linalg.norm(u, axis=-1) for u in (x, y, z))
-    num = (x * np.cross(y, z)).sum(-1)
-    den = lx * ly * lz + (x * y).sum(-1) * lz + (y * z).sum(-1) * lx + (z * x).sum(-1) * ly
-    return (2.0 * np.arctan2(num, den)).sum(-1) / (4.0 * math.pi)
 
 
 def _hemisphere():
@@ -65,7 +54,7 @@ def test_value_and_gradients_vs_finite_differences(m):
     weights = _weights(len(PTS))
 
     def numpy_loss(p=PTS, vv=verts, mat=MATRIX):
-        return float(reference(p, tri(vv, mat)) @ weights)
+        return float(exact_winding(p, tri(vv, mat)) @ weights)
 
     expected = {
         "points": _fd(lambda p: numpy_loss(p=p), PTS, tp),
@@ -82,7 +71,7 @@ def test_value_and_gradients_vs_finite_differences(m):
     x = inputs()
     dr.enable_grad(x["points"], x["vertices"], x["matrix"])
     w, loss = _loss(m, x["vertices"], faces, x["points"], x["matrix"])
-    np.testing.assert_allclose(rows(w), reference(PTS, tri(verts)), rtol=0, atol=1e-13)  # the float64 sum
+    np.testing.assert_allclose(rows(w), exact_winding(PTS, tri(verts)), rtol=0, atol=1e-13)  # the float64 sum
     dr.backward(loss)
     grads = {"points": rows(dr.grad(x["points"])), "vertices": rows(dr.grad(x["vertices"])),
              "matrix": np.array([[dr.grad(x["matrix"])[i][j][0] for j in range(4)] for i in range(4)])}
@@ -143,7 +132,7 @@ def test_active_non_finite_and_float32(m):
     active = m.Bool([True, False, True, True, True])
     w = scene.winding_number(vec(m.Array3f, pts), active)
     assert type(w) is m.Float  # float32 in, float32 out, AD namespace
-    ref = reference(pts[:4], verts.astype(np.float32).astype(np.float64)[faces])
+    ref = exact_winding(pts[:4], verts.astype(np.float32).astype(np.float64)[faces])
     np.testing.assert_allclose(rows(w), [ref[0], 0, ref[2], ref[3], 0], rtol=0, atol=1e-6)
     dr.backward(dr.sum(w))
     assert np.isfinite(rows(dr.grad(v))).all() and np.abs(rows(dr.grad(v))).max() > 0

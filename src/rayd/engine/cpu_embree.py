@@ -514,13 +514,13 @@ def search(accel, rays, global_prim_id, warp_search) -> None:
     with m._lock:
         m.tracing += 1
     try:
-        _search(accel, rays, global_prim_id, warp_search)
+        _search(accel, m, rays, global_prim_id, warp_search)
     finally:
         with m._lock:
             m.tracing -= 1
 
 
-def _search(accel, rays, global_prim_id, warp_search) -> None:
+def _search(accel, m: EmbreeMirror, rays, global_prim_id, warp_search) -> None:
     """Closest (or any) hit per ray on the CPU through Embree; see the module docstring.
 
     One Warp kernel per chunk of rays prepares Embree's rays, traces them 16 at a time
@@ -529,13 +529,13 @@ def _search(accel, rays, global_prim_id, warp_search) -> None:
 
     Args:
         accel: a :class:`SceneAccel` for which :func:`usable` holds.
+        m: its mirror (:func:`mirror`).
         rays: the :class:`RayBatch` (length N or 1 per array).
         global_prim_id: int32 (N,) output.
         warp_search: ``warp_search(accel, rays, out)`` runs rayd's Warp search (closest or
             any hit) on a ray batch.
     """
     n = global_prim_id.shape[0]
-    m = mirror(accel.flat)
     view = accel.view_for(None)  # (CPU only)
     dev = accel.device
     buf = _buffers(m, n, dev)
